@@ -1,0 +1,46 @@
+# segfactory: `make demo` runs the main job on the demo profile, `make test` runs everything.
+# Both do their own set-up: .venv, Python dependencies, system packages (apt, as root), dockerd.
+
+PYTHON   ?= python3
+VENV     := .venv
+BIN      := $(VENV)/bin
+STAMP    := $(VENV)/.installed
+DEMO_HOME ?= $(or $(SEGFACTORY_HOME),$(or $(XDG_DATA_HOME),$(HOME)/.local/share)/segfactory-demo)
+PYTEST_FAST := -m "not slow"
+
+.PHONY: demo test test-fast lint setup system venv clean bench
+
+demo: setup
+	$(BIN)/segfactory demo --home "$(DEMO_HOME)"
+
+test: setup lint
+	$(BIN)/pytest -q
+
+test-fast: venv
+	$(BIN)/pytest -q $(PYTEST_FAST)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+setup: system venv
+
+system:
+	@bash scripts/setup-system.sh
+
+venv: $(STAMP)
+
+# torch is pinned first and explicitly: on these machines the pinned wheels lie on local disk,
+# and a bare `torch` requirement would pull a multi-GB build from the index.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+bench: venv
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+import sys
+
+from segfactory.cli import main
+
+sys.exit(main())

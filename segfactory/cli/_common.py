@@ -1,0 +1,49 @@
+"""Options and output helpers shared by every CLI module.
+
+Every command takes ``--home``; every command that reports takes ``--json`` and then prints
+exactly one JSON object on stdout (DESIGN.md §6). Human output goes through rich.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option("--home", help="Factory home (default: $SEGFACTORY_HOME, else the XDG data dir; /var/lib/segfactory as root)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")]
+BackendOpt = Annotated[
+    str, typer.Option("--backend", help="Sandbox backend: docker or bwrap.")
+]
+
+
+def emit_json(obj: dict[str, Any]) -> None:
+    """Print one JSON object on stdout and nothing else."""
+    sys.stdout.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def console() -> Any:
+    """A rich console on stdout (imported lazily to keep start-up fast)."""
+    from rich.console import Console
+
+    return Console()
+
+
+def home_for(home: Path | None, *, create: bool = False, profile: str = "default") -> Any:
+    """Resolve the home; with ``create`` a missing home is initialised and the user told so."""
+    from segfactory.home import Home
+
+    resolved = Home.resolve(home)
+    if create and not resolved.exists():
+        from segfactory.init import initialise
+
+        sys.stderr.write(f"no home at {resolved.root}; creating one with the {profile} profile\n")
+        initialise(resolved, profile=profile)
+    return resolved

@@ -1,0 +1,168 @@
+"""Typed records that cross every boundary in segfactory (DESIGN.md §5).
+
+This module imports nothing from the rest of segfactory, so any process (the gate's pinned
+copy included) can load it without pulling in agents, runner or sandbox code.
+
+Every record is a pydantic model with ``extra="forbid"`` and a ``schema_version``; a record
+from a newer or older schema is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SCHEMA_VERSION: Literal[1] = 1
+
+
+class Record(BaseModel):
+    """Base for every record: no unknown fields, immutable after creation, versioned."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: Literal[1] = SCHEMA_VERSION
+
+
+class Arm(StrEnum):
+    """Who or what produced a ticket; the controls are arms like any other."""
+
+    AGENT = "agent"
+    AGENT_CODE = "agent-code"
+    SWEEP_TPE = "sweep-tpe"
+    SWEEP_RANDOM = "sweep-random"
+    AA = "aa"
+    CURATION = "curation"
+    TOPUP = "topup"
+    CHALLENGE = "challenge"
+    LABEL = "label"
+
+
+class TicketKind(StrEnum):
+    CONFIG = "config"
+    DATA = "data"
+    CODE = "code"
+    CURATION = "curation"
+    DATA_REQUEST = "data_request"
+
+
+class Tier(StrEnum):
+    """Held-back tiers. Only the first two answer queries; the rest are milestone-only."""
+
+    CONFIRM_A = "confirm-a"
+    CONFIRM_B = "confirm-b"
+    SEALED = "sealed"
+    NEVER_QUERIED = "never-queried"
+    REAL_HOLDOUT = "real-holdout"
+
+
+QUERY_TIERS: frozenset[Tier] = frozenset({Tier.CONFIRM_A, Tier.CONFIRM_B})
+
+
+class Verdict(StrEnum):
+    """The only words the gate says to an agent (trust rule 4)."""
+
+    WIN = "WIN"
+    NO_WIN = "NO_WIN"
+    INVALID = "INVALID"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+
+
+class Direction(StrEnum):
+    UP = "up"
+    DOWN = "down"
+    NONE = "none"
+
+
+class Budget(Record):
+    """What a ticket may spend. Checked against ``policies/budgets.yaml`` before it starts."""
+
+    device_seconds: float = Field(gt=0)
+    epochs: int = Field(ge=1)
+
+
+class ExpectedEffect(Record):
+    """A falsifiable prediction: which metric moves, on which slice, which way, by how much."""
+
+    metric: str
+    slice: str = "all"
+    direction: Direction
+    size: float = Field(ge=0)
+
+
+class Ticket(Record):
+    """One hypothesis to test. ``change`` is a config patch (or a code/data description)."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    arm: Arm
+    kind: TicketKind
+    replicate_of: str | None = None
+    hypothesis: str = Field(min_length=1, max_length=4000)
+    change: dict[str, Any] = Field(default_factory=dict)
+    budget: Budget
+    expected_effect: ExpectedEffect
+    evidence: list[str] = Field(default_factory=list)
+    seed: int = Field(ge=0, lt=2**31)
+
+
+class Recommendation(Record):
+    """An analysis finding turned into a proposed action; ``agents`` turns it into a Ticket."""
+
+    id: str
+    evidence: dict[str, Any]
+    action: str
+    kind: TicketKind
+    change: dict[str, Any] = Field(default_factory=dict)
+    predicted_effect: ExpectedEffect
+    rationale: str = ""
+
+
+class CoarseVerdict(Record):
+    """The gate's whole answer to an agent. It has no score field, by construction."""
+
+    ticket_id: str
+    tier: Literal["confirm-a", "confirm-b"]
+    verdict: Verdict
+    queries_left: int = Field(ge=0)
+
+    @field_validator("tier", mode="before")
+    @classmethod
+    def _tier_value(cls, value: object) -> object:
+        return value.value if isinstance(value, Tier) else value
+
+
+class Actor(StrEnum):
+    PROPOSER = "proposer"
+    CODE_AGENT = "code-agent"
+    RUNNER = "runner"
+    SCHEDULER = "scheduler"
+    JUDGE = "judge"
+    GATE = "gate"
+    SANDBOX = "sandbox"
+    CONSOLE = "console"
+    HUMAN = "human"
+    SYSTEM = "system"
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The one serialisation that hashes are taken over: sorted keys, no spaces, UTF-8."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class AuditRecord(Record):
+    """One line of ``audit/log.jsonl``. ``hash`` = sha256 of the canonical JSON without it."""
+
+    seq: int = Field(ge=0)
+    ts: float
+    run_id: str | None
+    actor: Actor
+    event: str
+    payload: dict[str, Any]
+    prev: str
+    hash: str
+
+    def computed_hash(self) -> str:
+        body = self.model_dump(mode="json", exclude={"hash"})
+        return hashlib.sha256(canonical_json(body)).hexdigest()

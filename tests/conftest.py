@@ -1,0 +1,40 @@
+"""Fixtures shared by every test folder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def tmp_home(tmp_path: Path) -> Path:
+    """A path for a fresh factory home, outside the source tree (not yet initialised)."""
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def cli() -> Callable[..., CliResult]:
+    """Run the real ``segfactory`` entry point in a subprocess, as a user would."""
+
+    def run(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> CliResult:
+        proc = subprocess.run(
+            [sys.executable, "-m", "segfactory", *args],
+            capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
+        )
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
