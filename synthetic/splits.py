@@ -166,6 +166,7 @@ def write_split(
             fd = os.open(tmp / name, os.O_RDONLY)
             os.fsync(fd)
             os.close(fd)
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; open splits are readable (the vault dir guards tiers)
         os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

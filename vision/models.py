@@ -72,7 +72,7 @@ class UNet(nn.Module):
         )
         if weights is not None:
             load_encoder_weights(self.encoder, weights)
-        chans = list(self.encoder.feature_info.channels())  # shallow -> deep
+        chans: list[int] = list(self.encoder.feature_info.channels())  # type: ignore[union-attr,operator]  # shallow -> deep
         width = decoder_width or preset.decoder_width
         self.blocks = nn.ModuleList()
         c_prev = chans[-1]

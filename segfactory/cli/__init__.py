@@ -18,6 +18,7 @@ from segfactory.cli import (
     data_cmds,
     gate_cmds,
     home_cmds,
+    runner_cmds,
     sandbox_cmds,
     vision_cmds,
 )
@@ -41,6 +42,7 @@ for module in (
     audit_cmds,
     agents_cmds,
     controls_cmds,
+    runner_cmds,
 ):
     module.register(app)
 
@@ -48,7 +50,9 @@ for module in (
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; a SegfactoryError becomes one line on stderr and its exit code."""
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code:  # click returns `typer.Exit(code)` here instead of raising
+            return code
     except SegfactoryError as exc:
         sys.stderr.write(f"segfactory: error: {exc}\n")
         return exc.exit_code

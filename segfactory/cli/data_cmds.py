@@ -1,9 +1,135 @@
-"""CLI commands for data. See docs/cli.md for the contract."""
+"""CLI commands for data: ``data generate | check | export | import``. See docs/cli.md."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from segfactory.cli._common import HomeOpt, JsonOpt, console, emit_json
+from segfactory.errors import DataError
+
+data_app = typer.Typer(help="Generate, check, export and import split folders.", no_args_is_help=True)
+PROGRESS_MIN_IMAGES = 2000  # show a progress bar from this many images on (human output only)
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
+    app.add_typer(data_app, name="data")
+
+
+def _with_progress(total: int, enabled: bool, work: Any) -> Any:
+    """Run ``work(progress_callback_or_None)`` under a rich progress bar when enabled."""
+    if not enabled:
+        return work(None)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("generating", total=total)
+        return work(lambda done: bar.advance(task, done))
+
+
+@data_app.command("generate")
+def generate_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Split folder to create (must not exist).")],
+    n: Annotated[int, typer.Option("--n", help="Number of images.")],
+    size: Annotated[int, typer.Option("--size", help="Image side in pixels.")],
+    seed: Annotated[int, typer.Option("--seed", help="Public seed; the same seed gives identical arrays.")],
+    part_source: Annotated[str, typer.Option("--part-source", help="procedural or fashion-mnist.")] = "procedural",
+    idx: Annotated[Path | None, typer.Option("--idx", help="Fashion-MNIST IDX images file.")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", help="Generator parameter KEY=VALUE (repeatable).")] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Processes (0 = every core).")] = 0,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Draw N synthetic X-ray images with exact void masks into a new split folder."""
+    from synthetic import generate, make_params, parse_param_args
+
+    values = parse_param_args(param or [])
+    values["part_source"] = part_source
+    if idx is not None:
+        values["idx_path"] = str(idx)
+    params = make_params(**values)
+    if out.exists():
+        raise DataError(f"{out} already exists; split folders are immutable, choose a new --out")
+    started = time.perf_counter()
+    show = not json_out and n >= PROGRESS_MIN_IMAGES
+    result = _with_progress(n, show, lambda cb: generate(n, size, seed, params, workers=workers or None, progress=cb))
+    result.write(out)
+    summary = {"out": str(out), "count": n, "size": size, "seed": seed, "n_defects": len(result.defects),
+               "images_with_defects": int(result.masks.reshape(n, -1).any(axis=1).sum()),
+               "seconds": round(time.perf_counter() - started, 3)}
+    if json_out:
+        emit_json(summary)
+    else:
+        console().print(f"wrote {n} images ({size}x{size}, {summary['n_defects']} voids) to {out} "
+                        f"in {summary['seconds']} s")
+
+
+@data_app.command("check")
+def check_cmd(
+    folder: Annotated[Path, typer.Argument(help="A split folder or an import-layout folder.")],
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a data folder; exits 1 and names the bad files when anything is wrong."""
+    from synthetic.check import check_path
+
+    report = check_path(folder)
+    if json_out:
+        emit_json(report.summary())
+    else:
+        out = console()
+        out.print(f"{report.layout} folder {folder}: {report.count} images, {report.n_defects} voids")
+        if report.contrast_range:
+            out.print(f"contrast range: {report.contrast_range[0]:.4f} .. {report.contrast_range[1]:.4f}")
+        for problem in report.problems:
+            out.print(f"[red]{problem.kind}[/red] {problem.file}: {problem.message}", highlight=False, soft_wrap=True)
+        out.print("[green]ok[/green]" if report.ok else f"[red]{len(report.problems)} problem(s)[/red]")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@data_app.command("export")
+def export_cmd(
+    folder: Annotated[Path, typer.Argument(help="The split folder to export.")],
+    out: Annotated[Path, typer.Option("--out", help="New folder for images/ and masks/.")],
+    png: Annotated[bool, typer.Option("--png", help="Write PNG files (16-bit images, 8-bit masks).")] = False,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Export a split folder as PNGs for people (the import layout)."""
+    from segfactory.errors import UsageError
+    from synthetic._io import export_png
+
+    if not png:
+        raise UsageError("choose an export format: --png (the only one so far)")
+    count = export_png(folder, out)
+    if json_out:
+        emit_json({"out": str(out), "count": count, "format": "png"})
+    else:
+        console().print(f"exported {count} images to {out}/images and masks to {out}/masks")
+
+
+@data_app.command("import")
+def import_cmd(
+    src: Annotated[Path, typer.Argument(help="Folder with images/<stem>.{png,tif,tiff,jpg} and masks/<stem>.png.")],
+    out: Annotated[Path, typer.Option("--out", help="Split folder to create (must not exist).")],
+    real: Annotated[bool, typer.Option("--real", help="Labelled real images (manifest kind 'real').")] = False,
+    unlabelled: Annotated[bool, typer.Option("--unlabelled", help="Images without masks.")] = False,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Import an image folder into a split folder; writes nothing if any file is bad."""
+    from segfactory.errors import UsageError
+    from synthetic._io import import_folder
+
+    if real and unlabelled:
+        raise UsageError("--real and --unlabelled exclude each other")
+    summary = import_folder(src, out, "real" if real else "unlabelled" if unlabelled else "imported")
+    if json_out:
+        emit_json(summary)
+    else:
+        console().print(f"imported {summary['count']} images ({summary['kind']}, {summary['n_defects']} voids) into {out}")

@@ -1,9 +1,216 @@
-"""CLI commands for gate. See docs/cli.md for the contract."""
+"""CLI commands for the gate and the holdout-reuse attack. See docs/cli.md for the contract."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from segfactory.cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
+
+gate_app = typer.Typer(help="The locked evaluator: serve, status, submit, milestones, tiers.", no_args_is_help=True)
+attack_app = typer.Typer(help="Attacks on evaluators (Blum & Hardt boosting).", no_args_is_help=True)
+
+
+def _gate(home: Path | None) -> Any:
+    from gate.core import Gate
+
+    resolved = home_for(home, create=True)
+    return Gate(resolved.vault, home_root=resolved.root)
+
+
+@gate_app.command("serve")
+def serve_cmd(
+    home: HomeOpt = None,
+    socket: Annotated[Path | None, typer.Option("--socket", help="Unix socket path (its directory is the gate's own).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="TCP host; needs $SEGFACTORY_GATE_TOKEN.")] = None,
+    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 0,
+    pad: Annotated[float | None, typer.Option("--pad-quantum", help="Response padding quantum in seconds.")] = None,
+) -> None:
+    """Run the gate service until stopped (from the vault's pinned copy when there is one)."""
+    from gate.service import PAD_QUANTUM_S, TOKEN_ENV, serve
+
+    resolved = home_for(home, create=True)
+    sock = socket if socket is not None or host is not None else resolved.root / "gate-run" / "gate.sock"
+    quantum = PAD_QUANTUM_S if pad is None else pad
+    if host is not None and not os.environ.get(TOKEN_ENV):
+        from segfactory.errors import UsageError
+
+        raise UsageError(f"the gate refuses TCP without a bearer token; set ${TOKEN_ENV} or use --socket")
+    pinned = _pinned_dir(resolved.vault)
+    if pinned is not None:
+        _exec_pinned(resolved.root, pinned, sock, host, port, quantum)
+    serve(_gate(home), sock, host, port, os.environ.get(TOKEN_ENV) or None, quantum)
+
+
+def _pinned_dir(vault: Path) -> Path | None:
+    from gate.ledger import Ledger
+    from gate.pinned import META_PINNED, PINNED_DIR
+
+    if not (vault / "ledger.sqlite").is_file():
+        return None
+    ledger = Ledger(vault / "ledger.sqlite")
+    try:
+        digest = ledger.get_meta(META_PINNED)
+    finally:
+        ledger.close()
+    return None if digest is None else vault / PINNED_DIR / digest
+
+
+def _exec_pinned(home: Path, pinned: Path, sock: Path | None, host: str | None, port: int, quantum: float) -> None:
+    """Replace this process with the pinned service (``python -I``, the copy first on sys.path)."""
+    import sys
+
+    from gate._serve_pinned import boot_code
+    from gate.win_rule import DEFAULT_WIN_RULE
+
+    argv = [sys.executable, "-I", "-c", boot_code(pinned), "--home", str(home), "--pinned", str(pinned),
+            "--win-rule", str(DEFAULT_WIN_RULE), "--pad-quantum", str(quantum), "--port", str(port)]
+    argv += ["--socket", str(sock)] if sock is not None else []
+    argv += ["--host", host] if host is not None else []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+
+
+@gate_app.command("status")
+def status_cmd(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
+    """Pinned code hash, win-rule hash, tier versions and budgets left, quarantines."""
+    from gate.client import running_gate
+
+    with running_gate(home_for(home, create=True).root) as client:
+        status = client.status()
+    if as_json:
+        emit_json(status)
+        return
+    out = console()
+    out.print(f"win rule {status['win_rule_sha256']} ok={status['win_rule_ok']}")
+    for row in status["tiers"]:
+        out.print(f"{row['tier']:>14} v{row['version']}  budget left {row['left']}/{row['budget']}")
+    for q in status["quarantine"]:
+        out.print(f"[red]quarantined[/red] run {q['run_id']} ticket {q['ticket_id']}: {q['reason']}")
+
+
+@gate_app.command("submit")
+def submit_cmd(
+    model: Annotated[Path, typer.Option("--model", help="model.onnx to judge.")],
+    ticket: Annotated[str, typer.Option("--ticket", help="Ticket id (a repeated id replays its verdict).")],
+    train_data: Annotated[str | None, typer.Option("--train-data", help="Approved dataset version it trained on.")] = None,
+    replicate_of: Annotated[str | None, typer.Option("--replicate-of", help="Ticket whose confirm-a WIN this replicates.")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="Run id (for quarantine).")] = None,
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a model; prints the coarse verdict only."""
+    from gate.client import running_gate
+
+    with running_gate(home_for(home, create=True).root) as client:
+        verdict = client.submit(model, train_data, ticket, replicate_of=replicate_of, run_id=run)
+    if as_json:
+        emit_json(verdict.model_dump(mode="json"))
+    else:
+        console().print(f"{verdict.tier}: {verdict.verdict.value} ({verdict.queries_left} queries left)")
+
+
+def _milestone_md(report: dict[str, Any]) -> str:
+    lines = [f"# Milestone {report['name']} (run {report['run_id']})", ""]
+    for tier, block in report["tiers"].items():
+        lines.append(f"## {tier} v{block['version']}")
+        for sha, scores in block["models"].items():
+            f1 = scores.get("object_f1", {}) if isinstance(scores, dict) else {}
+            lines.append(f"- `{sha[:12]}` object F1 {f1.get('estimate', float('nan')):.4f} "
+                         f"[{f1.get('low', float('nan')):.4f}, {f1.get('high', float('nan')):.4f}]")
+        lines.append("")
+    return "\n".join(lines)
+
+
+@gate_app.command("milestone")
+def milestone_cmd(
+    name: Annotated[str, typer.Option("--name", help="Milestone name (used once).")],
+    run: Annotated[str, typer.Option("--run", help="Run id; the report goes to runs/<run>/people/milestones/.")],
+    model: Annotated[list[Path] | None, typer.Option("--model", help="Models to score (default: current best).")] = None,
+    tiers: Annotated[str, typer.Option("--tiers", help="Comma-separated milestone tiers.")] = "sealed,never-queried,real-holdout",
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Score milestone tiers once (people only); refuses a used name or a spent quota."""
+    from gate.client import running_gate
+
+    resolved = home_for(home, create=True)
+    with running_gate(resolved.root) as client:
+        report = client.milestone(name, run, list(model or []), [t for t in tiers.split(",") if t])
+    out_dir = resolved.people_dir(run) / "milestones"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2, sort_keys=True))
+    (out_dir / f"{name}.md").write_text(_milestone_md(report))
+    if as_json:
+        emit_json({"name": name, "run_id": run, "report": str(out_dir / f"{name}.json"),
+                   "tiers": sorted(report["tiers"])})
+    else:
+        console().print(f"milestone {name}: report in {out_dir}")
+
+
+@gate_app.command("rotate")
+def rotate_cmd(
+    tier: Annotated[str, typer.Option("--tier", help="Tier to redraw from fresh secret seeds.")],
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Draw a fresh secret-seeded version of a tier (a person runs this)."""
+    from gate.setup import build_fresh
+
+    version = _gate(home).rotate(tier, build_fresh)
+    if as_json:
+        emit_json({"tier": tier, "version": version})
+    else:
+        console().print(f"{tier} is now v{version}")
+
+
+@gate_app.command("add-real")
+def add_real_cmd(
+    source: Annotated[Path, typer.Argument(help="A labelled real split folder (from `data import --real`).")],
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add labelled real images to the vault as a new real-holdout version."""
+    from gate.setup import add_real
+
+    version = add_real(_gate(home), source)
+    if as_json:
+        emit_json({"tier": "real-holdout", "version": version})
+    else:
+        console().print(f"real-holdout is now v{version}")
+
+
+@attack_app.command("boost")
+def boost_cmd(
+    n: Annotated[int, typer.Option("--n", help="Holdout size (labels).")] = 4000,
+    k: Annotated[int, typer.Option("--k", help="Random submissions.")] = 400,
+    reps: Annotated[int, typer.Option("--reps", help="Repetitions (for the interval).")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    home: HomeOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Blum & Hardt boosting against a naive score-returning evaluator and the gate's rule."""
+    from gate.attack import run_attack
+    from segfactory.errors import UsageError
+
+    if min(n, k, reps) < 1:
+        raise UsageError(f"--n, --k and --reps must be >= 1; got {n}, {k}, {reps}")
+    result = run_attack(n=n, k=k, reps=reps, seed=seed)
+    if as_json:
+        emit_json(result)
+        return
+    for name, block in result["evaluators"].items():
+        leak = block["leak"]
+        console().print(f"{name:>6}: holdout {block['holdout_loss']:.4f}  fresh {block['fresh_loss']:.4f}  "
+                        f"leak {leak['estimate']:+.4f} [{leak['low']:+.4f}, {leak['high']:+.4f}]")
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
+    app.add_typer(gate_app, name="gate")
+    app.add_typer(attack_app, name="attack")

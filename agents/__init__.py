@@ -1,0 +1,1 @@
+"""Agents: proposers, the judge, the code-editing agent and their LLM providers."""

@@ -1,0 +1,86 @@
+"""The proposer's context: an allowlist, and nothing else (trust rule 9).
+
+A :class:`ProposerContext` holds the dev analysis (summary and recommendations) and the
+history of coarse verdicts. :func:`build_context` accepts only those types and copies only the
+allowlisted fields, so a report, milestone, audit record or any score that is not part of the
+dev analysis cannot reach a prompt through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from segfactory.records import Arm, CoarseVerdict, Recommendation, Ticket, Verdict
+
+MAX_HISTORY_ENTRIES = 200  # past this: only the most recent entries are kept, and `history_truncated` says so
+MAX_SUMMARY_CHARS = 8000  # past this: DevAnalysis refuses the summary (ValueError)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: Literal[1] = 1
+
+
+class DevAnalysis(_Frozen):
+    """The dev-only analysis the proposer may see: a summary and its recommendations."""
+
+    summary: str = Field(max_length=MAX_SUMMARY_CHARS)
+    recommendations: tuple[Recommendation, ...] = ()
+
+    @classmethod
+    def from_report(cls, report: Any) -> DevAnalysis:
+        """Copy only ``summary`` and ``recommendations`` from an ``analysis.AnalysisReport``."""
+        try:
+            from analysis import AnalysisReport  # type: ignore[attr-defined]
+        except ImportError as exc:  # the analysis package is not installed yet
+            raise TypeError("analysis.AnalysisReport is not available; build DevAnalysis directly") from exc
+        if not isinstance(report, AnalysisReport):
+            raise TypeError(f"expected analysis.AnalysisReport, got {type(report).__name__}")
+        return cls(summary=str(report.summary), recommendations=tuple(report.recommendations))
+
+
+class VerdictEntry(_Frozen):
+    """One line of verdict history: what was tried and the gate's coarse answer."""
+
+    ticket_id: str
+    arm: Arm
+    hypothesis: str
+    change: dict[str, Any]
+    tier: Literal["confirm-a", "confirm-b"] | None  # None: a dev loss, never sent to the gate
+    verdict: Verdict | Literal["DEV_LOSS", "FAILED"]
+
+    @classmethod
+    def from_verdict(cls, ticket: Ticket, verdict: CoarseVerdict) -> VerdictEntry:
+        if not isinstance(ticket, Ticket) or not isinstance(verdict, CoarseVerdict):
+            raise TypeError("VerdictEntry.from_verdict takes a Ticket and a CoarseVerdict")
+        return cls(ticket_id=ticket.id, arm=ticket.arm, hypothesis=ticket.hypothesis,
+                   change=ticket.change, tier=verdict.tier, verdict=verdict.verdict)
+
+    @classmethod
+    def not_submitted(cls, ticket: Ticket, outcome: Literal["DEV_LOSS", "FAILED"]) -> VerdictEntry:
+        return cls(ticket_id=ticket.id, arm=ticket.arm, hypothesis=ticket.hypothesis,
+                   change=ticket.change, tier=None, verdict=outcome)
+
+
+class ProposerContext(_Frozen):
+    """Everything a proposer sees. Built only by :func:`build_context`."""
+
+    analysis: DevAnalysis
+    history: tuple[VerdictEntry, ...] = ()
+    history_truncated: bool = False
+
+
+def build_context(analysis: DevAnalysis, history: Sequence[VerdictEntry]) -> ProposerContext:
+    """The one way to make a proposer context; any other input type is a ``TypeError``."""
+    if type(analysis) is not DevAnalysis:
+        raise TypeError(f"proposer context takes DevAnalysis, got {type(analysis).__name__}")
+    entries = tuple(history)
+    for entry in entries:
+        if type(entry) is not VerdictEntry:
+            raise TypeError(f"proposer history takes VerdictEntry items, got {type(entry).__name__}")
+    truncated = len(entries) > MAX_HISTORY_ENTRIES
+    return ProposerContext(analysis=analysis, history=entries[-MAX_HISTORY_ENTRIES:],
+                           history_truncated=truncated)

@@ -1,0 +1,169 @@
+"""Ticket validation: budgets, config keys, code paths (DESIGN.md §4, issue 7 item 1).
+
+:func:`ticket_problems` lists every reason a ticket may not run (empty: it may). The caps come
+from ``policies/budgets.yaml`` for the run's profile; config changes are checked against the
+training config model (``vision.config.TrainConfig``) when it can be imported, else against the
+fallback allowlist in the same policy file; code changes must stay under the ticket's copy of
+the training code and name no protected path.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agents._paths import POLICY_DIR, is_protected
+from segfactory.errors import PolicyError
+from segfactory.records import Ticket, TicketKind
+
+BUDGETS_POLICY = POLICY_DIR / "budgets.yaml"
+# Config fields the host owns: a ticket never sets them (the seed is the ticket's own, host-chosen).
+HOST_OWNED_CONFIG_KEYS = frozenset({"version", "seed", "device", "threads", "max_train_images"})
+# The config a change is applied to when the caller gives none (TrainConfig requires these two).
+BASE_CONFIG_FOR_CHECKS: dict[str, Any] = {"epochs": 1, "batch_size": 8}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TicketCaps(_Strict):
+    max_device_seconds: float = Field(gt=0)
+    max_epochs: int = Field(ge=1)
+
+
+class RunCaps(_Strict):
+    wall_seconds: float = Field(gt=0)
+    device_seconds: float = Field(gt=0)
+    tickets: int = Field(ge=1)
+    llm_tokens: int = Field(ge=0)
+
+
+class ProfileBudgets(_Strict):
+    ticket: TicketCaps
+    run: RunCaps
+
+
+class BudgetPolicy(_Strict):
+    """``policies/budgets.yaml``, validated."""
+
+    schema_version: Literal[1]
+    profiles: dict[str, ProfileBudgets]
+    config_keys_fallback: tuple[str, ...]
+    code_root: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+
+    def for_profile(self, profile: str) -> ProfileBudgets:
+        if profile not in self.profiles:
+            raise PolicyError(f"budgets.yaml has no profile {profile!r}; known: {', '.join(sorted(self.profiles))}")
+        return self.profiles[profile]
+
+
+@lru_cache(maxsize=4)
+def load_budget_policy(path: Path = BUDGETS_POLICY) -> BudgetPolicy:
+    """Load and validate the budget policy; an invalid file is a ``PolicyError``."""
+    try:
+        return BudgetPolicy.model_validate(yaml.safe_load(path.read_text()))
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        raise PolicyError(f"invalid budget policy {path}: {exc}; fix the file and retry") from exc
+
+
+def ticket_problems(ticket: Ticket, policy: BudgetPolicy, profile: str, *,
+                    device_seconds_left: float | None = None, base_config: dict[str, Any] | None = None) -> list[str]:
+    """Every reason ``ticket`` may not run, in words an operator (and a proposer) can act on.
+
+    ``base_config`` is the training config the change applies to (the current best's); without
+    it a minimal valid config is used.
+    """
+    caps = policy.for_profile(profile).ticket
+    problems = _budget_problems(ticket, caps, device_seconds_left)
+    if ticket.kind is TicketKind.CONFIG:
+        problems += config_problems(ticket.change, policy, base_config)
+    elif ticket.kind is TicketKind.CODE:
+        problems += code_problems(ticket.change, policy.code_root)
+    return problems
+
+
+def _budget_problems(ticket: Ticket, caps: TicketCaps, left: float | None) -> list[str]:
+    problems = []
+    if ticket.budget.device_seconds > caps.max_device_seconds:
+        problems.append(f"budget.device_seconds {ticket.budget.device_seconds:g} exceeds the per-ticket cap "
+                        f"{caps.max_device_seconds:g}; ask for at most that")
+    if ticket.budget.epochs > caps.max_epochs:
+        problems.append(f"budget.epochs {ticket.budget.epochs} exceeds the per-ticket cap {caps.max_epochs}")
+    if left is not None and ticket.budget.device_seconds > left:
+        problems.append(f"budget.device_seconds {ticket.budget.device_seconds:g} exceeds the "
+                        f"{left:g} device-seconds left in this run")
+    return problems
+
+
+def _train_config_model() -> type[BaseModel] | None:
+    try:
+        from vision.config import TrainConfig  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    model: type[BaseModel] = TrainConfig
+    return model
+
+
+def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _nest(change: dict[str, Any]) -> dict[str, Any]:
+    """``{"optim.lr": 1e-3}`` → ``{"optim": {"lr": 1e-3}}``; nested dicts pass through."""
+    nested: dict[str, Any] = {}
+    for key, value in change.items():
+        head, *rest = key.split(".")
+        nested = _merge(nested, {head: _nest({".".join(rest): value}) if rest else value})
+    return nested
+
+
+def config_problems(change: dict[str, Any], policy: BudgetPolicy,
+                    base_config: dict[str, Any] | None = None) -> list[str]:
+    """Keys outside the allowlist, or a change the training config model refuses."""
+    if not change:
+        return ["a config ticket must change at least one key"]
+    patch = _nest(change)
+    model = _train_config_model()
+    fields = set(model.model_fields) if model is not None else set(policy.config_keys_fallback)
+    allowed = fields - HOST_OWNED_CONFIG_KEYS
+    unknown = sorted(set(patch) - allowed)
+    if unknown:
+        return [f"config keys {unknown} are not changeable training-config fields; allowed: {sorted(allowed)} "
+                "(nested fields as 'optim.lr' or {'optim': {'lr': ...}})"]
+    if model is None:
+        return []
+    try:
+        model.model_validate(_merge(base_config or BASE_CONFIG_FOR_CHECKS, patch))
+    except ValidationError as exc:
+        return [f"the changed training config is invalid: {exc.errors(include_url=False)}"]
+    return []
+
+
+def code_problems(change: dict[str, Any], code_root: str) -> list[str]:
+    """Paths a code ticket names (``change["files"]``) must lie under ``code_root``, unprotected."""
+    files = change.get("files")
+    if not isinstance(files, list | dict) or not files:
+        return ["a code ticket must name the files it changes in change['files']"]
+    return [p for name in files if (p := _code_path_problem(str(name), code_root))]
+
+
+def _code_path_problem(name: str, code_root: str) -> str:
+    pure = PurePosixPath(name)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        return f"code path {name!r} must be relative, without '..'"
+    if pure.parts[0] != code_root or len(pure.parts) < 2:
+        return f"code path {name!r} is outside the ticket's training-code copy {code_root}/"
+    if is_protected(name):
+        return f"code path {name!r} is protected"
+    return ""

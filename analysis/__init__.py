@@ -1,0 +1,1 @@
+"""Analysis: statistics, error typing, slices, recommendations, hit rates and planted causes."""

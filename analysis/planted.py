@@ -1,0 +1,155 @@
+"""Planted causes: check that the analysis names a weakness we put there on purpose.
+
+Each run draws a cause at random (or none): remove a void-size or contrast range from
+training, corrupt a share of the training masks, shrink the model, or drop a background type,
+each with a random magnitude. The candidate is trained on the planted data; the analysis runs
+relative to an unplanted reference model, so weak slices every model has do not count. A
+planted run is *recovered* when the top recommendation names the cause; a null run must yield
+no finding above threshold (its top recommendation is "leave it").
+
+Training is behind the ``Trainer``/``Predictor`` protocols, so any learner plugs in: the
+numpy ``analysis.toy.HistogramTrainer`` in the fast tests, a vision model elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from analysis.report import AnalysisReport, Evaluated, Extras, SplitLike, analyse
+from analysis.stats import Interval, wilson_interval
+
+CauseKind = Literal["none", "size", "contrast", "masks", "capacity", "background"]
+CAUSES: tuple[CauseKind, ...] = ("size", "contrast", "masks", "capacity", "background")
+NULL_SHARE = 0.25  # share of randomly drawn runs that plant nothing
+SIZE_QUANTILES = (0.15, 0.3)  # images with voids in this top share of sizes (drawn) are removed
+CONTRAST_QUANTILES_NOTE = "images with voids in the bottom share of contrast (drawn) are removed"
+CONTRAST_QUANTILES = (0.15, 0.3)
+MASK_SHARES = (0.4, 0.7)  # share of training masks with voids that are erased
+CAPACITY_SHARES = (0.3, 0.5)  # the shrunk model keeps this share of its capacity
+ACTION_CAUSE = {"label_fix": "masks", "curation": "masks", "model_change": "capacity", "leave_it": "none"}
+
+
+class Predictor(Protocol):
+    """A trained model: (N, H, W) images in [0, 1] -> (N, H, W) void probabilities."""
+
+    def predict(self, images: np.ndarray) -> np.ndarray: ...
+
+
+class Trainer(Protocol):
+    """Trains a Predictor; ``capacity`` in (0, 1] scales model size, 1.0 being the reference."""
+
+    def fit(self, images: np.ndarray, masks: np.ndarray, *, capacity: float = 1.0, seed: int = 0) -> Predictor: ...
+
+
+class PlantedCause(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: CauseKind
+    magnitude: float  # the drawn quantile, share or capacity (0 for none)
+    detail: dict[str, Any] = {}
+
+
+@dataclass
+class Planted:
+    images: np.ndarray
+    masks: np.ndarray
+    capacity: float
+    cause: PlantedCause
+
+
+def draw_cause(rng: np.random.Generator, kind: CauseKind | None = None) -> PlantedCause:
+    """A random cause (or the given kind) with a random magnitude."""
+    if kind is None:
+        kind = "none" if rng.random() < NULL_SHARE else CAUSES[int(rng.integers(len(CAUSES)))]
+    ranges = {"size": SIZE_QUANTILES, "contrast": CONTRAST_QUANTILES, "masks": MASK_SHARES,
+              "capacity": CAPACITY_SHARES, "background": (0.0, 1.0)}
+    magnitude = 0.0 if kind == "none" else float(rng.uniform(*ranges[kind]))
+    return PlantedCause(kind=kind, magnitude=round(magnitude, 4))
+
+
+def _images_with(train: SplitLike, key: str, below: float, sign: float) -> np.ndarray:
+    """Images holding a void whose ``sign * key`` lies below ``below``."""
+    index = {str(m.get("id")): k for k, m in enumerate(train.image_meta)}
+    hit = np.zeros(len(train.image_meta), dtype=bool)
+    for d in train.defects:
+        value = d.get(key)
+        if isinstance(value, int | float) and sign * value < below and str(d.get("image_id")) in index:
+            hit[index[str(d.get("image_id"))]] = True
+    return hit
+
+
+def plant(cause: PlantedCause, train: SplitLike, rng: np.random.Generator) -> Planted:
+    """Apply ``cause`` to the training split; returns what the candidate trains on."""
+    images, masks, capacity = train.images, train.masks, 1.0
+    detail: dict[str, Any] = {}
+    if cause.kind in ("size", "contrast"):
+        # the largest voids, or the faintest: the ranges a model most plainly learns from examples
+        key, sign = ("area", -1.0) if cause.kind == "size" else ("contrast", 1.0)
+        values = [sign * float(d[key]) for d in train.defects if isinstance(d.get(key), int | float)]
+        cut = float(np.quantile(values, cause.magnitude))
+        drop = _images_with(train, key, cut, sign)
+        images, masks = images[~drop], masks[~drop]
+        detail = {key + (" below" if sign > 0 else " above"): sign * cut, "images_removed": int(drop.sum())}
+    elif cause.kind == "background":
+        kinds = sorted({str(m.get("background")) for m in train.image_meta})
+        gone = kinds[int(cause.magnitude * len(kinds)) % len(kinds)]
+        keep = np.array([str(m.get("background")) != gone for m in train.image_meta])
+        images, masks, detail = images[keep], masks[keep], {"background_removed": gone}
+    elif cause.kind == "masks":
+        with_voids = np.flatnonzero(masks.reshape(masks.shape[0], -1).any(axis=1))
+        hit = rng.choice(with_voids, int(round(cause.magnitude * with_voids.size)), replace=False)
+        masks = masks.copy()
+        masks[hit] = 0
+        detail = {"masks_erased": int(hit.size)}
+    elif cause.kind == "capacity":
+        capacity, detail = cause.magnitude, {"capacity": cause.magnitude}
+    return Planted(images, masks, capacity, cause.model_copy(update={"detail": detail}))
+
+
+def named_cause(report: AnalysisReport) -> str:
+    """The cause the report's top recommendation points at."""
+    if not report.recommendations:
+        return "none"
+    top = report.recommendations[0]
+    if top.action in ACTION_CAUSE:
+        return ACTION_CAUSE[top.action]
+    attrs = top.evidence.get("slice", "")
+    for name in ("size", "contrast", "background", "shape", "thickness", "dose", "count"):
+        if str(attrs).startswith(name):
+            return name
+    return "other"
+
+
+class PlantedResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    seed: int
+    cause: PlantedCause
+    named: str
+    recovered: bool  # planted: the cause was named; null: nothing above threshold
+    n_findings: int
+
+
+def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: SplitLike,
+                reference: Evaluated, *, seed: int) -> tuple[PlantedResult, AnalysisReport]:
+    """Train a candidate on the planted data and analyse it against the reference on dev."""
+    rng = np.random.default_rng(seed)
+    planted = plant(cause, train, rng)
+    model = trainer.fit(planted.images, planted.masks, capacity=planted.capacity, seed=seed)
+    cand = Evaluated(dev, model.predict(dev.images))
+    extras = Extras(reference=reference, label_estimate=False)
+    report, _ = analyse(cand, seed=seed, extras=extras)
+    named = named_cause(report)
+    recovered = named == cause.kind
+    return PlantedResult(seed=seed, cause=planted.cause, named=named, recovered=recovered,
+                         n_findings=len(report.findings)), report
+
+
+def rates(results: list[PlantedResult]) -> dict[str, Interval]:
+    """Recovery rate over planted runs and false-finding rate over null runs, with Wilson intervals."""
+    planted = [r for r in results if r.cause.kind != "none"]
+    null = [r for r in results if r.cause.kind == "none"]
+    return {"recovery": wilson_interval(sum(r.recovered for r in planted), len(planted)),
+            "false_finding": wilson_interval(sum(not r.recovered for r in null), len(null))}

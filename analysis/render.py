@@ -1,0 +1,206 @@
+"""Write an analysis report to a folder: JSON, Markdown, HTML, plots and overlay crops.
+
+Plots use matplotlib's Agg backend (no display). Crops are PNG overlays of the worst dev
+images (ground truth green, prediction red, both yellow), cut around their errors; they are
+made from dev only. The folder is written to a temporary sibling and renamed into place.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.errortypes import SIZE_BIN_NAMES, ErrorAnalysis
+from analysis.report import AnalysisReport, Evaluated
+from segfactory.errors import UsageError
+
+N_CROPS = 8  # worst dev images drawn as overlays
+CROP_PAD_PX = 4  # context around the error region of a crop
+CROP_SCALE = 4  # nearest-neighbour upscaling of a crop
+CHART_SLICES = 15  # slices drawn in the slice chart
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def error_bars(report: AnalysisReport, path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    types = list(report.error_counts)
+    bottom = np.zeros(len(types))
+    for size in SIZE_BIN_NAMES:
+        counts = np.array([report.error_counts[t][size] for t in types], dtype=float)
+        ax.bar(types, counts, bottom=bottom, label=size)
+        bottom += counts
+    ax.set_ylabel("count")
+    ax.set_title("errors by type and void size")
+    ax.legend(title="size", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def slice_chart(report: AnalysisReport, path: Path) -> None:
+    plt = _plt()
+    rows = report.slices[:CHART_SLICES]
+    fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(rows), 2) + 1.2))
+    y = np.arange(len(rows))[::-1]
+    colors = ["tab:red" if r.confirmed else ("tab:orange" if r.discovered else "tab:gray") for r in rows]
+    for yi, r, c in zip(y, rows, colors, strict=True):
+        ax.errorbar(r.score, yi, xerr=[[r.score - r.low], [r.high - r.score]], fmt="o", color=c, capsize=3)
+        ax.plot(r.complement, yi, "|", color="black", markersize=10)
+    ax.set_yticks(y, [f"{r.name} ({r.unit}, n={r.n})" for r in rows], fontsize=7)
+    ax.set_xlabel("failure (miss rate or 1 - dice); | = rest of dev; red = confirmed")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def learning_curve(curve: dict[str, float], path: Path) -> None:
+    plt = _plt()
+    xs = sorted(curve, key=float)
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    ax.plot([float(x) * 100 for x in xs], [curve[x] for x in xs], "o-")
+    ax.set_xlabel("% of training data")
+    ax.set_ylabel("dev dice")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _overlay(image: np.ndarray, gt: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    gray = (np.clip(image, 0, 1) * 200).astype(np.uint8)
+    rgb = np.stack([gray] * 3, axis=-1)
+    rgb[gt & ~pred] = (0, 220, 0)
+    rgb[pred & ~gt] = (230, 30, 30)
+    rgb[gt & pred] = (240, 220, 0)
+    return rgb
+
+
+def crops(dev: Evaluated, errors: ErrorAnalysis, threshold: float, folder: Path) -> list[str]:
+    """PNG overlays of the N_CROPS worst dev images (lowest dice among images with an error)."""
+    from PIL import Image
+
+    bad = np.sum([v for k, v in errors.per_image.items() if k != "dice"], axis=0)
+    order = [int(k) for k in np.argsort(errors.per_image["dice"], kind="stable") if bad[k] > 0][:N_CROPS]
+    names = []
+    for rank, k in enumerate(order):
+        gt, pred = dev.split.masks[k] > 0, dev.prob[k] >= threshold
+        ys, xs = np.nonzero(gt | pred)
+        y0, x0 = max(int(ys.min()) - CROP_PAD_PX, 0), max(int(xs.min()) - CROP_PAD_PX, 0)
+        y1, x1 = int(ys.max()) + CROP_PAD_PX + 1, int(xs.max()) + CROP_PAD_PX + 1
+        rgb = _overlay(np.asarray(dev.split.images[k]), gt, pred)[y0:y1, x0:x1]
+        rgb = rgb.repeat(CROP_SCALE, axis=0).repeat(CROP_SCALE, axis=1)
+        name = f"crop_{rank:02d}_{dev.ids[k]}.png"
+        Image.fromarray(rgb).save(folder / name)
+        names.append(name)
+    return names
+
+
+def markdown(report: AnalysisReport, plots: dict[str, str]) -> str:
+    o = report.overall
+    lines = ["# Analysis report (dev only)", "",
+             f"{report.n_images} images, {report.n_defects} defect rows, threshold {report.threshold}.", "",
+             f"- dice {o['dice']:.3f} [{o['dice_low']:.3f}, {o['dice_high']:.3f}]",
+             f"- void miss rate {o['miss_rate']:.3f} [{o['miss_rate_low']:.3f}, {o['miss_rate_high']:.3f}]"
+             f" over {int(o['voids'])} voids",
+             f"- false alarms per image {o['false_alarms_per_image']:.2f}", ""]
+    if report.notes:
+        lines += ["## Notes on the input", ""] + [f"- {n}" for n in report.notes] + [""]
+    lines += ["## Recommendations", ""]
+    for r in report.recommendations:
+        e = r.predicted_effect
+        lines.append(f"- **{r.action}** ({r.kind.value}): {r.rationale}; predicts {e.metric} on "
+                     f"`{e.slice}` {e.direction.value} by {e.size}")
+    lines += ["", "## What goes wrong (ranked)", ""] + [f"{k + 1}. {p.text}" for k, p in enumerate(report.problems)]
+    lines += ["", f"![errors]({plots['errors']})", "", "## Slices", "",
+              f"{report.n_slices_tested} slices tested, {report.n_slices_below_support} below minimum support; "
+              f"{len(report.findings)} confirmed on the held-out half.", "",
+              "| slice | unit | n | failure | interval | rest | discovered | confirmed |",
+              "|---|---|---|---|---|---|---|---|"]
+    for s in report.slices:
+        lines.append(f"| {s.name} | {s.unit} | {s.n} | {s.score:.3f} | [{s.low:.3f}, {s.high:.3f}] | "
+                     f"{s.complement:.3f} | {'yes' if s.discovered else 'no'} | {'yes' if s.confirmed else 'no'} |")
+    lines += ["", f"![slices]({plots['slices']})", ""]
+    if "learning_curve" in plots:
+        lines += ["## Learning curve", "", f"![learning curve]({plots['learning_curve']})", ""]
+    if report.dev_labels is not None:
+        d = report.dev_labels
+        lines += ["## Label-error estimate (cleanlab)", "",
+                  f"dev: {d.flagged}/{d.n_images} images flagged ({d.rate:.2f} [{d.low:.2f}, {d.high:.2f}])", ""]
+    if report.crops:
+        lines += ["## Worst cases (green: missed, red: false alarm, yellow: hit)", ""]
+        lines += [f"![{c}]({c})" for c in report.crops] + [""]
+    return "\n".join(lines) + "\n"
+
+
+def to_html(md: str) -> str:
+    """A small Markdown-to-HTML for exactly what ``markdown`` emits (headings, lists, tables, images)."""
+    out = ["<!doctype html><html><head><meta charset='utf-8'><title>segfactory analysis</title>",
+           "<style>body{font-family:sans-serif;max-width:980px;margin:auto}td,th{border:1px solid #ccc;"
+           "padding:2px 6px}table{border-collapse:collapse}</style></head><body>"]
+    in_table = False
+    for line in md.splitlines():
+        text = html.escape(line)
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if set("".join(cells)) <= {"-"}:
+                continue
+            out.append(("<table>" if not in_table else "") + "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+            in_table = True
+            continue
+        if in_table:
+            out.append("</table>")
+            in_table = False
+        if line.startswith("!["):
+            src = line[line.index("(") + 1: line.rindex(")")]
+            out.append(f"<p><img src='{html.escape(src)}'></p>")
+        elif line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
+        elif line.startswith(("- ", "1", "2", "3", "4", "5", "6", "7", "8", "9")):
+            out.append(f"<p>{text}</p>")
+        elif line:
+            out.append(f"<p>{text}</p>")
+    if in_table:
+        out.append("</table>")
+    return "\n".join(out + ["</body></html>"]) + "\n"
+
+
+def write_report(report: AnalysisReport, dev: Evaluated, errors: ErrorAnalysis, out: Path) -> AnalysisReport:
+    """Write everything under ``out`` (which must not exist or be empty); returns the report with crops."""
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"--out {out} exists and is not empty; choose a new folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        report = report.model_copy(update={"crops": crops(dev, errors, report.threshold, tmp)})
+        plots = {"errors": "errors.png", "slices": "slices.png"}
+        error_bars(report, tmp / plots["errors"])
+        slice_chart(report, tmp / plots["slices"])
+        if report.learning_curve:
+            plots["learning_curve"] = "learning_curve.png"
+            learning_curve(report.learning_curve, tmp / plots["learning_curve"])
+        (tmp / "report.json").write_text(report.model_dump_json(indent=2) + "\n")
+        md = markdown(report, plots)
+        (tmp / "report.md").write_text(md)
+        (tmp / "report.html").write_text(to_html(md))
+        if out.exists():
+            out.rmdir()
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return report

@@ -1,0 +1,195 @@
+"""The ``AnalysisReport``: the one thing the proposer later sees about a model.
+
+It is built from dev (and optionally train, which agents see anyway) and never from a vault
+tier. ``analyse`` runs the whole analysis on predictions already made; the CLI and the
+planted-cause runs both call it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis.errortypes import ErrorAnalysis, ErrorType, analyse_errors, rank_problems
+from analysis.labels import LabelEstimate
+from analysis.labels import estimate as label_estimate
+from analysis.recommend import Inputs, Policy, recommend
+from analysis.slices import TABLE_ROWS, SliceReport, SliceRow, find_slices
+from analysis.stats import bootstrap_ci, wilson_interval
+from analysis.units import defect_units, image_units
+from segfactory.errors import DataError
+from segfactory.records import Recommendation
+
+N_BOOT_OVERALL = 1000  # resamples for the overall dice interval
+CONFIDENT_FLOOR = 0.1  # probabilities below this count as "no response" in the confidence statistic
+
+
+class SplitLike(Protocol):
+    images: np.ndarray
+    masks: np.ndarray
+    image_meta: list[dict[str, Any]]
+    defects: list[dict[str, Any]]
+
+
+class ProblemRow(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    error_type: str
+    size_bin: str
+    count: int
+    share: float
+    text: str
+
+
+class AnalysisReport(BaseModel):
+    """Dev analysis of one model: errors, slices, label estimate, recommendations, notes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: Literal[1] = 1
+    model_sha256: str
+    data: str  # the dev split's content hash or path; never a vault tier
+    n_images: int
+    n_defects: int
+    threshold: float
+    overall: dict[str, float]
+    error_counts: dict[str, dict[str, int]]
+    problems: list[ProblemRow]
+    slices: list[SliceRow]
+    n_slices_tested: int
+    n_slices_below_support: int
+    findings: list[SliceRow]
+    dev_labels: LabelEstimate | None = None
+    train_labels: LabelEstimate | None = None
+    train_dev_gap: float | None = None
+    learning_curve: dict[str, float] | None = None
+    perturbations: dict[str, float] | None = None
+    reference_miss_rate_increase: float | None = None
+    recommendations: list[Recommendation]
+    notes: list[str] = Field(default_factory=list)
+    crops: list[str] = Field(default_factory=list)
+
+
+@dataclass
+class Evaluated:
+    """A split with a model's probabilities on it."""
+
+    split: SplitLike
+    prob: np.ndarray  # (N, H, W)
+
+    @property
+    def ids(self) -> list[str]:
+        return [str(m.get("id", k)) for k, m in enumerate(self.split.image_meta)]
+
+    def errors(self, threshold: float) -> ErrorAnalysis:
+        return analyse_errors(self.prob, self.split.masks, threshold=threshold,
+                              defects=self.split.defects, image_ids=self.ids)
+
+
+def _overall(errors: ErrorAnalysis, seed: int) -> dict[str, float]:
+    dice = bootstrap_ci(errors.per_image["dice"], n_boot=N_BOOT_OVERALL, seed=seed)
+    n_gt = len(errors.gt)
+    missed = sum(c.outcome == ErrorType.MISSED.value for c in errors.gt)
+    miss = wilson_interval(missed, n_gt)
+    return {"dice": dice.estimate, "dice_low": dice.low, "dice_high": dice.high,
+            "miss_rate": miss.estimate, "miss_rate_low": miss.low, "miss_rate_high": miss.high,
+            "voids": float(n_gt), "false_alarms_per_image": len(errors.false_alarms) / max(errors.n_images, 1)}
+
+
+def _input_notes(dev: Evaluated, threshold: float) -> list[str]:
+    notes = []
+    if not (dev.prob >= threshold).any():
+        notes.append("the model predicts no void pixel on any dev image; every void counts as missed")
+    if not dev.split.defects:
+        notes.append("dev has no defect rows; defect slices and miss rates are empty")
+    return notes
+
+
+@dataclass
+class Extras:
+    """Optional inputs to the recommendation rules."""
+
+    train: Evaluated | None = None  # for the train-dev gap and the train label estimate
+    reference: Evaluated | None = None  # same dev, reference model: findings become relative
+    confirm: Evaluated | None = None  # a fresh set to confirm slices on (else the other half of dev)
+    learning_curve: dict[str, float] | None = None
+    perturbations: dict[str, float] | None = None
+    label_estimate: bool = True
+
+
+def _slices(dev: Evaluated, errs: ErrorAnalysis, extras: Extras, threshold: float, seed: int) -> list[SliceReport]:
+    meta, defects = dev.split.image_meta, dev.split.defects
+    ref = extras.reference.errors(threshold) if extras.reference else None
+    units_d = defect_units(meta, defects, errs.defect_outcome, ref.defect_outcome if ref else None)
+    units_i = image_units(meta, defects, errs.per_image["dice"], ref.per_image["dice"] if ref else None)
+    conf_d = conf_i = None
+    if extras.confirm is not None and extras.reference is None:
+        c = extras.confirm
+        cerr = c.errors(threshold)
+        conf_d = defect_units(c.split.image_meta, c.split.defects, cerr.defect_outcome)
+        conf_i = image_units(c.split.image_meta, c.split.defects, cerr.per_image["dice"])
+    return [find_slices(units_d, seed=seed, confirm=conf_d), find_slices(units_i, seed=seed, confirm=conf_i)]
+
+
+def _reference_drop(dev: Evaluated, errs: ErrorAnalysis, extras: Extras, threshold: float) -> float | None:
+    if extras.reference is None:
+        return None
+    ref = extras.reference.errors(threshold)
+    units = defect_units(dev.split.image_meta, dev.split.defects, errs.defect_outcome, ref.defect_outcome)
+    return float(units.outcome.mean()) if len(units) else 0.0
+
+
+def _confidence_shift(dev: Evaluated, reference: Evaluated) -> float:
+    """Median relative change of the probability on true void pixels both models respond to.
+
+    Training masks that miss voids teach a model to be less sure wherever it responds, so
+    nearly every such pixel drops; removing a slice of data or capacity changes *where* a model
+    responds far more than how surely, so the median barely moves.
+    """
+    both = (dev.split.masks > 0) & (dev.prob >= CONFIDENT_FLOOR) & (reference.prob >= CONFIDENT_FLOOR)
+    if not both.any():
+        return 0.0
+    return float(np.median(dev.prob[both].astype(np.float64) / reference.prob[both]) - 1.0)
+
+
+def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold: float = 0.5, seed: int = 0,
+            extras: Extras | None = None, policy: Policy | None = None) -> tuple[AnalysisReport, ErrorAnalysis]:
+    """Analyse ``dev`` predictions; returns the report and the per-component error analysis."""
+    extras = extras or Extras()
+    if dev.prob.shape[0] == 0:
+        raise DataError("the dev split has no images; nothing to analyse")
+    errs = dev.errors(threshold)
+    notes = _input_notes(dev, threshold)
+    slice_reports = _slices(dev, errs, extras, threshold, seed)
+    rows = sorted((r for rep in slice_reports for r in rep.rows),
+                  key=lambda r: (not r.confirmed, not r.discovered, -r.effect, r.name))
+    for rep in slice_reports:
+        notes.extend(rep.notes)
+    dev_labels = train_labels = None
+    if extras.label_estimate:
+        dev_labels = label_estimate("dev", dev.prob, dev.split.masks, dev.ids, seed)
+        if extras.train is not None:
+            t = extras.train
+            train_labels = label_estimate("train", t.prob, t.split.masks, t.ids, seed)
+    gap = None
+    if extras.train is not None:
+        gap = float(extras.train.errors(threshold).per_image["dice"].mean() - errs.per_image["dice"].mean())
+    findings = [r for r in rows if r.confirmed]
+    drop = _reference_drop(dev, errs, extras, threshold)
+    inputs = Inputs(findings=findings, overall_drop=drop, train_dev_gap=gap, learning_curve=extras.learning_curve,
+                    dev_labels=dev_labels, train_labels=train_labels, perturbations=extras.perturbations)
+    if extras.reference is not None:  # relative run: absolute label and gap inputs say nothing about the cause
+        inputs.dev_labels, inputs.train_dev_gap = None, None
+        inputs.label_shift = _confidence_shift(dev, extras.reference)
+    report = AnalysisReport(
+        model_sha256=model_sha256, data=data, n_images=int(dev.prob.shape[0]), n_defects=len(dev.split.defects),
+        threshold=threshold, overall=_overall(errs, seed), error_counts=errs.counts(),
+        problems=[ProblemRow(error_type=p.error_type, size_bin=p.size_bin, count=p.count, share=p.share,
+                             text=p.describe()) for p in rank_problems(errs)],
+        slices=rows[:TABLE_ROWS], n_slices_tested=sum(r.n_tested for r in slice_reports),
+        n_slices_below_support=sum(r.n_below_support for r in slice_reports), findings=findings,
+        dev_labels=dev_labels, train_labels=train_labels, train_dev_gap=gap,
+        learning_curve=extras.learning_curve, perturbations=extras.perturbations,
+        reference_miss_rate_increase=drop, recommendations=recommend(inputs, policy), notes=notes)
+    return report, errs

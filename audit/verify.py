@@ -1,0 +1,151 @@
+"""``audit verify``: the chain is intact and agrees with its anchor.
+
+The chain alone catches an edited, deleted, reordered or inserted record (each breaks a hash, a
+``prev`` link or the consecutive ``seq``). Only the anchor catches a chain that was rewritten and
+fully re-hashed, or a tail that was cut off: its (seq, hash) must be in the log. Records after the
+anchored seq are the unanchored window; it must be empty at the end of a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from audit.anchor import Anchor
+from audit.blobs import BlobStore, blob_refs
+from audit.log import GENESIS_HASH
+from audit.reader import LOG_NAME, Line, TornTail, read_lines
+
+MAX_PROBLEMS = 100  # past this, verify stops listing problems and says how many it left out
+
+
+@dataclass
+class VerifyReport:
+    """What ``audit verify --json`` prints (keys documented in docs/cli.md)."""
+
+    ok: bool
+    records: int
+    head_seq: int | None
+    head_hash: str | None
+    anchor: Anchor | None
+    anchor_checked: bool
+    unanchored_from: int | None
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    torn_tail: TornTail | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "records": self.records,
+            "head_seq": self.head_seq,
+            "head_hash": self.head_hash,
+            "anchor": self.anchor.model_dump(mode="json") if self.anchor else None,
+            "anchor_checked": self.anchor_checked,
+            "unanchored_from": self.unanchored_from,
+            "problems": self.problems,
+            "warnings": self.warnings,
+            "torn_tail": None if self.torn_tail is None else vars(self.torn_tail),
+        }
+
+
+class _Problems(list[str]):
+    def add(self, text: str) -> None:
+        if len(self) < MAX_PROBLEMS:
+            self.append(text)
+        elif len(self) == MAX_PROBLEMS:
+            self.append(f"... more problems not listed (limit {MAX_PROBLEMS})")
+
+
+def verify_log(
+    audit_dir: Path, anchor: Anchor | None, *, anchor_checked: bool = True, strict: bool = False
+) -> VerifyReport:
+    """Check the log in ``audit_dir`` against ``anchor`` (None: nothing was ever anchored).
+
+    ``anchor_checked=False`` means no anchor store was consulted (a warning, not a pass of the
+    anchor checks). ``strict`` also fails on an unanchored window (use it at the end of a run).
+    """
+    lines, torn = read_lines(audit_dir / LOG_NAME)
+    problems = _Problems()
+    hashes = _check_chain(lines, problems)
+    _check_blobs(lines, BlobStore(audit_dir / "blobs"), problems)
+    head_seq = len(hashes) - 1 if hashes else None
+    head_hash = hashes[-1] if hashes else None
+    warnings: list[str] = []
+    if torn is not None:
+        warnings.append(
+            f"torn last record: {torn.size} bytes after the last newline (a writer was killed "
+            "mid-write); the next writer moves them aside and records log_recovered"
+        )
+    if anchor_checked:
+        _check_anchor(anchor, hashes, problems)
+    else:
+        warnings.append("no anchor store consulted: a fully re-hashed chain or a cut tail would pass")
+    unanchored_from = _unanchored_from(anchor, head_seq) if anchor_checked else None
+    if strict and unanchored_from is not None:
+        problems.add(f"unanchored window: records {unanchored_from}..{head_seq} are not anchored")
+    return VerifyReport(
+        ok=not problems, records=len(lines), head_seq=head_seq, head_hash=head_hash, anchor=anchor,
+        anchor_checked=anchor_checked, unanchored_from=unanchored_from, problems=list(problems),
+        warnings=warnings, torn_tail=torn,
+    )
+
+
+def _check_chain(lines: list[Line], problems: _Problems) -> list[str]:
+    """Walk the lines; return the hash at each seq position as the file claims it."""
+    hashes: list[str] = []
+    prev = GENESIS_HASH
+    for index, line in enumerate(lines):
+        record = line.record
+        if record is None:
+            problems.add(f"line {line.number}: not an audit record ({line.error})")
+            hashes.append("")
+            prev = ""
+            continue
+        where = f"line {line.number} (seq {record.seq})"
+        if record.seq != index:
+            problems.add(f"{where}: expected seq {index}; a record was deleted, inserted or moved")
+        if record.prev != prev:
+            problems.add(f"{where}: prev does not match the hash of the record before it")
+        if record.computed_hash() != record.hash:
+            problems.add(f"{where}: hash does not match the record's content; it was edited")
+        hashes.append(record.hash)
+        prev = record.hash
+    return hashes
+
+
+def _check_blobs(lines: list[Line], blobs: BlobStore, problems: _Problems) -> None:
+    seen: set[str] = set()
+    for line in lines:
+        if line.record is None:
+            continue
+        for ref in blob_refs(line.record.payload):
+            if ref in seen:
+                continue
+            seen.add(ref)
+            problem = blobs.check(ref)
+            if problem:
+                problems.add(f"line {line.number} (seq {line.record.seq}): {problem}")
+
+
+def _check_anchor(anchor: Anchor | None, hashes: list[str], problems: _Problems) -> None:
+    if anchor is None:
+        return
+    if anchor.seq >= len(hashes):
+        problems.add(
+            f"anchor at seq {anchor.seq} lies beyond the last record (seq {len(hashes) - 1}); "
+            "the tail of the log was cut off"
+        )
+    elif hashes[anchor.seq] != anchor.hash:
+        problems.add(
+            f"record seq {anchor.seq} has hash {hashes[anchor.seq][:12]}…, the anchor says "
+            f"{anchor.hash[:12]}…; the chain was rewritten (re-hashed) up to or past the anchor"
+        )
+
+
+def _unanchored_from(anchor: Anchor | None, head_seq: int | None) -> int | None:
+    if head_seq is None:
+        return None
+    first = 0 if anchor is None else anchor.seq + 1
+    return first if first <= head_seq else None

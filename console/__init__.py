@@ -1,0 +1,1 @@
+"""The web console for people: approvals chat, label review, audit review (not yet built)."""

@@ -1,0 +1,131 @@
+"""A small typed client for the gate service (orchestrator, runner, audit writer, CLI).
+
+``GateClient(socket_path=...)`` talks over the Unix socket; ``GateClient(url=..., token=...)``
+over TCP with a bearer token. ``running_gate(home)`` starts ``segfactory gate serve`` on a
+fresh socket, waits until it answers, yields a client and stops the service on exit.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from segfactory.errors import GateError
+from segfactory.records import CoarseVerdict
+
+CLIENT_TIMEOUT_S = 900.0  # one request (a submission scores two models); past it: GateError
+START_TIMEOUT_S = 60.0  # time for a spawned gate to answer /status; past it: GateError
+
+
+class GateClient:
+    """Typed calls to the gate. Every failure is a GateError naming the endpoint."""
+
+    def __init__(self, socket_path: Path | str | None = None, url: str | None = None, token: str | None = None):
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        if socket_path is not None:
+            transport = httpx.HTTPTransport(uds=str(socket_path))
+            self._http = httpx.Client(transport=transport, base_url="http://gate", headers=headers,
+                                      timeout=CLIENT_TIMEOUT_S)
+        elif url is not None:
+            self._http = httpx.Client(base_url=url, headers=headers, timeout=CLIENT_TIMEOUT_S)
+        else:
+            raise GateError("GateClient needs a socket_path or a url")
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise GateError(f"gate unreachable at {path}: {exc}") from None
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._call(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise GateError(f"gate {method} {path} answered {response.status_code}: {response.text[:300]}")
+        return response.json()
+
+    def submit(self, model_path: Path | str, train_data: str | None, ticket_id: str,
+               replicate_of: str | None = None, run_id: str | None = None) -> CoarseVerdict:
+        body = {"ticket_id": ticket_id, "model_b64": base64.b64encode(Path(model_path).read_bytes()).decode(),
+                "train_data": train_data, "replicate_of": replicate_of, "run_id": run_id}
+        return CoarseVerdict.model_validate(self._json("POST", "/submit", json=body))
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", "/status")
+        return result
+
+    def put_anchor(self, seq: int, digest: str, run_id: str | None = None) -> None:
+        self._json("PUT", "/anchor", json={"seq": seq, "hash": digest, "run_id": run_id})
+
+    def get_anchor(self) -> dict[str, Any] | None:
+        response = self._call("GET", "/anchor")
+        if response.status_code == 404:
+            return None
+        if response.status_code >= 400:
+            raise GateError(f"gate GET /anchor answered {response.status_code}")
+        result: dict[str, Any] = response.json()
+        return result
+
+    def pull_events(self, after: int = 0) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = self._json("GET", "/audit/events", params={"after": after})["events"]
+        return events
+
+    def ack_events(self, up_to: int) -> int:
+        return int(self._json("POST", "/audit/ack", json={"up_to": up_to})["dropped"])
+
+    def milestone(self, name: str, run_id: str, model_paths: list[Path] | None = None,
+                  tiers: list[str] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "run_id": run_id,
+                                "models_b64": [base64.b64encode(Path(p).read_bytes()).decode() for p in model_paths or []]}
+        if tiers:
+            body["tiers"] = tiers
+        result: dict[str, Any] = self._json("POST", "/milestone", json=body)
+        return result
+
+
+def wait_ready(client: GateClient, proc: subprocess.Popen[bytes], timeout: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace")[-500:] if proc.stderr else ""
+            raise GateError(f"gate exited during start (code {proc.returncode}): {err}")
+        try:
+            client.status()
+            return
+        except GateError:
+            time.sleep(0.1)
+    raise GateError(f"gate did not answer within START_TIMEOUT_S={timeout}")
+
+
+@contextmanager
+def running_gate(home: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None) -> Iterator[GateClient]:
+    """Start ``gate serve`` for ``home`` on a private socket; stop it on exit."""
+    with tempfile.TemporaryDirectory(prefix="segfactory-gate-") as tmp:
+        sock = Path(tmp) / "run" / "gate.sock"
+        cmd = [sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(home), "--socket", str(sock)]
+        proc = subprocess.Popen(cmd + (extra_args or []), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=env or dict(os.environ))
+        client = GateClient(socket_path=sock)
+        try:
+            wait_ready(client, proc)
+            yield client
+        finally:
+            client.close()
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,211 @@
+"""The gate's decision procedure, independent of transport (the service wraps it in HTTP).
+
+``Gate.submit`` is trust rules 4, 5 and 8 in code: replay a known ticket id; refuse while the
+win rule changed, the pinned code is broken or the run is quarantined; spend one query on the
+tier version (confirm-a, or confirm-b for a replicate) before anything else; check the model at
+intake; check the training data for leakage; answer from the verdict cache or score best and
+candidate confined and apply the win rule. Every outcome is recorded with its reason for people
+and queued as an audit event; the agent gets only a ``CoarseVerdict``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gate import tiers
+from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
+from gate.ledger import PENDING, Ledger
+from gate.scorer import ScoringError, score_checked
+from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule
+from segfactory.errors import GateError, PolicyError
+from segfactory.records import CoarseVerdict, Tier, Verdict
+
+log = logging.getLogger(__name__)
+
+TICKET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+META_WIN_RULE = "win_rule_sha256"
+BEST_DIR = "best"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The agent's answer plus the reason, which goes only to people (ledger and audit)."""
+
+    verdict: CoarseVerdict
+    reason: str
+
+
+class Gate:
+    """One vault's gate. Not thread-safe: the service serialises submissions."""
+
+    def __init__(self, vault: Path, win_rule_path: Path = DEFAULT_WIN_RULE, home_root: Path | None = None):
+        self.vault = Path(vault)
+        self.home_root = home_root if home_root is not None else self.vault.parent
+        self.win_rule_path = Path(win_rule_path)
+        self.ledger = Ledger(self.vault / "ledger.sqlite")
+        self._prob_cache: dict[tuple[str, str, int], np.ndarray] = {}
+        self.integrity_check: Any = None  # set by the service: a callable raising GateError
+
+    # -- set-up -------------------------------------------------------------------------------
+    def pin_win_rule(self) -> str:
+        """Record the win rule's hash (at init or run start) and register tier budgets."""
+        rule, digest = load_win_rule(self.win_rule_path)
+        self.ledger.set_meta(META_WIN_RULE, digest)
+        self.register_tiers(rule)
+        return digest
+
+    def register_tiers(self, rule: WinRule) -> None:
+        for tier, version in tiers.built_tiers(self.vault).items():
+            self.ledger.add_tier_version(tier, version, rule.budgets.get(tier, 0))  # type: ignore[call-overload]
+
+    def set_best(self, model_path: Path, kind: str, reason: str) -> str:
+        """Copy a checked model into the vault and make it the global best."""
+        checked = inspect_model(model_path)
+        target = self.vault / BEST_DIR / f"{checked.sha256}.onnx"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.write_bytes(checked.data)
+        self.ledger.set_best(checked.sha256, str(target), kind, reason)
+        self.ledger.queue_event("gate.best", {"model_sha256": checked.sha256, "kind": kind, "reason": reason})
+        return checked.sha256
+
+    def rule(self) -> WinRule:
+        pinned = self.ledger.get_meta(META_WIN_RULE)
+        if pinned is None:
+            raise PolicyError("no win rule pinned in the ledger; run `segfactory init`")
+        return check_pinned(self.win_rule_path, pinned)
+
+    # -- submission ---------------------------------------------------------------------------
+    def submit(self, model_bytes: bytes, ticket_id: str, replicate_of: str | None = None,
+               train_data: str | None = None, run_id: str | None = None) -> Outcome:
+        if not TICKET_ID.match(ticket_id or ""):
+            digest = hashlib.sha256((ticket_id or "").encode()).hexdigest()[:16]
+            ticket_id = f"bad-ticket-{digest}"
+        known = self.ledger.find_query(ticket_id)
+        if known is not None and known.verdict != PENDING:
+            return self._answer(ticket_id, known.tier, known.version, Verdict(known.verdict), known.reason, replay=True)
+        tier = Tier.CONFIRM_B.value if replicate_of else Tier.CONFIRM_A.value
+        version = tiers.current_version(self.vault, tier)
+        if version is None:
+            raise GateError(f"tier {tier} is not built in {self.vault}; run `segfactory init`")
+        model_sha = hashlib.sha256(model_bytes).hexdigest()
+        if known is None and not self.ledger.reserve_query(ticket_id, tier, version, model_sha, replicate_of, run_id):
+            reason = f"budget of {tier} v{version} is spent"
+            self.ledger.record_refusal(ticket_id, tier, version, model_sha, Verdict.BUDGET_EXHAUSTED.value, reason)
+            return self._answer(ticket_id, tier, version, Verdict.BUDGET_EXHAUSTED, reason)
+        verdict, reason, cacheable = self._judge(model_bytes, ticket_id, tier, version, replicate_of, train_data, run_id)
+        self.ledger.finish_query(ticket_id, verdict.value, reason, cache=cacheable)
+        return self._answer(ticket_id, tier, version, verdict, reason)
+
+    def _judge(self, model_bytes: bytes, ticket_id: str, tier: str, version: int, replicate_of: str | None,
+               train_data: str | None, run_id: str | None) -> tuple[Verdict, str, bool]:
+        """(verdict, reason for people, whether the verdict may be cached for this model)."""
+        try:
+            rule = self.rule()
+            if self.integrity_check is not None:
+                self.integrity_check()
+            self._check_preconditions(ticket_id, replicate_of, run_id)
+            checked = inspect_bytes(model_bytes)
+            if train_data is not None:
+                self._check_leakage(train_data, ticket_id, run_id)
+        except (IntakeError, PolicyError, GateError) as exc:
+            return Verdict.INVALID, str(exc), isinstance(exc, IntakeError)
+        cached = self.ledger.cached_verdict(checked.sha256, tier, version)
+        if cached is not None:
+            return Verdict(cached[0]), f"cached: {cached[1]}", False
+        try:
+            decision = self._compare(checked, tier, version, rule)
+        except (ScoringError, IntakeError) as exc:
+            return Verdict.INVALID, f"scoring failed: {exc}", True
+        return (Verdict.WIN if decision.win else Verdict.NO_WIN), decision.reason, True
+
+    def _check_preconditions(self, ticket_id: str, replicate_of: str | None, run_id: str | None) -> None:
+        if ticket_id.startswith("bad-ticket-"):
+            raise GateError("ticket id does not match the ticket id pattern")
+        if run_id is not None and any(q["run_id"] == run_id for q in self.ledger.quarantines()):
+            raise GateError(f"run {run_id} is quarantined for a person")
+        if replicate_of is not None:
+            original = self.ledger.find_query(replicate_of)
+            if original is None or original.tier != Tier.CONFIRM_A.value or original.verdict != Verdict.WIN.value:
+                raise GateError(f"replicate_of {replicate_of!r} is not a recorded WIN on confirm-a")
+
+    def _check_leakage(self, train_data: str, ticket_id: str, run_id: str | None) -> None:
+        from gate.leakage import LeakError, check_training_data
+
+        try:
+            check_training_data(self.home_root, self.vault, train_data)
+        except LeakError as exc:
+            self.ledger.quarantine(run_id, ticket_id, str(exc))
+            self.ledger.queue_event("gate.quarantine", {"run_id": run_id, "ticket_id": ticket_id, "reason": str(exc)})
+            raise GateError(f"leak: {exc}; run quarantined, a person must review and rotate") from None
+
+    def _compare(self, checked: CheckedModel, tier: str, version: int, rule: WinRule) -> Any:
+        best = self.ledger.current_best()
+        if best is None:
+            raise ScoringError("no current best is registered; `segfactory init` registers the baseline")
+        _, split = tiers.read_tier(self.vault, tier, version)
+        images, masks = np.asarray(split.images), np.asarray(split.masks)
+        best_prob = self._best_prob(best, tier, version, images)
+        cand_prob = score_checked(checked, images)[:, 0]
+        return decide(best_prob, cand_prob, masks, rule)
+
+    def _best_prob(self, best: dict[str, Any], tier: str, version: int, images: np.ndarray) -> np.ndarray:
+        key = (str(best["model_sha256"]), tier, version)
+        if key not in self._prob_cache:
+            checked = inspect_model(Path(best["model_path"]))
+            self._prob_cache[key] = score_checked(checked, images)[:, 0]
+        return self._prob_cache[key]
+
+    def _answer(self, ticket_id: str, tier: str, version: int, verdict: Verdict, reason: str,
+                replay: bool = False) -> Outcome:
+        left = self.ledger.budget_left(tier, version)
+        answer = CoarseVerdict(ticket_id=ticket_id, tier=tier, verdict=verdict, queries_left=left)
+        self.ledger.queue_event("gate.verdict", {
+            "ticket_id": ticket_id, "tier": tier, "tier_version": version, "verdict": verdict.value,
+            "reason": reason, "replay": replay, "queries_left": left,
+        })
+        log.info("gate verdict %s %s %s", ticket_id, tier, verdict.value)
+        return Outcome(answer, reason)
+
+    # -- status -------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """What people and the orchestrator may know: hashes, versions, budgets, quarantines."""
+        pinned = self.ledger.get_meta(META_WIN_RULE)
+        try:
+            self.rule()
+            rule_ok = True
+        except PolicyError:
+            rule_ok = False
+        return {
+            "win_rule_sha256": pinned,
+            "win_rule_ok": rule_ok,
+            "pinned_code_sha256": self.ledger.get_meta("pinned_code_sha256"),
+            "pinned_code_ok": self._pinned_ok(),
+            "tiers": self.ledger.tier_versions(),
+            "quarantine": self.ledger.quarantines(),
+            "current_best": (self.ledger.current_best() or {}).get("model_sha256"),
+        }
+
+    def _pinned_ok(self) -> bool | None:
+        if self.integrity_check is None:
+            return None
+        try:
+            self.integrity_check()
+        except GateError:
+            return False
+        return True
+
+    def rotate(self, tier: str, build: Any) -> int:
+        """Build a fresh version with ``build(vault, tier)`` (secret seeds) and give it a budget."""
+        version = int(build(self.vault, tier))
+        rule, _ = load_win_rule(self.win_rule_path)
+        self.ledger.add_tier_version(tier, version, rule.budgets.get(tier, 0))  # type: ignore[call-overload]
+        self.ledger.queue_event("gate.rotate", {"tier": tier, "version": version})
+        return version

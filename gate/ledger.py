@@ -1,0 +1,266 @@
+"""The one global query ledger (trust rule 5), SQLite at ``vault/ledger.sqlite``.
+
+It holds tier versions and their budgets, every query (ticket, model hash, time, tier version,
+verdict, the reason for people), the verdict cache keyed by (model hash, tier version),
+milestones and their quota, the history of the current best, chain anchors, quarantines and the
+queue of audit events waiting for the host's writer.
+
+Every mutation is one ``BEGIN IMMEDIATE`` transaction in WAL mode with ``synchronous=FULL``, so
+a ``kill -9`` leaves either the whole change or none of it. A query spends its budget in the
+same transaction that records it (verdict ``PENDING``) *before* scoring, so crashing the gate
+mid-score never refunds a query.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PENDING = "PENDING"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tier_versions (
+    tier TEXT NOT NULL, version INTEGER NOT NULL, budget INTEGER NOT NULL,
+    spent INTEGER NOT NULL DEFAULT 0, created REAL NOT NULL, PRIMARY KEY (tier, version));
+CREATE TABLE IF NOT EXISTS queries (
+    id INTEGER PRIMARY KEY, ticket_id TEXT NOT NULL UNIQUE, tier TEXT NOT NULL,
+    version INTEGER NOT NULL, model_sha256 TEXT NOT NULL, ts REAL NOT NULL,
+    verdict TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', replicate_of TEXT, run_id TEXT);
+CREATE TABLE IF NOT EXISTS verdict_cache (
+    model_sha256 TEXT NOT NULL, tier TEXT NOT NULL, version INTEGER NOT NULL,
+    verdict TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY (model_sha256, tier, version));
+CREATE TABLE IF NOT EXISTS milestones (
+    name TEXT PRIMARY KEY, run_id TEXT NOT NULL, ts REAL NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS milestone_scores (
+    tier TEXT NOT NULL, version INTEGER NOT NULL, model_sha256 TEXT NOT NULL, milestone TEXT NOT NULL,
+    PRIMARY KEY (tier, version, model_sha256));
+CREATE TABLE IF NOT EXISTS best (
+    id INTEGER PRIMARY KEY, model_sha256 TEXT NOT NULL, model_path TEXT NOT NULL,
+    ts REAL NOT NULL, kind TEXT NOT NULL, reason TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS anchors (
+    id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL, run_id TEXT, ts REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY, ts REAL NOT NULL, event TEXT NOT NULL, payload TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS quarantine (
+    id INTEGER PRIMARY KEY, run_id TEXT, ticket_id TEXT, ts REAL NOT NULL, reason TEXT NOT NULL,
+    cleared INTEGER NOT NULL DEFAULT 0);
+"""
+
+
+class LedgerError(Exception):
+    """A ledger rule was broken (replayed milestone name, quota spent, unknown tier version)."""
+
+
+@dataclass(frozen=True)
+class QueryRow:
+    ticket_id: str
+    tier: str
+    version: int
+    model_sha256: str
+    verdict: str
+    reason: str
+    replicate_of: str | None
+
+
+class Ledger:
+    """The gate's ledger. One connection per object; safe across processes via SQLite locking."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic, immediate transaction: all of it lands or none of it."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- meta ---------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    # -- tier versions ------------------------------------------------------------------------
+    def add_tier_version(self, tier: str, version: int, budget: int) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO tier_versions (tier, version, budget, created) VALUES (?, ?, ?, ?)",
+                (tier, version, budget, time.time()),
+            )
+
+    def budget_left(self, tier: str, version: int) -> int:
+        row = self._db.execute(
+            "SELECT budget - spent FROM tier_versions WHERE tier = ? AND version = ?", (tier, version)
+        ).fetchone()
+        if row is None:
+            raise LedgerError(f"tier {tier} version {version} is not registered in the ledger")
+        return max(int(row[0]), 0)
+
+    def tier_versions(self) -> list[dict[str, Any]]:
+        rows = self._db.execute("SELECT tier, version, budget, spent FROM tier_versions ORDER BY tier, version")
+        return [{"tier": t, "version": v, "budget": b, "spent": s, "left": max(b - s, 0)} for t, v, b, s in rows]
+
+    # -- queries ------------------------------------------------------------------------------
+    def find_query(self, ticket_id: str) -> QueryRow | None:
+        row = self._db.execute(
+            "SELECT ticket_id, tier, version, model_sha256, verdict, reason, replicate_of "
+            "FROM queries WHERE ticket_id = ?", (ticket_id,),
+        ).fetchone()
+        return None if row is None else QueryRow(*row)
+
+    def reserve_query(
+        self, ticket_id: str, tier: str, version: int, model_sha256: str,
+        replicate_of: str | None = None, run_id: str | None = None,
+    ) -> bool:
+        """Spend one query and record it as PENDING; False (nothing spent) when the budget is gone."""
+        with self.transaction() as db:
+            row = db.execute(
+                "SELECT budget - spent FROM tier_versions WHERE tier = ? AND version = ?", (tier, version)
+            ).fetchone()
+            if row is None or row[0] <= 0:
+                return False
+            db.execute("UPDATE tier_versions SET spent = spent + 1 WHERE tier = ? AND version = ?", (tier, version))
+            db.execute(
+                "INSERT INTO queries (ticket_id, tier, version, model_sha256, ts, verdict, replicate_of, run_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (ticket_id, tier, version, model_sha256, time.time(), PENDING, replicate_of, run_id),
+            )
+        return True
+
+    def record_refusal(self, ticket_id: str, tier: str, version: int, model_sha256: str,
+                       verdict: str, reason: str) -> None:
+        """Record a query that spent nothing (budget exhausted) so the ticket id replays it."""
+        with self.transaction() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO queries (ticket_id, tier, version, model_sha256, ts, verdict, reason) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (ticket_id, tier, version, model_sha256, time.time(), verdict, reason),
+            )
+
+    def finish_query(self, ticket_id: str, verdict: str, reason: str, cache: bool = True) -> None:
+        """Set a PENDING query's verdict (and cache it by model hash and tier version)."""
+        with self.transaction() as db:
+            row = db.execute(
+                "SELECT model_sha256, tier, version FROM queries WHERE ticket_id = ?", (ticket_id,)
+            ).fetchone()
+            if row is None:
+                raise LedgerError(f"no query for ticket {ticket_id}")
+            db.execute("UPDATE queries SET verdict = ?, reason = ? WHERE ticket_id = ?", (verdict, reason, ticket_id))
+            if cache:
+                db.execute(
+                    "INSERT OR IGNORE INTO verdict_cache VALUES (?, ?, ?, ?, ?)", (*row, verdict, reason)
+                )
+
+    def cached_verdict(self, model_sha256: str, tier: str, version: int) -> tuple[str, str] | None:
+        row = self._db.execute(
+            "SELECT verdict, reason FROM verdict_cache WHERE model_sha256 = ? AND tier = ? AND version = ?",
+            (model_sha256, tier, version),
+        ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def queries(self) -> list[QueryRow]:
+        rows = self._db.execute(
+            "SELECT ticket_id, tier, version, model_sha256, verdict, reason, replicate_of FROM queries ORDER BY id"
+        )
+        return [QueryRow(*r) for r in rows]
+
+    # -- current best -------------------------------------------------------------------------
+    def set_best(self, model_sha256: str, model_path: str, kind: str, reason: str) -> None:
+        """Move the global best; ``kind`` is ``init``, ``promotion`` or ``retraction``."""
+        if kind not in {"init", "promotion", "retraction"}:
+            raise LedgerError(f"the best moves only on init, promotion or retraction; got {kind!r}")
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO best (model_sha256, model_path, ts, kind, reason) VALUES (?, ?, ?, ?, ?)",
+                (model_sha256, model_path, time.time(), kind, reason),
+            )
+
+    def current_best(self) -> dict[str, Any] | None:
+        row = self._db.execute(
+            "SELECT model_sha256, model_path, ts, kind FROM best ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else dict(zip(("model_sha256", "model_path", "ts", "kind"), row, strict=True))
+
+    # -- milestones ---------------------------------------------------------------------------
+    def start_milestone(self, name: str, run_id: str, detail: dict[str, Any]) -> None:
+        with self.transaction() as db:
+            if db.execute("SELECT 1 FROM milestones WHERE name = ?", (name,)).fetchone():
+                raise LedgerError(f"milestone name {name!r} was already used; a name is used once")
+            db.execute("INSERT INTO milestones VALUES (?, ?, ?, ?)", (name, run_id, time.time(), json.dumps(detail)))
+
+    def milestone_models(self, tier: str, version: int) -> set[str]:
+        rows = self._db.execute(
+            "SELECT model_sha256 FROM milestone_scores WHERE tier = ? AND version = ?", (tier, version)
+        )
+        return {str(r[0]) for r in rows}
+
+    def count_milestone_model(self, tier: str, version: int, model_sha256: str, milestone: str, quota: int) -> None:
+        """Count one model scored on a sealed version; raises past ``quota`` (a re-score is free)."""
+        with self.transaction() as db:
+            seen = {r[0] for r in db.execute(
+                "SELECT model_sha256 FROM milestone_scores WHERE tier = ? AND version = ?", (tier, version))}
+            if model_sha256 in seen:
+                return
+            if len(seen) >= quota:
+                raise LedgerError(
+                    f"milestone quota spent on {tier} v{version}: {len(seen)} of {quota} models scored; "
+                    f"a person must rotate the tier (`segfactory gate rotate --tier {tier}`)"
+                )
+            db.execute("INSERT INTO milestone_scores VALUES (?, ?, ?, ?)", (tier, version, model_sha256, milestone))
+
+    # -- anchors ------------------------------------------------------------------------------
+    def put_anchor(self, seq: int, digest: str, run_id: str | None) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT INTO anchors (seq, hash, run_id, ts) VALUES (?, ?, ?, ?)", (seq, digest, run_id, time.time()))
+
+    def latest_anchor(self) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT seq, hash, ts FROM anchors ORDER BY id DESC LIMIT 1").fetchone()
+        return None if row is None else {"seq": int(row[0]), "hash": str(row[1]), "ts": float(row[2])}
+
+    # -- audit events -------------------------------------------------------------------------
+    def queue_event(self, event: str, payload: dict[str, Any]) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT INTO events (ts, event, payload) VALUES (?, ?, ?)",
+                       (time.time(), event, json.dumps(payload, sort_keys=True)))
+
+    def events_after(self, after: int, limit: int = 1000) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT id, ts, event, payload FROM events WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+        )
+        return [{"id": i, "ts": t, "event": e, "payload": json.loads(p)} for i, t, e, p in rows]
+
+    def ack_events(self, up_to: int) -> int:
+        with self.transaction() as db:
+            return db.execute("DELETE FROM events WHERE id <= ?", (up_to,)).rowcount
+
+    # -- quarantine ---------------------------------------------------------------------------
+    def quarantine(self, run_id: str | None, ticket_id: str, reason: str) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT INTO quarantine (run_id, ticket_id, ts, reason) VALUES (?, ?, ?, ?)",
+                       (run_id, ticket_id, time.time(), reason))
+
+    def quarantines(self) -> list[dict[str, Any]]:
+        rows = self._db.execute("SELECT run_id, ticket_id, ts, reason FROM quarantine WHERE cleared = 0 ORDER BY id")
+        return [{"run_id": r, "ticket_id": t, "ts": ts, "reason": why} for r, t, ts, why in rows]

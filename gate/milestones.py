@@ -1,0 +1,109 @@
+"""Milestones (issue 4, §4): score sealed, never-queried and real-holdout once, for people.
+
+A milestone has a name used once; each model scored counts against the quota of the tier
+version (``milestone_quota`` in the win rule). These tiers have no other query path: this is
+the only code that reads them. The report (scores with bootstrap intervals) goes back to the
+person's CLI, which writes it under ``runs/<run>/people/milestones/``.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from gate import tiers
+from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
+from gate.ledger import LedgerError
+from gate.scorer import ScoringError, score_checked
+from segfactory.errors import GateError, UsageError
+
+MILESTONE_TIERS = ("sealed", "never-queried", "real-holdout")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class MilestoneRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME.pattern)
+    run_id: str = Field(pattern=NAME.pattern)
+    models_b64: list[str] = Field(default_factory=list, max_length=16)  # empty: the current best
+    tiers: list[str] = Field(default_factory=lambda: list(MILESTONE_TIERS))
+
+
+def _models(gate: Any, req: MilestoneRequest) -> list[CheckedModel]:
+    try:
+        if req.models_b64:
+            return [inspect_bytes(base64.b64decode(m, validate=True)) for m in req.models_b64]
+        best = gate.ledger.current_best()
+        if best is None:
+            raise GateError("no current best registered and no --model given")
+        return [inspect_model(best["model_path"])]
+    except (IntakeError, ValueError) as exc:
+        raise GateError(f"milestone model refused at intake: {exc}") from None
+
+
+def _plan(gate: Any, req: MilestoneRequest) -> dict[str, int]:
+    unknown = sorted(set(req.tiers) - set(MILESTONE_TIERS))
+    if unknown:
+        raise UsageError(f"milestone tiers {unknown} unknown; known: {', '.join(MILESTONE_TIERS)}")
+    built = tiers.built_tiers(gate.vault)
+    plan = {tier: built[tier] for tier in req.tiers if tier in built}
+    if not plan:
+        raise GateError(f"none of the tiers {req.tiers} is built in the vault")
+    return plan
+
+
+def _check_quota(gate: Any, plan: dict[str, int], models: list[CheckedModel], quotas: dict[str, int]) -> None:
+    for tier, version in plan.items():
+        seen = gate.ledger.milestone_models(tier, version)
+        new = {m.sha256 for m in models} - seen
+        if len(seen) + len(new) > quotas.get(tier, 0):
+            raise GateError(
+                f"milestone quota on {tier} v{version}: {len(seen)} scored + {len(new)} new > "
+                f"{quotas.get(tier, 0)}; a person must rotate it (`segfactory gate rotate --tier {tier}`)"
+            )
+
+
+def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -> dict[str, Any]:
+    from analysis.stats import bootstrap_ci
+    from vision.metrics import aggregate, object_f1, per_image_metrics
+
+    _, split = tiers.read_tier(gate.vault, tier, version)
+    prob = score_checked(model, np.asarray(split.images))[:, 0]
+    per = per_image_metrics(prob, np.asarray(split.masks), threshold=rule.threshold, iou_match=rule.iou_match)
+    cmp = rule.comparison
+    interval = bootstrap_ci((per.object_tp, per.object_fp, per.object_fn), object_f1,
+                            n_boot=cmp.n_boot, seed=cmp.seed, alpha=cmp.alpha)
+    scores = aggregate(per)
+    return {"object_f1": interval.as_dict(), "pixel_iou": scores["pixel_iou"], "dice": scores["dice"],
+            "object_recall": scores["object_recall"], "n_images": len(split)}
+
+
+def run_milestone(gate: Any, req: MilestoneRequest) -> dict[str, Any]:
+    """Score every model on every planned tier once; the name and the quota are spent first."""
+    rule = gate.rule()
+    models = _models(gate, req)
+    plan = _plan(gate, req)
+    quotas = dict(rule.milestone_quota)
+    _check_quota(gate, plan, models, quotas)
+    try:
+        gate.ledger.start_milestone(req.name, req.run_id, {"tiers": plan, "models": [m.sha256 for m in models]})
+        for tier, version in plan.items():
+            for model in models:
+                gate.ledger.count_milestone_model(tier, version, model.sha256, req.name, quotas.get(tier, 0))
+    except LedgerError as exc:
+        gate.ledger.queue_event("gate.milestone_refused", {"name": req.name, "reason": str(exc)})
+        raise GateError(str(exc)) from None
+    report: dict[str, Any] = {"name": req.name, "run_id": req.run_id, "tiers": {}}
+    for tier, version in plan.items():
+        try:
+            scored = {m.sha256: _score(gate, m, tier, version, rule) for m in models}
+        except ScoringError as exc:
+            scored = {"error": str(exc)}  # type: ignore[dict-item]
+        report["tiers"][tier] = {"version": version, "models": scored}
+    gate.ledger.queue_event("gate.milestone", {"name": req.name, "run_id": req.run_id, "tiers": plan})
+    return report

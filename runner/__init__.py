@@ -1,0 +1,37 @@
+"""Ticket execution: the runner, host-side evidence, and the scheduler (DESIGN.md §4 step 4).
+
+Public API (see docs/runner.md)::
+
+    from runner import execute_ticket, TicketOutcome
+    outcome = execute_ticket(ticket, home=home, dataset_version=version, backend="bwrap",
+                             base_config=Path("configs/demo.yaml"), audit=audit_log, gate=client)
+
+``execute_ticket`` never raises for a bad ticket: it returns REFUSED (a policy check failed before
+anything started), FAILED (reason and traceback blob recorded) or DONE (host-computed evidence).
+"""
+
+from runner._copyout import MAX_MODEL_BYTES, CopiedFile, UnsafeArtifact, copy_out, open_beneath, read_beneath
+from runner._execute import TIMEOUT_MARGIN_S, AuditSink, GateSubmitter, Scorer, default_scorer, execute_ticket
+from runner._launch import LaunchRequest, LaunchResult, SandboxLauncher, WorkerLauncher
+from runner._manifest import SplitDigest, TrainingManifest, training_manifest
+from runner._policy import BudgetPolicy, load_budget_policy, refusal_reason
+from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
+from runner.scheduler import (
+    Admission,
+    DeviceProfile,
+    MemoryEstimator,
+    Scheduler,
+    SchedulerSettings,
+    load_profile,
+    profile_device,
+    save_profile,
+)
+
+__all__ = [
+    "MAX_MODEL_BYTES", "TIMEOUT_MARGIN_S", "Admission", "Attempt", "AuditSink", "BudgetPolicy", "CopiedFile",
+    "DeviceProfile", "Evidence", "GateSubmitter", "LaunchRequest", "LaunchResult", "MemoryEstimator",
+    "SandboxLauncher", "Scheduler", "SchedulerSettings", "Scorer", "SplitDigest", "TicketOutcome",
+    "TicketStatus", "TrainingManifest", "UnsafeArtifact", "WorkerLauncher", "copy_out", "default_scorer",
+    "execute_ticket", "load_budget_policy", "load_profile", "open_beneath", "profile_device", "read_beneath",
+    "refusal_reason", "save_profile", "training_manifest",
+]

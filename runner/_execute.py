@@ -1,0 +1,294 @@
+"""Executing one ticket: refuse or materialise, train in the sandbox, copy out, compute evidence.
+
+Order (DESIGN.md §4 step 4, trust rule 6): policy checks before anything starts (REFUSED);
+the workspace ``runs/<run>/tickets/<id>/work/`` with ``config.yaml`` (and, for code tickets, a
+copy of the training code); the training manifest from the dataset version the host mounts;
+the worker in the sandbox, admitted by the scheduler and killed past its device-second budget,
+retried at half the batch after an OOM; ``model.onnx`` copied out beneath the workspace; dev
+metrics from the copied model through the confined scorer; then, when a gate is given, the
+submission. Any error after the start is caught here and recorded as FAILED (STYLE.md §6).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from runner import _workspace
+from runner._copyout import MAX_MODEL_BYTES, copy_out, read_beneath
+from runner._launch import LaunchRequest, WorkerLauncher
+from runner._manifest import TrainingManifest, training_manifest, write_manifest
+from runner._policy import BudgetPolicy, load_budget_policy, refusal_reason
+from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
+from runner.scheduler import Scheduler, is_oom, shrink_for_oom
+from segfactory.errors import DataError
+from segfactory.home import Home
+from segfactory.records import Actor, CoarseVerdict, Ticket
+from synthetic.versions import DatasetVersion
+
+TIMEOUT_MARGIN_S = 30.0  # added to the remaining device-second budget per attempt (start-up, export)
+OUT_DIR = "out"  # beneath the workspace: where the worker writes
+MODEL_FILE = "model.onnx"
+RESULT_FILE = "result.json"
+
+log = logging.getLogger(__name__)
+
+Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, W)) -> prob (N, 1, H, W)
+
+
+class AuditSink(Protocol):
+    """The audit log as the runner uses it (``audit.AuditLog`` satisfies it)."""
+
+    def append(self, actor: Actor | str, event: str, payload: dict[str, Any], run_id: str | None = None) -> Any: ...
+
+    def put_blob(self, data: bytes) -> str: ...
+
+
+class GateSubmitter(Protocol):
+    """The gate as the runner uses it (``gate.client.GateClient`` satisfies it)."""
+
+    def submit(self, model_path: Path | str, train_data: str | None, ticket_id: str,
+               replicate_of: str | None = None, run_id: str | None = None) -> CoarseVerdict: ...
+
+
+class TicketFailed(Exception):
+    """A ticket ended without a model; the message is the recorded reason."""
+
+
+@dataclass
+class _Run:
+    """State of one ticket while it executes (attempts survive a failure into the record)."""
+
+    ticket: Ticket
+    run_id: str
+    dataset: DatasetVersion
+    launcher: WorkerLauncher
+    audit: AuditSink
+    scheduler: Scheduler
+    ticket_dir: Path
+    attempts: list[Attempt] = field(default_factory=list)
+    device_seconds: float = 0.0
+    image_size: int = 0  # side of the training images, from the host-computed manifest
+
+    @property
+    def work(self) -> Path:
+        return self.ticket_dir / "work"
+
+    def event(self, event: str, payload: dict[str, Any]) -> None:
+        self.audit.append(Actor.RUNNER, event, {"ticket_id": self.ticket.id, **payload}, run_id=self.run_id)
+
+
+def default_scorer(model_path: Path, images: np.ndarray) -> np.ndarray:
+    """Intake checks on the copied model, then the gate's confined scorer (no vault involved)."""
+    from gate.intake import inspect_model
+    from gate.scorer import score_checked
+
+    return score_checked(inspect_model(model_path), images)
+
+
+def execute_ticket(
+    ticket: Ticket,
+    *,
+    home: Home,
+    dataset_version: DatasetVersion,
+    backend: WorkerLauncher | str,
+    base_config: dict[str, Any] | Path,
+    audit: AuditSink,
+    gate: GateSubmitter | None = None,
+    run_id: str = "adhoc",
+    scheduler: Scheduler | None = None,
+    scorer: Scorer = default_scorer,
+    budget_policy: BudgetPolicy | None = None,
+) -> TicketOutcome:
+    """Run ``ticket`` end to end and return its recorded outcome; never raises for a bad ticket."""
+    started = time.monotonic()
+    policy = budget_policy or load_budget_policy(_profile_of(home))
+    config, reason = _checked_config(ticket, dataset_version, base_config, policy)
+    ticket_dir = home.tickets_dir(run_id) / ticket.id
+    if reason is None and ticket_dir.exists():
+        reason = f"ticket {ticket.id} already has a folder in run {run_id}; ticket ids are unique per run"
+    if reason is not None or config is None:
+        return _refuse(ticket, run_id, audit, reason or "invalid config")
+    launcher = _launcher(backend)
+    run = _Run(ticket, run_id, dataset_version, launcher, audit,
+               scheduler or Scheduler.for_home(home), ticket_dir)
+    run.event("ticket_started", {"backend": launcher.name, "dataset": dataset_version.ref,
+                                 "budget": ticket.budget.model_dump(), "config": config})
+    try:
+        outcome = _execute(run, config, scorer, gate)
+    except Exception as exc:  # the ticket boundary: a failure is a recorded state (STYLE.md §6)
+        outcome = _failed(run, exc)
+    outcome = outcome.model_copy(update={"wall_seconds": round(time.monotonic() - started, 3)})
+    _write_outcome(ticket_dir, outcome)
+    run.event("ticket_" + outcome.status.value.lower(), outcome.model_dump(mode="json"))
+    return outcome
+
+
+def _profile_of(home: Home) -> str:
+    try:
+        return str(home.info().get("profile", "default"))
+    except Exception:  # no home marker: the default profile's budgets
+        return "default"
+
+
+def _launcher(backend: WorkerLauncher | str) -> WorkerLauncher:
+    if isinstance(backend, str):
+        from runner._launch import SandboxLauncher
+
+        return SandboxLauncher(backend)
+    return backend
+
+
+def _checked_config(ticket: Ticket, dataset: DatasetVersion, base: dict[str, Any] | Path,
+                    policy: BudgetPolicy) -> tuple[dict[str, Any] | None, str | None]:
+    """(validated config, None), or (None, why the ticket is refused)."""
+    reason = refusal_reason(ticket, policy)
+    if reason is None and not dataset.approved:
+        reason = f"dataset version {dataset.ref} is not approved; approve it before training on it"
+    if reason is not None:
+        return None, reason
+    try:
+        return _workspace.ticket_config(base, ticket), None
+    except Exception as exc:  # UsageError from the config model, or a malformed base config
+        return None, f"the ticket's config change is invalid: {exc}"
+
+
+def _refuse(ticket: Ticket, run_id: str, audit: AuditSink, reason: str) -> TicketOutcome:
+    outcome = TicketOutcome(ticket_id=ticket.id, run_id=run_id, status=TicketStatus.REFUSED, reason=reason)
+    audit.append(Actor.RUNNER, "ticket_refused", {"ticket_id": ticket.id, "reason": reason}, run_id=run_id)
+    log.info("ticket %s refused: %s", ticket.id, reason)
+    return outcome
+
+
+def _execute(run: _Run, config: dict[str, Any], scorer: Scorer, gate: GateSubmitter | None) -> TicketOutcome:
+    _workspace.materialise(run.work, run.ticket, config)
+    manifest = training_manifest(run.dataset.train, run.dataset.dev)
+    _check_version(run.dataset, manifest)
+    write_manifest(manifest, run.ticket_dir / "manifest.json")
+    run.image_size = max(manifest.train.shape)
+    config = _train(run, config)
+    model = copy_out(run.work, f"{OUT_DIR}/{MODEL_FILE}", run.ticket_dir / MODEL_FILE, cap=MAX_MODEL_BYTES)
+    run.event("model_copied_out", {"sha256": model.sha256, "bytes": model.size})
+    reported, truncated = _sandbox_report(run.work)
+    metrics = _dev_metrics(model.path, run.dataset.dev, float(config["threshold"]), scorer)
+    evidence = Evidence(model_sha256=model.sha256, model_bytes=model.size, manifest=manifest.summary(),
+                        manifest_file=str(run.ticket_dir / "manifest.json"), dev_metrics=metrics,
+                        threshold=float(config["threshold"]))
+    run.event("evidence_computed", evidence.model_dump(mode="json"))
+    verdict = None
+    if gate is not None:
+        verdict = gate.submit(model.path, str(run.dataset.train), run.ticket.id,
+                              replicate_of=run.ticket.replicate_of, run_id=run.run_id)
+    return TicketOutcome(ticket_id=run.ticket.id, run_id=run.run_id, status=TicketStatus.DONE,
+                         attempts=run.attempts, device_seconds=round(run.device_seconds, 3),
+                         evidence=evidence, sandbox_reported=reported, sandbox_reported_truncated=truncated,
+                         verdict=verdict)
+
+
+def _check_version(dataset: DatasetVersion, manifest: TrainingManifest) -> None:
+    for name, digest in (("train", manifest.train), ("dev", manifest.dev)):
+        recorded = dataset.split_hashes.get(name)
+        if recorded is not None and recorded != digest.content_hash:
+            raise DataError(f"dataset version {dataset.ref}: the {name} split's content hash is "
+                            f"{digest.content_hash[:12]}..., version.json says {recorded[:12]}...; "
+                            "the version was modified after it was written")
+
+
+def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
+    """Run the worker until it succeeds; after an OOM, again at half the batch. Returns the config used."""
+    budget = run.ticket.budget.device_seconds
+    for index in range(run.scheduler.settings.max_oom_retries + 1):
+        left = budget - run.device_seconds
+        if left <= 0:
+            raise TicketFailed(f"device-second budget of {budget:g}s spent after {index} attempts")
+        result, estimate = _attempt(run, config, left)
+        run.device_seconds += result.duration_s
+        oom = is_oom(result.exit_code, result.oom_killed, result.stderr_tail)
+        attempt = Attempt(index=index, batch_size=int(config["batch_size"]), grad_accum=int(config["grad_accum"]),
+                          memory_estimate_bytes=estimate, exit_code=result.exit_code,
+                          timed_out=result.timed_out, oom=oom, duration_s=round(result.duration_s, 3))
+        run.attempts.append(attempt)
+        run.event("ticket_attempt", {**attempt.model_dump(mode="json"), "sandbox_events": result.events,
+                                     "stderr_tail": result.stderr_tail[-2000:]})
+        if result.exit_code == 0 and not result.timed_out:
+            return config
+        config = _next_config(config, result.timed_out, oom, result.exit_code, result.stderr_tail, budget)
+    raise TicketFailed(f"out of memory after {len(run.attempts)} attempts "
+                       f"(MAX_OOM_RETRIES={run.scheduler.settings.max_oom_retries})")
+
+
+def _attempt(run: _Run, config: dict[str, Any], left: float) -> tuple[Any, int | None]:
+    estimate = run.scheduler.estimate(config, run.image_size)
+    _workspace.write_config(run.work, config)
+    with run.scheduler.admit(estimate):
+        request = LaunchRequest(
+            command=_workspace.worker_command(run.ticket), workspace=run.work,
+            data={"train": run.dataset.train, "dev": run.dataset.dev},
+            timeout_s=left + TIMEOUT_MARGIN_S, memory_bytes=run.scheduler.settings.memory_limit_bytes,
+        )
+        return run.launcher.launch(request), estimate
+
+
+def _next_config(config: dict[str, Any], timed_out: bool, oom: bool, code: int, stderr: str,
+                 budget: float) -> dict[str, Any]:
+    if timed_out:
+        raise TicketFailed(f"the worker ran past its budget of {budget:g} device-seconds "
+                           f"(+{TIMEOUT_MARGIN_S:g}s margin) and was killed")
+    if not oom:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else "(no stderr)"
+        raise TicketFailed(f"the worker exited with status {code}: {last[:500]}")
+    smaller = shrink_for_oom(config)
+    if smaller is None:
+        raise TicketFailed("out of memory at batch size 1; the model does not fit the memory limit")
+    return smaller
+
+
+def _sandbox_report(work: Path) -> tuple[dict[str, Any] | None, bool]:
+    """The worker's result.json, kept as its claim only; None when absent or unsafe."""
+    try:
+        data, truncated = read_beneath(work, f"{OUT_DIR}/{RESULT_FILE}")
+    except (OSError, DataError):
+        return None, False
+    try:
+        parsed = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {"unparsed": data.decode("utf-8", errors="replace")}, truncated
+    return (parsed if isinstance(parsed, dict) else {"value": parsed}), truncated
+
+
+def _dev_metrics(model_path: Path, dev_dir: Path, threshold: float, scorer: Scorer) -> dict[str, float]:
+    from synthetic.splits import read_split
+    from vision.metrics import aggregate, per_image_metrics
+
+    dev = read_split(dev_dir)
+    prob = np.asarray(scorer(model_path, dev.images))  # (N, 1, H, W)
+    if prob.shape != (len(dev), 1, *dev.images.shape[1:]):
+        raise DataError(f"scorer returned shape {prob.shape} for {len(dev)} dev images of {dev.images.shape[1:]}")
+    return aggregate(per_image_metrics(prob[:, 0], dev.masks, threshold=threshold))
+
+
+def _failed(run: _Run, exc: Exception) -> TicketOutcome:
+    text = "".join(traceback.format_exception(exc))
+    ref = run.audit.put_blob(text.encode())
+    reason = str(exc) if isinstance(exc, TicketFailed) else f"{type(exc).__name__}: {exc}"
+    log.warning("ticket %s failed: %s", run.ticket.id, reason)
+    return TicketOutcome(ticket_id=run.ticket.id, run_id=run.run_id, status=TicketStatus.FAILED,
+                         reason=reason[:2000], traceback_ref=ref, attempts=run.attempts,
+                         device_seconds=round(run.device_seconds, 3))
+
+
+def _write_outcome(ticket_dir: Path, outcome: TicketOutcome) -> None:
+    if not ticket_dir.is_dir():
+        return
+    tmp = ticket_dir / f".outcome.json.tmp{os.getpid()}"
+    tmp.write_text(outcome.model_dump_json(indent=2) + "\n")
+    os.replace(tmp, ticket_dir / "outcome.json")

@@ -1,0 +1,102 @@
+"""Checks a ticket must pass before anything starts: budget within policy, paths in /work.
+
+The budget limits come from ``policies/budgets.yaml`` when it exists (``profiles.<profile>.ticket``
+with ``max_device_seconds`` and ``max_epochs``); otherwise from the named constants below. A ticket
+that fails a check is REFUSED: no workspace is made, no sandbox starts, no query is spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from segfactory.errors import PolicyError
+from segfactory.home import SOURCE_ROOT
+from segfactory.records import Ticket, TicketKind
+
+MAX_TICKET_DEVICE_SECONDS = 2 * 3600.0  # seconds of device time one ticket may spend, by default
+MAX_TICKET_EPOCHS = 200  # epochs one ticket may train, by default
+BUDGETS_FILE = SOURCE_ROOT / "policies" / "budgets.yaml"
+WORKSPACE_MOUNT = PurePosixPath("/work")  # where the ticket's workspace appears in the sandbox
+CODE_DIR = "code"  # code tickets: the training code copy, beneath the workspace
+RUNNABLE_KINDS = frozenset({TicketKind.CONFIG, TicketKind.CODE, TicketKind.DATA, TicketKind.CURATION})
+
+
+class BudgetPolicy(BaseModel):
+    """The most one ticket may ask for."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    max_device_seconds: float = Field(default=MAX_TICKET_DEVICE_SECONDS, gt=0)
+    max_epochs: int = Field(default=MAX_TICKET_EPOCHS, ge=1)
+
+
+def load_budget_policy(profile: str = "default", path: Path = BUDGETS_FILE) -> BudgetPolicy:
+    """The profile's ticket section of ``budgets.yaml``; the defaults when the file is absent."""
+    if not path.is_file():
+        return BudgetPolicy()
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        profiles = data.get("profiles", {})
+        if profile not in profiles:
+            raise PolicyError(f"{path}: no budget for profile {profile!r}; known: {', '.join(sorted(profiles))}")
+        return BudgetPolicy.model_validate(profiles[profile].get("ticket", {}))
+    except (yaml.YAMLError, ValidationError, AttributeError) as exc:
+        raise PolicyError(f"{path}: invalid budget policy ({exc}); fix the file") from None
+
+
+def refusal_reason(ticket: Ticket, policy: BudgetPolicy) -> str | None:
+    """Why ``ticket`` must not start, or None when it may."""
+    if ticket.kind not in RUNNABLE_KINDS:
+        return f"ticket kind {ticket.kind.value!r} is not runnable; it goes to the approvals queue"
+    budget = ticket.budget
+    if budget.device_seconds > policy.max_device_seconds:
+        return (f"budget of {budget.device_seconds:g} device-seconds exceeds the policy limit of "
+                f"{policy.max_device_seconds:g}; ask for less")
+    if budget.epochs > policy.max_epochs:
+        return f"budget of {budget.epochs} epochs exceeds the policy limit of {policy.max_epochs}"
+    patch = {k: v for k, v in ticket.change.items() if not (k == "files" and ticket.kind == TicketKind.CODE)}
+    for where, value in _strings(patch, "change"):
+        if _looks_like_path(value) and not _inside_workspace(value):
+            return f"{where} = {value!r} points outside the ticket's workspace {WORKSPACE_MOUNT}"
+    for name in code_files(ticket):
+        if not _inside_workspace(name, base=WORKSPACE_MOUNT / CODE_DIR):
+            return f"code file {name!r} is outside the ticket's code copy {WORKSPACE_MOUNT / CODE_DIR}"
+    return None
+
+
+def code_files(ticket: Ticket) -> dict[str, str]:
+    """A code ticket's file edits: ``change["files"]`` maps a path in the code copy to its text."""
+    files = ticket.change.get("files", {}) if ticket.kind == TicketKind.CODE else {}
+    return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+
+
+def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    """Every string in a nested patch, with where it sits."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{where}[{index}]")
+
+
+def _looks_like_path(value: str) -> bool:
+    return "/" in value or value.startswith(("~", ".")) or "\\" in value
+
+
+def _inside_workspace(value: str, base: PurePosixPath = WORKSPACE_MOUNT) -> bool:
+    """True when ``value`` (absolute, or relative to ``base``) names something beneath ``base``."""
+    if "\\" in value or value.startswith("~") or "\x00" in value:
+        return False
+    path = PurePosixPath(value)
+    if ".." in path.parts:
+        return False
+    full = path if path.is_absolute() else base / path
+    return full == base or base in full.parents

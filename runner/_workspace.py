@@ -1,0 +1,117 @@
+"""The ticket's workspace: its validated config, its code copy, and the worker command.
+
+The workspace ``runs/<run>/tickets/<id>/work/`` is made fresh by the host and mounted read-write
+at ``/work``. Everything in it after the run is untrusted (see ``runner._copyout``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from runner._policy import CODE_DIR, WORKSPACE_MOUNT, code_files
+from segfactory.errors import UsageError
+from segfactory.home import SOURCE_ROOT
+from segfactory.records import Ticket, TicketKind
+
+CONFIG_FILE = "config.yaml"
+TRAINING_PACKAGES = ("vision",)  # copied into <work>/code/ for code tickets
+WORKER_ARGS = ["--config", f"{WORKSPACE_MOUNT}/{CONFIG_FILE}", "--data", "/data", "--out", f"{WORKSPACE_MOUNT}/out"]
+# Code tickets: the code copy goes first on sys.path, then the worker module runs as __main__.
+_CODE_BOOT = (f"import runpy, sys; sys.path.insert(0, '{WORKSPACE_MOUNT}/{CODE_DIR}'); "
+              "runpy.run_module('vision.worker', run_name='__main__', alter_sys=True)")
+
+
+def _deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``patch`` over ``base``; nested mappings merge, dotted keys (``optim.lr``) address nesting."""
+    merged = dict(base)
+    for key, value in patch.items():
+        head, _, rest = str(key).partition(".")
+        if rest:
+            value, key = {rest: value}, head
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _config_patch(ticket: Ticket) -> dict[str, Any]:
+    """Config tickets: ``change`` is the patch. Other kinds: ``change["config"]`` when present."""
+    if ticket.kind == TicketKind.CONFIG:
+        return dict(ticket.change)
+    patch = ticket.change.get("config", {})
+    if not isinstance(patch, dict):
+        raise UsageError(f"change.config must be a mapping; got {type(patch).__name__}")
+    return patch
+
+
+def ticket_config(base: dict[str, Any] | Path, ticket: Ticket) -> dict[str, Any]:
+    """Base config + the ticket's patch, seed set by the ticket, epochs within its budget; validated."""
+    from vision.config import parse_config
+
+    data = yaml.safe_load(base.read_text()) if isinstance(base, Path) else dict(base)
+    if not isinstance(data, dict):
+        raise UsageError(f"base config {base} is not a mapping")
+    merged = _deep_merge(data, _config_patch(ticket))
+    merged["seed"] = ticket.seed
+    merged["epochs"] = min(int(merged.get("epochs", ticket.budget.epochs)), ticket.budget.epochs)
+    return parse_config(merged, f"ticket {ticket.id}").model_dump(mode="json")
+
+
+def write_config(work: Path, config: dict[str, Any]) -> None:
+    (work / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def materialise(work: Path, ticket: Ticket, config: dict[str, Any]) -> None:
+    """Make the fresh workspace, write config.yaml, and copy and edit the code for code tickets."""
+    work.mkdir(parents=True)
+    write_config(work, config)
+    if ticket.kind == TicketKind.CODE:
+        _copy_code(work / CODE_DIR, code_files(ticket))
+    _hand_over(work)
+
+
+def _copy_code(code: Path, files: dict[str, str]) -> None:
+    for package in TRAINING_PACKAGES:
+        shutil.copytree(SOURCE_ROOT / package, code / package, symlinks=False,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name, text in files.items():
+        target = code / _relative_to_code(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
+def _relative_to_code(name: str) -> PurePosixPath:
+    """A code file's path beneath the code copy (already checked by the refusal rules)."""
+    path = PurePosixPath(name)
+    base = WORKSPACE_MOUNT / CODE_DIR
+    relative = path.relative_to(base) if path.is_absolute() else path
+    if ".." in relative.parts or relative.is_absolute() or not relative.parts:
+        raise UsageError(f"code file {name!r} is outside {base}")
+    return relative
+
+
+def _hand_over(work: Path) -> None:
+    """Let the sandbox user write the workspace (chown when root, else open modes)."""
+    uid = gid = None
+    if os.geteuid() == 0:
+        from sandbox import load_policy
+
+        policy = load_policy()
+        uid, gid = policy.uid, policy.gid
+    for path in [work, *work.rglob("*")]:
+        if uid is not None and gid is not None:
+            os.chown(path, uid, gid, follow_symlinks=False)
+        os.chmod(path, 0o777 if path.is_dir() else 0o666)
+
+
+def worker_command(ticket: Ticket) -> list[str]:
+    """The worker's argv inside the sandbox (``python`` is the mounted runtime)."""
+    if ticket.kind == TicketKind.CODE:
+        return ["python", "-c", _CODE_BOOT, *WORKER_ARGS]
+    return ["python", "-m", "vision.worker", *WORKER_ARGS]

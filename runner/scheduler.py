@@ -1,0 +1,378 @@
+"""The scheduler: a measured memory profile, memory estimates, admission control, OOM retry.
+
+``profile_device`` measures peak memory against batch size for each model preset (on CUDA with
+``torch.cuda.max_memory_allocated``; on the CPU as the peak RSS of one probe process per
+measurement) and ``save_profile`` keeps it in the home as ``device_profile.json``.
+``MemoryEstimator`` turns a training config into bytes (a linear fit per preset, scaled by image
+area; a probe of its own when the preset was not profiled) and caches the answer by config hash
+in ``memory_estimates.json``. ``Admission`` lets a ticket start only when its estimate fits in
+free device memory less ``MEMORY_RESERVE_BYTES`` for other tenants, and at most ``concurrency``
+at a time. ``shrink_for_oom`` gives the retry config after an OOM: half the batch, double the
+gradient accumulation, so the effective batch is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from segfactory.errors import DataError, LimitExceeded
+from segfactory.home import SOURCE_ROOT, Home
+from segfactory.records import canonical_json
+
+PROFILE_FILE = "device_profile.json"  # in the home
+ESTIMATES_FILE = "memory_estimates.json"  # in the home: config hash -> bytes
+MEMORY_RESERVE_BYTES = 1 * 1024**3  # kept free for other tenants of the device
+ESTIMATE_SAFETY = 1.2  # an estimate is the fitted peak times this factor
+MAX_OOM_RETRIES = 3  # halvings after an OOM; past this the ticket fails with reason "oom"
+DEFAULT_CONCURRENCY = 1  # tickets running at once on one device
+PROBE_TIMEOUT_S = 300.0  # one probe process; past this: killed, the profile fails
+ADMISSION_POLL_S = 0.5  # how often a waiting ticket re-reads free memory
+DEFAULT_BATCH_SIZES = (4, 16)  # batch sizes a profile measures per preset
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "MemoryError",
+               "DefaultCPUAllocator: can't allocate memory", "Memory allocation still failed")  # in the worker's stderr tail
+
+DeviceKind = Literal["cpu", "cuda"]
+
+
+class Measurement(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: str
+    batch_size: int = Field(gt=0)
+    image_size: int = Field(gt=0)
+    peak_bytes: int = Field(gt=0)
+    seconds: float = Field(ge=0)  # wall time of the measurement
+
+
+class DeviceProfile(BaseModel):
+    """Peak training memory against batch size, per preset, on one device."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = 1
+    device: DeviceKind
+    device_name: str
+    total_bytes: int = Field(gt=0)
+    created: float
+    torch_version: str
+    measurements: list[Measurement]
+
+    def fit(self, preset: str) -> tuple[float, float, int] | None:
+        """(intercept bytes, bytes per image, image size) by least squares; None if unprofiled."""
+        points = [m for m in self.measurements if m.preset == preset]
+        if not points:
+            return None
+        size = points[0].image_size
+        xs = [float(m.batch_size) for m in points]
+        ys = [float(m.peak_bytes) for m in points]
+        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+        var = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
+        slope = max(slope, 0.0)
+        return mean_y - slope * mean_x, slope, size
+
+    def estimate(self, preset: str, batch_size: int, image_size: int) -> int | None:
+        """Peak bytes for one training step; per-image memory scales with image area."""
+        fitted = self.fit(preset)
+        if fitted is None:
+            return None
+        intercept, slope, size = fitted
+        per_image = slope * (image_size / size) ** 2
+        return int(ESTIMATE_SAFETY * (intercept + per_image * batch_size))
+
+
+class SchedulerSettings(BaseModel):
+    """How the scheduler shares one device; every field is validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=64)
+    reserve_bytes: int = Field(default=MEMORY_RESERVE_BYTES, ge=0)
+    max_oom_retries: int = Field(default=MAX_OOM_RETRIES, ge=0, le=10)
+    memory_limit_bytes: int | None = Field(default=None, gt=0)  # per ticket; None: the sandbox policy's
+    admission_wait_s: float = Field(default=3600.0, gt=0)  # how long a ticket may wait for memory
+
+
+# -- measuring ------------------------------------------------------------------------------------
+
+
+def detect_device() -> DeviceKind:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_total_bytes(device: DeviceKind) -> tuple[str, int]:
+    """(name, total memory) of the device."""
+    if device == "cuda":
+        import torch
+
+        props = torch.cuda.get_device_properties(0)
+        return str(props.name), int(props.total_memory)
+    import platform
+
+    import psutil
+
+    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)", int(psutil.virtual_memory().total)
+
+
+def measure_peak(preset: str, batch_size: int, image_size: int, device: DeviceKind) -> Measurement:
+    """Run one probe process and read its peak memory (RSS via wait4 on CPU; CUDA allocator stats)."""
+    command = [sys.executable, "-m", "runner._probe", "--preset", preset, "--batch-size", str(batch_size),
+               "--image-size", str(image_size), "--device", device]
+    start = time.monotonic()
+    code, stdout, stderr, rusage = _run_measured(command)
+    if code != 0:
+        raise DataError(f"memory probe for {preset} at batch {batch_size} failed "
+                        f"(exit {code}): {stderr.decode(errors='replace')[-400:]}")
+    if device == "cuda":
+        peak = int(json.loads(stdout.decode().strip().splitlines()[-1])["peak_bytes"])
+    else:
+        peak = int(rusage.ru_maxrss) * 1024  # Linux reports kilobytes
+    return Measurement(preset=preset, batch_size=batch_size, image_size=image_size, peak_bytes=peak,
+                       seconds=round(time.monotonic() - start, 3))
+
+
+def _run_measured(command: list[str]) -> tuple[int, bytes, bytes, Any]:
+    """Run ``command`` and reap it with ``os.wait4`` so its own peak RSS is known."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SOURCE_ROOT)}
+    timed_out = threading.Event()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(command, stdout=out, stderr=err, cwd=SOURCE_ROOT, env=env)
+
+        def expire() -> None:
+            timed_out.set()
+            proc.kill()
+
+        timer = threading.Timer(PROBE_TIMEOUT_S, expire)
+        timer.start()
+        try:
+            _, status, rusage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if timed_out.is_set():
+            raise LimitExceeded(f"memory probe {command[3:]} ran past PROBE_TIMEOUT_S={PROBE_TIMEOUT_S:g}s")
+        out.seek(0)
+        err.seek(0)
+        return proc.returncode, out.read(), err.read(), rusage
+
+
+def profile_device(presets: list[str], batch_sizes: list[int], image_size: int,
+                   device: DeviceKind | None = None) -> DeviceProfile:
+    """Measure every (preset, batch size) pair; one probe process each."""
+    import torch
+
+    kind = device or detect_device()
+    name, total = device_total_bytes(kind)
+    measurements = [measure_peak(p, b, image_size, kind) for p in presets for b in sorted(set(batch_sizes))]
+    return DeviceProfile(device=kind, device_name=name, total_bytes=total, created=time.time(),
+                         torch_version=str(torch.__version__), measurements=measurements)
+
+
+def save_profile(home: Home, profile: DeviceProfile) -> Path:
+    home.root.mkdir(parents=True, exist_ok=True)
+    path = home.root / PROFILE_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(profile.model_dump_json(indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_profile(home: Home) -> DeviceProfile | None:
+    """The stored profile, or None when ``segfactory device profile`` has not run."""
+    path = home.root / PROFILE_FILE
+    if not path.is_file():
+        return None
+    return DeviceProfile.model_validate_json(path.read_text())
+
+
+# -- estimating -----------------------------------------------------------------------------------
+
+
+def _shape_key(preset: str, batch_size: int, image_size: int, decoder_width: int | None) -> str:
+    """The config hash estimates are cached by: only the fields that move peak memory."""
+    body = {"preset": preset, "batch_size": batch_size, "image_size": image_size,
+            "decoder_width": decoder_width}
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+class MemoryEstimator:
+    """Bytes a training config needs at its peak; cached by config hash in the home.
+
+    From the device profile when the preset was profiled (and the decoder width is the
+    preset's); otherwise by a probe process of its own (seconds, once per config hash).
+    """
+
+    def __init__(self, home: Home, profile: DeviceProfile | None, device: DeviceKind = "cpu") -> None:
+        self.path = home.root / ESTIMATES_FILE
+        self.profile = profile
+        self.device: DeviceKind = profile.device if profile else device
+        self._lock = threading.Lock()
+        self.hits = 0  # estimates answered from the cache
+        self.probes = 0  # estimates that needed a probe process
+
+    def estimate(self, preset: str, batch_size: int, image_size: int, decoder_width: int | None = None) -> int:
+        key = _shape_key(preset, batch_size, image_size, decoder_width)
+        with self._lock:
+            cache = self._read()
+            if key in cache:
+                self.hits += 1
+                return int(cache[key])
+            value = self._compute(preset, batch_size, image_size, decoder_width)
+            cache[key] = value
+            self._write(cache)
+            return value
+
+    def _compute(self, preset: str, batch_size: int, image_size: int, decoder_width: int | None) -> int:
+        if self.profile is not None and decoder_width is None:
+            value = self.profile.estimate(preset, batch_size, image_size)
+            if value is not None:
+                return value
+        self.probes += 1
+        measured = measure_peak(preset, batch_size, image_size, self.device)
+        return int(ESTIMATE_SAFETY * measured.peak_bytes)
+
+    def _read(self) -> dict[str, int]:
+        if not self.path.is_file():
+            return {}
+        try:
+            data = json.loads(self.path.read_text())
+        except json.JSONDecodeError:
+            return {}  # a torn cache is only a cache: re-estimate
+        return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def _write(self, cache: dict[str, int]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(cache, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+# -- admission ------------------------------------------------------------------------------------
+
+
+def free_memory(device: DeviceKind) -> int:
+    """Free device memory now: ``torch.cuda.mem_get_info`` on CUDA, available RAM on the CPU."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+class Admission:
+    """Admits a ticket when its estimate fits in free memory less the reserve; bounded concurrency.
+
+    Estimates of tickets already admitted count against free memory as read at admission, so
+    admission errs toward waiting. ``admit`` raises LimitExceeded when the estimate cannot fit
+    even on an idle device (total memory less the reserve), or when ``wait_s`` passes first.
+    """
+
+    def __init__(self, device: DeviceKind, total_bytes: int, settings: SchedulerSettings | None = None,
+                 free: Callable[[], int] | None = None) -> None:
+        self.settings = settings or SchedulerSettings()
+        self.total_bytes = total_bytes
+        self._free = free or (lambda: free_memory(device))
+        self._slots = threading.Semaphore(self.settings.concurrency)
+        self._cond = threading.Condition()
+        self._in_flight = 0  # bytes of estimates admitted and not yet released
+
+    @contextmanager
+    def admit(self, estimate_bytes: int, wait_s: float = 3600.0) -> Iterator[None]:
+        capacity = self.total_bytes - self.settings.reserve_bytes
+        if estimate_bytes > capacity:
+            raise LimitExceeded(f"memory estimate {estimate_bytes / 2**20:.0f} MiB exceeds the device's "
+                                f"{capacity / 2**20:.0f} MiB (total less the reserve of "
+                                f"{self.settings.reserve_bytes / 2**20:.0f} MiB); lower batch_size")
+        if not self._slots.acquire(timeout=wait_s):
+            raise LimitExceeded(f"no free ticket slot (concurrency={self.settings.concurrency}) within {wait_s:g}s")
+        try:
+            self._reserve(estimate_bytes, wait_s)
+            try:
+                yield
+            finally:
+                with self._cond:
+                    self._in_flight -= estimate_bytes
+                    self._cond.notify_all()
+        finally:
+            self._slots.release()
+
+    def fits(self, estimate_bytes: int) -> bool:
+        headroom = self._free() - self.settings.reserve_bytes - self._in_flight
+        return estimate_bytes <= headroom
+
+    def _reserve(self, estimate_bytes: int, wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        with self._cond:
+            while not self.fits(estimate_bytes):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise LimitExceeded(f"memory estimate {estimate_bytes / 2**20:.0f} MiB did not fit in free "
+                                        f"memory less the reserve within {wait_s:g}s")
+                self._cond.wait(min(ADMISSION_POLL_S, left))
+            self._in_flight += estimate_bytes
+
+
+# -- OOM retry ------------------------------------------------------------------------------------
+
+
+def is_oom(exit_code: int, oom_killed: bool, stderr_tail: str) -> bool:
+    """An out-of-memory end: the kernel's kill (137 / oom_killed) or an allocator error."""
+    if oom_killed or exit_code in (137, -9):
+        return True
+    return exit_code != 0 and any(marker in stderr_tail for marker in OOM_MARKERS)
+
+
+def shrink_for_oom(config: dict[str, Any]) -> dict[str, Any] | None:
+    """Half the batch, double the accumulation (same effective batch); None at batch 1."""
+    batch = int(config["batch_size"])
+    if batch <= 1:
+        return None
+    return {**config, "batch_size": batch // 2, "grad_accum": int(config.get("grad_accum", 1)) * 2}
+
+
+# -- the scheduler --------------------------------------------------------------------------------
+
+
+class Scheduler:
+    """Estimates, admits and sizes tickets on one device (see the module docstring)."""
+
+    def __init__(self, estimator: MemoryEstimator, admission: Admission, settings: SchedulerSettings) -> None:
+        self.estimator = estimator
+        self.admission = admission
+        self.settings = settings
+
+    @classmethod
+    def for_home(cls, home: Home, settings: SchedulerSettings | None = None) -> Scheduler:
+        """The scheduler for the home's stored device profile (the CPU's RAM when none is stored)."""
+        settings = settings or SchedulerSettings()
+        profile = load_profile(home)
+        device: DeviceKind = profile.device if profile else "cpu"
+        total = profile.total_bytes if profile else device_total_bytes("cpu")[1]
+        return cls(MemoryEstimator(home, profile, device), Admission(device, total, settings), settings)
+
+    def estimate(self, config: dict[str, Any], image_size: int) -> int:
+        """Peak bytes of a validated training config on images of ``image_size`` (or its crop)."""
+        model = config.get("model", {})
+        side = int((config.get("sampling") or {}).get("crop") or image_size)
+        return self.estimator.estimate(str(model.get("name")), int(config["batch_size"]), side,
+                                       model.get("decoder_width"))
+
+    def admit(self, estimate_bytes: int) -> AbstractContextManager[None]:
+        return self.admission.admit(estimate_bytes, self.settings.admission_wait_s)

@@ -1,0 +1,99 @@
+"""cgroup v1 limits for the bwrap backend (memory with swap, pids, cpu), where writable.
+
+As root on a cgroup v1 host each run gets ``<controller>/segfactory-sandbox/<id>`` in the
+memory, pids and cpu hierarchies; the process joins them before exec'ing bwrap. Where the
+hierarchy is not writable (not root, cgroup v2 without delegation) ``create`` returns None and
+the backend falls back to rlimits (RLIMIT_DATA for memory); ``verify`` reports which applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+from sandbox._policy import Limits
+
+CGROUP_V1 = Path("/sys/fs/cgroup")
+PARENT = "segfactory-sandbox"
+CFS_PERIOD_US = 100_000  # cpu.cfs_period_us: quota = cpus * period
+RMDIR_TRIES = 20  # cgroup rmdir retries while the last processes exit (10 ms apart)
+
+
+class CgroupV1:
+    """One run's cgroups. ``procs_files`` are what the starting process writes its pid into."""
+
+    def __init__(self, dirs: dict[str, Path]) -> None:
+        self.dirs = dirs
+
+    @classmethod
+    def create(cls, limits: Limits) -> CgroupV1 | None:
+        if os.geteuid() != 0 or not (CGROUP_V1 / "memory" / "memory.limit_in_bytes").exists():
+            return None
+        run_id = uuid.uuid4().hex[:12]
+        dirs = {c: CGROUP_V1 / c / PARENT / run_id for c in ("memory", "pids", "cpu")}
+        try:
+            for path in dirs.values():
+                path.mkdir(parents=True)
+            group = cls(dirs)
+            group._apply(limits)
+        except OSError:
+            cls(dirs).remove()
+            return None
+        return group
+
+    def _write(self, controller: str, name: str, value: int) -> None:
+        (self.dirs[controller] / name).write_text(str(value))
+
+    def _apply(self, limits: Limits) -> None:
+        self._write("memory", "memory.limit_in_bytes", limits.memory_bytes)
+        if (self.dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
+            self._write("memory", "memory.memsw.limit_in_bytes", limits.memory_bytes)
+        self._write("memory", "memory.swappiness", 0)
+        self._write("pids", "pids.max", limits.pids)
+        self._write("cpu", "cpu.cfs_period_us", CFS_PERIOD_US)
+        self._write("cpu", "cpu.cfs_quota_us", int(limits.cpus * CFS_PERIOD_US))
+
+    @property
+    def procs_files(self) -> list[str]:
+        return [str(path / "cgroup.procs") for path in self.dirs.values()]
+
+    def readback(self) -> dict[str, object]:
+        """The limits as the kernel holds them, and whether the OOM killer fired."""
+        read = {
+            "memory": ("memory", "memory.limit_in_bytes"), "memsw": ("memory", "memory.memsw.limit_in_bytes"),
+            "pids": ("pids", "pids.max"), "cpu_quota_us": ("cpu", "cpu.cfs_quota_us"),
+        }
+        out: dict[str, object] = {"kind": "cgroup-v1"}
+        for key, (controller, name) in read.items():
+            with contextlib.suppress(OSError):
+                out[key] = (self.dirs[controller] / name).read_text().strip()
+        return out
+
+    def oom_killed(self) -> bool:
+        with contextlib.suppress(OSError):
+            for line in (self.dirs["memory"] / "memory.oom_control").read_text().splitlines():
+                if line.startswith("oom_kill ") and int(line.split()[1]) > 0:
+                    return True
+        return False
+
+    def kill_all(self) -> None:
+        """SIGKILL every process still in the run's pids cgroup."""
+        with contextlib.suppress(OSError):
+            for pid in (self.dirs["pids"] / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+
+    def remove(self) -> None:
+        for path in self.dirs.values():
+            for _ in range(RMDIR_TRIES):
+                try:
+                    if path.exists():
+                        path.rmdir()
+                    break
+                except OSError:
+                    self.kill_all()
+                    time.sleep(0.01)

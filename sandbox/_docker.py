@@ -1,0 +1,142 @@
+"""The docker backend (docker-py): the ticket policy in a container from the imported image.
+
+network ``none``, read-only rootfs, tmpfs ``/tmp``, ``cap_drop=ALL``, ``no-new-privileges``, a
+non-root uid, ``init``, pids/memory (memswap = memory)/cpu limits, RLIMIT_FSIZE, no log driver
+(output is streamed through ``attach`` and capped by us, so a flood never reaches the disk).
+Run as root, the workspace is chowned to the sandbox uid so that it can write ``/work``.
+Membership of the docker group is root-equivalent: with this backend the user separation of
+trust rule 1 guards against mistakes, not a compromised orchestrator.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from sandbox._base import EventHook, SandboxBackend, register_backend
+from sandbox._capture import pump
+from sandbox._image import build_image
+from sandbox._records import SandboxResult, SandboxSpec
+from sandbox._session import Session
+from segfactory.errors import SandboxError
+
+PING_TIMEOUT_S = 5  # how long the engine has to answer
+API_TIMEOUT_S = 60  # any other engine call
+NOFILE = 4096
+START_HINT = (
+    "start it with `sudo dockerd &` (or `sudo systemctl start docker`), or use --backend bwrap"
+)
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    os.lchown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, gid)
+
+
+@register_backend
+class DockerBackend(SandboxBackend):
+    name = "docker"
+    _api: Any = None
+
+    def api(self) -> Any:
+        """A docker-py low-level client that has answered a ping; SandboxError otherwise."""
+        if self._api is None:
+            import docker
+
+            try:
+                client = docker.APIClient(base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+                                          timeout=PING_TIMEOUT_S, version="auto")
+                client.ping()
+            except Exception as exc:
+                raise SandboxError(f"the Docker engine does not answer ({type(exc).__name__}: {exc}); {START_HINT}") from exc
+            client.timeout = API_TIMEOUT_S
+            self._api = client
+        return self._api
+
+    def check_available(self) -> None:
+        self.api()
+
+    def ensure_image(self) -> None:
+        """Build the image (docker import, no registry) when it is missing."""
+        import docker.errors
+
+        try:
+            self.api().inspect_image(self.policy.image)
+        except docker.errors.ImageNotFound:
+            build_image(self.api(), self.policy)
+
+    def _host_config(self, session: Session) -> Any:
+        from docker.types import LogConfig, Ulimit
+
+        limits = session.limits
+        binds = {str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in session.mounts}
+        binds["/usr"] = {"bind": "/usr", "mode": "ro"}
+        return self.api().create_host_config(
+            binds=binds, network_mode="none", read_only=True, init=True,
+            tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777"},
+            cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            mem_limit=limits.memory_bytes, memswap_limit=limits.memory_bytes, pids_limit=limits.pids,
+            nano_cpus=int(limits.cpus * 1e9), log_config=LogConfig(type=LogConfig.types.NONE),
+            ulimits=[Ulimit(name="fsize", soft=limits.file_bytes, hard=limits.file_bytes),
+                     Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=NOFILE, hard=NOFILE)],
+        )
+
+    def run(self, spec: SandboxSpec, on_event: EventHook | None = None) -> SandboxResult:
+        self.ensure_image()
+        with Session(spec, self.policy, on_event) as session:
+            if os.geteuid() == 0:
+                _chown_tree(session.workspace, self.policy.uid, self.policy.gid)
+            api = self.api()
+            container = api.create_container(
+                self.policy.image, command=session.inner_command, user=f"{self.policy.uid}:{self.policy.gid}",
+                working_dir="/work", environment=session.env, host_config=self._host_config(session),
+                network_disabled=True, labels={"segfactory.sandbox": "1"}, stdin_open=False, tty=False,
+            )
+            try:
+                return self._run(api, container["Id"], session)
+            finally:
+                api.remove_container(container["Id"], force=True)
+
+    def _run(self, api: Any, cid: str, session: Session) -> SandboxResult:
+        stream = api.attach(cid, stdout=True, stderr=True, stream=True, demux=True)
+
+        def sink(chunk: tuple[bytes | None, bytes | None]) -> None:
+            if chunk[0]:
+                session.stdout.write(chunk[0])
+            if chunk[1]:
+                session.stderr.write(chunk[1])
+
+        start = time.monotonic()
+        try:
+            api.start(cid)
+        except Exception as exc:
+            raise SandboxError(f"docker could not start the sandbox from {self.policy.image}: {exc}; "
+                               "rebuild it with `segfactory sandbox build`") from exc
+        reader = pump(stream, sink)  # type: ignore[arg-type]
+        state: dict[str, Any] = {}
+
+        def ended(seconds: float) -> bool:
+            state.update(api.inspect_container(cid)["State"])
+            if state["Running"] or state.get("Status") == "created":
+                time.sleep(seconds)
+                return False
+            return True
+
+        killed = session.supervise(ended, lambda: api.kill(cid))
+        result = api.wait(cid, timeout=API_TIMEOUT_S)
+        reader.join(timeout=API_TIMEOUT_S)
+        duration = time.monotonic() - start
+        final = api.inspect_container(cid)["State"]
+        exit_code = int(result.get("StatusCode", final.get("ExitCode", -1)))
+        return SandboxResult(
+            backend=self.name, exit_code=exit_code, stdout=session.stdout.output(), stderr=session.stderr.output(),
+            timed_out=session.timed_out(exit_code, duration, killed), oom_killed=bool(final.get("OOMKilled")),
+            duration_s=duration, events=session.finish(),
+        )
+
+    def limit_evidence(self) -> dict[str, object]:
+        return {"kind": "docker-hostconfig"}

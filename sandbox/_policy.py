@@ -1,0 +1,86 @@
+"""The sandbox policy (``policies/sandbox.yaml``), validated so that unsafe values are refused.
+
+A policy with the network on, a writable root, uid 0, or limits above their maxima does not load:
+``PolicyError`` names the field, the value received and what is accepted (STYLE.md §9).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from segfactory.errors import PolicyError
+
+POLICY_PATH = Path(__file__).resolve().parent.parent / "policies" / "sandbox.yaml"
+
+
+class Limits(BaseModel):
+    """Resource limits of one sandbox. Every field is enforced from outside the sandbox."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    cpus: float = Field(gt=0)  # CPU cores
+    memory_bytes: int = Field(gt=0)  # RAM, swap included; past it: OOM kill, oom_killed=true
+    pids: int = Field(gt=0)  # processes + threads; past it: fork/clone fails with EAGAIN
+    workspace_bytes: int = Field(gt=0)  # bytes under /work; past it: killed, event workspace_limit
+    file_bytes: int = Field(gt=0)  # one file (RLIMIT_FSIZE); past it: write fails with EFBIG
+    tmp_bytes: int = Field(gt=0)  # the /tmp tmpfs; past it: ENOSPC
+    timeout_s: float = Field(gt=0)  # wall time; past it: SIGTERM, then SIGKILL, timed_out=true
+
+
+class OutputCaps(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    stdout_bytes: int = Field(gt=0)  # bytes kept; past it: truncated=true with the original size
+    stderr_bytes: int = Field(gt=0)
+
+
+class SandboxPolicy(BaseModel):
+    """The ticket policy every sandbox runs under, whatever the backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    network: Literal["none"]
+    read_only_root: Literal[True]
+    uid: int = Field(gt=0)
+    gid: int = Field(gt=0)
+    image: str
+    kill_grace_s: float = Field(gt=0, le=60)
+    defaults: Limits
+    maxima: Limits
+    output: OutputCaps
+
+    @model_validator(mode="after")
+    def _defaults_within_maxima(self) -> SandboxPolicy:
+        check_within(self.defaults, self.maxima)
+        return self
+
+
+def check_within(limits: Limits, maxima: Limits) -> None:
+    """Raise PolicyError naming the first limit above its maximum."""
+    for name, value in limits.model_dump().items():
+        top = getattr(maxima, name)
+        if value > top:
+            raise PolicyError(
+                f"sandbox limit {name}={value} is above the policy maximum {top} "
+                f"({POLICY_PATH}); ask for less or change the policy"
+            )
+
+
+@lru_cache(maxsize=4)
+def load_policy(path: Path = POLICY_PATH) -> SandboxPolicy:
+    """Read and validate the policy file; PolicyError on anything unsafe or malformed."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise PolicyError(f"cannot read sandbox policy {path}: {exc}") from exc
+    try:
+        return SandboxPolicy.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise PolicyError(
+            f"unsafe or invalid sandbox policy {path}: {where}: {first['msg']} "
+            f"(received {first.get('input')!r})"
+        ) from exc

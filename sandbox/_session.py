@@ -1,0 +1,180 @@
+"""One sandbox run's host-side state, shared by every backend.
+
+A Session validates the spec against the policy and the mount rules (before anything starts),
+prepares a private temp dir (decoys, the audit hook's file, a minimal /etc), watches the decoys,
+and collects events. Backends start the process; ``supervise`` enforces the wall time and the
+workspace size from outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sandbox._capture import CappedBuffer
+from sandbox._decoys import create_decoys
+from sandbox._inotify import DecoyWatcher
+from sandbox._layout import EVENTS_TARGET, Mount, runtime_mounts, sandbox_env, write_etc
+from sandbox._paths import check_mountable
+from sandbox._policy import Limits, SandboxPolicy, check_within
+from sandbox._records import SandboxEvent, SandboxSpec
+from segfactory.errors import PolicyError
+
+EventHook = Callable[[SandboxEvent], None]
+HOOK_MAX_BYTES = 1024**2  # audit-hook output read back; past it: ignored, a monitoring_gap event
+HOOK_MAX_EVENTS = 1000  # sandbox-reported events kept per run
+SUPERVISE_POLL_S = 0.05  # how often the supervisor looks at the process
+WORKSPACE_POLL_S = 0.25  # how often /work's disk use is measured
+OUTER_KILL_SLACK_S = 2.0  # after timeout + grace the host kills, whatever the inner timeout did
+
+
+def disk_usage(root: Path) -> int:
+    """Bytes of disk used under ``root`` (st_blocks; symlinks not followed)."""
+    total = 0
+    stack = [root]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                total += entry.stat(follow_symlinks=False).st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+            except OSError:
+                continue
+    return total
+
+
+class Session:
+    """Host-side state of one run; use as a context manager (cleans its temp dir)."""
+
+    def __init__(self, spec: SandboxSpec, policy: SandboxPolicy, on_event: EventHook | None) -> None:
+        self.spec, self.policy, self._on_event = spec, policy, on_event
+        self.limits: Limits = spec.limits or policy.defaults
+        check_within(self.limits, policy.maxima)
+        self.timeout_s = spec.timeout_s or self.limits.timeout_s
+        if self.timeout_s > policy.maxima.timeout_s:
+            raise PolicyError(f"sandbox timeout {self.timeout_s}s is above the policy maximum {policy.maxima.timeout_s}s")
+        self.workspace = self._existing_dir(spec.workspace, "the workspace")
+        self.mounts = self._plan_mounts()
+        self.events: list[SandboxEvent] = []
+        self.stdout = CappedBuffer(policy.output.stdout_bytes)
+        self.stderr = CappedBuffer(policy.output.stderr_bytes)
+        self.env = sandbox_env(spec.env)
+        self.tmp = Path(tempfile.mkdtemp(prefix="segfactory-sbx-"))
+        self.watcher: DecoyWatcher | None = None
+        self._finished = False
+
+    @staticmethod
+    def _existing_dir(path: Path, role: str) -> Path:
+        real = check_mountable(path, role)
+        if not real.is_dir():
+            raise PolicyError(f"{role} {path} is not an existing directory")
+        return real
+
+    def _plan_mounts(self) -> list[Mount]:
+        mounts = runtime_mounts()
+        for name, path in self.spec.data.items():
+            mounts.append(Mount(self._existing_dir(path, f"data '{name}'"), f"/data/{name}"))
+        for target, path in self.spec.extra_ro.items():
+            real = check_mountable(path, f"extra_ro {target}")
+            if not real.exists():
+                raise PolicyError(f"extra_ro source {path} does not exist")
+            mounts.append(Mount(real, target))
+        return mounts
+
+    def __enter__(self) -> Session:
+        os.chmod(self.tmp, 0o755)
+        write_etc(self.tmp / "etc", self.policy.uid, self.policy.gid)
+        events_dir = self.tmp / "events"
+        events_dir.mkdir()
+        os.chmod(events_dir, 0o777)
+        self.mounts.append(Mount(events_dir, EVENTS_TARGET, read_only=False))
+        if self.spec.decoys:
+            decoy_mounts, files = create_decoys(self.tmp / "decoys")
+            self.mounts.extend(decoy_mounts)
+            self.watcher = DecoyWatcher(files, self.emit)
+        self.mounts.append(Mount(self.workspace, "/work", read_only=False))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def finish(self) -> list[SandboxEvent]:
+        """Stop watching, read the audit hook's file; returns every event (call once it ended)."""
+        if self._finished:
+            return self.events
+        self._finished = True
+        if self.watcher is not None:
+            self.watcher.stop()
+        self._read_hook_events()
+        return self.events
+
+    def emit(self, event: SandboxEvent) -> None:
+        """Record an event and pass it to the caller's hook (the audit log)."""
+        self.events.append(event)
+        if self._on_event is not None:
+            self._on_event(event)
+
+    @property
+    def inner_command(self) -> list[str]:
+        """The command wrapped in the in-sandbox ``timeout -k`` (coreutils, from /usr)."""
+        grace = f"{self.policy.kill_grace_s:g}"
+        return ["/usr/bin/timeout", "-k", grace, f"{self.timeout_s:g}", *self.spec.command]
+
+    def supervise(self, wait: Callable[[float], bool], kill: Callable[[], None]) -> bool:
+        """Wait for the end (``wait(t)``: True once ended, blocking at most t seconds); kill on the
+        outer deadline or a full /work. Returns True if it killed at the deadline."""
+        start = time.monotonic()
+        deadline = start + self.timeout_s + self.policy.kill_grace_s + OUTER_KILL_SLACK_S
+        next_du = start + WORKSPACE_POLL_S
+        while not wait(SUPERVISE_POLL_S):
+            now = time.monotonic()
+            if now >= deadline:
+                self.emit(SandboxEvent(kind="timeout_kill", ts=time.time(), detail={"timeout_s": self.timeout_s}))
+                kill()
+                return True
+            if now >= next_du:
+                next_du = now + WORKSPACE_POLL_S
+                if self._workspace_full():
+                    kill()
+                    return False
+        return False
+
+    def _workspace_full(self) -> bool:
+        used = disk_usage(self.workspace)
+        if used <= self.limits.workspace_bytes:
+            return False
+        self.emit(SandboxEvent(kind="workspace_limit", ts=time.time(), path="/work",
+                               detail={"used_bytes": used, "limit_bytes": self.limits.workspace_bytes}))
+        return True
+
+    def timed_out(self, exit_code: int, duration_s: float, killed: bool) -> bool:
+        """Whether the run hit its wall time: killed from outside, or ended by the inner timeout."""
+        return killed or (exit_code in (124, 137) and duration_s >= self.timeout_s)
+
+    def _read_hook_events(self) -> None:
+        path = self.tmp / "events" / "hook.jsonl"
+        if not path.is_file():
+            return
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            lines = handle.read(HOOK_MAX_BYTES).splitlines()
+        if size > HOOK_MAX_BYTES:
+            self.emit(SandboxEvent(kind="monitoring_gap", ts=time.time(),
+                                   detail={"reason": "audit hook output cap", "size": size}))
+        for line in lines[:HOOK_MAX_EVENTS]:
+            try:
+                item = json.loads(line)
+                self.emit(SandboxEvent(kind="file_open", ts=float(item["ts"]), path=str(item["path"])[:4096],
+                                       sandbox_reported=True, detail={"mode": str(item.get("mode"))[:16]}))
+            except (ValueError, KeyError, TypeError):
+                continue

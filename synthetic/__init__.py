@@ -1,0 +1,12 @@
+"""The synthetic void generator, dataset versions, tiers and data checks (DESIGN.md §2–3).
+
+Public API: ``generate`` (draw a set), ``GenParams``/``make_params`` (its parameters),
+``GeneratedSet`` (write it as a split folder); the split-folder format in ``synthetic.splits``;
+tiers in ``synthetic.tiers``, dataset versions in ``synthetic.versions``, perceptual hashes in
+``synthetic.phash``, checks in ``synthetic.check``.
+"""
+
+from synthetic._generate import GENERATOR_VERSION, GeneratedSet, generate
+from synthetic.params import GenParams, make_params, parse_param_args
+
+__all__ = ["GENERATOR_VERSION", "GenParams", "GeneratedSet", "generate", "make_params", "parse_param_args"]

@@ -1,0 +1,158 @@
+"""Cast parts: a wall-thickness map (mm) per image, from procedural contours or silhouettes.
+
+A part is an outer contour (a rotated superellipse or a smooth star-shaped polygon) with a
+filleted edge ramp, a linear wall-thickness gradient, ribs (raised bands) and cores (through
+holes, thickness 0). The random draws make a ``PartSpec`` (scalars only); the pixels are then
+evaluated by numpy (``thickness_numpy``, the reference) or by a numba kernel
+(``synthetic._kernels``) from the same spec, so both engines draw the same parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from synthetic.params import GenParams
+
+EDGE_RAMP = 0.10  # fraction of the part radius over which the wall rises from 0 to nominal
+MAX_RIBS = 2  # raised bands per part
+MAX_CORES = 2  # through holes per part
+CORE_CHAMFER = 0.15  # a core's wall rises over this fraction of its radius
+HARMONICS = 4  # polygon radius harmonics k = 2 .. HARMONICS + 1
+
+
+@dataclass
+class Part:
+    thickness: np.ndarray  # (S, S) float64, mm; 0 outside the part and inside cores
+    meta: dict[str, Any]  # part kind, nominal thickness, ribs, cores
+
+
+@dataclass
+class PartSpec:
+    """Every random number of a procedural part; the pixels follow deterministically."""
+
+    kind: int  # 0 superellipse, 1 polygon
+    shape: np.ndarray  # [cy, cx, theta, a, b, n] or [cy, cx, theta, r0, amp_2..5, phase_2..5]
+    t0: float  # nominal wall thickness, mm
+    gradient: np.ndarray  # [gy, gx] per pixel
+    ribs: np.ndarray  # (k, 5): cy, cx, theta, half width, amplitude (fraction of t0)
+
+
+@lru_cache(maxsize=8)
+def grid(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel-centre coordinates (y, x), each (S, S) float64, read-only."""
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
+    yy.flags.writeable = False
+    xx.flags.writeable = False
+    return yy, xx
+
+
+def sample_spec(size: int, params: GenParams, rng: np.random.Generator) -> PartSpec:
+    kind = 0 if rng.random() < 0.5 else 1
+    cy, cx = size / 2 + rng.uniform(-0.12, 0.12, 2) * size
+    theta = rng.uniform(0, np.pi)
+    if kind == 0:
+        a, b = rng.uniform(0.40, 0.75, 2) * size
+        shape = np.array([cy, cx, theta, a, b, rng.uniform(2.0, 6.0)])
+    else:
+        r0 = rng.uniform(0.40, 0.70) * size
+        amps = [rng.uniform(0, 0.25 / k) for k in range(2, 2 + HARMONICS)]
+        phases = [rng.uniform(0, 2 * np.pi) for _ in range(HARMONICS)]
+        shape = np.array([cy, cx, theta, r0, *amps, *phases])
+    t0 = float(rng.uniform(params.thickness_min, params.thickness_max))
+    gradient = rng.uniform(-0.35, 0.35, 2) / size
+    ribs = []
+    for _ in range(int(rng.integers(0, MAX_RIBS + 1))):
+        ry, rx = size / 2 + rng.uniform(-0.25, 0.25, 2) * size
+        ribs.append([ry, rx, rng.uniform(0, np.pi), rng.uniform(0.03, 0.08) * size, rng.uniform(0.3, 0.8)])
+    return PartSpec(kind, shape, t0, gradient, np.array(ribs, dtype=np.float64).reshape(-1, 5))
+
+
+def _rotate(spec_row: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    yy, xx = grid(size)
+    cy, cx, theta = spec_row[:3]
+    dy, dx = yy - cy, xx - cx
+    return dx * np.cos(theta) + dy * np.sin(theta), -dx * np.sin(theta) + dy * np.cos(theta)
+
+
+def level_numpy(spec: PartSpec, size: int) -> np.ndarray:
+    """Normalised radius of the contour: < 1 inside the part."""
+    u, v = _rotate(spec.shape, size)
+    if spec.kind == 0:
+        a, b, n = spec.shape[3:6]
+        out: np.ndarray = (np.abs(u / a) ** n + np.abs(v / b) ** n) ** (1.0 / n)
+        return out
+    r0, amps, phases = spec.shape[3], spec.shape[4:4 + HARMONICS], spec.shape[4 + HARMONICS:]
+    phi = np.arctan2(v, u)
+    radius = np.ones_like(phi)
+    for k in range(HARMONICS):
+        radius += amps[k] * np.cos((k + 2) * phi + phases[k])
+    out = np.hypot(u, v) / (r0 * radius)
+    return out
+
+
+def thickness_numpy(spec: PartSpec, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(thickness before cores, contour level) of a spec: the numpy reference evaluator."""
+    yy, xx = grid(size)
+    level = level_numpy(spec, size)
+    inside = np.clip((1.0 - level) / EDGE_RAMP, 0.0, 1.0)
+    thickness = spec.t0 * inside * (1.0 + spec.gradient[0] * (yy - size / 2) + spec.gradient[1] * (xx - size / 2))
+    for rib in spec.ribs:
+        u, _ = _rotate(rib, size)
+        d = np.abs(u) / rib[3]
+        thickness += rib[4] * spec.t0 * np.where(d < 1.0, 1.0 - d * d, 0.0) * inside
+    return thickness, level
+
+
+def cut_cores(thickness: np.ndarray, level: np.ndarray, rng: np.random.Generator) -> int:
+    """Drill 0..MAX_CORES through holes well inside the part, each only inside its box."""
+    size = thickness.shape[0]
+    n_cores = int(rng.integers(0, MAX_CORES + 1))
+    inner = np.flatnonzero(level.ravel() < 0.6)
+    if len(inner) == 0:
+        return 0
+    for _ in range(n_cores):
+        cy, cx = divmod(int(inner[rng.integers(len(inner))]), size)
+        r = rng.uniform(0.04, 0.12) * size
+        reach = int(np.ceil(r * (1 + CORE_CHAMFER))) + 1
+        y0, y1, x0, x1 = max(0, cy - reach), min(size, cy + reach + 1), max(0, cx - reach), min(size, cx + reach + 1)
+        dy = np.arange(y0, y1, dtype=np.float64)[:, None] - cy
+        dx = np.arange(x0, x1, dtype=np.float64)[None, :] - cx
+        thickness[y0:y1, x0:x1] *= np.clip((np.hypot(dy, dx) / r - 1.0) / CORE_CHAMFER, 0.0, 1.0)
+    return n_cores
+
+
+def procedural_part(size: int, params: GenParams, rng: np.random.Generator, engine: str = "numpy") -> Part:
+    """A random cast part filling most of the image."""
+    spec = sample_spec(size, params, rng)
+    if engine == "numba":
+        from synthetic._kernels import part_thickness
+
+        thickness, level = part_thickness(spec, size)
+    else:
+        thickness, level = thickness_numpy(spec, size)
+    cores = cut_cores(thickness, level, rng)
+    np.maximum(thickness, 0.0, out=thickness)
+    kind = "superellipse" if spec.kind == 0 else "polygon"
+    return Part(thickness, {"part": kind, "thickness_nominal": round(spec.t0, 4), "ribs": len(spec.ribs),
+                            "cores": cores})
+
+
+def silhouette_part(silhouettes: np.ndarray, size: int, params: GenParams, rng: np.random.Generator) -> Part:
+    """A part whose outline and thickness follow a Fashion-MNIST silhouette (uint8, 28x28)."""
+    from scipy.ndimage import map_coordinates
+
+    src = silhouettes[int(rng.integers(len(silhouettes)))].astype(np.float64) / 255.0
+    yy, xx = grid(size)
+    scale = src.shape[0] / (size * rng.uniform(0.8, 1.0))
+    shift = rng.uniform(-0.05, 0.05, 2) * size
+    coords = [(yy - size / 2 - shift[0]) * scale + src.shape[0] / 2 - 0.5,
+              (xx - size / 2 - shift[1]) * scale + src.shape[1] / 2 - 0.5]
+    value = map_coordinates(src, coords, order=1, mode="constant", cval=0.0)
+    t0 = float(rng.uniform(params.thickness_min, params.thickness_max))
+    inside = np.clip((value - 0.05) / 0.15, 0.0, 1.0)
+    thickness = t0 * inside * (0.4 + 0.6 * value)
+    return Part(thickness, {"part": "fashion-mnist", "thickness_nominal": round(t0, 4), "ribs": 0, "cores": 0})

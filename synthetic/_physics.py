@@ -1,0 +1,119 @@
+"""X-ray image formation: Beer–Lambert, beam hardening, PSF blur, photon and read noise.
+
+For one image:
+
+1. open-beam field ``B`` (the background type) and a small scatter fraction ``s``;
+2. transmission ``I = B * (exp(-A(t_eff)) + s)``, ``A(t) = mu t / (1 + bh t)``
+   (``bh = 0`` is pure Beer–Lambert), ``t_eff`` the wall minus the voids' path lengths;
+3. detector blur: a Gaussian PSF on ``I``;
+4. photon counts with mean ``dose * I``: Poisson below ``GAUSS_MIN_COUNTS``, above it the
+   Gaussian approximation ``N(lam, lam)`` (same mean and variance; tested);
+5. reading ``gain * counts + offset + N(0, read_noise)``, normalised by ``FULL_SCALE * dose``
+   and clipped to [0, 1].
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from scipy.ndimage import gaussian_filter
+
+from synthetic._parts import grid
+from synthetic._voids import attenuation
+from synthetic.params import GenParams
+
+GAUSS_MIN_COUNTS = 30.0  # photons; at or above this mean the Poisson draw is a Gaussian N(lam, lam)
+FULL_SCALE = 1.3  # normalised reading 1.0 = this many times the open-beam dose (headroom)
+TEXTURE_CELLS = 6  # coarse grid of the low-frequency "texture" background
+
+
+@lru_cache(maxsize=8)
+def _texture_basis(size: int) -> np.ndarray:
+    """(S, TEXTURE_CELLS) smooth interpolation weights (normalised Gaussian bumps), read-only."""
+    centres = (np.arange(TEXTURE_CELLS) + 0.5) * size / TEXTURE_CELLS
+    bumps = np.exp(-0.5 * ((np.arange(size)[:, None] + 0.5 - centres[None, :]) / (size / TEXTURE_CELLS)) ** 2)
+    bumps /= bumps.sum(axis=1, keepdims=True)
+    bumps.flags.writeable = False
+    return bumps
+
+
+def background(kind: str, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Open-beam field around 1.0 for a background type (see synthetic.params.BACKGROUNDS)."""
+    yy, xx = grid(size)
+    if kind == "gradient":
+        gy, gx = rng.uniform(-0.15, 0.15, 2)
+        out: np.ndarray = 1.0 + (gy * (yy - size / 2) + gx * (xx - size / 2)) / size
+        return out
+    if kind == "vignette":
+        r2 = ((yy - size / 2) ** 2 + (xx - size / 2) ** 2) / (size * size / 2)
+        out = 1.0 - rng.uniform(0.1, 0.3) * r2
+        return out
+    if kind == "texture":
+        coarse = rng.normal(0.0, 0.04, (TEXTURE_CELLS, TEXTURE_CELLS))
+        basis = _texture_basis(size)
+        out = 1.0 + basis @ coarse @ basis.T
+        return out
+    return np.ones((size, size))
+
+
+def acquisition(params: GenParams, rng: np.random.Generator) -> dict[str, Any]:
+    """Random acquisition settings for one image."""
+    return {
+        "background": str(params.backgrounds[int(rng.integers(len(params.backgrounds)))]),
+        "dose": float(np.exp(rng.uniform(np.log(params.dose_min), np.log(params.dose_max)))),
+        "blur": float(rng.uniform(params.blur_min, params.blur_max)),
+        "gain": float(rng.uniform(0.9, 1.1)),
+        "offset": float(rng.uniform(0.0, 0.04)),  # fraction of the open-beam dose
+        "scatter": float(rng.uniform(0.0, 0.04)),
+        "read_noise": params.read_noise,
+        "mu": params.mu,
+        "beam_hardening": params.beam_hardening,
+    }
+
+
+def photon_counts(lam: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Poisson counts; the Gaussian N(lam, lam) replaces Poisson where lam >= GAUSS_MIN_COUNTS."""
+    counts = lam + np.sqrt(lam) * rng.standard_normal(lam.shape)
+    low = lam < GAUSS_MIN_COUNTS
+    if low.any():
+        counts[low] = rng.poisson(lam[low])
+    return counts
+
+
+def expose(t_eff: np.ndarray, acq: dict[str, Any], rng: np.random.Generator, engine: str = "numpy",
+           noise: bool = True) -> np.ndarray:
+    """The normalised detector image (float32, [0, 1]) of an effective thickness map.
+
+    Both engines draw the background from ``rng`` and then one kernel seed, so they consume
+    the stream alike; the numba engine draws its noise from numba's generator under that seed.
+    """
+    field = background(acq["background"], t_eff.shape[0], rng)
+    seed = int(rng.integers(0, 2**32 - 1))
+    if engine == "numba":
+        from synthetic._kernels import expose_kernel
+
+        return expose_kernel(t_eff, field, acq, seed, noise, GAUSS_MIN_COUNTS, FULL_SCALE)
+    return expose_numpy(t_eff, field, acq, rng, noise)
+
+
+def expose_numpy(t_eff: np.ndarray, field: np.ndarray, acq: dict[str, Any], rng: np.random.Generator,
+                 noise: bool = True) -> np.ndarray:
+    """The numpy reference of the exposure pass (see the module docstring)."""
+    transmission = field * (np.exp(-attenuation(t_eff, acq["mu"], acq["beam_hardening"])) + acq["scatter"])
+    if acq["blur"] > 0:
+        transmission = gaussian_filter(transmission, acq["blur"], mode="nearest", truncate=3.0)
+    dose = acq["dose"]
+    counts = photon_counts(dose * transmission, rng) if noise else dose * transmission
+    reading = acq["gain"] * counts + acq["offset"] * dose
+    if noise:
+        reading = reading + acq["read_noise"] * rng.standard_normal(counts.shape)
+    return np.clip(reading / (FULL_SCALE * dose), 0.0, 1.0).astype(np.float32)
+
+
+def noise_sigma(intensity: float, acq: dict[str, Any]) -> float:
+    """Noise std of the normalised reading at a noise-free transmission ``intensity``."""
+    dose = acq["dose"]
+    var = acq["gain"] ** 2 * dose * intensity + acq["read_noise"] ** 2
+    return float(np.sqrt(var) / (FULL_SCALE * dose))

@@ -1,0 +1,128 @@
+"""The judge sees no score (by type), promotes only by the coded rule, and an LLM never promotes."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from agents.judge import Decision, Judge, JudgeInput, TicketMeta, rule_decision
+from agents.llm import LLMCaller, LLMUsage, make_provider
+from segfactory.records import (
+    Actor,
+    Arm,
+    Budget,
+    CoarseVerdict,
+    Direction,
+    ExpectedEffect,
+    Ticket,
+    TicketKind,
+    Verdict,
+)
+from tests.agents.conftest import Log
+from tests.agents.fakes import Step, anthropic_server, openai_server
+
+SCOREISH = ("score", "metric", "iou", "dice", "f1", "auc", "loss", "value")
+
+
+def _leaf_types(model: type[BaseModel]) -> list[tuple[str, Any]]:
+    """Every (field path, leaf annotation) reachable from ``model``."""
+    found: list[tuple[str, Any]] = []
+
+    def walk(prefix: str, annotation: Any) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            for name, field in annotation.model_fields.items():
+                walk(f"{prefix}.{name}", field.annotation)
+            return
+        args = typing.get_args(annotation)
+        if args and (typing.get_origin(annotation) in (typing.Union, types.UnionType, tuple, list, dict)):
+            for arg in args:
+                walk(prefix, arg)
+            return
+        found.append((prefix, annotation))
+
+    walk("JudgeInput", model)
+    return found
+
+
+def test_judge_input_has_no_float_and_no_score_field() -> None:
+    leaves = _leaf_types(JudgeInput)
+    assert leaves and not [p for p, t in leaves if t is float or t is typing.Any]
+    assert not [p for p, _ in leaves if any(word in p.rsplit(".", 1)[-1].lower() for word in SCOREISH)]
+
+
+def _ticket() -> Ticket:
+    return Ticket(id="t1", arm=Arm.AGENT, kind=TicketKind.CONFIG, hypothesis="h", change={"optim.lr": 1e-3},
+                  budget=Budget(device_seconds=60, epochs=2), seed=4,
+                  expected_effect=ExpectedEffect(metric="iou", direction=Direction.UP, size=0.03))
+
+
+def _v(tid: str, tier: str, verdict: Verdict) -> CoarseVerdict:
+    return CoarseVerdict(ticket_id=tid, tier=tier, verdict=verdict, queries_left=5)  # type: ignore[arg-type]
+
+
+def test_a_score_cannot_be_passed_in() -> None:
+    meta = TicketMeta.of(_ticket())
+    with pytest.raises(ValidationError):
+        JudgeInput(ticket=meta, confirm_a=_v("t1", "confirm-a", Verdict.WIN), score=0.93)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        CoarseVerdict(ticket_id="t1", tier="confirm-a", verdict=Verdict.WIN, queries_left=1, score=0.9)  # type: ignore[call-arg]
+    assert "0.03" not in meta.model_dump_json()  # the expected-effect size is not judge input
+
+
+@pytest.mark.parametrize("a, b, expected", [
+    (Verdict.WIN, None, Decision.REPLICATE),
+    (Verdict.WIN, Verdict.WIN, Decision.PROMOTE),
+    (Verdict.WIN, Verdict.NO_WIN, Decision.REJECT),
+    (Verdict.WIN, Verdict.INVALID, Decision.REJECT),
+    (Verdict.WIN, Verdict.BUDGET_EXHAUSTED, Decision.ESCALATE),
+    (Verdict.NO_WIN, None, Decision.REJECT),
+    (Verdict.INVALID, None, Decision.REJECT),
+    (Verdict.BUDGET_EXHAUSTED, None, Decision.ESCALATE),
+])
+def test_promotion_rule(a: Verdict, b: Verdict | None, expected: Decision) -> None:
+    judged = JudgeInput(ticket=TicketMeta.of(_ticket()), confirm_a=_v("t1", "confirm-a", a),
+                        replicate_id="t1r" if b else None, confirm_b=_v("t1r", "confirm-b", b) if b else None)
+    assert rule_decision(judged).decision is expected
+
+
+def test_verdicts_must_match_ticket_and_tier() -> None:
+    with pytest.raises(ValidationError):
+        JudgeInput(ticket=TicketMeta.of(_ticket()), confirm_a=_v("other", "confirm-a", Verdict.WIN))
+    with pytest.raises(ValidationError):  # a confirm-a verdict cannot stand in for the replicate
+        JudgeInput(ticket=TicketMeta.of(_ticket()), confirm_a=_v("t1", "confirm-a", Verdict.WIN),
+                   replicate_id="t1", confirm_b=_v("t1", "confirm-a", Verdict.WIN))  # type: ignore[arg-type]
+
+
+def _promotable() -> JudgeInput:
+    return JudgeInput(ticket=TicketMeta.of(_ticket()), confirm_a=_v("t1", "confirm-a", Verdict.WIN),
+                      replicate_id="t1r", confirm_b=_v("t1r", "confirm-b", Verdict.WIN))
+
+
+def _reviewer(fake_url: str, flavour: str, log: Log) -> LLMCaller:
+    name = "openai:gpt-4o" if flavour == "openai" else "anthropic:claude-sonnet-4-6"
+    provider = make_provider(name, log, Actor.JUDGE, base_url=fake_url, timeout_s=5)
+    return LLMCaller(provider, log, LLMUsage(), Actor.JUDGE, backoff_base_s=0.01)
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_llm_judge_may_reject_or_escalate_but_never_promote(flavour: str, keys: None, audit_log: Log) -> None:
+    server = openai_server if flavour == "openai" else anthropic_server
+    promote = Step.call("review", {"decision": "promote", "reason": "looks great"})
+    script = [Step.call("review", {"decision": "reject", "reason": "change does not match hypothesis"}),
+              Step.call("review", {"decision": "agree", "reason": "fine"}),
+              promote, promote, promote, promote]
+    rejected_input = JudgeInput(ticket=TicketMeta.of(_ticket()), confirm_a=_v("t1", "confirm-a", Verdict.NO_WIN))
+    with server(script) as fake:
+        judge = Judge(audit_log, reviewer=_reviewer(fake.base_url, flavour, audit_log))
+        first = judge.decide(_promotable())
+        assert (first.decision, first.by) == (Decision.REJECT, "llm")
+        assert judge.decide(_promotable()).decision is Decision.PROMOTE  # agree: the rule stands
+        assert judge.decide(rejected_input).decision is Decision.REJECT  # not asked: nothing to promote
+        # an LLM answering "promote" is schema-invalid every time: the judge escalates instead
+        assert judge.decide(_promotable()).decision is Decision.ESCALATE
+    assert len(fake.received) == 6
+    assert len(audit_log.events("judge_decision")) == 4

@@ -1,0 +1,126 @@
+"""The anchor and the event queue through the real gate service: its ledger, HTTP over its socket."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from audit import AuditLog, GateAnchorStore, verify_log
+from audit.gate_events import pull
+from audit.reader import iter_records
+from segfactory.home import Home
+from tests.audit.conftest import log_lines, write_lines
+from tests.conftest import CliResult
+
+START_S = 20  # the service must answer within this
+
+
+@pytest.fixture
+def gate_service(home: Home) -> Iterator[tuple[object, object]]:
+    """(Gate, GateClient): the gate's FastAPI app served by uvicorn on a Unix socket in a thread."""
+    import uvicorn
+
+    from gate.client import GateClient
+    from gate.core import Gate
+    from gate.service import bind_unix_socket, create_app
+    from segfactory.errors import GateError
+
+    (home.root / "vault").mkdir(parents=True)
+    gate = Gate(home.vault, home_root=home.root)
+    sock_path = home.root / "gate-run" / "gate.sock"
+    server = uvicorn.Server(uvicorn.Config(create_app(gate), log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [bind_unix_socket(sock_path)]}, daemon=True)
+    thread.start()
+    client = GateClient(socket_path=sock_path)
+    deadline = time.monotonic() + START_S
+    while True:
+        try:
+            client.get_anchor()
+            break
+        except GateError:
+            assert time.monotonic() < deadline, "gate service did not start"
+            time.sleep(0.05)
+    yield gate, client
+    client.close()
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_head_is_anchored_in_the_gate_ledger(home: Home, gate_service: tuple[object, object]) -> None:
+    _, client = gate_service
+    store = GateAnchorStore(client)  # type: ignore[arg-type]
+    assert store.get() is None
+    with AuditLog(home, store, anchor_every_records=3) as log:
+        for i in range(7):
+            log.append("runner", "step", {"i": i}, run_id="r1")
+        assert store.get() is not None and store.get().seq == 5  # type: ignore[union-attr]
+        log.close_run("r1")
+    anchor = store.get()
+    assert anchor is not None and anchor.seq == 6
+    assert verify_log(home.audit, anchor, strict=True).ok
+    lines = log_lines(home)
+    write_lines(home, lines[:-1])
+    assert not verify_log(home.audit, store.get()).ok
+
+
+def test_gate_events_are_pulled_acked_and_not_repeated(home: Home, gate_service: tuple[object, object]) -> None:
+    gate, client = gate_service
+    ledger = gate.ledger  # type: ignore[attr-defined]
+    ledger.queue_event("gate.verdict", {"ticket_id": "t1", "run_id": "r1", "verdict": "NO_WIN"})
+    ledger.queue_event("gate.invalid", {"ticket_id": "t2", "reason": "custom op domain"})
+    with AuditLog(home, None) as log:
+        assert pull(client, log) == 2  # type: ignore[arg-type]
+        assert pull(client, log) == 0  # type: ignore[arg-type]
+        ledger.queue_event("gate.verdict", {"ticket_id": "t3"})
+        assert pull(client, log) == 1  # type: ignore[arg-type]
+    records = list(iter_records(home.audit / "log.jsonl"))
+    assert [(r.actor.value, r.event) for r in records] == [
+        ("gate", "gate.verdict"), ("gate", "gate.invalid"), ("gate", "gate.verdict")]
+    assert records[0].run_id == "r1" and records[1].payload["reason"] == "custom op domain"
+    assert [r.payload["ticket_id"] for r in records] == ["t1", "t2", "t3"]
+    assert all(isinstance(r.payload["gate_event_id"], int) for r in records)
+    assert ledger.events_after(0) == []  # acknowledged events are dropped from the gate's queue
+
+
+def test_cli_verify_asks_the_served_gate(home: Home, gate_service: tuple[object, object], cli: Callable[..., CliResult]) -> None:
+    _, client = gate_service
+    with AuditLog(home, GateAnchorStore(client)) as log:  # type: ignore[arg-type]
+        log.append("human", "approve", {"id": "d1"})
+        log.close_run("r1")
+    result = cli("audit", "verify", "--json", "--home", str(home.root), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert '"anchor_checked": true' in result.stdout and '"unanchored_from": null' in result.stdout
+
+
+def test_missing_gate_is_a_clear_error(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    result = cli("audit", "verify", "--home", str(tmp_path / "nohome"), timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.startswith("segfactory: error: no segfactory home")
+
+
+class _CrashOnAck:
+    """The real client, except that the first ack dies (the puller crashed before acknowledging)."""
+
+    def __init__(self, client: object) -> None:
+        self.client = client
+
+    def pull_events(self, after: int) -> object:
+        return self.client.pull_events(after)  # type: ignore[attr-defined]
+
+    def ack_events(self, up_to: int) -> int:
+        raise ConnectionError("killed before the ack")
+
+
+def test_a_crash_before_the_ack_does_not_duplicate_events(home: Home, gate_service: tuple[object, object]) -> None:
+    gate, client = gate_service
+    gate.ledger.queue_event("gate.verdict", {"ticket_id": "t1"})  # type: ignore[attr-defined]
+    with AuditLog(home, None) as log:
+        with pytest.raises(ConnectionError):
+            pull(_CrashOnAck(client), log)
+        assert pull(client, log) == 0  # type: ignore[arg-type]
+    assert [r.payload["ticket_id"] for r in iter_records(home.audit / "log.jsonl")] == ["t1"]
+    assert gate.ledger.events_after(0) == []  # type: ignore[attr-defined]

@@ -1,0 +1,139 @@
+"""The gate's decisions in-process: coarse verdicts, budgets, replay, bad input, leakage."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gate.core import Gate
+from gate.ledger import Ledger
+from segfactory.records import Verdict
+from synthetic.splits import image_sha256, write_split
+from synthetic.versions import create_version
+from tests.gate import models
+from tests.gate.conftest import make_split, vault_hashes
+
+pytestmark = pytest.mark.bwrap
+
+
+def test_better_model_wins_and_same_model_does_not(gate: Gate, better_model: Path, gate_home: tuple[Path, Path]) -> None:
+    _, baseline = gate_home
+    win = gate.submit(better_model.read_bytes(), "t-win")
+    assert win.verdict.verdict is Verdict.WIN and win.verdict.tier == "confirm-a"
+    same = gate.submit(baseline.read_bytes(), "t-same")
+    assert same.verdict.verdict is Verdict.NO_WIN
+    assert "object_f1" in win.reason  # the numbers go to people, not into the verdict
+    assert set(win.verdict.model_dump()) == {"schema_version", "ticket_id", "tier", "verdict", "queries_left"}
+
+
+def test_replay_spends_nothing_and_cache_is_per_tier_version(gate: Gate, better_model: Path) -> None:
+    first = gate.submit(better_model.read_bytes(), "t1")
+    left = first.verdict.queries_left
+    again = gate.submit(b"anything at all", "t1")
+    assert again.verdict.verdict is first.verdict.verdict and again.verdict.queries_left == left
+    other = gate.submit(better_model.read_bytes(), "t2")
+    assert other.verdict.verdict is first.verdict.verdict and other.verdict.queries_left == left - 1
+    assert other.reason.startswith("cached")
+
+
+def test_replicate_goes_to_confirm_b_only_after_a_win(gate: Gate, better_model: Path, tmp_path: Path) -> None:
+    gate.submit(better_model.read_bytes(), "t0")
+    replicate = models.save(models.threshold_model(bias=-0.46), tmp_path / "rep.onnx")
+    answer = gate.submit(replicate.read_bytes(), "t0-rep", replicate_of="t0")
+    assert answer.verdict.tier == "confirm-b" and answer.verdict.verdict is Verdict.WIN
+    orphan = gate.submit(replicate.read_bytes(), "t9-rep", replicate_of="never-won")
+    assert orphan.verdict.verdict is Verdict.INVALID and "not a recorded WIN" in orphan.reason
+
+
+def test_budget_exhausted_after_the_last_query(gate: Gate, gate_home: tuple[Path, Path]) -> None:
+    home, baseline = gate_home
+    ledger = Ledger(home / "vault" / "ledger.sqlite")
+    ledger._db.execute("UPDATE tier_versions SET spent = budget - 1 WHERE tier = 'confirm-a'")
+    last = gate.submit(baseline.read_bytes(), "t-last")
+    assert last.verdict.verdict is Verdict.NO_WIN and last.verdict.queries_left == 0
+    after = gate.submit(baseline.read_bytes(), "t-after")
+    assert after.verdict.verdict is Verdict.BUDGET_EXHAUSTED
+    assert gate.submit(baseline.read_bytes(), "t-after").verdict.verdict is Verdict.BUDGET_EXHAUSTED
+
+
+def _bad_inputs(tmp: Path) -> dict[str, bytes]:
+    secret = "../../vault/tiers/confirm-a/v1/masks.npy"
+    return {
+        "non-onnx": b"GIF89a not a model",
+        "pickle": models.pickle_payload(tmp / "pwned"),
+        "external-data": models.external_data_model(secret).SerializeToString(),
+        "custom-domain": models.custom_domain_model().SerializeToString(),
+        "unbounded-loop": models.unbounded_loop_model().SerializeToString(),
+        "huge-constant": models.huge_constant_of_shape_model().SerializeToString(),
+        "wrong-output-shape": models.wrong_output_shape_model().SerializeToString(),
+        "empty": b"",
+    }
+
+
+def test_every_bad_input_is_one_undifferentiated_invalid(gate: Gate, gate_home: tuple[Path, Path], tmp_path: Path) -> None:
+    home, _ = gate_home
+    before = vault_hashes(home / "vault")
+    spent_before = gate.ledger.budget_left("confirm-a", 1)
+    answers = {name: gate.submit(data, f"bad-{name}") for name, data in _bad_inputs(tmp_path).items()}
+    answers["bad-ticket-id"] = gate.submit(b"x", "../../etc/passwd")
+    for name, outcome in answers.items():
+        body = outcome.verdict.model_dump()
+        assert body["verdict"] is Verdict.INVALID, name
+        assert outcome.reason, name  # the reason exists, for people
+    reasons = {o.reason for o in answers.values()}
+    assert len(reasons) > 3  # people get distinct reasons; agents get one word
+    assert gate.ledger.budget_left("confirm-a", 1) == spent_before - len(answers)  # INVALID spends
+    assert not (tmp_path / "pwned").exists()
+    assert vault_hashes(home / "vault") == before
+    stored = {q.ticket_id: q.reason for q in gate.ledger.queries()}
+    assert "external data" in stored["bad-external-data"]
+
+
+def test_changed_win_rule_stops_queries(gate_home: tuple[Path, Path], better_model: Path, tmp_path: Path) -> None:
+    home, _ = gate_home
+    rule = tmp_path / "win_rule.yaml"
+    shutil.copy(Path(__file__).parents[2] / "policies" / "win_rule.yaml", rule)
+    gate = Gate(home / "vault", win_rule_path=rule, home_root=home)
+    rule.write_text(rule.read_text().replace("margin: 0.0 ", "margin: 0.001 "))
+    answer = gate.submit(better_model.read_bytes(), "t-rule")
+    assert answer.verdict.verdict is Verdict.INVALID and "changed since it was pinned" in answer.reason
+    assert gate.status()["win_rule_ok"] is False
+
+
+def _dataset(home: Path, images: np.ndarray, masks: np.ndarray, approve: bool = True) -> str:
+    train = write_split(home.parent / "src-train", images, masks,
+                        [{"id": str(i), "sha256": image_sha256(img)} for i, img in enumerate(images)], [], {})
+    dev = write_split(home.parent / "src-dev", images[:4], masks[:4],
+                      [{"id": str(i), "sha256": image_sha256(img)} for i, img in enumerate(images[:4])], [], {})
+    return create_version(home, "synthetic", {"train": train, "dev": dev}, approve_it=approve).ref
+
+
+def test_clean_training_data_passes(gate: Gate, gate_home: tuple[Path, Path], better_model: Path) -> None:
+    home, _ = gate_home
+    ref = _dataset(home, *make_split(999, 40))
+    answer = gate.submit(better_model.read_bytes(), "t-clean", train_data=ref, run_id="r1")
+    assert answer.verdict.verdict is Verdict.WIN
+
+
+@pytest.mark.parametrize("kind", ["exact", "near"])
+def test_leak_quarantines_the_run(gate: Gate, gate_home: tuple[Path, Path], better_model: Path, kind: str) -> None:
+    home, _ = gate_home
+    held, masks = make_split(100, 160)  # the confirm-a images (same seed as the tier)
+    images = held[:20] if kind == "exact" else np.clip(held[:20] + 0.002, 0, 1)
+    ref = _dataset(home, np.concatenate([make_split(5, 20)[0], images]), np.concatenate([make_split(5, 20)[1], masks[:20]]))
+    answer = gate.submit(better_model.read_bytes(), f"t-leak-{kind}", train_data=ref, run_id="r-leak")
+    assert answer.verdict.verdict is Verdict.INVALID
+    assert gate.status()["quarantine"][0]["run_id"] == "r-leak"
+    later = gate.submit(better_model.read_bytes(), f"t-later-{kind}", run_id="r-leak")
+    assert later.verdict.verdict is Verdict.INVALID and "quarantined" in later.reason
+
+
+def test_unapproved_or_traversing_dataset_is_invalid(gate: Gate, gate_home: tuple[Path, Path], better_model: Path) -> None:
+    home, _ = gate_home
+    ref = _dataset(home, *make_split(998, 10), approve=False)
+    for i, name in enumerate([ref, "../../vault/v1", "synthetic/v99"]):
+        answer = gate.submit(better_model.read_bytes(), f"t-ds-{i}", train_data=name, run_id=f"r{i}")
+        assert answer.verdict.verdict is Verdict.INVALID, name

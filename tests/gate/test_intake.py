@@ -1,0 +1,100 @@
+"""Hardened ONNX intake: hostile graphs are refused before anything runs them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+
+from gate import intake
+from gate.intake import IntakeError, inspect_bytes, inspect_model
+from tests.gate import models
+
+HOSTILE = {
+    "custom domain op": models.custom_domain_model,
+    "EPContext node": models.epcontext_model,
+    "unbounded Loop": models.unbounded_loop_model,
+    "huge ConstantOfShape": models.huge_constant_of_shape_model,
+    "wrong signature": models.wrong_signature_model,
+}
+
+
+def test_good_models_pass_with_their_hash() -> None:
+    for model in (models.threshold_model(), models.conv_model()):
+        checked = inspect_bytes(model.SerializeToString())
+        assert len(checked.sha256) == 64 and checked.data == model.SerializeToString()
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_graphs_are_refused(name: str) -> None:
+    with pytest.raises(IntakeError):
+        inspect_bytes(HOSTILE[name]().SerializeToString())
+
+
+def test_model_local_function_is_refused() -> None:
+    model = models.threshold_model()
+    model.functions.append(onnx.FunctionProto(name="f", domain="local"))
+    with pytest.raises(IntakeError, match="functions"):
+        inspect_bytes(model.SerializeToString())
+
+
+def test_pickle_renamed_onnx_is_refused_and_never_executed(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    path = tmp_path / "model.onnx"
+    path.write_bytes(models.pickle_payload(marker))
+    with pytest.raises(IntakeError, match="not an ONNX"):
+        inspect_model(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("payload", [b"", b"hello world, not onnx", b"PK\x03\x04zipzip", os.urandom(256)])
+def test_non_onnx_bytes_are_refused(payload: bytes) -> None:
+    with pytest.raises(IntakeError):
+        inspect_bytes(payload)
+
+
+def test_external_data_pointing_at_a_vault_file_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "vault" / "tiers" / "confirm-a" / "v1" / "masks.npy"
+    secret.parent.mkdir(parents=True)
+    secret.write_bytes(b"\x00" * 64)
+    with pytest.raises(IntakeError, match="external data"):
+        inspect_bytes(models.external_data_model(str(secret)).SerializeToString())
+
+
+def test_external_data_through_a_planted_symlink_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "vault-file"
+    secret.write_bytes(b"\x00" * 64)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "weights.bin").symlink_to(secret)
+    model = models.save(models.external_data_model("weights.bin"), work / "model.onnx")
+    with pytest.raises(IntakeError, match="external data"):
+        inspect_model(model)
+
+
+def test_a_symlinked_model_path_is_refused(tmp_path: Path) -> None:
+    real = models.save(models.threshold_model(), tmp_path / "real.onnx")
+    link = tmp_path / "link.onnx"
+    link.symlink_to(real)
+    with pytest.raises(IntakeError, match="symlink"):
+        inspect_model(link)
+
+
+def test_path_traversal_names_no_file(tmp_path: Path) -> None:
+    with pytest.raises(IntakeError):
+        inspect_model(tmp_path / ".." / ".." / "etc" / "shadow-does-not-exist")
+
+
+def test_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "big.onnx"
+    path.write_bytes(models.threshold_model().SerializeToString() + b"\x00" * 2048)
+    with pytest.raises(IntakeError, match="MAX_MODEL_BYTES"):
+        intake.read_capped(path, cap=1024)
+
+
+def test_large_initializers_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(intake, "MAX_INITIALIZER_BYTES", 64)
+    with pytest.raises(IntakeError, match="MAX_INITIALIZER_BYTES"):
+        inspect_bytes(models.conv_model(channels=8).SerializeToString())

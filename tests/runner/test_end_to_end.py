@@ -1,0 +1,78 @@
+"""A real ticket through the real bwrap sandbox: vision.worker trains, the host copies out and scores."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from audit import AuditLog
+from runner import TicketStatus, execute_ticket
+from runner.scheduler import Scheduler
+from segfactory.home import Home
+from segfactory.records import Ticket
+from synthetic.versions import DatasetVersion
+from tests.runner.conftest import BASE_CONFIG
+
+pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+
+
+def test_ticket_trains_in_bwrap_with_host_computed_evidence(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    ticket = Ticket(id="e2e", arm="agent", kind="config", hypothesis="one epoch trains a usable model",
+                    change={"optim": {"lr": 0.003}, "epochs": 5}, budget={"device_seconds": 240, "epochs": 1},
+                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0}, seed=3)
+    outcome = execute_ticket(ticket, home=home, dataset_version=dataset, backend="bwrap",
+                             base_config=dict(BASE_CONFIG), audit=audit_log, run_id="r1", scheduler=scheduler)
+    assert outcome.status == TicketStatus.DONE, (outcome.reason, outcome.attempts)
+    assert len(outcome.attempts) == 1 and outcome.attempts[0].exit_code == 0
+    assert outcome.device_seconds > 0
+    evidence = outcome.evidence
+    assert evidence is not None and evidence.dev_metrics["n_images"] == 12
+    assert evidence.manifest["train"]["count"] == 24
+    config = (home.tickets_dir("r1") / "e2e" / "work" / "config.yaml").read_text()
+    assert "epochs: 1" in config and "seed: 3" in config  # the budget caps epochs; the ticket sets the seed
+    assert outcome.sandbox_reported is not None  # the worker's own result.json, kept apart from evidence
+
+
+OOM_WORKER = '''
+"""Stand-in worker of a code ticket: needs batch_size * 48 MiB, then writes a tiny real model."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+args = dict(zip(sys.argv[1::2], sys.argv[2::2], strict=True))
+config = yaml.safe_load(Path(args["--config"]).read_text())
+block = np.ones(config["batch_size"] * 48 * 2**20, dtype=np.uint8)
+sys.path.insert(0, "/opt/segfactory/src")
+out = Path(args["--out"])
+out.mkdir(exist_ok=True)
+from onnx import TensorProto, helper
+x = helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, "H", "W"])
+y = helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1, "H", "W"])
+graph = helper.make_graph([helper.make_node("Sigmoid", ["image"], ["prob"])], "g", [x], [y])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+(out / "model.onnx").write_bytes(model.SerializeToString())
+'''
+
+
+def test_oom_in_a_memory_limited_sandbox_is_retried_at_half_the_batch(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog) -> None:
+    from runner.scheduler import Admission, MemoryEstimator, SchedulerSettings
+    from tests.runner.conftest import PROFILED
+
+    settings = SchedulerSettings(reserve_bytes=0, memory_limit_bytes=640 * 2**20)  # batch 16 needs 768 MiB
+    scheduler = Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings),
+                          settings)
+    ticket = Ticket(id="oom", arm="agent-code", kind="code", hypothesis="a bigger batch fits",
+                    change={"files": {"vision/worker.py": OOM_WORKER}, "config": {"batch_size": 16}},
+                    budget={"device_seconds": 120, "epochs": 1},
+                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0}, seed=5)
+    outcome = execute_ticket(ticket, home=home, dataset_version=dataset, backend="bwrap",
+                             base_config=dict(BASE_CONFIG), audit=audit_log, run_id="r1", scheduler=scheduler)
+    assert outcome.status == TicketStatus.DONE, (outcome.reason, outcome.attempts)
+    assert [(a.batch_size, a.grad_accum, a.oom) for a in outcome.attempts] == [(16, 1, True), (8, 2, False)]

@@ -1,0 +1,128 @@
+"""execute_ticket: refusal before start, OOM retry under a real rlimit, host-computed evidence,
+and a planted symlink or FIFO in place of the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from audit import AuditLog, iter_records
+from runner import TicketStatus, execute_ticket
+from runner.scheduler import Scheduler
+from segfactory.home import Home
+from segfactory.records import Ticket
+from synthetic.splits import read_split
+from synthetic.versions import DatasetVersion
+from tests.runner.conftest import BASE_CONFIG, StandinLauncher
+from vision.metrics import aggregate, per_image_metrics
+
+MIB = 2**20
+
+
+def make_ticket(tid: str = "t1", seconds: float = 60, change: dict[str, Any] | None = None) -> Ticket:
+    return Ticket(id=tid, arm="agent", kind="config", hypothesis="a smaller learning rate helps",
+                  change=change or {"optim": {"lr": 0.001}}, budget={"device_seconds": seconds, "epochs": 1},
+                  expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01}, seed=11)
+
+
+def events(home: Home) -> list[str]:
+    return [record.event for record in iter_records(home.audit / "log.jsonl")]
+
+
+def run(ticket: Ticket, home: Home, dataset: DatasetVersion, launcher: StandinLauncher, audit_log: AuditLog,
+        scheduler: Scheduler, **kw: Any) -> Any:
+    return execute_ticket(ticket, home=home, dataset_version=dataset, backend=launcher,
+                          base_config=dict(BASE_CONFIG), audit=audit_log, run_id="r1", scheduler=scheduler, **kw)
+
+
+def test_budget_beyond_policy_is_refused_before_anything_starts(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    launcher = StandinLauncher()
+    outcome = run(make_ticket(seconds=10 * 3600), home, dataset, launcher, audit_log, scheduler)
+    assert outcome.status == TicketStatus.REFUSED
+    assert "exceeds the policy limit" in str(outcome.reason)
+    assert launcher.requests == []
+    assert not home.tickets_dir("r1").exists()
+    assert events(home) == ["ticket_refused"]
+
+
+def test_path_outside_workspace_and_bad_config_are_refused(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    launcher = StandinLauncher()
+    escaping = run(make_ticket(change={"model": {"encoder_weights": "/root/.ssh/id_rsa"}}), home, dataset,
+                   launcher, audit_log, scheduler)
+    invalid = run(make_ticket("t2", change={"batch_size": -3}), home, dataset, launcher, audit_log, scheduler)
+    assert escaping.status == invalid.status == TicketStatus.REFUSED
+    assert "outside the ticket's workspace" in str(escaping.reason)
+    assert "batch_size" in str(invalid.reason)
+    assert launcher.requests == [] and not home.tickets_dir("r1").exists()
+
+
+def expected_dev_metrics(model: Path, dev_dir: Path, threshold: float) -> dict[str, float]:
+    """The same metrics by an independent path: onnxruntime in this process on the same bytes."""
+    dev = read_split(dev_dir)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    prob = session.run(["prob"], {"image": dev.images[:, None]})[0]
+    return aggregate(per_image_metrics(prob[:, 0], dev.masks, threshold=threshold))
+
+
+@pytest.mark.bwrap
+def test_evidence_is_host_computed_not_sandbox_reported(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    outcome = run(make_ticket(), home, dataset, StandinLauncher(), audit_log, scheduler)
+    assert outcome.status == TicketStatus.DONE, outcome.reason
+    evidence = outcome.evidence
+    assert evidence is not None
+    model = home.tickets_dir("r1") / "t1" / "model.onnx"
+    assert evidence.dev_metrics == pytest.approx(expected_dev_metrics(model, dataset.dev, 0.5), abs=1e-6)
+    assert outcome.sandbox_reported is not None
+    assert outcome.sandbox_reported["dev_metrics"]["object_f1"] == 0.999
+    assert evidence.dev_metrics["object_f1"] != 0.999
+    assert evidence.manifest["train"]["content_hash"] == dataset.split_hashes["train"]
+    manifest = json.loads(Path(evidence.manifest_file).read_text())
+    assert manifest["image_hashes"] == [row["sha256"] for row in read_split(dataset.train).image_meta]
+    assert json.loads((model.parent / "outcome.json").read_text())["status"] == "DONE"
+    assert events(home)[-3:] == ["model_copied_out", "evidence_computed", "ticket_done"]
+
+
+def test_oom_is_retried_at_half_the_batch_under_a_real_rlimit(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    # batch 16 asks for 512 MiB, batch 8 for 256 MiB: a 400 MiB data limit fails the first, passes the second
+    launcher = StandinLauncher(memory_bytes=400 * MIB)
+    outcome = run(make_ticket(change={"batch_size": 16}), home, dataset, launcher, audit_log, scheduler,
+                  scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32))
+    assert outcome.status == TicketStatus.DONE, outcome.reason
+    assert [(a.batch_size, a.grad_accum, a.oom) for a in outcome.attempts] == [(16, 1, True), (8, 2, False)]
+    assert outcome.attempts[0].memory_estimate_bytes and outcome.attempts[1].memory_estimate_bytes
+    assert outcome.attempts[1].memory_estimate_bytes < outcome.attempts[0].memory_estimate_bytes
+    assert events(home).count("ticket_attempt") == 2
+
+
+def test_oom_at_every_batch_fails_as_a_recorded_state(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    launcher = StandinLauncher(memory_bytes=400 * MIB, mib_per_sample=1024)  # even batch 1 is too big
+    outcome = run(make_ticket(change={"batch_size": 4}), home, dataset, launcher, audit_log, scheduler)
+    assert outcome.status == TicketStatus.FAILED
+    assert "out of memory" in str(outcome.reason)
+    assert len(outcome.attempts) == 3  # 4 -> 2 -> 1, then nothing smaller
+    assert str(outcome.traceback_ref).startswith("blob:")
+    assert "TicketFailed" in audit_log.blobs.path_for(str(outcome.traceback_ref)).read_text()
+
+
+@pytest.mark.parametrize("mode", ["symlink", "fifo"])
+def test_planted_model_is_refused_and_recorded(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, mode: str,
+        tmp_path: Path) -> None:
+    secret = tmp_path / "host-secret.onnx"
+    secret.write_bytes(b"not for the sandbox")
+    outcome = run(make_ticket(), home, dataset, StandinLauncher(mode=mode, target=str(secret)), audit_log,
+                  scheduler)
+    assert outcome.status == TicketStatus.FAILED
+    assert "UnsafeArtifact" in str(outcome.reason)
+    assert not (home.tickets_dir("r1") / "t1" / "model.onnx").exists()
+    assert outcome.evidence is None

@@ -1,0 +1,69 @@
+"""Tickets that ask for too much, or point outside their workspace, are refused before they start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import BudgetPolicy, load_budget_policy, refusal_reason
+from segfactory.errors import PolicyError
+from segfactory.records import Ticket
+
+POLICY = BudgetPolicy(max_device_seconds=120, max_epochs=10)
+
+
+def ticket(change: dict[str, Any] | None = None, kind: str = "config", seconds: float = 60,
+           epochs: int = 2) -> Ticket:
+    return Ticket(id="t1", arm="agent", kind=kind, hypothesis="h", change=change or {},
+                  budget={"device_seconds": seconds, "epochs": epochs},
+                  expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01}, seed=7)
+
+
+def test_a_plain_config_ticket_may_start() -> None:
+    assert refusal_reason(ticket({"optim.lr": 0.01, "model": {"name": "unet-resnet10t"}}), POLICY) is None
+
+
+def test_budget_beyond_policy_is_refused() -> None:
+    assert "exceeds the policy limit of 120" in str(refusal_reason(ticket(seconds=121), POLICY))
+    assert "11 epochs exceeds" in str(refusal_reason(ticket(epochs=11), POLICY))
+
+
+@pytest.mark.parametrize("value", ["/etc/passwd", "../../vault/confirm-a", "/work/../root", "~/.ssh/id_rsa",
+                                   "/data/train/images.npy", "..\\..\\x"])
+def test_paths_outside_the_workspace_are_refused(value: str) -> None:
+    reason = refusal_reason(ticket({"model": {"encoder_weights": value}}), POLICY)
+    assert reason is not None and "outside the ticket's workspace" in reason
+
+
+@pytest.mark.parametrize("value", ["/work/weights.safetensors", "weights/enc.safetensors"])
+def test_paths_inside_the_workspace_are_accepted(value: str) -> None:
+    assert refusal_reason(ticket({"model": {"encoder_weights": value}}), POLICY) is None
+
+
+def test_code_files_must_stay_in_the_code_copy() -> None:
+    inside = ticket({"files": {"vision/losses.py": "x = '/etc/passwd'\n"}}, kind="code")
+    assert refusal_reason(inside, POLICY) is None  # file text is code, not a path
+    outside = ticket({"files": {"../config.yaml": "epochs: 999\n"}}, kind="code")
+    assert "outside the ticket's code copy" in str(refusal_reason(outside, POLICY))
+
+
+def test_data_requests_do_not_run() -> None:
+    assert "approvals queue" in str(refusal_reason(ticket(kind="data_request"), POLICY))
+
+
+def test_budgets_come_from_the_policy_file_per_profile(tmp_path: Path) -> None:
+    assert load_budget_policy("demo").max_device_seconds == 120  # policies/budgets.yaml
+    assert load_budget_policy("default", tmp_path / "absent.yaml") == BudgetPolicy()
+    bad = tmp_path / "budgets.yaml"
+    bad.write_text("profiles: {demo: {ticket: {max_epochs: -1}}}\n")
+    with pytest.raises(PolicyError, match="invalid budget policy"):
+        load_budget_policy("demo", bad)
+    with pytest.raises(PolicyError, match="no budget for profile 'demo'"):
+        load_budget_policy("demo", _write(tmp_path / "other.yaml", "profiles: {default: {}}\n"))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

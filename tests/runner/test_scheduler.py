@@ -1,0 +1,110 @@
+"""The scheduler: profile fits, cached estimates, admission against free memory, OOM sizing."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from runner.scheduler import (
+    ESTIMATE_SAFETY,
+    Admission,
+    MemoryEstimator,
+    SchedulerSettings,
+    is_oom,
+    load_profile,
+    save_profile,
+    shrink_for_oom,
+)
+from segfactory.errors import LimitExceeded
+from segfactory.home import Home
+from tests.runner.conftest import PROFILED
+
+MIB = 2**20
+
+
+def test_profile_fit_and_estimate_scale_with_batch_and_area() -> None:
+    intercept, slope, size = PROFILED.fit("unet-mobilenetv3") or (0, 0, 0)
+    assert size == 32
+    assert slope == pytest.approx(100 * MIB / 12)
+    assert PROFILED.estimate("unet-mobilenetv3", 4, 32) == int(ESTIMATE_SAFETY * 600 * MIB)
+    bigger = PROFILED.estimate("unet-mobilenetv3", 4, 64) or 0
+    assert bigger == int(ESTIMATE_SAFETY * (intercept + 4 * slope * 4))  # 4x the area per image
+    assert PROFILED.estimate("unet-resnet10t", 4, 32) is None
+
+
+def test_profile_round_trips_through_the_home(home: Home) -> None:
+    assert load_profile(home) is None
+    save_profile(home, PROFILED)
+    assert load_profile(home) == PROFILED
+
+
+def test_estimates_are_cached_by_config_hash(home: Home) -> None:
+    estimator = MemoryEstimator(home, PROFILED)
+    first = estimator.estimate("unet-mobilenetv3", 8, 32)
+    assert estimator.estimate("unet-mobilenetv3", 8, 32) == first
+    assert (estimator.hits, estimator.probes) == (1, 0)
+    cache = json.loads((home.root / "memory_estimates.json").read_text())
+    assert list(cache.values()) == [first]
+    again = MemoryEstimator(home, None)  # a new process: the cache answers without a probe
+    assert again.estimate("unet-mobilenetv3", 8, 32) == first and again.probes == 0
+
+
+def admission(free: Callable[[], int], **settings: Any) -> Admission:
+    return Admission("cpu", 8 * 1024 * MIB, SchedulerSettings(reserve_bytes=1024 * MIB, **settings), free)
+
+
+def test_an_estimate_larger_than_the_device_is_refused_at_once() -> None:
+    with pytest.raises(LimitExceeded, match="exceeds the device's 7168 MiB"), admission(lambda: 8 * 1024 * MIB).admit(7200 * MIB):
+        pass
+
+
+def test_admission_waits_for_free_memory_and_keeps_the_reserve() -> None:
+    free = [1500 * MIB]
+    gate = admission(lambda: free[0])
+    assert not gate.fits(600 * MIB)  # 1500 - 1024 reserve = 476 MiB of headroom
+    with pytest.raises(LimitExceeded, match="did not fit"), gate.admit(600 * MIB, wait_s=0.2):
+        pass
+    threading.Timer(0.3, lambda: free.__setitem__(0, 4000 * MIB)).start()
+    started = time.monotonic()
+    with gate.admit(600 * MIB, wait_s=5):
+        assert time.monotonic() - started >= 0.25
+        assert not gate.fits(2400 * MIB)  # in-flight estimates count against free memory
+    assert gate.fits(2400 * MIB)
+
+
+def test_concurrency_is_a_setting() -> None:
+    gate = admission(lambda: 64 * 1024 * MIB, concurrency=2)
+    inside, peak = [0], [0]
+    lock = threading.Lock()
+
+    def ticket() -> None:
+        with gate.admit(10 * MIB, wait_s=10):
+            with lock:
+                inside[0] += 1
+                peak[0] = max(peak[0], inside[0])
+            time.sleep(0.2)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=ticket) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert peak[0] == 2
+
+
+def test_oom_detection_and_shrinking() -> None:
+    assert is_oom(137, False, "") and is_oom(1, True, "")
+    assert is_oom(1, False, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert is_oom(1, False, "Traceback ...\nMemoryError")
+    assert not is_oom(1, False, "ValueError: bad config") and not is_oom(0, False, "MemoryError")
+    assert shrink_for_oom({"batch_size": 16, "grad_accum": 1}) == {"batch_size": 8, "grad_accum": 2}
+    assert shrink_for_oom({"batch_size": 1, "grad_accum": 8}) is None
+    with pytest.raises(ValueError):
+        SchedulerSettings(concurrency=0)

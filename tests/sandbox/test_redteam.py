@@ -1,0 +1,198 @@
+"""Red-team attempts against every backend (issue 5, item 8).
+
+Each attempt must fail or be contained, be visible to host-side detection where the issue says
+so (decoy reads), and leave the host healthy: no leftover process, no stray cgroup, no change to
+protected files. Bombs and timeouts carry the ``slow`` mark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sandbox import SandboxResult
+from sandbox._cgroup import CGROUP_V1, PARENT
+from segfactory.home import SOURCE_ROOT
+from tests.sandbox.conftest import small_limits
+
+Run = Callable[..., SandboxResult]
+STATIC_READER = r"""
+#include <fcntl.h>
+#include <unistd.h>
+int main(int argc, char **argv) { char b[16]; int fd = open(argv[1], O_RDONLY); return fd < 0 ? 1 : read(fd, b, 16) < 0; }
+"""
+
+
+def _fake_home(tmp_path: Path) -> tuple[Path, str]:
+    """A factory home with a secret in its vault and a pinned gate file."""
+    home, token = tmp_path / "home", secrets.token_hex(16)
+    (home / "vault" / "gate-pinned").mkdir(parents=True)
+    (home / "home.json").write_text(json.dumps({"profile": "demo"}))
+    (home / "vault" / "seeds.json").write_text(json.dumps({"confirm-a": token}))
+    (home / "vault" / "gate-pinned" / "gate.py").write_text(f"TOKEN = {token!r}\n")
+    return home, token
+
+
+def _leftovers(token: str) -> list[str]:
+    """Host processes whose command line holds ``token``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and token.encode() in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
+
+
+def _assert_host_healthy(token: str) -> None:
+    assert subprocess.run(["true"], timeout=10).returncode == 0
+    assert _leftovers(token) == []
+    stray = CGROUP_V1 / "pids" / PARENT
+    assert not stray.is_dir() or [p for p in stray.iterdir() if p.is_dir()] == []
+
+
+def test_vault_home_proc_root_and_environ_are_unreachable(run_in: Run, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    home, token = _fake_home(tmp_path)
+    monkeypatch.setenv("SEGF_REDTEAM", token)
+    seeds = home / "vault" / "seeds.json"
+    script = f"""
+cat {seeds}; cat /proc/1/root{seeds}; cat /proc/1/environ /proc/*/environ
+python -c "print(open('{seeds}').read())"
+python -S -c "print(open('/proc/1/root{seeds}').read())"
+python -c "import ctypes; l=ctypes.CDLL(None); print(l.open(b'{seeds}', 0))"
+ls /proc/1/root{SOURCE_ROOT} {home} /root /var/lib/segfactory
+true"""
+    result = run_in(script)
+    out = result.stdout.data + result.stderr.data
+    assert token.encode() not in out
+    assert b"-1\n" in result.stdout.data  # the ctypes open failed
+    assert out.count(b"No such file") >= 6
+
+
+def test_docker_socket_and_network_are_unreachable(run_in: Run) -> None:
+    probe = """
+import socket
+for family, addr in ((socket.AF_UNIX, '/var/run/docker.sock'), (socket.AF_UNIX, '/run/docker.sock'),
+                     (socket.AF_INET, ('172.17.0.1', 2375)), (socket.AF_INET, ('1.1.1.1', 443)),
+                     (socket.AF_INET, ('127.0.0.1', 2375))):
+    s = socket.socket(family, socket.SOCK_STREAM); s.settimeout(2)
+    try:
+        s.connect(addr); print('CONNECTED', addr)
+    except OSError as exc:
+        print('refused', addr, type(exc).__name__)
+"""
+    result = run_in(["python", "-c", probe])
+    assert result.exit_code == 0 and b"CONNECTED" not in result.stdout.data
+    assert result.stdout.data.count(b"refused") == 5
+
+
+def test_escape_from_work_through_symlinks_and_dotdot(run_in: Run, tmp_path: Path) -> None:
+    token = secrets.token_hex(16)
+    (tmp_path / "beside-workspace.txt").write_text(token)
+    host = tmp_path / "beside-workspace.txt"
+    script = f"""
+cat /work/../beside-workspace.txt; cd /work/../../..; cat ./beside-workspace.txt {host}
+ln -s {host} /work/link-abs; ln -s ../beside-workspace.txt /work/link-rel; cat /work/link-abs /work/link-rel
+python -c "import os; print(os.listdir('/work/..'))"
+true"""
+    result = run_in(script)
+    assert token.encode() not in result.stdout.data + result.stderr.data
+    assert b"beside-workspace" not in result.stdout.data
+
+
+def test_writes_outside_work_fail(run_in: Run, tmp_path: Path) -> None:
+    train = tmp_path / "train"
+    train.mkdir()
+    targets = ["/", "/usr", "/etc", "/opt/python", "/opt/segfactory/src/vision", "/opt/venv/site-packages",
+               "/data/train", "/data/holdout", "/vault", "/bin", "/sbin"]
+    script = "; ".join(f"touch {t}/pwned 2>/dev/null && echo WROTE {t}" for t in targets)
+    result = run_in(script + "; touch /tmp/ok /work/ok && echo fine", data={"train": train})
+    assert b"WROTE" not in result.stdout.data and b"fine" in result.stdout.data
+    assert not (SOURCE_ROOT / "vision" / "pwned").exists() and list(train.iterdir()) == []
+
+
+def test_pinned_gate_cannot_be_modified(run_in: Run, tmp_path: Path) -> None:
+    home, _token = _fake_home(tmp_path)
+    gate = home / "vault" / "gate-pinned" / "gate.py"
+    before = hashlib.sha256(gate.read_bytes()).hexdigest()
+    result = run_in(f"echo 'WIN=1' >> {gate}; echo 'WIN=1' >> /proc/1/root{gate}; "
+                    f"python -c \"open('{gate}', 'a').write('x')\"; true")
+    assert hashlib.sha256(gate.read_bytes()).hexdigest() == before
+    assert result.stderr.data.count(b"cannot create") == 2 and b"FileNotFoundError" in result.stderr.data
+
+
+def test_decoy_reads_are_detected_whatever_the_reader(run_in: Run, tmp_path: Path) -> None:
+    readers = {
+        "/data/holdout/images.npy": "cat /data/holdout/images.npy | head -c 16 >/dev/null",
+        "/data/holdout/labels.npy": "python -S -c \"open('/data/holdout/labels.npy','rb').read(16)\"",
+        "/vault/confirm-a/v1/masks.npy": "python -I -c \"import ctypes; ctypes.CDLL(None).open(b'/vault/confirm-a/v1/masks.npy', 0)\"",
+    }
+    workspace = tmp_path / "ws"
+    if shutil.which("gcc") and _compile_static(workspace / "reader"):
+        readers["/vault/sealed/v1/masks.npy"] = "/work/reader /vault/sealed/v1/masks.npy"
+    result = run_in("; ".join(readers.values()))
+    seen = {e.path for e in result.events if e.kind == "protected_read_attempt" and not e.sandbox_reported}
+    assert seen == set(readers)
+    assert not any(e.kind == "monitoring_gap" for e in result.events)
+
+
+def _compile_static(out: Path) -> bool:
+    source = out.with_suffix(".c")
+    source.write_text(STATIC_READER)
+    proc = subprocess.run(["gcc", "-static", "-O1", "-o", str(out), str(source)], capture_output=True, timeout=60)
+    return proc.returncode == 0
+
+
+def test_giant_stdout_is_capped(run_in: Run) -> None:
+    result = run_in("head -c 200000000 /dev/zero; echo done >&2")
+    assert result.stdout.truncated and result.stdout.size == 200_000_000
+    assert len(result.stdout.data) < result.stdout.size and result.stderr.data == b"done\n"
+
+
+@pytest.mark.slow
+def test_fork_bomb_is_contained(run_in: Run, tmp_path: Path) -> None:
+    token = secrets.token_hex(8)
+    (tmp_path / "ws" / f"bomb-{token}.sh").write_text("b() { b | b & }; b; sleep 100\n")
+    result = run_in(["sh", f"/work/bomb-{token}.sh"], timeout_s=4, limits=small_limits(pids=64))
+    assert result.timed_out or result.exit_code != 0
+    _assert_host_healthy(token)
+
+
+@pytest.mark.slow
+def test_memory_bomb_is_oom_killed(run_in: Run) -> None:
+    bomb = "chunks = []\nwhile True: chunks.append(bytearray(32 * 1024**2))"
+    result = run_in(["python", "-c", bomb], limits=small_limits(memory_bytes=256 * 1024**2))
+    assert result.oom_killed and result.exit_code == 137
+
+
+@pytest.mark.slow
+def test_full_disk_in_work_and_tmp_is_contained(run_in: Run, tmp_path: Path) -> None:
+    limit = 64 * 1024**2
+    script = ("dd if=/dev/zero of=/work/one bs=1M count=100 2>/dev/null; echo one=$?; "
+              "head -c 32000000 /dev/zero > /tmp/t; echo tmp=$?; rm -f /work/one; "
+              "i=0; while true; do head -c 16000000 /dev/zero > /work/f$i; i=$((i+1)); done")
+    limits = small_limits(workspace_bytes=limit, file_bytes=32 * 1024**2, tmp_bytes=16 * 1024**2)
+    result = run_in(script, limits=limits, timeout_s=20)
+    assert b"one=0" not in result.stdout.data and b"tmp=0" not in result.stdout.data
+    assert [e.kind for e in result.events if e.kind == "workspace_limit"] == ["workspace_limit"]
+    used = sum(p.stat().st_size for p in (tmp_path / "ws").iterdir())
+    assert used < limit + 1024**3 and not result.timed_out
+
+
+@pytest.mark.slow
+def test_outliving_the_timeout_is_killed(run_in: Run) -> None:
+    token = secrets.token_hex(8)
+    script = (f"trap '' TERM; setsid sh -c \"trap '' TERM; sleep 1000 # {token}\" & "
+              f"nohup sleep 1001 & sh -c \"trap '' TERM; sleep 1002 # {token}\"")
+    result = run_in(script, timeout_s=1)
+    assert result.timed_out and result.duration_s < 15
+    _assert_host_healthy(token)

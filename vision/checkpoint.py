@@ -1,0 +1,69 @@
+"""Safetensors checkpoints that carry their training config, and the resume state."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import nn
+
+from segfactory.errors import DataError
+from vision.config import TrainConfig, dump_config, parse_config
+
+FORMAT = "segfactory-vision-1"  # metadata["format"] of every checkpoint this module writes
+MODEL_FILE = "model.safetensors"
+RESUME_FILE = "resume.pt"  # optimiser, schedule and RNG state (tensors and plain values only)
+
+
+def _atomic(path: Path, write: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(model: nn.Module, config: TrainConfig, path: Path, epoch: int) -> None:
+    """Write weights (float32, CPU, contiguous) with the config as YAML in the metadata."""
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().float().cpu().contiguous() if v.is_floating_point() else v.detach().cpu().contiguous()
+             for k, v in model.state_dict().items()}
+    meta = {"format": FORMAT, "config": dump_config(config), "epoch": str(epoch)}
+    _atomic(path, lambda tmp: save_file(state, str(tmp), metadata=meta))
+
+
+def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], TrainConfig, int]:
+    """(state dict, config, epoch) from a checkpoint written by ``save_checkpoint``."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise DataError(f"checkpoint {path} not found")
+    with safe_open(str(path), framework="pt") as handle:
+        meta = handle.metadata() or {}
+    if meta.get("format") != FORMAT:
+        raise DataError(f"{path} is not a segfactory checkpoint (format {meta.get('format')!r})")
+    config = parse_config(yaml.safe_load(meta["config"]), f"{path} metadata")
+    return load_file(str(path)), config, int(meta["epoch"])
+
+
+def load_model(path: Path) -> tuple[nn.Module, TrainConfig]:
+    """Rebuild the model a checkpoint names and load its weights (eval mode, CPU)."""
+    from vision.models import build_model
+
+    state, config, _ = read_checkpoint(path)
+    model = build_model(config.model.name, config.model.decoder_width)
+    model.load_state_dict(state)
+    return model.eval(), config
+
+
+def save_resume(path: Path, state: dict[str, Any]) -> None:
+    _atomic(path, lambda tmp: torch.save(state, tmp))
+
+
+def load_resume(path: Path) -> dict[str, Any]:
+    """Resume state, read with ``weights_only=True`` (no arbitrary unpickling)."""
+    loaded: dict[str, Any] = torch.load(path, weights_only=True)
+    return loaded

@@ -1,0 +1,136 @@
+"""The training configuration: YAML validated by pydantic (``extra="forbid"``).
+
+Every range is explicit, and the robustness suite reads these ranges to mark each perturbation
+cell ``within_training_range``. A checkpoint stores the config it was trained with.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from segfactory.errors import UsageError
+
+LossName = Literal["bce", "dice", "focal", "tversky"]
+CONFIG_VERSION: Literal[1] = 1
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(Strict):
+    name: str = "unet-mobilenetv3"  # a preset name from vision.models (not baseline-classical)
+    decoder_width: int | None = Field(default=None, gt=0, le=512)  # None: the preset's width
+    encoder_weights: Path | None = None  # optional local safetensors file; random init otherwise
+
+
+class LossTerm(Strict):
+    name: LossName
+    weight: float = Field(default=1.0, gt=0)
+    focal_gamma: float = Field(default=2.0, ge=0)  # focal only
+    tversky_alpha: float = Field(default=0.3, ge=0, le=1)  # tversky: weight of false positives
+    tversky_beta: float = Field(default=0.7, ge=0, le=1)  # tversky: weight of false negatives
+
+
+class OptimConfig(Strict):
+    name: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(default=3e-3, gt=0, le=1)
+    weight_decay: float = Field(default=1e-4, ge=0)
+    momentum: float = Field(default=0.9, ge=0, lt=1)  # sgd only
+
+
+class ScheduleConfig(Strict):
+    name: Literal["constant", "cosine", "onecycle"] = "cosine"
+    warmup_epochs: int = Field(default=0, ge=0)
+
+
+class Range(Strict):
+    """A closed interval [low, high] sampled uniformly; low == high means a fixed value."""
+
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Range:
+        if self.low > self.high:
+            raise ValueError(f"range low {self.low} > high {self.high}")
+        return self
+
+
+class AugmentConfig(Strict):
+    """Augmentations, each with an explicit range; ``p`` is the chance one is applied to an image."""
+
+    p: float = Field(default=0.5, ge=0, le=1)
+    flip: bool = True  # horizontal and vertical flips, and 90-degree rotations
+    shift_px: Range = Range(low=0, high=0)  # translation in pixels (wrap-free, zero fill)
+    scale: Range = Range(low=1, high=1)  # magnification factor
+    gain: Range = Range(low=1, high=1)  # multiplicative intensity gain
+    offset: Range = Range(low=0, high=0)  # additive intensity offset
+    gamma: Range = Range(low=1, high=1)  # intensity gamma
+    noise_std: Range = Range(low=0, high=0)  # additive Gaussian noise std (intensity units)
+    blur_sigma: Range = Range(low=0, high=0)  # Gaussian blur sigma in pixels
+    gradient: Range = Range(low=0, high=0)  # additive linear ramp amplitude (scatter-like)
+
+
+class SamplingConfig(Strict):
+    crop: int | None = Field(default=None, gt=0)  # crop side in pixels; None trains on whole images
+    defect_centred_p: float = Field(default=0.0, ge=0, le=1)  # share of crops centred on a void
+    rare_oversample: float = Field(default=1.0, ge=1)  # weight of images holding a small void
+    rare_area_px: int = Field(default=16, gt=0)  # "small void": area below this many pixels
+
+
+class TrainConfig(Strict):
+    version: Literal[1] = CONFIG_VERSION
+    model: ModelConfig = ModelConfig()
+    loss: list[LossTerm] = Field(default_factory=lambda: [LossTerm(name="bce"), LossTerm(name="dice")],
+                                 min_length=1)
+    optim: OptimConfig = OptimConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    epochs: int = Field(gt=0, le=10_000)
+    batch_size: int = Field(gt=0, le=4096)
+    grad_accum: int = Field(default=1, gt=0, le=1024)  # micro-batches per optimiser step
+    augment: AugmentConfig = AugmentConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    seed: int = Field(default=0, ge=0)
+    threshold: float = Field(default=0.5, gt=0, lt=1)  # probability threshold for dev metrics
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(default=None, gt=0)  # CPU threads; None: torch's default
+    max_train_images: int | None = Field(default=None, gt=0)  # cap for quick runs; None: all
+
+
+def _field_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def parse_config(data: Any, source: str = "config") -> TrainConfig:
+    """Validate a mapping as a TrainConfig; a missing or wrong-typed field is a UsageError."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: a training config must be a YAML mapping; got {type(data).__name__}")
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(f"{source}: invalid training config: {_field_error(exc)}") from None
+
+
+def load_config(path: Path) -> TrainConfig:
+    """Read and validate a YAML training config."""
+    if not path.is_file():
+        raise UsageError(f"training config {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML ({exc})") from None
+    return parse_config(data, str(path))
+
+
+def dump_config(config: TrainConfig) -> str:
+    """The config as YAML (what a checkpoint and the sandbox worker carry)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

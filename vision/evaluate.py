@@ -1,0 +1,121 @@
+"""``segfactory evaluate``: every metric through onnxruntime on ``model.onnx``.
+
+The report holds pooled metrics, recall by size bin, bootstrap intervals over images, per-image
+values, the worst slice, optionally a paired comparison against a second model and the
+robustness suite (one cell per perturbation and severity, marked ``within_training_range``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from analysis.stats import DEFAULT_N_BOOT, bootstrap_ci, paired_bootstrap_diff
+from segfactory.errors import DataError
+from vision.config import AugmentConfig, parse_config
+from vision.data import load_eval_split
+from vision.metrics import (
+    DEFAULT_IOU_MATCH,
+    DEFAULT_MIN_SUPPORT,
+    DEFAULT_THRESHOLD,
+    PerImage,
+    aggregate,
+    object_f1,
+    object_recall,
+    per_image_metrics,
+    pixel_iou_micro,
+)
+from vision.onnx_infer import open_session, predict
+from vision.perturb import PERTURBATIONS, SEVERITIES, perturb, within_training_range
+from vision.slices import worst_slice
+
+COLLAPSE_DROP = 0.2  # an object-F1 drop (absolute) from clean that counts as a collapse
+
+
+def resolve_model(path: Path) -> Path:
+    """``M`` may be a model.onnx file or a run folder holding one."""
+    onnx_path = path / "model.onnx" if path.is_dir() else path
+    if not onnx_path.is_file():
+        raise DataError(f"no model at {path}: expected a model.onnx file or a run folder holding one")
+    return onnx_path
+
+
+def training_augment(onnx_path: Path) -> AugmentConfig | None:
+    """The augmentation ranges of the run that produced the model (its config.yaml), if known."""
+    cfg = onnx_path.parent / "config.yaml"
+    if not cfg.is_file():
+        return None
+    return parse_config(yaml.safe_load(cfg.read_text()), str(cfg)).augment
+
+
+def intervals(m: PerImage, n_boot: int, seed: int) -> dict[str, dict[str, float]]:
+    """Bootstrap intervals over images for the headline metrics."""
+    return {
+        "object_f1": bootstrap_ci((m.object_tp, m.object_fp, m.object_fn), object_f1, n_boot=n_boot, seed=seed).as_dict(),
+        "object_recall": bootstrap_ci((m.object_tp, m.object_fn), object_recall, n_boot=n_boot, seed=seed).as_dict(),
+        "pixel_iou": bootstrap_ci((m.pixel_tp, m.pixel_fp, m.pixel_fn), pixel_iou_micro, n_boot=n_boot,
+                                  seed=seed).as_dict(),
+        "boundary_iou": bootstrap_ci(m.boundary_iou, n_boot=n_boot, seed=seed).as_dict(),
+    }
+
+
+def compare(ref: PerImage, cand: PerImage, n_boot: int, seed: int) -> dict[str, Any]:
+    """Paired bootstrap of candidate minus reference object F1 over the same images."""
+    diff = paired_bootstrap_diff((ref.object_tp, ref.object_fp, ref.object_fn),
+                                 (cand.object_tp, cand.object_fp, cand.object_fn), object_f1, n_boot=n_boot, seed=seed)
+    return {"metric": "object_f1", "reference": object_f1((ref.object_tp, ref.object_fp, ref.object_fn)),
+            "candidate": object_f1((cand.object_tp, cand.object_fp, cand.object_fn)),
+            "diff": diff.as_dict(), "excludes_zero": bool(diff.low > 0 or diff.high < 0)}
+
+
+def robustness(session: Any, images: np.ndarray, masks: np.ndarray, clean: dict[str, float],
+               augment: AugmentConfig | None, seed: int, threshold: float, iou_match: float) -> list[dict[str, Any]]:
+    """One cell per perturbation and severity."""
+    cells = []
+    for name, p in PERTURBATIONS.items():
+        for sev in SEVERITIES:
+            x, y = perturb(name, sev, images, masks, seed)
+            agg = aggregate(per_image_metrics(predict("", x, session=session), y, threshold=threshold,
+                                              iou_match=iou_match))
+            inside = within_training_range(p, p.values[sev - 1], augment)
+            drop = clean["object_f1"] - agg["object_f1"]
+            verdict = "ok" if drop < COLLAPSE_DROP else ("vulnerability" if inside else "extrapolation")
+            cells.append({"perturbation": name, "severity": sev, "value": p.values[sev - 1],
+                          "within_training_range": inside, "object_f1": agg["object_f1"],
+                          "object_recall": agg["object_recall"], "pixel_iou": agg["pixel_iou"],
+                          "object_f1_drop": drop, "finding": verdict})
+    return cells
+
+
+def evaluate(model: Path, data: Path, *, with_robustness: bool = False, compare_to: Path | None = None,
+             threshold: float = DEFAULT_THRESHOLD, iou_match: float = DEFAULT_IOU_MATCH, seed: int = 0,
+             n_boot: int = DEFAULT_N_BOOT, min_support: int = DEFAULT_MIN_SUPPORT) -> dict[str, Any]:
+    """The full evaluation report (a JSON-ready dict)."""
+    onnx_path = resolve_model(model)
+    split = load_eval_split(data)
+    images, masks = np.asarray(split.images), np.asarray(split.masks)
+    session = open_session(onnx_path)
+    per = per_image_metrics(predict(onnx_path, images, session=session), masks, threshold=threshold,
+                            iou_match=iou_match)
+    metrics = aggregate(per)
+    report: dict[str, Any] = {
+        "model": str(onnx_path), "data": str(split.path), "threshold": threshold, "iou_match": iou_match,
+        "metrics": metrics, "intervals": intervals(per, n_boot, seed),
+        "worst_slice": worst_slice(per, split.image_meta, split.defects, min_support),
+        "per_image": {k: getattr(per, k).tolist() for k in ("object_tp", "object_fp", "object_fn",
+                                                               "pixel_iou", "dice", "boundary_iou")},
+    }
+    if compare_to is not None:
+        ref_path = resolve_model(compare_to)
+        ref = per_image_metrics(predict(ref_path, images), masks, threshold=threshold, iou_match=iou_match)
+        report["comparison"] = {"reference_model": str(ref_path), **compare(ref, per, n_boot, seed),
+                                "reference_metrics": aggregate(ref)}
+    if with_robustness:
+        augment = training_augment(onnx_path)
+        report["robustness"] = {"training_config_found": augment is not None, "collapse_drop": COLLAPSE_DROP,
+                                "cells": robustness(session, images, masks, metrics, augment, seed,
+                                                    threshold, iou_match)}
+    return report

@@ -1,0 +1,94 @@
+"""Slice scores from split metadata, and the worst slice with a minimum support.
+
+Defect slices group the voids listed in ``defects.jsonl`` by one attribute (a categorical value,
+or a numeric attribute's tertile within this split) and score object recall on them. Image
+slices group images by one acquisition parameter from ``images.jsonl`` and score micro object
+F1 on them. A slice with fewer than ``min_support`` members (voids or images) is reported but
+can never be the worst slice: a recall over three voids is noise, not a finding.
+
+A listed defect is matched to the ground-truth component of its image whose centroid is nearest
+to the centre of the defect's bbox; it counts as detected when that component was matched.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from vision.metrics import DEFAULT_MIN_SUPPORT, PerImage, object_f1
+
+DEFECT_NUMERIC = ("area", "diameter", "contrast", "thickness", "noise")
+DEFECT_CATEGORICAL = ("shape", "edge")
+IMAGE_SKIP = ("id", "sha256")
+TERTILES = (1 / 3, 2 / 3)
+
+
+def defect_detected(per_image: PerImage, image_index: dict[str, int], defects: list[dict[str, Any]]) -> np.ndarray:
+    """(D,) bool: each listed defect's nearest GT component in its image was matched."""
+    out = np.zeros(len(defects), dtype=bool)
+    by_image: dict[int, np.ndarray] = defaultdict(lambda: np.zeros(0, dtype=np.int64))
+    for img in np.unique(per_image.gt_image):
+        by_image[int(img)] = np.flatnonzero(per_image.gt_image == img)
+    for k, d in enumerate(defects):
+        objs = by_image[image_index.get(str(d.get("image_id")), -1)]
+        if objs.size == 0 or "bbox" not in d:
+            continue
+        y0, x0, y1, x1 = d["bbox"]
+        centre = np.array([(y0 + y1 - 1) / 2, (x0 + x1 - 1) / 2])
+        dist = np.linalg.norm(per_image.gt_centroid[objs] - centre, axis=1)
+        out[k] = bool(per_image.gt_matched[objs[int(np.argmin(dist))]])
+    return out
+
+
+def _groups(values: list[Any]) -> dict[str, np.ndarray]:
+    """Slice label -> member indices; numeric values go into tertiles, others by value."""
+    idx = np.arange(len(values))
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+        arr = np.array([np.nan if v is None else float(v) for v in values])
+        finite = np.isfinite(arr)
+        if np.unique(arr[finite]).size > 3:
+            lo, hi = np.quantile(arr[finite], TERTILES)
+            return {f"<{lo:.4g}": idx[finite & (arr < lo)], f"[{lo:.4g},{hi:.4g})": idx[finite & (arr >= lo) & (arr < hi)],
+                    f">={hi:.4g}": idx[finite & (arr >= hi)]}
+    out: dict[str, list[int]] = defaultdict(list)
+    for i, v in enumerate(values):
+        out[str(v)].append(i)
+    return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
+
+
+def slice_scores(per_image: PerImage, image_meta: list[dict[str, Any]], defects: list[dict[str, Any]],
+                 min_support: int = DEFAULT_MIN_SUPPORT) -> list[dict[str, Any]]:
+    """Every defect slice (object recall) and image slice (object F1) with its support."""
+    rows: list[dict[str, Any]] = []
+    index = {str(m.get("id")): i for i, m in enumerate(image_meta)}
+    hit = defect_detected(per_image, index, defects)
+    for attr in (*DEFECT_NUMERIC, *DEFECT_CATEGORICAL):
+        if not defects or attr not in defects[0]:
+            continue
+        for label, members in _groups([d.get(attr) for d in defects]).items():
+            rows.append({"kind": "defect", "attribute": attr, "value": label, "metric": "object_recall",
+                         "support": int(members.size), "score": float(hit[members].mean()) if members.size else 1.0,
+                         "eligible": bool(members.size >= min_support)})
+    keys = sorted({k for m in image_meta for k in m if k not in IMAGE_SKIP})
+    counts = (per_image.object_tp, per_image.object_fp, per_image.object_fn)
+    for key in keys:
+        values = [m.get(key) for m in image_meta]
+        if any(isinstance(v, dict | list) for v in values):
+            continue
+        for label, members in _groups(values).items():
+            rows.append({"kind": "image", "attribute": key, "value": label, "metric": "object_f1",
+                         "support": int(members.size), "score": object_f1(tuple(c[members] for c in counts)),
+                         "eligible": bool(members.size >= min_support)})
+    return rows
+
+
+def worst_slice(per_image: PerImage, image_meta: list[dict[str, Any]], defects: list[dict[str, Any]],
+                min_support: int = DEFAULT_MIN_SUPPORT) -> dict[str, Any]:
+    """The lowest-scoring eligible slice (None when no slice reaches ``min_support``) and all slices."""
+    rows = slice_scores(per_image, image_meta, defects, min_support)
+    eligible = [r for r in rows if r["eligible"]]
+    worst = min(eligible, key=lambda r: r["score"]) if eligible else None
+    return {"min_support": min_support, "worst": worst, "slices": rows}

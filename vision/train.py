@@ -1,0 +1,308 @@
+"""The training loop: ``train(config, data_dir, out_dir)``.
+
+Writes into ``out_dir``: ``model.safetensors`` (config in its metadata), ``model.onnx``,
+``learning_curve.jsonl`` (one line per epoch with dev metrics), ``resume.pt`` and
+``result.json``. A run is ``usable`` only if it finished, its checkpoint reloads to identical
+outputs, and its ONNX export matches PyTorch within ``vision.export.PARITY_ATOL``.
+
+Randomness: the model is initialised from ``seed``; epoch ``e`` draws its order, crops and
+augmentations from generators seeded with ``(seed, e)``, so a resumed run replays exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from segfactory.errors import DataError
+from vision.augment import augment
+from vision.checkpoint import (
+    MODEL_FILE,
+    RESUME_FILE,
+    load_resume,
+    read_checkpoint,
+    save_checkpoint,
+    save_resume,
+)
+from vision.config import TrainConfig, dump_config
+from vision.data import DatasetVersion, crop_batch, epoch_order, load_version, sample_weights
+from vision.losses import combined_loss
+from vision.metrics import aggregate, per_image_metrics
+from vision.models import CLASSICAL, build_model
+
+log = logging.getLogger(__name__)
+
+PARITY_IMAGES = 32  # dev images used by the reload and ONNX parity checks
+EVAL_BATCH = 128  # images per forward pass in dev evaluation
+CURVE_FILE = "learning_curve.jsonl"
+RESULT_FILE = "result.json"
+ONNX_FILE = "model.onnx"
+
+
+class TrainResult(BaseModel):
+    """What a run reports in result.json (the host recomputes evidence; this is the run's own view)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    usable: bool
+    stopped_reason: str | None = None  # set when the run ended early (NaN loss)
+    model: str
+    epochs_completed: int
+    device: str
+    reload_ok: bool = False
+    parity: dict[str, float | bool] = {}
+    dev: dict[str, float] = {}
+    timings: dict[str, float] = {}
+    files: dict[str, str] = {}
+
+
+class NonFiniteLoss(Exception):
+    """Raised inside the loop when the loss is NaN or inf."""
+
+
+def pick_device(config: TrainConfig) -> torch.device:
+    if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise DataError("config asks for device cuda but no CUDA device is available")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _lr_factor(config: TrainConfig, steps_per_epoch: int) -> Any:
+    total = max(1, config.epochs * steps_per_epoch)
+    warm = config.schedule.warmup_epochs * steps_per_epoch
+    if config.schedule.name == "onecycle":
+        warm = max(warm, int(0.3 * total))
+
+    def factor(step: int) -> float:
+        if warm and step < warm:
+            return (step + 1) / warm
+        if config.schedule.name == "constant":
+            return 1.0
+        progress = (step - warm) / max(1, total - warm)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def make_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    o = config.optim
+    if o.name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
+
+
+def _autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def predict_probs(model: nn.Module, images: np.ndarray, device: torch.device) -> np.ndarray:
+    """Probabilities (N, H, W) float32 from a logits model."""
+    model.eval()
+    outs = []
+    with torch.no_grad(), _autocast(device):
+        for start in range(0, images.shape[0], EVAL_BATCH):
+            x = torch.from_numpy(np.ascontiguousarray(images[start:start + EVAL_BATCH, None])).to(device)
+            if device.type == "cuda":
+                x = x.contiguous(memory_format=torch.channels_last)
+            outs.append(torch.sigmoid(model(x).float())[:, 0].cpu().numpy())
+    return np.concatenate(outs)
+
+
+def dev_metrics(model: nn.Module, data: DatasetVersion, config: TrainConfig, device: torch.device) -> dict[str, float]:
+    prob = predict_probs(model, np.asarray(data.dev.images), device)
+    return aggregate(per_image_metrics(prob, np.asarray(data.dev.masks), threshold=config.threshold))
+
+
+def _batches(data: DatasetVersion, config: TrainConfig, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """CPU batches (x, y) of shape (B, 1, h, w) for one epoch, augmented."""
+    rng = np.random.default_rng([config.seed, epoch])
+    gen = torch.Generator().manual_seed(config.seed * 1_000_003 + epoch)
+    images, masks = np.asarray(data.train.images), np.asarray(data.train.masks)
+    if config.max_train_images is not None:
+        images, masks = images[:config.max_train_images], masks[:config.max_train_images]
+    order = epoch_order(images.shape[0], sample_weights(masks, config.sampling), rng)
+    bs = config.batch_size
+    for start in range(0, len(order) - bs + 1, bs):  # drop the last partial batch (BatchNorm)
+        idx = np.sort(order[start:start + bs]) if config.sampling.rare_oversample == 1.0 else order[start:start + bs]
+        xb, yb = crop_batch(images[idx], masks[idx], config.sampling, rng)
+        x = torch.from_numpy(np.ascontiguousarray(xb)).unsqueeze(1)
+        y = torch.from_numpy(yb.astype(np.float32)).unsqueeze(1)
+        yield augment(x, y, config.augment, gen)
+
+
+class Trainer:
+    """One training run; ``run()`` returns the TrainResult and writes the files."""
+
+    def __init__(self, config: TrainConfig, data_dir: Path, out_dir: Path, progress: bool) -> None:
+        self.config, self.out, self.progress = config, out_dir, progress
+        self.data = load_version(data_dir)
+        n_train = min(len(self.data.train), config.max_train_images or len(self.data.train))
+        if n_train < config.batch_size:
+            raise DataError(f"{n_train} training images are fewer than one batch ({config.batch_size})")
+        self.steps_per_epoch = n_train // config.batch_size
+        self.device = pick_device(config)
+        torch.manual_seed(config.seed)
+        self.model = build_model(config.model.name, config.model.decoder_width, config.model.encoder_weights)
+        self.model.to(self.device)
+        if self.device.type == "cuda":
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.opt = make_optimizer(config, self.model)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, _lr_factor(config, self.steps_per_epoch))
+        self.start_epoch = 0
+        self.timings: dict[str, float] = {"train_s": 0.0, "eval_s": 0.0, "train_images": 0.0}
+
+    def try_resume(self) -> None:
+        """Continue from ``resume.pt`` if it was written by a run with the same config."""
+        path = self.out / RESUME_FILE
+        if not path.is_file():
+            return
+        state = load_resume(path)
+        if state.get("config") != dump_config(self.config):
+            raise DataError(f"{path} was written with a different config; use a new --out to start afresh")
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self.start_epoch = int(state["epoch"]) + 1
+        log.info("resumed at epoch %d", self.start_epoch)
+
+    def _step_batch(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float:
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        if self.device.type == "cuda":
+            x = x.contiguous(memory_format=torch.channels_last)
+        with _autocast(self.device):
+            logits = self.model(x)
+        loss = combined_loss(self.config.loss, logits, y)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise NonFiniteLoss(f"loss is {value} at step {step}")
+        (loss / self.config.grad_accum).backward()
+        if (step + 1) % self.config.grad_accum == 0:
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.sched.step()
+        return value
+
+    def train_epoch(self, epoch: int, tick: Any) -> float:
+        self.model.train()
+        losses = []
+        t0 = time.perf_counter()
+        for step, (x, y) in enumerate(_batches(self.data, self.config, epoch)):
+            losses.append(self._step_batch(x, y, step))
+            tick()
+        if self.steps_per_epoch % self.config.grad_accum:  # flush a partial accumulation
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.sched.step()
+        self.timings["train_s"] += time.perf_counter() - t0
+        self.timings["train_images"] += len(losses) * self.config.batch_size
+        return float(np.mean(losses))
+
+    def end_epoch(self, epoch: int, loss: float) -> dict[str, float]:
+        t0 = time.perf_counter()
+        dev = dev_metrics(self.model, self.data, self.config, self.device)
+        self.timings["eval_s"] += time.perf_counter() - t0
+        save_checkpoint(self.model, self.config, self.out / MODEL_FILE, epoch)
+        save_resume(self.out / RESUME_FILE, {
+            "config": dump_config(self.config), "epoch": epoch, "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
+        })
+        line = {"epoch": epoch, "train_loss": loss, "lr": self.sched.get_last_lr()[0], "dev": dev}
+        with open(self.out / CURVE_FILE, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line, sort_keys=True) + "\n")
+        log.info("epoch %d loss %.4f dev object_f1 %.4f", epoch, loss, dev["object_f1"])
+        return dev
+
+    def loop(self) -> tuple[int, str | None, dict[str, float]]:
+        """Run the epochs; returns (epochs completed, stop reason, last dev metrics)."""
+        from vision._progress import progress_bar
+
+        done, dev = self.start_epoch, dict[str, float]()
+        with progress_bar(self.progress, self.config.epochs * self.steps_per_epoch,
+                          self.start_epoch * self.steps_per_epoch) as tick:
+            for epoch in range(self.start_epoch, self.config.epochs):
+                try:
+                    loss = self.train_epoch(epoch, tick)
+                except NonFiniteLoss as exc:
+                    reason = f"non-finite loss in epoch {epoch}: {exc}; kept the checkpoint of epoch {epoch - 1}"
+                    log.error("run stopped: %s", reason)
+                    return done, reason, dev
+                dev = self.end_epoch(epoch, loss)
+                done = epoch + 1
+        return done, None, dev
+
+    def run(self) -> TrainResult:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "config.yaml").write_text(dump_config(self.config))
+        t0 = time.perf_counter()
+        done, reason, dev = self.loop()
+        self.timings["total_train_s"] = time.perf_counter() - t0
+        result = TrainResult(usable=False, stopped_reason=reason, model=self.config.model.name,
+                             epochs_completed=done, device=str(self.device), dev=dev)
+        if reason is None and done > 0:
+            self.final_checks(result)
+        t = self.timings
+        t["train_images_per_s"] = t["train_images"] / t["train_s"] if t["train_s"] else 0.0
+        result.timings = {k: round(v, 4) for k, v in t.items()}
+        result.files = {p.name: p.name for p in sorted(self.out.iterdir()) if p.is_file() and not p.name.startswith(".")}
+        write_result(self.out, result)
+        return result
+
+    def final_checks(self, result: TrainResult) -> None:
+        """Reload-and-infer (identical outputs) and ONNX parity; both must hold for ``usable``."""
+        t0 = time.perf_counter()
+        result.reload_ok, result.parity = reload_and_parity(self.model, self.out,
+                                                            np.asarray(self.data.dev.images[:PARITY_IMAGES]))
+        result.usable = bool(result.reload_ok and result.parity.get("ok"))
+        self.timings["checks_s"] = time.perf_counter() - t0
+
+
+def reload_and_parity(model: nn.Module, out: Path, images: np.ndarray) -> tuple[bool, dict[str, float | bool]]:
+    """Reload ``model.safetensors`` into a fresh model, compare outputs, export and compare ONNX."""
+    from vision.checkpoint import load_model
+    from vision.export import export_onnx, parity, torch_predict
+
+    model = model.float().to("cpu").to(memory_format=torch.contiguous_format).eval()
+    reloaded, _ = load_model(out / MODEL_FILE)
+    reload_ok = bool(np.array_equal(torch_predict(model, images), torch_predict(reloaded, images)))
+    export_onnx(reloaded, out / ONNX_FILE, size=(images.shape[1], images.shape[2]))
+    return reload_ok, parity(reloaded, out / ONNX_FILE, images)
+
+
+def write_result(out: Path, result: TrainResult) -> None:
+    (out / RESULT_FILE).write_text(result.model_dump_json(indent=2) + "\n")
+
+
+def train(config: TrainConfig, data_dir: Path, out_dir: Path, *, progress: bool = False,
+          resume: bool = False) -> TrainResult:
+    """Train per ``config`` on the dataset version ``data_dir``; write the run into ``out_dir``."""
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    if config.model.name == CLASSICAL:
+        from vision.classical import fit_classical
+
+        return fit_classical(config, data_dir, out_dir)
+    if not resume and out_dir.exists() and any(out_dir.iterdir()):
+        raise DataError(f"{out_dir} is not empty; choose a new --out or pass --resume")
+    trainer = Trainer(config, data_dir, out_dir, progress)
+    if resume:
+        trainer.try_resume()
+    return trainer.run()
+
+
+def last_good_epoch(out_dir: Path) -> int:
+    """Epoch stored in the run's checkpoint (what a NaN-stopped run kept)."""
+    return read_checkpoint(out_dir / MODEL_FILE)[2]
