@@ -62,7 +62,7 @@ class ErrorAnalysis:
     """Per-component outcomes plus per-image summaries of one model on one split."""
 
     gt: list[Component]
-    false_alarms: list[Component]
+    false_alarm_area: np.ndarray  # (F,) pixels of each false-alarm region (there may be very many)
     n_images: int
     per_image: dict[str, np.ndarray] = field(default_factory=dict)  # type -> (N,) counts; "dice" -> (N,)
     defect_outcome: list[str] = field(default_factory=list)  # aligned with the split's defect rows
@@ -73,8 +73,9 @@ class ErrorAnalysis:
         for comp in self.gt:
             if comp.outcome != OK:
                 table[comp.outcome][size_bin(comp.area)] += 1
-        for comp in self.false_alarms:
-            table[ErrorType.FALSE_ALARM.value][size_bin(comp.area)] += 1
+        bins = np.searchsorted(SIZE_BINS_PX, self.false_alarm_area, side="right") - 1
+        per_bin = np.bincount(np.clip(bins, 0, None), minlength=len(SIZE_BIN_NAMES))
+        table[ErrorType.FALSE_ALARM.value] = {name: int(c) for name, c in zip(SIZE_BIN_NAMES, per_bin, strict=True)}
         return table
 
 
@@ -98,8 +99,8 @@ def _gt_outcome(g: int, touch: np.ndarray, areas_gt: np.ndarray, areas_pr: np.nd
     return (OK if iou >= BOUNDARY_IOU else ErrorType.WRONG_BOUNDARY.value), iou
 
 
-def type_image(index: int, pred: np.ndarray, gt: np.ndarray) -> tuple[list[Component], list[Component], np.ndarray]:
-    """Type the errors of one image; returns (gt components, false alarms, gt label image)."""
+def type_image(index: int, pred: np.ndarray, gt: np.ndarray) -> tuple[list[Component], np.ndarray, np.ndarray]:
+    """Type the errors of one image; returns (gt components, false-alarm areas, gt label image)."""
     gt_lab, n_gt = ndimage.label(gt, structure=EIGHT_CONNECTED)
     pr_lab, n_pr = ndimage.label(pred, structure=EIGHT_CONNECTED)
     touch = _overlap(gt_lab, n_gt, pr_lab, n_pr)
@@ -108,8 +109,7 @@ def type_image(index: int, pred: np.ndarray, gt: np.ndarray) -> tuple[list[Compo
     for g in range(1, n_gt + 1):
         outcome, iou = _gt_outcome(g, touch, areas_gt, areas_pr)
         comps.append(Component(index, g, int(areas_gt[g]), outcome, iou))
-    alarms = [Component(index, p, int(areas_pr[p]), ErrorType.FALSE_ALARM.value)
-              for p in range(1, n_pr + 1) if touch[1:, p].sum() == 0]
+    alarms = areas_pr[1:][touch[1:, 1:].sum(axis=0) == 0]
     return comps, alarms, gt_lab
 
 
@@ -151,14 +151,14 @@ def analyse_errors(
             by_image.setdefault(k, []).append(row_no)
     defect_outcome = ["unlabelled"] * len(defects)
     all_gt: list[Component] = []
-    all_fa: list[Component] = []
+    all_fa: list[np.ndarray] = []
     per_image = {t.value: np.zeros(n) for t in ErrorType}
     per_image["dice"] = np.zeros(n)
     for k in range(n):
         pred, mask = prob[k] >= threshold, gt[k] > 0
         comps, alarms, gt_lab = type_image(k, pred, mask)
         all_gt.extend(comps)
-        all_fa.extend(alarms)
+        all_fa.append(alarms)
         for comp in comps:
             if comp.outcome != OK:
                 per_image[comp.outcome][k] += 1
@@ -168,7 +168,8 @@ def analyse_errors(
         for row_no in by_image.get(k, []):
             label = _defect_label(gt_lab, defects[row_no].get("bbox", (0, 0, 0, 0)))
             defect_outcome[row_no] = outcome_of.get(label, "unlabelled")
-    return ErrorAnalysis(all_gt, all_fa, n, per_image, defect_outcome)
+    fa_area = np.concatenate(all_fa) if all_fa else np.zeros(0, dtype=np.int64)
+    return ErrorAnalysis(all_gt, fa_area, n, per_image, defect_outcome)
 
 
 @dataclass(frozen=True)
@@ -184,9 +185,9 @@ class Problem:
         return f"{self.count} {self.error_type.replace('_', ' ')} ({self.size_bin} voids), {self.share:.0%} of errors"
 
 
-def rank_problems(analysis: ErrorAnalysis, top: int = 10) -> list[Problem]:
-    """Error (type, size bin) cells ordered by count, largest first; empty cells are left out."""
-    cells = [(t, b, c) for t, row in analysis.counts().items() for b, c in row.items() if c > 0]
+def rank_problems(counts: dict[str, dict[str, int]], top: int = 10) -> list[Problem]:
+    """Error (type, size bin) cells of ``ErrorAnalysis.counts()`` by count, largest first; empty cells left out."""
+    cells = [(t, b, c) for t, row in counts.items() for b, c in row.items() if c > 0]
     total = sum(c for _, _, c in cells)
     cells.sort(key=lambda cell: (-cell[2], cell[0], cell[1]))
     return [Problem(t, b, c, c / total) for t, b, c in cells[:top]]

@@ -59,7 +59,8 @@ def slice_chart(report: AnalysisReport, path: Path) -> None:
     y = np.arange(len(rows))[::-1]
     colors = ["tab:red" if r.confirmed else ("tab:orange" if r.discovered else "tab:gray") for r in rows]
     for yi, r, c in zip(y, rows, colors, strict=True):
-        ax.errorbar(r.score, yi, xerr=[[r.score - r.low], [r.high - r.score]], fmt="o", color=c, capsize=3)
+        xerr = [[max(r.score - r.low, 0.0)], [max(r.high - r.score, 0.0)]]
+        ax.errorbar(r.score, yi, xerr=xerr, fmt="o", color=c, capsize=3)
         ax.plot(r.complement, yi, "|", color="black", markersize=10)
     ax.set_yticks(y, [f"{r.name} ({r.unit}, n={r.n})" for r in rows], fontsize=7)
     ax.set_xlabel("failure (miss rate or 1 - dice); | = rest of dev; red = confirmed")

@@ -18,7 +18,7 @@ from analysis.labels import LabelEstimate
 from analysis.labels import estimate as label_estimate
 from analysis.recommend import Inputs, Policy, recommend
 from analysis.slices import TABLE_ROWS, SliceReport, SliceRow, find_slices
-from analysis.stats import bootstrap_ci, wilson_interval
+from analysis.stats import bootstrap_mean_ci, wilson_interval
 from analysis.units import defect_units, image_units
 from segfactory.errors import DataError
 from segfactory.records import Recommendation
@@ -88,13 +88,13 @@ class Evaluated:
 
 
 def _overall(errors: ErrorAnalysis, seed: int) -> dict[str, float]:
-    dice = bootstrap_ci(errors.per_image["dice"], n_boot=N_BOOT_OVERALL, seed=seed)
+    dice = bootstrap_mean_ci(errors.per_image["dice"], n_boot=N_BOOT_OVERALL, seed=seed)
     n_gt = len(errors.gt)
     missed = sum(c.outcome == ErrorType.MISSED.value for c in errors.gt)
     miss = wilson_interval(missed, n_gt)
     return {"dice": dice.estimate, "dice_low": dice.low, "dice_high": dice.high,
             "miss_rate": miss.estimate, "miss_rate_low": miss.low, "miss_rate_high": miss.high,
-            "voids": float(n_gt), "false_alarms_per_image": len(errors.false_alarms) / max(errors.n_images, 1)}
+            "voids": float(n_gt), "false_alarms_per_image": errors.false_alarm_area.size / max(errors.n_images, 1)}
 
 
 def _input_notes(dev: Evaluated, threshold: float) -> list[str]:
@@ -182,11 +182,12 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
     if extras.reference is not None:  # relative run: absolute label and gap inputs say nothing about the cause
         inputs.dev_labels, inputs.train_dev_gap = None, None
         inputs.label_shift = _confidence_shift(dev, extras.reference)
+    counts = errs.counts()
     report = AnalysisReport(
         model_sha256=model_sha256, data=data, n_images=int(dev.prob.shape[0]), n_defects=len(dev.split.defects),
-        threshold=threshold, overall=_overall(errs, seed), error_counts=errs.counts(),
+        threshold=threshold, overall=_overall(errs, seed), error_counts=counts,
         problems=[ProblemRow(error_type=p.error_type, size_bin=p.size_bin, count=p.count, share=p.share,
-                             text=p.describe()) for p in rank_problems(errs)],
+                             text=p.describe()) for p in rank_problems(counts)],
         slices=rows[:TABLE_ROWS], n_slices_tested=sum(r.n_tested for r in slice_reports),
         n_slices_below_support=sum(r.n_below_support for r in slice_reports), findings=findings,
         dev_labels=dev_labels, train_labels=train_labels, train_dev_gap=gap,

@@ -8,8 +8,8 @@ selection effect, so a slice becomes a finding only if
 2. it is worse than its complement there by at least ``MIN_EFFECT``, significant after
    Benjamini–Hochberg at ``FDR_Q`` across every tested slice, and
 3. it reproduces on the other half (or on a freshly generated set): at least
-   ``MIN_CONFIRM_SUPPORT`` units, an effect of at least ``MIN_EFFECT / 2`` and a one-sided
-   p-value below ``CONFIRM_ALPHA``.
+   ``MIN_CONFIRM_SUPPORT`` units, an effect of at least ``MIN_EFFECT`` again, and a one-sided
+   p-value significant after Benjamini–Hochberg at ``CONFIRM_ALPHA`` across the discovered slices.
 
 A slice that looks bad on one half only is listed in the table as ``discovered`` but never
 ``confirmed``, and reports and recommendations use confirmed slices only.
@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats as _st
 
-from analysis.stats import benjamini_hochberg, bootstrap_ci, wilson_interval
+from analysis.stats import benjamini_hochberg, bootstrap_mean_ci, wilson_interval
 
 MIN_SUPPORT = 30  # units on the discovery half; smaller slices are not tested
 MIN_CONFIRM_SUPPORT = 15  # units on the confirmation half
@@ -38,7 +38,7 @@ CONFIRM_ALPHA = 0.05  # one-sided level of the confirmation test
 N_QUANTILE_BINS = 4  # numeric attributes are cut at their quartiles
 MAX_CATEGORIES = 12  # a categorical attribute with more values is not sliced
 N_BOOT_SLICE = 500  # bootstrap resamples for a slice interval of a non-binary outcome
-TABLE_ROWS = 40  # rows of the slice table kept in a report
+TABLE_ROWS = 40  # rows (per unit kind) of the slice table kept in a report, with intervals
 
 Predicate = Callable[[dict[str, np.ndarray]], np.ndarray]
 
@@ -82,7 +82,7 @@ class SliceRow(BaseModel):
 
 @dataclass
 class SliceReport:
-    rows: list[SliceRow]
+    rows: list[SliceRow]  # the TABLE_ROWS most notable tested slices, plus any further confirmed ones
     n_tested: int
     n_below_support: int
     notes: list[str] = field(default_factory=list)
@@ -195,7 +195,7 @@ def _interval(values: np.ndarray, seed: int) -> tuple[float, float, float]:
     if np.isin(values, (0.0, 1.0)).all():
         iv = wilson_interval(int(values.sum()), int(values.size))
     else:
-        iv = bootstrap_ci(values, n_boot=N_BOOT_SLICE, seed=seed)
+        iv = bootstrap_mean_ci(values, n_boot=N_BOOT_SLICE, seed=seed)
     return iv.estimate, iv.low, iv.high
 
 
@@ -236,25 +236,47 @@ def find_slices(units: Units, *, seed: int = 0, confirm: Units | None = None) ->
         notes.append(f"no {units.kind} slice reached the minimum support of {MIN_SUPPORT}")
         return SliceReport([], 0, below, notes)
     rejected, adjusted = benjamini_hochberg([t[4] for t in tested], q=FDR_Q)
-    rows = [_row(units, t, bool(r), float(q), conf_units.outcome[conf_mask], conf_masks[t[0].name][conf_mask], seed)
+    rows = [_row(units, t, bool(r), float(q), conf_units.outcome[conf_mask], conf_masks[t[0].name][conf_mask])
             for t, r, q in zip(tested, rejected, adjusted, strict=True)]
+    rows = _confirm(rows)
     rows.sort(key=lambda r: (not r.confirmed, not r.discovered, -r.effect, r.name))
-    return SliceReport(rows, len(tested), below, notes)
+    kept = [_with_interval(r, units.outcome[masks[r.name]], seed) for r in rows[:TABLE_ROWS]]
+    kept += [r for r in rows[TABLE_ROWS:] if r.confirmed]  # a finding is never cut from the table
+    return SliceReport(kept, len(tested), below, notes)
+
+
+def _with_interval(row: SliceRow, values: np.ndarray, seed: int) -> SliceRow:
+    _, low, high = _interval(values, seed)
+    return row.model_copy(update={"low": low, "high": high})
+
+
+def _confirm(rows: list[SliceRow]) -> list[SliceRow]:
+    """Mark discovered slices confirmed: enough support, effect >= MIN_EFFECT, and BH at
+    CONFIRM_ALPHA across every discovered slice's confirmation p-value."""
+    idx = [k for k, r in enumerate(rows) if r.discovered]
+    if not idx:
+        return rows
+    passed, _ = benjamini_hochberg([rows[k].confirm_p for k in idx], q=CONFIRM_ALPHA)
+    out = list(rows)
+    for k, ok in zip(idx, passed, strict=True):
+        r = rows[k]
+        confirmed = bool(ok) and r.confirm_n >= MIN_CONFIRM_SUPPORT and r.confirm_effect >= MIN_EFFECT
+        out[k] = r.model_copy(update={"confirmed": confirmed})
+    return out
 
 
 def _row(units: Units, tested: tuple[SliceDef, np.ndarray, int, float, float], rejected: bool, q: float,
-         conf_outcome: np.ndarray, conf_in_slice: np.ndarray, seed: int) -> SliceRow:
+         conf_outcome: np.ndarray, conf_in_slice: np.ndarray) -> SliceRow:
+    """A slice's row; its interval is filled in by ``_with_interval`` for the rows a report keeps."""
     d, mask, n_disc, eff_disc, p_disc = tested
-    score, low, high = _interval(units.outcome[mask], seed)
+    score = float(units.outcome[mask].mean())
+    low = high = score
     complement = float(units.outcome[~mask].mean())
     discovered = rejected and eff_disc >= MIN_EFFECT
     conf_n, conf_eff, conf_p = 0, 0.0, 1.0
     if discovered:
         conf_n, conf_eff, conf_p = _effect(conf_outcome, conf_in_slice)
-    confirmed = (discovered and conf_n >= MIN_CONFIRM_SUPPORT and conf_eff >= MIN_EFFECT / 2
-                 and conf_p < CONFIRM_ALPHA)
     return SliceRow(name=d.name, unit=units.kind, attributes=list(d.attributes), n=int(mask.sum()),
                     score=score, low=low, high=high, complement=complement, effect=score - complement,
                     discovery_n=n_disc, discovery_effect=eff_disc, p_value=p_disc, q_value=q,
-                    discovered=discovered, confirm_n=conf_n, confirm_effect=conf_eff, confirm_p=conf_p,
-                    confirmed=confirmed)
+                    discovered=discovered, confirm_n=conf_n, confirm_effect=conf_eff, confirm_p=conf_p)

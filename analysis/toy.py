@@ -11,6 +11,7 @@ segmentation model; real runs use ONNX models through ``analysis.predict``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -186,3 +187,29 @@ class HistogramTrainer:
         seen = tot >= MIN_CELL_REGIONS
         model.table = np.where(seen, pos / np.maximum(tot, 1), 0.0).reshape(shape)
         return model
+
+
+def contrast_onnx(path: Path, gain: float = 40.0) -> Path:
+    """Write a tiny ONNX blob detector under the model contract (input ``image``, output ``prob``):
+    prob = sigmoid(gain * (image - 9x9 local mean) - 2). ``gain=0`` predicts nothing."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("AveragePool", ["image"], ["mean"], kernel_shape=[9, 9], pads=[4, 4, 4, 4],
+                         count_include_pad=0),
+        helper.make_node("Sub", ["image", "mean"], ["diff"]),
+        helper.make_node("Mul", ["diff", "gain"], ["scaled"]),
+        helper.make_node("Sub", ["scaled", "two"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["prob"]),
+    ]
+    shape: list[str | int] = ["N", 1, "H", "W"]
+    graph = helper.make_graph(
+        nodes, "contrast", [helper.make_tensor_value_info("image", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, shape)],
+        [helper.make_tensor("gain", TensorProto.FLOAT, [], [gain]),
+         helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path

@@ -31,6 +31,7 @@ class GateClient:
     """Typed calls to the gate. Every failure is a GateError naming the endpoint."""
 
     def __init__(self, socket_path: Path | str | None = None, url: str | None = None, token: str | None = None):
+        self.server_pid: int | None = None  # set by running_gate: the service's process id
         headers = {"authorization": f"Bearer {token}"} if token else {}
         if socket_path is not None:
             transport = httpx.HTTPTransport(uds=str(socket_path))
@@ -109,15 +110,26 @@ def wait_ready(client: GateClient, proc: subprocess.Popen[bytes], timeout: float
     raise GateError(f"gate did not answer within START_TIMEOUT_S={timeout}")
 
 
+def _prepare_for_gate_user(home: Path, socket_dir: Path) -> None:
+    """When the gate runs as its own user, its socket directory must belong to it."""
+    from gate import users
+
+    if users.is_root() and users.vault_is_separated(Path(home) / "vault"):
+        os.chmod(socket_dir.parent, 0o755)
+        users.prepare_socket_dir(socket_dir)
+
+
 @contextmanager
 def running_gate(home: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None) -> Iterator[GateClient]:
     """Start ``gate serve`` for ``home`` on a private socket; stop it on exit."""
     with tempfile.TemporaryDirectory(prefix="segfactory-gate-") as tmp:
         sock = Path(tmp) / "run" / "gate.sock"
+        _prepare_for_gate_user(home, sock.parent)
         cmd = [sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(home), "--socket", str(sock)]
         proc = subprocess.Popen(cmd + (extra_args or []), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=env or dict(os.environ))
         client = GateClient(socket_path=sock)
+        client.server_pid = proc.pid
         try:
             wait_ready(client, proc)
             yield client

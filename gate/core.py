@@ -24,7 +24,7 @@ from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
 from gate.ledger import PENDING, Ledger
 from gate.scorer import ScoringError, score_checked
 from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule
-from segfactory.errors import GateError, PolicyError
+from segfactory.errors import DataError, GateError, PolicyError
 from segfactory.records import CoarseVerdict, Tier, Verdict
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class Gate:
             return Verdict(cached[0]), f"cached: {cached[1]}", False
         try:
             decision = self._compare(checked, tier, version, rule)
-        except (ScoringError, IntakeError) as exc:
+        except (ScoringError, IntakeError, DataError) as exc:
             return Verdict.INVALID, f"scoring failed: {exc}", True
         return (Verdict.WIN if decision.win else Verdict.NO_WIN), decision.reason, True
 

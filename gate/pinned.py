@@ -24,6 +24,7 @@ SOURCE_ROOT = Path(__file__).resolve().parent.parent
 PINNED_PACKAGES = ("gate", "vision", "analysis", "synthetic")
 PINNED_FILES = ("segfactory/__init__.py", "segfactory/records.py", "segfactory/errors.py")
 MANIFEST = "MANIFEST.json"
+CURRENT = "CURRENT"  # vault/gate-pinned/CURRENT names the digest the service runs from
 PINNED_DIR = "gate-pinned"
 META_PINNED = "pinned_code_sha256"
 
@@ -55,8 +56,22 @@ def pin_code(vault: Path, source: Path = SOURCE_ROOT) -> tuple[str, Path]:
     manifest = manifest_of(source, _source_files(source))
     digest = manifest_digest(manifest)
     target = Path(vault) / PINNED_DIR / digest
-    if target.is_dir():
-        return digest, target
+    if not target.is_dir():
+        _copy(source, manifest, target)
+    (target.parent / CURRENT).write_text(digest + "\n")
+    return digest, target
+
+
+def current_pinned(vault: Path) -> Path | None:
+    """The pinned directory named by ``CURRENT``, or None when nothing was pinned."""
+    marker = Path(vault) / PINNED_DIR / CURRENT
+    if not marker.is_file():
+        return None
+    return marker.parent / marker.read_text().strip()
+
+
+def _copy(source: Path, manifest: dict[str, str], target: Path) -> None:
+    digest = target.name
     staging = target.with_name(f".{digest}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     for name in manifest:
@@ -64,7 +79,6 @@ def pin_code(vault: Path, source: Path = SOURCE_ROOT) -> tuple[str, Path]:
         shutil.copy2(source / name, staging / name)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
     os.rename(staging, target)
-    return digest, target
 
 
 def verify_files(pinned: Path) -> str:

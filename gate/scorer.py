@@ -149,7 +149,7 @@ class ConfinedScorer:
             raise ScoringError("model output holds NaN or infinity")
         if prob.min() < -PROB_TOLERANCE or prob.max() > 1 + PROB_TOLERANCE:
             raise ScoringError(f"model output outside [0, 1]: min {prob.min():.4g}, max {prob.max():.4g}")
-        return prob.astype(np.float32)
+        return np.clip(prob, 0.0, 1.0).astype(np.float32)  # float rounding past 1 by <= tolerance
 
     def _send(self, frame: bytes) -> None:
         try:

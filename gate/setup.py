@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gate import tiers
+from gate import tiers, users
 from gate.core import Gate
 from gate.pinned import META_PINNED, pin_code
 from gate.win_rule import DEFAULT_WIN_RULE
@@ -19,18 +19,60 @@ from synthetic.splits import read_split, write_split
 VAULT_MODE = 0o700  # the vault: its owner (the gate's user) only
 
 
-def init_gate(home_root: Path, baseline: Path | None = None, win_rule: Path = DEFAULT_WIN_RULE) -> Gate:
-    """Pin the win rule and the scoring code, register tiers and (optionally) the baseline as best."""
+def init_gate(home_root: Path, baseline: Path | None = None, win_rule: Path = DEFAULT_WIN_RULE,
+              separate_users: bool = False) -> str:
+    """Pin the win rule and the scoring code, register tiers and (optionally) the baseline as best.
+
+    With ``separate_users`` (``segfactory init`` as root) the users are created and the vault is
+    given to ``segfactory-gate`` (mode 0700). Returns the pinned code digest.
+    """
     vault = Path(home_root) / "vault"
     vault.mkdir(parents=True, exist_ok=True)
     os.chmod(vault, VAULT_MODE)
     gate = Gate(vault, win_rule, home_root=Path(home_root))
-    gate.pin_win_rule()
-    digest, _ = pin_code(vault)
-    gate.ledger.set_meta(META_PINNED, digest)
-    if baseline is not None and gate.ledger.current_best() is None:
-        gate.set_best(baseline, "init", "classical baseline registered at init")
-    return gate
+    try:
+        gate.pin_win_rule()
+        digest, _ = pin_code(vault)
+        gate.ledger.set_meta(META_PINNED, digest)
+        if baseline is not None and gate.ledger.current_best() is None:
+            gate.set_best(baseline, "init", "classical baseline registered at init")
+    finally:
+        gate.ledger.close()
+    if separate_users:
+        users.ensure_users()
+        users.lock_vault(vault)
+    return digest
+
+
+def export_classical_baseline(path: Path, size: int) -> Path | None:
+    """Export ``baseline-classical`` to ONNX at ``path``; None while vision has no classical model."""
+    if path.is_file():
+        return path
+    try:
+        from vision.export import export_onnx
+        from vision.models import CLASSICAL, build_model
+
+        model = build_model(CLASSICAL)
+    except ImportError:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Path(export_onnx(model, path, (size, size)))
+
+
+def register_best(home_root: Path, model: Path, kind: str, reason: str) -> str:
+    """Move the global best (``promotion`` or ``retraction``); used by the orchestrator."""
+    gate = Gate(Path(home_root) / "vault", home_root=Path(home_root))
+    try:
+        return gate.set_best(model, kind, reason)
+    finally:
+        gate.ledger.close()
+        relock(gate.vault)
+
+
+def relock(vault: Path) -> None:
+    """After a person's root-side change (rotate, add-real), give new files back to the gate."""
+    if users.is_root() and users.vault_is_separated(vault):
+        users.lock_vault(vault)
 
 
 def add_real(gate: Gate, source: Path) -> int:

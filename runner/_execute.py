@@ -28,6 +28,7 @@ from runner._copyout import MAX_MODEL_BYTES, copy_out, read_beneath
 from runner._launch import LaunchRequest, WorkerLauncher
 from runner._manifest import TrainingManifest, training_manifest, write_manifest
 from runner._policy import BudgetPolicy, load_budget_policy, refusal_reason
+from runner._workspace import OUT_DIR
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import Scheduler, is_oom, shrink_for_oom
 from segfactory.errors import DataError
@@ -36,7 +37,6 @@ from segfactory.records import Actor, CoarseVerdict, Ticket
 from synthetic.versions import DatasetVersion
 
 TIMEOUT_MARGIN_S = 30.0  # added to the remaining device-second budget per attempt (start-up, export)
-OUT_DIR = "out"  # beneath the workspace: where the worker writes
 MODEL_FILE = "model.onnx"
 RESULT_FILE = "result.json"
 
@@ -228,7 +228,9 @@ def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
 
 def _attempt(run: _Run, config: dict[str, Any], left: float) -> tuple[Any, int | None]:
     estimate = run.scheduler.estimate(config, run.image_size)
-    _workspace.write_config(run.work, config)
+    if run.attempts:  # a retry: the last attempt's output is set aside, the config rewritten safely
+        _workspace.set_aside_output(run.work, len(run.attempts) - 1)
+        _workspace.write_config(run.work, config)
     with run.scheduler.admit(estimate):
         request = LaunchRequest(
             command=_workspace.worker_command(run.ticket), workspace=run.work,

@@ -6,6 +6,7 @@ at ``/work``. Everything in it after the run is untrusted (see ``runner._copyout
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path, PurePosixPath
@@ -19,8 +20,9 @@ from segfactory.home import SOURCE_ROOT
 from segfactory.records import Ticket, TicketKind
 
 CONFIG_FILE = "config.yaml"
+OUT_DIR = "out"  # beneath the workspace: where the worker writes
 TRAINING_PACKAGES = ("vision",)  # copied into <work>/code/ for code tickets
-WORKER_ARGS = ["--config", f"{WORKSPACE_MOUNT}/{CONFIG_FILE}", "--data", "/data", "--out", f"{WORKSPACE_MOUNT}/out"]
+WORKER_ARGS = ["--config", f"{WORKSPACE_MOUNT}/{CONFIG_FILE}", "--data", "/data", "--out", f"{WORKSPACE_MOUNT}/{OUT_DIR}"]
 # Code tickets: the code copy goes first on sys.path, then the worker module runs as __main__.
 _CODE_BOOT = (f"import runpy, sys; sys.path.insert(0, '{WORKSPACE_MOUNT}/{CODE_DIR}'); "
               "runpy.run_module('vision.worker', run_name='__main__', alter_sys=True)")
@@ -64,7 +66,28 @@ def ticket_config(base: dict[str, Any] | Path, ticket: Ticket) -> dict[str, Any]
 
 
 def write_config(work: Path, config: dict[str, Any]) -> None:
-    (work / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+    """(Re)write config.yaml without following anything the sandbox may have planted there."""
+    text = yaml.safe_dump(config, sort_keys=False).encode()
+    dir_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(CONFIG_FILE, dir_fd=dir_fd)  # removes a planted symlink itself, not its target
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(CONFIG_FILE, flags, 0o644, dir_fd=dir_fd)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text)
+    finally:
+        os.close(dir_fd)
+
+
+def set_aside_output(work: Path, attempt: int) -> None:
+    """Rename a previous attempt's ``out`` (whatever it is) to ``out.attempt-<n>``; rename follows no link."""
+    dir_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(OUT_DIR, f"{OUT_DIR}.attempt-{attempt}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def materialise(work: Path, ticket: Ticket, config: dict[str, Any]) -> None:

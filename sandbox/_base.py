@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 
 from sandbox._policy import SandboxPolicy, load_policy
 from sandbox._records import SandboxEvent, SandboxResult, SandboxSpec, VerifyReport
@@ -40,11 +41,12 @@ class SandboxBackend(ABC):
     def run(self, spec: SandboxSpec, on_event: EventHook | None = None) -> SandboxResult:
         """Run ``spec.command`` in a fresh sandbox and return what happened."""
 
-    def verify(self) -> VerifyReport:
-        """Start a real sandbox and check the policy from inside (see ``sandbox._verify``)."""
+    def verify(self, home: Path | None = None) -> VerifyReport:
+        """Start a real sandbox and check the policy from inside (see ``sandbox._verify``);
+        ``home`` (default: the default home) gets a canary planted in its vault for the check."""
         from sandbox._verify import verify_backend
 
-        return verify_backend(self)
+        return verify_backend(self, home)
 
     def limit_evidence(self) -> dict[str, object]:
         """Host-side readback of the limits applied to the last run (for ``verify``)."""

@@ -3,7 +3,8 @@
 ``--unshare-all`` (network, pid, ipc, uts, cgroup, user namespaces), ``--die-with-parent``,
 ``--new-session``, ``--cap-drop ALL``, a non-zero uid, a root that is remounted read-only, the
 host's ``/usr`` read-only, a minimal ``/etc``, a sized tmpfs ``/tmp``; rlimits via ``prlimit``;
-memory/pids/cpu through cgroup v1 where writable (``sandbox._cgroup``).
+memory/pids/cpu through cgroup v1 where writable (``sandbox._cgroup``). Started as root, the
+sandbox drops to the policy uid on the host too (``setpriv``) before bwrap makes its namespaces.
 """
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 from sandbox._base import EventHook, SandboxBackend, register_backend
+from sandbox._capture import pump
 from sandbox._cgroup import CgroupV1
 from sandbox._records import SandboxResult, SandboxSpec
 from sandbox._session import Session
 from segfactory.errors import SandboxError
 
 NOFILE = 4096  # open files inside
+PUMP_JOIN_S = 10.0  # wait for the output pumps after the process ended
 USR_LINKS = {"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"}
+STAGE_MOUNTS = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; shift; exec "$@"'
 JOIN_CGROUPS = 'for f in $SEGFACTORY_CGROUPS; do echo $$ > "$f" || exit 125; done; exec "$@"'
 
 
@@ -37,16 +42,17 @@ class BwrapBackend(SandboxBackend):
     def limit_evidence(self) -> dict[str, object]:
         return dict(self._last_limits)
 
-    def _bwrap_args(self, session: Session) -> list[str]:
+    def _bwrap_args(self, session: Session, staged: dict[Path, Path], info_fd: int) -> list[str]:
         uid, gid = str(self.policy.uid), str(self.policy.gid)
-        args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        args = ["bwrap", "--info-fd", str(info_fd), "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                 "--uid", uid, "--gid", gid, "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
         for link, target in USR_LINKS.items():
             args += ["--symlink", target, link]
         args += ["--ro-bind", str(session.tmp / "etc"), "/etc", "--proc", "/proc", "--dev", "/dev",
                  "--size", str(session.limits.tmp_bytes), "--tmpfs", "/tmp"]
         for mount in session.mounts:
-            args += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
+            source = staged.get(mount.source, mount.source)
+            args += ["--ro-bind" if mount.read_only else "--bind", str(source), mount.target]
         args += ["--remount-ro", "/", "--chdir", "/work", "--clearenv"]
         for key, value in session.env.items():
             args += ["--setenv", key, value]
@@ -70,18 +76,51 @@ class BwrapBackend(SandboxBackend):
                     cgroup.kill_all()
                     cgroup.remove()
 
-    def _run(self, session: Session, cgroup: CgroupV1 | None) -> SandboxResult:
-        argv = [*self._prlimit_args(session, cgroup), *self._bwrap_args(session)]
+    def _drop_root(self, session: Session) -> tuple[list[str], dict[Path, Path]]:
+        """As root: the command prefix that makes the sandbox run as the policy uid on the host too.
+
+        bwrap then runs unprivileged, so the sandbox is not host root outside its user namespace
+        (RLIMIT_NPROC applies, files it writes belong to the sandbox uid). Mount sources whose
+        parents the uid cannot search (``/root/.pyenv``) are first bind-mounted by root onto
+        staging dirs in a private mount namespace that only this run sees; nothing on the host
+        has its permissions loosened. Returns (prefix argv, {source: staged path}).
+        """
+        if os.geteuid() != 0:
+            return [], {}
+        session.own_workspace(self.policy.uid, self.policy.gid)
+        staged, pairs = {}, []
+        for index, mount in enumerate(session.mounts):
+            target = session.tmp / "stage" / str(index)
+            target.parent.mkdir(exist_ok=True)
+            target.mkdir() if mount.source.is_dir() else target.touch()
+            staged[mount.source] = target
+            pairs += [str(mount.source), str(target)]
+        setpriv = ["setpriv", f"--reuid={self.policy.uid}", f"--regid={self.policy.gid}", "--clear-groups",
+                   "--no-new-privs", "--"]
+        stage = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", STAGE_MOUNTS, "sh",
+                 *pairs, "--"]
+        return [*stage, *setpriv], staged
+
+    def _start(self, session: Session, cgroup: CgroupV1 | None) -> tuple[subprocess.Popen[bytes], int]:
+        """Start the wrapper chain; returns the process and the read end of bwrap's info pipe."""
+        prefix, staged = self._drop_root(session)
+        info_r, info_w = os.pipe()
+        argv = [*self._prlimit_args(session, cgroup), *prefix, *self._bwrap_args(session, staged, info_w)]
         env = {"PATH": "/usr/bin:/bin"}
         if cgroup is not None:
             argv = ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *argv]
             env["SEGFACTORY_CGROUPS"] = " ".join(cgroup.procs_files)
-        start = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, start_new_session=True, close_fds=True)
-        assert proc.stdout is not None and proc.stderr is not None
-        from sandbox._capture import pump
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=env, start_new_session=True, pass_fds=(info_w,))
+        finally:
+            os.close(info_w)
+        return proc, info_r
 
+    def _run(self, session: Session, cgroup: CgroupV1 | None) -> SandboxResult:
+        start = time.monotonic()
+        proc, info_r = self._start(session, cgroup)
+        assert proc.stdout is not None and proc.stderr is not None
         pumps = [pump(proc.stdout, session.stdout.write), pump(proc.stderr, session.stderr.write)]
 
         def kill() -> None:
@@ -99,8 +138,12 @@ class BwrapBackend(SandboxBackend):
         killed = session.supervise(wait, kill)
         exit_code = _exit_status(proc.wait())
         for thread in pumps:
-            thread.join()
+            thread.join(PUMP_JOIN_S)
         duration = time.monotonic() - start
+        with os.fdopen(info_r, "rb") as info:
+            if not info.read() and not killed:  # bwrap never reached the command
+                stderr = session.stderr.output().data[-2000:].decode(errors="replace").strip()
+                raise SandboxError(f"bwrap could not start the sandbox (exit {exit_code}): {stderr}")
         self._last_limits = cgroup.readback() if cgroup else {"kind": "rlimit"}
         return SandboxResult(
             backend=self.name, exit_code=exit_code, stdout=session.stdout.output(),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from sandbox._base import EventHook, SandboxBackend, register_backend
@@ -25,16 +24,21 @@ from segfactory.errors import SandboxError
 PING_TIMEOUT_S = 5  # how long the engine has to answer
 API_TIMEOUT_S = 60  # any other engine call
 NOFILE = 4096
+LABEL = "segfactory.sandbox"  # on every sandbox container
+PID_LABEL = "segfactory.host_pid"  # the host process that owns it; dead -> the container is removed
 START_HINT = (
     "start it with `sudo dockerd &` (or `sudo systemctl start docker`), or use --backend bwrap"
 )
 
 
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    os.lchown(root, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, name), uid, gid)
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @register_backend
@@ -85,16 +89,27 @@ class DockerBackend(SandboxBackend):
                      Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=NOFILE, hard=NOFILE)],
         )
 
+    def remove_orphans(self) -> list[str]:
+        """Remove sandbox containers whose host process died (killed before its own cleanup)."""
+        removed = []
+        for item in self.api().containers(all=True, filters={"label": LABEL}):
+            pid = int(item.get("Labels", {}).get(PID_LABEL, "0"))
+            if pid > 0 and not _alive(pid):
+                self.api().remove_container(item["Id"], force=True)
+                removed.append(item["Id"])
+        return removed
+
     def run(self, spec: SandboxSpec, on_event: EventHook | None = None) -> SandboxResult:
         self.ensure_image()
+        self.remove_orphans()
         with Session(spec, self.policy, on_event) as session:
             if os.geteuid() == 0:
-                _chown_tree(session.workspace, self.policy.uid, self.policy.gid)
+                session.own_workspace(self.policy.uid, self.policy.gid)
             api = self.api()
             container = api.create_container(
                 self.policy.image, command=session.inner_command, user=f"{self.policy.uid}:{self.policy.gid}",
                 working_dir="/work", environment=session.env, host_config=self._host_config(session),
-                network_disabled=True, labels={"segfactory.sandbox": "1"}, stdin_open=False, tty=False,
+                network_disabled=True, labels={LABEL: "1", PID_LABEL: str(os.getpid())}, stdin_open=False, tty=False,
             )
             try:
                 return self._run(api, container["Id"], session)

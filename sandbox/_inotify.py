@@ -2,8 +2,10 @@
 
 Any open of a watched file, through any path or bind mount and by any reader (``cat``,
 ``python -S``, ctypes, a static binary), reaches the kernel's fsnotify on the shared inode and so
-this watcher: it becomes a ``protected_read_attempt`` event. A queue overflow becomes a
-``monitoring_gap`` event (trust rule 11). Past ``MAX_EVENTS`` further opens are counted, not kept.
+this watcher: it becomes a ``protected_read_attempt`` event. The kernel merges an open into an
+identical unread one, so a burst of opens of one file may be one event: detection, not a count.
+A queue overflow becomes a ``monitoring_gap`` event (trust rule 11). Past ``MAX_EVENTS`` further
+events are counted, not kept, and reported in one final ``monitoring_gap``.
 """
 
 from __future__ import annotations
@@ -57,15 +59,17 @@ class DecoyWatcher:
                 self._drain()
 
     def _drain(self) -> None:
-        try:
-            buf = os.read(self._fd, 64 * 1024)
-        except BlockingIOError:
-            return
-        offset = 0
-        while offset + _HEADER.size <= len(buf):
-            wd, mask, _cookie, length = _HEADER.unpack_from(buf, offset)
-            offset += _HEADER.size + length
-            self._handle(wd, mask)
+        """Read and handle everything queued now."""
+        while True:
+            try:
+                buf = os.read(self._fd, 64 * 1024)
+            except BlockingIOError:
+                return
+            offset = 0
+            while offset + _HEADER.size <= len(buf):
+                wd, mask, _cookie, length = _HEADER.unpack_from(buf, offset)
+                offset += _HEADER.size + length
+                self._handle(wd, mask)
 
     def _handle(self, wd: int, mask: int) -> None:
         if mask & IN_Q_OVERFLOW:

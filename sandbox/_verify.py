@@ -125,13 +125,14 @@ def evaluate(report: dict[str, Any], result: SandboxResult, host_limits: dict[st
     ]
 
 
-def _protected_paths() -> tuple[list[Path], list[Path]]:
+def _protected_paths(home_dir: Path | None) -> tuple[list[Path], list[Path]]:
     """(dirs that must not be visible, real vaults to plant a canary in)."""
+    from segfactory.errors import HomeError
     from segfactory.home import Home
 
     protected, vaults = [SOURCE_ROOT], []
-    with contextlib.suppress(Exception):
-        home = Home.resolve(None)
+    with contextlib.suppress(HomeError):
+        home = Home.resolve(home_dir)
         if home.exists():
             protected.append(home.root)
             if home.vault.is_dir():
@@ -139,10 +140,14 @@ def _protected_paths() -> tuple[list[Path], list[Path]]:
     return protected, vaults
 
 
-def verify_backend(backend: SandboxBackend) -> VerifyReport:
-    """Run the probe in a real sandbox of ``backend`` and check everything it reads back."""
+def verify_backend(backend: SandboxBackend, home: Path | None = None) -> VerifyReport:
+    """Run the probe in a real sandbox of ``backend`` and check everything it reads back.
+
+    ``home`` (default: the resolved default home) adds its root to the protected dirs and, when
+    it exists, a canary in its vault for the duration of the check.
+    """
     start = time.monotonic()
-    protected, vaults = _protected_paths()
+    protected, vaults = _protected_paths(home)
     scratch = Path(tempfile.mkdtemp(prefix="segfactory-verify-"))
     try:
         (scratch / "vault").mkdir()

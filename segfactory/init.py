@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gate.init_step import init_step as gate_init_step
 from segfactory.home import Home
 from segfactory.profiles import Profile, get_profile
 
@@ -84,6 +85,7 @@ def _marker(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
 
 
 STEPS: list[Step] = [_layout, _open_dataset, _tiers]  # other areas append steps here
+STEPS.append(gate_init_step)  # gate: pinned copy, ledger, baseline as best, users (as root)
 FINAL_STEP: Step = _marker
 
 

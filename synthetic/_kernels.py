@@ -1,10 +1,12 @@
-"""numba kernels for the pixel work: part thickness maps and the fused exposure pass.
+"""numba kernel for void placement (the "fast" engine).
 
-They compute what ``synthetic._parts.thickness_numpy`` and ``synthetic._physics.expose_numpy``
-compute (tests compare them), in one pass over the pixels instead of a dozen numpy temporaries.
-Compiled code is cached on disk (``cache=True``), so only the first run on a machine pays the
-compile. Noise uses numba's own generator, seeded per image from the image's numpy stream, so
-a set stays independent of the number of worker processes.
+Placing a void is many tiny array operations (a bounding box, a handful of pixels, a few
+checks); in numpy its cost is interpreter overhead. ``place_kernel`` does the same steps as
+``synthetic._voids.VoidPlacer.place_numpy`` in one compiled call, pixel for pixel the same
+(tests compare them). Compiled code is cached on disk (``cache=True``): only the first run on a
+machine pays the compile (a few seconds). The pixel maps themselves stay in numpy, whose SIMD
+transcendental functions and normal sampler beat scalar compiled loops on these machines
+(measured: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -14,120 +16,94 @@ import math
 import numpy as np
 from numba import njit
 
-from synthetic._parts import EDGE_RAMP, HARMONICS, PartSpec
 
-
-@njit(cache=True, fastmath=False)
-def _part_kernel(kind: int, shape: np.ndarray, t0: float, gy: float, gx: float, ribs: np.ndarray,
-                 size: int, ramp: float, harmonics: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
-    thickness = np.empty((size, size))
-    level = np.empty((size, size))
-    cy, cx, theta = shape[0], shape[1], shape[2]
-    ct, st = math.cos(theta), math.sin(theta)
-    half = size / 2.0
-    for i in range(size):
-        for j in range(size):
-            dy, dx = i - cy, j - cx
-            u = dx * ct + dy * st
-            v = -dx * st + dy * ct
-            if kind == 0:
-                n = shape[5]
-                lv = (abs(u / shape[3]) ** n + abs(v / shape[4]) ** n) ** (1.0 / n)
-            else:
-                phi = math.atan2(v, u)
-                radius = 1.0
-                for k in range(harmonics):
-                    radius += shape[4 + k] * math.cos((k + 2) * phi + shape[4 + harmonics + k])
-                lv = math.hypot(u, v) / (shape[3] * radius)
-            inside = min(max((1.0 - lv) / ramp, 0.0), 1.0)
-            t = t0 * inside * (1.0 + gy * (i - half) + gx * (j - half))
-            for r in range(ribs.shape[0]):
-                ur = (j - ribs[r, 1]) * math.cos(ribs[r, 2]) + (i - ribs[r, 0]) * math.sin(ribs[r, 2])
-                d = abs(ur) / ribs[r, 3]
-                if d < 1.0:
-                    t += ribs[r, 4] * t0 * (1.0 - d * d) * inside
-            thickness[i, j] = t
-            level[i, j] = lv
-    return thickness, level
-
-
-def part_thickness(spec: PartSpec, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(thickness before cores, contour level), as ``thickness_numpy`` computes them."""
-    result: tuple[np.ndarray, np.ndarray] = _part_kernel(
-        spec.kind, spec.shape, spec.t0, float(spec.gradient[0]), float(spec.gradient[1]), spec.ribs,
-        size, EDGE_RAMP, HARMONICS)
-    return result
+@njit(cache=True)
+def _depth_for_contrast(contrast: float, t: float, mu: float, bh: float) -> float:  # pragma: no cover
+    drop = 2.0 * math.atanh(contrast)
+    remaining = mu * t / (1.0 + bh * t) - drop
+    if remaining <= 0:
+        return t
+    return t - remaining / (mu - bh * remaining)
 
 
 @njit(cache=True)
-def _blur(image: np.ndarray, sigma: float) -> np.ndarray:  # pragma: no cover
-    """Separable Gaussian, truncated at 3 sigma, 'nearest' edges (as scipy's gaussian_filter)."""
-    radius = int(3.0 * sigma + 0.5)
-    weights = np.empty(2 * radius + 1)
-    for k in range(-radius, radius + 1):
-        weights[k + radius] = math.exp(-0.5 * k * k / (sigma * sigma))
-    weights /= weights.sum()
-    h, w = image.shape
-    rows = np.empty((h, w))
-    for i in range(h):
-        for j in range(w):
-            acc = 0.0
-            for k in range(-radius, radius + 1):
-                acc += weights[k + radius] * image[min(max(i + k, 0), h - 1), j]
-            rows[i, j] = acc
-    out = np.empty((h, w))
-    for i in range(h):
-        for j in range(w):
-            acc = 0.0
-            for k in range(-radius, radius + 1):
-                acc += weights[k + radius] * rows[i, min(max(j + k, 0), w - 1)]
-            out[i, j] = acc
-    return out
+def _union_box(ellipses: np.ndarray, size: int) -> tuple[int, int, int, int]:  # pragma: no cover
+    y0, x0, y1, x1 = size, size, 0, 0
+    for k in range(ellipses.shape[0]):
+        cy, cx, a, b, angle = ellipses[k, 0], ellipses[k, 1], ellipses[k, 2], ellipses[k, 3], ellipses[k, 4]
+        ca, sa = math.cos(angle), math.sin(angle)
+        hy, hx = math.hypot(a * sa, b * ca), math.hypot(a * ca, b * sa)
+        y0 = min(y0, max(0, math.ceil(cy - hy)))
+        x0 = min(x0, max(0, math.ceil(cx - hx)))
+        y1 = max(y1, min(size, math.floor(cy + hy) + 1))
+        x1 = max(x1, min(size, math.floor(cx + hx) + 1))
+    return y0, x0, y1, x1
 
 
 @njit(cache=True)
-def _expose_kernel(t_eff: np.ndarray, field: np.ndarray, mu: float, bh: float, scatter: float, sigma: float,
-                   dose: float, gain: float, offset: float, read_noise: float, seed: int, noise: bool,
-                   gauss_min: float, full_scale: float) -> np.ndarray:  # pragma: no cover
-    np.random.seed(seed)
-    h, w = t_eff.shape
-    trans = np.empty((h, w))
-    for i in range(h):
-        for j in range(w):
-            t = t_eff[i, j]
-            trans[i, j] = field[i, j] * (math.exp(-mu * t / (1.0 + bh * t)) + scatter)
-    if sigma > 0:
-        trans = _blur(trans, sigma)
-    out = np.empty((h, w), dtype=np.float32)
-    scale = 1.0 / (full_scale * dose)
-    for i in range(h):
-        for j in range(w):
-            lam = dose * trans[i, j]
-            counts = lam
-            reading_noise = 0.0
-            if noise:
-                if lam >= gauss_min:
-                    counts = lam + math.sqrt(lam) * np.random.standard_normal()
-                else:
-                    counts = float(np.random.poisson(lam))
-                reading_noise = read_noise * np.random.standard_normal()
-            value = (gain * counts + offset * dose + reading_noise) * scale
-            out[i, j] = min(max(value, 0.0), 1.0)
-    return out
+def _unit_path(ellipses: np.ndarray, y0: int, x0: int, y1: int, x1: int) -> np.ndarray:  # pragma: no cover
+    unit = np.zeros((y1 - y0, x1 - x0))
+    for k in range(ellipses.shape[0]):
+        cy, cx, a, b, angle = ellipses[k, 0], ellipses[k, 1], ellipses[k, 2], ellipses[k, 3], ellipses[k, 4]
+        ca, sa = math.cos(angle), math.sin(angle)
+        for i in range(y0, y1):
+            dy = i - cy
+            for j in range(x0, x1):
+                dx = j - cx
+                u = (dx * ca + dy * sa) / a
+                v = (-dx * sa + dy * ca) / b
+                value = math.sqrt(max(1.0 - (u * u + v * v), 0.0))
+                if value > unit[i - y0, j - x0]:
+                    unit[i - y0, j - x0] = value
+    return unit
 
 
-def expose_kernel(t_eff: np.ndarray, field: np.ndarray, acq: dict[str, float], seed: int, noise: bool,
-                  gauss_min: float, full_scale: float) -> np.ndarray:
-    image: np.ndarray = _expose_kernel(
-        t_eff, field, acq["mu"], acq["beam_hardening"], acq["scatter"], acq["blur"], acq["dose"], acq["gain"],
-        acq["offset"], acq["read_noise"], seed, noise, gauss_min, full_scale)
-    return image
+@njit(cache=True)
+def place_kernel(ellipses: np.ndarray, thickness: np.ndarray, mask: np.ndarray, path: np.ndarray,
+                 contrast: float, mu: float, bh: float, max_depth_fraction: float, min_wall: float
+                 ) -> tuple[bool, int, int, int, int, int, float, float]:  # pragma: no cover
+    """Render a union of ellipsoids into ``path``/``mask`` if it fits; returns
+    (placed, y0, x0, y1, x1, area, depth, wall thickness at the deepest point)."""
+    size = thickness.shape[0]
+    by0, bx0, by1, bx1 = _union_box(ellipses, size)
+    if by1 <= by0 or bx1 <= bx0:
+        return False, 0, 0, 0, 0, 0, 0.0, 0.0
+    unit = _unit_path(ellipses, by0, bx0, by1, bx1)
+    y0, x0, y1, x1 = size, size, -1, -1
+    for i in range(unit.shape[0]):
+        for j in range(unit.shape[1]):
+            if unit[i, j] > 0:
+                y0, x0 = min(y0, by0 + i), min(x0, bx0 + j)
+                y1, x1 = max(y1, by0 + i + 1), max(x1, bx0 + j + 1)
+    if y1 < 0:
+        return False, 0, 0, 0, 0, 0, 0.0, 0.0
+    for i in range(max(0, y0 - 1), min(size, y1 + 1)):
+        for j in range(max(0, x0 - 1), min(size, x1 + 1)):
+            if mask[i, j]:
+                return False, 0, 0, 0, 0, 0, 0.0, 0.0
+    wall, best, t_local, area = np.inf, -1.0, 0.0, 0
+    for i in range(y0, y1):
+        for j in range(x0, x1):
+            value = unit[i - by0, j - bx0]
+            if value > 0:
+                area += 1
+                wall = min(wall, thickness[i, j])
+            if value > best:
+                best, t_local = value, thickness[i, j]
+    if wall < min_wall:
+        return False, 0, 0, 0, 0, 0, 0.0, 0.0
+    depth = min(_depth_for_contrast(contrast, t_local, mu, bh), max_depth_fraction * wall)
+    for i in range(y0, y1):
+        for j in range(x0, x1):
+            value = unit[i - by0, j - bx0]
+            if value > 0:
+                path[i, j] = max(path[i, j], depth * value)
+                mask[i, j] = 1
+    return True, y0, x0, y1, x1, area, depth, t_local
 
 
 def warm_up() -> None:
-    """Load (or compile once) every kernel; call before forking workers."""
-    spec = PartSpec(0, np.array([8.0, 8.0, 0.1, 6.0, 5.0, 2.0]), 5.0, np.zeros(2), np.zeros((1, 5)) + 1.0)
-    part_thickness(spec, 16)
-    acq = {"mu": 0.1, "beam_hardening": 0.0, "scatter": 0.0, "blur": 1.0, "dose": 100.0, "gain": 1.0,
-           "offset": 0.0, "read_noise": 1.0}
-    expose_kernel(np.ones((16, 16)), np.ones((16, 16)), acq, 0, True, 30.0, 1.3)
+    """Load (or compile once) the kernel; call before forking workers."""
+    thickness = np.full((16, 16), 10.0)
+    place_kernel(np.array([[8.0, 8.0, 3.0, 2.0, 0.3]]), thickness, np.zeros((16, 16), np.uint8),
+                 np.zeros((16, 16)), 0.1, 0.08, 0.01, 0.8, 1.0)

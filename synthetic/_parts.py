@@ -2,9 +2,8 @@
 
 A part is an outer contour (a rotated superellipse or a smooth star-shaped polygon) with a
 filleted edge ramp, a linear wall-thickness gradient, ribs (raised bands) and cores (through
-holes, thickness 0). The random draws make a ``PartSpec`` (scalars only); the pixels are then
-evaluated by numpy (``thickness_numpy``, the reference) or by a numba kernel
-(``synthetic._kernels``) from the same spec, so both engines draw the same parts.
+holes, thickness 0). The random draws make a ``PartSpec`` (scalars only); ``thickness_numpy``
+then evaluates the pixels, and cores are cut inside their bounding boxes only.
 """
 
 from __future__ import annotations
@@ -72,39 +71,57 @@ def sample_spec(size: int, params: GenParams, rng: np.random.Generator) -> PartS
 
 
 def _rotate(spec_row: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    yy, xx = grid(size)
-    cy, cx, theta = spec_row[:3]
+    """Pixel coordinates relative to (cy, cx), rotated by theta, in float32."""
+    yy, xx = grid32(size)
+    cy, cx, theta = (np.float32(v) for v in spec_row[:3])
+    c, s = np.cos(theta), np.sin(theta)
     dy, dx = yy - cy, xx - cx
-    return dx * np.cos(theta) + dy * np.sin(theta), -dx * np.sin(theta) + dy * np.cos(theta)
+    return dx * c + dy * s, dy * c - dx * s
+
+
+@lru_cache(maxsize=8)
+def grid32(size: int) -> tuple[np.ndarray, np.ndarray]:
+    yy, xx = grid(size)
+    y32, x32 = yy.astype(np.float32), xx.astype(np.float32)
+    y32.flags.writeable = False
+    x32.flags.writeable = False
+    return y32, x32
 
 
 def level_numpy(spec: PartSpec, size: int) -> np.ndarray:
-    """Normalised radius of the contour: < 1 inside the part."""
+    """Normalised radius of the contour: < 1 inside the part (float32)."""
     u, v = _rotate(spec.shape, size)
     if spec.kind == 0:
-        a, b, n = spec.shape[3:6]
-        out: np.ndarray = (np.abs(u / a) ** n + np.abs(v / b) ** n) ** (1.0 / n)
+        a, b, n = (np.float32(x) for x in spec.shape[3:6])
+        out: np.ndarray = (np.abs(u / a) ** n + np.abs(v / b) ** n) ** (np.float32(1) / n)
         return out
     r0, amps, phases = spec.shape[3], spec.shape[4:4 + HARMONICS], spec.shape[4 + HARMONICS:]
-    phi = np.arctan2(v, u)
-    radius = np.ones_like(phi)
+    r = np.hypot(u, v)
+    z = (u + 1j * v) / np.maximum(r, np.float32(1e-6))  # e^{i phi}, complex64
+    zk = z * z  # e^{i k phi} by repeated products: no arctan2, no cos per pixel
+    radius = np.ones_like(u)
     for k in range(HARMONICS):
-        radius += amps[k] * np.cos((k + 2) * phi + phases[k])
-    out = np.hypot(u, v) / (r0 * radius)
+        rot = np.complex64(np.exp(1j * phases[k]))
+        radius += np.float32(amps[k]) * (zk * rot).real
+        zk = zk * z
+    out = r / (np.float32(r0) * radius)
     return out
 
 
 def thickness_numpy(spec: PartSpec, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(thickness before cores, contour level) of a spec: the numpy reference evaluator."""
-    yy, xx = grid(size)
+    """(thickness before cores (float64), contour level (float32)) of a spec."""
+    yy, xx = grid32(size)
+    f32 = np.float32
     level = level_numpy(spec, size)
-    inside = np.clip((1.0 - level) / EDGE_RAMP, 0.0, 1.0)
-    thickness = spec.t0 * inside * (1.0 + spec.gradient[0] * (yy - size / 2) + spec.gradient[1] * (xx - size / 2))
+    inside = np.clip((f32(1) - level) / f32(EDGE_RAMP), f32(0), f32(1))
+    half = f32(size / 2)
+    thickness = f32(spec.t0) * inside * (f32(1) + f32(spec.gradient[0]) * (yy - half)
+                                         + f32(spec.gradient[1]) * (xx - half))
     for rib in spec.ribs:
         u, _ = _rotate(rib, size)
-        d = np.abs(u) / rib[3]
-        thickness += rib[4] * spec.t0 * np.where(d < 1.0, 1.0 - d * d, 0.0) * inside
-    return thickness, level
+        d = np.abs(u) / f32(rib[3])
+        thickness += f32(rib[4] * spec.t0) * np.maximum(f32(1) - d * d, f32(0)) * inside
+    return thickness.astype(np.float64), level
 
 
 def cut_cores(thickness: np.ndarray, level: np.ndarray, rng: np.random.Generator) -> int:
@@ -125,15 +142,10 @@ def cut_cores(thickness: np.ndarray, level: np.ndarray, rng: np.random.Generator
     return n_cores
 
 
-def procedural_part(size: int, params: GenParams, rng: np.random.Generator, engine: str = "numpy") -> Part:
+def procedural_part(size: int, params: GenParams, rng: np.random.Generator) -> Part:
     """A random cast part filling most of the image."""
     spec = sample_spec(size, params, rng)
-    if engine == "numba":
-        from synthetic._kernels import part_thickness
-
-        thickness, level = part_thickness(spec, size)
-    else:
-        thickness, level = thickness_numpy(spec, size)
+    thickness, level = thickness_numpy(spec, size)
     cores = cut_cores(thickness, level, rng)
     np.maximum(thickness, 0.0, out=thickness)
     kind = "superellipse" if spec.kind == 0 else "polygon"

@@ -125,7 +125,8 @@ def _shrinkage(cy: float, cx: float, extent: float, rng: np.random.Generator) ->
 class VoidPlacer:
     """Places voids in one image's wall without overlap and renders them."""
 
-    def __init__(self, thickness: np.ndarray, params: GenParams, rng: np.random.Generator):
+    def __init__(self, thickness: np.ndarray, params: GenParams, rng: np.random.Generator, engine: str = "numpy"):
+        self.engine = engine
         self.thickness = thickness
         self.size = thickness.shape[0]
         self.params = params
@@ -147,6 +148,30 @@ class VoidPlacer:
 
     def place(self, shape: str, ellipses: list[Ellipse], contrast: float) -> bool:
         """Render one void if it fits in the wall and keeps clear of others."""
+        if self.engine != "fast":
+            return self.place_numpy(shape, ellipses, contrast)
+        from synthetic._kernels import place_kernel
+
+        p = self.params
+        table = np.array([[e.cy, e.cx, e.a, e.b, e.angle] for e in ellipses])
+        ok, y0, x0, y1, x1, area, depth, t_local = place_kernel(
+            table, self.thickness, self.mask, self.path, contrast, p.mu, p.beam_hardening, MAX_DEPTH_FRACTION,
+            MIN_WALL_MM)
+        if ok:
+            self._record(shape, (y0, x0, y1, x1), area, depth, t_local)
+        return bool(ok)
+
+    def _record(self, shape: str, box: tuple[int, int, int, int], area: int, depth: float, t_local: float) -> None:
+        y0, x0, y1, x1 = box
+        self.rows.append({
+            "area": area, "diameter": round(2.0 * math.sqrt(area / math.pi), 4),
+            "contrast": round(contrast_of(depth, t_local, self.params), 6),
+            "depth": round(depth, 4), "thickness": round(t_local, 4), "shape": shape,
+            "bbox": [y0, x0, y1, x1], "edge": y0 == 0 or x0 == 0 or y1 == self.size or x1 == self.size,
+        })
+
+    def place_numpy(self, shape: str, ellipses: list[Ellipse], contrast: float) -> bool:
+        """The numpy reference of ``place`` (the fast engine runs synthetic._kernels.place_kernel)."""
         rendered = render_path(ellipses, 1.0, self.size)
         if rendered is None or not self._free(rendered[0]):
             return False
@@ -161,13 +186,7 @@ class VoidPlacer:
         depth = min(depth_for_contrast(contrast, t_local, self.params), MAX_DEPTH_FRACTION * float(wall.min()))
         self.path[y0:y1, x0:x1] = np.maximum(self.path[y0:y1, x0:x1], depth * unit)
         self.mask[y0:y1, x0:x1] |= inside.astype(np.uint8)
-        area = int(inside.sum())
-        self.rows.append({
-            "area": area, "diameter": round(2.0 * math.sqrt(area / math.pi), 4),
-            "contrast": round(contrast_of(depth, t_local, self.params), 6),
-            "depth": round(depth, 4), "thickness": round(t_local, 4), "shape": shape,
-            "bbox": [y0, x0, y1, x1], "edge": y0 == 0 or x0 == 0 or y1 == self.size or x1 == self.size,
-        })
+        self._record(shape, box, int(inside.sum()), depth, t_local)
         return True
 
     def _try(self, shape: str, build: Any, contrast: float) -> bool:

@@ -15,6 +15,7 @@ from segfactory.cli import (
     analysis_cmds,
     audit_cmds,
     controls_cmds,
+    curate_cmds,
     data_cmds,
     gate_cmds,
     home_cmds,
@@ -43,6 +44,7 @@ for module in (
     agents_cmds,
     controls_cmds,
     runner_cmds,
+    curate_cmds,
 ):
     module.register(app)
 

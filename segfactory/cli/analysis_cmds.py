@@ -2,8 +2,120 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from segfactory.cli._common import HomeOpt, JsonOpt, emit_json, home_for
+
+TRAIN_SAMPLE_IMAGES = 256  # train images scored for the train-dev gap and the train label estimate
+
+
+def _model_path(model: Path) -> Path:
+    from segfactory.errors import DataError
+
+    path = model / "model.onnx" if model.is_dir() else model
+    if not path.is_file():
+        raise DataError(f"no model at {model}: expected a model.onnx file or a run folder holding one")
+    return path
+
+
+def _splits(data: Path) -> tuple[Any, Any]:
+    """(dev, train or None) from a dataset version (dev/ and train/) or a single split folder."""
+    from segfactory.errors import DataError
+    from synthetic.splits import read_split
+
+    if (data / "dev").is_dir():
+        train = read_split(data / "train", mmap=True) if (data / "train").is_dir() else None
+        return read_split(data / "dev", mmap=True), train
+    if not data.is_dir():
+        raise DataError(f"data {data} not found; give a dataset version (with dev/) or a split folder")
+    return read_split(data, mmap=True), None
+
+
+def _train_sample(train: Any, seed: int) -> Any:
+    import numpy as np
+
+    from analysis.toy import ToySplit
+
+    n = len(train)
+    take = np.sort(np.random.default_rng(seed).permutation(n)[:TRAIN_SAMPLE_IMAGES])
+    ids = {str(train.image_meta[int(k)].get("id")) for k in take}
+    return ToySplit(np.asarray(train.images[take]), np.asarray(train.masks[take]),
+                    [train.image_meta[int(k)] for k in take],
+                    [d for d in train.defects if str(d.get("image_id")) in ids])
+
+
+def _extra_inputs(path: Path | None) -> dict[str, Any]:
+    import json
+
+    from segfactory.errors import UsageError
+
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--inputs {path}: cannot read a JSON object ({exc})") from None
+    unknown = set(data) - {"learning_curve", "perturbations"}
+    if not isinstance(data, dict) or unknown:
+        raise UsageError(f"--inputs {path}: expected keys learning_curve, perturbations; got {sorted(data)}")
+    return {k: {str(a): float(b) for a, b in v.items()} for k, v in data.items()}
+
+
+def _summary(report: Any, out: Path) -> dict[str, Any]:
+    return {
+        "out": str(out), "report": str(out / "report.json"), "html": str(out / "report.html"),
+        "n_images": report.n_images, "n_defects": report.n_defects, "overall": report.overall,
+        "error_counts": report.error_counts, "findings": [f.name for f in report.findings],
+        "n_slices_tested": report.n_slices_tested, "notes": report.notes,
+        "recommendations": [{"id": r.id, "action": r.action, "kind": r.kind.value, "rationale": r.rationale,
+                             "predicted_effect": r.predicted_effect.model_dump(mode="json"),
+                             "evidence": r.evidence} for r in report.recommendations],
+    }
+
+
+def analyse_cmd(
+    model: Annotated[Path, typer.Option("--model", help="model.onnx, or a run folder holding one.")],
+    data: Annotated[Path, typer.Option("--data", help="Dataset version (dev/ and train/) or a split folder.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Report folder (default: <model folder>/analysis).")] = None,
+    threshold: Annotated[float, typer.Option("--threshold", help="Probability threshold for a void pixel.")] = 0.5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the dev halves and bootstrap.")] = 0,
+    inputs: Annotated[Path | None, typer.Option("--inputs", help="JSON with learning_curve and/or perturbations.")] = None,
+    no_labels: Annotated[bool, typer.Option("--no-labels", help="Skip the cleanlab label-error estimate.")] = False,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Analyse a model on dev: error types, slices, label errors, recommendations (Markdown + HTML)."""
+    from analysis.render import write_report
+    from analysis.report import Evaluated, Extras, analyse
+    from synthetic.splits import sha256_file
+    from vision.onnx_infer import predict
+
+    home_for(home)
+    onnx_path = _model_path(model)
+    dev_split, train_split = _splits(data)
+    dev = Evaluated(dev_split, predict(onnx_path, dev_split.images))
+    train = None
+    if train_split is not None and len(train_split):
+        sample = _train_sample(train_split, seed)
+        train = Evaluated(sample, predict(onnx_path, sample.images))
+    extras = Extras(train=train, label_estimate=not no_labels, **_extra_inputs(inputs))
+    report, errors = analyse(dev, model_sha256=sha256_file(onnx_path), data=dev_split.content_hash or str(data),
+                             threshold=threshold, seed=seed, extras=extras)
+    target = out if out is not None else onnx_path.parent / "analysis"
+    report = write_report(report, dev, errors, target)
+    if json_out:
+        emit_json(_summary(report, target))
+        return
+    typer.echo(f"analysis of {onnx_path} on {data}: {report.n_images} images -> {target / 'report.html'}")
+    for note in report.notes:
+        typer.echo(f"  note: {note}")
+    for r in report.recommendations[:3]:
+        typer.echo(f"  {r.id}: {r.action} ({r.kind.value}) - {r.rationale}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
+    app.command("analyse")(analyse_cmd)

@@ -47,23 +47,20 @@ def serve_cmd(
 
 
 def _pinned_dir(vault: Path) -> Path | None:
-    from gate.ledger import Ledger
-    from gate.pinned import META_PINNED, PINNED_DIR
+    from gate.pinned import current_pinned
 
-    if not (vault / "ledger.sqlite").is_file():
-        return None
-    ledger = Ledger(vault / "ledger.sqlite")
-    try:
-        digest = ledger.get_meta(META_PINNED)
-    finally:
-        ledger.close()
-    return None if digest is None else vault / PINNED_DIR / digest
+    return current_pinned(vault)
 
 
 def _exec_pinned(home: Path, pinned: Path, sock: Path | None, host: str | None, port: int, quantum: float) -> None:
-    """Replace this process with the pinned service (``python -I``, the copy first on sys.path)."""
+    """Replace this process with the pinned service (``python -I``, the copy first on sys.path).
+
+    When the vault belongs to ``segfactory-gate`` (init as root), the service starts as that
+    user in its own mount namespace (gate.users.gate_launcher).
+    """
     import sys
 
+    from gate import users
     from gate._serve_pinned import boot_code
     from gate.win_rule import DEFAULT_WIN_RULE
 
@@ -71,9 +68,14 @@ def _exec_pinned(home: Path, pinned: Path, sock: Path | None, host: str | None, 
             "--win-rule", str(DEFAULT_WIN_RULE), "--pad-quantum", str(quantum), "--port", str(port)]
     argv += ["--socket", str(sock)] if sock is not None else []
     argv += ["--host", host] if host is not None else []
+    if users.is_root() and users.vault_is_separated(home / "vault"):
+        if sock is not None and not sock.parent.is_dir():
+            users.prepare_socket_dir(sock.parent)
+        needed = [Path(sys.base_prefix), Path(sys.prefix), home, DEFAULT_WIN_RULE.parent]
+        argv = users.gate_launcher(needed + ([sock.parent] if sock is not None else [])) + argv
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, argv)
+    os.execv(argv[0], argv)
 
 
 @gate_app.command("status")
@@ -160,9 +162,12 @@ def rotate_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Draw a fresh secret-seeded version of a tier (a person runs this)."""
-    from gate.setup import build_fresh
+    from gate.setup import build_fresh, relock
 
-    version = _gate(home).rotate(tier, build_fresh)
+    gate = _gate(home)
+    version = gate.rotate(tier, build_fresh)
+    gate.ledger.close()
+    relock(gate.vault)
     if as_json:
         emit_json({"tier": tier, "version": version})
     else:
@@ -176,9 +181,12 @@ def add_real_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Add labelled real images to the vault as a new real-holdout version."""
-    from gate.setup import add_real
+    from gate.setup import add_real, relock
 
-    version = add_real(_gate(home), source)
+    gate = _gate(home)
+    version = add_real(gate, source)
+    gate.ledger.close()
+    relock(gate.vault)
     if as_json:
         emit_json({"tier": "real-holdout", "version": version})
     else:

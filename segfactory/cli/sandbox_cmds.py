@@ -70,13 +70,13 @@ def build(
     backend = _backend("docker")
     assert isinstance(backend, DockerBackend)
     built = build_image(backend.api(), backend.policy, from_dockerfile=from_dockerfile)
-    _finish_verify(backend.verify(), as_json, {"build": built})
+    _finish_verify(backend.verify(home), as_json, {"build": built})
 
 
 @sandbox_app.command("verify")
 def verify(home: HomeOpt = None, backend: BackendArg = "docker", as_json: JsonOpt = False) -> None:
     """Start a real sandbox and check the policy from inside; exits 1 on any deviation."""
-    _finish_verify(_backend(backend).verify(), as_json)
+    _finish_verify(_backend(backend).verify(home), as_json)
 
 
 def _audit_log(home: Path | None) -> Any:

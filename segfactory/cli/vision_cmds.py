@@ -21,14 +21,15 @@ def train_cmd(
 ) -> None:
     """Train a model (or tune baseline-classical) and check its reload and ONNX export."""
     from vision.config import load_config
-    from vision.train import train
 
     if not json_out:
         import logging
         import sys
 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-    cfg = load_config(config)
+    cfg = load_config(config)  # a bad config fails before torch is imported
+    from vision.train import train
+
     result = train(cfg, data, out, progress=progress and not json_out, resume=resume)
     if json_out:
         emit_json({"out": str(out), **result.model_dump(mode="json")})

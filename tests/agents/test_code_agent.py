@@ -44,6 +44,7 @@ def _workspace(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.bwrap
 @pytest.mark.parametrize("flavour", ["openai", "anthropic"])
 def test_protected_path_and_symlink_escape_are_refused_and_flagged(flavour: str, keys: None, audit_log: Log,
                                                                    tmp_path: Path) -> None:
@@ -64,7 +65,8 @@ def test_protected_path_and_symlink_escape_are_refused_and_flagged(flavour: str,
                            audit_log, LLMUsage(), Actor.CODE_AGENT)
         tools = CodeTools(Workspace(root, home=home), _runner(), audit_log, run_id="r1", ticket_id="t1")
         outcome = CodeAgent(caller, tools).run("Widen the decoder.")
-    assert outcome.submitted and outcome.stopped_by == "submit" and outcome.steps == 6
+    results = [(c["tool"], c["ok"], c["result"][:200]) for c in audit_log.events("tool_call")]
+    assert outcome.submitted and outcome.stopped_by == "submit" and outcome.steps == 6, (outcome, results)
     assert (root / "code" / "model.py").read_text() == "WIDTH = 32\n"
     assert (root / "code" / "etc").is_symlink()  # planted, but never followed
     assert [e["path"] for e in audit_log.events("protected_read_attempt")] == [vault_file]

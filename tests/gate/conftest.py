@@ -50,7 +50,7 @@ def write_tier(vault: Path, tier: str, images: np.ndarray, masks: np.ndarray, ve
     return target
 
 
-def build_home(root: Path, strong_labels: bool = False) -> tuple[Path, Path]:
+def build_home(root: Path, strong_labels: bool = False, separate_users: bool = False) -> tuple[Path, Path]:
     """A home with every tier built and the baseline registered; returns (home, baseline path)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "home.json").write_text('{"profile": "test"}')
@@ -59,7 +59,7 @@ def build_home(root: Path, strong_labels: bool = False) -> tuple[Path, Path]:
         images, masks = make_split(100 + offset, n, strong_labels=strong_labels)
         write_tier(vault, tier, images, masks)
     baseline = models.save(models.threshold_model(bias=-STRONG_VOID), root.parent / f"{root.name}-baseline.onnx")
-    init_gate(root, baseline).ledger.close()
+    init_gate(root, baseline, separate_users=separate_users)
     return root, baseline
 
 

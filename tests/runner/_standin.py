@@ -3,7 +3,8 @@
 ``python _standin.py --work W --train T --mode M`` reads ``W/config.yaml`` like the real worker,
 allocates ``batch_size * MIB_PER_SAMPLE`` MiB (touching every page), then writes ``W/out``:
 a real ONNX model (prob = sigmoid(GAIN * (image - 0.55))) and a result.json with a fake perfect
-score. Modes plant what a hostile worker would: a symlink or a FIFO instead of model.onnx.
+score. Modes plant what a hostile worker would: a symlink or a FIFO instead of model.onnx, or a
+symlink instead of config.yaml (which the host rewrites before a retry).
 """
 
 from __future__ import annotations
@@ -45,9 +46,13 @@ def main() -> int:
     parser.add_argument("--mib-per-sample", type=int, default=MIB_PER_SAMPLE)
     args = parser.parse_args()
     config = yaml.safe_load((args.work / "config.yaml").read_text())
-    block = np.ones(config["batch_size"] * args.mib_per_sample * 2**20, dtype=np.uint8)  # touches every page
+    if args.mode == "plant-config":  # a later host write of config.yaml must not follow this
+        (args.work / "config.yaml").unlink()
+        os.symlink(args.target, args.work / "config.yaml")
     out = args.work / "out"
-    out.mkdir(exist_ok=True)
+    out.mkdir()  # like vision.worker: a leftover output folder from an earlier attempt is an error
+    (out / "learning_curve.jsonl").write_text("")
+    block = np.ones(config["batch_size"] * args.mib_per_sample * 2**20, dtype=np.uint8)  # touches every page
     (out / "result.json").write_text(json.dumps({"usable": True, "dev_metrics": {"object_f1": 0.999},
                                                  "allocated": int(block.size)}))
     model = out / "model.onnx"

@@ -46,10 +46,9 @@ import yaml
 
 args = dict(zip(sys.argv[1::2], sys.argv[2::2], strict=True))
 config = yaml.safe_load(Path(args["--config"]).read_text())
-block = np.ones(config["batch_size"] * 48 * 2**20, dtype=np.uint8)
-sys.path.insert(0, "/opt/segfactory/src")
 out = Path(args["--out"])
-out.mkdir(exist_ok=True)
+out.mkdir()  # like vision.worker: a leftover output folder from an earlier attempt is an error
+block = np.ones(config["batch_size"] * 48 * 2**20, dtype=np.uint8)
 from onnx import TensorProto, helper
 x = helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, "H", "W"])
 y = helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1, "H", "W"])

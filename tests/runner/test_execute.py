@@ -126,3 +126,16 @@ def test_planted_model_is_refused_and_recorded(
     assert "UnsafeArtifact" in str(outcome.reason)
     assert not (home.tickets_dir("r1") / "t1" / "model.onnx").exists()
     assert outcome.evidence is None
+
+
+def test_a_retry_neither_follows_a_planted_config_nor_reuses_old_output(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, tmp_path: Path) -> None:
+    target = tmp_path / "host-file.txt"
+    target.write_text("host content\n")
+    launcher = StandinLauncher(mode="plant-config", memory_bytes=400 * MIB, target=str(target))
+    outcome = run(make_ticket(change={"batch_size": 16}), home, dataset, launcher, audit_log, scheduler,
+                  scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32))
+    assert outcome.status == TicketStatus.DONE, outcome.reason
+    assert [a.batch_size for a in outcome.attempts] == [16, 8]
+    assert target.read_text() == "host content\n"
+    assert (home.tickets_dir("r1") / "t1" / "work" / "out.attempt-0" / "learning_curve.jsonl").is_file()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -96,9 +97,13 @@ def test_mount_check_names_an_exposed_protected_dir() -> None:
 
 
 @pytest.mark.slow
-def test_verify_is_green_on_this_machine(backend: SandboxBackend) -> None:
-    report = backend.verify()
+def test_verify_is_green_and_leaves_the_vault_as_it_was(backend: SandboxBackend, tmp_home: Path) -> None:
+    (tmp_home / "vault").mkdir(parents=True)
+    (tmp_home / "home.json").write_text(json.dumps({"profile": "demo"}))
+    (tmp_home / "vault" / "ledger.sqlite").write_bytes(b"x")
+    report = backend.verify(tmp_home)
     assert report.ok, [c for c in report.checks if not c.ok]
+    assert [p.name for p in (tmp_home / "vault").iterdir()] == ["ledger.sqlite"]
 
 
 @pytest.mark.slow
@@ -109,3 +114,20 @@ def test_build_then_verify_json(cli, tmp_home: Path) -> None:  # type: ignore[no
     result = cli("sandbox", "build", "--home", str(tmp_home), "--json")
     payload = json.loads(result.stdout)
     assert result.returncode == 0 and payload["ok"] and payload["build"]["method"] == "import"
+
+
+@pytest.mark.slow
+def test_probe_finds_a_visible_canary_by_name_and_by_content(backend: SandboxBackend, tmp_path: Path) -> None:
+    from sandbox import SandboxSpec
+    from sandbox._verify import DECOY_PROBE, planted_canaries
+
+    exposed, work = tmp_path / "exposed", tmp_path / "work"
+    exposed.mkdir()
+    work.mkdir()
+    with planted_canaries([exposed]) as (name, content):
+        (exposed / "renamed.bin").write_bytes(content)
+        digest = hashlib.sha256(content).hexdigest()
+        command = ["python", "-I", "/opt/segfactory/inside/probe.py", name, str(len(content)), digest, DECOY_PROBE]
+        result = backend.run(SandboxSpec(command=command, workspace=work, extra_ro={"/mnt/leak": exposed}))
+    hits = json.loads(result.stdout.data)["canary_hits"]
+    assert sorted(hits) == [f"/mnt/leak/{name}", "/mnt/leak/renamed.bin"]

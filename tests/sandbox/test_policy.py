@@ -77,7 +77,7 @@ def test_package_dirs_and_symlinks_to_forbidden_paths(tmp_path: Path) -> None:
 
 
 def test_spec_rejects_reserved_targets_and_bad_names(tmp_path: Path) -> None:
-    for extra in ({"/work/x": tmp_path}, {"relative": tmp_path}, {"/opt/../etc": tmp_path}):
+    for extra in ({"/work/x": tmp_path}, {"relative": tmp_path}, {"/opt/../etc": tmp_path}, {"/bin/x": tmp_path}):
         with pytest.raises(ValueError):
             SandboxSpec(command=["true"], workspace=tmp_path, extra_ro=extra)
     for name in ("holdout", "../x"):
@@ -101,3 +101,15 @@ def test_decoys_are_valid_npy_without_using_disk(tmp_path: Path) -> None:
     array = np.load(labels, mmap_mode="r")
     assert array.shape == (500, 256, 256) and array.dtype == np.uint8
     assert Path(labels).stat().st_blocks * 512 < 64 * 1024
+
+
+@pytest.mark.bwrap
+def test_a_sandbox_that_cannot_start_is_an_error_not_a_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandbox._bwrap import BwrapBackend
+    from segfactory.errors import SandboxError
+
+    original = BwrapBackend._bwrap_args
+    monkeypatch.setattr(BwrapBackend, "_bwrap_args",
+                        lambda self, *a: ["bwrap", "--no-such-option", *original(self, *a)[1:]])
+    with pytest.raises(SandboxError, match="bwrap could not start the sandbox"):
+        get_backend("bwrap").run(SandboxSpec(command=["true"], workspace=tmp_path))

@@ -135,3 +135,31 @@ def test_bad_parameters_are_usage_errors(values: dict[str, object]) -> None:
 def test_bad_sizes_are_usage_errors(n: int, size: int) -> None:
     with pytest.raises(UsageError):
         generate(n, size, seed=0)
+
+
+def test_fast_and_reference_engines_draw_the_same_scene() -> None:
+    fast = generate(40, 48, seed=9, workers=1, engine="fast")
+    reference = generate(40, 48, seed=9, workers=1, engine="numpy")
+    assert np.array_equal(fast.masks, reference.masks) and fast.defects == reference.defects
+    assert abs(float(fast.images.mean()) - float(reference.images.mean())) < 0.01  # noise differs, not the scene
+
+
+def test_fast_exposure_matches_reference_without_noise_and_in_moments() -> None:
+    from synthetic._physics import expose_fast, expose_numpy
+
+    rng = np.random.default_rng(3)
+    t_eff = rng.uniform(0, 30, (40, 40))
+    field = np.ones((40, 40))
+    acq = dict(QUIET, dose=800.0, blur=0.9, read_noise=4.0, scatter=0.02, offset=0.01)
+    assert np.allclose(expose_fast(t_eff, field, acq, rng, noise=False),
+                       expose_numpy(t_eff, field, acq, rng, noise=False), atol=1e-5)
+    flat = np.full((400, 400), 12.0)
+    fast = expose_fast(flat, np.ones_like(flat), acq, rng)
+    reference = expose_numpy(flat, np.ones_like(flat), acq, rng)
+    assert fast.mean() == pytest.approx(reference.mean(), rel=2e-3)
+    assert fast.std() == pytest.approx(reference.std(), rel=0.03)
+
+
+def test_unknown_engine_is_refused() -> None:
+    with pytest.raises(UsageError, match="engine"):
+        generate(2, 32, 0, engine="gpu")  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ def batch() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     x = (0.4 + 0.05 * rng.standard_normal((4, 32, 32))).astype(np.float32)
     y = np.zeros((4, 32, 32), np.uint8)
-    y[:, 10:14, 12:16] = 1
+    y[:, 3:7, 4:8] = 1  # off-centre, so magnification moves it
     x[y == 1] += 0.2
     return x, y
 

@@ -1,0 +1,254 @@
+"""The factory loop as a LangGraph ``StateGraph`` (DESIGN.md §4, issue 7 item 5).
+
+analyse → propose → run → gate → judge → record, then back to propose, or on to
+milestone → report once a budget (wall time, device-seconds, tickets, LLM tokens) is spent or
+the proposer has nothing left. Checkpoints go to SQLite after every node, so a run resumes
+from the last completed node (``thread_id`` = run id).
+
+What the graph needs from the rest of the factory is the :class:`FactoryServices` protocol
+(analysis, runner, gate, milestone, report); the graph state holds no score of any kind:
+tickets, coarse verdicts, dev-win flags and budget counters only (trust rules 4, 7, 9).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents._audit import AuditSink
+from agents.context import DevAnalysis, VerdictEntry, build_context
+from agents.judge import Decision, Judge, JudgeInput, TicketMeta
+from agents.llm import LLMFailed, LLMUsage
+from agents.proposer import Proposer, propose_valid
+from agents.validate import RunCaps
+from segfactory.errors import LimitExceeded
+from segfactory.records import Actor, CoarseVerdict, Ticket
+
+log = logging.getLogger(__name__)
+
+PROPOSE_BATCH = 4  # tickets asked of the proposer when the queue is empty
+RECURSION_LIMIT = 10_000  # graph steps per invoke; a run ends by budget long before this
+
+
+class RunOutcome(BaseModel):
+    """What the host learnt from training a ticket. No score: the dev comparison is a flag."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ticket_id: str
+    status: Literal["dev_win", "dev_loss", "failed"]
+    device_seconds: float = Field(ge=0)  # spent, for the budget
+    model_ref: str | None = None  # where the host put model.onnx; None unless it trained
+    reason: str = ""
+
+
+class FactoryServices(Protocol):
+    """The runner, gate and reporting side, as the graph uses them.
+
+    ``run_ticket`` trains one ticket in the sandbox and compares it with the current best on dev
+    (host-computed), and must be idempotent by ticket id (a resumed run may call it again).
+    ``submit`` queries the gate (confirm-a, or confirm-b with ``replicate_of``); the gate answers
+    a repeated ticket id from its cache without spending twice.
+    """
+
+    def analyse(self) -> DevAnalysis: ...
+
+    def run_ticket(self, ticket: Ticket) -> RunOutcome: ...
+
+    def submit(self, ticket: Ticket, model_ref: str, replicate_of: str | None) -> CoarseVerdict: ...
+
+    def milestone(self, run_id: str) -> None: ...
+
+    def report(self, run_id: str, stop_reason: str) -> None: ...
+
+
+class FactoryState(TypedDict, total=False):
+    """The checkpointed state: JSON-friendly, no scores."""
+
+    run_id: str
+    started_at: float
+    analysis: dict[str, Any]
+    queue: list[dict[str, Any]]
+    current: dict[str, Any] | None
+    outcome: dict[str, Any] | None
+    verdict: dict[str, Any] | None
+    awaiting_replicate: dict[str, dict[str, Any]]  # original id -> {"ticket": ..., "confirm_a": verdict}
+    history: list[dict[str, Any]]
+    decisions: list[dict[str, Any]]
+    device_seconds: float
+    tickets_run: int
+    next_id: int
+    stop_reason: str
+
+
+@dataclass
+class LoopDeps:
+    """Everything the nodes call. ``check`` validates a ticket (see ``agents.validate``)."""
+
+    services: FactoryServices
+    proposer: Proposer
+    judge: Judge
+    sink: AuditSink
+    caps: RunCaps
+    usage: LLMUsage
+    check: Callable[[Ticket], list[str]]
+    make_seed: Callable[[], int]
+    clock: Callable[[], float] = time.time
+
+
+class _Nodes:
+    def __init__(self, deps: LoopDeps) -> None:
+        self.d = deps
+
+    def _audit(self, state: FactoryState, event: str, payload: dict[str, Any]) -> None:
+        self.d.sink.append(Actor.SYSTEM.value, event, payload, run_id=state["run_id"])
+
+    def analyse(self, state: FactoryState) -> FactoryState:
+        analysis = self.d.services.analyse()
+        return {"analysis": analysis.model_dump(mode="json"), "started_at": state.get("started_at") or self.d.clock()}
+
+    def propose(self, state: FactoryState) -> FactoryState:
+        if state.get("queue"):
+            return {}
+        counter = [state.get("next_id", 1)]
+
+        def make_id() -> str:
+            counter[0] += 1
+            return f"{state['run_id']}-t{counter[0] - 1:03d}"
+
+        context = build_context(DevAnalysis.model_validate(state["analysis"]),
+                                [VerdictEntry.model_validate(h) for h in state.get("history", [])])
+        try:
+            tickets = propose_valid(self.d.proposer, context, PROPOSE_BATCH, check=self.d.check, make_id=make_id,
+                                    make_seed=self.d.make_seed, sink=self.d.sink, run_id=state["run_id"])
+        except LimitExceeded as exc:
+            return {"stop_reason": f"budget: {exc}"}
+        except LLMFailed as exc:  # bounded retries spent: stop cleanly, the state stays resumable
+            self._audit(state, "proposer_failed", {"error": str(exc)})
+            return {"stop_reason": f"proposer failed: {exc}"}
+        update: FactoryState = {"queue": [t.model_dump(mode="json") for t in tickets], "next_id": counter[0]}
+        if not tickets:
+            update["stop_reason"] = "the proposer has nothing left to try"
+        return update
+
+    def run(self, state: FactoryState) -> FactoryState:
+        queue = list(state["queue"])
+        ticket = Ticket.model_validate(queue.pop(0))
+        log.info("running ticket %s: %s", ticket.id, ticket.hypothesis[:80])
+        outcome = self.d.services.run_ticket(ticket)
+        return {"queue": queue, "current": ticket.model_dump(mode="json"), "outcome": outcome.model_dump(mode="json"),
+                "verdict": None, "device_seconds": state.get("device_seconds", 0.0) + outcome.device_seconds,
+                "tickets_run": state.get("tickets_run", 0) + 1}
+
+    def gate(self, state: FactoryState) -> FactoryState:
+        outcome = RunOutcome.model_validate(state["outcome"])
+        if outcome.status != "dev_win" or outcome.model_ref is None:
+            return {"verdict": None}  # a dev loss or failure spends no query
+        ticket = Ticket.model_validate(state["current"])
+        verdict = self.d.services.submit(ticket, outcome.model_ref, ticket.replicate_of)
+        return {"verdict": verdict.model_dump(mode="json")}
+
+    def judge(self, state: FactoryState) -> FactoryState:
+        if state.get("verdict") is None:
+            return {}
+        ticket = Ticket.model_validate(state["current"])
+        verdict = CoarseVerdict.model_validate(state["verdict"])
+        awaiting = dict(state.get("awaiting_replicate", {}))
+        if ticket.replicate_of is None:
+            judged = JudgeInput(ticket=TicketMeta.of(ticket), confirm_a=verdict)
+        else:
+            original = awaiting.pop(ticket.replicate_of)
+            judged = JudgeInput(ticket=TicketMeta.of(Ticket.model_validate(original["ticket"])),
+                                confirm_a=CoarseVerdict.model_validate(original["confirm_a"]),
+                                replicate_id=ticket.id, confirm_b=verdict)
+        decision = self.d.judge.decide(judged)
+        update: FactoryState = {"decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
+                                "awaiting_replicate": awaiting}
+        if decision.decision is Decision.REPLICATE:  # a new training seed, chosen by the host
+            replicate = ticket.model_copy(update={"id": f"{ticket.id}-rep", "replicate_of": ticket.id,
+                                                  "seed": self.d.make_seed()})
+            awaiting[ticket.id] = {"ticket": ticket.model_dump(mode="json"), "confirm_a": verdict.model_dump(mode="json")}
+            update["queue"] = [replicate.model_dump(mode="json"), *state.get("queue", [])]
+        return update
+
+    def record(self, state: FactoryState) -> FactoryState:
+        ticket = Ticket.model_validate(state["current"])
+        outcome = RunOutcome.model_validate(state["outcome"])
+        if state.get("verdict") is not None:
+            entry = VerdictEntry.from_verdict(ticket, CoarseVerdict.model_validate(state["verdict"]))
+        else:
+            entry = VerdictEntry.not_submitted(ticket, "DEV_LOSS" if outcome.status == "dev_loss" else "FAILED")
+        self._audit(state, "ticket_recorded", {"ticket": ticket.id, "verdict": entry.verdict, "tier": entry.tier})
+        update: FactoryState = {"history": [*state.get("history", []), entry.model_dump(mode="json")],
+                                "current": None, "outcome": None, "verdict": None}
+        spent = self._spent({**state, **update})
+        if spent:
+            update["stop_reason"] = spent
+        return update
+
+    def _spent(self, state: FactoryState) -> str:
+        caps = self.d.caps
+        if self.d.clock() - state["started_at"] >= caps.wall_seconds:
+            return f"budget: wall time {caps.wall_seconds:g} s spent"
+        if state.get("device_seconds", 0.0) >= caps.device_seconds:
+            return f"budget: device time {caps.device_seconds:g} s spent"
+        if state.get("tickets_run", 0) >= caps.tickets:
+            return f"budget: {caps.tickets} tickets run"
+        if self.d.usage.tokens >= caps.llm_tokens > 0:
+            return f"budget: {caps.llm_tokens} LLM tokens spent"
+        return ""
+
+    def milestone(self, state: FactoryState) -> FactoryState:
+        self.d.services.milestone(state["run_id"])
+        return {}
+
+    def report(self, state: FactoryState) -> FactoryState:
+        self.d.services.report(state["run_id"], state.get("stop_reason", ""))
+        self._audit(state, "run_end", {"stop_reason": state.get("stop_reason", ""),
+                                       "tickets_run": state.get("tickets_run", 0)})
+        return {}
+
+
+def _after_propose(state: FactoryState) -> str:
+    return "milestone" if state.get("stop_reason") or not state.get("queue") else "run"
+
+
+def _after_record(state: FactoryState) -> str:
+    if state.get("stop_reason"):
+        return "milestone"
+    return "run" if state.get("queue") else "propose"
+
+
+def build_graph(deps: LoopDeps, checkpoint_db: Path) -> Any:
+    """The compiled graph with a SQLite checkpointer at ``checkpoint_db``."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, START, StateGraph
+
+    nodes = _Nodes(deps)
+    graph = StateGraph(FactoryState)
+    for name in ("analyse", "propose", "run", "gate", "judge", "record", "milestone", "report"):
+        graph.add_node(name, getattr(nodes, name))
+    graph.add_edge(START, "analyse")
+    graph.add_edge("analyse", "propose")
+    graph.add_conditional_edges("propose", _after_propose, ["run", "milestone"])
+    graph.add_edge("run", "gate")
+    graph.add_edge("gate", "judge")
+    graph.add_edge("judge", "record")
+    graph.add_conditional_edges("record", _after_record, ["run", "propose", "milestone"])
+    graph.add_edge("milestone", "report")
+    graph.add_edge("report", END)
+    conn = sqlite3.connect(checkpoint_db, check_same_thread=False)
+    return graph.compile(checkpointer=SqliteSaver(conn))
+
+
+def run_loop(graph: Any, run_id: str, *, resume: bool = False) -> FactoryState:
+    """Start run ``run_id``, or with ``resume`` continue it from its last checkpoint."""
+    config = {"configurable": {"thread_id": run_id}, "recursion_limit": RECURSION_LIMIT}
+    state: FactoryState = graph.invoke(None if resume else {"run_id": run_id}, config)
+    return state

@@ -1,0 +1,101 @@
+"""``curate compare``: the curated version against a random control of the same size.
+
+The control plan removes the same number of *random* train images (seeded) from the same parent
+version, so "curation" is compared with "removing that many items at random". Both versions go
+through the same executor as ``curation`` tickets with the same budget, epochs and training
+seed. The executor is injectable (``TicketExecutor``); ``RunnerExecutor`` is the real one: it
+calls ``runner.execute_ticket`` (sandboxed training, host-computed dev metrics) and, when a gate
+client is given, the gate. The result says which arm did better on dev and carries the coarse
+verdicts; the sealed worst-slice score is reported at the next milestone, not here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from analysis.curation.plan import Action, Plan, PlanItem, apply_plan
+from segfactory.errors import DataError
+from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+from synthetic.splits import read_split
+from synthetic.versions import DatasetVersion, resolve
+
+CONTROL_EPOCHS = 3  # epochs per ticket in the comparison (both arms)
+
+
+class TicketExecutor(Protocol):
+    """Runs one ticket on one dataset version; returns a JSON-able outcome with ``status``,
+    ``dev_metrics`` (dict or None) and ``verdict`` (str or None). Never raises for a bad ticket."""
+
+    def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]: ...
+
+
+class RunnerExecutor:
+    """The real executor: ``runner.execute_ticket`` in a sandbox, audited, optionally gated."""
+
+    def __init__(self, home: Any, *, backend: str, base_config: Path, gate: Any = None,
+                 run_id: str = "curation") -> None:
+        self.home, self.backend, self.base_config = home, backend, base_config
+        self.gate, self.run_id = gate, run_id
+
+    def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]:
+        from audit import AuditLog
+        from runner import execute_ticket
+
+        with AuditLog(self.home, None) as audit:
+            outcome = execute_ticket(ticket, home=self.home, dataset_version=version, backend=self.backend,
+                                     base_config=self.base_config, audit=audit, gate=self.gate, run_id=self.run_id)
+        return {"status": outcome.status.value, "reason": outcome.reason,
+                "dev_metrics": outcome.evidence.dev_metrics if outcome.evidence else None,
+                "verdict": outcome.verdict.verdict.value if outcome.verdict else None}
+
+
+def control_plan(home_root: Path, plan: Plan, seed: int) -> Plan:
+    """Remove as many random train images as the plan removes (same parent version)."""
+    removed = [it for it in plan.items if it.action == Action.REMOVE and it.split == "train"]
+    if not removed:
+        raise DataError("the plan removes no train images; its random control would be the unchanged set")
+    n_train = len(read_split(resolve(home_root, plan.dataset).train, mmap=True))
+    picks = np.random.default_rng(seed).choice(n_train, size=len(removed), replace=False)
+    items = [PlanItem(split="train", image_id=int(k), action=Action.REMOVE, reason=f"random control (seed {seed})")
+             for k in sorted(picks.tolist())]
+    return Plan(kind="control", dataset=plan.dataset, content_hash=plan.content_hash, items=items,
+                note=f"random control for plan {plan.plan_hash[:12]}")
+
+
+def _ticket(tid: str, version: DatasetVersion, budget_s: float, seed: int, what: str) -> Ticket:
+    return Ticket(id=tid, arm=Arm.CURATION, kind=TicketKind.CURATION, seed=seed,
+                  hypothesis=f"{what} ({version.ref}) trains a better model than its counterpart at equal budget",
+                  change={}, budget=Budget(device_seconds=budget_s, epochs=CONTROL_EPOCHS),
+                  expected_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.0),
+                  evidence=[f"dataset:{version.ref}"])
+
+
+def _version_of(home_root: Path, plan: Plan) -> DatasetVersion:
+    """The version a plan made (from the dataset's applied-plans record); apply it if it was not."""
+    import json
+
+    name = plan.dataset.split("/")[0]
+    record = home_root / "datasets" / name / "plans.json"
+    made = json.loads(record.read_text()).get(plan.plan_hash) if record.is_file() else None
+    return resolve(home_root, made) if made else apply_plan(home_root, plan)[0]
+
+
+def compare_plan(home_root: Path, plan: Plan, *, budget_s: float, seed: int,
+                 executor: TicketExecutor) -> dict[str, Any]:
+    """Run the curated and the random-control versions as two curation tickets; report both."""
+    curated = _version_of(home_root, plan)
+    control = _version_of(home_root, control_plan(home_root, plan, seed))
+    tag = plan.plan_hash[:8]
+    arms = {}
+    for key, version, what in (("curated", curated, "the curated set"), ("control", control, "a random subset")):
+        ticket = _ticket(f"cur-{tag}-{key}-s{seed}", version, budget_s, seed, what)
+        arms[key] = {"dataset": version.ref, "ticket": ticket.id, **executor(ticket, version)}
+    dice = {k: (v.get("dev_metrics") or {}).get("dice") for k, v in arms.items()}
+    better = None
+    if dice["curated"] is not None and dice["control"] is not None:
+        better = "curated" if dice["curated"] > dice["control"] else "control" if dice["control"] > dice["curated"] else "tie"
+    return {**arms, "budget_s": budget_s, "seed": seed, "removed": len(plan.items),
+            "dev_better": better, "note": "one seed is an anecdote; the sealed worst-slice score comes at the next milestone"}

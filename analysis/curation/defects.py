@@ -1,0 +1,155 @@
+"""``curate defects``: duplicate defects, distributions, bad masks, sampling weights, label errors.
+
+- **Duplicate defects**: two defects whose mask crops are identical and whose image patches
+  (bbox grown by ``PATCH_MARGIN``) differ by at most ``PATCH_TOL`` on average: the same physical
+  defect seen twice (overlapping tiles, repeated frames) or a generator repeating itself. Checked
+  within train and across train/dev.
+- **Distributions**: area, contrast and shape of train defects against the target (dev), with a
+  two-sample KS test for the numeric ones.
+- **Bad masks**: the intensity step across the mask edge (ring outside minus inside) is smaller
+  than ``EDGE_MIN_SNR`` times the local noise, or of the wrong sign (voids are brighter: less
+  material absorbs less).
+- **Sampling weights**: per train image, inverse frequency of its rarest defect-size bin,
+  normalised to mean 1, for defect-centred sampling in a training config.
+- **Label errors** (with ``--model``): ``cleanlab.segmentation`` ranks train images by label
+  quality from the model's probabilities; the ranking is written as a review queue.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import ndimage
+from scipy.stats import ks_2samp
+
+from analysis.curation.plan import Action, Plan, PlanItem
+from segfactory.errors import DataError
+from synthetic.splits import Split
+
+PATCH_MARGIN = 3  # pixels around a defect's bbox compared for duplicates
+PATCH_TOL = 0.02  # mean absolute difference (in [0, 1] units) under which two patches are the same
+EDGE_MIN_SNR = 1.0  # edge step below this many noise sigmas (or of the wrong sign) marks a bad mask
+SIZE_BINS = (0, 16, 64, 256, 10**9)  # defect area bins (pixels) for rebalancing
+REVIEW_TOP = 100  # images written to the review queue
+MAX_LISTED = 200
+
+
+def _patch(split: Split, d: dict[str, Any]) -> tuple[bytes, np.ndarray]:
+    y0, x0, y1, x1 = d["bbox"]
+    i = int(d["image_id"])
+    h, w = split.images.shape[1:]
+    mask = np.asarray(split.masks[i, y0:y1, x0:x1])
+    py0, px0 = max(0, y0 - PATCH_MARGIN), max(0, x0 - PATCH_MARGIN)
+    py1, px1 = min(h, y1 + PATCH_MARGIN), min(w, x1 + PATCH_MARGIN)
+    return mask.tobytes() + bytes(str(mask.shape), "ascii"), np.asarray(split.images[i, py0:py1, px0:px1])
+
+
+def duplicate_defects(a: Split, b: Split | None = None) -> list[tuple[int, int]]:
+    """Pairs of defect indices (into a.defects, into b.defects or a.defects) that are the same defect."""
+    other = b if b is not None else a
+    by_mask: dict[bytes, list[int]] = {}
+    for k, d in enumerate(other.defects):
+        by_mask.setdefault(_patch(other, d)[0], []).append(k)
+    pairs = []
+    for k, d in enumerate(a.defects):
+        key, patch = _patch(a, d)
+        for m in by_mask.get(key, []):
+            if b is None and m <= k:
+                continue
+            q = _patch(other, other.defects[m])[1]
+            if q.shape == patch.shape and float(np.abs(q - patch).mean()) <= PATCH_TOL:
+                pairs.append((k, m))
+    return pairs
+
+
+def _edge_snr(split: Split, i: int) -> float:
+    """(mean outside ring - mean inside) / noise sigma around one image's mask; +inf if no mask."""
+    mask = np.asarray(split.masks[i]).astype(bool)
+    if not mask.any():
+        return float("inf")
+    img = np.asarray(split.images[i], dtype=np.float64)
+    ring = ndimage.binary_dilation(mask, iterations=2) & ~mask
+    inner = ndimage.binary_erosion(mask) if ndimage.binary_erosion(mask).any() else mask
+    far = ndimage.binary_dilation(mask, iterations=6) & ~ndimage.binary_dilation(mask, iterations=3)
+    noise = float(np.std(img[far])) if far.sum() > 8 else float(np.std(img)) or 1e-3
+    return float((img[inner].mean() - img[ring].mean()) / max(noise, 1e-4))
+
+
+def distributions(train: Split, dev: Split) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("area", "contrast", "diameter"):
+        t = np.array([d[key] for d in train.defects if d.get(key) is not None], dtype=float)
+        v = np.array([d[key] for d in dev.defects if d.get(key) is not None], dtype=float)
+        if len(t) and len(v):
+            test = ks_2samp(t, v)
+            out[key] = {"train_quantiles": np.quantile(t, [0.1, 0.5, 0.9]).round(4).tolist(),
+                        "target_quantiles": np.quantile(v, [0.1, 0.5, 0.9]).round(4).tolist(),
+                        "ks": round(float(test.statistic), 4), "p": float(test.pvalue)}
+    out["shape"] = {"train": dict(Counter(str(d.get("shape")) for d in train.defects)),
+                    "target": dict(Counter(str(d.get("shape")) for d in dev.defects))}
+    return out
+
+
+def sampling_weights(train: Split) -> list[float]:
+    """Per train image: inverse frequency of its rarest defect-size bin (mean 1; no defect -> base)."""
+    bins = np.digitize([d["area"] for d in train.defects], SIZE_BINS[1:-1])
+    freq = np.bincount(bins, minlength=len(SIZE_BINS) - 1).astype(float)
+    per_image = np.ones(len(train))
+    for d, b in zip(train.defects, bins, strict=True):
+        per_image[int(d["image_id"])] = max(per_image[int(d["image_id"])], freq.sum() / max(freq[b], 1) / len(freq))
+    return (per_image / per_image.mean()).round(4).tolist()
+
+
+def label_issue_ranking(masks: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """Image indices from most to least suspect, by cleanlab.segmentation label quality."""
+    from cleanlab.segmentation.rank import get_label_quality_scores
+
+    pred = np.stack([1 - probs, probs], axis=1).astype(np.float32)  # (N, 2, H, W)
+    scores, _ = get_label_quality_scores(np.asarray(masks, dtype=np.int64), pred, verbose=False)
+    return np.argsort(scores, kind="stable")
+
+
+def curate_defects(train: Split, dev: Split, *, dataset: str, content_hash: str, model: Path | None = None,
+                   review_queue: Path | None = None) -> tuple[dict[str, Any], Plan]:
+    if len(train) == 0:
+        raise DataError(f"dataset {dataset} has an empty train split; there is nothing to curate")
+    within = duplicate_defects(train)
+    across = duplicate_defects(train, dev)
+    labelled = sorted({int(d["image_id"]) for d in train.defects})
+    snr = {i: _edge_snr(train, i) for i in labelled}
+    bad = sorted(i for i, s in snr.items() if s < EDGE_MIN_SNR)
+    report: dict[str, Any] = {
+        "dataset": dataset, "content_hash": content_hash, "n_defects_train": len(train.defects),
+        "duplicate_defects_train": [[train.defects[a]["image_id"], train.defects[b]["image_id"]] for a, b in within][:MAX_LISTED],
+        "duplicate_defects_cross_split": [[train.defects[a]["image_id"], dev.defects[b]["image_id"]] for a, b in across][:MAX_LISTED],
+        "n_duplicate_defects": len(within) + len(across),
+        "distinct_mask_fraction": round(1 - len(within) / max(1, len(train.defects)), 4),
+        "distributions": distributions(train, dev),
+        "bad_masks": [{"image_id": i, "edge_snr": round(snr[i], 3)} for i in bad][:MAX_LISTED],
+        "n_bad_masks": len(bad), "sampling_weights": sampling_weights(train), "label_review": None,
+    }
+    if model is not None:
+        report["label_review"] = _review(model, train, review_queue)
+    items = [PlanItem(split="train", image_id=int(train.defects[a]["image_id"]), action=Action.REMOVE,
+                      reason=f"defect repeated from dev image {dev.defects[b]['image_id']}") for a, b in across]
+    seen = {it.image_id for it in items}
+    items += [PlanItem(split="train", image_id=i, action=Action.REMOVE, reason=f"bad mask: edge SNR {snr[i]:.2f}")
+              for i in bad if i not in seen]
+    report["plan_items"] = len(items)
+    return report, Plan(kind="defects", dataset=dataset, content_hash=content_hash, items=items)
+
+
+def _review(model: Path, train: Split, queue: Path | None) -> dict[str, Any]:
+    from vision.onnx_infer import predict
+
+    probs = predict(model, np.ascontiguousarray(train.images, dtype=np.float32))
+    order = label_issue_ranking(np.asarray(train.masks), probs)[:REVIEW_TOP]
+    rows = [{"split": "train", "image_id": int(i), "rank": r} for r, i in enumerate(order)]
+    if queue is not None:
+        queue.parent.mkdir(parents=True, exist_ok=True)
+        queue.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return {"queue": str(queue) if queue else None, "top": rows[:20]}

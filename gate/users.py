@@ -1,0 +1,120 @@
+"""User separation (trust rule 1): the gate runs as ``segfactory-gate``, which alone owns the vault.
+
+Started as root, ``init`` calls ``ensure_users()`` (system users ``segfactory`` and
+``segfactory-gate``, group ``segfactory``) and ``lock_vault()`` (vault owned by the gate user,
+directories 0700, files 0600). Any other user then gets EACCES on every vault file; root still
+bypasses modes, which is why the orchestrator should run as ``segfactory``.
+
+``gate_launcher(paths)`` is the command prefix that starts the gate as ``segfactory-gate`` in
+its own mount namespace. Runtime directories under a parent the gate user cannot traverse (such
+as ``/root`` at mode 0700) are bind-mounted back into place under a private tmpfs inside that
+namespace only: the parents keep their modes on the host.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shlex
+import shutil
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+from segfactory.errors import HomeError
+
+GATE_USER = "segfactory-gate"
+ORCHESTRATOR_USER = "segfactory"
+GROUP = "segfactory"
+NOLOGIN = "/usr/sbin/nologin"
+STAGE_ROOT = "/mnt"  # covered by a namespace-private tmpfs while binds are staged
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def ensure_users() -> None:
+    """Create the group and both system users if missing (root only)."""
+    if not is_root():
+        raise HomeError("creating the segfactory users needs root")
+    try:
+        grp.getgrnam(GROUP)
+    except KeyError:
+        subprocess.run(["groupadd", "--system", GROUP], check=True)
+    if not user_exists(ORCHESTRATOR_USER):
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", NOLOGIN, "--gid", GROUP,
+                        ORCHESTRATOR_USER], check=True)
+    if not user_exists(GATE_USER):
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", NOLOGIN, "--user-group",
+                        "--groups", GROUP, GATE_USER], check=True)
+
+
+def lock_vault(vault: Path) -> None:
+    """Give the vault to the gate user: directories 0700, files 0600."""
+    entry = pwd.getpwnam(GATE_USER)
+    for root, _dirs, files in os.walk(vault):
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+        os.chmod(root, 0o700)
+        for name in files:
+            path = os.path.join(root, name)
+            os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+            if not os.path.islink(path):
+                os.chmod(path, 0o600)
+
+
+def prepare_socket_dir(path: Path) -> None:
+    """The gate's own socket directory: owned by the gate user, group segfactory, mode 0750."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, pwd.getpwnam(GATE_USER).pw_uid, grp.getgrnam(GROUP).gr_gid)
+    os.chmod(path, 0o750)
+
+
+def vault_is_separated(vault: Path) -> bool:
+    """True when the vault belongs to the gate user (then the gate must run as that user)."""
+    return user_exists(GATE_USER) and vault.is_dir() and vault.stat().st_uid == pwd.getpwnam(GATE_USER).pw_uid
+
+
+def _blocking_ancestor(path: Path) -> Path | None:
+    """The top-most ancestor others cannot traverse (no o+x), if any."""
+    for parent in reversed(path.resolve().parents):
+        if parent != Path("/") and not parent.stat().st_mode & 0o001:
+            return parent
+    return None
+
+
+def _mount_script(paths: list[Path]) -> str:
+    """Shell run as root in a private mount namespace before dropping to the gate user."""
+    groups: dict[Path, list[Path]] = defaultdict(list)
+    for path in paths:
+        blocker = _blocking_ancestor(path)
+        if blocker is not None:
+            groups[blocker].append(path.resolve())
+    lines = ["set -e", "mount --make-rprivate /", f"mount -t tmpfs -o mode=0755 none {STAGE_ROOT}"]
+    for i, (blocker, inner) in enumerate(groups.items()):
+        for j, path in enumerate(inner):
+            lines += [f"mkdir -p {STAGE_ROOT}/{i}_{j}", f"mount --rbind {shlex.quote(str(path))} {STAGE_ROOT}/{i}_{j}"]
+        lines.append(f"mount -t tmpfs -o mode=0755 none {shlex.quote(str(blocker))}")
+        for j, path in enumerate(inner):
+            lines += [f"mkdir -p {shlex.quote(str(path))}", f"mount --rbind {STAGE_ROOT}/{i}_{j} {shlex.quote(str(path))}"]
+    entry = pwd.getpwnam(GATE_USER)
+    lines.append(f'exec setpriv --reuid={entry.pw_uid} --regid={entry.pw_gid} --init-groups '
+                 '--inh-caps=-all --bounding-set=-all -- "$@"')
+    return "\n".join(lines)
+
+
+def gate_launcher(paths: list[Path]) -> list[str]:
+    """Command prefix: run the rest of argv as the gate user, with ``paths`` reachable."""
+    unshare = shutil.which("unshare")
+    if unshare is None or not is_root():
+        raise HomeError("starting the gate as its own user needs root and util-linux unshare")
+    return [unshare, "--mount", "--propagation", "private", "--", "sh", "-c", _mount_script(paths), "gate"]
