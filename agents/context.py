@@ -9,6 +9,7 @@ dev analysis cannot reach a prompt through it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,14 +33,33 @@ class DevAnalysis(_Frozen):
 
     @classmethod
     def from_report(cls, report: Any) -> DevAnalysis:
-        """Copy only ``summary`` and ``recommendations`` from an ``analysis.AnalysisReport``."""
-        try:
-            from analysis import AnalysisReport  # type: ignore[attr-defined]
-        except ImportError as exc:  # the analysis package is not installed yet
-            raise TypeError("analysis.AnalysisReport is not available; build DevAnalysis directly") from exc
+        """A summary of an ``analysis.report.AnalysisReport`` (dev only) and its recommendations."""
+        from analysis.report import AnalysisReport
+
         if not isinstance(report, AnalysisReport):
-            raise TypeError(f"expected analysis.AnalysisReport, got {type(report).__name__}")
-        return cls(summary=str(report.summary), recommendations=tuple(report.recommendations))
+            raise TypeError(f"expected analysis.report.AnalysisReport, got {type(report).__name__}")
+        return cls(summary=_summary(report)[:MAX_SUMMARY_CHARS], recommendations=tuple(report.recommendations))
+
+
+SUMMARY_ROWS = 5  # problems, confirmed slices and notes quoted in the summary, each
+
+
+def _summary(report: Any) -> str:
+    """Dev facts only: counts, overall dev metrics, the main problems, confirmed slices, notes."""
+    overall = ", ".join(f"{k}={v:.3f}" for k, v in sorted(report.overall.items()))
+    lines = [f"dev: {report.n_images} images, {report.n_defects} voids; overall {overall}"]
+    lines += [f"problem: {p.text}" for p in report.problems[:SUMMARY_ROWS]]
+    lines += [f"slice {f.name}: n={f.n}, score {f.score:.3f} vs {f.complement:.3f} elsewhere"
+              for f in report.findings[:SUMMARY_ROWS]]
+    if report.train_dev_gap is not None:
+        lines.append(f"train-dev gap: {report.train_dev_gap:.3f}")
+    lines += [f"note: {n}" for n in report.notes[:SUMMARY_ROWS]]
+    return "\n".join(lines)
+
+
+def crop_paths(report: Any, root: Path) -> list[Path]:
+    """The report's error-crop PNGs (dev), as attachments for an LLM proposer."""
+    return [root / c for c in report.crops]
 
 
 class VerdictEntry(_Frozen):

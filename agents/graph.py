@@ -23,13 +23,14 @@ from typing import Any, Literal, Protocol, TypedDict
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents._audit import AuditSink
+from agents.approvals import ApprovalQueue
 from agents.context import DevAnalysis, VerdictEntry, build_context
 from agents.judge import Decision, Judge, JudgeInput, TicketMeta
 from agents.llm import LLMFailed, LLMUsage
 from agents.proposer import Proposer, propose_valid
 from agents.validate import RunCaps
 from segfactory.errors import LimitExceeded
-from segfactory.records import Actor, CoarseVerdict, Ticket
+from segfactory.records import Actor, CoarseVerdict, Ticket, TicketKind
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class FactoryState(TypedDict, total=False):
     device_seconds: float
     tickets_run: int
     next_id: int
+    taken_approvals: list[str]  # approved data tickets already queued (ids)
     stop_reason: str
 
 
@@ -100,6 +102,7 @@ class LoopDeps:
     check: Callable[[Ticket], list[str]]
     make_seed: Callable[[], int]
     clock: Callable[[], float] = time.time
+    approvals: ApprovalQueue | None = None  # data_request tickets go here; without it they are refused
 
 
 class _Nodes:
@@ -114,6 +117,11 @@ class _Nodes:
         return {"analysis": analysis.model_dump(mode="json"), "started_at": state.get("started_at") or self.d.clock()}
 
     def propose(self, state: FactoryState) -> FactoryState:
+        approved = self._approved(state)
+        if approved:  # approved data requests go first, each once; invalid ones are recorded, not run
+            valid = [t for t in approved if not self._invalid(state, t)]
+            return {"queue": [*state.get("queue", []), *(t.model_dump(mode="json") for t in valid)],
+                    "taken_approvals": [*state.get("taken_approvals", []), *(t.id for t in approved)]}
         if state.get("queue"):
             return {}
         counter = [state.get("next_id", 1)]
@@ -132,10 +140,35 @@ class _Nodes:
         except LLMFailed as exc:  # bounded retries spent: stop cleanly, the state stays resumable
             self._audit(state, "proposer_failed", {"error": str(exc)})
             return {"stop_reason": f"proposer failed: {exc}"}
+        tickets = self._route_requests(state, tickets)
         update: FactoryState = {"queue": [t.model_dump(mode="json") for t in tickets], "next_id": counter[0]}
         if not tickets:
             update["stop_reason"] = "the proposer has nothing left to try"
         return update
+
+    def _approved(self, state: FactoryState) -> list[Ticket]:
+        if self.d.approvals is None:
+            return []
+        taken = set(state.get("taken_approvals", []))
+        return [t for t in self.d.approvals.approved(state["run_id"]) if t.id not in taken]
+
+    def _invalid(self, state: FactoryState, ticket: Ticket) -> bool:
+        problems = self.d.check(ticket)
+        if problems:
+            self._audit(state, "ticket_invalid", {"ticket": ticket.model_dump(mode="json"), "reasons": problems})
+        return bool(problems)
+
+    def _route_requests(self, state: FactoryState, tickets: list[Ticket]) -> list[Ticket]:
+        """``data_request`` tickets go to the approvals queue (the loop does not wait for them)."""
+        runnable = []
+        for ticket in tickets:
+            if ticket.kind is not TicketKind.DATA_REQUEST:
+                runnable.append(ticket)
+            elif self.d.approvals is not None:
+                self.d.approvals.request(ticket, state["run_id"])
+            else:
+                self._audit(state, "data_request_dropped", {"ticket": ticket.id, "reason": "no approvals queue"})
+        return runnable
 
     def run(self, state: FactoryState) -> FactoryState:
         queue = list(state["queue"])
@@ -250,5 +283,7 @@ def build_graph(deps: LoopDeps, checkpoint_db: Path) -> Any:
 def run_loop(graph: Any, run_id: str, *, resume: bool = False) -> FactoryState:
     """Start run ``run_id``, or with ``resume`` continue it from its last checkpoint."""
     config = {"configurable": {"thread_id": run_id}, "recursion_limit": RECURSION_LIMIT}
-    state: FactoryState = graph.invoke(None if resume else {"run_id": run_id}, config)
+    # durability="sync": each checkpoint is written before the next node starts, so a kill -9
+    # loses at most the node that was running (the default "async" may lose several).
+    state: FactoryState = graph.invoke(None if resume else {"run_id": run_id}, config, durability="sync")
     return state

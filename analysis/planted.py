@@ -54,10 +54,14 @@ class PlantedCause(BaseModel):
 
 @dataclass
 class Planted:
+    """What the candidate trains on: a split-like view of the planted training data."""
+
     images: np.ndarray
     masks: np.ndarray
     capacity: float
     cause: PlantedCause
+    image_meta: list[dict[str, Any]]
+    defects: list[dict[str, Any]]
 
 
 def draw_cause(rng: np.random.Generator, kind: CauseKind | None = None) -> PlantedCause:
@@ -84,15 +88,16 @@ def _images_with(train: SplitLike, key: str, below: float, sign: float) -> np.nd
 def plant(cause: PlantedCause, train: SplitLike, rng: np.random.Generator) -> Planted:
     """Apply ``cause`` to the training split; returns what the candidate trains on."""
     images, masks, capacity = train.images, train.masks, 1.0
+    keep = np.ones(len(train.image_meta), dtype=bool)
     detail: dict[str, Any] = {}
     if cause.kind in ("size", "contrast"):
         # the largest voids, or the faintest: the ranges a model most plainly learns from examples
         key, sign = ("area", -1.0) if cause.kind == "size" else ("contrast", 1.0)
         values = [sign * float(d[key]) for d in train.defects if isinstance(d.get(key), int | float)]
         cut = float(np.quantile(values, cause.magnitude))
-        drop = _images_with(train, key, cut, sign)
-        images, masks = images[~drop], masks[~drop]
-        detail = {key + (" below" if sign > 0 else " above"): sign * cut, "images_removed": int(drop.sum())}
+        keep = ~_images_with(train, key, cut, sign)
+        images, masks = images[keep], masks[keep]
+        detail = {key + (" below" if sign > 0 else " above"): sign * cut, "images_removed": int((~keep).sum())}
     elif cause.kind == "background":
         kinds = sorted({str(m.get("background")) for m in train.image_meta})
         gone = kinds[int(cause.magnitude * len(kinds)) % len(kinds)]
@@ -106,7 +111,10 @@ def plant(cause: PlantedCause, train: SplitLike, rng: np.random.Generator) -> Pl
         detail = {"masks_erased": int(hit.size)}
     elif cause.kind == "capacity":
         capacity, detail = cause.magnitude, {"capacity": cause.magnitude}
-    return Planted(images, masks, capacity, cause.model_copy(update={"detail": detail}))
+    meta = [m for m, k in zip(train.image_meta, keep, strict=True) if k]
+    ids = {str(m.get("id")) for m in meta}
+    defects = [d for d in train.defects if str(d.get("image_id")) in ids]
+    return Planted(images, masks, capacity, cause.model_copy(update={"detail": detail}), meta, defects)
 
 
 def named_cause(report: AnalysisReport) -> str:
@@ -133,13 +141,19 @@ class PlantedResult(BaseModel):
 
 
 def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: SplitLike,
-                reference: Evaluated, *, seed: int) -> tuple[PlantedResult, AnalysisReport]:
-    """Train a candidate on the planted data and analyse it against the reference on dev."""
+                reference: Evaluated, *, seed: int,
+                reference_train: Evaluated | None = None) -> tuple[PlantedResult, AnalysisReport]:
+    """Train a candidate on the planted data and analyse it against the reference on dev.
+
+    ``reference`` is the unplanted model (same seed) on ``dev``; ``reference_train`` the same
+    model on the unplanted training data, which lets the analysis tell underfitting apart.
+    """
     rng = np.random.default_rng(seed)
     planted = plant(cause, train, rng)
     model = trainer.fit(planted.images, planted.masks, capacity=planted.capacity, seed=seed)
     cand = Evaluated(dev, model.predict(dev.images))
-    extras = Extras(reference=reference, label_estimate=False)
+    cand_train = Evaluated(planted, model.predict(planted.images))
+    extras = Extras(reference=reference, reference_train=reference_train, train=cand_train, label_estimate=False)
     report, _ = analyse(cand, seed=seed, extras=extras)
     named = named_cause(report)
     recovered = named == cause.kind

@@ -22,7 +22,7 @@ from segfactory.records import Direction, ExpectedEffect, Recommendation, Ticket
 
 POLICY_PATH = Path(__file__).resolve().parent.parent / "policies" / "recommend.yaml"
 TOPUP_IMAGES = 250  # images of targeted synthetic data a slice recommendation asks for
-InputName = Literal["train_label_excess", "label_shift", "overall_drop", "slice_finding", "learning_curve_gain",
+InputName = Literal["train_label_excess", "label_shift", "underfit", "overall_drop", "slice_finding", "learning_curve_gain",
                     "train_dev_gap", "perturbation_drop", "dev_label_rate", "always"]
 
 
@@ -62,6 +62,7 @@ class Inputs:
     findings: list[SliceRow] = field(default_factory=list)  # confirmed slices only
     overall_drop: float | None = None  # candidate minus reference defect miss rate
     label_shift: float | None = None  # median relative change of confidence on true dev voids vs the reference
+    underfit: float | None = None  # reference train dice minus candidate train dice (each on its own train set)
     train_dev_gap: float | None = None
     learning_curve: dict[str, float] | None = None  # "0.25"/"0.5"/"1.0" -> dev dice
     dev_labels: LabelEstimate | None = None
@@ -89,6 +90,8 @@ def _scalar(rule: Rule, inputs: Inputs) -> tuple[float | None, dict[str, Any]]:
         return inputs.overall_drop, evidence
     if rule.input == "label_shift" and inputs.label_shift is not None:
         return abs(inputs.label_shift), {"confidence_shift_vs_reference": inputs.label_shift}
+    if rule.input == "underfit" and inputs.underfit is not None:
+        return inputs.underfit, {"train_dice_below_reference": inputs.underfit}
     if rule.input == "learning_curve_gain" and inputs.learning_curve:
         curve = inputs.learning_curve
         if "0.5" in curve and "1.0" in curve:

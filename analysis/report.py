@@ -112,6 +112,7 @@ class Extras:
 
     train: Evaluated | None = None  # for the train-dev gap and the train label estimate
     reference: Evaluated | None = None  # same dev, reference model: findings become relative
+    reference_train: Evaluated | None = None  # the reference model on its own training data
     confirm: Evaluated | None = None  # a fresh set to confirm slices on (else the other half of dev)
     learning_curve: dict[str, float] | None = None
     perturbations: dict[str, float] | None = None
@@ -138,6 +139,10 @@ def _reference_drop(dev: Evaluated, errs: ErrorAnalysis, extras: Extras, thresho
     ref = extras.reference.errors(threshold)
     units = defect_units(dev.split.image_meta, dev.split.defects, errs.defect_outcome, ref.defect_outcome)
     return float(units.outcome.mean()) if len(units) else 0.0
+
+
+def _mean_dice(ev: Evaluated, threshold: float) -> float:
+    return float(ev.errors(threshold).per_image["dice"].mean())
 
 
 def _confidence_shift(dev: Evaluated, reference: Evaluated) -> float:
@@ -174,7 +179,7 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
             train_labels = label_estimate("train", t.prob, t.split.masks, t.ids, seed)
     gap = None
     if extras.train is not None:
-        gap = float(extras.train.errors(threshold).per_image["dice"].mean() - errs.per_image["dice"].mean())
+        gap = _mean_dice(extras.train, threshold) - float(errs.per_image["dice"].mean())
     findings = [r for r in rows if r.confirmed]
     drop = _reference_drop(dev, errs, extras, threshold)
     inputs = Inputs(findings=findings, overall_drop=drop, train_dev_gap=gap, learning_curve=extras.learning_curve,
@@ -182,6 +187,8 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
     if extras.reference is not None:  # relative run: absolute label and gap inputs say nothing about the cause
         inputs.dev_labels, inputs.train_dev_gap = None, None
         inputs.label_shift = _confidence_shift(dev, extras.reference)
+        if extras.train is not None and extras.reference_train is not None:
+            inputs.underfit = _mean_dice(extras.reference_train, threshold) - _mean_dice(extras.train, threshold)
     counts = errs.counts()
     report = AnalysisReport(
         model_sha256=model_sha256, data=data, n_images=int(dev.prob.shape[0]), n_defects=len(dev.split.defects),
@@ -194,3 +201,13 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
         learning_curve=extras.learning_curve, perturbations=extras.perturbations,
         reference_miss_rate_increase=drop, recommendations=recommend(inputs, policy), notes=notes)
     return report, errs
+
+
+def summary_lines(report: AnalysisReport, k: int = 3) -> list[str]:
+    """The top ``k`` recommendations with their evidence, one line each (for the demo and the CLI)."""
+    lines = []
+    for r in report.recommendations[:k]:
+        e = r.predicted_effect
+        lines.append(f"{r.id}: {r.action} ({r.kind.value}) - {r.rationale}; predicts {e.metric} on "
+                     f"{e.slice} {e.direction.value} by {e.size}")
+    return lines

@@ -27,7 +27,7 @@ MAX_VOIDS = 3
 TEXTURE_AMPLITUDE = 0.04  # standard deviation of the "texture" background
 AREA_EDGES_LOG2 = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0)  # region area cut points, log2 pixels (full capacity)
 CONTRAST_EDGES = (0.05, 0.08, 0.12, 0.18, 0.26)  # region peak contrast cut points (full capacity)
-TEXTURE_CUT, SLOPE_CUT = -0.012, 0.004  # image features that read a background as textured / sloped
+TEXTURE_CUT, SLOPE_CUT = 0.0105, 0.0045  # image features that read a background as textured / sloped
 MIN_CELL_REGIONS = 2  # training regions a cell needs before it predicts anything but background
 SUBSAMPLE = 0.9  # share of training images each fit sees (seeded)
 CANDIDATE_CONTRAST = 0.035  # local contrast above which pixels form candidate regions
@@ -101,14 +101,16 @@ def _contrast(images: np.ndarray) -> np.ndarray:
 
 
 def _image_features(images: np.ndarray) -> np.ndarray:
-    """(N, 2): background texture energy and slope, which tell background types apart."""
+    """(N, 2): band-pass texture energy and background slope, which tell background types apart."""
     x = images.astype(np.float64)
-    fine = x - ndimage.gaussian_filter(x, (0, 1.5, 1.5))
-    wide = ndimage.gaussian_filter(x, (0, 6.0, 6.0))
-    slope = np.hypot(*np.gradient(wide, axis=(1, 2)))
-    coarse = ndimage.gaussian_filter(x, (0, 2.0, 2.0)) - wide
-    return np.stack([np.median(np.abs(coarse), axis=(1, 2)) - np.median(np.abs(fine), axis=(1, 2)),
-                     np.median(slope, axis=(1, 2))], axis=1)
+
+    def g(sigma: float) -> np.ndarray:
+        return ndimage.gaussian_filter(x, (0, sigma, sigma))
+
+    wide = g(6.0)
+    band = np.median(np.abs(g(1.5) - g(4.0)), axis=(1, 2))
+    slope = np.median(np.hypot(*np.gradient(wide, axis=(1, 2))), axis=(1, 2))
+    return np.stack([band, slope], axis=1)
 
 
 @dataclass

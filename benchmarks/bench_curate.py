@@ -65,7 +65,14 @@ def generate(path: Path, n: int, seed: int = 0) -> np.ndarray:
 
 def search(path: Path, planted_path: Path) -> dict[str, float]:
     """The measured part (runs in the child): fingerprint by streaming, then the blocked search."""
-    from analysis.curation.neardup import all_embedding_pairs, all_pairs, fingerprint, near_duplicates, union
+    from analysis.curation.neardup import (
+        all_embedding_pairs,
+        all_pairs,
+        candidate_pairs,
+        embedding_pairs,
+        fingerprint,
+        near_duplicates,
+    )
 
     peak = [0]
     stop = threading.Event()
@@ -82,7 +89,7 @@ def search(path: Path, planted_path: Path) -> dict[str, float]:
     t0 = time.perf_counter()
     prints = fingerprint(images)
     t_print = time.perf_counter() - t0
-    pairs = near_duplicates(prints)
+    pairs = near_duplicates(prints, images)
     t_total = time.perf_counter() - t0
     stop.set()
     sampler.join()
@@ -90,15 +97,19 @@ def search(path: Path, planted_path: Path) -> dict[str, float]:
     found = pairs.as_set()
     sub = fingerprint(images[:SUBSET])
     t1 = time.perf_counter()
-    reference = union(all_pairs(sub), all_embedding_pairs(sub)).as_set()
+    ref_hash, ref_emb = all_pairs(sub).as_set(), all_embedding_pairs(sub).as_set()
     t_ref = time.perf_counter() - t1
-    blocked_sub = near_duplicates(sub).as_set()
-    recall = len(reference & blocked_sub) / len(reference) if reference else 1.0
+    got_hash, got_emb = candidate_pairs(sub).as_set(), embedding_pairs(sub).as_set()
+    reference = ref_hash | ref_emb
+    recall = len(reference & (got_hash | got_emb)) / len(reference) if reference else 1.0
     return {"n": int(images.shape[0]), "seconds": t_total, "fingerprint_seconds": t_print,
             "peak_anon_bytes": float(peak[0]), "anon_at_start_bytes": float(base_anon),
             "vm_hwm_bytes": float(_read_status("VmHWM")), "pairs": float(len(found)),
             "planted_recall": len(planted & found) / len(planted),
             "subset_pairs": float(len(reference)), "subset_recall": recall,
+            "subset_hash_pairs": float(len(ref_hash)), "subset_embedding_pairs": float(len(ref_emb)),
+            "subset_hash_recall": len(ref_hash & got_hash) / len(ref_hash) if ref_hash else 1.0,
+            "subset_embedding_recall": len(ref_emb & got_emb) / len(ref_emb) if ref_emb else 1.0,
             "allpairs_subset_seconds": t_ref,
             "allpairs_extrapolated_seconds": t_ref * (images.shape[0] / SUBSET) ** 2}
 
@@ -131,7 +142,9 @@ def main() -> None:
         f"peak anonymous memory {r['peak_anon_bytes'] / mib:.0f} MiB "
         f"(at start {r['anon_at_start_bytes'] / mib:.0f} MiB; peak RSS incl. mapped file {r['vm_hwm_bytes'] / mib:.0f} MiB)\n"
         f"recall vs exact all-pairs on a {SUBSET}-image subset: {r['subset_recall']:.4f} "
-        f"({int(r['subset_pairs'])} reference pairs); planted-pair recall {r['planted_recall']:.4f}\n"
+        f"({int(r['subset_pairs'])} reference pairs; pHash search {r['subset_hash_recall']:.4f} of "
+        f"{int(r['subset_hash_pairs'])}, embedding LSH {r['subset_embedding_recall']:.4f} of "
+        f"{int(r['subset_embedding_pairs'])}); planted-pair recall {r['planted_recall']:.4f}\n"
         f"ratio all-pairs (extrapolated from {r['allpairs_subset_seconds']:.2f} s on {SUBSET}) / blocked: "
         f"{r['allpairs_extrapolated_seconds'] / r['seconds']:.1f}x\n")
     if args.keep is None:

@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO))
 from gate.core import Gate  # noqa: E402
 from gate.scorer import BATCH_IMAGES, THREADS  # noqa: E402
 from gate.setup import export_classical_baseline, init_gate  # noqa: E402
-from synthetic.tiers import build_tier  # noqa: E402
 from synthetic.splits import read_split  # noqa: E402
+from synthetic.tiers import build_tier  # noqa: E402
 
 
 def bare_ort(model: Path, images: np.ndarray) -> float:

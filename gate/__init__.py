@@ -1,0 +1,29 @@
+"""The gate: a locked evaluator (DESIGN.md trust rules 1-8; docs/gate.md).
+
+Public API (loaded lazily, so importing ``gate`` stays cheap):
+
+- ``Gate`` (gate.core): the decision procedure; ``GateClient``, ``running_gate`` (gate.client);
+- ``score_model``, ``ScoringError`` (gate.scorer): the confined scorer, also for host dev metrics;
+- ``inspect_model``, ``IntakeError`` (gate.intake): hardened ONNX intake;
+- ``Ledger`` (gate.ledger); ``load_win_rule``, ``WinRule`` (gate.win_rule);
+- ``run_attack`` (gate.attack).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "Gate": "gate.core", "GateClient": "gate.client", "running_gate": "gate.client",
+    "score_model": "gate.scorer", "ScoringError": "gate.scorer", "inspect_model": "gate.intake",
+    "IntakeError": "gate.intake", "Ledger": "gate.ledger", "load_win_rule": "gate.win_rule",
+    "WinRule": "gate.win_rule", "run_attack": "gate.attack",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'gate' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

@@ -2,8 +2,9 @@
 
 The gate resolves the training dataset version itself (never trusting a manifest a sandbox
 wrote), requires it to be an approved version, hashes its train images and compares them with
-every vault tier: an exact image hash match, or a perceptual-hash near-match within
-``synthetic.phash``'s named threshold, is a leak. The caller quarantines the run.
+every vault tier: an exact image hash match, or a perceptual-hash near neighbour (within
+``synthetic.phash.NEAR_NEIGHBOUR_BITS``) confirmed by a pixel correlation of at least
+``NEAR_CONFIRM_CORRELATION``, is a leak. The caller quarantines the run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from gate import tiers
 from synthetic.splits import image_sha256, read_split
 
 MAX_LEAK_EXAMPLES = 3  # image ids quoted in a leak reason
+# A perceptual-hash near neighbour is a leak only when the two images' pixel correlation is at
+# least this. Measured on a demo home: distinct images (768 train x 400 confirm-a pairs) reach
+# at most 0.944, and a phash near neighbour that was a different image had 0.855; a copy with
+# small noise or a brightness shift stays above 0.99.
+NEAR_CONFIRM_CORRELATION = 0.98
 
 
 class LeakError(Exception):
@@ -35,10 +41,19 @@ def resolve_dataset(home_root: Path, ref: str) -> Path:
     return version.train
 
 
-def _near_matches(train: np.ndarray, held: np.ndarray) -> int:
-    from synthetic.phash import NEAR_NEIGHBOUR_BITS, min_distances, phash
+def _correlation(a: np.ndarray, b: np.ndarray) -> float:
+    x, y = a.ravel() - a.mean(), b.ravel() - b.mean()
+    denom = float(np.linalg.norm(x) * np.linalg.norm(y))
+    return float(x @ y / denom) if denom > 0 else float(np.array_equal(a, b))
 
-    return int((min_distances(phash(train), phash(held)) <= NEAR_NEIGHBOUR_BITS).sum())
+
+def _near_matches(train: np.ndarray, held: np.ndarray) -> int:
+    """Train images with a phash near neighbour in ``held`` confirmed by pixel correlation."""
+    from synthetic.phash import near_neighbours, phash
+
+    pairs = near_neighbours(phash(train), phash(held))
+    confirmed = {i for i, j in pairs if _correlation(train[i], held[j]) >= NEAR_CONFIRM_CORRELATION}
+    return len(confirmed)
 
 
 def check_training_data(home_root: Path, vault: Path, ref: str) -> None:

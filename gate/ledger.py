@@ -236,8 +236,10 @@ class Ledger:
             db.execute("INSERT INTO anchors (seq, hash, run_id, ts) VALUES (?, ?, ?, ?)", (seq, digest, run_id, time.time()))
 
     def latest_anchor(self) -> dict[str, Any] | None:
-        row = self._db.execute("SELECT seq, hash, ts FROM anchors ORDER BY id DESC LIMIT 1").fetchone()
-        return None if row is None else {"seq": int(row[0]), "hash": str(row[1]), "ts": float(row[2])}
+        row = self._db.execute("SELECT seq, hash, ts, run_id FROM anchors ORDER BY id DESC LIMIT 1").fetchone()
+        if row is None:
+            return None
+        return {"seq": int(row[0]), "hash": str(row[1]), "ts": float(row[2]), "run_id": row[3]}
 
     # -- audit events -------------------------------------------------------------------------
     def queue_event(self, event: str, payload: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ the backend falls back to rlimits (RLIMIT_DATA for memory); ``verify`` reports w
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import time
@@ -17,10 +18,13 @@ from pathlib import Path
 
 from sandbox._policy import Limits
 
+log = logging.getLogger(__name__)
 CGROUP_V1 = Path("/sys/fs/cgroup")
 PARENT = "segfactory-sandbox"
 CFS_PERIOD_US = 100_000  # cpu.cfs_period_us: quota = cpus * period
-RMDIR_TRIES = 20  # cgroup rmdir retries while the last processes exit (10 ms apart)
+RMDIR_TIMEOUT_S = 10.0  # keep killing and retrying rmdir this long while the last processes exit
+RMDIR_RETRY_S = 0.02
+STALE_AFTER_S = 600  # an empty run cgroup older than this is a leftover; removed at the next create
 
 
 class CgroupV1:
@@ -33,6 +37,7 @@ class CgroupV1:
     def create(cls, limits: Limits) -> CgroupV1 | None:
         if os.geteuid() != 0 or not (CGROUP_V1 / "memory" / "memory.limit_in_bytes").exists():
             return None
+        remove_stale()
         run_id = uuid.uuid4().hex[:12]
         dirs = {c: CGROUP_V1 / c / PARENT / run_id for c in ("memory", "pids", "cpu")}
         try:
@@ -88,12 +93,27 @@ class CgroupV1:
                     os.kill(int(pid), signal.SIGKILL)
 
     def remove(self) -> None:
+        """Kill what is left and remove the run's cgroups; logs (and leaves) one that stays busy."""
+        deadline = time.monotonic() + RMDIR_TIMEOUT_S
         for path in self.dirs.values():
-            for _ in range(RMDIR_TRIES):
+            while path.exists():
                 try:
-                    if path.exists():
-                        path.rmdir()
-                    break
-                except OSError:
+                    path.rmdir()
+                except OSError as exc:
+                    if time.monotonic() > deadline:
+                        log.warning("sandbox cgroup %s not removed: %s", path, exc)
+                        break
                     self.kill_all()
-                    time.sleep(0.01)
+                    time.sleep(RMDIR_RETRY_S)
+
+
+def remove_stale() -> None:
+    """Remove empty run cgroups older than STALE_AFTER_S (left by a killed host process)."""
+    now = time.time()
+    for controller in ("memory", "pids", "cpu"):
+        parent = CGROUP_V1 / controller / PARENT
+        with contextlib.suppress(OSError):
+            for path in parent.iterdir():
+                if path.is_dir() and now - path.stat().st_mtime > STALE_AFTER_S:
+                    with contextlib.suppress(OSError):
+                        path.rmdir()  # fails (EBUSY) while any process is inside

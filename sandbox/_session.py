@@ -27,10 +27,21 @@ from segfactory.errors import PolicyError
 
 EventHook = Callable[[SandboxEvent], None]
 HOOK_MAX_BYTES = 1024**2  # audit-hook output read back; past it: ignored, a monitoring_gap event
+EVENTS_MAX_BYTES = 4 * 1024**2  # the hook's rw dir on the host; past it: killed, workspace_limit event
+SCRATCH_ROOTS = (Path("/dev/shm"),)  # tmpfs for the per-run dir (decoys are sparse, the rest tiny)
 HOOK_MAX_EVENTS = 1000  # sandbox-reported events kept per run
 SUPERVISE_POLL_S = 0.05  # how often the supervisor looks at the process
 WORKSPACE_POLL_S = 0.25  # how often /work's disk use is measured
 OUTER_KILL_SLACK_S = 2.0  # after timeout + grace the host kills, whatever the inner timeout did
+
+
+def _scratch_root() -> str | None:
+    """A tmpfs for per-run scratch where one is writable (creating and removing dirs on a busy
+    disk costs ~4 ms each), else the system temp dir."""
+    for root in SCRATCH_ROOTS:
+        if root.is_dir() and os.access(root, os.W_OK | os.X_OK):
+            return str(root)
+    return None
 
 
 def disk_usage(root: Path) -> int:
@@ -68,7 +79,8 @@ class Session:
         self.stdout = CappedBuffer(policy.output.stdout_bytes)
         self.stderr = CappedBuffer(policy.output.stderr_bytes)
         self.env = sandbox_env(spec.env)
-        self.tmp = Path(tempfile.mkdtemp(prefix="segfactory-sbx-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix="segfactory-sbx-", dir=_scratch_root()))
+        self.events_dir = Path(tempfile.mkdtemp(prefix="segfactory-sbx-events-"))  # on disk: rw inside
         self.watcher: DecoyWatcher | None = None
         self._finished = False
 
@@ -93,10 +105,8 @@ class Session:
     def __enter__(self) -> Session:
         os.chmod(self.tmp, 0o755)
         write_etc(self.tmp / "etc", self.policy.uid, self.policy.gid)
-        events_dir = self.tmp / "events"
-        events_dir.mkdir()
-        os.chmod(events_dir, 0o777)
-        self.mounts.append(Mount(events_dir, EVENTS_TARGET, read_only=False))
+        os.chmod(self.events_dir, 0o777)
+        self.mounts.append(Mount(self.events_dir, EVENTS_TARGET, read_only=False))
         if self.spec.decoys:
             decoy_mounts, files = create_decoys(self.tmp / "decoys")
             self.mounts.extend(decoy_mounts)
@@ -107,6 +117,7 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.finish()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        shutil.rmtree(self.events_dir, ignore_errors=True)
 
     def finish(self) -> list[SandboxEvent]:
         """Stop watching, read the audit hook's file; returns every event (call once it ended)."""
@@ -157,19 +168,22 @@ class Session:
         return False
 
     def _workspace_full(self) -> bool:
-        used = disk_usage(self.workspace)
-        if used <= self.limits.workspace_bytes:
-            return False
-        self.emit(SandboxEvent(kind="workspace_limit", ts=time.time(), path="/work",
-                               detail={"used_bytes": used, "limit_bytes": self.limits.workspace_bytes}))
-        return True
+        """True (and an event) when /work or the hook's rw dir has grown past its cap."""
+        for path, inside, limit in ((self.workspace, "/work", self.limits.workspace_bytes),
+                                    (self.events_dir, EVENTS_TARGET, EVENTS_MAX_BYTES)):
+            used = disk_usage(path)
+            if used > limit:
+                self.emit(SandboxEvent(kind="workspace_limit", ts=time.time(), path=inside,
+                                       detail={"used_bytes": used, "limit_bytes": limit}))
+                return True
+        return False
 
     def timed_out(self, exit_code: int, duration_s: float, killed: bool) -> bool:
         """Whether the run hit its wall time: killed from outside, or ended by the inner timeout."""
         return killed or (exit_code in (124, 137) and duration_s >= self.timeout_s)
 
     def _read_hook_events(self) -> None:
-        path = self.tmp / "events" / "hook.jsonl"
+        path = self.events_dir / "hook.jsonl"
         if not path.is_file():
             return
         size = path.stat().st_size

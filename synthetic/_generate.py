@@ -150,7 +150,8 @@ def generate(n: int, size: int, seed: int, params: GenParams | None = None, *,
              seed_label: str | None = None, engine: Engine = "fast") -> GeneratedSet:
     """Draw ``n`` images of ``size`` x ``size`` pixels from ``seed``.
 
-    ``workers`` defaults to every core; results do not depend on it. ``seed_label`` is what
+    ``workers`` defaults to every core (forked processes); results do not depend on it. From a
+    process that runs threads (a server), pass ``workers=1``: forking it can deadlock. ``seed_label`` is what
     the manifest records about the seed (the tiers pass ``"secret"``; default ``public:<seed>``).
     ``engine`` picks the code: ``fast`` (default) or ``numpy`` (the plain reference); they
     draw the same parts, voids and masks, and noise of the same distribution but not the same
@@ -161,6 +162,7 @@ def generate(n: int, size: int, seed: int, params: GenParams | None = None, *,
     if engine not in ENGINES:
         raise UsageError(f"generator engine {engine!r} is not known; known: {', '.join(ENGINES)}")
     params = params or GenParams()
+    _silhouettes(params)  # a missing or corrupt IDX file fails here, before any fork (and is cached)
     workers = workers or os.cpu_count() or 1
     if engine == "fast":
         from synthetic._kernels import warm_up

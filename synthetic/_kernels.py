@@ -12,9 +12,29 @@ transcendental functions and normal sampler beat scalar compiled loops on these 
 from __future__ import annotations
 
 import math
+import os
+import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
-from numba import njit
+
+
+def _ensure_cache_dir() -> None:
+    """numba caches next to this file; where that folder is read-only (a sandbox mount), use a
+    per-user temporary folder instead of failing at import."""
+    if os.access(Path(__file__).parent, os.W_OK) or "NUMBA_CACHE_DIR" in os.environ:
+        return
+    os.environ["NUMBA_CACHE_DIR"] = str(Path(tempfile.gettempdir()) / f"segfactory-numba-{os.getuid()}")
+    if "numba" in sys.modules:
+        from numba.core import config
+
+        config.reload_config()
+
+
+_ensure_cache_dir()
+
+from numba import njit  # noqa: E402
 
 
 @njit(cache=True)

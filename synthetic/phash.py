@@ -2,13 +2,18 @@
 
 ``phash`` shrinks each image to 32x32 by area averaging, takes the 2-D DCT-II, keeps the
 16x16 lowest frequencies (the DC term zeroed: it only says how bright the image is) and sets
-one bit per coefficient above their median. A hash is 4 uint64 words. Two images are near
-neighbours when their hashes differ in at most ``NEAR_NEIGHBOUR_BITS`` bits. The classic 64-bit
-pHash (8x8) is too coarse for synthetic parts: independent draws came within 2 bits of each
-other. The threshold and its measured false-match rate are in docs/synthetic.md.
+one bit per coefficient above their median. A hash is 4 uint64 words.
+
+Two images are near neighbours when their hashes differ in at most ``NEAR_NEIGHBOUR_BITS``
+bits. Synthetic parts are smooth and alike, so a hash alone has a heavy tail of independent
+look-alikes; ``near_duplicates`` therefore confirms each hash candidate by the RMS difference
+of the mean-removed 32x32 thumbnails (at most ``DUPLICATE_RMS``), which separates re-noised
+copies from independent draws by a wide margin. Measured rates are in docs/synthetic.md.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.fft import dctn
@@ -16,7 +21,8 @@ from scipy.fft import dctn
 HASH_SIDE = 32  # images are area-averaged to this side before the DCT
 LOW_FREQ = 16  # the LOW_FREQ x LOW_FREQ lowest DCT frequencies make the 256 bits
 HASH_WORDS = LOW_FREQ * LOW_FREQ // 64  # uint64 words per hash
-NEAR_NEIGHBOUR_BITS = 24  # Hamming distance (of 256) at or below which two images are near neighbours
+NEAR_NEIGHBOUR_BITS = 40  # Hamming distance (of 256) at or below which hashes are near neighbours
+DUPLICATE_RMS = 0.01  # thumbnail RMS difference (image units) at or below which a candidate is a copy
 COMPARE_BLOCK = 512  # query hashes compared per block (memory: block x reference x 32 bytes)
 
 
@@ -71,3 +77,32 @@ def near_neighbours(query: np.ndarray, reference: np.ndarray, threshold: int = N
         qi, ri = np.nonzero(hamming(block, reference[None, :, :]) <= threshold)
         pairs.extend(zip((qi + start).tolist(), ri.tolist(), strict=True))
     return pairs
+
+
+@dataclass(frozen=True)
+class Fingerprints:
+    """Hashes and thumbnails of a stack of images (what near_duplicates compares)."""
+
+    hashes: np.ndarray  # (N, 4) uint64
+    thumbs: np.ndarray  # (N, 32, 32) float32, each with its mean removed
+
+
+def fingerprint(images: np.ndarray) -> Fingerprints:
+    stack = np.asarray(images, dtype=np.float64)
+    thumbs = _shrink(stack)
+    thumbs = (thumbs - thumbs.mean(axis=(1, 2), keepdims=True)).astype(np.float32)
+    return Fingerprints(phash(stack), thumbs)
+
+
+def near_duplicates(query: Fingerprints, reference: Fingerprints) -> list[tuple[int, int]]:
+    """Pairs (query index, reference index) that are copies up to noise and a brightness offset.
+
+    Candidates within ``NEAR_NEIGHBOUR_BITS`` hash bits are confirmed when the RMS of their
+    thumbnails' difference (mean removed) is at most ``DUPLICATE_RMS``.
+    """
+    confirmed = []
+    for qi, ri in near_neighbours(query.hashes, reference.hashes):
+        diff = query.thumbs[qi] - reference.thumbs[ri]
+        if float(np.sqrt(np.mean((diff - diff.mean()) ** 2))) <= DUPLICATE_RMS:
+            confirmed.append((qi, ri))
+    return confirmed

@@ -76,10 +76,12 @@ def _set_current(folder: Path, version: str) -> None:
 
 
 def build_tier(vault_dir: Path, tier: str, n: int, size: int, params: GenParams | None = None,
-               version: str | None = None) -> Path:
+               version: str | None = None, *, workers: int | None = None) -> Path:
     """Draw a fresh secret seed, generate the tier version, make it CURRENT; return its path.
 
     ``version`` defaults to the next ``v<k>``; an existing version is never replaced (DataError).
+    ``workers`` as in ``synthetic.generate`` (default: every core, by forking). Pass
+    ``workers=1`` from a process that runs threads (a server): forking it can deadlock.
     Used by ``segfactory init`` and by ``gate rotate``.
     """
     _check_tier(tier)
@@ -94,7 +96,7 @@ def build_tier(vault_dir: Path, tier: str, n: int, size: int, params: GenParams 
     if target.exists():
         raise DataError(f"{target} already exists; tier versions are immutable, rotate to a new version")
     seed = int.from_bytes(os.urandom(SECRET_BYTES), "big")
-    drawn = generate(n, size, seed, params, seed_label="secret")
+    drawn = generate(n, size, seed, params, seed_label="secret", workers=workers)
     drawn.extra.update(tier=tier, version=version)
     staging = folder / f".{version}.building-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)

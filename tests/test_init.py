@@ -13,7 +13,7 @@ import pytest
 
 from segfactory.init import DEV_SEED, TRAIN_SEED
 from synthetic import generate
-from synthetic.phash import near_neighbours, phash
+from synthetic.phash import fingerprint, near_duplicates
 from synthetic.splits import read_split
 from synthetic.tiers import TIERS, read_secret_seed, tier_path
 
@@ -77,6 +77,6 @@ def test_public_seeds_do_not_reproduce_a_tier(demo_home: tuple[Path, dict[str, A
 def test_no_held_back_image_has_a_near_neighbour_in_train_or_dev(demo_home: tuple[Path, dict[str, Any]]) -> None:
     home, _ = demo_home
     open_images = np.concatenate([read_split(home / f"datasets/synthetic/v1/{s}").images for s in ("train", "dev")])
-    reference = phash(open_images)
+    reference = fingerprint(open_images)
     for tier in TIERS:
-        assert near_neighbours(phash(read_split(tier_path(home / "vault", tier)).images), reference) == []
+        assert near_duplicates(fingerprint(read_split(tier_path(home / "vault", tier)).images), reference) == []

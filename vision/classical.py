@@ -39,12 +39,14 @@ LOGIT_SCALE = 200.0  # sharpness: logits per unit of intensity difference
 
 
 class ClassicalParams(BaseModel):
+    """Defaults are the values tuned on the demo profile's dev split (generator defaults, 64 px)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    bg_kernel: int = 11
-    polarity: float = 1.0
-    threshold: float = 0.05
-    open_size: int = 1
+    bg_kernel: int = 7  # background window side, pixels (odd)
+    polarity: float = 1.0  # +1: voids are brighter than their surroundings (more transmission)
+    threshold: float = 0.04  # intensity difference above the background that marks a void
+    open_size: int = 2  # opening side, pixels (1 = no size filter)
     scale: float = LOGIT_SCALE
 
 
@@ -123,3 +125,12 @@ def fit_classical(config: TrainConfig, data_dir: Path, out_dir: Path) -> TrainRe
                          files={p.name: p.name for p in sorted(out_dir.iterdir()) if p.is_file()})
     write_result(out_dir, result)
     return result
+
+
+def export_tuned(images: np.ndarray, masks: np.ndarray, path: Path) -> tuple[Path, ClassicalParams]:
+    """Tune on (dev) images and masks, export the tuned detector to ``path``; for the gate's init."""
+    from vision.export import export_onnx
+
+    params, _ = tune(images, masks)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return export_onnx(ClassicalDetector(params), path, (images.shape[1], images.shape[2])), params

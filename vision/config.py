@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from segfactory.errors import UsageError
+from vision.registry import known_models
 
 LossName = Literal["bce", "dice", "focal", "tversky"]
 CONFIG_VERSION: Literal[1] = 1
@@ -23,9 +24,16 @@ class Strict(BaseModel):
 
 
 class ModelConfig(Strict):
-    name: str = "unet-mobilenetv3"  # a preset name from vision.models (not baseline-classical)
+    name: str = "unet-mobilenetv3"  # a registered name (vision.registry), or baseline-classical
     decoder_width: int | None = Field(default=None, gt=0, le=512)  # None: the preset's width
     encoder_weights: Path | None = None  # optional local safetensors file; random init otherwise
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in known_models():
+            raise ValueError(f"model {name!r} is not registered; known: {', '.join(known_models())}")
+        return name
 
 
 class LossTerm(Strict):

@@ -37,8 +37,6 @@ DEFAULT_MIN_SUPPORT = 20  # objects (or images) a slice needs before it can be t
 
 _STRUCT_8 = np.zeros((3, 3, 3), dtype=bool)
 _STRUCT_8[1] = True  # 8-connectivity inside an image, never across images
-_ERODE_3x3 = np.zeros((3, 3, 3), dtype=bool)
-_ERODE_3x3[1] = True
 
 
 @dataclass
@@ -105,11 +103,12 @@ def boundary_band(mask: np.ndarray) -> np.ndarray:
     h, w = mask.shape[-2:]
     d = max(1, int(round(BOUNDARY_RATIO * float(np.hypot(h, w)))))
     m = mask.astype(bool)
-    eroded = ndimage.binary_erosion(m, structure=_ERODE_3x3, iterations=d, border_value=0)
-    return m & ~eroded
+    # d iterations of a 3x3 erosion with a zero border = one (2d+1)x(2d+1) min filter, zero padded
+    eroded = ndimage.minimum_filter(m.view(np.uint8), size=(1, 2 * d + 1, 2 * d + 1), mode="constant", cval=0)
+    return m & ~eroded.astype(bool)
 
 
-def _components(mask: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+def _components(mask: np.ndarray, centroids: bool = True) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
     """Label components; return (labels, count, image index, area, centroid) per label 1..count."""
     labels, count = ndimage.label(mask, structure=_STRUCT_8)
     flat = labels.ravel()
@@ -118,6 +117,8 @@ def _components(mask: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, np.ndarr
     image = np.zeros(count + 1, dtype=np.int64)
     image[flat[nz]] = nz // plane
     area = np.bincount(flat[nz], minlength=count + 1).astype(np.int64)
+    if not centroids:
+        return labels, count, image[1:], area[1:], np.zeros((count, 2))
     ys = (nz % plane) // mask.shape[2]
     xs = nz % mask.shape[2]
     safe = np.maximum(area, 1)
@@ -169,7 +170,7 @@ def per_image_metrics(prob: np.ndarray, gt: np.ndarray, *, threshold: float = DE
     b_inter = (pb & gb).sum(axis=(1, 2), dtype=np.int64)
     b_union = (pb | gb).sum(axis=(1, 2), dtype=np.int64)
     gl, ng, g_img, g_area, g_cent = _components(truth)
-    pl, npr, p_img, p_area, _ = _components(pred)
+    pl, npr, p_img, p_area, _ = _components(pred, centroids=False)
     g_hit, p_hit = _match(gl, ng, g_area, pl, npr, p_area, iou_match)
     n_bins = len(SIZE_BINS)
     cell = g_img * n_bins + size_bin_index(g_area)

@@ -6,7 +6,6 @@ Every model maps an image batch (N, 1, H, W) in [0, 1] to logits (N, 1, H, W); t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import timm
@@ -14,38 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from segfactory.errors import DataError, UsageError
+from segfactory.errors import DataError
+from vision.registry import CLASSICAL, PRESETS, REFERENCE_PRESET, Preset, get_preset, known_models
 
-
-@dataclass(frozen=True)
-class Preset:
-    """A named encoder and decoder shape."""
-
-    encoder: str  # timm model name
-    out_indices: tuple[int, ...]  # which encoder stages feed the decoder (shallow to deep)
-    decoder_width: int  # channels in every decoder block (overridable per config)
-
-
-PRESETS: dict[str, Preset] = {
-    # The reference preset for every benchmark ratio: a thin MobileNetV3 trains fast on CPU at 64x64.
-    "unet-mobilenetv3": Preset("mobilenetv3_small_050", (0, 1, 2, 3), 32),
-    "unet-resnet10t": Preset("resnet10t", (0, 1, 2, 3), 32),
-    "unet-efficientnet_b0": Preset("efficientnet_b0", (0, 1, 2, 3), 32),
-}
-REFERENCE_PRESET = "unet-mobilenetv3"
-CLASSICAL = "baseline-classical"
-
-
-def known_models() -> list[str]:
-    return sorted([*PRESETS, CLASSICAL])
-
-
-def get_preset(name: str) -> Preset:
-    """The named preset; an unknown name lists the known ones."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise UsageError(f"model {name!r} is not registered; known: {', '.join(known_models())}") from None
+__all__ = ["CLASSICAL", "PRESETS", "REFERENCE_PRESET", "Preset", "UNet", "build_model", "get_preset", "known_models"]
 
 
 class ConvBlock(nn.Sequential):

@@ -98,6 +98,8 @@ def make_provider(spec: str, sink: AuditSink, actor: Actor, *, run_id: str | Non
         from agents.llm._openai import OpenAIProvider
 
         url, _, model = rest.partition("#")
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"local provider needs an http(s) URL, got {url!r}; e.g. local:http://127.0.0.1:11434/v1#llama3")
         provider = OpenAIProvider(model or "local", transport, base_url=base_url or url, timeout_s=timeout_s,
                                   api_key=os.environ.get("LOCAL_LLM_API_KEY") or "no-key")
         provider.provider = "local"

@@ -33,20 +33,29 @@ class TicketExecutor(Protocol):
 
 
 class RunnerExecutor:
-    """The real executor: ``runner.execute_ticket`` in a sandbox, audited, optionally gated."""
+    """The real executor: ``runner.execute_ticket`` in a sandbox, audited, optionally gated.
 
-    def __init__(self, home: Any, *, backend: str, base_config: Path, gate: Any = None,
-                 run_id: str = "curation") -> None:
+    ``audit`` defaults to the home's audit log (unanchored until the next anchored writer);
+    ``scheduler`` to the home's (``Scheduler.for_home``); ``gate`` is a gate client or None.
+    """
+
+    def __init__(self, home: Any, *, backend: Any, base_config: Path | dict[str, Any], gate: Any = None,
+                 run_id: str = "curation", audit: Any = None, scheduler: Any = None) -> None:
         self.home, self.backend, self.base_config = home, backend, base_config
-        self.gate, self.run_id = gate, run_id
+        self.gate, self.run_id, self.audit, self.scheduler = gate, run_id, audit, scheduler
 
     def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]:
         from audit import AuditLog
         from runner import execute_ticket
 
-        with AuditLog(self.home, None) as audit:
+        audit = self.audit or AuditLog(self.home, None)
+        try:
             outcome = execute_ticket(ticket, home=self.home, dataset_version=version, backend=self.backend,
-                                     base_config=self.base_config, audit=audit, gate=self.gate, run_id=self.run_id)
+                                     base_config=self.base_config, audit=audit, gate=self.gate,
+                                     run_id=self.run_id, scheduler=self.scheduler)
+        finally:
+            if self.audit is None:
+                audit.close()
         return {"status": outcome.status.value, "reason": outcome.reason,
                 "dev_metrics": outcome.evidence.dev_metrics if outcome.evidence else None,
                 "verdict": outcome.verdict.verdict.value if outcome.verdict else None}

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from analysis.curation.neardup import (
+    DUPLICATE_RMS,
     EMBED_MIN_COSINE,
     NEAR_NEIGHBOUR_BITS,
     Fingerprints,
@@ -22,6 +23,7 @@ from analysis.curation.neardup import (
     candidate_pairs,
     embedding_pairs,
     fingerprint,
+    thumbnail_rms,
     union,
 )
 from analysis.curation.plan import Action, Plan, PlanItem
@@ -30,7 +32,7 @@ from segfactory.errors import DataError
 from synthetic.check import BLANK_STD, SATURATED_FRACTION
 from synthetic.splits import Split
 
-SENSITIVITY_BITS = (8, 16, 24, 32)  # pHash thresholds shown in the sensitivity table
+SENSITIVITY_BITS = (24, 32, 40, 48)  # pHash thresholds shown in the sensitivity table (RMS rule applied)
 SENSITIVITY_COSINE = (0.9, 0.93, 0.95, 0.97, 0.99)  # embedding thresholds shown
 COVERAGE_FIELDS = ("part", "background")  # categorical acquisition fields
 COVERAGE_NUMERIC = ("dose", "blur", "read_noise", "thickness")  # binned into COVERAGE_BINS
@@ -63,10 +65,25 @@ def _exact_groups(digests: list[str]) -> list[list[int]]:
     return [g for g in by_hash.values() if len(g) > 1]
 
 
-def _sensitivity(pairs_bits: Pairs, pairs_cos: Pairs, n_train: int) -> list[dict[str, Any]]:
+class _Joined:
+    """Train then dev as one indexable stack (fancy indexing reads only the rows asked for)."""
+
+    def __init__(self, train: np.ndarray, dev: np.ndarray) -> None:
+        self.train, self.dev = train, dev
+
+    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
+        idx = np.asarray(idx)
+        out = np.empty((len(idx), *self.train.shape[1:]), dtype=np.float32)
+        first = idx < len(self.train)
+        out[first] = self.train[idx[first]]
+        out[~first] = self.dev[idx[~first] - len(self.train)]
+        return out
+
+
+def _sensitivity(pairs_bits: Pairs, rms: np.ndarray, pairs_cos: Pairs, n_train: int) -> list[dict[str, Any]]:
     rows = []
     for bits in SENSITIVITY_BITS:
-        keep = pairs_bits.bits <= bits
+        keep = (pairs_bits.bits <= bits) & (rms <= DUPLICATE_RMS)
         cross = (pairs_bits.i[keep] < n_train) & (pairs_bits.j[keep] >= n_train)
         rows.append({"signal": "phash_bits", "threshold": bits, "pairs": int(keep.sum()),
                      "cross_split": int(cross.sum()), "documented": bits == NEAR_NEIGHBOUR_BITS})
@@ -141,7 +158,10 @@ def curate_images(train: Split, dev: Split, *, dataset: str, content_hash: str,
                           (prints_t.sha256 or []) + (prints_d.sha256 or []))
     by_bits = candidate_pairs(prints, max(SENSITIVITY_BITS))
     by_cos = embedding_pairs(prints, min(SENSITIVITY_COSINE))
-    near = union(by_bits.where(NEAR_NEIGHBOUR_BITS, -1.0), by_cos.where(10**6, EMBED_MIN_COSINE))
+    rms = thumbnail_rms(_Joined(train.images, dev.images), by_bits.i, by_bits.j)
+    copies = (by_bits.bits <= NEAR_NEIGHBOUR_BITS) & (rms <= DUPLICATE_RMS)
+    near = union(Pairs(by_bits.i[copies], by_bits.j[copies], by_bits.bits[copies], by_bits.cosine[copies]),
+                 by_cos.where(10**6, EMBED_MIN_COSINE))
     exact = _exact_groups(prints.sha256 or [])
     within = near.j < n_train  # i < j, so both in train
     cross = (near.i < n_train) & (near.j >= n_train)
@@ -149,7 +169,8 @@ def curate_images(train: Split, dev: Split, *, dataset: str, content_hash: str,
     quality = _quality(train.images)
     report: dict[str, Any] = {
         "dataset": dataset, "content_hash": content_hash, "n_train": n_train, "n_dev": len(dev),
-        "thresholds": {"phash_bits": NEAR_NEIGHBOUR_BITS, "embedding_cosine": EMBED_MIN_COSINE},
+        "thresholds": {"phash_bits": NEAR_NEIGHBOUR_BITS, "thumbnail_rms": DUPLICATE_RMS,
+                       "embedding_cosine": EMBED_MIN_COSINE},
         "exact_duplicates": [[_where(k, n_train) for k in g] for g in exact[:MAX_LISTED]],
         "n_exact_groups": len(exact),
         "near_duplicates_train": _pair_rows(Pairs(near.i[within], near.j[within], near.bits[within],
@@ -161,7 +182,7 @@ def curate_images(train: Split, dev: Split, *, dataset: str, content_hash: str,
                   "sources": [{str(k): list(v) for k, v in g.items()} for g in trace_sources(overlaps)]},
         "quality": quality,
         "coverage": _coverage(train, dev),
-        "sensitivity": _sensitivity(by_bits, by_cos, n_train),
+        "sensitivity": _sensitivity(by_bits, rms, by_cos, n_train),
         "hard_images": _hard_images(model, train) if model is not None else None,
     }
     items = _plan_items(exact, near, within, cross, overlaps, quality, n_train)

@@ -1,29 +1,33 @@
-"""Near-duplicate search that scales: streamed perceptual hashes, multi-index blocking, a check.
+"""Near-duplicate search that scales: streamed fingerprints, blocking and LSH, an exact reference.
 
-Two images are near duplicates when their 256-bit pHashes (``synthetic.phash``) differ in at
-most ``NEAR_NEIGHBOUR_BITS`` bits *and* their pixel embeddings (12x12 area averages, centred
-and L2-normalised: an embedding that needs no training) have cosine similarity of at least
-``EMBED_MIN_COSINE``. The hash proposes, the embedding confirms.
+Two images are near duplicates when they are copies by the rule of ``synthetic.phash`` (256-bit
+pHashes within ``NEAR_NEIGHBOUR_BITS`` bits and mean-removed 32x32 thumbnails within
+``DUPLICATE_RMS``; catches re-noised, re-exposed copies) *or* their embeddings have cosine
+similarity of at least ``EMBED_MIN_COSINE`` (noisy or shifted copies: pHash moves ~50 bits under
+a 2-pixel shift). The embedding needs no training: the log-magnitude of the low-frequency
+Fourier spectrum of the 32x32 area average (a shift changes only the phase), centred on the
+set's mean and scaled to unit norm.
 
-Scaling. Images are read from a (memory-mapped) ``(N, H, W)`` array ``CHUNK_IMAGES`` at a time,
-so only one chunk is ever decoded; per image we keep 32 bytes of hash and 576 bytes of
-embedding. Candidate pairs come from multi-index hashing: the 256 bits are cut into
-``t + 1`` bands, and by the pigeonhole principle two hashes within ``t`` bits agree exactly on at
-least one band. Bucketing by each band therefore finds *every* pair an all-pairs search finds
-at threshold ``t`` (exact recall), while comparing only pairs that share a bucket. The bucket
-scan is a numba kernel. Past ``MAX_PAIRS`` pairs the search raises ``LimitExceeded``.
+Scaling. Images are read from a (memory-mapped) ``(N, H, W)`` array ``CHUNK_IMAGES`` at a time;
+per image we keep 32 bytes of hash and 480 bytes of embedding. pHash pairs come from
+multi-index hashing: the 256 bits are cut into ``m >= (t + 1) / 2`` bands and, by the pigeonhole
+principle, two hashes within ``t`` bits differ in at most one bit on some band, so probing each
+band's key and its one-bit neighbours finds every pair an all-pairs search finds (exact recall). Embedding pairs come from random-hyperplane LSH
+(``LSH_TABLES`` tables of ``LSH_BITS`` bits; recall below 1, measured against
+``all_embedding_pairs``). The LSH bucket scan is a numba kernel. Past ``MAX_PAIRS`` pairs: LimitExceeded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
 
 from segfactory.errors import LimitExceeded, UsageError
-from synthetic.phash import HASH_WORDS, NEAR_NEIGHBOUR_BITS, hamming, phash
+from synthetic.phash import DUPLICATE_RMS, HASH_WORDS, NEAR_NEIGHBOUR_BITS, hamming, phash
 from synthetic.phash import _shrink as _phash_shrink
 from synthetic.splits import image_sha256
 
@@ -38,9 +42,9 @@ MAX_PAIRS = 20_000_000  # past this many pairs at the threshold the search raise
 HASH_BITS = 64 * HASH_WORDS  # 256
 
 __all__ = [
-    "CHUNK_IMAGES", "EMBED_DIMS", "EMBED_MIN_COSINE", "MAX_PAIRS", "NEAR_NEIGHBOUR_BITS", "Fingerprints",
+    "CHUNK_IMAGES", "DUPLICATE_RMS", "EMBED_DIMS", "EMBED_MIN_COSINE", "MAX_PAIRS", "NEAR_NEIGHBOUR_BITS", "Fingerprints",
     "Pairs", "all_embedding_pairs", "all_pairs", "candidate_pairs", "embed", "embedding_pairs", "fingerprint",
-    "near_duplicates", "union",
+    "hash_duplicates", "near_duplicates", "thumbnail_rms", "union",
 ]
 
 
@@ -147,48 +151,6 @@ def _popcount64(x: np.uint64) -> int:  # pragma: no cover - compiled
     return int((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@numba.njit(cache=True)
-def _scan_bands(keys: np.ndarray, orders: np.ndarray, hashes: np.ndarray, threshold: int,
-                cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
-    """Every pair sharing a band key and within ``threshold`` bits, reported in its first shared band."""
-    n_bands, n = keys.shape
-    out_i = np.empty(cap, np.int64)
-    out_j = np.empty(cap, np.int64)
-    out_d = np.empty(cap, np.int64)
-    count = 0
-    for b in range(n_bands):
-        order = orders[b]
-        start = 0
-        while start < n:
-            key = keys[b, order[start]]
-            stop = start + 1
-            while stop < n and keys[b, order[stop]] == key:
-                stop += 1
-            for p in range(start, stop):
-                a = order[p]
-                for q in range(p + 1, stop):
-                    c = order[q]
-                    seen = False
-                    for e in range(b):
-                        if keys[e, a] == keys[e, c]:
-                            seen = True
-                            break
-                    if seen:
-                        continue
-                    d = 0
-                    for w in range(hashes.shape[1]):
-                        d += _popcount64(hashes[a, w] ^ hashes[c, w])
-                    if d <= threshold:
-                        if count >= cap:
-                            return out_i, out_j, out_d, -1
-                        out_i[count] = min(a, c)
-                        out_j[count] = max(a, c)
-                        out_d[count] = d
-                        count += 1
-            start = stop
-    return out_i, out_j, out_d, count
-
-
 def _cosines(emb: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     out = np.empty(len(i), dtype=np.float32)
     for part in _chunks(len(i), 1 << 20):
@@ -196,31 +158,97 @@ def _cosines(emb: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     return out
 
 
-def candidate_pairs(prints: Fingerprints, max_bits: int = NEAR_NEIGHBOUR_BITS, *,
-                    max_pairs: int = MAX_PAIRS) -> Pairs:
-    """Every pair within ``max_bits`` (exact, by multi-index blocking), with its embedding cosine."""
-    if not 0 <= max_bits < HASH_BITS // 2:
-        raise UsageError(f"max_bits must be in 0..{HASH_BITS // 2 - 1}; got {max_bits}")
-    keys = _band_keys(prints.hashes, max_bits + 1)
-    orders = np.argsort(keys, axis=1, kind="stable").astype(np.int64)
-    cap = min(max_pairs, max(1024, 4 * len(prints)))
+@numba.njit(cache=True)
+def _probe_kernel(keys: np.ndarray, order: np.ndarray, ordered: np.ndarray, width: int, hashes: np.ndarray,
+                  max_bits: int, cap: int) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
+    """Pairs (i < j) whose band keys differ in at most one bit and whose hashes are within max_bits."""
+    out_i = np.empty(cap, np.int64)
+    out_j = np.empty(cap, np.int64)
+    count = 0
+    for a in range(keys.shape[0]):
+        for f in range(width + 1):
+            probe = keys[a] if f == 0 else keys[a] ^ (np.uint32(1) << np.uint32(f - 1))
+            p = np.searchsorted(ordered, probe)
+            while p < ordered.shape[0] and ordered[p] == probe:
+                c = order[p]
+                p += 1
+                if c <= a:
+                    continue
+                d = 0
+                for w in range(hashes.shape[1]):
+                    d += _popcount64(hashes[a, w] ^ hashes[c, w])
+                if d <= max_bits:
+                    if count >= cap:
+                        return out_i, out_j, -1
+                    out_i[count] = a
+                    out_j[count] = c
+                    count += 1
+    return out_i, out_j, count
+
+
+def _probe_band(keys: np.ndarray, width: int, max_bits: int, hashes: np.ndarray, max_pairs: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(keys, kind="stable").astype(np.int64)
+    ordered = keys[order]
+    cap = min(max_pairs, max(1024, 4 * len(keys)))
     while True:
-        i, j, d, count = _scan_bands(keys, orders, prints.hashes, max_bits, cap)
+        i, j, count = _probe_kernel(keys, order, ordered, width, hashes, max_bits, cap)
         if count >= 0:
-            break
+            return i[:count], j[:count]
         if cap >= max_pairs:
             raise LimitExceeded(f"more than MAX_PAIRS={max_pairs} image pairs within {max_bits} bits; "
                                 "lower the threshold or curate a smaller set")
         cap = min(max_pairs, cap * 4)
-    order = np.lexsort((j[:count], i[:count]))
-    i, j, d = i[:count][order], j[:count][order], d[:count][order]
-    return Pairs(i, j, d, _cosines(prints.embeddings, i, j))
 
 
-def near_duplicates(prints: Fingerprints, max_bits: int = NEAR_NEIGHBOUR_BITS,
+def candidate_pairs(prints: Fingerprints, max_bits: int = NEAR_NEIGHBOUR_BITS, *,
+                    max_pairs: int = MAX_PAIRS) -> Pairs:
+    """Every pair within ``max_bits`` (exact, by multi-index hashing), with its embedding cosine.
+
+    With m >= (max_bits + 1) / 2 bands, two hashes within max_bits bits differ in at most one
+    bit on some band (else they would differ in >= 2m > max_bits), so probing each band's key
+    and its one-bit neighbours finds every such pair.
+    """
+    if not 0 <= max_bits < HASH_BITS // 2:
+        raise UsageError(f"max_bits must be in 0..{HASH_BITS // 2 - 1}; got {max_bits}")
+    n_bands = max(HASH_BITS // 32, -(-(max_bits + 1) // 2))
+    keys = _band_keys(prints.hashes, n_bands)
+    edges = np.linspace(0, HASH_BITS, n_bands + 1).round().astype(int)
+    found = [_probe_band(keys[b], int(edges[b + 1] - edges[b]), max_bits, prints.hashes, max_pairs)
+             for b in range(n_bands)]
+    i = np.concatenate([f[0] for f in found]).astype(np.int64)
+    j = np.concatenate([f[1] for f in found]).astype(np.int64)
+    n = max(1, len(prints))
+    unique = np.unique(i * n + j)
+    if len(unique) > max_pairs:
+        raise LimitExceeded(f"{len(unique)} image pairs within {max_bits} bits, more than MAX_PAIRS={max_pairs}; "
+                            "lower the threshold or curate a smaller set")
+    i, j = unique // n, unique % n
+    return Pairs(i, j, hamming(prints.hashes[i], prints.hashes[j]), _cosines(prints.embeddings, i, j))
+
+
+def thumbnail_rms(images: Any, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """RMS of the mean-removed 32x32 thumbnails' difference, reading only the pairs' images."""
+    out = np.empty(len(i), dtype=np.float64)
+    for part in _chunks(len(i), 512):
+        a = _phash_shrink(np.asarray(images[i[part]], dtype=np.float32))
+        b = _phash_shrink(np.asarray(images[j[part]], dtype=np.float32))
+        diff = (a - a.mean(axis=(1, 2), keepdims=True)) - (b - b.mean(axis=(1, 2), keepdims=True))
+        out[part] = np.sqrt((diff.astype(np.float64) ** 2).mean(axis=(1, 2)))
+    return out
+
+
+def hash_duplicates(prints: Fingerprints, images: np.ndarray, max_bits: int = NEAR_NEIGHBOUR_BITS) -> Pairs:
+    """Copies up to noise (``synthetic.phash`` rule): hash within ``max_bits``, thumbnails within DUPLICATE_RMS."""
+    found = candidate_pairs(prints, max_bits)
+    keep = thumbnail_rms(images, found.i, found.j) <= DUPLICATE_RMS
+    return Pairs(found.i[keep], found.j[keep], found.bits[keep], found.cosine[keep])
+
+
+def near_duplicates(prints: Fingerprints, images: np.ndarray, max_bits: int = NEAR_NEIGHBOUR_BITS,
                     min_cosine: float = EMBED_MIN_COSINE) -> Pairs:
-    """Near duplicates at the documented thresholds: pHash within ``max_bits`` or embedding cosine >= ``min_cosine``."""
-    return union(candidate_pairs(prints, max_bits), embedding_pairs(prints, min_cosine))
+    """Near duplicates at the documented thresholds: hash copies (pHash + thumbnail RMS) or embedding cosine."""
+    return union(hash_duplicates(prints, images, max_bits), embedding_pairs(prints, min_cosine))
 
 
 def all_pairs(prints: Fingerprints, max_bits: int = NEAR_NEIGHBOUR_BITS, block: int = 512) -> Pairs:
@@ -246,6 +274,7 @@ def _scan_tables(keys: np.ndarray, orders: np.ndarray, emb: np.ndarray, min_cosi
                  cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
     """Every pair sharing a table key with cosine >= min_cosine, reported in its first shared table."""
     n_tables, n = keys.shape
+    keys_t = np.ascontiguousarray(keys.T)  # (N, tables): one image's keys side by side
     out_i = np.empty(cap, np.int64)
     out_j = np.empty(cap, np.int64)
     out_c = np.empty(cap, np.float32)
@@ -263,8 +292,8 @@ def _scan_tables(keys: np.ndarray, orders: np.ndarray, emb: np.ndarray, min_cosi
                 for q in range(p + 1, stop):
                     c = order[q]
                     seen = False
-                    for e in range(b):
-                        if keys[e, a] == keys[e, c]:
+                    for e in range(b):  # report the pair only in the first table it shares
+                        if keys_t[a, e] == keys_t[c, e]:
                             seen = True
                             break
                     if seen:

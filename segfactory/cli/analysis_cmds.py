@@ -88,13 +88,13 @@ def analyse_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Analyse a model on dev: error types, slices, label errors, recommendations (Markdown + HTML)."""
+    home_for(home)
+    onnx_path = _model_path(model)
     from analysis.render import write_report
-    from analysis.report import Evaluated, Extras, analyse
+    from analysis.report import Evaluated, Extras, analyse, summary_lines
     from synthetic.splits import sha256_file
     from vision.onnx_infer import predict
 
-    home_for(home)
-    onnx_path = _model_path(model)
     dev_split, train_split = _splits(data)
     dev = Evaluated(dev_split, predict(onnx_path, dev_split.images))
     train = None
@@ -112,8 +112,8 @@ def analyse_cmd(
     typer.echo(f"analysis of {onnx_path} on {data}: {report.n_images} images -> {target / 'report.html'}")
     for note in report.notes:
         typer.echo(f"  note: {note}")
-    for r in report.recommendations[:3]:
-        typer.echo(f"  {r.id}: {r.action} ({r.kind.value}) - {r.rationale}")
+    for line in summary_lines(report):
+        typer.echo(f"  {line}")
 
 
 def register(app: typer.Typer) -> None:

@@ -62,10 +62,11 @@ def profile_cmd(
 
     if device not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device must be auto, cpu or cuda; got {device!r}")
+    sizes = _int_list(batch_sizes, "batch-sizes")  # flags first: naming presets imports torch
     resolved = Home.resolve(home)
     size = _image_size(resolved, image_size)
     kind = None if device == "auto" else device
-    profile = profile_device(_presets(presets), _int_list(batch_sizes, "batch-sizes"), size, kind)  # type: ignore[arg-type]
+    profile = profile_device(_presets(presets), sizes, size, kind)  # type: ignore[arg-type]
     path = save_profile(resolved, profile)
     summary = {"home": str(resolved.root), "path": str(path), "image_size": size, **profile.model_dump(mode="json"),
                "fits": {p: _fit(profile, p) for p in sorted({m.preset for m in profile.measurements})}}

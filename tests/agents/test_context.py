@@ -53,5 +53,15 @@ def test_history_carries_coarse_verdicts_only_and_is_bounded() -> None:
 
 
 def test_from_report_takes_only_an_analysis_report() -> None:
+    from analysis.report import AnalysisReport
+
     with pytest.raises(TypeError):
         DevAnalysis.from_report(object())
+    rec = DevAnalysis(summary="x", recommendations=()).recommendations
+    report = AnalysisReport(model_sha256="ab" * 32, data="dev", n_images=40, n_defects=55, threshold=0.5,
+                            overall={"dice": 0.61}, error_counts={}, problems=[], slices=[], n_slices_tested=0,
+                            n_slices_below_support=0, findings=[], recommendations=list(rec),
+                            notes=["small voids missed"], train_dev_gap=0.04)
+    analysis = DevAnalysis.from_report(report)
+    assert "40 images" in analysis.summary and "dice=0.610" in analysis.summary
+    assert "small voids missed" in analysis.summary and "ab" * 32 not in analysis.summary

@@ -1,97 +1,28 @@
 """The factory loop (LangGraph + SQLite checkpoints) against stub runner/gate services.
 
-``StubFactoryServices`` is a test-only stand-in for the runner and the gate, which are built in
-another issue: scripted dev outcomes, a gate that caches by ticket id and counts queries, and a
-planted "confirm score" sentinel that must never reach the graph state or the audit log.
+``tests/agents/_stubs.py`` holds ``StubFactoryServices``, a test-only stand-in for the runner
+and the gate (built in another issue).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agents.context import DevAnalysis
-from agents.graph import FactoryState, LoopDeps, RunOutcome, build_graph, run_loop
+from agents.graph import FactoryState, LoopDeps, build_graph, run_loop
 from agents.judge import Judge
 from agents.llm import LLMUsage
 from agents.proposer import get_proposer
 from agents.validate import RunCaps, load_budget_policy, ticket_problems
-from segfactory.records import Budget, CoarseVerdict, Ticket, Verdict
-from tests.agents.conftest import Log, recommendation
-
-SENTINEL = 0.987654321  # a confirm score only the stub gate knows
-
-
-class Crash(Exception):
-    """Stands in for a kill -9 at a chosen point."""
-
-
-@dataclass
-class StubFactoryServices:
-    """Test stub of the runner + gate: outcome and verdict per recommendation key."""
-
-    dev: dict[str, str]  # change key -> dev_win | dev_loss | failed
-    gate: dict[str, list[Verdict]]  # change key -> verdicts for confirm-a, then confirm-b
-    runs: list[str] = field(default_factory=list)
-    queries: list[str] = field(default_factory=list)
-    cache: dict[str, CoarseVerdict] = field(default_factory=dict)
-    crash_in_run: set[str] = field(default_factory=set)
-    crash_after_gate: set[str] = field(default_factory=set)
-    ended: list[str] = field(default_factory=list)
-
-    def analyse(self) -> DevAnalysis:
-        recs = tuple(recommendation(f"r{i}", key, 1) for i, key in enumerate(self.dev, 1))
-        return DevAnalysis(summary="dev IoU 0.6", recommendations=recs)
-
-    def run_ticket(self, ticket: Ticket) -> RunOutcome:
-        self.runs.append(ticket.id)
-        if ticket.id in self.crash_in_run:
-            self.crash_in_run.discard(ticket.id)
-            raise Crash(ticket.id)
-        status = self.dev[next(iter(ticket.change))]
-        return RunOutcome(ticket_id=ticket.id, status=status, device_seconds=10,  # type: ignore[arg-type]
-                          model_ref=None if status == "failed" else f"models/{ticket.id}.onnx")
-
-    def submit(self, ticket: Ticket, model_ref: str, replicate_of: str | None) -> CoarseVerdict:
-        if ticket.id not in self.cache:  # the gate answers a repeated ticket id from its cache
-            self.queries.append(ticket.id)
-            verdicts = self.gate[next(iter(ticket.change))]
-            verdict = verdicts[1 if replicate_of else 0]
-            _score = SENTINEL  # the gate computes a score; only the coarse verdict leaves it
-            self.cache[ticket.id] = CoarseVerdict(ticket_id=ticket.id, tier="confirm-b" if replicate_of else "confirm-a",
-                                                  verdict=verdict, queries_left=10 - len(self.queries))
-        if ticket.id in self.crash_after_gate:
-            self.crash_after_gate.discard(ticket.id)
-            raise Crash(ticket.id)
-        return self.cache[ticket.id]
-
-    def milestone(self, run_id: str) -> None:
-        self.ended.append("milestone")
-
-    def report(self, run_id: str, stop_reason: str) -> None:
-        self.ended.append(f"report: {stop_reason}")
-
-
-def _graph(services: StubFactoryServices, log: Log, tmp_path: Path, tickets: int = 20) -> Any:
-    policy = load_budget_policy()
-    seeds = itertools.count(100)
-    deps = LoopDeps(
-        services=services, judge=Judge(log), sink=log, usage=LLMUsage(),
-        proposer=get_proposer("rules", sink=log, usage=LLMUsage(), default_budget=Budget(device_seconds=60, epochs=2),
-                              caps=Budget(device_seconds=120, epochs=10)),
-        caps=RunCaps(wall_seconds=600, device_seconds=600, tickets=tickets, llm_tokens=0),
-        check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: next(seeds))
-    return build_graph(deps, tmp_path / "state.sqlite")
-
-
-def _services() -> StubFactoryServices:
-    return StubFactoryServices(
-        dev={"optim.lr": "dev_win", "epochs": "dev_loss", "grad_accum": "dev_win", "batch_size": "failed"},
-        gate={"optim.lr": [Verdict.WIN, Verdict.WIN], "grad_accum": [Verdict.NO_WIN]})
+from segfactory.records import Budget
+from tests.agents._stubs import SENTINEL, Crash, StubFactoryServices, make_graph, make_services
+from tests.agents.conftest import Log
 
 
 def _summary(state: FactoryState) -> list[tuple[str, str]]:
@@ -99,8 +30,8 @@ def _summary(state: FactoryState) -> list[tuple[str, str]]:
 
 
 def test_a_whole_loop_promotes_only_after_a_replicate_win(audit_log: Log, tmp_path: Path) -> None:
-    services = _services()
-    state = run_loop(_graph(services, audit_log, tmp_path), "run1")
+    services = make_services()
+    state = run_loop(make_graph(services, audit_log, tmp_path), "run1")
     assert _summary(state) == [("run1-t001", "replicate"), ("run1-t001", "promote"), ("run1-t003", "reject")]
     assert services.queries == ["run1-t001", "run1-t001-rep", "run1-t003"]  # dev losses spend no query
     assert [h["verdict"] for h in state["history"]] == ["WIN", "WIN", "DEV_LOSS", "NO_WIN", "FAILED"]
@@ -109,8 +40,8 @@ def test_a_whole_loop_promotes_only_after_a_replicate_win(audit_log: Log, tmp_pa
 
 
 def test_the_ticket_budget_stops_the_loop(audit_log: Log, tmp_path: Path) -> None:
-    services = _services()
-    state = run_loop(_graph(services, audit_log, tmp_path, tickets=2), "run2")
+    services = make_services()
+    state = run_loop(make_graph(services, audit_log, tmp_path, tickets=2), "run2")
     assert state["tickets_run"] == 2 and services.ended[-1] == "report: budget: 2 tickets run"
 
 
@@ -119,7 +50,7 @@ def _checkpointed_states(graph: Any, run_id: str) -> list[dict[str, Any]]:
 
 
 def test_graph_state_and_audit_hold_no_score(audit_log: Log, tmp_path: Path) -> None:
-    graph = _graph(_services(), audit_log, tmp_path)
+    graph = make_graph(make_services(), audit_log, tmp_path)
     run_loop(graph, "run3")
     states = _checkpointed_states(graph, "run3")
     assert len(states) > 10
@@ -130,12 +61,12 @@ def test_graph_state_and_audit_hold_no_score(audit_log: Log, tmp_path: Path) -> 
 
 
 def test_resume_after_a_crash_mid_ticket_loses_none_and_repeats_none(audit_log: Log, tmp_path: Path) -> None:
-    services = _services()
+    services = make_services()
     services.crash_in_run = {"run4-t003"}
-    graph = _graph(services, audit_log, tmp_path)
+    graph = make_graph(services, audit_log, tmp_path)
     with pytest.raises(Crash):
         run_loop(graph, "run4")
-    state = run_loop(_graph(services, audit_log, tmp_path), "run4", resume=True)
+    state = run_loop(make_graph(services, audit_log, tmp_path), "run4", resume=True)
     assert services.runs.count("run4-t001") == 1 and services.runs.count("run4-t002") == 1
     assert services.runs.count("run4-t003") == 2  # the crashed ticket runs again, once
     assert [h["ticket_id"] for h in state["history"]] == ["run4-t001", "run4-t001-rep", "run4-t002", "run4-t003",
@@ -144,11 +75,11 @@ def test_resume_after_a_crash_mid_ticket_loses_none_and_repeats_none(audit_log: 
 
 def test_resume_after_a_crash_between_verdict_and_checkpoint_spends_no_second_query(
         audit_log: Log, tmp_path: Path) -> None:
-    services = _services()
+    services = make_services()
     services.crash_after_gate = {"run5-t003"}
     with pytest.raises(Crash):
-        run_loop(_graph(services, audit_log, tmp_path), "run5")
-    state = run_loop(_graph(services, audit_log, tmp_path), "run5", resume=True)
+        run_loop(make_graph(services, audit_log, tmp_path), "run5")
+    state = run_loop(make_graph(services, audit_log, tmp_path), "run5", resume=True)
     assert services.queries.count("run5-t003") == 1
     assert _summary(state)[-1] == ("run5-t003", "reject")
 
@@ -164,7 +95,7 @@ def test_a_short_run_with_an_llm_proposer_never_shows_it_a_score(keys: None, aud
     draft = {"kind": "config", "hypothesis": "lower lr", "change": {"optim.lr": 0.001},
              "budget": {"device_seconds": 60, "epochs": 2},
              "expected_effect": {"metric": "iou", "direction": "up", "size": 0.01}}
-    services = _services()
+    services = make_services()
     with openai_server([Step.call("propose_tickets", {"tickets": [draft]})]) as fake:
         usage = LLMUsage()
         proposer = get_proposer("openai:gpt-4o", sink=audit_log, usage=usage, base_url=fake.base_url,
@@ -188,3 +119,30 @@ def _llm_graph(services: StubFactoryServices, log: Log, tmp_path: Path, proposer
                     caps=RunCaps(wall_seconds=600, device_seconds=600, tickets=20, llm_tokens=100_000),
                     check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: next(seeds))
     return build_graph(deps, tmp_path / "state-llm.sqlite")
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _subprocess_run(home: Path, workdir: Path, run_id: str, kill_at: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tests.agents._stubs", str(home), str(workdir), run_id, kill_at, *extra],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_at", ["run:k1-t003", "gate:k1-t003"])
+def test_resume_after_kill_9(kill_at: str, tmp_path: Path) -> None:
+    """A real SIGKILL mid-ticket, or between the gate's answer and the checkpoint, then --resume."""
+    home = tmp_path / "home"
+    home.mkdir()
+    killed = _subprocess_run(home, tmp_path, "k1", kill_at)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    resumed = _subprocess_run(home, tmp_path, "k1", "-", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    result = json.loads(resumed.stdout)
+    ledger = json.loads((tmp_path / "ledger.json").read_text())
+    assert result["history"] == ["k1-t001", "k1-t001-rep", "k1-t002", "k1-t003", "k1-t004"]  # none lost
+    assert ledger["queries"] == ["k1-t001", "k1-t001-rep", "k1-t003"]  # no query spent twice
+    assert ledger["runs"].count("k1-t001") == 1 and ledger["runs"].count("k1-t002") == 1
+    assert ledger["runs"].count("k1-t003") == (2 if kill_at.startswith("run") else 1)
+    assert ledger["ended"] == ["milestone", "report: the proposer has nothing left to try"]

@@ -129,6 +129,8 @@ def test_unknown_proposer_lists_the_known_ones(audit_log: Log) -> None:
         _make("gemini:pro", None, audit_log)
     with pytest.raises(UsageError, match="not registered"):
         _make("openai", None, audit_log)
+    with pytest.raises(UsageError, match="http"):
+        _make("local:ollama", None, audit_log)
 
 
 @pytest.mark.parametrize("name, variable", [("openai:gpt-4o", "OPENAI_API_KEY"),

@@ -43,6 +43,7 @@ def test_analyse_writes_a_report_and_prints_one_json_object(
     assert report["train_dev_gap"] is not None and report["dev_labels"]["n_images"] == 160
 
 
+@pytest.mark.slow
 def test_a_model_that_predicts_nothing_is_reported_not_crashed(
         cli: Callable[..., Any], tmp_home: Path, tmp_path: Path, version: Path) -> None:
     model = contrast_onnx(tmp_path / "model.onnx", 0.0)  # sigmoid(-2) < 0.5 everywhere

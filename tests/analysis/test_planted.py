@@ -40,13 +40,15 @@ def test_each_cause_changes_the_training_data_as_it_says() -> None:
 def test_planted_causes_are_recovered_and_null_runs_stay_silent() -> None:
     train, dev = toy_split(400, 40, seed=1), toy_split(400, 40, seed=2)
     trainer = HistogramTrainer()
-    references: dict[int, Evaluated] = {}
+    references: dict[int, tuple[Evaluated, Evaluated]] = {}
     results: list[PlantedResult] = []
     for k, (kind, seed) in enumerate(MIX):
-        if seed not in references:
-            references[seed] = Evaluated(dev, trainer.fit(train.images, train.masks, seed=seed).predict(dev.images))
+        if seed not in references:  # the unplanted reference, trained once per seed, on dev and on train
+            model = trainer.fit(train.images, train.masks, seed=seed)
+            references[seed] = (Evaluated(dev, model.predict(dev.images)), Evaluated(train, model.predict(train.images)))
         cause = draw_cause(np.random.default_rng(100 + k), kind)  # random magnitude, fixed by the mix
-        result, report = run_planted(cause, trainer, train, dev, references[seed], seed=seed)
+        ref_dev, ref_train = references[seed]
+        result, report = run_planted(cause, trainer, train, dev, ref_dev, seed=seed, reference_train=ref_train)
         results.append(result)
         if kind == "none":
             assert result.n_findings == 0 and report.recommendations[0].action == "leave_it", report.recommendations

@@ -13,6 +13,7 @@ from tests.gate import models
 from tests.gate.conftest import build_home
 
 
+@pytest.mark.slow
 def test_attack_boost_leaks_on_naive_and_not_through_the_gate() -> None:
     result = run_attack(n=4000, k=400, reps=5, seed=0)
     naive, gate = result["evaluators"]["naive"], result["evaluators"]["gate"]

@@ -39,6 +39,7 @@ def test_replay_spends_nothing_and_cache_is_per_tier_version(gate: Gate, better_
     assert other.reason.startswith("cached")
 
 
+@pytest.mark.slow
 def test_replicate_goes_to_confirm_b_only_after_a_win(gate: Gate, better_model: Path, tmp_path: Path) -> None:
     gate.submit(better_model.read_bytes(), "t0")
     replicate = models.save(models.threshold_model(bias=-0.46), tmp_path / "rep.onnx")

@@ -29,6 +29,7 @@ def test_report_has_intervals_and_a_name_is_used_once(gate: Gate, better_model: 
         run_milestone(gate, _req("m1", [better_model]))
 
 
+@pytest.mark.slow
 def test_quota_counts_models_per_sealed_version(gate: Gate, tmp_path: Path) -> None:
     quota = gate.rule().milestone_quota["sealed"]
     paths = [models.save(models.threshold_model(bias=-0.4 - i / 100), tmp_path / f"m{i}.onnx") for i in range(quota + 1)]
@@ -38,6 +39,7 @@ def test_quota_counts_models_per_sealed_version(gate: Gate, tmp_path: Path) -> N
     run_milestone(gate, _req("third", paths[:1]))  # re-scoring an already counted model is free
 
 
+@pytest.mark.slow
 def test_query_path_never_reaches_milestone_tiers(gate: Gate, better_model: Path) -> None:
     gate.submit(better_model.read_bytes(), "t1")
     gate.submit(better_model.read_bytes(), "t1-rep", replicate_of="t1")

@@ -135,9 +135,11 @@ def test_service_runs_from_the_verified_pinned_copy(served: tuple[GateClient, Pa
 
 def test_tampered_pinned_copy_refuses_service(tmp_path: Path) -> None:
     from gate.ledger import Ledger
+    from gate.pinned import current_pinned
 
     home, baseline = build_home(tmp_path / "home")
-    pinned = next((home / "vault" / "gate-pinned").iterdir())
+    pinned = current_pinned(home / "vault")
+    assert pinned is not None
     with running_gate(home, ["--pad-quantum", "0"]) as client:
         (pinned / "gate" / "win_rule.py").write_text("# tampered\n")
         verdict = client.submit(baseline, None, "after-tamper")

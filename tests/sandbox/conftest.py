@@ -80,3 +80,11 @@ def run_in(backend: SandboxBackend, tmp_path: Path) -> Callable[..., SandboxResu
         return backend.run(SandboxSpec(command=argv, workspace=spec.pop("workspace", workspace), **spec))
 
     return run
+
+
+@pytest.fixture
+def docker_backend() -> SandboxBackend:
+    """The docker backend alone (for docker-only behaviour); skips only when no engine starts."""
+    if problem := docker_problem():
+        pytest.skip(f"no Docker engine could be started: {problem}")
+    return get_backend("docker")

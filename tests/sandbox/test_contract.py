@@ -52,6 +52,7 @@ def test_output_past_the_cap_is_truncated_with_its_size(run_in: Run) -> None:
     assert result.stdout.truncated and result.stdout.size == cap + 12345 and len(result.stdout.data) == cap
 
 
+@pytest.mark.slow
 def test_timeout_is_enforced(run_in: Run) -> None:
     start = time.monotonic()
     result = run_in("sleep 60", timeout_s=1)

@@ -52,11 +52,17 @@ def _leftovers(token: str) -> list[str]:
     return found
 
 
-def _assert_host_healthy(token: str) -> None:
+def _run_cgroups() -> set[Path]:
+    parent = CGROUP_V1 / "pids" / PARENT
+    return {p for p in parent.iterdir() if p.is_dir()} if parent.is_dir() else set()
+
+
+def _assert_host_healthy(token: str, cgroups_before: set[Path]) -> None:
+    """No process of ours left, no cgroup of ours left (others' runs may come and go meanwhile)."""
     assert subprocess.run(["true"], timeout=10).returncode == 0
     assert _leftovers(token) == []
-    stray = CGROUP_V1 / "pids" / PARENT
-    assert not stray.is_dir() or [p for p in stray.iterdir() if p.is_dir()] == []
+    leaked = [p for p in _run_cgroups() - cgroups_before if not (p / "cgroup.procs").read_text().strip()]
+    assert leaked == []
 
 
 def test_vault_home_proc_root_and_environ_are_unreachable(run_in: Run, tmp_path: Path,
@@ -130,14 +136,21 @@ def test_pinned_gate_cannot_be_modified(run_in: Run, tmp_path: Path) -> None:
     assert result.stderr.data.count(b"cannot create") == 2 and b"FileNotFoundError" in result.stderr.data
 
 
-def test_decoy_reads_are_detected_whatever_the_reader(run_in: Run, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def static_reader(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """A statically linked reader (no libc from the sandbox), or None where gcc -static fails."""
+    out = tmp_path_factory.mktemp("static") / "reader"
+    return out if shutil.which("gcc") and _compile_static(out) else None
+
+
+def test_decoy_reads_are_detected_whatever_the_reader(run_in: Run, tmp_path: Path, static_reader: Path | None) -> None:
     readers = {
         "/data/holdout/images.npy": "cat /data/holdout/images.npy | head -c 16 >/dev/null",
         "/data/holdout/labels.npy": "python -S -c \"open('/data/holdout/labels.npy','rb').read(16)\"",
         "/vault/confirm-a/v1/masks.npy": "python -I -c \"import ctypes; ctypes.CDLL(None).open(b'/vault/confirm-a/v1/masks.npy', 0)\"",
     }
-    workspace = tmp_path / "ws"
-    if shutil.which("gcc") and _compile_static(workspace / "reader"):
+    if static_reader is not None:
+        shutil.copy(static_reader, tmp_path / "ws" / "reader")
         readers["/vault/sealed/v1/masks.npy"] = "/work/reader /vault/sealed/v1/masks.npy"
     result = run_in("; ".join(readers.values()))
     seen = {e.path for e in result.events if e.kind == "protected_read_attempt" and not e.sandbox_reported}
@@ -162,9 +175,10 @@ def test_giant_stdout_is_capped(run_in: Run) -> None:
 def test_fork_bomb_is_contained(run_in: Run, tmp_path: Path) -> None:
     token = secrets.token_hex(8)
     (tmp_path / "ws" / f"bomb-{token}.sh").write_text("b() { b | b & }; b; sleep 100\n")
+    before = _run_cgroups()
     result = run_in(["sh", f"/work/bomb-{token}.sh"], timeout_s=4, limits=small_limits(pids=64))
     assert result.timed_out or result.exit_code != 0
-    _assert_host_healthy(token)
+    _assert_host_healthy(token, before)
 
 
 @pytest.mark.slow
@@ -193,6 +207,14 @@ def test_outliving_the_timeout_is_killed(run_in: Run) -> None:
     token = secrets.token_hex(8)
     script = (f"trap '' TERM; setsid sh -c \"trap '' TERM; sleep 1000 # {token}\" & "
               f"nohup sleep 1001 & sh -c \"trap '' TERM; sleep 1002 # {token}\"")
+    before = _run_cgroups()
     result = run_in(script, timeout_s=1)
     assert result.timed_out and result.duration_s < 15
-    _assert_host_healthy(token)
+    _assert_host_healthy(token, before)
+
+
+def test_flooding_the_audit_hook_file_is_contained(run_in: Run) -> None:
+    result = run_in("head -c 100000000 /dev/zero > /run/segfactory/hook.jsonl; sleep 30", timeout_s=20)
+    limits = [e for e in result.events if e.kind == "workspace_limit"]
+    assert [e.path for e in limits] == ["/run/segfactory"] and result.exit_code == 137
+    assert any(e.kind == "monitoring_gap" for e in result.events) and result.duration_s < 10

@@ -50,3 +50,8 @@ def test_unknown_model_lists_known() -> None:
 def test_shipped_configs_parse_and_round_trip(path: Path) -> None:
     cfg = load_config(path)
     assert parse_config(__import__("yaml").safe_load(dump_config(cfg))) == cfg
+
+
+def test_unknown_model_in_config_is_refused_at_validation() -> None:
+    with pytest.raises(UsageError, match="model.name: .*'unet-vgg' is not registered"):
+        parse_config({"epochs": 1, "batch_size": 8, "model": {"name": "unet-vgg"}})

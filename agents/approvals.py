@@ -1,0 +1,127 @@
+"""The approvals queue: ``data_request`` tickets wait for a person, each on its own thread.
+
+Every request is a LangGraph thread (``approval:<ticket id>``) paused at ``interrupt()`` in
+the same SQLite checkpoint database as the run, so the main loop never waits on it. A decision
+(``segfactory approvals approve|deny ID``) resumes that thread; its node records the decision,
+and an approved request becomes a ``data`` ticket that the run's next ``propose`` step takes
+into its queue (once: the graph's state remembers it). A small table beside the checkpoints
+indexes requests for listing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from pydantic import BaseModel, ConfigDict
+
+from agents._audit import AuditSink
+from segfactory.errors import UsageError
+from segfactory.records import Actor, Ticket, TicketKind
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY, run_id TEXT NOT NULL, ticket TEXT NOT NULL, requested_at REAL NOT NULL,
+    status TEXT NOT NULL, decided_by TEXT, reason TEXT)"""
+
+
+class ApprovalRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    run_id: str
+    ticket: Ticket
+    requested_at: float
+    status: Literal["pending", "approved", "denied"]
+    decided_by: str | None = None
+    reason: str | None = None
+
+
+class _State(TypedDict, total=False):
+    id: str
+    decision: dict[str, Any]
+
+
+class ApprovalQueue:
+    """Requests, decisions and approved tickets, all in ``db`` (the run's checkpoint database)."""
+
+    def __init__(self, db: Path, sink: AuditSink) -> None:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+        from langgraph.graph import END, START, StateGraph
+
+        self.conn = sqlite3.connect(db, check_same_thread=False)
+        self.conn.execute(_SCHEMA)
+        self.conn.commit()
+        self.sink = sink
+        graph = StateGraph(_State)
+        graph.add_node("await_decision", self._await_decision)
+        graph.add_edge(START, "await_decision")
+        graph.add_edge("await_decision", END)
+        self.graph: Any = graph.compile(checkpointer=SqliteSaver(self.conn))
+
+    def _await_decision(self, state: _State) -> _State:
+        from langgraph.types import interrupt
+
+        decision: dict[str, Any] = interrupt({"approval": state["id"]})
+        status = "approved" if decision["approve"] else "denied"
+        self.conn.execute("UPDATE approvals SET status = ?, decided_by = ?, reason = ? WHERE id = ?",
+                          (status, decision["by"], decision.get("reason", ""), state["id"]))
+        self.conn.commit()
+        return {"decision": decision}
+
+    @staticmethod
+    def _config(request_id: str) -> dict[str, Any]:
+        return {"configurable": {"thread_id": f"approval:{request_id}"}}
+
+    def request(self, ticket: Ticket, run_id: str) -> str:
+        """Queue a ``data_request`` ticket; returns at once (the thread pauses at its interrupt)."""
+        if ticket.kind is not TicketKind.DATA_REQUEST:
+            raise ValueError(f"only data_request tickets need approval, got {ticket.kind.value}")
+        self.conn.execute("INSERT OR IGNORE INTO approvals (id, run_id, ticket, requested_at, status) "
+                          "VALUES (?, ?, ?, ?, 'pending')", (ticket.id, run_id, ticket.model_dump_json(), time.time()))
+        self.conn.commit()
+        self.graph.invoke({"id": ticket.id}, self._config(ticket.id), durability="sync")
+        self.sink.append(Actor.SYSTEM.value, "approval_requested", {"id": ticket.id, "hypothesis": ticket.hypothesis},
+                         run_id=run_id)
+        return ticket.id
+
+    def requests(self, status: str | None = None) -> list[ApprovalRequest]:
+        rows = self.conn.execute("SELECT id, run_id, ticket, requested_at, status, decided_by, reason FROM approvals "
+                                 "ORDER BY requested_at").fetchall()
+        requests = [ApprovalRequest(id=r[0], run_id=r[1], ticket=Ticket.model_validate_json(r[2]), requested_at=r[3],
+                                    status=r[4], decided_by=r[5], reason=r[6]) for r in rows]
+        return [r for r in requests if status is None or r.status == status]
+
+    def decide(self, request_id: str, *, approve: bool, by: str, reason: str = "") -> ApprovalRequest:
+        """Resume the request's own thread with the decision; a request is decided once."""
+        found = [r for r in self.requests() if r.id == request_id]
+        if not found:
+            raise UsageError(f"no approval request {request_id!r}; see `segfactory approvals list`")
+        if found[0].status != "pending":
+            raise UsageError(f"approval request {request_id!r} was already {found[0].status}")
+        from langgraph.types import Command
+
+        self.graph.invoke(Command(resume={"approve": approve, "by": by, "reason": reason}),
+                          self._config(request_id), durability="sync")
+        decided = [r for r in self.requests() if r.id == request_id][0]
+        self.sink.append(Actor.HUMAN.value, "approval_decided", {"id": request_id, "status": decided.status,
+                                                                 "by": by, "reason": reason}, run_id=decided.run_id)
+        return decided
+
+    def approved(self, run_id: str) -> list[Ticket]:
+        """Every approved request of ``run_id``, as a ``data`` ticket (id ``<request id>-data``).
+
+        Idempotent: the caller (the graph) remembers in its checkpointed state which it took, so
+        a crash between taking and checkpointing loses none and queues none twice.
+        """
+        rows = self.conn.execute("SELECT ticket FROM approvals WHERE run_id = ? AND status = 'approved' "
+                                 "ORDER BY requested_at", (run_id,)).fetchall()
+        return [_as_data_ticket(Ticket.model_validate_json(r[0])) for r in rows]
+
+
+def _as_data_ticket(request: Ticket) -> Ticket:
+    return request.model_copy(update={"id": f"{request.id}-data", "kind": TicketKind.DATA,
+                                      "change": {**request.change, "approved_request": request.id}})
+
+
+__all__ = ["ApprovalQueue", "ApprovalRequest"]

@@ -1,0 +1,37 @@
+"""Docker-only behaviour: orphaned containers, the image."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from sandbox import SandboxBackend
+from sandbox._docker import LABEL, PID_LABEL, DockerBackend
+
+
+@pytest.mark.docker
+def test_containers_of_a_dead_host_process_are_removed(docker_backend: SandboxBackend) -> None:
+    assert isinstance(docker_backend, DockerBackend)
+    docker_backend.ensure_image()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    api = docker_backend.api()
+    orphan = api.create_container(docker_backend.policy.image, command=["sleep", "100"],
+                                  labels={LABEL: "1", PID_LABEL: str(dead.pid)})["Id"]
+    assert orphan in docker_backend.remove_orphans()
+    assert not api.containers(all=True, filters={"id": orphan})
+
+
+@pytest.mark.docker
+def test_image_holds_no_secrets_only_mount_points(docker_backend: SandboxBackend) -> None:
+    import io
+    import tarfile
+
+    from sandbox._image import rootfs_tar
+
+    with tarfile.open(fileobj=io.BytesIO(rootfs_tar(docker_backend.policy))) as tar:
+        files = {m.name for m in tar.getmembers() if m.isfile()}
+    assert files == {"etc/passwd", "etc/group", "etc/nsswitch.conf", "etc/hosts"}
+    image = docker_backend.api().inspect_image(docker_backend.policy.image)  # type: ignore[attr-defined]
+    assert image["Config"]["User"] == f"{docker_backend.policy.uid}:{docker_backend.policy.gid}"
