@@ -20,13 +20,13 @@ per unit), which is how planted-cause runs define a finding.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-from scipy import stats as _st
 
 from analysis.stats import benjamini_hochberg, bootstrap_mean_ci, wilson_interval
 
@@ -40,7 +40,7 @@ MAX_CATEGORIES = 12  # a categorical attribute with more values is not sliced
 N_BOOT_SLICE = 500  # bootstrap resamples for a slice interval of a non-binary outcome
 TABLE_ROWS = 40  # rows (per unit kind) of the slice table kept in a report, with intervals
 
-Predicate = Callable[[dict[str, np.ndarray]], np.ndarray]
+Predicate = Callable[["Units"], np.ndarray]
 
 
 @dataclass
@@ -51,9 +51,16 @@ class Units:
     columns: dict[str, np.ndarray]  # attribute -> (n,) object array (float, str or None)
     outcome: np.ndarray  # (n,) float
     image: np.ndarray  # (n,) int: which image each unit lies in (halves split by image)
+    _numeric: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return int(self.outcome.shape[0])
+
+    def numeric(self, attr: str) -> np.ndarray:
+        """The column as float64, NaN where a value is missing or not a number (cached)."""
+        if attr not in self._numeric:
+            self._numeric[attr] = np.array([float(v) if _is_number(v) else np.nan for v in self.columns[attr]])
+        return self._numeric[attr]
 
 
 class SliceRow(BaseModel):
@@ -111,9 +118,8 @@ def _numeric_bins(attr: str, values: np.ndarray) -> list[SliceDef]:
     bounds = [-np.inf, *edges.tolist(), np.inf]
     defs = []
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        def pred(cols: dict[str, np.ndarray], lo: float = lo, hi: float = hi) -> np.ndarray:
-            col = cols[attr]
-            num = np.array([float(v) if _is_number(v) else np.nan for v in col])
+        def pred(units: Units, lo: float = lo, hi: float = hi) -> np.ndarray:
+            num = units.numeric(attr)
             with np.errstate(invalid="ignore"):
                 return (num >= lo) & (num < hi)
         label = f"{attr}<{hi:.3g}" if lo == -np.inf else (f"{attr}>={lo:.3g}" if hi == np.inf else f"{attr}∈[{lo:.3g},{hi:.3g})")
@@ -125,8 +131,8 @@ def _category_bins(attr: str, values: np.ndarray) -> list[SliceDef]:
     cats = sorted({str(v) for v in values if v is not None})
     defs = []
     for cat in cats:
-        def pred(cols: dict[str, np.ndarray], cat: str = cat) -> np.ndarray:
-            return np.array([v is not None and str(v) == cat for v in cols[attr]], dtype=bool)
+        def pred(units: Units, cat: str = cat) -> np.ndarray:
+            return np.array([v is not None and str(v) == cat for v in units.columns[attr]], dtype=bool)
         defs.append(SliceDef(f"{attr}={cat}", (attr,), pred))
     return defs
 
@@ -155,8 +161,8 @@ def two_way_slices(defs: list[SliceDef]) -> list[SliceDef]:
     for a, b in combinations(defs, 2):
         if a.attributes == b.attributes:
             continue
-        def pred(cols: dict[str, np.ndarray], a: SliceDef = a, b: SliceDef = b) -> np.ndarray:
-            return a.predicate(cols) & b.predicate(cols)
+        def pred(units: Units, a: SliceDef = a, b: SliceDef = b) -> np.ndarray:
+            return a.predicate(units) & b.predicate(units)
         out.append(SliceDef(f"{a.name} & {b.name}", a.attributes + b.attributes, pred, (a.name, b.name)))
     return out
 
@@ -168,7 +174,7 @@ def slice_masks(defs: list[SliceDef], units: Units) -> dict[str, np.ndarray]:
         if d.parts and all(p in masks for p in d.parts):
             masks[d.name] = masks[d.parts[0]] & masks[d.parts[1]]
         else:
-            masks[d.name] = d.predicate(units.columns)
+            masks[d.name] = d.predicate(units)
     return masks
 
 
@@ -180,7 +186,7 @@ def one_sided_p(inside: np.ndarray, outside: np.ndarray) -> float:
     se2 = inside.var(ddof=1) / inside.size + outside.var(ddof=1) / outside.size
     if se2 <= 0:
         return 0.0 if diff > 0 else 1.0
-    return float(_st.norm.sf(diff / np.sqrt(se2)))
+    return 0.5 * math.erfc(diff / math.sqrt(2.0 * se2))  # normal upper tail of diff / se
 
 
 def _effect(outcome: np.ndarray, mask: np.ndarray) -> tuple[int, float, float]:
