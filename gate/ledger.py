@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,24 +79,35 @@ class Ledger:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._lock = threading.RLock()  # one connection shared by the service's threads
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic, immediate transaction: all of it lands or none of it."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        with self._lock:
+            return self._db.execute(sql, params).fetchone()
+
+    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
 
     # -- meta ---------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        row = self._one("SELECT value FROM meta WHERE key = ?", (key,))
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
@@ -111,23 +123,23 @@ class Ledger:
             )
 
     def budget_left(self, tier: str, version: int) -> int:
-        row = self._db.execute(
+        row = self._one(
             "SELECT budget - spent FROM tier_versions WHERE tier = ? AND version = ?", (tier, version)
-        ).fetchone()
+        )
         if row is None:
             raise LedgerError(f"tier {tier} version {version} is not registered in the ledger")
         return max(int(row[0]), 0)
 
     def tier_versions(self) -> list[dict[str, Any]]:
-        rows = self._db.execute("SELECT tier, version, budget, spent FROM tier_versions ORDER BY tier, version")
+        rows = self._all("SELECT tier, version, budget, spent FROM tier_versions ORDER BY tier, version")
         return [{"tier": t, "version": v, "budget": b, "spent": s, "left": max(b - s, 0)} for t, v, b, s in rows]
 
     # -- queries ------------------------------------------------------------------------------
     def find_query(self, ticket_id: str) -> QueryRow | None:
-        row = self._db.execute(
+        row = self._one(
             "SELECT ticket_id, tier, version, model_sha256, verdict, reason, replicate_of "
             "FROM queries WHERE ticket_id = ?", (ticket_id,),
-        ).fetchone()
+        )
         return None if row is None else QueryRow(*row)
 
     def reserve_query(
@@ -174,14 +186,14 @@ class Ledger:
                 )
 
     def cached_verdict(self, model_sha256: str, tier: str, version: int) -> tuple[str, str] | None:
-        row = self._db.execute(
+        row = self._one(
             "SELECT verdict, reason FROM verdict_cache WHERE model_sha256 = ? AND tier = ? AND version = ?",
             (model_sha256, tier, version),
-        ).fetchone()
+        )
         return None if row is None else (str(row[0]), str(row[1]))
 
     def queries(self) -> list[QueryRow]:
-        rows = self._db.execute(
+        rows = self._all(
             "SELECT ticket_id, tier, version, model_sha256, verdict, reason, replicate_of FROM queries ORDER BY id"
         )
         return [QueryRow(*r) for r in rows]
@@ -198,9 +210,9 @@ class Ledger:
             )
 
     def current_best(self) -> dict[str, Any] | None:
-        row = self._db.execute(
+        row = self._one(
             "SELECT model_sha256, model_path, ts, kind FROM best ORDER BY id DESC LIMIT 1"
-        ).fetchone()
+        )
         return None if row is None else dict(zip(("model_sha256", "model_path", "ts", "kind"), row, strict=True))
 
     # -- milestones ---------------------------------------------------------------------------
@@ -211,7 +223,7 @@ class Ledger:
             db.execute("INSERT INTO milestones VALUES (?, ?, ?, ?)", (name, run_id, time.time(), json.dumps(detail)))
 
     def milestone_models(self, tier: str, version: int) -> set[str]:
-        rows = self._db.execute(
+        rows = self._all(
             "SELECT model_sha256 FROM milestone_scores WHERE tier = ? AND version = ?", (tier, version)
         )
         return {str(r[0]) for r in rows}
@@ -236,7 +248,7 @@ class Ledger:
             db.execute("INSERT INTO anchors (seq, hash, run_id, ts) VALUES (?, ?, ?, ?)", (seq, digest, run_id, time.time()))
 
     def latest_anchor(self) -> dict[str, Any] | None:
-        row = self._db.execute("SELECT seq, hash, ts, run_id FROM anchors ORDER BY id DESC LIMIT 1").fetchone()
+        row = self._one("SELECT seq, hash, ts, run_id FROM anchors ORDER BY id DESC LIMIT 1")
         if row is None:
             return None
         return {"seq": int(row[0]), "hash": str(row[1]), "ts": float(row[2]), "run_id": row[3]}
@@ -248,7 +260,7 @@ class Ledger:
                        (time.time(), event, json.dumps(payload, sort_keys=True)))
 
     def events_after(self, after: int, limit: int = 1000) -> list[dict[str, Any]]:
-        rows = self._db.execute(
+        rows = self._all(
             "SELECT id, ts, event, payload FROM events WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
         )
         return [{"id": i, "ts": t, "event": e, "payload": json.loads(p)} for i, t, e, p in rows]
@@ -264,5 +276,5 @@ class Ledger:
                        (run_id, ticket_id, time.time(), reason))
 
     def quarantines(self) -> list[dict[str, Any]]:
-        rows = self._db.execute("SELECT run_id, ticket_id, ts, reason FROM quarantine WHERE cleared = 0 ORDER BY id")
+        rows = self._all("SELECT run_id, ticket_id, ts, reason FROM quarantine WHERE cleared = 0 ORDER BY id")
         return [{"run_id": r, "ticket_id": t, "ts": ts, "reason": why} for r, t, ts, why in rows]

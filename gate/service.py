@@ -16,6 +16,7 @@ unauthenticated caller must not be able to burn budgets). Tokens are compared in
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import grp
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from gate.core import Gate
@@ -107,10 +109,14 @@ def create_app(gate: Gate, token: str | None = None, pad_quantum_s: float = PAD_
             raw = (fields.get("ticket_id") or "") + problem + str(time.time_ns())
             fields = {"ticket_id": "malformed-" + hashlib.sha256(raw.encode()).hexdigest()[:16]}
             gate.ledger.queue_event("gate.malformed", {"reason": problem, "ticket_id": fields["ticket_id"]})
-        with lock:
-            outcome = gate.submit(model, str(fields.get("ticket_id") or ""), fields.get("replicate_of"),
-                                  fields.get("train_data"), fields.get("run_id"))
-        _pad(start, pad_quantum_s)
+
+        def judge() -> Any:
+            with lock:
+                return gate.submit(model, str(fields.get("ticket_id") or ""), fields.get("replicate_of"),
+                                   fields.get("train_data"), fields.get("run_id"))
+
+        outcome = await run_in_threadpool(judge)  # keeps /status, /anchor and /audit answering
+        await asyncio.sleep(_padding(start, pad_quantum_s))
         return JSONResponse(outcome.verdict.model_dump(mode="json"))
 
     @app.get("/status")
@@ -122,12 +128,12 @@ def create_app(gate: Gate, token: str | None = None, pad_quantum_s: float = PAD_
     return app
 
 
-def _pad(start: float, quantum: float) -> None:
+def _padding(start: float, quantum: float) -> float:
+    """Seconds to wait so that the answer leaves at a multiple of ``quantum`` after ``start``."""
     if quantum <= 0:
-        return
+        return 0.0
     elapsed = time.monotonic() - start
-    target = max(1, math.ceil(elapsed / quantum)) * quantum
-    time.sleep(max(0.0, target - elapsed))
+    return max(0.0, max(1, math.ceil(elapsed / quantum)) * quantum - elapsed)
 
 
 async def _json_body(request: Request) -> dict[str, Any] | None:
@@ -176,8 +182,12 @@ def _add_milestone_route(app: FastAPI, gate: Gate, lock: threading.Lock) -> None
         data = await _json_body(request)
         try:
             req = MilestoneRequest.model_validate(data)
-            with lock:
-                report = run_milestone(gate, req)
+
+            def score() -> dict[str, Any]:
+                with lock:
+                    return run_milestone(gate, req)
+
+            report = await run_in_threadpool(score)
         except (GateError, PolicyError, UsageError, ValueError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=409)
         return JSONResponse(report)

@@ -184,14 +184,19 @@ def _execute(run: _Run, config: dict[str, Any], scorer: Scorer, gate: GateSubmit
                         manifest_file=str(run.ticket_dir / "manifest.json"), dev_metrics=metrics,
                         threshold=float(config["threshold"]))
     run.event("evidence_computed", evidence.model_dump(mode="json"))
-    verdict = None
-    if gate is not None:
+    done = TicketOutcome(ticket_id=run.ticket.id, run_id=run.run_id, status=TicketStatus.DONE,
+                         attempts=run.attempts, device_seconds=round(run.device_seconds, 3),
+                         evidence=evidence, sandbox_reported=reported, sandbox_reported_truncated=truncated)
+    if gate is None:
+        return done
+    try:
         verdict = gate.submit(model.path, str(run.dataset.train), run.ticket.id,
                               replicate_of=run.ticket.replicate_of, run_id=run.run_id)
-    return TicketOutcome(ticket_id=run.ticket.id, run_id=run.run_id, status=TicketStatus.DONE,
-                         attempts=run.attempts, device_seconds=round(run.device_seconds, 3),
-                         evidence=evidence, sandbox_reported=reported, sandbox_reported_truncated=truncated,
-                         verdict=verdict)
+    except Exception as exc:  # the evidence stands; only the submission failed
+        failed = _failed(run, exc)
+        return done.model_copy(update={"status": TicketStatus.FAILED, "traceback_ref": failed.traceback_ref,
+                                       "reason": f"gate submission failed: {failed.reason}"})
+    return done.model_copy(update={"verdict": verdict})
 
 
 def _check_version(dataset: DatasetVersion, manifest: TrainingManifest) -> None:

@@ -9,11 +9,14 @@ sandbox drops to the policy uid on the host too (``setpriv``) before bwrap makes
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sandbox._base import EventHook, SandboxBackend, register_backend
@@ -128,14 +131,8 @@ class BwrapBackend(SandboxBackend):
             if cgroup is not None:
                 cgroup.kill_all()
 
-        def wait(seconds: float) -> bool:
-            try:
-                proc.wait(seconds)
-            except subprocess.TimeoutExpired:
-                return False
-            return True
-
-        killed = session.supervise(wait, kill)
+        with _exit_waiter(proc) as wait:
+            killed = session.supervise(wait, kill)
         exit_code = _exit_status(proc.wait())
         for thread in pumps:
             thread.join(PUMP_JOIN_S)
@@ -150,6 +147,21 @@ class BwrapBackend(SandboxBackend):
             stderr=session.stderr.output(), timed_out=session.timed_out(exit_code, duration, killed),
             oom_killed=bool(cgroup and cgroup.oom_killed()), duration_s=duration, events=session.finish(),
         )
+
+
+@contextlib.contextmanager
+def _exit_waiter(proc: subprocess.Popen[bytes]) -> Iterator[Callable[[float], bool]]:
+    """``wait(t)``: True once ``proc`` ended, blocking at most t seconds. A pidfd wakes at once
+    (``Popen.wait(timeout)`` polls with sleeps of up to 50 ms, which is most of a short run)."""
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        def wait(seconds: float) -> bool:
+            select.select([pidfd], [], [], seconds)
+            return proc.poll() is not None
+
+        yield wait
+    finally:
+        os.close(pidfd)
 
 
 def _exit_status(returncode: int) -> int:

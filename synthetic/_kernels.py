@@ -1,12 +1,16 @@
-"""numba kernel for void placement (the "fast" engine).
+"""numba kernels of the "fast" engine: void placement and the exposure pass.
 
 Placing a void is many tiny array operations (a bounding box, a handful of pixels, a few
 checks); in numpy its cost is interpreter overhead. ``place_kernel`` does the same steps as
 ``synthetic._voids.VoidPlacer.place_numpy`` in one compiled call, pixel for pixel the same
 (tests compare them). Compiled code is cached on disk (``cache=True``): only the first run on a
-machine pays the compile (a few seconds). The pixel maps themselves stay in numpy, whose SIMD
-transcendental functions and normal sampler beat scalar compiled loops on these machines
-(measured: docs/benchmarks.md).
+machine pays the compile (a few seconds).
+
+``expose_kernel`` fuses the exposure after the attenuation (open-beam field, scatter, the
+separable Gaussian PSF, photon and read noise, normalisation, clipping) into one pass. Its
+normal deviates come from an inverse-CDF table (``NORMAL_TABLE_BITS``) indexed by raw 32-bit
+draws, several times cheaper per pixel than numpy's normal sampler; the
+exponentials stay in numpy, whose SIMD ``exp`` beats scalar compiled code (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import math
 import os
 import sys
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -122,8 +127,97 @@ def place_kernel(ellipses: np.ndarray, thickness: np.ndarray, mask: np.ndarray, 
     return True, y0, x0, y1, x1, area, depth, t_local
 
 
+NORMAL_TABLE_BITS = 16  # inverse-CDF table of 2**16 + 1 quantiles, linearly interpolated; |z| <= 4.42
+
+
+@lru_cache(maxsize=1)
+def normal_table() -> np.ndarray:
+    """(2**NORMAL_TABLE_BITS + 1,) float32 standard-normal quantiles at k / 2**bits, the two ends
+    clamped to half a cell (the tails beyond 4.42 sigma, probability 1e-5, are cut), read-only."""
+    from scipy.special import ndtri
+
+    cells = 1 << NORMAL_TABLE_BITS
+    p = np.clip(np.arange(cells + 1) / cells, 0.5 / cells, 1.0 - 0.5 / cells)
+    table = ndtri(p).astype(np.float32)
+    table.flags.writeable = False
+    return table
+
+
+def gaussian_weights(sigma: float, truncate: float = 3.0) -> np.ndarray:
+    """The 1-D kernel scipy.ndimage.gaussian_filter uses for this sigma (float32; [1] when 0)."""
+    if sigma <= 0:
+        return np.ones(1, np.float32)
+    radius = int(truncate * sigma + 0.5)
+    x = np.arange(-radius, radius + 1, dtype=np.float64)
+    phi = np.exp(-0.5 / (sigma * sigma) * x * x)
+    return (phi / phi.sum()).astype(np.float32)
+
+
+@njit(cache=True)
+def _blur(src: np.ndarray, weights: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:  # pragma: no cover
+    """Separable convolution, axis 0 then axis 1, edge pixels repeated ("nearest")."""
+    h, w = src.shape
+    r = weights.shape[0] // 2
+    for i in range(h):
+        for j in range(w):
+            tmp[i, j] = 0.0
+        for k in range(-r, r + 1):
+            ii = min(max(i + k, 0), h - 1)
+            wk = weights[k + r]
+            for j in range(w):
+                tmp[i, j] += wk * src[ii, j]
+    for i in range(h):
+        for j in range(w):
+            acc = np.float32(0.0)
+            for k in range(-r, r + 1):
+                acc += weights[k + r] * tmp[i, min(max(j + k, 0), w - 1)]
+            out[i, j] = acc
+
+
+@njit(cache=True)
+def _normal(bits: np.uint64, table: np.ndarray) -> np.float32:  # pragma: no cover
+    """A standard-normal deviate from 32 random bits: table cell from the top 16, position from the rest."""
+    k = np.int64(bits >> np.uint64(16))
+    frac = np.float32(bits & np.uint64(0xFFFF)) * np.float32(1.0 / 65536.0)
+    return table[k] + frac * (table[k + 1] - table[k])
+
+
+@njit(cache=True)
+def expose_kernel(e: np.ndarray, field: np.ndarray, weights: np.ndarray, raw: np.ndarray, table: np.ndarray,
+                  acq: np.ndarray, out: np.ndarray, lam: np.ndarray) -> int:  # pragma: no cover
+    """``out`` = the normalised reading of a transmission ``e = exp(-A)`` (float32, (H, W)).
+
+    ``acq`` = [scatter, dose, gain, offset, read noise, normalisation, low-count threshold].
+    ``raw`` holds one uint64 per two pixels (empty: no noise); ``e`` is overwritten (scratch).
+    Writes the expected counts into ``lam`` and returns how many pixels are below the
+    threshold: the caller redraws those with Poisson counts.
+    """
+    h, w = e.shape
+    scatter, dose, gain, offset, read, scale, threshold = acq[0], acq[1], acq[2], acq[3], acq[4], acq[5], acq[6]
+    for i in range(h):
+        for j in range(w):
+            lam[i, j] = np.float32(field[i, j]) * (e[i, j] + scatter)
+    _blur(lam, weights, out, e)
+    base, read2, noise, low = offset * dose, read * read, raw.shape[0] > 0, 0
+    mask32 = np.uint64(0xFFFFFFFF)
+    for p in range(h * w):
+        i, j = p // w, p % w
+        counts = out[i, j] * dose
+        lam[i, j] = counts
+        reading = gain * counts + base
+        if noise:
+            z = _normal((raw[p >> 1] >> np.uint64(32 * (p & 1))) & mask32, table)
+            reading += math.sqrt(gain * gain * counts + read2) * z
+        low += counts < threshold
+        out[i, j] = min(max(reading * scale, np.float32(0.0)), np.float32(1.0))
+    return low
+
+
 def warm_up() -> None:
-    """Load (or compile once) the kernel; call before forking workers."""
+    """Load (or compile once) the kernels; call before forking workers."""
     thickness = np.full((16, 16), 10.0)
     place_kernel(np.array([[8.0, 8.0, 3.0, 2.0, 0.3]]), thickness, np.zeros((16, 16), np.uint8),
                  np.zeros((16, 16)), 0.1, 0.08, 0.01, 0.8, 1.0)
+    e, out, lam = (np.ones((16, 16), np.float32) for _ in range(3))
+    acq = np.array([0.01, 500.0, 1.0, 0.01, 3.0, 1 / 650.0, 30.0], np.float32)
+    expose_kernel(e, np.ones((16, 16)), gaussian_weights(1.0), np.zeros(128, np.uint64), normal_table(), acq, out, lam)

@@ -3,8 +3,10 @@
 Defect slices group the voids listed in ``defects.jsonl`` by one attribute (a categorical value,
 or a numeric attribute's tertile within this split) and score object recall on them. Image
 slices group images by one acquisition parameter from ``images.jsonl`` and score micro object
-F1 on them. A slice with fewer than ``min_support`` members (voids or images) is reported but
-can never be the worst slice: a recall over three voids is noise, not a finding.
+F1 on them. A slice with fewer than ``min_support`` members (voids; for image slices, images
+and also GT voids) is reported but can never be the worst slice: a recall over three voids is
+noise, and a slice of void-free images only measures false positives (its F1 is 0 at the first
+one), which the pooled precision already reports.
 
 A listed defect is matched to the ground-truth component of its image whose centroid is nearest
 to the centre of the defect's bbox; it counts as detected when that component was matched.
@@ -79,9 +81,11 @@ def slice_scores(per_image: PerImage, image_meta: list[dict[str, Any]], defects:
         if any(isinstance(v, dict | list) for v in values):
             continue
         for label, members in _groups(values).items():
+            n_objects = int(per_image.object_tp[members].sum() + per_image.object_fn[members].sum())
             rows.append({"kind": "image", "attribute": key, "value": label, "metric": "object_f1",
-                         "support": int(members.size), "score": object_f1(tuple(c[members] for c in counts)),
-                         "eligible": bool(members.size >= min_support)})
+                         "support": int(members.size), "n_objects": n_objects,
+                         "score": object_f1(tuple(c[members] for c in counts)),
+                         "eligible": bool(members.size >= min_support and n_objects >= min_support)})
     return rows
 
 

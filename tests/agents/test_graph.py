@@ -84,6 +84,7 @@ def test_resume_after_a_crash_between_verdict_and_checkpoint_spends_no_second_qu
     assert _summary(state)[-1] == ("run5-t003", "reject")
 
 
+@pytest.mark.slow
 def test_a_short_run_with_an_llm_proposer_never_shows_it_a_score(keys: None, audit_log: Log, tmp_path: Path) -> None:
     """The real OpenAI SDK against the fake drives a run; a planted sentinel never reaches a prompt."""
     from tests.agents.fakes import Step, openai_server

@@ -101,3 +101,9 @@ def test_attachments_are_sent_or_nothing_is(flavour: str, keys: None, audit_log:
     import base64
 
     assert base64.b64encode(crop.read_bytes()) in fake.received[0]
+
+
+def test_the_real_audit_log_satisfies_the_agents_audit_sink(audit_log: Log) -> None:
+    from agents import AuditSink
+
+    assert isinstance(audit_log.log, AuditSink)

@@ -139,3 +139,15 @@ def test_a_retry_neither_follows_a_planted_config_nor_reuses_old_output(
     assert [a.batch_size for a in outcome.attempts] == [16, 8]
     assert target.read_text() == "host content\n"
     assert (home.tickets_dir("r1") / "t1" / "work" / "out.attempt-0" / "learning_curve.jsonl").is_file()
+
+
+def test_an_unreachable_gate_fails_the_ticket_but_keeps_its_evidence(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, tmp_path: Path) -> None:
+    from gate.client import GateClient
+
+    gate = GateClient(socket_path=tmp_path / "no-gate.sock")  # the real client; nothing listens there
+    outcome = run(make_ticket(), home, dataset, StandinLauncher(), audit_log, scheduler, gate=gate,
+                  scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32))
+    assert outcome.status == TicketStatus.FAILED
+    assert str(outcome.reason).startswith("gate submission failed")
+    assert outcome.evidence is not None and outcome.verdict is None

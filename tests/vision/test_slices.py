@@ -50,3 +50,17 @@ def test_slice_below_min_support_cannot_be_worst() -> None:
 def test_no_eligible_slice_gives_none() -> None:
     prob, gt, meta, defects = scene(3, 3)
     assert worst_slice(per_image_metrics(prob, gt), meta, defects, min_support=20)["worst"] is None
+
+
+def test_void_free_image_slice_is_reported_but_not_worst() -> None:
+    prob, gt, meta, defects = scene(0, 30)
+    clean = np.zeros((25, 16, 16), np.uint8)
+    fp = np.zeros((25, 16, 16), np.float32)
+    fp[:, 1, 1] = 1.0  # one false positive in every void-free image
+    for i in range(25):
+        meta.append({"id": f"e{i}", "sha256": "x", "background": "empty"})
+    per = per_image_metrics(np.concatenate([prob, fp]), np.concatenate([gt, clean]))
+    result = worst_slice(per, meta, defects, min_support=20)
+    empty = [r for r in result["slices"] if r["value"] == "empty"][0]
+    assert empty["score"] == 0.0 and empty["n_objects"] == 0 and not empty["eligible"]
+    assert result["worst"] is None or result["worst"]["value"] != "empty"
