@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents._audit import AuditSink
 from agents.approvals import ApprovalQueue
 from agents.context import DevAnalysis, VerdictEntry, build_context
-from agents.judge import Decision, Judge, JudgeInput, TicketMeta
+from agents.judge import Decision, Judge, JudgeDecision, JudgeInput, TicketMeta
 from agents.llm import LLMFailed, LLMUsage
 from agents.proposer import Proposer, propose_valid
 from agents.validate import RunCaps
@@ -55,7 +55,8 @@ class FactoryServices(Protocol):
     ``run_ticket`` trains one ticket in the sandbox and compares it with the current best on dev
     (host-computed), and must be idempotent by ticket id (a resumed run may call it again).
     ``submit`` queries the gate (confirm-a, or confirm-b with ``replicate_of``); the gate answers
-    a repeated ticket id from its cache without spending twice.
+    a repeated ticket id from its cache without spending twice. ``promote`` moves the global best
+    to the ticket's model after the judge's ``promote`` (idempotent: a resumed run may repeat it).
     """
 
     def analyse(self) -> DevAnalysis: ...
@@ -63,6 +64,8 @@ class FactoryServices(Protocol):
     def run_ticket(self, ticket: Ticket) -> RunOutcome: ...
 
     def submit(self, ticket: Ticket, model_ref: str, replicate_of: str | None) -> CoarseVerdict: ...
+
+    def promote(self, ticket_id: str) -> None: ...
 
     def milestone(self, run_id: str) -> None: ...
 
@@ -188,9 +191,9 @@ class _Nodes:
         return {"verdict": verdict.model_dump(mode="json")}
 
     def judge(self, state: FactoryState) -> FactoryState:
-        if state.get("verdict") is None:
-            return {}
         ticket = Ticket.model_validate(state["current"])
+        if state.get("verdict") is None:
+            return self._replicate_lost_on_dev(state, ticket)
         verdict = CoarseVerdict.model_validate(state["verdict"])
         awaiting = dict(state.get("awaiting_replicate", {}))
         if ticket.replicate_of is None:
@@ -201,6 +204,8 @@ class _Nodes:
                                 confirm_a=CoarseVerdict.model_validate(original["confirm_a"]),
                                 replicate_id=ticket.id, confirm_b=verdict)
         decision = self.d.judge.decide(judged)
+        if decision.decision is Decision.PROMOTE:  # promotion is code: only after both WINs
+            self.d.services.promote(decision.ticket_id)
         update: FactoryState = {"decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
                                 "awaiting_replicate": awaiting}
         if decision.decision is Decision.REPLICATE:  # a new training seed, chosen by the host
@@ -209,6 +214,19 @@ class _Nodes:
             awaiting[ticket.id] = {"ticket": ticket.model_dump(mode="json"), "confirm_a": verdict.model_dump(mode="json")}
             update["queue"] = [replicate.model_dump(mode="json"), *state.get("queue", [])]
         return update
+
+    def _replicate_lost_on_dev(self, state: FactoryState, ticket: Ticket) -> FactoryState:
+        """A replicate that is no dev win spends no confirm-b query: its original is rejected."""
+        awaiting = dict(state.get("awaiting_replicate", {}))
+        if ticket.replicate_of is None or ticket.replicate_of not in awaiting:
+            return {}
+        awaiting.pop(ticket.replicate_of)
+        decision = JudgeDecision(ticket_id=ticket.replicate_of, decision=Decision.REJECT, by="rule",
+                                 reason=f"the replicate {ticket.id} did not win on dev; no confirm-b query spent")
+        self.d.sink.append(Actor.JUDGE.value, "judge_decision", {"decision": decision.model_dump(mode="json")},
+                           run_id=state["run_id"])
+        return {"decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
+                "awaiting_replicate": awaiting}
 
     def record(self, state: FactoryState) -> FactoryState:
         ticket = Ticket.model_validate(state["current"])

@@ -14,6 +14,7 @@ numpy ``analysis.toy.HistogramTrainer`` in the fast tests, a vision model elsewh
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -43,6 +44,18 @@ class Trainer(Protocol):
     """Trains a Predictor; ``capacity`` in (0, 1] scales model size, 1.0 being the reference."""
 
     def fit(self, images: np.ndarray, masks: np.ndarray, *, capacity: float = 1.0, seed: int = 0) -> Predictor: ...
+
+
+@dataclass(frozen=True)
+class OnnxPredictor:
+    """A ``Predictor`` over an exported model (the model contract), run by onnxruntime."""
+
+    path: Path
+
+    def predict(self, images: np.ndarray) -> np.ndarray:
+        from vision.onnx_infer import predict
+
+        return predict(self.path, np.ascontiguousarray(images, dtype=np.float32))
 
 
 class PlantedCause(BaseModel):
@@ -141,19 +154,22 @@ class PlantedResult(BaseModel):
 
 
 def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: SplitLike,
-                reference: Evaluated, *, seed: int,
-                reference_train: Evaluated | None = None) -> tuple[PlantedResult, AnalysisReport]:
+                reference: Evaluated, *, seed: int, reference_train: Evaluated | None = None,
+                seed_reference: Evaluated | None = None) -> tuple[PlantedResult, AnalysisReport]:
     """Train a candidate on the planted data and analyse it against the reference on dev.
 
     ``reference`` is the unplanted model (same seed) on ``dev``; ``reference_train`` the same
-    model on the unplanted training data, which lets the analysis tell underfitting apart.
+    model on the unplanted training data, which lets the analysis tell underfitting apart;
+    ``seed_reference`` the unplanted model trained with another seed, on dev, whose difference
+    from ``reference`` is the seed-noise band a finding must beat.
     """
     rng = np.random.default_rng(seed)
     planted = plant(cause, train, rng)
     model = trainer.fit(planted.images, planted.masks, capacity=planted.capacity, seed=seed)
     cand = Evaluated(dev, model.predict(dev.images))
     cand_train = Evaluated(planted, model.predict(planted.images))
-    extras = Extras(reference=reference, reference_train=reference_train, train=cand_train, label_estimate=False)
+    extras = Extras(reference=reference, reference_train=reference_train, train=cand_train,
+                    seed_reference=seed_reference, label_estimate=False)
     report, _ = analyse(cand, seed=seed, extras=extras)
     named = named_cause(report)
     recovered = named == cause.kind

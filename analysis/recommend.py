@@ -38,6 +38,7 @@ class Rule(BaseModel):
     attributes: list[str] = Field(default_factory=list)
     max_per_rule: int = Field(default=1, ge=1)
     min_ratio_to_slice: float = Field(default=0.0, ge=0)
+    min_model_dice: float = Field(default=0.0, ge=0, le=1)  # silent when the model's dev dice is lower
 
 
 class Policy(BaseModel):
@@ -68,6 +69,7 @@ class Inputs:
     dev_labels: LabelEstimate | None = None
     train_labels: LabelEstimate | None = None
     perturbations: dict[str, float] | None = None  # perturbation -> dev dice drop
+    model_dice: float | None = None  # the model's mean dev dice (rules may need a competent model)
 
     def strongest(self) -> list[SliceRow]:
         """Findings ordered by strength (effect times root count), strongest first."""
@@ -141,6 +143,8 @@ def _from_scalar(rule: Rule, value: float, evidence: dict[str, Any]) -> Recommen
 
 
 def _fire(rule: Rule, inputs: Inputs) -> list[Recommendation]:
+    if rule.min_model_dice > 0 and (inputs.model_dice is None or inputs.model_dice < rule.min_model_dice):
+        return []
     if rule.input == "slice_finding":
         rows = [r for r in inputs.strongest()
                 if r.effect >= rule.min_value and any(a in rule.attributes for a in r.attributes)]

@@ -113,6 +113,7 @@ class Extras:
     train: Evaluated | None = None  # for the train-dev gap and the train label estimate
     reference: Evaluated | None = None  # same dev, reference model: findings become relative
     reference_train: Evaluated | None = None  # the reference model on its own training data
+    seed_reference: Evaluated | None = None  # the unplanted model with another seed, on dev: seed-noise band
     confirm: Evaluated | None = None  # a fresh set to confirm slices on (else the other half of dev)
     learning_curve: dict[str, float] | None = None
     perturbations: dict[str, float] | None = None
@@ -124,13 +125,19 @@ def _slices(dev: Evaluated, errs: ErrorAnalysis, extras: Extras, threshold: floa
     ref = extras.reference.errors(threshold) if extras.reference else None
     units_d = defect_units(meta, defects, errs.defect_outcome, ref.defect_outcome if ref else None)
     units_i = image_units(meta, defects, errs.per_image["dice"], ref.per_image["dice"] if ref else None)
+    noise_d = noise_i = None
+    if ref is not None and extras.seed_reference is not None:
+        other = extras.seed_reference.errors(threshold)
+        noise_d = defect_units(meta, defects, other.defect_outcome, ref.defect_outcome).outcome
+        noise_i = image_units(meta, defects, other.per_image["dice"], ref.per_image["dice"]).outcome
     conf_d = conf_i = None
     if extras.confirm is not None and extras.reference is None:
         c = extras.confirm
         cerr = c.errors(threshold)
         conf_d = defect_units(c.split.image_meta, c.split.defects, cerr.defect_outcome)
         conf_i = image_units(c.split.image_meta, c.split.defects, cerr.per_image["dice"])
-    return [find_slices(units_d, seed=seed, confirm=conf_d), find_slices(units_i, seed=seed, confirm=conf_i)]
+    return [find_slices(units_d, seed=seed, confirm=conf_d, noise=noise_d),
+            find_slices(units_i, seed=seed, confirm=conf_i, noise=noise_i)]
 
 
 def _reference_drop(dev: Evaluated, errs: ErrorAnalysis, extras: Extras, threshold: float) -> float | None:
@@ -183,7 +190,8 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
     findings = [r for r in rows if r.confirmed]
     drop = _reference_drop(dev, errs, extras, threshold)
     inputs = Inputs(findings=findings, overall_drop=drop, train_dev_gap=gap, learning_curve=extras.learning_curve,
-                    dev_labels=dev_labels, train_labels=train_labels, perturbations=extras.perturbations)
+                    dev_labels=dev_labels, train_labels=train_labels, perturbations=extras.perturbations,
+                    model_dice=float(errs.per_image["dice"].mean()))
     if extras.reference is not None:  # relative run: absolute label and gap inputs say nothing about the cause
         inputs.dev_labels, inputs.train_dev_gap = None, None
         inputs.label_shift = _confidence_shift(dev, extras.reference)

@@ -84,6 +84,7 @@ class SliceRow(BaseModel):
     confirm_n: int = 0
     confirm_effect: float = 0.0
     confirm_p: float = 1.0
+    noise_effect: float = 0.0  # the same slice's effect between two seeds of the unplanted model (0: not measured)
     confirmed: bool = False
 
 
@@ -213,9 +214,15 @@ def halves(units: Units, seed: int) -> np.ndarray:
     return np.isin(units.image, chosen)
 
 
-def find_slices(units: Units, *, seed: int = 0, confirm: Units | None = None) -> SliceReport:
+def find_slices(units: Units, *, seed: int = 0, confirm: Units | None = None,
+                noise: np.ndarray | None = None) -> SliceReport:
     """Score every slice; discover on one half of ``units`` and confirm on the other
-    (or on ``confirm``, a fresh set with the same attributes, when given)."""
+    (or on ``confirm``, a fresh set with the same attributes, when given).
+
+    ``noise`` (aligned with ``units``) is the same outcome between two unplanted models that
+    differ only in training seed; a slice is then confirmed only if its effect beats the
+    seed-to-seed effect on the same slice by ``MIN_EFFECT``.
+    """
     notes: list[str] = []
     if len(units) == 0:
         return SliceReport([], 0, 0, [f"no {units.kind} units; no slices"])
@@ -244,6 +251,8 @@ def find_slices(units: Units, *, seed: int = 0, confirm: Units | None = None) ->
     rejected, adjusted = benjamini_hochberg([t[4] for t in tested], q=FDR_Q)
     rows = [_row(units, t, bool(r), float(q), conf_units.outcome[conf_mask], conf_masks[t[0].name][conf_mask])
             for t, r, q in zip(tested, rejected, adjusted, strict=True)]
+    if noise is not None:
+        rows = [r.model_copy(update={"noise_effect": _effect(noise, masks[r.name])[1]}) for r in rows]
     rows = _confirm(rows)
     rows.sort(key=lambda r: (not r.confirmed, not r.discovered, -r.effect, r.name))
     kept = [_with_interval(r, units.outcome[masks[r.name]], seed) for r in rows[:TABLE_ROWS]]
@@ -258,7 +267,8 @@ def _with_interval(row: SliceRow, values: np.ndarray, seed: int) -> SliceRow:
 
 def _confirm(rows: list[SliceRow]) -> list[SliceRow]:
     """Mark discovered slices confirmed: enough support, effect >= MIN_EFFECT, and BH at
-    CONFIRM_ALPHA across every discovered slice's confirmation p-value."""
+    CONFIRM_ALPHA across every discovered slice's confirmation p-value; the effect must also
+    beat the seed-to-seed effect (when measured) by MIN_EFFECT."""
     idx = [k for k, r in enumerate(rows) if r.discovered]
     if not idx:
         return rows
@@ -266,7 +276,8 @@ def _confirm(rows: list[SliceRow]) -> list[SliceRow]:
     out = list(rows)
     for k, ok in zip(idx, passed, strict=True):
         r = rows[k]
-        confirmed = bool(ok) and r.confirm_n >= MIN_CONFIRM_SUPPORT and r.confirm_effect >= MIN_EFFECT
+        confirmed = (bool(ok) and r.confirm_n >= MIN_CONFIRM_SUPPORT and r.confirm_effect >= MIN_EFFECT
+                     and r.effect - max(r.noise_effect, 0.0) >= MIN_EFFECT)
         out[k] = r.model_copy(update={"confirmed": confirmed})
     return out
 

@@ -33,14 +33,19 @@ def planted(n_runs: int) -> None:
     train, dev = toy_split(400, 40, seed=1), toy_split(400, 40, seed=2)
     trainer = HistogramTrainer()
     refs: dict[int, tuple[Evaluated, Evaluated]] = {}
-    results = []
-    for k in range(n_runs):
-        seed = 1 + k % 3  # three training seeds, each with its own cached reference
+
+    def unplanted(seed: int) -> tuple[Evaluated, Evaluated]:
         if seed not in refs:
             model = trainer.fit(train.images, train.masks, seed=seed)
             refs[seed] = (Evaluated(dev, model.predict(dev.images)), Evaluated(train, model.predict(train.images)))
-        result, _ = run_planted(draw_cause(np.random.default_rng(1000 + k)), trainer, train, dev, refs[seed][0],
-                                seed=seed, reference_train=refs[seed][1])
+        return refs[seed]
+
+    results = []
+    for k in range(n_runs):
+        seed = 1 + k % 3  # three training seeds, each with its own cached reference and seed-noise band
+        result, _ = run_planted(draw_cause(np.random.default_rng(1000 + k)), trainer, train, dev, unplanted(seed)[0],
+                                seed=seed, reference_train=unplanted(seed)[1],
+                                seed_reference=unplanted(seed + 100)[0])
         results.append(result)
         sys.stdout.write(f"  run {k}: planted {result.cause.kind} ({result.cause.magnitude}) -> named {result.named}\n")
     for name, iv in rates(results).items():

@@ -1,1 +1,17 @@
-"""The web console for people: approvals chat, label review, audit review (not yet built)."""
+"""The web console for people: runs, approvals chat, label review, audit-log review.
+
+Public API (docs/console.md)::
+
+    from console import Auth, create_app
+    app = create_app(home, audit_log, auth=Auth(), anchor=lambda: (anchor, True))
+
+Agents never reach the console; it is served on 127.0.0.1 with a token printed at start.
+Importing this package imports FastAPI but not torch or LangGraph (those come with ``create_app``).
+"""
+
+from console._auth import SESSION_TTL_S, Auth, AuthError, CsrfError
+from console._chat import MAX_REPLY_CHARS, Reading, interpret
+from console.app import MAX_BODY_BYTES, create_app
+
+__all__ = ["MAX_BODY_BYTES", "MAX_REPLY_CHARS", "SESSION_TTL_S", "Auth", "AuthError", "CsrfError", "Reading",
+           "create_app", "interpret"]

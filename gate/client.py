@@ -63,6 +63,10 @@ class GateClient:
                 "train_data": train_data, "replicate_of": replicate_of, "run_id": run_id}
         return CoarseVerdict.model_validate(self._json("POST", "/submit", json=body))
 
+    def promote(self, ticket_id: str) -> str:
+        """Move the global best to the ticket's model (the gate checks WIN + replicate WIN)."""
+        return str(self._json("POST", "/promote", json={"ticket_id": ticket_id})["model_sha256"])
+
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self._json("GET", "/status")
         return result

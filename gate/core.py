@@ -3,7 +3,8 @@
 ``Gate.submit`` is trust rules 4, 5 and 8 in code: replay a known ticket id; refuse while the
 win rule changed, the pinned code is broken or the run is quarantined; spend one query on the
 tier version (confirm-a, or confirm-b for a replicate) before anything else; check the model at
-intake; check the training data for leakage; answer from the verdict cache or score best and
+intake; check the training data for leakage; answer from the verdict cache (keyed by model hash,
+tier version and current best, since a verdict compares against the best) or score best and
 candidate confined and apply the win rule. Every outcome is recorded with its reason for people
 and queued as an audit event; the agent gets only a ``CoarseVerdict``.
 """
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 TICKET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 META_WIN_RULE = "win_rule_sha256"
 BEST_DIR = "best"
+MODELS_DIR = "models"  # every submitted model that passed intake, by sha256 (for promotion)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ class Gate:
             self.ledger.record_refusal(ticket_id, tier, version, model_sha, Verdict.BUDGET_EXHAUSTED.value, reason)
             return self._answer(ticket_id, tier, version, Verdict.BUDGET_EXHAUSTED, reason)
         verdict, reason, cacheable = self._judge(model_bytes, ticket_id, tier, version, replicate_of, train_data, run_id)
-        self.ledger.finish_query(ticket_id, verdict.value, reason, cache=cacheable)
+        self.ledger.finish_query(ticket_id, verdict.value, reason, cache=cacheable, best_sha256=self._best_sha())
         return self._answer(ticket_id, tier, version, verdict, reason)
 
     def _judge(self, model_bytes: bytes, ticket_id: str, tier: str, version: int, replicate_of: str | None,
@@ -113,11 +115,12 @@ class Gate:
                 self.integrity_check()
             self._check_preconditions(ticket_id, replicate_of, run_id)
             checked = inspect_bytes(model_bytes)
+            self._keep(checked)
             if train_data is not None:
                 self._check_leakage(train_data, ticket_id, run_id)
         except (IntakeError, PolicyError, GateError) as exc:
             return Verdict.INVALID, str(exc), isinstance(exc, IntakeError)
-        cached = self.ledger.cached_verdict(checked.sha256, tier, version)
+        cached = self.ledger.cached_verdict(checked.sha256, tier, version, self._best_sha())
         if cached is not None:
             return Verdict(cached[0]), f"cached: {cached[1]}", False
         try:
@@ -125,6 +128,33 @@ class Gate:
         except (ScoringError, IntakeError, DataError) as exc:
             return Verdict.INVALID, f"scoring failed: {exc}", True
         return (Verdict.WIN if decision.win else Verdict.NO_WIN), decision.reason, True
+
+    def _best_sha(self) -> str:
+        best = self.ledger.current_best()
+        return "" if best is None else str(best["model_sha256"])
+
+    def _keep(self, checked: CheckedModel) -> None:
+        target = self.vault / MODELS_DIR / f"{checked.sha256}.onnx"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(checked.data)
+            tmp.replace(target)
+
+    def promote(self, ticket_id: str) -> str:
+        """Make ticket's model the best: only after its confirm-a WIN and a confirm-b replicate WIN."""
+        query = self.ledger.find_query(ticket_id)
+        if query is None or query.tier != Tier.CONFIRM_A.value or query.verdict != Verdict.WIN.value:
+            raise GateError(f"ticket {ticket_id!r} has no recorded WIN on confirm-a; promotion refused")
+        replicates = [q for q in self.ledger.queries() if q.replicate_of == ticket_id
+                      and q.tier == Tier.CONFIRM_B.value and q.verdict == Verdict.WIN.value]
+        if not replicates:
+            raise GateError(f"ticket {ticket_id!r} has no replicate WIN on confirm-b; promotion refused")
+        best = self.ledger.current_best()
+        if best is not None and best["model_sha256"] == query.model_sha256:
+            return query.model_sha256
+        reason = f"{ticket_id} won confirm-a; replicate {replicates[0].ticket_id} won confirm-b"
+        return self.set_best(self.vault / MODELS_DIR / f"{query.model_sha256}.onnx", "promotion", reason)
 
     def _check_preconditions(self, ticket_id: str, replicate_of: str | None, run_id: str | None) -> None:
         if ticket_id.startswith("bad-ticket-"):

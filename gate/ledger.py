@@ -35,8 +35,8 @@ CREATE TABLE IF NOT EXISTS queries (
     version INTEGER NOT NULL, model_sha256 TEXT NOT NULL, ts REAL NOT NULL,
     verdict TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', replicate_of TEXT, run_id TEXT);
 CREATE TABLE IF NOT EXISTS verdict_cache (
-    model_sha256 TEXT NOT NULL, tier TEXT NOT NULL, version INTEGER NOT NULL,
-    verdict TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY (model_sha256, tier, version));
+    model_sha256 TEXT NOT NULL, tier TEXT NOT NULL, version INTEGER NOT NULL, best_sha256 TEXT NOT NULL,
+    verdict TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY (model_sha256, tier, version, best_sha256));
 CREATE TABLE IF NOT EXISTS milestones (
     name TEXT PRIMARY KEY, run_id TEXT NOT NULL, ts REAL NOT NULL, detail TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS milestone_scores (
@@ -171,8 +171,8 @@ class Ledger:
                 (ticket_id, tier, version, model_sha256, time.time(), verdict, reason),
             )
 
-    def finish_query(self, ticket_id: str, verdict: str, reason: str, cache: bool = True) -> None:
-        """Set a PENDING query's verdict (and cache it by model hash and tier version)."""
+    def finish_query(self, ticket_id: str, verdict: str, reason: str, cache: bool = True, best_sha256: str = "") -> None:
+        """Set a PENDING query's verdict (and cache it by model hash, tier version and best)."""
         with self.transaction() as db:
             row = db.execute(
                 "SELECT model_sha256, tier, version FROM queries WHERE ticket_id = ?", (ticket_id,)
@@ -182,13 +182,14 @@ class Ledger:
             db.execute("UPDATE queries SET verdict = ?, reason = ? WHERE ticket_id = ?", (verdict, reason, ticket_id))
             if cache:
                 db.execute(
-                    "INSERT OR IGNORE INTO verdict_cache VALUES (?, ?, ?, ?, ?)", (*row, verdict, reason)
+                    "INSERT OR IGNORE INTO verdict_cache VALUES (?, ?, ?, ?, ?, ?)", (*row, best_sha256, verdict, reason)
                 )
 
-    def cached_verdict(self, model_sha256: str, tier: str, version: int) -> tuple[str, str] | None:
+    def cached_verdict(self, model_sha256: str, tier: str, version: int, best_sha256: str = "") -> tuple[str, str] | None:
+        """The verdict for this model on this tier version against this best, if one was reached."""
         row = self._one(
-            "SELECT verdict, reason FROM verdict_cache WHERE model_sha256 = ? AND tier = ? AND version = ?",
-            (model_sha256, tier, version),
+            "SELECT verdict, reason FROM verdict_cache WHERE model_sha256 = ? AND tier = ? AND version = ? "
+            "AND best_sha256 = ?", (model_sha256, tier, version, best_sha256),
         )
         return None if row is None else (str(row[0]), str(row[1]))
 

@@ -9,6 +9,8 @@ Endpoints (all JSON):
 - ``GET /audit/events?after=N``, ``POST /audit/ack {"up_to": N}``: the audit writer's pull queue.
 - ``PUT /anchor {"seq", "hash", "run_id"}``, ``GET /anchor``: the audit chain's anchors.
 - ``POST /milestone`` (for the ``gate milestone`` command a person runs).
+- ``POST /promote {"ticket_id"}``: make that ticket's model the global best, only after its
+  confirm-a WIN and a confirm-b replicate WIN (the gate checks its own ledger).
 
 A wrong or missing token gets 401 with ``{"verdict": "INVALID"}`` and spends nothing (an
 unauthenticated caller must not be able to burn budgets). Tokens are compared in constant time.
@@ -122,6 +124,21 @@ def create_app(gate: Gate, token: str | None = None, pad_quantum_s: float = PAD_
     @app.get("/status")
     def status() -> dict[str, Any]:
         return gate.status()
+
+    @app.post("/promote")
+    async def promote(request: Request) -> JSONResponse:
+        data = await _json_body(request)
+        if data is None or not isinstance(data.get("ticket_id"), str):
+            return JSONResponse({"error": "body must be {\"ticket_id\": str}"}, status_code=400)
+
+        def move() -> str:
+            with lock:
+                return gate.promote(str(data["ticket_id"]))
+
+        try:
+            return JSONResponse({"model_sha256": await run_in_threadpool(move)})
+        except GateError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=409)
 
     _add_audit_routes(app, gate, lock)
     _add_milestone_route(app, gate, lock)

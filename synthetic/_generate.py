@@ -76,7 +76,7 @@ def render_one(index: int, seed: int, size: int, params: GenParams, silhouettes:
                engine: str = "fast") -> tuple[np.ndarray, np.ndarray, dict[str, Any], list[dict[str, Any]]]:
     """Image ``index`` of the set with this seed: (image, mask, image row, defect rows)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index,)))
-    part = (procedural_part(size, params, rng) if silhouettes is None
+    part = (procedural_part(size, params, rng, engine) if silhouettes is None
             else silhouette_part(silhouettes, size, params, rng))
     placer = VoidPlacer(part.thickness, params, rng, engine)
     if rng.random() < params.void_prob:
@@ -88,11 +88,11 @@ def render_one(index: int, seed: int, size: int, params: GenParams, silhouettes:
         wall = float(np.exp(-attenuation(row["thickness"], acq["mu"], acq["beam_hardening"])) + acq["scatter"])
         row["noise"] = round(_physics.noise_sigma(wall, acq), 6)
         row["image_id"] = index
-    inside = part.thickness > 0
+    inside = np.count_nonzero(part.thickness)  # thickness >= 0: the pixels inside the part
     meta = {
         "id": index, "sha256": image_sha256(image), **part.meta,
         **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in acq.items()},
-        "thickness": round(float(part.thickness[inside].mean()) if inside.any() else 0.0, 4),
+        "thickness": round(float(part.thickness.sum()) / inside if inside else 0.0, 4),
         "n_defects": len(placer.rows),
     }
     return image, placer.mask, meta, placer.rows

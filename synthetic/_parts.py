@@ -96,14 +96,15 @@ def level_numpy(spec: PartSpec, size: int) -> np.ndarray:
         out: np.ndarray = (np.abs(u / a) ** n + np.abs(v / b) ** n) ** (np.float32(1) / n)
         return out
     r0, amps, phases = spec.shape[3], spec.shape[4:4 + HARMONICS], spec.shape[4 + HARMONICS:]
-    r = np.hypot(u, v)
-    z = (u + 1j * v) / np.maximum(r, np.float32(1e-6))  # e^{i phi}, complex64
-    zk = z * z  # e^{i k phi} by repeated products: no arctan2, no cos per pixel
+    r = np.sqrt(u * u + v * v)  # not np.hypot: 10x slower here
+    rr = np.maximum(r, np.float32(1e-6))
+    c1, s1 = u / rr, v / rr  # cos and sin of the polar angle: no arctan2, no cos per pixel
+    ck, sk = c1 * c1 - s1 * s1, s1 * c1 + c1 * s1  # angle k * phi by the product recurrence, k = 2 ..
     radius = np.ones_like(u)
     for k in range(HARMONICS):
-        rot = np.complex64(np.exp(1j * phases[k]))
-        radius += np.float32(amps[k]) * (zk * rot).real
-        zk = zk * z
+        cp, sp = np.float32(np.cos(phases[k])), np.float32(np.sin(phases[k]))
+        radius += np.float32(amps[k]) * (ck * cp - sk * sp)
+        ck, sk = ck * c1 - sk * s1, sk * c1 + ck * s1
     out = r / (np.float32(r0) * radius)
     return out
 
@@ -124,6 +125,29 @@ def thickness_numpy(spec: PartSpec, size: int) -> tuple[np.ndarray, np.ndarray]:
     return thickness.astype(np.float64), level
 
 
+def _frame(spec_row: np.ndarray) -> list[np.float32]:
+    """[cy, cx, cos theta, sin theta] in float32, computed as ``_rotate`` does."""
+    cy, cx, theta = (np.float32(v) for v in spec_row[:3])
+    return [cy, cx, np.cos(theta), np.sin(theta)]
+
+
+def thickness_fast(spec: PartSpec, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``thickness_numpy`` in compiled single passes (synthetic._kernels); the same bits."""
+    from synthetic._kernels import part_thickness, polygon_level
+
+    f32 = np.float32
+    if spec.kind == 0:
+        level = level_numpy(spec, size)
+    else:
+        phases = spec.shape[4 + HARMONICS:]
+        level = polygon_level(size, np.array(_frame(spec.shape), f32), f32(spec.shape[3]),
+                              spec.shape[4:4 + HARMONICS].astype(f32), np.cos(phases).astype(f32),
+                              np.sin(phases).astype(f32))
+    ribs = np.array([[*_frame(rib), rib[3], rib[4] * spec.t0] for rib in spec.ribs], f32).reshape(-1, 6)
+    thickness = part_thickness(level, f32(spec.t0), spec.gradient.astype(f32), f32(EDGE_RAMP), ribs)
+    return thickness, level
+
+
 def cut_cores(thickness: np.ndarray, level: np.ndarray, rng: np.random.Generator) -> int:
     """Drill 0..MAX_CORES through holes well inside the part, each only inside its box."""
     size = thickness.shape[0]
@@ -138,14 +162,14 @@ def cut_cores(thickness: np.ndarray, level: np.ndarray, rng: np.random.Generator
         y0, y1, x0, x1 = max(0, cy - reach), min(size, cy + reach + 1), max(0, cx - reach), min(size, cx + reach + 1)
         dy = np.arange(y0, y1, dtype=np.float64)[:, None] - cy
         dx = np.arange(x0, x1, dtype=np.float64)[None, :] - cx
-        thickness[y0:y1, x0:x1] *= np.clip((np.hypot(dy, dx) / r - 1.0) / CORE_CHAMFER, 0.0, 1.0)
+        thickness[y0:y1, x0:x1] *= np.clip((np.sqrt(dy * dy + dx * dx) / r - 1.0) / CORE_CHAMFER, 0.0, 1.0)
     return n_cores
 
 
-def procedural_part(size: int, params: GenParams, rng: np.random.Generator) -> Part:
-    """A random cast part filling most of the image."""
+def procedural_part(size: int, params: GenParams, rng: np.random.Generator, engine: str = "numpy") -> Part:
+    """A random cast part filling most of the image (``engine`` "fast": compiled, same result)."""
     spec = sample_spec(size, params, rng)
-    thickness, level = thickness_numpy(spec, size)
+    thickness, level = (thickness_fast if engine == "fast" else thickness_numpy)(spec, size)
     cores = cut_cores(thickness, level, rng)
     np.maximum(thickness, 0.0, out=thickness)
     kind = "superellipse" if spec.kind == 0 else "polygon"

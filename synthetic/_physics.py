@@ -116,12 +116,12 @@ def expose_fast(t_eff: np.ndarray, field: np.ndarray, acq: dict[str, Any], rng: 
     denom += f32(1)
     t *= f32(-acq["mu"])
     t /= denom
-    e = np.exp(t, out=t)  # exp(-A(t)), float32
+    e = np.exp(t, out=t)  # exp(-A(t))
     out, lam = np.empty_like(e), np.empty_like(e)
-    raw = rng.bit_generator.random_raw((e.size + 1) // 2) if noise else np.empty(0, np.uint64)
+    raw = rng.bit_generator.random_raw((out.size + 1) // 2) if noise else np.empty(0, np.uint64)
     scale = 1.0 / (FULL_SCALE * acq["dose"])
-    settings = np.array([acq["scatter"], acq["dose"], acq["gain"], acq["offset"], acq["read_noise"], scale,
-                         GAUSS_MIN_COUNTS], f32)
+    settings = np.array([acq["scatter"], acq["dose"], acq["gain"], acq["offset"],
+                         acq["read_noise"], scale, GAUSS_MIN_COUNTS], np.float32)
     low = expose_kernel(e, field, gaussian_weights(acq["blur"]), raw, normal_table(), settings, out, lam)
     if noise and low:
         _poisson_low(out, lam, acq, rng, f32(scale))

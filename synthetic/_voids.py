@@ -134,7 +134,7 @@ class VoidPlacer:
         self.path = np.zeros_like(thickness)
         self.mask = np.zeros(thickness.shape, dtype=np.uint8)
         self.rows: list[dict[str, Any]] = []
-        self._walls = np.argwhere(thickness >= MIN_WALL_MM * 2)
+        self._walls = np.flatnonzero(thickness >= MIN_WALL_MM * 2)  # row-major pixel indices
 
     def _free(self, box: tuple[int, int, int, int]) -> bool:
         y0, x0, y1, x1 = box
@@ -143,8 +143,8 @@ class VoidPlacer:
     def _centre(self) -> tuple[float, float] | None:
         if len(self._walls) == 0:
             return None
-        y, x = self._walls[int(self.rng.integers(len(self._walls)))]
-        return float(y) + self.rng.uniform(-0.5, 0.5), float(x) + self.rng.uniform(-0.5, 0.5)
+        y, x = divmod(int(self._walls[int(self.rng.integers(len(self._walls)))]), self.size)
+        return y + self.rng.uniform(-0.5, 0.5), x + self.rng.uniform(-0.5, 0.5)
 
     def place(self, shape: str, ellipses: list[Ellipse], contrast: float) -> bool:
         """Render one void if it fits in the wall and keeps clear of others."""

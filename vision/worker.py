@@ -25,10 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     from vision.config import load_config
-    from vision.train import train
 
     try:
-        result = train(load_config(args.config), args.data, args.out, progress=False, resume=args.resume)
+        config = load_config(args.config)  # a bad config fails before torch is imported
+        from vision.train import train
+
+        result = train(config, args.data, args.out, progress=False, resume=args.resume)
     except SegfactoryError as exc:
         sys.stderr.write(f"vision.worker: error: {exc}\n")
         return exc.exit_code

@@ -22,7 +22,7 @@ from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, T
 from synthetic.splits import read_split
 from synthetic.versions import DatasetVersion, resolve
 
-CONTROL_EPOCHS = 3  # epochs per ticket in the comparison (both arms)
+CONTROL_EPOCHS = 8  # default epochs per ticket in the comparison (both arms; the budget may stop it sooner)
 
 
 class TicketExecutor(Protocol):
@@ -74,10 +74,10 @@ def control_plan(home_root: Path, plan: Plan, seed: int) -> Plan:
                 note=f"random control for plan {plan.plan_hash[:12]}")
 
 
-def _ticket(tid: str, version: DatasetVersion, budget_s: float, seed: int, what: str) -> Ticket:
+def _ticket(tid: str, version: DatasetVersion, budget_s: float, seed: int, what: str, epochs: int) -> Ticket:
     return Ticket(id=tid, arm=Arm.CURATION, kind=TicketKind.CURATION, seed=seed,
                   hypothesis=f"{what} ({version.ref}) trains a better model than its counterpart at equal budget",
-                  change={}, budget=Budget(device_seconds=budget_s, epochs=CONTROL_EPOCHS),
+                  change={}, budget=Budget(device_seconds=budget_s, epochs=epochs),
                   expected_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.0),
                   evidence=[f"dataset:{version.ref}"])
 
@@ -92,19 +92,19 @@ def _version_of(home_root: Path, plan: Plan) -> DatasetVersion:
     return resolve(home_root, made) if made else apply_plan(home_root, plan)[0]
 
 
-def compare_plan(home_root: Path, plan: Plan, *, budget_s: float, seed: int,
-                 executor: TicketExecutor) -> dict[str, Any]:
+def compare_plan(home_root: Path, plan: Plan, *, budget_s: float, seed: int, executor: TicketExecutor,
+                 epochs: int = CONTROL_EPOCHS) -> dict[str, Any]:
     """Run the curated and the random-control versions as two curation tickets; report both."""
     curated = _version_of(home_root, plan)
     control = _version_of(home_root, control_plan(home_root, plan, seed))
     tag = plan.plan_hash[:8]
     arms = {}
     for key, version, what in (("curated", curated, "the curated set"), ("control", control, "a random subset")):
-        ticket = _ticket(f"cur-{tag}-{key}-s{seed}", version, budget_s, seed, what)
+        ticket = _ticket(f"cur-{tag}-{key}-s{seed}", version, budget_s, seed, what, epochs)
         arms[key] = {"dataset": version.ref, "ticket": ticket.id, **executor(ticket, version)}
     dice = {k: (v.get("dev_metrics") or {}).get("dice") for k, v in arms.items()}
     better = None
     if dice["curated"] is not None and dice["control"] is not None:
         better = "curated" if dice["curated"] > dice["control"] else "control" if dice["control"] > dice["curated"] else "tie"
-    return {**arms, "budget_s": budget_s, "seed": seed, "removed": len(plan.items),
+    return {**arms, "budget_s": budget_s, "seed": seed, "epochs": epochs, "removed": len(plan.items),
             "dev_better": better, "note": "one seed is an anecdote; the sealed worst-slice score comes at the next milestone"}

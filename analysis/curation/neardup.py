@@ -25,9 +25,10 @@ from typing import Any
 
 import numba
 import numpy as np
+from scipy import fft as scipy_fft
 
 from segfactory.errors import LimitExceeded, UsageError
-from synthetic.phash import DUPLICATE_RMS, HASH_WORDS, NEAR_NEIGHBOUR_BITS, hamming, phash
+from synthetic.phash import DUPLICATE_RMS, HASH_SIDE, HASH_WORDS, NEAR_NEIGHBOUR_BITS, hamming, phash
 from synthetic.phash import _shrink as _phash_shrink
 from synthetic.splits import image_sha256
 
@@ -91,10 +92,22 @@ def embed(images: np.ndarray) -> np.ndarray:
     return _spectrum(small)
 
 
+def _thumbnails(block: np.ndarray) -> np.ndarray:
+    """(B, H, W) -> (B, 32, 32) area averages: two summing passes when H and W are multiples of 32
+    (2x faster than ``synthetic.phash``'s reshape-mean; equal to it within float32 rounding)."""
+    n, h, w = block.shape
+    if h % HASH_SIDE or w % HASH_SIDE:
+        return np.asarray(_phash_shrink(block), dtype=np.float32)
+    fy, fx = h // HASH_SIDE, w // HASH_SIDE
+    rows = block.reshape(n, HASH_SIDE, fy, w).sum(axis=2)  # (B, 32, W)
+    out: np.ndarray = rows.reshape(n, HASH_SIDE, HASH_SIDE, fx).sum(axis=3) * np.float32(1 / (fy * fx))
+    return out
+
+
 def _spectrum(small: np.ndarray) -> np.ndarray:
     """The embedding of already shrunk (N, 32, 32) images."""
     small = small - small.mean(axis=(1, 2), keepdims=True)
-    spectrum = np.abs(np.fft.rfft2(small))  # (N, 32, 17)
+    spectrum = np.abs(scipy_fft.rfft2(small.astype(np.float32), workers=-1))  # (N, 32, 17)
     low = np.concatenate([spectrum[:, :EMBED_FREQ, :EMBED_FREQ], spectrum[:, -EMBED_FREQ + 1:, :EMBED_FREQ]], axis=1)
     out: np.ndarray = np.log1p(low.reshape(len(small), -1)).astype(np.float32)
     return out
@@ -121,7 +134,7 @@ def fingerprint(images: np.ndarray, *, exact: bool = False, chunk: int = CHUNK_I
     digests: list[str] | None = [] if exact else None
     for part in _chunks(n, chunk):
         block = np.asarray(images[part], dtype=np.float32)  # the only decoded copy
-        small = _phash_shrink(block)  # (B, 32, 32): shared by the hash and the embedding
+        small = _thumbnails(block)  # (B, 32, 32): shared by the hash and the embedding
         hashes[part] = phash(small)  # shrinking a 32x32 image again is the identity
         embeddings[part] = _spectrum(small)
         if digests is not None:

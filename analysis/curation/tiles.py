@@ -64,13 +64,16 @@ def find_overlaps(images: np.ndarray) -> list[Overlap]:
         grid_ids.append(np.stack([b + start, gy * BLOCK, gx * BLOCK], axis=1))
     keys = np.concatenate(grid_keys)
     ids = np.concatenate(grid_ids)
+    if not len(keys):
+        return []
     order = np.argsort(keys)
     keys, ids = keys[order], ids[order]
     votes: dict[tuple[int, int, int, int], int] = defaultdict(int)
     for start in range(0, n, CHUNK):
         q = _quantise(np.asarray(images[start:start + CHUNK], dtype=np.float32))
         hashes = _window_hashes(q)
-        b, y, x = np.nonzero(np.isin(hashes, keys))
+        pos = np.minimum(np.searchsorted(keys, hashes), len(keys) - 1)
+        b, y, x = np.nonzero(keys[pos] == hashes)
         for bb, yy, xx in zip((b + start).tolist(), y.tolist(), x.tolist(), strict=True):
             key = hashes[bb - start, yy, xx]
             lo, hi = np.searchsorted(keys, key, "left"), np.searchsorted(keys, key, "right")

@@ -14,6 +14,7 @@ from segfactory.cli import (
     agents_cmds,
     analysis_cmds,
     audit_cmds,
+    console_cmds,
     controls_cmds,
     curate_cmds,
     data_cmds,
@@ -45,6 +46,7 @@ for module in (
     controls_cmds,
     runner_cmds,
     curate_cmds,
+    console_cmds,
 ):
     module.register(app)
 

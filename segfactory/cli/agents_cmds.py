@@ -1,9 +1,173 @@
-"""CLI commands for agents. See docs/cli.md for the contract."""
+"""CLI commands for agents: ``run``, ``approvals list|approve|deny``, ``report``. See docs/cli.md."""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import Annotated, Any
+
 import typer
+
+from segfactory.cli._common import HomeOpt, JsonOpt, emit_json, home_for
+from segfactory.errors import HomeError, UsageError
+
+approvals_app = typer.Typer(help="Data requests waiting for a person: list, approve, deny.", no_args_is_help=True)
+PROFILES = ("demo", "default")
+BACKENDS = ("docker", "bwrap")
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
+    app.command("run")(run_cmd)
+    app.command("report")(report_cmd)
+    app.add_typer(approvals_app, name="approvals")
+
+
+def _progress(line: str) -> None:
+    """Progress goes to stderr, so that ``--json`` keeps stdout to one object."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _seconds(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    from segfactory.units import parse_duration
+
+    try:
+        return parse_duration(text)
+    except Exception as exc:
+        raise UsageError(f"{flag} {text!r}: {exc}") from None
+
+
+def _profile_of(home: Any, asked: str) -> str:
+    existing = str(home.info().get("profile", asked))
+    if existing != asked:
+        _progress(f"home {home.root} was created with the {existing} profile; using it (not {asked})")
+    return existing
+
+
+def run_cmd(
+    profile: Annotated[str, typer.Option("--profile", help="demo (<= 15 min on 2 CPU cores) or default (overnight).")] = "demo",
+    budget: Annotated[str | None, typer.Option("--budget", help="Device time for the run, e.g. 10m (within budgets.yaml).")] = None,
+    wall: Annotated[str | None, typer.Option("--wall", help="Wall-clock limit of the run, e.g. 8h.")] = None,
+    proposer: Annotated[str, typer.Option("--proposer", help="rules | openai:MODEL | anthropic:MODEL | local:URL.")] = "rules",
+    resume: Annotated[str | None, typer.Option("--resume", help="Continue run RUN from its last checkpoint.")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="Sandbox backend: docker or bwrap.")] = "bwrap",
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run the factory: analyse, propose, train in the sandbox, gate, judge, then milestone and report."""
+    if profile not in PROFILES:
+        raise UsageError(f"profile {profile!r} is not defined; known: {', '.join(PROFILES)}")
+    if backend not in BACKENDS:
+        raise UsageError(f"sandbox backend {backend!r} is not registered; known: {', '.join(sorted(BACKENDS))}")
+    from agents.proposer import KNOWN_PROPOSERS
+    from agents.run import RunRequest, start_run
+
+    if proposer != "rules" and proposer.split(":", 1)[0] not in {p.split(":")[0] for p in KNOWN_PROPOSERS}:
+        raise UsageError(f"proposer {proposer!r} is not registered; known: {', '.join(KNOWN_PROPOSERS)}")
+    budget_s, wall_s = _seconds(budget, "--budget"), _seconds(wall, "--wall")  # bad input fails before any set-up
+    resolved = home_for(home, create=True, profile=profile)
+    request = RunRequest(home=resolved, profile=_profile_of(resolved, profile), proposer=proposer, backend=backend,
+                         budget_s=budget_s, wall_s=wall_s, resume=resume, progress=_progress)
+    summary = start_run(request)
+    if json_out:
+        emit_json(summary)
+        return
+    typer.echo(f"run {summary['run_id']}: {summary['stop_reason'] or 'finished'}; "
+               f"{summary['tickets_run']} tickets, {summary['device_seconds']:.0f} device-s")
+    typer.echo(f"report: {summary['report_html']}")
+
+
+def report_cmd(
+    run: Annotated[str, typer.Argument(help="Run id (a folder under <home>/runs).")],
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show where a run's report is and its counts (the report itself is for people)."""
+    resolved = home_for(home)
+    people = resolved.people_dir(run)
+    source = people / "report.json"
+    if not source.is_file():
+        raise HomeError(f"run {run!r} has no report in {people}; finish it with `segfactory run --resume {run}`")
+    data = json.loads(source.read_text())
+    summary = {"run_id": run, "report_md": str(people / "report.md"), "report_html": str(people / "report.html"),
+               "stop_reason": data["stop_reason"], "counts": data["counts"], "proposer": data["proposer"],
+               "audit_ok": (data.get("audit") or {}).get("ok"), "device_seconds": data["device_seconds"]}
+    if json_out:
+        emit_json(summary)
+        return
+    typer.echo((people / "report.md").read_text())
+
+
+def _queue(resolved: Any, sink: Any) -> Any:
+    from agents.approvals import ApprovalQueue
+
+    if not resolved.state_db.is_file():
+        raise HomeError(f"no run state in {resolved.root}; start one with `segfactory run`")
+    return ApprovalQueue(resolved.state_db, sink)
+
+
+class _NoSink:
+    """``approvals list`` writes nothing; any append would be a bug."""
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("approvals list must not write audit records")
+
+    def put_blob(self, data: bytes) -> str:
+        raise RuntimeError("approvals list must not write audit records")
+
+
+@approvals_app.command("list")
+def approvals_list(
+    status: Annotated[str | None, typer.Option("--status", help="pending | approved | denied.")] = None,
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The data requests the proposer made, newest last."""
+    resolved = home_for(home)
+    rows = [{"id": r.id, "run_id": r.run_id, "status": r.status, "hypothesis": r.ticket.hypothesis,
+             "change": r.ticket.change, "decided_by": r.decided_by, "reason": r.reason}
+            for r in _queue(resolved, _NoSink()).requests(status)]
+    if json_out:
+        emit_json({"requests": rows})
+        return
+    if not rows:
+        typer.echo("no data requests")
+    for row in rows:
+        typer.echo(f"{row['id']}  {row['status']:<8}  run {row['run_id']}  {row['hypothesis'][:90]}")
+
+
+def _decide(request_id: str, approve: bool, by: str, reason: str, home: Any, json_out: bool) -> None:
+    from audit import AuditLog
+    from audit.anchor import gate_anchor_store
+
+    resolved = home_for(home)
+    with gate_anchor_store(resolved) as anchor, AuditLog(resolved, anchor) as log:
+        decided = _queue(resolved, log).decide(request_id, approve=approve, by=by, reason=reason)
+    if json_out:
+        emit_json({"id": decided.id, "run_id": decided.run_id, "status": decided.status, "decided_by": decided.decided_by})
+        return
+    typer.echo(f"{decided.id}: {decided.status}; it becomes a data ticket when run {decided.run_id} next proposes "
+               f"(`segfactory run --resume {decided.run_id}`)" if approve else f"{decided.id}: {decided.status}")
+
+
+ByOpt = Annotated[str, typer.Option("--by", help="Who decides (recorded in the audit log).")]
+ReasonOpt = Annotated[str, typer.Option("--reason", help="Why (recorded in the audit log).")]
+
+
+@approvals_app.command("approve")
+def approvals_approve(request_id: Annotated[str, typer.Argument(help="Request id (see approvals list).")],
+                      by: ByOpt = "operator", reason: ReasonOpt = "", home: HomeOpt = None,
+                      json_out: JsonOpt = False) -> None:
+    """Approve a data request; it becomes a ``data`` ticket in its run."""
+    _decide(request_id, True, by, reason, home, json_out)
+
+
+@approvals_app.command("deny")
+def approvals_deny(request_id: Annotated[str, typer.Argument(help="Request id (see approvals list).")],
+                   by: ByOpt = "operator", reason: ReasonOpt = "", home: HomeOpt = None,
+                   json_out: JsonOpt = False) -> None:
+    """Deny a data request (recorded; nothing runs)."""
+    _decide(request_id, False, by, reason, home, json_out)

@@ -126,8 +126,10 @@ def compare_cmd(
     plan: Annotated[Path, typer.Argument(help="A plan that was applied (curate apply).")],
     budget: Annotated[str, typer.Option("--budget", help="Device time per ticket (e.g. 90s, 10m).")] = "2m",
     seed: Annotated[int, typer.Option("--seed", help="Training seed shared by both tickets; also picks the random subset.")] = 0,
+    epochs: Annotated[int, typer.Option("--epochs", help="Epochs per ticket (both arms).")] = 8,
     backend: Annotated[str, typer.Option("--backend", help="Sandbox backend: docker or bwrap.")] = "bwrap",
     config: Annotated[Path, typer.Option("--config", help="Base training config.")] = Path("configs/demo.yaml"),
+    gate_socket: Annotated[Path | None, typer.Option("--gate-socket", help="A running gate's socket: submit both.")] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -137,8 +139,14 @@ def compare_cmd(
     from segfactory.units import parse_duration
 
     resolved = home_for(home, create=True)
-    result = compare_plan(resolved.root, read_plan(plan), budget_s=parse_duration(budget), seed=seed,
-                          executor=RunnerExecutor(resolved, backend=backend, base_config=config))
+    gate = None
+    if gate_socket is not None:
+        from gate.client import GateClient
+
+        gate = GateClient(socket_path=gate_socket)
+    executor = RunnerExecutor(resolved, backend=backend, base_config=config, gate=gate)
+    result = compare_plan(resolved.root, read_plan(plan), budget_s=parse_duration(budget), seed=seed, epochs=epochs,
+                          executor=executor)
     if json_out:
         emit_json(result)
         return

@@ -48,6 +48,7 @@ class StubFactoryServices:
     kill_at: str | None = None  # "run:<ticket id>" or "gate:<ticket id>": SIGKILL this process there
     requests: tuple[str, ...] = ()  # change keys recommended as data_request tickets
     on_run: Any = None  # called with each ticket before it runs (a person acting meanwhile)
+    promoted: list[str] = field(default_factory=list)  # ticket ids the graph promoted (this process)
 
     def __post_init__(self) -> None:
         if self.ledger is not None and self.ledger.is_file():
@@ -97,6 +98,9 @@ class StubFactoryServices:
             self.crash_after_gate.discard(ticket.id)
             raise Crash(ticket.id)
         return self.cache[ticket.id]
+
+    def promote(self, ticket_id: str) -> None:
+        self.promoted.append(ticket_id)
 
     def milestone(self, run_id: str) -> None:
         self.ended.append("milestone")

@@ -59,16 +59,19 @@ def test_a_strong_background_slice_also_asks_people_for_real_data() -> None:
 
 def test_scalar_inputs_map_to_their_actions() -> None:
     recs = recommend(Inputs(learning_curve={"0.25": 0.40, "0.5": 0.50, "1.0": 0.56}, train_dev_gap=0.2,
-                            dev_labels=_labels("dev", 0.4)))
+                            dev_labels=_labels("dev", 0.4), model_dice=0.7))
     actions = [r.action for r in recs]
     assert actions == ["data_request", "training_change", "curation"]
     assert recs[0].predicted_effect.direction == Direction.UP
 
 
 def test_train_labels_much_worse_than_dev_come_first_as_label_fixes() -> None:
-    recs = recommend(Inputs(findings=[_row("size<8", ["size"], 0.5, 0.2)], dev_labels=_labels("dev", 0.1),
-                            train_labels=_labels("train", 0.4)))
+    inputs = Inputs(findings=[_row("size<8", ["size"], 0.5, 0.2)], dev_labels=_labels("dev", 0.1),
+                    train_labels=_labels("train", 0.4), model_dice=0.7)
+    recs = recommend(inputs)
     assert recs[0].action == "label_fix" and recs[1].action == "targeted_synthetic"
+    inputs.model_dice = 0.1  # a weak model's label flags say more about the model than the labels
+    assert recommend(inputs)[0].action == "targeted_synthetic"
 
 
 def test_a_spread_drop_is_a_model_change_but_a_concentrated_one_is_the_slice() -> None:
@@ -82,3 +85,15 @@ def test_nothing_above_threshold_means_leave_it_alone() -> None:
     recs = recommend(Inputs(train_dev_gap=0.01, learning_curve={"0.5": 0.6, "1.0": 0.605}))
     assert [r.action for r in recs] == ["leave_it"]
     assert recs[0].predicted_effect.direction == Direction.NONE
+
+
+def test_a_measured_learning_curve_feeds_the_more_data_rule() -> None:
+    from analysis.curve import learning_curve
+    from analysis.toy import HistogramTrainer, toy_split
+
+    train, dev = toy_split(160, 32, seed=31), toy_split(80, 32, seed=32)
+    curve = learning_curve(HistogramTrainer(), train, dev, seed=0)
+    assert list(curve) == ["0.25", "0.5", "1.0"] and all(0.0 <= v <= 1.0 for v in curve.values())
+    recs = recommend(Inputs(learning_curve=curve))
+    rising = curve["1.0"] - curve["0.5"] >= 0.02
+    assert (recs[0].action == "data_request") == rising

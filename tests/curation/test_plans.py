@@ -160,3 +160,33 @@ def test_compare_runs_both_arms_through_the_runner_in_bwrap(tmp_home: Path, tmp_
         assert result[arm]["status"] == "DONE", result[arm]
         assert "dice" in result[arm]["dev_metrics"]
     assert result["dev_better"] in ("curated", "control", "tie")
+
+
+def _sigmoid_model(path: Path, scale: float) -> Path:
+    """A real ONNX graph: prob = sigmoid(scale * (image - 0.5))."""
+    from onnx import TensorProto, helper, save
+
+    x = helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, "H", "W"])
+    y = helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1, "H", "W"])
+    nodes = [helper.make_node("Sub", ["image", "half"], ["c"]), helper.make_node("Mul", ["c", "k"], ["z"]),
+             helper.make_node("Sigmoid", ["z"], ["prob"])]
+    inits = [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]), helper.make_tensor("k", TensorProto.FLOAT, [], [scale])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    save(model, str(path))
+    return path
+
+
+@pytest.mark.slow
+def test_hard_images_and_label_review_with_a_model(version: DatasetVersion, tmp_path: Path) -> None:
+    model = _sigmoid_model(tmp_path / "m.onnx", 8.0)
+    train, dev = read_split(version.train, mmap=True), read_split(version.dev, mmap=True)
+    report, _ = curate_images(train, dev, dataset=version.ref, content_hash=version.content_hash, model=model)
+    losses = [row["loss"] for row in report["hard_images"]]
+    assert len(losses) == min(50, len(train)) and losses == sorted(losses, reverse=True)
+    queue = tmp_path / "review.jsonl"
+    rep, _ = curate_defects(train, dev, dataset=version.ref, content_hash=version.content_hash, model=model,
+                            review_queue=queue)
+    rows = [json.loads(line) for line in queue.read_text().splitlines()]
+    assert rep["label_review"]["n"] == len(rows) and rows[0]["source"] == "cleanlab"
+    assert len({r["image_id"] for r in rows if r["source"] == "cleanlab"}) == min(100, len(train))

@@ -138,3 +138,18 @@ def test_unapproved_or_traversing_dataset_is_invalid(gate: Gate, gate_home: tupl
     for i, name in enumerate([ref, "../../vault/v1", "synthetic/v99"]):
         answer = gate.submit(better_model.read_bytes(), f"t-ds-{i}", train_data=name, run_id=f"r{i}")
         assert answer.verdict.verdict is Verdict.INVALID, name
+
+
+def test_promotion_needs_a_win_and_a_replicate_win(gate: Gate, better_model: Path, tmp_path: Path) -> None:
+    from segfactory.errors import GateError
+
+    gate.submit(better_model.read_bytes(), "p1")
+    with pytest.raises(GateError, match="replicate"):
+        gate.promote("p1")
+    with pytest.raises(GateError, match="no recorded WIN"):
+        gate.promote("never-submitted")
+    replicate = models.save(models.threshold_model(bias=-0.46), tmp_path / "rep.onnx")
+    assert gate.submit(replicate.read_bytes(), "p1-rep", replicate_of="p1").verdict.verdict is Verdict.WIN
+    sha = gate.promote("p1")
+    assert gate.ledger.current_best()["model_sha256"] == sha  # type: ignore[index]
+    assert gate.submit(better_model.read_bytes(), "p2").verdict.verdict is Verdict.NO_WIN  # now equal to best

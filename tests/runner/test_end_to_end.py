@@ -14,10 +14,24 @@ from segfactory.records import Ticket
 from synthetic.versions import DatasetVersion
 from tests.runner.conftest import BASE_CONFIG
 
-pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [pytest.mark.slow]
+needs_bwrap = [pytest.mark.bwrap,
+               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 
 
+@pytest.fixture(params=[pytest.param("bwrap", marks=needs_bwrap), pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every sandbox backend; docker skips (with the reason) only when no engine can be started."""
+    if request.param == "docker":
+        from tests.sandbox.conftest import docker_problem
+
+        if problem := docker_problem():
+            pytest.skip(f"no Docker engine could be started: {problem}")
+    return str(request.param)
+
+
+@pytest.mark.bwrap
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_ticket_trains_in_bwrap_with_host_computed_evidence(
         home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
     ticket = Ticket(id="e2e", arm="agent", kind="config", hypothesis="one epoch trains a usable model",
@@ -60,7 +74,7 @@ model.ir_version = 8
 
 
 def test_oom_in_a_memory_limited_sandbox_is_retried_at_half_the_batch(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog) -> None:
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, backend: str) -> None:
     from runner.scheduler import Admission, MemoryEstimator, SchedulerSettings
     from tests.runner.conftest import PROFILED
 
@@ -71,7 +85,7 @@ def test_oom_in_a_memory_limited_sandbox_is_retried_at_half_the_batch(
                     change={"files": {"vision/worker.py": OOM_WORKER}, "config": {"batch_size": 16}},
                     budget={"device_seconds": 120, "epochs": 1},
                     expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0}, seed=5)
-    outcome = execute_ticket(ticket, home=home, dataset_version=dataset, backend="bwrap",
+    outcome = execute_ticket(ticket, home=home, dataset_version=dataset, backend=backend,
                              base_config=dict(BASE_CONFIG), audit=audit_log, run_id="r1", scheduler=scheduler)
     assert outcome.status == TicketStatus.DONE, (outcome.reason, outcome.attempts)
     assert [(a.batch_size, a.grad_accum, a.oom) for a in outcome.attempts] == [(16, 1, True), (8, 2, False)]

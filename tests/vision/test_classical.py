@@ -29,7 +29,7 @@ def test_opening_removes_components_narrower_than_the_window() -> None:
 def test_detector_polarity_finds_bright_voids() -> None:
     x = torch.full((1, 1, 16, 16), 0.4)
     x[0, 0, 8, 8] = 0.7
-    logits = ClassicalDetector(ClassicalParams(bg_kernel=7, polarity=1.0, threshold=0.1))(x)
+    logits = ClassicalDetector(ClassicalParams(bg_kernel=7, polarity=1.0, threshold=0.1, open_size=1))(x)
     assert logits[0, 0, 8, 8] > 0 and (logits > 0).sum() == 1
 
 

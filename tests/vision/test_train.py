@@ -116,3 +116,12 @@ def test_empty_and_mismatched_data_are_refused(tmp_path: Path) -> None:
     np.save(bad / "train" / "masks.npy", np.zeros((7, 16, 16), np.uint8))
     with pytest.raises(DataError, match="masks must be uint8 with the images' shape"):
         train(cfg(), bad, tmp_path / "o2")
+
+
+@pytest.mark.slow
+def test_other_options_train_usable(data: Path, tmp_path: Path) -> None:
+    config = cfg(grad_accum=2, optim={"name": "sgd", "lr": 0.01}, schedule={"name": "onecycle"},
+                 loss=[{"name": "focal"}, {"name": "tversky", "weight": 0.5}],
+                 sampling={"crop": 12, "defect_centred_p": 0.5}, model={"name": "unet-resnet10t", "decoder_width": 8})
+    result = train(config, data, tmp_path / "o")
+    assert result.usable and result.epochs_completed == 2

@@ -1,0 +1,50 @@
+"""The ``analyse`` step of a run: the current best on dev, as an ``AnalysisReport`` (host-computed).
+
+The report folder (JSON, Markdown, HTML, error and slice plots, crops) is
+``runs/<run>/analysis/<best sha256[:12]>/``; a resumed run reads it back instead of redoing it.
+Probabilities come from the confined scorer (the best may be a promoted agent model).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ANALYSIS_SEED = 0  # seed of the dev halves and bootstraps: the same best gives the same report
+TRAIN_SAMPLE_IMAGES = 128  # train images scored for the train-dev gap; more costs scorer time
+
+
+def analysis_dir(services: Any, sha256: str) -> Path:
+    return Path(services.home.runs / services.setup.run_id / "analysis" / sha256[:12])
+
+
+def analyse_best(services: Any, model: Path, sha256: str) -> Any:
+    """Analyse ``model`` on dev (with a train sample); write or reuse the report folder."""
+    from analysis.render import write_report
+    from analysis.report import AnalysisReport, Evaluated, Extras, analyse
+    from synthetic.splits import read_split
+
+    out = analysis_dir(services, sha256)
+    if (out / "report.json").is_file():
+        return AnalysisReport.model_validate_json((out / "report.json").read_text())
+    dataset = services.setup.dataset
+    dev_split = read_split(dataset.dev)
+    dev = Evaluated(dev_split, np.asarray(services._score(model, dev_split.images))[:, 0])
+    train = _train_sample(services, model, read_split(dataset.train))
+    report, errors = analyse(dev, model_sha256=sha256, data=dev_split.content_hash or dataset.ref,
+                             threshold=0.5, seed=ANALYSIS_SEED, extras=Extras(train=train))
+    return write_report(report, dev, errors, out)
+
+
+def _train_sample(services: Any, model: Path, train: Any) -> Any:
+    from analysis.report import Evaluated
+    from analysis.toy import ToySplit
+
+    take = np.sort(np.random.default_rng(ANALYSIS_SEED).permutation(len(train))[:TRAIN_SAMPLE_IMAGES])
+    ids = {str(train.image_meta[int(k)].get("id")) for k in take}
+    sample = ToySplit(np.asarray(train.images[take]), np.asarray(train.masks[take]),
+                      [train.image_meta[int(k)] for k in take],
+                      [d for d in train.defects if str(d.get("image_id")) in ids])
+    return Evaluated(sample, np.asarray(services._score(model, sample.images))[:, 0])

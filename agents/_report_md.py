@@ -1,0 +1,159 @@
+"""Markdown of the run report (the HTML is rendered from it by ``analysis.render.to_html``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+NOT_MEASURED = "n/a"
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else NOT_MEASURED
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) if ts else NOT_MEASURED
+
+
+def render_markdown(r: Any) -> str:
+    """The whole report, section by section."""
+    lines = [f"# Run {r.run_id}", "",
+             f"- profile `{r.profile}`, proposer `{r.proposer}`, sandbox backend `{r.backend}`",
+             f"- started {_when(r.started_at)}, ended {_when(r.ended_at)}; stopped because: {r.stop_reason or 'done'}",
+             f"- win rule sha256 `{(r.win_rule_sha256 or NOT_MEASURED)[:16]}` (pinned at start)",
+             f"- device time spent {r.device_seconds:.0f} s", ""]
+    for section in (_counts, _tickets, _plots, _milestone, _approvals, _audit, _llm, _did_not_do):
+        lines += section(r)
+    return "\n".join(lines) + "\n"
+
+
+def _counts(r: Any) -> list[str]:
+    c = r.counts
+    return ["## Outcome", "",
+            f"- tickets run: {c['tickets']} ({c['replicates']} replicates); dev losses {c['dev_losses']}, "
+            f"failed {c['failed']}",
+            f"- dev wins: {c['dev_wins']}; gate queries: {c['gate_queries']}",
+            f"- wins that survived confirm-a: {c['survived_confirm_a']}",
+            f"- promoted (confirm-a WIN and a replicate WIN on confirm-b): {c['promoted']}", ""]
+
+
+def _tickets(r: Any) -> list[str]:
+    lines = ["## Every ticket", "",
+             "All tickets, including the ones that did nothing or made things worse. Dev numbers are "
+             "computed on the host from the copied-out model (confined scorer); verdicts are the gate's.", "",
+             "| ticket | arm | kind | hypothesis | change | status | dev object F1 | best then | dev dice | "
+             "device s | verdict | decision |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for t in r.tickets:
+        hyp = t.hypothesis.replace("|", "/")[:90]
+        change = json.dumps(t.change, sort_keys=True).replace("|", "/")[:80]
+        verdict = f"{t.verdict} ({t.tier})" if t.tier else t.verdict
+        decision = t.decision or ("-" if t.replicate_of is None else f"replicate of {t.replicate_of}")
+        lines.append(f"| {t.ticket_id} | {t.arm} | {t.kind} | {hyp} | `{change}` | {t.status} | "
+                     f"{_f(t.dev_metrics.get('object_f1'))} | {_f(t.best_dev_object_f1)} | "
+                     f"{_f(t.dev_metrics.get('dice'))} | {t.device_seconds:.0f} | {verdict} | {decision} |")
+    lines.append("")
+    for t in r.tickets:
+        if t.reason or t.decision_reason:
+            lines.append(f"- {t.ticket_id}: {t.reason or ''} {t.decision_reason or ''}".rstrip())
+    if r.not_run:
+        lines += ["", "Queued but not run (budget spent):", ""]
+        lines += [f"- {q['id']}: {q['hypothesis'][:100]}" for q in r.not_run]
+    return [*lines, ""]
+
+
+def _plots(r: Any) -> list[str]:
+    titles = {"dev_f1": "Dev object F1 per ticket (green: dev win) against the best at the time",
+              "errors": "Error types of the starting best on dev", "slices": "Slices of the starting best on dev",
+              "learning_curve": "Learning curve of the starting best",
+              "curves": "Learning curves of the tickets (train loss as the sandboxed worker reported it; not evidence)"}
+    lines = ["## Plots", ""]
+    for key, path in r.plots.items():
+        lines += [f"{titles.get(key, key)}:", "", f"![{key}]({path})", ""]
+    if "curves" not in r.plots:
+        lines += ["No ticket reported a learning curve.", ""]
+    if r.analysis_dir:
+        lines += [f"The full dev analysis of the starting best: `{r.analysis_dir}/report.html`.", ""]
+    return lines
+
+
+def _milestone(r: Any) -> list[str]:
+    m = r.milestone
+    lines = ["## Milestone: sealed and never-queried tiers", ""]
+    if not m:
+        return [*lines, "No milestone was scored.", ""]
+    if m.get("error"):
+        return [*lines, f"The milestone was refused by the gate: {m['error']}", ""]
+    names = {sha: ("current best" if sha == m.get("best_sha256") else "baseline") for sha in m.get("models", {})}
+    lines += ["| tier | version | model | object F1 | 90% interval | pixel IoU | images |", "|---|---|---|---|---|---|---|"]
+    for tier, block in m.get("tiers", {}).items():
+        for sha, s in block.get("models", {}).items():
+            f1 = s.get("object_f1", {}) if isinstance(s, dict) else {}
+            lines.append(f"| {tier} | v{block.get('version')} | {names.get(sha, sha[:12])} `{sha[:10]}` | "
+                         f"{_f(f1.get('estimate'))} | [{_f(f1.get('low'))}, {_f(f1.get('high'))}] | "
+                         f"{_f(s.get('pixel_iou'))} | {s.get('n_images', NOT_MEASURED)} |")
+    return [*lines, "", *_gap(m), ""]
+
+
+def _gap(m: dict[str, Any]) -> list[str]:
+    """never-queried minus sealed for the current best: how far the queried-tier view drifts."""
+    best = m.get("best_sha256")
+    try:
+        sealed = m["tiers"]["sealed"]["models"][best]["object_f1"]["estimate"]
+        never = m["tiers"]["never-queried"]["models"][best]["object_f1"]["estimate"]
+    except (KeyError, TypeError):
+        return ["Never-queried gap: not measured (a tier or the best's score is missing)."]
+    return [f"Never-queried gap (never-queried − sealed object F1 of the current best): {never - sealed:+.4f}. "
+            "Both tiers were never answered to an agent; a large gap would mean the gate's answers leaked."]
+
+
+def _approvals(r: Any) -> list[str]:
+    lines = ["## Data requests (approvals queue)", ""]
+    if not r.approvals:
+        return [*lines, "No data requests were made.", ""]
+    lines += [f"- {a['id']}: {a['status']} — {a['hypothesis'][:100]}" for a in r.approvals]
+    return [*lines, "", "Decide pending ones with `segfactory approvals approve|deny ID`; an approved request "
+            "becomes a data ticket when the run is resumed or in the next run.", ""]
+
+
+def _audit(r: Any) -> list[str]:
+    a = r.audit
+    if a is None:
+        return ["## Audit", "", "The audit log was not verified.", ""]
+    chain = "verified" if a.ok else "FAILED: " + "; ".join(a.problems[:3])
+    return ["## Audit", "",
+            f"- chain: {chain}; {a.records} records ({a.run_records} in this run), head seq {a.head_seq}",
+            f"- anchor in the gate's ledger at seq {a.anchor_seq}; unanchored window from "
+            f"{a.unanchored_from if a.unanchored_from is not None else '(none)'} (the run end anchors the rest)",
+            f"- protected-read attempts: {a.protected_read_attempts}; path escapes: {a.path_escape_attempts}; "
+            f"`audit check` findings: {a.findings}", ""]
+
+
+def _llm(r: Any) -> list[str]:
+    u = r.llm_usage
+    if not u.get("calls") and not u.get("attempts"):
+        return ["## LLM usage", "", "No LLM calls were made.", ""]
+    cost = f"${u.get('cost_usd', 0):.4f}" if u.get("cost_known", True) else "unknown (unlisted model)"
+    return ["## LLM usage", "",
+            f"- calls {u.get('calls', 0)}, attempts {u.get('attempts', 0)}, tokens in {u.get('input_tokens', 0)} / "
+            f"out {u.get('output_tokens', 0)}, latency {u.get('latency_s', 0):.1f} s, cost {cost}", ""]
+
+
+def _did_not_do(r: Any) -> list[str]:
+    lines = ["## What this run did not do", ""]
+    if r.proposer == "rules":
+        lines.append("- **No LLM was configured.** The agent arm was the `rules` proposer: the dev analysis's "
+                     "recommendations, in order, as tickets. No hypothesis here was written by a language model.")
+    lines += ["- No code-editing (`agent-code`) tickets ran; no sweep or A/A control ran in this run "
+              "(`segfactory compare`, `segfactory aa`).",
+              "- The real-holdout tier was not scored (none is registered unless a person adds one).",
+              "- Tickets start from the profile's base config, not from the promoted model's config.",
+              "- Perturbation robustness was not measured for the tickets; their learning curves are the "
+              "sandbox's own report, not host evidence."]
+    if r.counts.get("promoted", 0) == 0:
+        lines.append("- Nothing was promoted: the current best is unchanged by this run.")
+    if r.not_run:
+        lines.append(f"- {len(r.not_run)} queued ticket(s) did not run before the budget was spent.")
+    return [*lines, ""]

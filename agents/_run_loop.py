@@ -1,0 +1,135 @@
+"""The inside of ``segfactory run`` once the gate and the audit log are up (see ``agents.run``).
+
+Builds ``LoopDeps`` (proposer, judge, caps, validation, host-chosen seeds, the approvals queue)
+over ``HostServices``, runs or resumes the graph, and writes the report from the final
+checkpointed state. A resumed run that already reached its end does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from segfactory.records import Actor, Budget
+
+USAGE_FILE = "llm_usage.json"  # runs/<id>/: LLM totals, carried over a resume
+
+
+def _config(run_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": run_id}}
+
+
+def _usage(home: Any, run_id: str, cap: int) -> Any:
+    from agents.llm import LLMUsage
+
+    path = home.runs / run_id / USAGE_FILE
+    usage = LLMUsage.model_validate_json(path.read_text()) if path.is_file() else LLMUsage()
+    usage.token_cap = cap or None
+    return usage
+
+
+def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults: Any, usage: Any) -> Any:
+    from agents.approvals import ApprovalQueue
+    from agents.graph import LoopDeps
+    from agents.judge import Judge
+    from agents.proposer import get_proposer
+    from agents.validate import RunCaps, load_budget_policy, ticket_problems
+
+    policy = load_budget_policy()
+    ticket_caps = policy.for_profile(record["profile"]).ticket
+    base = yaml.safe_load(Path(services.setup.base_config).read_text())
+    proposer = get_proposer(record["proposer"], sink=audit, usage=usage, default_budget=defaults.ticket,
+                            caps=Budget(device_seconds=ticket_caps.max_device_seconds, epochs=ticket_caps.max_epochs),
+                            run_id=record["run_id"])
+    return LoopDeps(services=services, proposer=proposer, judge=Judge(audit), sink=audit,
+                    caps=RunCaps.model_validate(record["caps"]), usage=usage,
+                    check=lambda t: ticket_problems(t, policy, record["profile"], base_config=base),
+                    make_seed=lambda: secrets.randbelow(2**31), approvals=ApprovalQueue(req.home.state_db, audit))
+
+
+def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults: Any) -> dict[str, Any]:
+    from agents.graph import build_graph, run_loop
+    from agents.run import DATASET, REPO
+    from agents.services import HostServices, RunSetup
+    from audit.gate_events import pull
+    from gate.win_rule import load_win_rule
+    from synthetic.versions import resolve
+
+    home, run_id = req.home, record["run_id"]
+    rule, _ = load_win_rule()
+    setup = RunSetup(home=home, run_id=run_id, backend=record["backend"], dataset=resolve(home.root, DATASET),
+                     base_config=REPO / defaults.base_config, gate=client, audit=audit,
+                     dev_margin=rule.dev_rule.dev_margin, progress=req.progress)
+    services = HostServices(setup)
+    usage = _usage(home, run_id, int(record["caps"]["llm_tokens"]))
+    deps = _deps(req, record, services, audit, defaults, usage)
+    graph = build_graph(deps, home.state_db)
+    snapshot = graph.get_state(_config(run_id))
+    resume = bool(req.resume) and bool(snapshot.values)
+    if resume and not snapshot.next:
+        req.progress(f"run {run_id} already finished; nothing to do")
+        return _summary(home, run_id, snapshot.values, resumed=False, already_finished=True)
+    services.state_reader = lambda: graph.get_state(_config(run_id)).values
+    services.report_writer = lambda svc, rid, stop: _write_report(svc, rid, stop, record, usage, client, deps)
+    audit.append(Actor.SYSTEM, "run_resumed" if resume else "run_start", dict(record), run_id=run_id)
+    req.progress(f"run {run_id}: {'resuming' if resume else 'starting'} (profile {record['profile']}, "
+                 f"proposer {record['proposer']}, caps {record['caps']})")
+    pull(client, audit)
+    state = run_loop(graph, run_id, resume=resume)
+    pull(client, audit)
+    (home.runs / run_id / USAGE_FILE).write_text(usage.model_dump_json(indent=2))
+    return _summary(home, run_id, dict(state), resumed=resume, already_finished=False)
+
+
+def _write_report(services: Any, run_id: str, stop_reason: str, record: dict[str, Any], usage: Any,
+                  client: Any, deps: Any) -> None:
+    from agents import report as rpt
+    from agents.services import DEV_COMPARISONS, TICKETS_FILE
+    from audit.anchor import anchor_from_reply
+
+    home, people = services.home, services.people
+    services.setup.audit.flush_anchor(run_id)
+    state = services.state_reader()
+    tickets = {t["id"]: t for t in rpt._read_jsonl(people / TICKETS_FILE)}
+    rows = rpt.ticket_rows(state, home.tickets_dir(run_id), rpt._read_jsonl(people / DEV_COMPARISONS), tickets)
+    approvals = [{"id": a.id, "status": a.status, "hypothesis": a.ticket.hypothesis}
+                 for a in deps.approvals.requests() if a.run_id == run_id]
+    milestone_file = people / "milestones" / f"{run_id}-final.json"
+    analyses = sorted((home.runs / run_id / "analysis").glob("*/report.json"))
+    report = rpt.RunReport(
+        run_id=run_id, profile=record["profile"], proposer=record["proposer"], backend=record["backend"],
+        stop_reason=stop_reason, started_at=record.get("started_at"), ended_at=time.time(),
+        win_rule_sha256=record.get("win_rule_sha256"), tickets=rows,
+        not_run=[{"id": q["id"], "hypothesis": q["hypothesis"]} for q in state.get("queue", [])],
+        approvals=approvals, counts=rpt.counts(rows, state), device_seconds=float(state.get("device_seconds", 0.0)),
+        milestone=json.loads(milestone_file.read_text()) if milestone_file.is_file() else None,
+        audit=rpt.audit_summary(home, run_id, anchor_from_reply(client.get_anchor()), anchor_checked=True),
+        llm_usage=usage.model_dump(mode="json"),
+        analysis_dir=str(analyses[0].parent) if analyses else None)
+    paths = rpt.write(report, people, home.tickets_dir(run_id))
+    services.setup.progress(f"report: {paths['md']} and {paths['html']}")
+
+
+def finished_summary(home: Any, run_id: str) -> dict[str, Any]:
+    """The summary of a run that already ended (``--resume`` of it is a no-op)."""
+    people = home.people_dir(run_id)
+    data = json.loads((people / "report.json").read_text()) if (people / "report.json").is_file() else {}
+    state = {"stop_reason": data.get("stop_reason", ""), "tickets_run": data.get("counts", {}).get("tickets", 0),
+             "device_seconds": data.get("device_seconds", 0.0)}
+    return _summary(home, run_id, state, resumed=False, already_finished=True)
+
+
+def _summary(home: Any, run_id: str, state: dict[str, Any], *, resumed: bool, already_finished: bool) -> dict[str, Any]:
+    people = home.people_dir(run_id)
+    counts: dict[str, Any] = {}
+    if (people / "report.json").is_file():
+        counts = json.loads((people / "report.json").read_text()).get("counts", {})
+    return {"run_id": run_id, "resumed": resumed, "already_finished": already_finished,
+            "stop_reason": state.get("stop_reason", ""), "tickets_run": state.get("tickets_run", 0),
+            "device_seconds": state.get("device_seconds", 0.0), "counts": counts,
+            "report_md": str(people / "report.md"), "report_html": str(people / "report.html")}

@@ -1,0 +1,157 @@
+"""``segfactory run``: one factory run, from sandbox verify to the morning report (DESIGN.md §4).
+
+``start_run(RunRequest(...))`` verifies the sandbox, starts the gate, checks and records the win
+rule's hash, builds the graph (``agents.graph``) over ``HostServices`` with the SQLite
+checkpointer in ``state.sqlite``, runs or resumes it, pulls the gate's events, anchors the audit
+chain at the end and returns a summary. ``policies/run.yaml`` holds the per-profile defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from segfactory.errors import PolicyError, SandboxError, UsageError
+from segfactory.home import Home
+from segfactory.records import Budget
+
+REPO = Path(__file__).resolve().parent.parent
+RUN_POLICY = REPO / "policies" / "run.yaml"
+RUN_FILE = "run.json"  # runs/<id>/run.json: what the run was started with (resume reads it)
+DATASET = "synthetic/v1"  # the dataset version a run trains on (init creates it)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunDefaults(_Strict):
+    base_config: str
+    ticket: Budget
+    run: dict[str, float] = Field(default_factory=dict)  # tickets, device_seconds, wall_seconds
+
+
+def load_run_defaults(profile: str, path: Path = RUN_POLICY) -> RunDefaults:
+    data = yaml.safe_load(path.read_text())
+    try:
+        return RunDefaults.model_validate(data["profiles"][profile])
+    except KeyError:
+        raise UsageError(f"{path} has no profile {profile!r}; known: {', '.join(data['profiles'])}") from None
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    home: Home
+    profile: str
+    proposer: str = "rules"
+    backend: str = "bwrap"
+    budget_s: float | None = None  # device seconds (--budget)
+    wall_s: float | None = None  # --wall
+    resume: str | None = None
+    progress: Callable[[str], None] = lambda line: None
+
+
+def run_caps(req: RunRequest, defaults: RunDefaults) -> Any:
+    """budgets.yaml's run caps, tightened by run.yaml, then by --budget/--wall (never loosened)."""
+    from agents.validate import RunCaps, load_budget_policy
+
+    cap = load_budget_policy().for_profile(req.profile).run
+    wanted = {**defaults.run, **({"device_seconds": req.budget_s} if req.budget_s else {}),
+              **({"wall_seconds": req.wall_s} if req.wall_s else {})}
+    values = cap.model_dump()
+    for key, value in wanted.items():
+        if value > values[key]:
+            raise UsageError(f"{key} {value:g} is above the {req.profile} cap {values[key]:g} in "
+                             "policies/budgets.yaml; ask for less or raise the cap there")
+        values[key] = type(values[key])(value)
+    return RunCaps.model_validate(values)
+
+
+def new_run_id() -> str:
+    return time.strftime("r%Y%m%d-%H%M%S", time.gmtime()) + f"-{secrets.token_hex(2)}"
+
+
+def _read_record(home: Home, run_id: str) -> dict[str, Any]:
+    path = home.runs / run_id / RUN_FILE
+    if not path.is_file():
+        raise UsageError(f"no run {run_id!r} in {home.runs}; see the run ids there")
+    record: dict[str, Any] = json.loads(path.read_text())
+    return record
+
+
+def _run_record(home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sha: str) -> dict[str, Any]:
+    """Write runs/<id>/run.json at start; on resume read it and refuse a changed win rule."""
+    path = home.runs / run_id / RUN_FILE
+    if req.resume:
+        record = _read_record(home, run_id)
+        if record["win_rule_sha256"] != win_rule_sha:
+            raise PolicyError(f"the win rule changed since run {run_id} started (recorded "
+                              f"{record['win_rule_sha256'][:12]}…, now {win_rule_sha[:12]}…); start a new run")
+        return record
+    record = {"run_id": run_id, "profile": req.profile, "proposer": req.proposer, "backend": req.backend,
+              "caps": caps.model_dump(), "win_rule_sha256": win_rule_sha, "started_at": time.time()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True))
+    return record
+
+
+def verify_sandbox(backend: str, home: Home, progress: Callable[[str], None]) -> None:
+    from sandbox import get_backend
+
+    try:
+        sandbox = get_backend(backend)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    sandbox.check_available()
+    report = sandbox.verify(home.root)
+    failed = [c.name for c in report.checks if not c.ok]
+    if not report.ok:
+        raise SandboxError(f"sandbox verify ({backend}) failed: {', '.join(failed)}; "
+                           f"see `segfactory sandbox verify --backend {backend}`")
+    progress(f"sandbox verify ({backend}): ok, {len(report.checks)} checks in {report.duration_s:.1f} s")
+
+
+def _win_rule(client: Any) -> str:
+    from gate.win_rule import load_win_rule
+
+    status = client.status()
+    _, digest = load_win_rule()
+    if not status.get("win_rule_ok") or status.get("win_rule_sha256") != digest:
+        raise PolicyError("the gate's pinned win rule does not match policies/win_rule.yaml; queries are "
+                          "stopped until a person re-pins it for a new run")
+    return digest
+
+
+def start_run(req: RunRequest) -> dict[str, Any]:
+    """Run (or resume) one factory run; returns the summary the CLI prints."""
+    from agents._run_loop import execute, finished_summary
+    from audit import AuditLog
+    from audit.anchor import gate_anchor_store
+
+    home = req.home
+    if req.resume and _read_record(home, req.resume).get("finished_at"):
+        req.progress(f"run {req.resume} already finished; nothing to do")
+        return finished_summary(home, req.resume)
+    defaults = load_run_defaults(req.profile)
+    caps = run_caps(req, defaults)
+    verify_sandbox(req.backend, home, req.progress)
+    with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as audit:  # a served gate, or one started
+        client = anchor.client
+        run_id = req.resume or new_run_id()
+        record = _run_record(home, req, run_id, caps, _win_rule(client))
+        summary = execute(req, record, client, audit, defaults)
+        audit.close_run(run_id)  # anchors the chain head: no unanchored window after a run
+    record["finished_at"] = time.time()
+    (home.runs / run_id / RUN_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
+    return summary
+
+
+__all__ = ["RUN_FILE", "RunRequest", "load_run_defaults", "new_run_id", "run_caps", "start_run"]

@@ -1,0 +1,114 @@
+"""Runs for the dashboard: the run's checkpointed graph state, its audit events, its plots.
+
+A run is a ``runs/<id>/`` folder or a LangGraph thread of ``state.sqlite`` (thread id = run id).
+The state is read straight from the latest checkpoint (no graph is built, nothing is resumed).
+A run has ended once the audit log holds its ``run_end`` event. The console is for people, so
+it shows ``runs/<id>/people/`` content (PNG plots, reports).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from audit import iter_records
+from audit.reader import LOG_NAME
+from segfactory.errors import UsageError
+from segfactory.home import Home
+
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+MAX_PLOTS = 50  # PNG files listed per run
+MAX_EVENTS = 200  # latest audit events shown per run
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.match(run_id):
+        raise UsageError(f"{run_id!r} is not a run id")
+    return run_id
+
+
+def list_runs(home: Home) -> list[str]:
+    """Every run id: run folders and checkpoint threads (approval threads left out)."""
+    runs = {p.name for p in home.runs.iterdir() if p.is_dir()} if home.runs.is_dir() else set()
+    if home.state_db.is_file():
+        conn = sqlite3.connect(f"file:{home.state_db}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT DISTINCT thread_id FROM checkpoints").fetchall()
+        except sqlite3.OperationalError:
+            rows = []  # no checkpoint table yet
+        finally:
+            conn.close()
+        runs |= {r[0] for r in rows if not r[0].startswith("approval:")}
+    return sorted(r for r in runs if RUN_ID.match(r))
+
+
+def run_state(home: Home, run_id: str) -> dict[str, Any]:
+    """The run's latest checkpointed state (channel values), or {} when it has none."""
+    if not home.state_db.is_file():
+        return {}
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(home.state_db, check_same_thread=False)
+    try:
+        found = SqliteSaver(conn).get_tuple({"configurable": {"thread_id": run_id, "checkpoint_ns": ""}})
+    except sqlite3.OperationalError:
+        found = None
+    finally:
+        conn.close()
+    return dict(found.checkpoint.get("channel_values", {})) if found else {}
+
+
+def run_events(home: Home, run_id: str) -> list[Any]:
+    return [r for r in iter_records(home.audit / LOG_NAME) if r.run_id == run_id]
+
+
+def run_ended(home: Home, run_id: str) -> str | None:
+    """The run's stop reason once its ``run_end`` is in the audit log, else None."""
+    for record in run_events(home, run_id):
+        if record.event == "run_end":
+            return str(record.payload.get("stop_reason") or "ended")
+    return None
+
+
+def plots(home: Home, run_id: str) -> list[str]:
+    """Names of the PNG files under ``runs/<id>/people/`` (relative paths)."""
+    people = home.people_dir(run_id)
+    if not people.is_dir():
+        return []
+    return sorted(str(p.relative_to(people)) for p in people.rglob("*.png") if p.is_file())[:MAX_PLOTS]
+
+
+def plot_path(home: Home, run_id: str, name: str) -> Path:
+    """The file of one plot; refuses anything outside the run's people folder."""
+    people = home.people_dir(check_run_id(run_id)).resolve()
+    path = (people / name).resolve()
+    if not path.is_relative_to(people) or path.suffix != ".png" or not path.is_file():
+        raise UsageError(f"no plot {name!r} in run {run_id}")
+    return path
+
+
+def progress(home: Home, run_id: str) -> dict[str, Any]:
+    """What the run page polls: counters, queue, verdict history, decisions, ended or not."""
+    state = run_state(home, run_id)
+    ended = run_ended(home, run_id)
+    current = state.get("current") or None
+    return {
+        "run_id": run_id,
+        "ended": ended is not None,
+        "stop_reason": ended or state.get("stop_reason") or "",
+        "tickets_run": int(state.get("tickets_run", 0)),
+        "device_seconds": float(state.get("device_seconds", 0.0)),
+        "current": current.get("id") if isinstance(current, dict) else None,
+        "queue": [_ticket_row(t) for t in state.get("queue", [])],
+        "history": list(state.get("history", [])),
+        "decisions": list(state.get("decisions", [])),
+        "taken_approvals": list(state.get("taken_approvals", [])),
+    }
+
+
+def _ticket_row(ticket: Any) -> dict[str, Any]:
+    if not isinstance(ticket, dict):
+        return {"id": str(ticket)}
+    return {k: ticket.get(k) for k in ("id", "arm", "kind", "hypothesis")}

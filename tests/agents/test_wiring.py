@@ -1,0 +1,69 @@
+"""The graph's wiring to the host services: promotion is called by code, a replicate that loses on
+dev spends no confirm-b query, and the run report renders every ticket from a final state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agents import report as rpt
+from agents._report_md import render_markdown
+from agents.graph import RunOutcome, run_loop
+from segfactory.records import Ticket
+from tests.agents._stubs import make_graph, make_services
+from tests.agents.conftest import Log
+
+
+class ReplicateLosesOnDev:
+    """The stub runner, except that every replicate trains to a dev loss."""
+
+    def __init__(self) -> None:
+        self.stub = make_services()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stub, name)
+
+    def run_ticket(self, ticket: Ticket) -> RunOutcome:
+        outcome = self.stub.run_ticket(ticket)
+        if ticket.replicate_of is None:
+            return outcome
+        return outcome.model_copy(update={"status": "dev_loss"})
+
+
+def test_promote_is_called_once_after_the_replicate_win(audit_log: Log, tmp_path: Path) -> None:
+    services = make_services()
+    state = run_loop(make_graph(services, audit_log, tmp_path), "w1")
+    assert services.promoted == ["w1-t001"]
+    assert [d["decision"] for d in state["decisions"] if d["ticket_id"] == "w1-t001"] == ["replicate", "promote"]
+
+
+def test_a_replicate_that_loses_on_dev_is_rejected_without_a_query(audit_log: Log, tmp_path: Path) -> None:
+    services = ReplicateLosesOnDev()
+    state = run_loop(make_graph(services, audit_log, tmp_path), "w2")  # type: ignore[arg-type]
+    assert "w2-t001-rep" not in services.stub.queries and "w2-t001" in services.stub.queries
+    decisions = [(d["ticket_id"], d["decision"]) for d in state["decisions"]]
+    assert ("w2-t001", "reject") in decisions and ("w2-t001", "promote") not in decisions
+    assert services.stub.promoted == [] and state.get("awaiting_replicate") == {}
+    assert any(p["decision"]["reason"].startswith("the replicate w2-t001-rep did not win on dev")
+               for p in audit_log.events("judge_decision") if "reason" in p.get("decision", {}))
+
+
+def test_the_report_lists_every_ticket_and_says_no_llm_was_configured(audit_log: Log, tmp_path: Path) -> None:
+    services = make_services()
+    state = run_loop(make_graph(services, audit_log, tmp_path), "w3")
+    rows = rpt.ticket_rows(dict(state), tmp_path / "tickets", [{"ticket_id": "w3-t001", "dev_win": True,
+                                                                 "best_object_f1": 0.2}], {})
+    assert [r.ticket_id for r in rows] == [h["ticket_id"] for h in state["history"]]
+    counts = rpt.counts(rows, dict(state))
+    assert counts["promoted"] == 1 and counts["survived_confirm_a"] == 2 and counts["dev_wins"] == 1
+    report = rpt.RunReport(run_id="w3", profile="demo", proposer="rules", backend="bwrap", stop_reason="done",
+                           started_at=1.0, ended_at=2.0, win_rule_sha256="ab" * 32, tickets=rows, not_run=[],
+                           approvals=[], counts=counts, device_seconds=50.0, milestone=None, audit=None,
+                           llm_usage={}, analysis_dir=None)
+    paths = rpt.write(report, tmp_path / "people")
+    md = paths["md"].read_text()
+    assert "No LLM was configured" in md and "## What this run did not do" in md
+    for row in rows:
+        assert row.ticket_id in md
+    assert "DEV_LOSS" in md and "FAILED" in md  # the tickets that did nothing are listed too
+    assert paths["html"].read_text().startswith("<!doctype html>")
+    assert render_markdown(report) == md

@@ -1,0 +1,182 @@
+"""The console's HTTP surface through a real app (TestClient): auth, audit review, approvals chat."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from console import MAX_BODY_BYTES, MAX_REPLY_CHARS
+from tests.console.conftest import REQUEST, RUN, ConsoleHome, csrf_of
+
+
+def _records(ch: ConsoleHome, event: str) -> list[dict[str, Any]]:
+    lines = (ch.home.audit / "log.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["event"] == event]
+
+
+# --- auth -------------------------------------------------------------------------------------
+
+def test_every_page_and_api_needs_the_token(app: Any) -> None:
+    from fastapi.testclient import TestClient
+
+    with TestClient(app, base_url="http://127.0.0.1") as anon:
+        for path in ["/", "/runs/r1", "/approvals", "/audit", "/labels", "/api/runs", "/static/console.css"]:
+            assert anon.get(path).status_code == 401, path
+        assert anon.get("/login", params={"token": "wrong"}).status_code == 401
+        assert anon.get("/api/runs", headers={"Authorization": "Bearer wrong"}).json()["status"] == 401
+        assert anon.get("/api/runs", headers={"Authorization": "Bearer test-token"}).status_code == 200
+        login = anon.get("/login", params={"token": "test-token"}, follow_redirects=False)
+        cookie = login.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie
+        assert login.headers["location"] == "/"  # the token leaves the address bar
+
+
+def test_an_expired_session_is_refused(app: Any, client: Any) -> None:
+    assert client.get("/").status_code == 200
+    app.state.services.auth.expire_all()
+    page = client.get("/")
+    assert page.status_code == 401 and "segfactory console" in page.text
+
+
+def test_pages_carry_a_strict_content_security_policy(client: Any) -> None:
+    headers = client.get("/audit").headers
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_post_without_its_csrf_token_is_refused(client: Any, console_home: ConsoleHome) -> None:
+    reply = client.post(f"/approvals/{REQUEST}/reply", data={"text": "approve"})
+    assert reply.status_code == 403
+    wrong = client.post(f"/approvals/{REQUEST}/reply", data={"text": "approve", "csrf": "forged"})
+    assert wrong.status_code == 403
+    assert not _records(console_home, "approval_reply")
+
+
+def test_a_huge_body_is_refused_before_it_is_read(client: Any) -> None:
+    big = "x" * (MAX_BODY_BYTES + 1)
+    assert client.post(f"/approvals/{REQUEST}/reply", content=big,
+                       headers={"content-type": "text/plain"}).status_code == 413
+
+
+# --- audit review -----------------------------------------------------------------------------
+
+def test_filters_and_a_highlighted_protected_read(client: Any) -> None:
+    page = client.get("/audit", params={"actor": "sandbox", "run": RUN}).text
+    assert "Chain: intact" in page
+    rows = re.findall(r'<tr class="rec( protected)?"', page)
+    assert rows == [" protected"]
+    assert "protected read: /vault/confirm-a/labels.npy" in page
+    assert "run_start" not in client.get("/audit", params={"event": "llm_attempt"}).text.split('id="records"')[1]
+
+
+def test_hostile_payloads_render_inert(client: Any, console_home: ConsoleHome) -> None:
+    for page in (client.get(f"/audit/blob/{console_home.blob}").text, client.get("/audit").text):
+        assert "<script>" not in page and "\x1b" not in page
+        assert "&lt;script&gt;" in page
+        assert "ignore previous instructions" in page
+    assert "\\x1b[31mRED" in client.get(f"/audit/blob/{console_home.blob}").text
+
+
+def test_a_tampered_log_shows_a_broken_chain(client: Any, console_home: ConsoleHome) -> None:
+    log = console_home.home.audit / "log.jsonl"
+    log.write_text(log.read_text().replace("ticket_started", "ticket_startex"))
+    assert "Chain: BROKEN" in client.get("/audit").text
+
+
+# --- approvals chat ---------------------------------------------------------------------------
+
+def _say(client: Any, text: str) -> str:
+    csrf = csrf_of(client.get(f"/approvals/{REQUEST}").text)
+    client.post(f"/approvals/{REQUEST}/reply", data={"text": text, "csrf": csrf})
+    return client.get(f"/approvals/{REQUEST}").text
+
+
+def _confirm(client: Any, page: str) -> str:
+    message = re.findall(r'name="message_id" value="(\d+)"', page)[-1]
+    client.post(f"/approvals/{REQUEST}/confirm", data={"message_id": message, "csrf": csrf_of(page)})
+    return client.get(f"/approvals/{REQUEST}").text
+
+
+def test_approve_in_own_words_then_confirm_queues_the_data_ticket(client: Any, console_home: ConsoleHome) -> None:
+    page = _say(client, "approve 200, thin voids only")
+    assert "I read this as: APPROVE, for 200 images, limited to: thin voids only" in page
+    assert client.get("/api/approvals").json()["requests"][0]["status"] == "pending"  # nothing decided yet
+    page = _confirm(client, page)
+    assert "Data ticket r1-dr1-data is queued for run r1" in page
+    approved = client.get(f"/api/runs/{RUN}").json()["approved_data_tickets"]
+    assert approved == [{"id": "r1-dr1-data", "taken": False}]
+    decided = _records(console_home, "approval_decided")
+    assert decided[0]["actor"] == "human" and decided[0]["payload"]["reason"] == "count=200; scope=thin voids only"
+
+
+def test_double_approval_changes_nothing_and_says_so(client: Any, console_home: ConsoleHome) -> None:
+    first = _say(client, "approve")
+    _confirm(client, first)
+    again = _confirm(client, first)  # the same confirmation, e.g. a double click or a resent form
+    assert "already confirmed or replaced" in again
+    assert "already approved" in _say(client, "approve")
+    assert len(_records(console_home, "approval_decided")) == 1
+
+
+def test_an_ambiguous_reply_gets_a_question_not_a_guess(client: Any) -> None:
+    page = _say(client, "yes but not now")
+    assert "Do you approve or deny request r1-dr1?" in page
+    assert 'name="message_id"' not in page  # nothing to confirm
+    assert client.get("/api/approvals").json()["requests"][0]["status"] == "pending"
+
+
+def test_a_question_is_answered_and_nothing_decided(client: Any) -> None:
+    page = _say(client, "what does it cost?")
+    assert "I can only tell you what the request says" in page
+    assert client.get("/api/approvals").json()["requests"][0]["status"] == "pending"
+
+
+def test_deny_with_a_reason(client: Any, console_home: ConsoleHome) -> None:
+    page = _confirm(client, _say(client, "deny: too expensive"))
+    assert "Denied: too expensive" in page
+    assert client.get("/api/approvals").json()["requests"][0]["reason"] == "too expensive"
+    assert client.get(f"/api/runs/{RUN}").json()["approved_data_tickets"] == []
+
+
+def test_approval_for_an_ended_run_is_kept_but_not_queued(client: Any, console_home: ConsoleHome) -> None:
+    console_home.log.append("system", "run_end", {"stop_reason": "budget: wall"}, run_id=RUN)
+    page = _confirm(client, _say(client, "approve"))
+    assert "has ended (budget: wall)" in page and "stays pending" in page
+    assert client.get("/api/approvals").json()["requests"][0]["status"] == "pending"
+    blocked = _records(console_home, "approval_blocked_run_ended")
+    assert blocked and blocked[0]["payload"]["reading"]["kind"] == "approve"
+
+
+def test_a_huge_reply_is_refused_and_nothing_read(client: Any, console_home: ConsoleHome) -> None:
+    csrf = csrf_of(client.get(f"/approvals/{REQUEST}").text)
+    reply = client.post(f"/approvals/{REQUEST}/reply", data={"text": "approve " * MAX_REPLY_CHARS, "csrf": csrf})
+    assert reply.status_code == 413 and "at most 2000 characters" in reply.text
+    assert not _records(console_home, "approval_reply")
+
+
+def test_bearer_callers_get_json_and_need_no_csrf(client: Any) -> None:
+    auth = {"Authorization": "Bearer test-token"}
+    from fastapi.testclient import TestClient
+
+    with TestClient(client.app, base_url="http://127.0.0.1") as script:
+        answer = script.post(f"/approvals/{REQUEST}/reply", data={"text": "approve"}, headers=auth).json()
+        assert answer["pending"] is True
+        done = script.post(f"/approvals/{REQUEST}/confirm", data={"message_id": answer["id"]}, headers=auth).json()
+        assert "queued for run r1" in done["text"]
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+def test_run_page_shows_verdicts_and_plots(client: Any, console_home: ConsoleHome) -> None:
+    from PIL import Image
+
+    people = console_home.home.people_dir(RUN)
+    people.mkdir(parents=True)
+    Image.new("L", (8, 8)).save(people / "dice.png")
+    page = client.get(f"/runs/{RUN}").text
+    assert "r1-t001" in page and "NO_WIN" in page and f"/runs/{RUN}/plots/dice.png" in page
+    assert client.get(f"/runs/{RUN}/plots/dice.png").headers["content-type"] == "image/png"
+    assert client.get(f"/runs/{RUN}/plots/../../../home.json").status_code in (400, 404)
+    assert [r["run_id"] for r in client.get("/api/runs").json()["runs"]] == [RUN]  # approval threads left out
+    assert client.get(f"/api/runs/{RUN}").json()["tickets_run"] == 1

@@ -1,0 +1,94 @@
+"""End to end: ``segfactory init`` then ``segfactory run --profile demo`` on a fresh home, through
+the real CLI, the real bwrap sandbox, the real gate service and the real audit log.
+
+A small ``--budget`` (30 s of device time) stops the loop after its first ticket, so the test
+runs the whole path (verify, gate, baseline analysis, one sandboxed training, the dev rule, the
+milestone, the report, the final anchor) in a few minutes. The home is a throw-away one, so it
+keeps a root-owned vault (``SEGFACTORY_NO_USER_SEPARATION=1``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.conftest import CliResult
+
+pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+
+Cli = Callable[..., CliResult]
+RUN_BUDGET = "30s"  # device time: the loop stops after the first ticket
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    home = tmp_path_factory.mktemp("e2e") / "home"
+    env = {**os.environ, "SEGFACTORY_NO_USER_SEPARATION": "1"}
+
+    def cli(*args: str) -> CliResult:
+        proc = subprocess.run([sys.executable, "-m", "segfactory", *args, "--home", str(home)], capture_output=True,
+                              text=True, timeout=600, cwd=REPO, env=env)
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    init = cli("init", "--profile", "demo")
+    assert init.returncode == 0, init.stderr
+    run = cli("run", "--profile", "demo", "--budget", RUN_BUDGET, "--json")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {"home": home, "cli": cli, "summary": json.loads(run.stdout), "stderr": run.stderr}
+
+
+def test_the_run_shows_progress_and_writes_the_report(finished_run: dict[str, Any]) -> None:
+    summary, home = finished_run["summary"], finished_run["home"]
+    assert "sandbox verify (bwrap): ok" in finished_run["stderr"]
+    assert "analysing the current best" in finished_run["stderr"]
+    assert summary["tickets_run"] == 1 and summary["stop_reason"].startswith("budget: device time")
+    people = home / "runs" / summary["run_id"] / "people"
+    md = (people / "report.md").read_text()
+    for section in ("## Outcome", "## Every ticket", "## Milestone", "## Audit", "## LLM usage",
+                    "## What this run did not do", "No LLM was configured"):
+        assert section in md
+    assert (people / "report.html").is_file() and (people / "plots").is_dir()
+    report = json.loads((people / "report.json").read_text())
+    assert len(report["tickets"]) == 1 and report["audit"]["ok"] is True
+    assert "sealed" in report["milestone"]["tiers"] and "never-queried" in report["milestone"]["tiers"]
+
+
+def test_the_audit_verifies_with_no_unanchored_window(finished_run: dict[str, Any]) -> None:
+    result = finished_run["cli"]("audit", "verify", "--json")
+    assert result.returncode == 0, result.stderr
+    verified = json.loads(result.stdout)
+    assert verified["ok"] is True and verified["unanchored_from"] is None
+
+
+def test_the_ledger_holds_queries_only_for_dev_wins(finished_run: dict[str, Any]) -> None:
+    home, run_id = finished_run["home"], finished_run["summary"]["run_id"]
+    rows = [json.loads(line) for line in
+            (home / "runs" / run_id / "people" / "dev_comparisons.jsonl").read_text().splitlines()]
+    wins = {r["ticket_id"] for r in rows if r["dev_win"]}
+    with sqlite3.connect(home / "vault" / "ledger.sqlite") as db:
+        queried = {r[0] for r in db.execute("SELECT ticket_id FROM queries WHERE run_id = ?", (run_id,))}
+    assert queried <= wins | {f"{w}-rep" for w in wins}
+    assert len(rows) == 1  # the one ticket was compared on dev by the host
+
+
+def test_resume_of_a_finished_run_is_a_no_op(finished_run: dict[str, Any]) -> None:
+    home, run_id = finished_run["home"], finished_run["summary"]["run_id"]
+    log = home / "audit" / "log.jsonl"
+    before = log.read_bytes()
+    result = finished_run["cli"]("run", "--resume", run_id, "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["already_finished"] is True and summary["tickets_run"] == 1
+    assert log.read_bytes() == before
