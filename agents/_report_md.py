@@ -114,8 +114,9 @@ def _approvals(r: Any) -> list[str]:
     if not r.approvals:
         return [*lines, "No data requests were made.", ""]
     lines += [f"- {a['id']}: {a['status']} — {a['hypothesis'][:100]}" for a in r.approvals]
-    return [*lines, "", "Decide pending ones with `segfactory approvals approve|deny ID`; an approved request "
-            "becomes a data ticket when the run is resumed or in the next run.", ""]
+    return [*lines, "", "Decide pending ones with `segfactory approvals approve|deny ID`. An approved request "
+            "becomes a data ticket at its run's next propose step; once the run has finished it does not "
+            "run (carrying it into a new run is not built yet).", ""]
 
 
 def _audit(r: Any) -> list[str]:

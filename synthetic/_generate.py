@@ -7,6 +7,7 @@ alone. Workers are forked processes writing into shared memory; metadata comes b
 
 from __future__ import annotations
 
+import math
 import mmap
 import multiprocessing as mp
 import os
@@ -85,7 +86,7 @@ def render_one(index: int, seed: int, size: int, params: GenParams, silhouettes:
     acq = _physics.acquisition(params, rng)
     image = _physics.expose(part.thickness - placer.path, acq, rng, engine)
     for row in placer.rows:
-        wall = float(np.exp(-attenuation(row["thickness"], acq["mu"], acq["beam_hardening"])) + acq["scatter"])
+        wall = math.exp(-attenuation(row["thickness"], acq["mu"], acq["beam_hardening"])) + acq["scatter"]
         row["noise"] = round(_physics.noise_sigma(wall, acq), 6)
         row["image_id"] = index
     inside = np.count_nonzero(part.thickness)  # thickness >= 0: the pixels inside the part
@@ -171,8 +172,8 @@ def generate(n: int, size: int, seed: int, params: GenParams | None = None, *,
     if workers > 1 and n >= PARALLEL_MIN_IMAGES:
         images, masks, metas, defects = _generate_parallel(n, size, seed, params, engine, workers, progress)
     else:
-        images = np.empty((n, size, size), np.float32)
-        masks = np.empty((n, size, size), np.uint8)
+        images = _shared_array((n, size, size), np.float32)  # cheaper to fault in than np.empty's pages
+        masks = _shared_array((n, size, size), np.uint8)
         metas, defects = [], []
         for start in range(0, n, CHUNK_IMAGES):
             stop = min(start + CHUNK_IMAGES, n)
