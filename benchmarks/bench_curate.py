@@ -2,7 +2,8 @@
 
 Generates the images once into a temporary ``.npy`` memmap (smooth random content: a 12x12
 random field upsampled x8 plus pixel noise) with planted near duplicates (a copy of another
-image with fresh noise, shifted by one pixel). The search itself runs in a child process so
+image with fresh noise; half of them also shifted by one pixel). The 5,000-image recall subset
+holds every planted pair plus random others, so the reference has pairs to find. The search itself runs in a child process so
 that its peak anonymous memory is measured alone: a sampler thread reads ``RssAnon`` from
 ``/proc/self/status`` every 10 ms (file-backed pages of the memmap are not anonymous).
 
@@ -48,7 +49,7 @@ def generate(path: Path, n: int, seed: int = 0) -> np.ndarray:
     low = rng.random((n, 12, 12), dtype=np.float32) * 0.6 + 0.2
     planted = rng.choice(n, size=(min(N_PLANTED, n // 4), 2), replace=False)
     low[planted[:, 1]] = low[planted[:, 0]]
-    shifted = set(planted[:, 1].tolist())
+    shifted = set(planted[::2, 1].tolist())  # half the copies shifted by a pixel, half only re-noised
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, SIZE, SIZE))
     for start in range(0, n, GEN_CHUNK):
         stop = min(start + GEN_CHUNK, n)
@@ -93,9 +94,13 @@ def search(path: Path, planted_path: Path) -> dict[str, float]:
     t_total = time.perf_counter() - t0
     stop.set()
     sampler.join()
-    planted = {tuple(p) for p in np.load(planted_path).tolist()}
+    planted_pairs = np.load(planted_path)
+    planted = {tuple(p) for p in planted_pairs.tolist()}
     found = pairs.as_set()
-    sub = fingerprint(images[:SUBSET])
+    rng = np.random.default_rng(1)
+    members = np.unique(planted_pairs)
+    fill = rng.choice(np.setdiff1d(np.arange(images.shape[0]), members), SUBSET - len(members), replace=False)
+    sub = fingerprint(images[np.sort(np.concatenate([members, fill]))])  # every planted pair + random others
     t1 = time.perf_counter()
     ref_hash, ref_emb = all_pairs(sub).as_set(), all_embedding_pairs(sub).as_set()
     t_ref = time.perf_counter() - t1

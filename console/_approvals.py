@@ -112,22 +112,20 @@ class ApprovalsDesk:
         return [{"ticket": t, "taken": t.id in taken} for t in self.queue.approved(run_id)]
 
     def _decide(self, request: ApprovalRequest, reading: Reading, by: str) -> str:
-        ended = self._ended(request)
-        if ended is not None:
-            self.sink.append(Actor.HUMAN.value, "approval_blocked_run_ended",
-                             {"id": request.id, "by": by, "reading": reading.model_dump(), "run_end": ended},
-                             run_id=request.run_id)
-            return (f"Run {request.run_id} has ended ({ended}); its queue takes no more tickets, so the request "
-                    "stays pending. Your reply is kept in this thread and in the audit log.")
+        """Decide exactly as ``segfactory approvals approve|deny`` does, then say what follows."""
         try:
             decided = self.queue.decide(request.id, approve=reading.kind == "approve", by=by,
                                         reason=reading.decision_reason())
         except UsageError as exc:
             return f"Nothing changed: {exc}."
-        if decided.status == "approved":
-            return (f"Approved. Data ticket {request.id}-data is queued for run {request.run_id}; the run takes it "
-                    "at its next propose step.")
-        return f"Denied{': ' + reading.reason if reading.reason else ''}. The request is closed."
+        if decided.status != "approved":
+            return f"Denied{': ' + reading.reason if reading.reason else ''}. The request is closed."
+        ended = self._ended(request)
+        if ended is not None:
+            return (f"Approved and recorded, but run {request.run_id} has ended ({ended}): its data ticket "
+                    f"{request.id}-data will not run in it (carrying it into a new run is not built yet).")
+        return (f"Approved. Data ticket {request.id}-data is queued for run {request.run_id}; the run takes it "
+                "at its next propose step.")
 
     def _ended(self, request: ApprovalRequest) -> str | None:
         return run_ended(self.home, request.run_id)
@@ -173,5 +171,5 @@ def _answer(request: ApprovalRequest, reading: Reading, ended: str | None) -> tu
     if reading.kind == "unclear":
         return (f"I am not sure what you mean ({reading.why_unclear}). Do you approve or deny request "
                 f"{request.id}? Reply 'approve', 'approve 200, thin voids only' or 'deny: reason'.", False)
-    note = f" Note: run {request.run_id} has ended ({ended}), so it cannot take new tickets." if ended else ""
+    note = f" Note: run {request.run_id} has ended ({ended}), so its queue takes no new tickets." if ended else ""
     return f"I read this as: {reading.summary()} for request {request.id}. Confirm?{note}", True

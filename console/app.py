@@ -63,7 +63,7 @@ def create_app(home: Home, sink: Any, *, auth: Auth | None = None, anchor: Ancho
     templates = Jinja2Templates(env=env)
     services = Services(
         home=home, auth=auth or Auth(), sink=sink, anchor=anchor or (lambda: (None, False)),
-        person=person or f"human:{getpass.getuser()}", templates=templates,
+        person=person or _person(), templates=templates,
         approvals=ApprovalsDesk(home, ApprovalQueue(home.state_db, sink), sink), labels=LabelDesk(home, sink),
     )
     app = FastAPI(title="segfactory console", docs_url=None, redoc_url=None, openapi_url=None)
@@ -73,6 +73,14 @@ def create_app(home: Home, sink: Any, *, auth: Auth | None = None, anchor: Ancho
     app.middleware("http")(_guard)
     _handlers(app)
     return app
+
+
+def _person() -> str:
+    """Who decides in this console: the login name of the user who started it."""
+    try:
+        return f"human:{getpass.getuser()}"
+    except (KeyError, OSError):  # a container user without a passwd entry
+        return "human:console"
 
 
 async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

@@ -25,7 +25,7 @@ from synthetic._voids import VoidPlacer, attenuation
 from synthetic.params import MAX_IMAGE_SIZE, MAX_N, GenParams
 from synthetic.splits import image_sha256, write_split
 
-GENERATOR_VERSION = "1.0.0"
+GENERATOR_VERSION = "1.1.0"  # 1.1: table-based fast noise, real-arithmetic polygon contours (new arrays per seed)
 MIN_IMAGE_SIZE = 16  # pixels per side; smaller images cannot hold a part and a void
 PARALLEL_MIN_IMAGES = 512  # below this many images one process is faster than forking
 CHUNK_IMAGES = 256  # images per task handed to a worker

@@ -24,6 +24,7 @@ import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -196,12 +197,13 @@ NORMAL_TABLE_BITS = 16  # inverse-CDF table of 2**16 + 1 quantiles, linearly int
 @lru_cache(maxsize=1)
 def normal_table() -> np.ndarray:
     """(2**NORMAL_TABLE_BITS + 1,) float32 standard-normal quantiles at k / 2**bits, the two ends
-    clamped to half a cell (the tails beyond 4.42 sigma, probability 1e-5, are cut), read-only."""
-    from scipy.special import ndtri
-
+    clamped to half a cell (the tails beyond 4.42 sigma, probability 1e-5, are cut), read-only.
+    ``statistics.NormalDist`` (Wichura's AS241, ~1e-16) instead of scipy.special: 20 ms, not a
+    0.3 s import."""
     cells = 1 << NORMAL_TABLE_BITS
-    p = np.clip(np.arange(cells + 1) / cells, 0.5 / cells, 1.0 - 0.5 / cells)
-    table = ndtri(p).astype(np.float32)
+    inv_cdf = NormalDist().inv_cdf
+    table = np.array([inv_cdf(min(max(k / cells, 0.5 / cells), 1.0 - 0.5 / cells)) for k in range(cells + 1)],
+                     np.float32)
     table.flags.writeable = False
     return table
 

@@ -6,6 +6,8 @@ langgraph) are imported inside the command functions that need them, so ``--help
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 
 import typer
@@ -51,8 +53,15 @@ for module in (
     module.register(app)
 
 
+def _configure_logging() -> None:
+    """Logs go to stderr (stdout carries `--json` objects); level from SEGFACTORY_LOG_LEVEL."""
+    level = os.environ.get("SEGFACTORY_LOG_LEVEL", "WARNING").upper()
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; a SegfactoryError becomes one line on stderr and its exit code."""
+    _configure_logging()
     try:
         code = app(args=argv, standalone_mode=False)
         if isinstance(code, int) and code:  # click returns `typer.Exit(code)` here instead of raising

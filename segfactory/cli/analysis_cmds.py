@@ -21,6 +21,19 @@ def _model_path(model: Path) -> Path:
     return path
 
 
+def _refuse_vault(data: Path, home: Any) -> None:
+    """The analysis reads open data only: a path under the home's vault is refused (trust rule 1)."""
+    import os
+
+    from segfactory.errors import PolicyError
+
+    vault = home.vault.resolve()
+    for path in (Path(os.path.abspath(data.expanduser())), data.expanduser().resolve()):  # as named, and linked
+        if path == vault or vault in path.parents:
+            raise PolicyError(f"{data} is under the home's vault {vault}; analysis reads dev data only, "
+                              "never a vault tier. Pass a dataset version or a dev split folder.")
+
+
 def _splits(data: Path) -> tuple[Any, Any]:
     """(dev, train or None) from a dataset version (dev/ and train/) or a single split folder."""
     from segfactory.errors import DataError
@@ -88,7 +101,7 @@ def analyse_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Analyse a model on dev: error types, slices, label errors, recommendations (Markdown + HTML)."""
-    home_for(home)
+    _refuse_vault(data, home_for(home))
     onnx_path = _model_path(model)
     from analysis.render import write_report
     from analysis.report import Evaluated, Extras, analyse, summary_lines

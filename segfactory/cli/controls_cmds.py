@@ -1,9 +1,178 @@
-"""CLI commands for controls. See docs/cli.md for the contract."""
+"""CLI commands for the honest controls: ``sweep``, ``aa``, ``compare``. See docs/cli.md and docs/controls.md.
+
+Every input is checked before the home is touched (sampler, budget, search space, storage);
+progress goes to stderr so that ``--json`` keeps stdout to one object.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from segfactory.cli._common import BackendOpt, HomeOpt, JsonOpt, emit_json, home_for
+from segfactory.errors import UsageError
+
+PROFILES = ("demo", "default")
+BACKENDS = ("bwrap", "docker")
+ProfileOpt = Annotated[str, typer.Option("--profile", help="Home profile when one is created: demo or default.")]
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
+    app.command("sweep")(sweep_cmd)
+    app.command("aa")(aa_cmd)
+    app.command("compare")(compare_cmd)
+
+
+def _progress(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _seconds(text: str) -> float:
+    from segfactory.units import parse_duration
+
+    try:
+        return parse_duration(text)
+    except Exception as exc:
+        raise UsageError(f"--budget {text!r}: {exc}") from None
+
+
+def _check_common(profile: str, backend: str) -> Any:
+    from agents.run import load_run_defaults
+
+    if profile not in PROFILES:
+        raise UsageError(f"profile {profile!r} is not defined; known: {', '.join(PROFILES)}")
+    if backend not in BACKENDS:
+        raise UsageError(f"sandbox backend {backend!r} is not registered; known: {', '.join(BACKENDS)}")
+    return load_run_defaults(profile)
+
+
+def _home(home: Path | None, profile: str) -> tuple[Any, str]:
+    resolved = home_for(home, create=True, profile=profile)
+    return resolved, str(resolved.info().get("profile", profile))
+
+
+def sweep_cmd(
+    sampler: Annotated[str, typer.Option("--sampler", help="tpe or random.")] = "tpe",
+    budget: Annotated[str, typer.Option("--budget", help="Device time for the whole sweep, e.g. 10m.")] = "10m",
+    seed: Annotated[int, typer.Option("--seed", help="The sampler's seed.")] = 0,
+    storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL (default: <home>/optuna.db).")] = None,
+    space: Annotated[Path | None, typer.Option("--space", help="Search space YAML (default: policies/search_space.yaml).")] = None,
+    profile: ProfileOpt = "demo",
+    backend: BackendOpt = "bwrap",
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """An Optuna sweep at the agents' cost: same runner, sandbox, gate rule and replicate."""
+    from controls.session import new_run_id
+
+    run_id = new_run_id(f"sweep-{sampler}-" if sampler.isalnum() else "sweep-")
+    summary = run_sweep_arm(home, sampler=sampler, budget_s=_seconds(budget), seed=seed, storage=storage,
+                            space_path=space, profile=profile, backend=backend, run_id=run_id)
+    if json_out:
+        emit_json(summary)
+        return
+    typer.echo(f"sweep {summary['run_id']}: {summary['trials']} trials, {summary['device_seconds']:.0f} device-s, "
+               f"{summary['dev_wins']} dev wins, {summary['promoted']} promoted; best dev object F1 "
+               f"{summary['best_dev_score']} ({summary['best_ticket']})")
+
+
+def run_sweep_arm(home: Path | None, *, sampler: str, budget_s: float, seed: int, storage: str | None,
+                  space_path: Path | None, profile: str, backend: str, run_id: str) -> dict[str, Any]:
+    """Validate everything, then run one sweep; returns its summary (also used by ``compare``)."""
+    import yaml
+
+    from agents.run import REPO
+    from controls.session import control_session
+    from controls.space import SEARCH_SPACE, load_space
+    from controls.sweep import check_sweep, run_sweep, storage_url
+    from segfactory.home import Home
+
+    defaults = _check_common(profile, backend)
+    base = yaml.safe_load((REPO / defaults.base_config).read_text())
+    root = Home.resolve(home).root
+    plan = check_sweep(sampler, budget_s, seed, storage_url(root, storage), load_space(space_path or SEARCH_SPACE),
+                       base, defaults.ticket)
+    resolved, used_profile = _home(home, profile)
+    with control_session(resolved, backend=backend, profile=used_profile, run_id=run_id, kind="sweep",
+                         progress=_progress) as s:
+        result = run_sweep(plan, s.services, s.judge, run_id=run_id, make_seed=s.make_seed,
+                           people=resolved.people_dir(run_id), progress=_progress)
+    summary = {**result.summary(), "sampler": sampler, "seed": seed, "budget_s": budget_s, "storage": plan.storage}
+    (resolved.people_dir(run_id) / "sweep.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+    return summary
+
+
+def aa_cmd(
+    runs: Annotated[int, typer.Option("--runs", help="A/A runs (the default config, new seeds, no-op edits).")] = 20,
+    profile: ProfileOpt = "demo",
+    backend: BackendOpt = "bwrap",
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """A/A runs through the agents' pipeline: every win is false; reports both rules' false-win rates."""
+    from controls.aa import MAX_RUNS, MIN_RUNS, run_aa
+    from controls.session import control_session, new_run_id, sandbox_runs
+
+    if not MIN_RUNS <= runs <= MAX_RUNS:
+        raise UsageError(f"--runs {runs}: expected {MIN_RUNS}..{MAX_RUNS}")
+    _check_common(profile, backend)
+    resolved, used_profile = _home(home, profile)
+    run_id = new_run_id("aa-")
+    with control_session(resolved, backend=backend, profile=used_profile, run_id=run_id, kind="aa",
+                         progress=_progress) as s:
+        before = s.spent()
+        result = run_aa(runs, s.services, s.judge, run_id=run_id, budget=s.ticket_budget, make_seed=s.make_seed,
+                        set_reference=s.services.set_reference, progress=_progress)
+        after = s.spent()
+    summary = result.summary()
+    summary["ledger"] = {t: after.get(t, 0) - before.get(t, 0) for t in ("confirm-a", "confirm-b")}
+    summary["audit_sandbox_runs"] = sandbox_runs(resolved, run_id)
+    people = resolved.people_dir(run_id)
+    people.mkdir(parents=True, exist_ok=True)
+    (people / "aa.json").write_text(json.dumps({**summary, "results": [r.model_dump(mode="json") for r in result.runs]},
+                                               indent=2, sort_keys=True))
+    if json_out:
+        emit_json(summary)
+        return
+    g, n = summary["gate_rule"], summary["naive_rule"]
+    typer.echo(f"A/A {run_id}: {summary['runs']} runs; gate rule (with replicate) {g['wins']}/{g['runs']} false wins; "
+               f"naive best-dev rule {n['wins']}/{n['runs']}; ledger {summary['ledger']}; people: {people}")
+
+
+def compare_cmd(
+    arms: Annotated[str, typer.Option("--arms", help="Comma-separated: agent, sweep-tpe, sweep-random.")] =
+        "agent,sweep-tpe,sweep-random",
+    seeds: Annotated[int, typer.Option("--seeds", help="Seeds per arm (at least 3 for a claim).")] = 3,
+    budget: Annotated[str, typer.Option("--budget", help="Device time per arm and seed, e.g. 8m.")] = "8m",
+    proposer: Annotated[str, typer.Option("--proposer", help="The agent arm's proposer.")] = "rules",
+    profile: ProfileOpt = "demo",
+    backend: BackendOpt = "bwrap",
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Equal device-seconds per arm over seeds; sealed scores via a milestone; a best-so-far plot."""
+    from controls.compare import ARMS, run_compare
+
+    wanted = [a.strip() for a in arms.split(",") if a.strip()]
+    unknown = [a for a in wanted if a not in ARMS]
+    if unknown or not wanted:
+        raise UsageError(f"--arms {arms!r}: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(ARMS)}")
+    if seeds < 1:
+        raise UsageError(f"--seeds {seeds}: expected at least 1")
+    budget_s = _seconds(budget)
+    defaults = _check_common(profile, backend)
+    if budget_s < defaults.ticket.device_seconds:
+        raise UsageError(f"--budget {budget}: too small for one ticket ({defaults.ticket.device_seconds:g} device-s)")
+    summary = run_compare(home, arms=wanted, seeds=seeds, budget_s=budget_s, proposer=proposer, profile=profile,
+                          backend=backend, progress=_progress)
+    if json_out:
+        emit_json(summary)
+        return
+    typer.echo(summary["verdict"])
+    typer.echo(f"report: {summary['report']}; plot: {summary['plot']}")

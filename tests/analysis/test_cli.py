@@ -57,3 +57,13 @@ def test_errors_are_one_line_on_stderr(cli: Callable[..., Any], tmp_home: Path, 
     result = cli("analyse", "--model", str(tmp_path / "none.onnx"), "--data", str(version), "--home", str(tmp_home))
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.startswith("segfactory: error: no model at") and result.stderr.count("\n") == 1
+
+
+def test_a_vault_path_is_refused(cli: Callable[..., Any], tmp_home: Path, tmp_path: Path, version: Path) -> None:
+    tier = tmp_home / "vault" / "confirm-a" / "v1"
+    tier.parent.mkdir(parents=True)
+    tier.symlink_to(version / "dev")
+    model = contrast_onnx(tmp_path / "model.onnx", 40.0)
+    result = cli("analyse", "--model", str(model), "--data", str(tier), "--home", str(tmp_home), "--json")
+    assert result.returncode != 0 and result.stdout == ""
+    assert "under the home's vault" in result.stderr and not (tmp_path / "analysis").exists()

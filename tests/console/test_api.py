@@ -139,13 +139,15 @@ def test_deny_with_a_reason(client: Any, console_home: ConsoleHome) -> None:
     assert client.get(f"/api/runs/{RUN}").json()["approved_data_tickets"] == []
 
 
-def test_approval_for_an_ended_run_is_kept_but_not_queued(client: Any, console_home: ConsoleHome) -> None:
+def test_approval_for_an_ended_run_is_recorded_and_says_it_will_not_run(client: Any,
+                                                                        console_home: ConsoleHome) -> None:
     console_home.log.append("system", "run_end", {"stop_reason": "budget: wall"}, run_id=RUN)
-    page = _confirm(client, _say(client, "approve"))
-    assert "has ended (budget: wall)" in page and "stays pending" in page
-    assert client.get("/api/approvals").json()["requests"][0]["status"] == "pending"
-    blocked = _records(console_home, "approval_blocked_run_ended")
-    assert blocked and blocked[0]["payload"]["reading"]["kind"] == "approve"
+    page = _say(client, "approve")
+    assert "has ended (budget: wall), so its queue takes no new tickets" in page  # warned before confirming
+    page = _confirm(client, page)
+    assert "has ended (budget: wall)" in page and "will not run in it" in page
+    assert client.get("/api/approvals").json()["requests"][0]["status"] == "approved"  # the decision is kept
+    assert _records(console_home, "approval_decided")[0]["payload"]["status"] == "approved"
 
 
 def test_a_huge_reply_is_refused_and_nothing_read(client: Any, console_home: ConsoleHome) -> None:

@@ -1,7 +1,7 @@
 """End to end: ``segfactory init`` then ``segfactory run --profile demo`` on a fresh home, through
 the real CLI, the real bwrap sandbox, the real gate service and the real audit log.
 
-A small ``--budget`` (30 s of device time) stops the loop after its first ticket, so the test
+A small ``--budget`` (10 s of device time) stops the loop after its first ticket, so the test
 runs the whole path (verify, gate, baseline analysis, one sandboxed training, the dev rule, the
 milestone, the report, the final anchor) in a few minutes. The home is a throw-away one, so it
 keeps a root-owned vault (``SEGFACTORY_NO_USER_SEPARATION=1``).
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 
 Cli = Callable[..., CliResult]
-RUN_BUDGET = "30s"  # device time: the loop stops after the first ticket
+RUN_BUDGET = "10s"  # device time: the loop stops after the first ticket (each spends more)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,106 @@
+"""``segfactory aa``: A/A runs, where every win is false by construction.
+
+A reference ticket trains the default config and becomes the current best (a recorded move
+with its reason). Then N tickets train the *same* config with fresh host-chosen seeds; every
+other one is a ``code`` ticket whose only edit is a comment appended to a training module, so
+the code path is exercised too. Each goes through ``run_candidate``, the agents' own path.
+Nothing differs but noise, so any win (of the gate's rule, or of a naive "best dev score wins"
+rule on the same runs) is false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controls.pipeline import CandidateResult, CandidateServices, JudgeLike, run_candidate
+from controls.rates import false_win_rate, rate, selection_effect
+from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+
+REPO = Path(__file__).resolve().parent.parent
+NOOP_FILE = "vision/train.py"  # the module a no-op code edit touches (imported by every training run)
+MIN_RUNS = 1
+MAX_RUNS = 500  # A/A runs in one call; past it: UsageError
+
+
+def noop_edit(index: int, source: Path = REPO / NOOP_FILE) -> dict[str, str]:
+    """A code change that changes nothing: a comment (odd) or trailing whitespace (even)."""
+    text = source.read_text()
+    tail = f"\n# A/A no-op edit {index}: this comment changes nothing\n" if index % 4 == 1 else "\n\n   \n"
+    return {NOOP_FILE: text + tail}
+
+
+def aa_ticket(run_id: str, index: int, budget: Budget, seed: int) -> Ticket:
+    code = index % 2 == 1
+    change: dict[str, Any] = {"files": noop_edit(index), "config": {}} if code else {}
+    return Ticket(id=f"{run_id}-aa{index:03d}", arm=Arm.AA, kind=TicketKind.CODE if code else TicketKind.CONFIG,
+                  change=change, budget=budget, seed=seed,
+                  hypothesis=f"A/A run {index}: the default config, a new seed"
+                             + (", a no-op code edit" if code else ""),
+                  expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0))
+
+
+def reference_ticket(run_id: str, budget: Budget, seed: int) -> Ticket:
+    return Ticket(id=f"{run_id}-ref", arm=Arm.AA, kind=TicketKind.CONFIG, change={}, budget=budget, seed=seed,
+                  hypothesis="A/A reference: the default config; it becomes the current best",
+                  expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0))
+
+
+@dataclass
+class AAResult:
+    run_id: str
+    reference_dev_score: float
+    runs: list[CandidateResult] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        n = len(self.runs)
+        scores = [r.dev_score for r in self.runs if r.dev_score is not None]
+        gate_wins = sum(r.promoted for r in self.runs)
+        naive_wins = sum(s > self.reference_dev_score for s in scores)
+        return {
+            "run_id": self.run_id, "runs": n, "failed": sum(r.status == "failed" for r in self.runs),
+            "reference_dev_score": self.reference_dev_score,
+            "device_seconds": sum(r.device_seconds for r in self.runs),
+            "dev_wins": sum(r.status == "dev_win" for r in self.runs),
+            "confirm_a_wins": sum(r.confirm_a is not None and r.confirm_a.value == "WIN" for r in self.runs),
+            "replicates": sum(r.replicate_id is not None for r in self.runs),
+            "confirm_b_queries": sum(r.confirm_b is not None for r in self.runs),
+            "gate_rule": _rule(gate_wins, n),
+            "naive_rule": _rule(naive_wins, len(scores)),
+            "selection_effect": selection_effect(scores).as_dict() if scores else None,
+        }
+
+
+def _rule(wins: int, runs: int) -> dict[str, Any]:
+    """Wins per run and the false-win rate; in an A/A run every win is false (false wins = wins)."""
+    return {"wins": wins, "runs": runs, "wins_per_run": rate(wins, runs).as_dict(),
+            "false_win_rate": false_win_rate(wins, wins).as_dict()}
+
+
+def run_aa(n_runs: int, services: CandidateServices, judge: JudgeLike, *, run_id: str, budget: Budget,
+           make_seed: Callable[[], int], set_reference: Callable[[str], None],
+           progress: Callable[[str], None] = lambda line: None) -> AAResult:
+    """Train the reference, make it the best (``set_reference(ticket_id)``), then the N A/A runs.
+
+    Raises DataError when the reference does not train (an A/A without a reference means nothing).
+    """
+    from segfactory.errors import DataError
+
+    ref = reference_ticket(run_id, budget, make_seed())
+    outcome = services.run_ticket(ref)
+    score = services.dev_score(ref.id)
+    if outcome.status == "failed" or score is None:
+        raise DataError(f"the A/A reference {ref.id} did not train ({outcome.reason}); see its outcome.json")
+    set_reference(ref.id)
+    result = AAResult(run_id=run_id, reference_dev_score=score)
+    for index in range(n_runs):
+        candidate = run_candidate(services, judge, aa_ticket(run_id, index, budget, make_seed()), make_seed)
+        result.runs.append(candidate)
+        progress(f"A/A {index + 1}/{n_runs}: dev {candidate.dev_score} vs reference {score:.4f} -> "
+                 f"{candidate.status}, {candidate.decision or 'no query'}")
+    return result
+
+
+__all__ = ["AAResult", "aa_ticket", "noop_edit", "run_aa"]

@@ -1,0 +1,153 @@
+"""``segfactory compare``: agents against the sweep at equal device-seconds, over seeds.
+
+For each seed, each arm gets the same device-second budget: ``agent`` is a ``segfactory run``
+(``agents.run.start_run``), ``sweep-tpe`` / ``sweep-random`` a sweep with that sampler seed.
+Each arm's best model on dev is then scored once on the sealed tier (and never-queried is left
+alone) through one gate milestone per seed, within the sealed quota: when the quota is spent
+the sealed tier is rotated to fresh secret seeds first (recorded by the gate). The report and a
+best-so-far plot go to ``runs/<compare id>/people/`` (people only).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from segfactory.errors import GateError
+from segfactory.home import Home
+
+ARMS = ("agent", "sweep-tpe", "sweep-random")
+SEALED = "sealed"
+PLOT_FILE = "best_so_far.png"
+
+
+def _curve(rows: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(device-seconds spent, dev score) in run order -> best-so-far against cumulative seconds."""
+    out, spent, best = [], 0.0, float("-inf")
+    for seconds, score in rows:
+        spent += seconds
+        best = max(best, score)
+        out.append((spent, best))
+    return out
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
+
+
+def _agent_arm(home: Home, run_id: str) -> dict[str, Any]:
+    """The agent run's per-ticket dev scores, device-seconds, best ticket and LLM usage."""
+    tickets = home.tickets_dir(run_id)
+    rows, best = [], None
+    for row in _read_jsonl(home.people_dir(run_id) / "dev_comparisons.jsonl"):
+        outcome = tickets / row["ticket_id"] / "outcome.json"
+        seconds = json.loads(outcome.read_text())["device_seconds"] if outcome.is_file() else 0.0
+        rows.append((float(seconds), float(row["object_f1"])))
+        if best is None or row["object_f1"] > best[1]:
+            best = (row["ticket_id"], row["object_f1"])
+    usage_file = home.runs / run_id / "llm_usage.json"
+    usage = json.loads(usage_file.read_text()) if usage_file.is_file() else {}
+    return {"run_id": run_id, "curve": _curve(rows), "best_ticket": best[0] if best else None,
+            "llm": usage, "promoted": _promoted(home, run_id)}
+
+
+def _sweep_arm(home: Home, run_id: str) -> dict[str, Any]:
+    trials = _read_jsonl(home.people_dir(run_id) / "sweep.jsonl")
+    rows = [(float(t["device_seconds"]), float(t["dev_score"])) for t in trials if t["dev_score"] is not None]
+    scored = [t for t in trials if t["dev_score"] is not None]
+    best = max(scored, key=lambda t: t["dev_score"])["ticket_id"] if scored else None
+    return {"run_id": run_id, "curve": _curve(rows), "best_ticket": best, "llm": {},
+            "promoted": sum(t["decision"] == "promote" for t in trials)}
+
+
+def _promoted(home: Home, run_id: str) -> int:
+    return sum(p.get("run_id") == run_id for p in _read_jsonl(home.runs / "promotions.jsonl"))
+
+
+def _run_arm(home_path: Path | None, arm: str, seed: int, budget_s: float, proposer: str, profile: str,
+             backend: str, progress: Callable[[str], None]) -> dict[str, Any]:
+    from controls.session import new_run_id
+    from segfactory.cli.controls_cmds import run_sweep_arm
+
+    home = Home.resolve(home_path)
+    if arm == "agent":
+        from agents.run import RunRequest, start_run
+
+        summary = start_run(RunRequest(home=home, profile=profile, proposer=proposer, backend=backend,
+                                       budget_s=budget_s, progress=progress))
+        return _agent_arm(home, summary["run_id"])
+    sampler = arm.removeprefix("sweep-")
+    summary = run_sweep_arm(home_path, sampler=sampler, budget_s=budget_s, seed=seed, storage=None, space_path=None,
+                            profile=profile, backend=backend, run_id=new_run_id(f"sweep-{sampler}-s{seed}-"))
+    return _sweep_arm(home, summary["run_id"])
+
+
+def _rotate_sealed(home: Home) -> int:
+    from gate.core import Gate
+    from gate.setup import build_fresh, relock
+
+    gate = Gate(home.vault, home_root=home.root)
+    try:
+        return int(gate.rotate(SEALED, build_fresh))
+    finally:
+        gate.ledger.close()
+        relock(gate.vault)
+
+
+def sealed_milestone(home: Home, name: str, run_id: str, models: list[Path],
+                     progress: Callable[[str], None]) -> dict[str, Any]:
+    """Score ``models`` once on the sealed tier; rotate it first when its quota is spent."""
+    from audit.anchor import gate_anchor_store
+
+    for attempt in range(2):
+        try:
+            with gate_anchor_store(home) as anchor:
+                return dict(anchor.client.milestone(name if not attempt else f"{name}-r", run_id, models, [SEALED]))
+        except GateError as exc:
+            if "quota" not in str(exc) or attempt:
+                raise
+            progress(f"sealed quota spent ({exc}); rotating the sealed tier to fresh secret seeds")
+            _rotate_sealed(home)
+    raise AssertionError("unreachable")
+
+
+def run_compare(home_path: Path | None, *, arms: list[str], seeds: int, budget_s: float, proposer: str,
+                profile: str, backend: str, progress: Callable[[str], None]) -> dict[str, Any]:
+    from controls.compare_report import summarise, write_plot
+    from controls.session import new_run_id
+    from segfactory.cli._common import home_for
+
+    home = home_for(home_path, create=True, profile=profile)
+    compare_id = new_run_id("compare-")
+    people = home.people_dir(compare_id)
+    people.mkdir(parents=True, exist_ok=True)
+    results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
+    for seed in range(seeds):
+        for arm in arms:
+            progress(f"compare {compare_id}: seed {seed}, arm {arm}, {budget_s:g} device-s")
+            results[arm].append(_run_arm(home_path, arm, seed, budget_s, proposer, profile, backend, progress))
+        models = {arm: home.tickets_dir(r[-1]["run_id"]) / str(r[-1]["best_ticket"]) / "model.onnx"
+                  for arm, r in results.items() if r[-1]["best_ticket"]}
+        report = sealed_milestone(home, f"{compare_id}-seed{seed}", compare_id, list(models.values()), progress)
+        for arm, model in models.items():
+            results[arm][-1]["sealed"] = _sealed_scores(report, model)
+        (people / "compare.json").write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
+    summary = summarise(results, proposer=proposer, budget_s=budget_s, seeds=seeds)
+    summary.update(compare_id=compare_id, plot=str(write_plot(results, people / PLOT_FILE)),
+                   report=str(people / "compare.json"))
+    (people / "compare.json").write_text(json.dumps({"summary": summary, "arms": results}, indent=2,
+                                                    sort_keys=True, default=str))
+    return summary
+
+
+def _sealed_scores(report: dict[str, Any], model: Path) -> dict[str, Any] | None:
+    from synthetic.splits import sha256_file
+
+    scored = report.get("tiers", {}).get(SEALED, {}).get("models", {})
+    entry = scored.get(sha256_file(model))
+    return dict(entry) if isinstance(entry, dict) else None
+
+
+__all__ = ["ARMS", "run_compare", "sealed_milestone"]

@@ -1,0 +1,134 @@
+"""The host side a control run uses: sandbox check, gate, audit log, ``HostServices``, the judge.
+
+``control_session`` mirrors ``agents.run.start_run`` (same verify, same gate, same win-rule
+check, same services), so that a sweep or an A/A run is accounted exactly like an agent run.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.services import PROMOTIONS_FILE, HostServices
+from segfactory.errors import PolicyError
+from segfactory.home import Home
+from segfactory.records import Actor
+
+RANDOM_SEED_BOUND = 2**31  # host-chosen training seeds lie in [0, this)
+
+
+class ControlServices(HostServices):
+    """``HostServices`` plus ``dev_score``: the host-computed dev object F1 from ``outcome.json``."""
+
+    def dev_score(self, ticket_id: str) -> float | None:
+        path = self.home.tickets_dir(self.setup.run_id) / ticket_id / "outcome.json"
+        if not path.is_file():
+            return None
+        evidence = json.loads(path.read_text()).get("evidence")
+        return float(evidence["dev_metrics"]["object_f1"]) if evidence else None
+
+    def set_reference(self, ticket_id: str) -> None:
+        """Make a ticket's model the current best: a recorded move, for A/A runs only."""
+        from audit.gate_events import pull
+        from gate.setup import register_best
+        from synthetic.splits import sha256_file
+
+        model = self.home.tickets_dir(self.setup.run_id) / ticket_id / "model.onnx"
+        register_best(self.home.root, model, "promotion",
+                      f"A/A run {self.setup.run_id}: reference {ticket_id} (the default config) becomes the best")
+        with (self.home.runs / PROMOTIONS_FILE).open("a") as fh:
+            fh.write(json.dumps({"model": str(model), "sha256": sha256_file(model), "run_id": self.setup.run_id,
+                                 "ticket_id": ticket_id}) + "\n")
+        self.audit("aa_reference_set", {"ticket_id": ticket_id})
+        pull(self.setup.gate, self.setup.audit)
+
+
+@dataclass
+class Session:
+    services: ControlServices
+    judge: Any  # agents.judge.Judge
+    audit: Any  # audit.AuditLog
+    client: Any  # gate.client.GateClient
+    ticket_budget: Any  # segfactory.records.Budget
+    base_config: dict[str, Any]
+    make_seed: Callable[[], int]
+
+    def spent(self) -> dict[str, int]:
+        """Queries spent so far per tier (current versions summed), from the gate's ledger."""
+        out: dict[str, int] = {}
+        for row in self.client.status().get("tiers", []):
+            out[row["tier"]] = out.get(row["tier"], 0) + int(row["spent"])
+        return out
+
+
+def new_run_id(prefix: str) -> str:
+    return time.strftime(f"{prefix}%Y%m%d-%H%M%S", time.gmtime()) + f"-{secrets.token_hex(2)}"
+
+
+def _check_win_rule(client: Any) -> str:
+    from gate.win_rule import load_win_rule
+
+    status = client.status()
+    _, digest = load_win_rule()
+    if not status.get("win_rule_ok") or status.get("win_rule_sha256") != digest:
+        raise PolicyError("the gate's pinned win rule does not match policies/win_rule.yaml; queries are "
+                          "stopped until a person re-pins it")
+    return digest
+
+
+@contextmanager
+def control_session(home: Home, *, backend: str, profile: str, run_id: str, kind: str,
+                    progress: Callable[[str], None]) -> Iterator[Session]:
+    """Verify the sandbox, start (or reach) the gate, open the audit log; close the run at the end."""
+    import yaml
+
+    from agents.judge import Judge
+    from agents.run import DATASET, REPO, load_run_defaults, verify_sandbox
+    from agents.services import RunSetup
+    from audit import AuditLog
+    from audit.anchor import gate_anchor_store
+    from gate.win_rule import load_win_rule
+    from synthetic.versions import resolve
+
+    defaults = load_run_defaults(profile)
+    base_path = REPO / defaults.base_config
+    verify_sandbox(backend, home, progress)
+    with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as audit:
+        client = anchor.client
+        digest = _check_win_rule(client)
+        rule, _ = load_win_rule()
+        setup = RunSetup(home=home, run_id=run_id, backend=backend, dataset=resolve(home.root, DATASET),
+                         base_config=base_path, gate=client, audit=audit, dev_margin=rule.dev_rule.dev_margin,
+                         progress=progress)
+        record = {"run_id": run_id, "kind": kind, "profile": profile, "backend": backend,
+                  "win_rule_sha256": digest, "started_at": time.time()}
+        _write(home.runs / run_id / "run.json", record)
+        audit.append(Actor.SYSTEM, f"{kind}_start", record, run_id=run_id)
+        yield Session(ControlServices(setup), Judge(audit, run_id=run_id), audit, client, defaults.ticket,
+                      yaml.safe_load(base_path.read_text()), lambda: secrets.randbelow(RANDOM_SEED_BOUND))
+        audit.append(Actor.SYSTEM, f"{kind}_end", {"run_id": run_id}, run_id=run_id)
+        audit.close_run(run_id)
+
+
+def _write(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True))
+
+
+def sandbox_runs(home: Home, run_id: str) -> int:
+    """Sandbox runs the audit log records for a run (``ticket_attempt`` events of the runner)."""
+    from audit.reader import iter_records
+
+    path = home.audit / "log.jsonl"
+    if not path.is_file():
+        return 0
+    return sum(r.run_id == run_id and r.event == "ticket_attempt" for r in iter_records(path))
+
+
+__all__ = ["ControlServices", "Session", "control_session", "new_run_id", "sandbox_runs"]
