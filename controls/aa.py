@@ -21,8 +21,6 @@ from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, T
 
 REPO = Path(__file__).resolve().parent.parent
 NOOP_FILE = "vision/train.py"  # the module a no-op code edit touches (imported by every training run)
-MIN_RUNS = 1
-MAX_RUNS = 500  # A/A runs in one call; past it: UsageError
 
 
 def noop_edit(index: int, source: Path = REPO / NOOP_FILE) -> dict[str, str]:

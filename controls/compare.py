@@ -18,7 +18,7 @@ from typing import Any
 from segfactory.errors import GateError
 from segfactory.home import Home
 
-ARMS = ("agent", "sweep-tpe", "sweep-random")
+ARMS = ("agent", "sweep-tpe", "sweep-random")  # the CLI keeps a copy to refuse bad input fast
 SEALED = "sealed"
 PLOT_FILE = "best_so_far.png"
 
@@ -104,7 +104,8 @@ def sealed_milestone(home: Home, name: str, run_id: str, models: list[Path],
     for attempt in range(2):
         try:
             with gate_anchor_store(home) as anchor:
-                return dict(anchor.client.milestone(name if not attempt else f"{name}-r", run_id, models, [SEALED]))
+                client: Any = anchor.client  # a gate.client.GateClient
+                return dict(client.milestone(name if not attempt else f"{name}-r", run_id, models, [SEALED]))
         except GateError as exc:
             if "quota" not in str(exc) or attempt:
                 raise

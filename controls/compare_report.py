@@ -19,8 +19,8 @@ def _sealed_f1(run: dict[str, Any]) -> float | None:
 def _arm_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     scores = [s for s in (_sealed_f1(r) for r in runs) if s is not None]
     seconds = sum(r["curve"][-1][0] if r["curve"] else 0.0 for r in runs)
-    tokens = sum(int(r["llm"].get("tokens", 0) or 0) for r in runs)
-    llm_s = sum(float(r["llm"].get("seconds", 0.0) or 0.0) for r in runs)
+    tokens = sum(int(r["llm"].get("input_tokens", 0)) + int(r["llm"].get("output_tokens", 0)) for r in runs)
+    llm_s = sum(float(r["llm"].get("latency_s", 0.0)) for r in runs)  # LLM time, apart from device time
     return {"seeds": len(runs), "sealed_object_f1": [r.get("sealed") for r in runs],
             "mean_sealed_object_f1": sum(scores) / len(scores) if scores else None,
             "best_dev_so_far": [r["curve"][-1][1] if r["curve"] else None for r in runs],

@@ -146,15 +146,18 @@ def trial_ticket(plan: SweepPlan, run_id: str, number: int, params: dict[str, An
 
 
 def run_sweep(plan: SweepPlan, services: CandidateServices, judge: JudgeLike, *, run_id: str,
-              make_seed: Callable[[], int], people: Path | None = None,
+              make_seed: Callable[[], int], people: Path | None = None, max_trials: int | None = None,
               progress: Callable[[str], None] = lambda line: None) -> SweepResult:
-    """Ask, run, tell until the device-seconds are spent (the last trial may run past, as for the agents)."""
+    """Ask, run, tell until the device-seconds are spent (the last trial may run past, as for the agents).
+
+    ``max_trials`` stops earlier, after that many trials (benchmarks and tests).
+    """
     import optuna
 
     study_name = f"{run_id}-{plan.arm.value}"
     study = open_study(plan, study_name)
     result = SweepResult(run_id=run_id, study_name=study_name)
-    while result.device_seconds < plan.budget_s:
+    while result.device_seconds < plan.budget_s and (max_trials is None or len(result.trials) < max_trials):
         trial = study.ask()
         params = plan.space.suggest(trial)
         candidate = run_candidate(services, judge, trial_ticket(plan, run_id, trial.number, params, make_seed()),

@@ -216,6 +216,12 @@ class Ledger:
         )
         return None if row is None else dict(zip(("model_sha256", "model_path", "ts", "kind"), row, strict=True))
 
+    def best_history(self) -> list[dict[str, Any]]:
+        """Every move of the global best, oldest first (read-only; used to undo a retracted promotion)."""
+        keys = ("model_sha256", "model_path", "ts", "kind", "reason")
+        return [dict(zip(keys, r, strict=True)) for r in
+                self._all("SELECT model_sha256, model_path, ts, kind, reason FROM best ORDER BY id")]
+
     # -- milestones ---------------------------------------------------------------------------
     def start_milestone(self, name: str, run_id: str, detail: dict[str, Any]) -> None:
         with self.transaction() as db:

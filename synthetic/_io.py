@@ -96,3 +96,74 @@ def import_folder(src: Path, out: Path, kind: ImportKind = "imported") -> dict[s
     manifest = {"generator": None, "kind": kind, "source": str(src.resolve()), "parent": None}
     write_split(out, images, masks, metas, defects, manifest)
     return {"out": str(out), "count": len(stems), "kind": kind, "n_defects": len(defects)}
+
+
+REAL_DEV = "real-dev"  # host-side part of a real import: realism checks, blind test, top-up CI measure
+REAL_HOLDOUT = "holdout"  # the rest, for `gate add-real` (the vault's real-holdout tier)
+REAL_DEV_FRACTION = 0.5  # share of the images that go to real-dev
+MIN_REAL_VOIDS = 20  # labelled voids each part needs (the win rule's min_support); fewer -> DataError
+STAND_IN_FILE = "stand_in.json"  # present in SRC when the images are a synthetic stand-in, not real data
+
+
+def _real_parts(split_dir: Path, dev_fraction: float, seed: int) -> dict[str, np.ndarray]:
+    split = read_split(split_dir)
+    order = np.random.default_rng(seed).permutation(len(split))
+    n_dev = int(round(len(split) * dev_fraction))
+    parts = {REAL_DEV: np.sort(order[:n_dev]), REAL_HOLDOUT: np.sort(order[n_dev:])}
+    for name, idx in parts.items():
+        voids = sum(1 for d in split.defects if d["image_id"] in set(idx.tolist()))
+        if voids < MIN_REAL_VOIDS:
+            raise DataError(f"real set too small: its {name} part holds {voids} labelled voids, the minimum "
+                            f"support is {MIN_REAL_VOIDS}; {len(split)} images with {len(split.defects)} voids "
+                            f"were given, add more labelled images")
+    return parts
+
+
+def _write_part(split_dir: Path, idx: np.ndarray, out: Path, extra: dict[str, Any]) -> None:
+    split = read_split(split_dir)
+    remap = {int(old): new for new, old in enumerate(idx.tolist())}
+    metas = [{**split.image_meta[old], "id": new} for old, new in remap.items()]
+    defects = [{**d, "image_id": remap[d["image_id"]]} for d in split.defects if d["image_id"] in remap]
+    manifest = {**split.manifest, "parent": split.manifest["content_hash"], **extra}
+    for key in ("files", "content_hash", "count", "shape", "n_defects", "manifest_version"):
+        manifest.pop(key, None)
+    write_split(out, split.images[idx], split.masks[idx], metas, defects, manifest)
+
+
+def import_real(src: Path, out: Path, *, dev_fraction: float = REAL_DEV_FRACTION, seed: int = 0) -> dict[str, Any]:
+    """Import labelled real images into ``out/real-dev`` (host side) and ``out/holdout`` (vault).
+
+    ``real-dev`` is for the host's realism checks and people only: never mount it into a
+    sandbox and never put it in an agent's context. ``holdout`` goes to ``gate add-real``.
+    Raises DataError when ``src`` has no masks or a part would hold fewer than
+    ``MIN_REAL_VOIDS`` voids; nothing is written then. A ``stand_in.json`` in ``src`` marks the
+    set as a synthetic stand-in (manifest ``stand_in: true``).
+    """
+    if out.exists():
+        raise DataError(f"{out} already exists; choose a new --out")
+    masks_dir = src / "masks"
+    if not masks_dir.is_dir() or not any(masks_dir.iterdir()):
+        raise DataError(f"real set {src} has no masks ({masks_dir} is missing or empty); a real set must be "
+                        f"labelled: masks/<stem>.png beside images/<stem>.*, non-zero = void")
+    marker = src / STAND_IN_FILE
+    extra: dict[str, Any] = {"kind": "real"}
+    if marker.is_file():
+        import json
+
+        extra.update(stand_in=True, stand_in_note=json.loads(marker.read_text()).get("note", "synthetic stand-in"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        import_folder(src, tmp / "all", "real")
+        parts = _real_parts(tmp / "all", dev_fraction, seed)
+        for name, idx in parts.items():
+            _write_part(tmp / "all", idx, tmp / name, {**extra, "real_part": name})
+        shutil.rmtree(tmp / "all")
+        os.chmod(tmp, 0o700)  # real images: readable by their owner only
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    counts = {name: int(len(idx)) for name, idx in parts.items()}
+    return {"out": str(out), "kind": "real", "stand_in": bool(extra.get("stand_in", False)),
+            "real_dev": str(out / REAL_DEV), "holdout": str(out / REAL_HOLDOUT), "counts": counts}

@@ -10,9 +10,10 @@ set's mean and scaled to unit norm.
 
 Scaling. Images are read from a (memory-mapped) ``(N, H, W)`` array ``CHUNK_IMAGES`` at a time;
 per image we keep 32 bytes of hash and 480 bytes of embedding. pHash pairs come from
-multi-index hashing: the 256 bits are cut into ``m >= (t + 1) / 2`` bands and, by the pigeonhole
-principle, two hashes within ``t`` bits differ in at most one bit on some band, so probing each
-band's key and its one-bit neighbours finds every pair an all-pairs search finds (exact recall). Embedding pairs come from random-hyperplane LSH
+multi-index hashing: the 256 bits are cut into ``m >= (t + 1) / 3`` bands and, by the pigeonhole
+principle, two hashes within ``t`` bits differ in at most two bits on some band, so probing each
+band's key and its neighbours within two bits finds every pair an all-pairs search finds
+(exact recall). Embedding pairs come from random-hyperplane LSH
 (``LSH_TABLES`` tables of ``LSH_BITS`` bits; recall below 1, measured against
 ``all_embedding_pairs``). The LSH bucket scan is a numba kernel. Past ``MAX_PAIRS`` pairs: LimitExceeded.
 """
@@ -41,6 +42,8 @@ LSH_BITS = 12  # hyperplanes (key bits) per table
 LSH_SEED = 20261130  # the hyperplanes are fixed so that results repeat
 MAX_PAIRS = 20_000_000  # past this many pairs at the threshold the search raises LimitExceeded
 HASH_BITS = 64 * HASH_WORDS  # 256
+PROBE_RADIUS = 2  # band keys are probed with every change of up to this many bits
+MIN_BANDS = 13  # at least this many bands: keys of <= 20 bits, a direct table of <= 8 MiB per band
 
 __all__ = [
     "CHUNK_IMAGES", "DUPLICATE_RMS", "EMBED_DIMS", "EMBED_MIN_COSINE", "MAX_PAIRS", "NEAR_NEIGHBOUR_BITS", "Fingerprints",
@@ -172,19 +175,32 @@ def _cosines(emb: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _probe_kernel(keys: np.ndarray, order: np.ndarray, ordered: np.ndarray, width: int, hashes: np.ndarray,
-                  max_bits: int, cap: int) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
-    """Pairs (i < j) whose band keys differ in at most one bit and whose hashes are within max_bits."""
+def _probe_kernel(keys: np.ndarray, width: int, flips: np.ndarray, hashes: np.ndarray, max_bits: int,
+                  cap: int) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
+    """Pairs (i < j) whose band keys differ by one of ``flips`` and whose hashes are within max_bits.
+
+    The band's images are bucketed by key in a direct-address table (counting sort), so each
+    probe is one lookup.
+    """
+    n = keys.shape[0]
+    starts = np.zeros((1 << width) + 1, np.int64)
+    for a in range(n):
+        starts[keys[a] + 1] += 1
+    for k in range(1, starts.shape[0]):
+        starts[k] += starts[k - 1]
+    fill = starts[:-1].copy()
+    order = np.empty(n, np.int64)
+    for a in range(n):
+        order[fill[keys[a]]] = a
+        fill[keys[a]] += 1
     out_i = np.empty(cap, np.int64)
     out_j = np.empty(cap, np.int64)
     count = 0
-    for a in range(keys.shape[0]):
-        for f in range(width + 1):
-            probe = keys[a] if f == 0 else keys[a] ^ (np.uint32(1) << np.uint32(f - 1))
-            p = np.searchsorted(ordered, probe)
-            while p < ordered.shape[0] and ordered[p] == probe:
+    for a in range(n):
+        for f in range(flips.shape[0]):
+            probe = keys[a] ^ flips[f]
+            for p in range(starts[probe], starts[probe + 1]):
                 c = order[p]
-                p += 1
                 if c <= a:
                     continue
                 d = 0
@@ -199,13 +215,19 @@ def _probe_kernel(keys: np.ndarray, order: np.ndarray, ordered: np.ndarray, widt
     return out_i, out_j, count
 
 
+def _flips(width: int) -> np.ndarray:
+    """Every key difference of at most PROBE_RADIUS bits within a band of ``width`` bits."""
+    single = [1 << k for k in range(width)]
+    double = [(1 << k) | (1 << m) for k in range(width) for m in range(k + 1, width)]
+    return np.array([0, *single, *(double if PROBE_RADIUS >= 2 else [])], dtype=np.uint32)
+
+
 def _probe_band(keys: np.ndarray, width: int, max_bits: int, hashes: np.ndarray, max_pairs: int
                 ) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(keys, kind="stable").astype(np.int64)
-    ordered = keys[order]
+    flips = _flips(width)
     cap = min(max_pairs, max(1024, 4 * len(keys)))
     while True:
-        i, j, count = _probe_kernel(keys, order, ordered, width, hashes, max_bits, cap)
+        i, j, count = _probe_kernel(keys, width, flips, hashes, max_bits, cap)
         if count >= 0:
             return i[:count], j[:count]
         if cap >= max_pairs:
@@ -218,13 +240,13 @@ def candidate_pairs(prints: Fingerprints, max_bits: int = NEAR_NEIGHBOUR_BITS, *
                     max_pairs: int = MAX_PAIRS) -> Pairs:
     """Every pair within ``max_bits`` (exact, by multi-index hashing), with its embedding cosine.
 
-    With m >= (max_bits + 1) / 2 bands, two hashes within max_bits bits differ in at most one
-    bit on some band (else they would differ in >= 2m > max_bits), so probing each band's key
-    and its one-bit neighbours finds every such pair.
+    With m >= (max_bits + 1) / (r + 1) bands (r = PROBE_RADIUS), two hashes within max_bits
+    bits differ in at most r bits on some band (else they would differ in >= (r + 1) m >
+    max_bits), so probing each band's key and its neighbours within r bits finds every such pair.
     """
     if not 0 <= max_bits < HASH_BITS // 2:
         raise UsageError(f"max_bits must be in 0..{HASH_BITS // 2 - 1}; got {max_bits}")
-    n_bands = max(HASH_BITS // 32, -(-(max_bits + 1) // 2))
+    n_bands = max(MIN_BANDS, -(-(max_bits + 1) // (PROBE_RADIUS + 1)))
     keys = _band_keys(prints.hashes, n_bands)
     edges = np.linspace(0, HASH_BITS, n_bands + 1).round().astype(int)
     found = [_probe_band(keys[b], int(edges[b + 1] - edges[b]), max_bits, prints.hashes, max_pairs)

@@ -16,12 +16,14 @@ from segfactory.cli import (
     agents_cmds,
     analysis_cmds,
     audit_cmds,
+    challenge_cmds,
     console_cmds,
     controls_cmds,
     curate_cmds,
     data_cmds,
     gate_cmds,
     home_cmds,
+    realism_cmds,
     runner_cmds,
     sandbox_cmds,
     vision_cmds,
@@ -49,6 +51,8 @@ for module in (
     runner_cmds,
     curate_cmds,
     console_cmds,
+    challenge_cmds,
+    realism_cmds,
 ):
     module.register(app)
 

@@ -17,6 +17,9 @@ from segfactory.cli._common import BackendOpt, HomeOpt, JsonOpt, emit_json, home
 from segfactory.errors import UsageError
 
 PROFILES = ("demo", "default")
+AA_RUNS = (1, 500)  # --runs accepted (min, max); past it: UsageError
+SAMPLERS = ("random", "tpe")  # controls.sweep.SAMPLERS
+ARMS = ("agent", "sweep-tpe", "sweep-random")  # controls.compare.ARMS, kept here so bad input fails fast
 BACKENDS = ("bwrap", "docker")
 ProfileOpt = Annotated[str, typer.Option("--profile", help="Home profile when one is created: demo or default.")]
 
@@ -69,10 +72,13 @@ def sweep_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """An Optuna sweep at the agents' cost: same runner, sandbox, gate rule and replicate."""
+    if sampler not in SAMPLERS:  # checked again by controls.sweep.check_sweep; here before any import
+        raise UsageError(f"sampler {sampler!r} is not registered; known: {', '.join(SAMPLERS)}")
+    budget_s = _seconds(budget)
     from controls.session import new_run_id
 
-    run_id = new_run_id(f"sweep-{sampler}-" if sampler.isalnum() else "sweep-")
-    summary = run_sweep_arm(home, sampler=sampler, budget_s=_seconds(budget), seed=seed, storage=storage,
+    run_id = new_run_id(f"sweep-{sampler}-")
+    summary = run_sweep_arm(home, sampler=sampler, budget_s=budget_s, seed=seed, storage=storage,
                             space_path=space, profile=profile, backend=backend, run_id=run_id)
     if json_out:
         emit_json(summary)
@@ -116,12 +122,12 @@ def aa_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """A/A runs through the agents' pipeline: every win is false; reports both rules' false-win rates."""
-    from controls.aa import MAX_RUNS, MIN_RUNS, run_aa
+    if not AA_RUNS[0] <= runs <= AA_RUNS[1]:
+        raise UsageError(f"--runs {runs}: expected {AA_RUNS[0]}..{AA_RUNS[1]}")
+    _check_common(profile, backend)
+    from controls.aa import run_aa
     from controls.session import control_session, new_run_id, sandbox_runs
 
-    if not MIN_RUNS <= runs <= MAX_RUNS:
-        raise UsageError(f"--runs {runs}: expected {MIN_RUNS}..{MAX_RUNS}")
-    _check_common(profile, backend)
     resolved, used_profile = _home(home, profile)
     run_id = new_run_id("aa-")
     with control_session(resolved, backend=backend, profile=used_profile, run_id=run_id, kind="aa",
@@ -157,8 +163,6 @@ def compare_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Equal device-seconds per arm over seeds; sealed scores via a milestone; a best-so-far plot."""
-    from controls.compare import ARMS, run_compare
-
     wanted = [a.strip() for a in arms.split(",") if a.strip()]
     unknown = [a for a in wanted if a not in ARMS]
     if unknown or not wanted:
@@ -169,6 +173,8 @@ def compare_cmd(
     defaults = _check_common(profile, backend)
     if budget_s < defaults.ticket.device_seconds:
         raise UsageError(f"--budget {budget}: too small for one ticket ({defaults.ticket.device_seconds:g} device-s)")
+    from controls.compare import run_compare
+
     summary = run_compare(home, arms=wanted, seeds=seeds, budget_s=budget_s, proposer=proposer, profile=profile,
                           backend=backend, progress=_progress)
     if json_out:

@@ -117,7 +117,7 @@ def export_cmd(
 def import_cmd(
     src: Annotated[Path, typer.Argument(help="Folder with images/<stem>.{png,tif,tiff,jpg} and masks/<stem>.png.")],
     out: Annotated[Path, typer.Option("--out", help="Split folder to create (must not exist).")],
-    real: Annotated[bool, typer.Option("--real", help="Labelled real images (manifest kind 'real').")] = False,
+    real: Annotated[bool, typer.Option("--real", help="Labelled real images: OUT/real-dev (host only) and OUT/holdout (for gate add-real).")] = False,
     unlabelled: Annotated[bool, typer.Option("--unlabelled", help="Images without masks.")] = False,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -128,7 +128,16 @@ def import_cmd(
 
     if real and unlabelled:
         raise UsageError("--real and --unlabelled exclude each other")
-    summary = import_folder(src, out, "real" if real else "unlabelled" if unlabelled else "imported")
+    if real:  # splits into OUT/real-dev (host side) and OUT/holdout (for `gate add-real`); docs/synthetic-by-use.md
+        from synthetic._io import import_real
+
+        summary = import_real(src, out)
+        if json_out:
+            emit_json(summary)
+        else:
+            console().print(f"imported real set: {summary['counts']} into {summary['real_dev']} and {summary['holdout']}")
+        return
+    summary = import_folder(src, out, "unlabelled" if unlabelled else "imported")
     if json_out:
         emit_json(summary)
     else:

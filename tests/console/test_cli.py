@@ -10,11 +10,13 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import REPO
 from tests.console.test_browser import _free_port
 
 
+@pytest.mark.slow
 def test_console_prints_a_login_link_and_guards_every_page(tmp_home: Path) -> None:
     port = _free_port()
     env = {**os.environ, "SEGFACTORY_CONSOLE_TOKEN": ""}
@@ -36,13 +38,12 @@ def test_console_prints_a_login_link_and_guards_every_page(tmp_home: Path) -> No
                 assert time.monotonic() < deadline, "the console did not start listening"
                 time.sleep(0.1)
         assert anonymous.status_code == 401
-        with httpx.Client(base_url=base, timeout=5) as person:
+        with httpx.Client(base_url=base, timeout=5, follow_redirects=True) as person:
             assert person.get("/login", params={"token": link.group(2)}).status_code == 200  # redirected to /
             assert "Runs" in person.get("/").text
-        for line in open(f"/proc/net/tcp").read().splitlines()[1:]:  # bound to 127.0.0.1 only
-            local = line.split()[1]
-            if int(local.split(":")[1], 16) == port:
-                assert local.split(":")[0] == "0100007F"
+        rows = [line.split()[1].split(":") for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+        bound = {addr for addr, p in rows if int(p, 16) == port}
+        assert bound == {"0100007F"}, bound  # listening on 127.0.0.1 only
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -1,0 +1,15 @@
+"""Synthetic data judged by use (issue 11): realism checks, the real-data stand-in, blind tests.
+
+Public API: ``realism_report`` (per-slice statistics, MMD, classifier two-sample test, plots;
+aggregates only), ``set_stats``, ``mmd_test``, ``c2st``, ``write_stand_in`` (a shifted-domain
+set labelled as NOT real data), ``NOT_THE_TEST``. Targeted top-up lives in ``synthetic.topup``,
+slice constraints in ``synthetic.slices``. See docs/synthetic-by-use.md.
+"""
+
+from synthetic.realism._stats import SetStats, set_stats
+from synthetic.realism._tests import c2st, mmd_test
+from synthetic.realism.report import NOT_THE_TEST, realism_report
+from synthetic.realism.standin import STAND_IN_NOTE, write_stand_in
+
+__all__ = ["NOT_THE_TEST", "STAND_IN_NOTE", "SetStats", "c2st", "mmd_test", "realism_report", "set_stats",
+           "write_stand_in"]

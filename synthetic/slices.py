@@ -1,0 +1,95 @@
+"""Slice constraints for the generator: draw more of one weak slice (issue 11, item 4).
+
+A recommendation ``targeted_synthetic`` names a slice (``change.synthetic.slice``); a slice
+constraint turns that name into generator parameters that draw voids of that slice only:
+
+- ``thin``: small, elongated voids (shrinkage-heavy, diameter <= ``THIN_MAX_DIAMETER_PX``);
+- ``low-contrast``: target contrast at most ``LOW_CONTRAST_MAX``;
+- ``tiny``: pores below ``TINY_MAX_DIAMETER_PX``;
+- ``background:<name>``: one named background type (see ``synthetic.params.BACKGROUNDS``).
+
+Constraints combine with ``+`` (``thin+low-contrast``). A constraint the generator cannot meet
+(an unknown name or background, or base parameters that leave no room, e.g. a base
+``contrast_min`` above the low-contrast ceiling) raises UsageError saying why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from segfactory.errors import UsageError
+from synthetic.params import BACKGROUNDS, GenParams, make_params
+
+THIN_MAX_DIAMETER_PX = 4.0  # thin voids: equal-area diameter at most this many pixels
+TINY_MAX_DIAMETER_PX = 3.0  # tiny pores: diameter at most this many pixels
+LOW_CONTRAST_MAX = 0.12  # low contrast: Michelson contrast at most this
+SLICE_NAMES = ("thin", "low-contrast", "tiny", "background:<name>")
+
+
+def _thin(p: GenParams) -> dict[str, Any]:
+    if p.diameter_min > THIN_MAX_DIAMETER_PX:
+        raise UsageError(f"slice 'thin' needs diameters <= {THIN_MAX_DIAMETER_PX} px but the base diameter_min "
+                         f"is {p.diameter_min}; lower diameter_min or pick another slice")
+    return {"diameter_max": min(p.diameter_max, THIN_MAX_DIAMETER_PX), "shrinkage_prob": 0.8,
+            "cluster_prob": 0.0, "void_prob": 1.0}
+
+
+def _tiny(p: GenParams) -> dict[str, Any]:
+    if p.diameter_min > TINY_MAX_DIAMETER_PX:
+        raise UsageError(f"slice 'tiny' needs diameters <= {TINY_MAX_DIAMETER_PX} px but the base diameter_min "
+                         f"is {p.diameter_min}; lower diameter_min or pick another slice")
+    return {"diameter_max": min(p.diameter_max, TINY_MAX_DIAMETER_PX), "shrinkage_prob": 0.0,
+            "cluster_prob": 0.0, "void_prob": 1.0}
+
+
+def _low_contrast(p: GenParams) -> dict[str, Any]:
+    if p.contrast_min > LOW_CONTRAST_MAX:
+        raise UsageError(f"slice 'low-contrast' needs contrast <= {LOW_CONTRAST_MAX} but the base contrast_min "
+                         f"is {p.contrast_min}; lower contrast_min or pick another slice")
+    return {"contrast_max": min(p.contrast_max, LOW_CONTRAST_MAX), "void_prob": 1.0}
+
+
+def _background(p: GenParams, name: str) -> dict[str, Any]:
+    if name not in BACKGROUNDS:
+        raise UsageError(f"slice 'background:{name}': the generator has no background {name!r}; "
+                         f"known: {', '.join(BACKGROUNDS)}")
+    return {"backgrounds": (name,)}
+
+
+def constrain(params: GenParams, slice_name: str) -> GenParams:
+    """``params`` restricted to ``slice_name``; UsageError when the generator cannot meet it."""
+    values = params.model_dump()
+    for part in [s.strip() for s in slice_name.split("+")]:
+        current = make_params(**values)
+        if part == "thin":
+            values.update(_thin(current))
+        elif part == "tiny":
+            values.update(_tiny(current))
+        elif part == "low-contrast":
+            values.update(_low_contrast(current))
+        elif part.startswith("background:"):
+            values.update(_background(current, part.split(":", 1)[1]))
+        else:
+            raise UsageError(f"unknown slice constraint {part!r}; known: {', '.join(SLICE_NAMES)} (join with '+')")
+    return make_params(**values)
+
+
+def in_slice(slice_name: str, defect: dict[str, Any], image_meta: dict[str, Any] | None = None) -> bool:
+    """Whether one ``defects.jsonl`` row belongs to the slice (measured, not generator targets).
+
+    A background constraint needs the image's ``background`` field; real images lack it, so on
+    them the background part is ignored (every void counts) and the report says so.
+    """
+    for part in [s.strip() for s in slice_name.split("+")]:
+        diameter = float(defect.get("diameter") or 0.0)
+        contrast = defect.get("contrast")
+        if part == "thin" and not (diameter <= THIN_MAX_DIAMETER_PX or defect.get("shape") == "shrinkage"):
+            return False
+        if part == "tiny" and diameter > TINY_MAX_DIAMETER_PX:
+            return False
+        if part == "low-contrast" and (contrast is None or float(contrast) > LOW_CONTRAST_MAX):
+            return False
+        if part.startswith("background:") and image_meta and "background" in image_meta \
+                and image_meta["background"] != part.split(":", 1)[1]:
+            return False
+    return True

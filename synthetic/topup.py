@@ -1,0 +1,309 @@
+"""Targeted synthetic top-up against matched controls (issue 11, item 4).
+
+For each dose ``n`` of a slice ``S`` three arms train with the same budget, epochs and seed:
+
+- ``synthetic``: the base train split plus ``n`` generated images constrained to ``S``
+  (``synthetic.slices.constrain``);
+- ``augment``: the base train split plus ``n`` existing train images, re-drawn with a flip,
+  a 90-degree rotation and a small gain change (plain augmentation adding the same number);
+- ``nothing``: the base train split (one ticket, shared by every dose: it does not change).
+
+Each arm is a ``topup`` data ticket on its own approved dataset version, run by an executor
+(``RunnerExecutor``: ``runner.execute_ticket`` in the sandbox). Its ``model.onnx`` is then
+scored on the host-side real-dev split with the gate's confined scorer, and object recall on
+the real voids of slice ``S`` is compared with the nothing arm by a paired bootstrap over the
+real images. The real-holdout tier is scored only at a gate milestone (``gate milestone
+--tiers real-holdout --model ...``), which this module names but never runs itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from segfactory.errors import DataError, LimitExceeded, UsageError
+from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+from synthetic.params import GenParams, make_params
+from synthetic.slices import constrain, in_slice
+from synthetic.splits import read_split, write_split
+from synthetic.versions import DatasetVersion, create_version, resolve
+
+MAX_DOSE = 100_000  # images added per arm; past this the top-up is refused
+TOPUP_SEED_OFFSET = 7_000_000  # public generator seed of a dose = offset + dose (documented, reproducible)
+AUG_GAIN = (0.95, 1.05)  # gain range of the augmentation arm's re-drawn copies
+N_BOOT = 1000  # paired bootstrap resamples
+
+
+class ArmExecutor(Protocol):
+    """Runs one ticket on one dataset version; returns (status, model.onnx path or None).
+
+    Never raises for a failed ticket: it returns its status (``DONE`` / ``FAILED`` / ``REFUSED``).
+    """
+
+    def __call__(self, ticket: Ticket, version: DatasetVersion) -> tuple[str, Path | None]: ...
+
+
+@dataclass
+class TopupPlan:
+    """What a top-up will run; ``check`` raises before anything is built or trained."""
+
+    slice_name: str
+    doses: list[int]
+    ticket_seconds: float
+    epochs: int
+    seed: int
+    budget_s: float | None
+
+    @property
+    def n_tickets(self) -> int:
+        return 1 + 2 * sum(1 for n in self.doses if n > 0)
+
+    def check(self, base_params: GenParams) -> GenParams:
+        if not self.doses or any(n < 0 or n > MAX_DOSE for n in self.doses):
+            raise UsageError(f"--n doses must lie in 0..{MAX_DOSE}; got {self.doses}")
+        need = self.n_tickets * self.ticket_seconds
+        if self.budget_s is not None and need > self.budget_s:
+            raise LimitExceeded(f"top-up needs {self.n_tickets} tickets x {self.ticket_seconds:g} s = {need:g} "
+                                f"device-seconds but --budget is {self.budget_s:g} s; raise the budget, lower "
+                                f"--ticket-budget or use fewer doses")
+        return constrain(base_params, self.slice_name)
+
+
+def parse_doses(text: str) -> list[int]:
+    try:
+        doses = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise UsageError(f"--n must be comma-separated integers such as 0,250,500; got {text!r}") from None
+    return doses if 0 in doses else [0, *doses]
+
+
+def base_params(split_manifest: dict[str, Any]) -> GenParams:
+    params = split_manifest.get("params")
+    return make_params(**params) if isinstance(params, dict) else GenParams()
+
+
+def _augmented(images: np.ndarray, masks: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    picks = rng.choice(len(images), n, replace=n > len(images))
+    out_i, out_m = [], []
+    for k in picks:
+        turns, flip = int(rng.integers(4)), bool(rng.integers(2))
+        img, msk = np.rot90(images[k], turns), np.rot90(masks[k], turns)
+        if flip:
+            img, msk = img[:, ::-1], msk[:, ::-1]
+        out_i.append(np.clip(img * rng.uniform(*AUG_GAIN), 0, 1))
+        out_m.append(msk)
+    return np.stack(out_i).astype(np.float32), np.stack(out_m).astype(np.uint8), picks
+
+
+def _extended(base: Any, images: np.ndarray, masks: np.ndarray, metas: list[dict[str, Any]],
+              defects: list[dict[str, Any]], note: dict[str, Any], out: Path) -> Path:
+    n0 = len(base)
+    metas = [{**m, "id": n0 + i} for i, m in enumerate(metas)]
+    defects = [{**d, "image_id": n0 + int(d["image_id"])} for d in defects]
+    manifest = {"generator": "segfactory.topup", "kind": "synthetic", "parent": base.manifest.get("content_hash"),
+                "topup": note}
+    return write_split(out, np.concatenate([np.asarray(base.images), images]),
+                       np.concatenate([np.asarray(base.masks), masks]),
+                       [*base.image_meta, *metas], [*base.defects, *defects], manifest)
+
+
+def build_arm(home_root: Path, base: DatasetVersion, arm: str, n: int, params: GenParams, plan: TopupPlan,
+              work: Path) -> DatasetVersion:
+    """The approved dataset version of one arm at one dose (base train + n images)."""
+    from synthetic import generate
+    from synthetic.splits import image_sha256
+
+    split = read_split(base.train, mmap=True)
+    size = int(split.images.shape[1])
+    note = {"arm": arm, "n": n, "slice": plan.slice_name, "base": base.ref}
+    if arm == "synthetic":
+        drawn = generate(n, size, TOPUP_SEED_OFFSET + n, params, workers=1)
+        extra = (drawn.images, drawn.masks, drawn.image_meta, drawn.defects)
+    else:
+        rng = np.random.default_rng(plan.seed * 1_000_003 + n)
+        images, masks, picks = _augmented(np.asarray(split.images), np.asarray(split.masks), n, rng)
+        metas = [{"id": i, "sha256": image_sha256(images[i]), "augmented_from": int(k)} for i, k in enumerate(picks)]
+        extra = (images, masks, metas, [])
+    path = _extended(split, *extra, note, work / f"{arm}-n{n}")
+    return create_version(home_root, f"topup-{_slug(plan.slice_name)}-{arm}", {"train": path}, parent=base.ref,
+                          approve_it=True)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def make_ticket(tid: str, arm: str, n: int, version: DatasetVersion, plan: TopupPlan) -> Ticket:
+    return Ticket(id=tid, arm=Arm.TOPUP, kind=TicketKind.DATA, seed=plan.seed, change={},
+                  hypothesis=f"{arm} top-up of {n} images for slice {plan.slice_name} raises real-slice recall",
+                  budget=Budget(device_seconds=plan.ticket_seconds, epochs=plan.epochs),
+                  expected_effect=ExpectedEffect(metric="object_recall", slice=plan.slice_name,
+                                                 direction=Direction.UP, size=0.0),
+                  evidence=[f"dataset:{version.ref}"])
+
+
+def slice_counts(probs: np.ndarray, real: Any, slice_name: str, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per real image: (voids of the slice detected, voids of the slice) — for ratio bootstraps."""
+    from vision.metrics import per_image_metrics
+    from vision.slices import defect_detected
+
+    per_image = per_image_metrics(probs, np.asarray(real.masks), threshold=threshold)
+    index = {str(m["id"]): i for i, m in enumerate(real.image_meta)}
+    picked = [d for d in real.defects if in_slice(slice_name, d)]
+    hit = defect_detected(per_image, index, picked)
+    n = len(real)
+    rows = np.array([index[str(d["image_id"])] for d in picked], dtype=np.int64)
+    return (np.bincount(rows, weights=hit.astype(float), minlength=n), np.bincount(rows, minlength=n).astype(float))
+
+
+def load_real_dev(path: Path, slice_name: str) -> Any:
+    from synthetic.realism.report import load_real
+
+    real = load_real(path)
+    count = sum(1 for d in real.defects if in_slice(slice_name, d))
+    if count == 0:
+        raise DataError(f"the real-dev set at {path} holds no voids of slice {slice_name!r}; "
+                        f"a top-up cannot be measured on it")
+    return real
+
+
+def _recall(arrays: tuple[np.ndarray, ...]) -> float:
+    return float(arrays[0].sum() / arrays[1].sum()) if arrays[1].sum() else float("nan")
+
+
+def summarise(curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]], doses: list[int], seed: int) -> dict[str, Any]:
+    """Dose-response rows with paired-bootstrap intervals and the named turning point."""
+    from analysis.stats import bootstrap_ci, paired_bootstrap_diff
+
+    nothing = curve["nothing"][0]
+    rows = []
+    for n in doses:
+        row: dict[str, Any] = {"n": n}
+        for arm in ("synthetic", "augment"):
+            counts = nothing if n == 0 else curve[arm].get(n)
+            if counts is None:
+                row[arm] = None
+                continue
+            row[arm] = {"recall": bootstrap_ci(counts, _recall, n_boot=N_BOOT, seed=seed).as_dict(),
+                        "vs_nothing": paired_bootstrap_diff(nothing, counts, _recall, n_boot=N_BOOT, seed=seed).as_dict()}
+        if n > 0 and row["synthetic"] and row["augment"]:
+            row["synthetic_vs_augment"] = paired_bootstrap_diff(curve["augment"][n], curve["synthetic"][n], _recall,
+                                                                n_boot=N_BOOT, seed=seed).as_dict()
+        rows.append(row)
+    return {"rows": rows, "turning_point": turning_point(rows)}
+
+
+def turning_point(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where more synthetic data stops helping (the best dose) or starts hurting (interval < 0)."""
+    scored = [(r["n"], r["synthetic"]["vs_nothing"]) for r in rows if r.get("synthetic")]
+    best_n, best = max(scored, key=lambda x: x[1]["estimate"])
+    hurting = [n for n, d in scored if n > 0 and d["high"] < 0]
+    helping = [n for n, d in scored if n > 0 and d["low"] > 0]
+    larger = [n for n, _ in scored if n > best_n]
+    if hurting:
+        text = f"synthetic top-up starts hurting at n={hurting[0]} (interval below 0 against nothing)"
+    elif helping:
+        text = f"synthetic top-up helps (interval above 0) at n={helping}; the best dose measured is n={best_n}"
+    else:
+        text = "no dose measurably changed real-slice recall against nothing (every interval contains 0)"
+    if larger and best_n > 0:
+        text += f"; more than n={best_n} stopped helping"
+    return {"best_n": best_n, "helping": helping, "hurting": hurting, "stops_helping_after": best_n if larger else None,
+            "summary": text}
+
+
+def write_report(report: dict[str, Any], out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "topup.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    return plot_curve(report, out_dir / "dose_response.png")
+
+
+def plot_curve(report: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm in ("synthetic", "augment"):
+        pts = [(r["n"], r[arm]["vs_nothing"]) for r in report["dose_response"]["rows"] if r.get(arm)]
+        xs = [p[0] for p in pts]
+        ax.errorbar(xs, [p[1]["estimate"] for p in pts],
+                    yerr=[[p[1]["estimate"] - p[1]["low"] for p in pts], [p[1]["high"] - p[1]["estimate"] for p in pts]],
+                    marker="o", capsize=3, label=arm)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xlabel("images added")
+    ax.set_ylabel(f"real-slice recall minus nothing ({report['slice']})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+class RunnerExecutor:
+    """The real executor: ``runner.execute_ticket`` in a sandbox, audited to the home's log."""
+
+    def __init__(self, home: Any, *, backend: Any, base_config: Path | dict[str, Any], run_id: str,
+                 gate: Any = None, scheduler: Any = None) -> None:
+        self.home, self.backend, self.base_config = home, backend, base_config
+        self.run_id, self.gate, self.scheduler = run_id, gate, scheduler
+
+    def __call__(self, ticket: Ticket, version: DatasetVersion) -> tuple[str, Path | None]:
+        from audit import AuditLog
+        from runner import TicketStatus, execute_ticket
+
+        with AuditLog(self.home, None) as audit:
+            outcome = execute_ticket(ticket, home=self.home, dataset_version=version, backend=self.backend,
+                                     base_config=self.base_config, audit=audit, gate=self.gate,
+                                     run_id=self.run_id, scheduler=self.scheduler)
+        model = self.home.tickets_dir(self.run_id) / ticket.id / "model.onnx"
+        return outcome.status.value, model if outcome.status == TicketStatus.DONE else None
+
+
+Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, W)) -> probabilities (N, H, W)
+
+
+def run_topup(home: Any, plan: TopupPlan, *, base_ref: str, real_path: Path, executor: ArmExecutor,
+              run_id: str, scorer: Scorer | None = None, threshold: float = 0.5) -> dict[str, Any]:
+    """Build, train and measure every arm; write ``people/<run>/topup.json`` and the curve plot."""
+    import tempfile
+
+    if scorer is None:
+        from runner._execute import default_scorer
+
+        scorer = default_scorer
+    base = resolve(home.root, base_ref)
+    params = plan.check(base_params(read_split(base.train, mmap=True).manifest))
+    real = load_real_dev(real_path, plan.slice_name)
+    tickets: list[dict[str, Any]] = []
+    curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {"synthetic": {}, "augment": {}, "nothing": {}}
+    with tempfile.TemporaryDirectory(prefix=".topup-", dir=home.root) as work:
+        arms = [("nothing", 0, base)] + [(arm, n, build_arm(home.root, base, arm, n, params, plan, Path(work)))
+                                         for n in plan.doses if n > 0 for arm in ("synthetic", "augment")]
+    for arm, n, version in arms:
+        ticket = make_ticket(f"{run_id}-{arm}-n{n}", arm, n, version, plan)
+        status, model = executor(ticket, version)
+        tickets.append({"ticket": ticket.id, "arm": arm, "n": n, "dataset": version.ref, "status": status,
+                        "model": str(model) if model else None})
+        if model is not None:
+            curve[arm][n] = slice_counts(scorer(model, np.asarray(real.images)), real, plan.slice_name, threshold)
+    if 0 not in curve["nothing"]:
+        raise DataError(f"the nothing arm did not train ({tickets[0]['status']}); no comparison is possible")
+    report = {"slice": plan.slice_name, "doses": plan.doses, "seed": plan.seed, "epochs": plan.epochs,
+              "ticket_seconds": plan.ticket_seconds, "budget_s": plan.budget_s, "base": base.ref,
+              "real_dev": {"n_images": len(real), "n_slice_voids": int(sum(c[1].sum() for c in curve["nothing"].values())),
+                           "stand_in": bool(real.manifest.get("stand_in", False))},
+              "measured_on": "real-dev (host side)", "tickets": tickets,
+              "dose_response": summarise(curve, plan.doses, plan.seed),
+              "milestone": {"tiers": "real-holdout", "models": [t["model"] for t in tickets if t["model"]],
+                            "note": "the real-holdout tier is scored only at a gate milestone: "
+                                    "segfactory gate milestone --tiers real-holdout --model M ..."}}
+    report["plot"] = str(write_report(report, home.people_dir(run_id)))
+    return report

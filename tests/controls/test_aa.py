@@ -1,0 +1,58 @@
+"""A/A bookkeeping: one confirm-a query per dev win, one confirm-b per replicated WIN, both rules' rates."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.judge import Judge
+from controls.aa import aa_ticket, noop_edit, run_aa
+from segfactory.errors import DataError
+from segfactory.records import Arm, Budget, Ticket, TicketKind, Verdict
+from tests.controls._fakes import FakeServices, ListSink
+
+BUDGET = Budget(device_seconds=60, epochs=2)
+# Dev scores by ticket id: the reference, then 8 runs and the replicates that wins ask for.
+SCORES = {"aa-ref": 0.50, "aa-aa000": 0.49, "aa-aa001": 0.503, "aa-aa002": 0.52, "aa-aa002-rep": 0.53,
+          "aa-aa003": 0.47, "aa-aa004": 0.56, "aa-aa004-rep": 0.49, "aa-aa005": 0.50, "aa-aa006": 0.59,
+          "aa-aa006-rep": 0.60, "aa-aa007": 0.62}
+
+
+def verdicts(ticket: Ticket, tier: str) -> Verdict:
+    return Verdict.NO_WIN if ticket.id == "aa-aa007" else Verdict.WIN
+
+
+def test_aa_bookkeeping_matches_the_ledger_and_the_sandbox_runs() -> None:
+    services = FakeServices(score_of=lambda t: SCORES[t.id], verdict_of=verdicts)
+    result = run_aa(8, services, Judge(ListSink()), run_id="aa", budget=BUDGET, make_seed=lambda: 11,
+                    set_reference=services.set_reference)
+    s = result.summary()
+    # dev wins (margin 0.005) against the moving best: 002, 004, 006 (after 002's promotion), 007
+    assert s["dev_wins"] == 4 and s["confirm_a_wins"] == 3 and s["replicates"] == 3
+    assert services.queries["confirm-a"] == ["aa-aa002", "aa-aa004", "aa-aa006", "aa-aa007"]
+    assert services.queries["confirm-b"] == ["aa-aa002-rep", "aa-aa006-rep"]  # 004's replicate lost on dev
+    assert len(services.queries["confirm-a"]) == s["dev_wins"]
+    assert len(services.queries["confirm-b"]) == s["confirm_b_queries"]
+    assert len(services.tickets) == 1 + 8 + 3  # reference + runs + replicates: every one a sandbox run
+    gate, naive = s["gate_rule"], s["naive_rule"]
+    assert (gate["wins"], gate["runs"]) == (2, 8) and services.promoted == ["aa-aa002", "aa-aa006"]
+    assert (naive["wins"], naive["runs"]) == (5, 8)  # 0.503 0.52 0.56 0.59 0.62 beat 0.50; 0.50 ties
+    assert gate["false_win_rate"]["k"] == gate["false_win_rate"]["n"] == 2  # every win is false by construction
+    assert gate["wins_per_run"]["wilson"]["low"] < 0.25 < gate["wins_per_run"]["wilson"]["high"]
+    assert s["selection_effect"]["n"] == 8
+
+
+def test_aa_tickets_are_the_default_config_with_no_op_code_edits() -> None:
+    plain, code = aa_ticket("aa", 0, BUDGET, 5), aa_ticket("aa", 1, BUDGET, 6)
+    assert plain.kind is TicketKind.CONFIG and plain.change == {} and plain.arm is Arm.AA
+    assert code.kind is TicketKind.CODE and code.change["config"] == {}
+    (name, text), = code.change["files"].items()
+    original = (__import__("pathlib").Path(__file__).resolve().parents[2] / name).read_text()
+    assert text.startswith(original) and text[len(original):].strip().startswith("#")
+    assert noop_edit(3)[name][len(original):].strip() == ""  # whitespace only
+
+
+def test_an_aa_without_a_reference_fails_clearly() -> None:
+    services = FakeServices(score_of=lambda t: None)
+    with pytest.raises(DataError, match="reference"):
+        run_aa(2, services, Judge(ListSink()), run_id="aa", budget=BUDGET, make_seed=lambda: 1,
+               set_reference=services.set_reference)

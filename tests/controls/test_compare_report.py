@@ -1,0 +1,50 @@
+"""The comparison's plain verdict, its yield and the best-so-far plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from controls.compare import _curve
+from controls.compare_report import summarise, write_plot
+
+
+def run(sealed: float, curve: list[tuple[float, float]], promoted: int = 0, llm: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"curve": _curve(curve), "promoted": promoted, "llm": llm or {},
+            "sealed": {"object_f1": {"estimate": sealed, "low": sealed - 0.02, "high": sealed + 0.02}}}
+
+
+def results(agent: float, sweep: float) -> dict[str, list[dict[str, Any]]]:
+    return {"agent": [run(agent, [(60, 0.5), (60, 0.55)], 1, {"input_tokens": 900, "output_tokens": 100,
+                                                              "latency_s": 4.0})] * 3,
+            "sweep-tpe": [run(sweep, [(60, 0.52), (60, 0.51)])] * 3}
+
+
+def test_best_so_far_is_cumulative() -> None:
+    assert _curve([(60, 0.5), (50, 0.4), (70, 0.6)]) == [(60, 0.5), (110, 0.5), (180, 0.6)]
+
+
+def test_the_report_says_plainly_when_the_sweep_ties_or_wins() -> None:
+    assert summarise(results(0.60, 0.60), proposer="rules", budget_s=120, seeds=3)["verdict"].startswith(
+        "The sweep ties")
+    wins = summarise(results(0.55, 0.60), proposer="openai:gpt", budget_s=120, seeds=3)
+    assert wins["verdict"].startswith("The sweep wins") and "rules proposer" not in wins["verdict"]
+    agent = summarise(results(0.65, 0.60), proposer="rules", budget_s=120, seeds=3)
+    assert agent["verdict"].startswith("The agent arm wins")
+    assert "No LLM was configured: the agent arm was the rules proposer." in agent["verdict"]
+
+
+def test_yield_and_llm_cost_are_kept_apart_from_device_time() -> None:
+    arms = summarise(results(0.6, 0.6), proposer="rules", budget_s=120, seeds=3)["arms"]
+    y = arms["agent"]["yield"]
+    assert y["device_seconds"] == 360 and y["promoted"] == 3 and y["promoted_per_device_hour"] == 30
+    assert y["llm_tokens"] == 3000 and y["llm_tokens_per_promoted_win"] == 1000 and y["llm_seconds"] == 12
+    assert arms["sweep-tpe"]["yield"]["llm_tokens"] == 0
+
+
+def test_the_plot_is_a_png(tmp_path: Path) -> None:
+    path = write_plot(results(0.6, 0.6), tmp_path / "people" / "best_so_far.png")
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.size[0] > 300
