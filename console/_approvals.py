@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from agents.approvals import ApprovalQueue, ApprovalRequest
-from console._chat import MAX_REPLY_CHARS, Reading, interpret
+from console._chat import MAX_REPLY_CHARS, Reading
+from console._interpret import Interpreter, RulesInterpreter
 from console._runs import run_ended
 from segfactory.errors import LimitExceeded, UsageError
 from segfactory.home import Home
@@ -44,8 +45,9 @@ class ChatMessage(BaseModel):
 class ApprovalsDesk:
     """Chat threads over an :class:`ApprovalQueue`; thread-safe."""
 
-    def __init__(self, home: Home, queue: ApprovalQueue, sink: Any) -> None:
+    def __init__(self, home: Home, queue: ApprovalQueue, sink: Any, interpreter: Interpreter | None = None) -> None:
         self.home, self.queue, self.sink = home, queue, sink
+        self.interpreter = interpreter or RulesInterpreter()
         self.conn = sqlite3.connect(home.state_db, check_same_thread=False)
         self.conn.execute(_SCHEMA)
         self.conn.commit()
@@ -74,8 +76,8 @@ class ApprovalsDesk:
             raise LimitExceeded(f"a reply holds at most {MAX_REPLY_CHARS} characters, got {len(text)}; "
                                 "shorten it (nothing was read from it)")
         request = self.request(request_id)
-        self.thread(request_id)
-        reading = interpret(text)
+        opening = self.thread(request_id)[0].text
+        reading = self.interpreter.read(opening, text)
         self.sink.append(Actor.HUMAN.value, "approval_reply", {"id": request_id, "by": by, "text": text,
                                                                "reading": reading.model_dump()}, run_id=request.run_id)
         with self._lock:
@@ -172,4 +174,5 @@ def _answer(request: ApprovalRequest, reading: Reading, ended: str | None) -> tu
         return (f"I am not sure what you mean ({reading.why_unclear}). Do you approve or deny request "
                 f"{request.id}? Reply 'approve', 'approve 200, thin voids only' or 'deny: reason'.", False)
     note = f" Note: run {request.run_id} has ended ({ended}), so its queue takes no new tickets." if ended else ""
-    return f"I read this as: {reading.summary()} for request {request.id}. Confirm?{note}", True
+    by = "the LLM" if reading.by == "llm" else "the rules"
+    return f"I read this as: {reading.summary()} for request {request.id} (read by {by}). Confirm?{note}", True

@@ -37,6 +37,7 @@ class Reading(BaseModel):
     scope: str = ""  # the person's restriction ("thin voids only")
     reason: str = ""  # why a request was denied
     why_unclear: str = ""
+    by: Literal["rules", "llm"] = "rules"  # which interpreter read it
 
     def summary(self) -> str:
         """The reading in words, as the console confirms it back."""

@@ -49,8 +49,10 @@ class Services:
 
 
 def create_app(home: Home, sink: Any, *, auth: Auth | None = None, anchor: AnchorReader | None = None,
-               person: str | None = None) -> FastAPI:
-    """The console for ``home``; ``sink`` writes the audit records of people's decisions."""
+               person: str | None = None, interpreter: Any = None) -> FastAPI:
+    """The console for ``home``; ``sink`` writes the audit records of people's decisions.
+
+    ``interpreter`` reads chat replies (``console._interpret``; default: the rules)."""
     from agents.approvals import ApprovalQueue
     from console._approvals import ApprovalsDesk
     from console._labels import LabelDesk
@@ -64,7 +66,8 @@ def create_app(home: Home, sink: Any, *, auth: Auth | None = None, anchor: Ancho
     services = Services(
         home=home, auth=auth or Auth(), sink=sink, anchor=anchor or (lambda: (None, False)),
         person=person or _person(), templates=templates,
-        approvals=ApprovalsDesk(home, ApprovalQueue(home.state_db, sink), sink), labels=LabelDesk(home, sink),
+        approvals=ApprovalsDesk(home, ApprovalQueue(home.state_db, sink), sink, interpreter),
+        labels=LabelDesk(home, sink),
     )
     app = FastAPI(title="segfactory console", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.services = services

@@ -15,11 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from segfactory.errors import GateError
 from segfactory.home import Home
 
 ARMS = ("agent", "sweep-tpe", "sweep-random")  # the CLI keeps a copy to refuse bad input fast
-SEALED = "sealed"
 PLOT_FILE = "best_so_far.png"
 
 
@@ -84,39 +82,10 @@ def _run_arm(home_path: Path | None, arm: str, seed: int, budget_s: float, propo
     return _sweep_arm(home, summary["run_id"])
 
 
-def _rotate_sealed(home: Home) -> int:
-    from gate.core import Gate
-    from gate.setup import build_fresh, relock
-
-    gate = Gate(home.vault, home_root=home.root)
-    try:
-        return int(gate.rotate(SEALED, build_fresh))
-    finally:
-        gate.ledger.close()
-        relock(gate.vault)
-
-
-def sealed_milestone(home: Home, name: str, run_id: str, models: list[Path],
-                     progress: Callable[[str], None]) -> dict[str, Any]:
-    """Score ``models`` once on the sealed tier; rotate it first when its quota is spent."""
-    from audit.anchor import gate_anchor_store
-
-    for attempt in range(2):
-        try:
-            with gate_anchor_store(home) as anchor:
-                client: Any = anchor.client  # a gate.client.GateClient
-                return dict(client.milestone(name if not attempt else f"{name}-r", run_id, models, [SEALED]))
-        except GateError as exc:
-            if "quota" not in str(exc) or attempt:
-                raise
-            progress(f"sealed quota spent ({exc}); rotating the sealed tier to fresh secret seeds")
-            _rotate_sealed(home)
-    raise AssertionError("unreachable")
-
-
 def run_compare(home_path: Path | None, *, arms: list[str], seeds: int, budget_s: float, proposer: str,
                 profile: str, backend: str, progress: Callable[[str], None]) -> dict[str, Any]:
     from controls.compare_report import summarise, write_plot
+    from controls.replay import replay, sealed_milestone
     from controls.session import new_run_id
     from segfactory.cli._common import home_for
 
@@ -136,6 +105,8 @@ def run_compare(home_path: Path | None, *, arms: list[str], seeds: int, budget_s
             results[arm][-1]["sealed"] = _sealed_scores(report, model)
         (people / "compare.json").write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
     summary = summarise(results, proposer=proposer, budget_s=budget_s, seeds=seeds)
+    summary["replay"] = {arm: replay(home, {r["run_id"] for r in runs}, f"{compare_id}-{arm}", progress=progress)
+                         for arm, runs in results.items()}
     summary.update(compare_id=compare_id, plot=str(write_plot(results, people / PLOT_FILE)),
                    report=str(people / "compare.json"))
     (people / "compare.json").write_text(json.dumps({"summary": summary, "arms": results}, indent=2,
@@ -144,11 +115,10 @@ def run_compare(home_path: Path | None, *, arms: list[str], seeds: int, budget_s
 
 
 def _sealed_scores(report: dict[str, Any], model: Path) -> dict[str, Any] | None:
-    from synthetic.splits import sha256_file
+    from controls.replay import sealed_f1
 
-    scored = report.get("tiers", {}).get(SEALED, {}).get("models", {})
-    entry = scored.get(sha256_file(model))
-    return dict(entry) if isinstance(entry, dict) else None
+    f1 = sealed_f1(report, model)
+    return {"object_f1": f1.as_dict()} if f1 else None
 
 
-__all__ = ["ARMS", "run_compare", "sealed_milestone"]
+__all__ = ["ARMS", "run_compare"]

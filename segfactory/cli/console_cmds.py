@@ -29,12 +29,15 @@ def console_cmd(
     home: HomeOpt = None,
     port: Annotated[int, typer.Option("--port", help="TCP port to listen on.")] = DEFAULT_PORT,
     host: Annotated[str, typer.Option("--host", help="Address to bind; anything but loopback is for containers.")] = "127.0.0.1",
+    interpreter: Annotated[str, typer.Option(
+        "--interpreter", help="Reads chat replies: rules, or an LLM: openai:MODEL | anthropic:MODEL | local:URL.")] = "rules",
 ) -> None:
     """Serve the console (runs, approvals chat, label review, audit log); prints its login link."""
     import uvicorn
 
     from audit import AuditLog
     from console import Auth, create_app
+    from console._interpret import make_interpreter
 
     resolved = home_for(home)
     if host not in LOOPBACK:
@@ -44,7 +47,8 @@ def console_cmd(
     with ExitStack() as stack:
         store = _anchor_store(stack, resolved)
         sink = stack.enter_context(AuditLog(resolved, store))
-        app = create_app(resolved, sink, auth=auth, anchor=(lambda: (store.get(), True)) if store else None)
+        app = create_app(resolved, sink, auth=auth, anchor=(lambda: (store.get(), True)) if store else None,
+                         interpreter=make_interpreter(interpreter, sink))
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         typer.echo(f"segfactory console for {resolved.root}\nopen: http://{shown}:{port}/login?token={auth.token}")
         uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -66,6 +66,7 @@ def sweep_cmd(
     seed: Annotated[int, typer.Option("--seed", help="The sampler's seed.")] = 0,
     storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL (default: <home>/optuna.db).")] = None,
     space: Annotated[Path | None, typer.Option("--space", help="Search space YAML (default: policies/search_space.yaml).")] = None,
+    max_trials: Annotated[int | None, typer.Option("--max-trials", help="Stop after this many trials, too.")] = None,
     profile: ProfileOpt = "demo",
     backend: BackendOpt = "bwrap",
     home: HomeOpt = None,
@@ -75,11 +76,13 @@ def sweep_cmd(
     if sampler not in SAMPLERS:  # checked again by controls.sweep.check_sweep; here before any import
         raise UsageError(f"sampler {sampler!r} is not registered; known: {', '.join(SAMPLERS)}")
     budget_s = _seconds(budget)
+    if max_trials is not None and max_trials < 1:
+        raise UsageError(f"--max-trials {max_trials}: expected at least 1")
     from controls.session import new_run_id
 
     run_id = new_run_id(f"sweep-{sampler}-")
     summary = run_sweep_arm(home, sampler=sampler, budget_s=budget_s, seed=seed, storage=storage,
-                            space_path=space, profile=profile, backend=backend, run_id=run_id)
+                            space_path=space, profile=profile, backend=backend, run_id=run_id, max_trials=max_trials)
     if json_out:
         emit_json(summary)
         return
@@ -89,7 +92,8 @@ def sweep_cmd(
 
 
 def run_sweep_arm(home: Path | None, *, sampler: str, budget_s: float, seed: int, storage: str | None,
-                  space_path: Path | None, profile: str, backend: str, run_id: str) -> dict[str, Any]:
+                  space_path: Path | None, profile: str, backend: str, run_id: str,
+                  max_trials: int | None = None) -> dict[str, Any]:
     """Validate everything, then run one sweep; returns its summary (also used by ``compare``)."""
     import yaml
 
@@ -108,7 +112,7 @@ def run_sweep_arm(home: Path | None, *, sampler: str, budget_s: float, seed: int
     with control_session(resolved, backend=backend, profile=used_profile, run_id=run_id, kind="sweep",
                          progress=_progress) as s:
         result = run_sweep(plan, s.services, s.judge, run_id=run_id, make_seed=s.make_seed,
-                           people=resolved.people_dir(run_id), progress=_progress)
+                           people=resolved.people_dir(run_id), max_trials=max_trials, progress=_progress)
     summary = {**result.summary(), "sampler": sampler, "seed": seed, "budget_s": budget_s, "storage": plan.storage}
     (resolved.people_dir(run_id) / "sweep.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
     return summary

@@ -53,7 +53,7 @@ def mmd_test(fx: np.ndarray, fy: np.ndarray, *, seed: int = 0,
 def _resize(images: np.ndarray, side: int) -> np.ndarray:
     import torch
 
-    t = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))[:, None]
+    t = torch.from_numpy(np.array(images, dtype=np.float32))[:, None]  # a writable copy
     return torch.nn.functional.adaptive_avg_pool2d(t, side).numpy() if t.shape[-1] != side else t.numpy()
 
 

@@ -62,7 +62,8 @@ def _slice_rows(syn: SetStats, real: SetStats) -> list[dict[str, Any]]:
     rows = []
     for b, name in enumerate(SIZE_BIN_NAMES):
         s, r = syn.void_bin == b, real.void_bin == b
-        gap = np.nanmean(np.abs(syn.edge_profile[b] - real.edge_profile[b]))
+        diff = np.abs(syn.edge_profile[b] - real.edge_profile[b])
+        gap = float(diff[~np.isnan(diff)].mean()) if (~np.isnan(diff)).any() else np.nan
         rows.append({
             "slice": name, "n_synthetic": int(s.sum()), "n_real": int(r.sum()),
             "share_synthetic": round(float(s.mean()), 6) if s.size else None,
@@ -98,6 +99,14 @@ def compare(syn_images: np.ndarray, syn_masks: np.ndarray, real_images: np.ndarr
     return report, syn, real
 
 
+def _pooled_profile(stats: SetStats) -> np.ndarray:
+    """The edge profile averaged over size bins that reach each distance (NaN where none does)."""
+    seen = ~np.isnan(stats.edge_profile)
+    total = np.where(seen, stats.edge_profile, 0.0).sum(axis=0)
+    count = seen.sum(axis=0)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
 def plot(syn: SetStats, real: SetStats, path: Path) -> Path:
     """Side-by-side histograms, spectra and edge profiles as one PNG (aggregates only)."""
     import matplotlib
@@ -111,7 +120,7 @@ def plot(syn: SetStats, real: SetStats, path: Path) -> Path:
         axes[0, 0].step(grid, stats.intensity_hist, where="post", label=label)
         axes[0, 1].hist(stats.void_contrast, bins=30, range=(0, 0.5), density=True, alpha=0.5, label=label)
         axes[1, 0].semilogy(np.linspace(0, 1, stats.nps.size), stats.nps, label=label)
-        axes[1, 1].plot(range(-EDGE_PX, EDGE_PX + 1), np.nanmean(stats.edge_profile, axis=0), label=label)
+        axes[1, 1].plot(range(-EDGE_PX, EDGE_PX + 1), _pooled_profile(stats), label=label)
     titles = ("pixel intensity", "void contrast", "noise power spectrum (1 = Nyquist)", "edge profile I/r - 1")
     for ax, title in zip(axes.ravel(), titles, strict=True):
         ax.set_title(title)

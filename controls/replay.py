@@ -1,0 +1,118 @@
+"""False-win replay: the promoted wins of some runs, scored on the sealed tier within its quota.
+
+Each promotion (``runs/promotions.jsonl``, in order) is paired with the best it replaced (the
+previous promotion, else the classical baseline). Pairs are scored on the sealed tier by gate
+milestones of at most ``PAIRS_PER_MILESTONE`` pairs; when the sealed quota is spent the tier is
+rotated to fresh secret seeds and the milestone retried once. Both models of a pair are always
+scored on the same tier version.
+
+The gate's milestone reports each model's object F1 with its own bootstrap interval, not a
+paired difference; the replay's difference interval is therefore the conservative unpaired one
+(``[low_c - high_b, high_c - low_b]``): the point-estimate criterion is exact, the interval
+criterion can only flag fewer false wins than a paired interval would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from analysis.stats import Interval
+from controls.rates import false_win_rate, is_false_win
+from segfactory.errors import GateError
+from segfactory.home import Home
+
+SEALED = "sealed"
+PAIRS_PER_MILESTONE = 2  # 2 pairs = at most 4 models, within the sealed quota of 5
+BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # agents.services.BASELINE_MODEL
+
+
+def promotions(home: Home) -> list[dict[str, Any]]:
+    path = home.runs / "promotions.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
+
+
+def pairs_for(home: Home, run_ids: set[str]) -> list[dict[str, Any]]:
+    """(promoted model, the best it replaced) for every promotion of ``run_ids``; A/A references excluded."""
+    out, previous = [], str(home.root / BASELINE_MODEL)
+    for row in promotions(home):
+        if row["run_id"] in run_ids and not str(row["ticket_id"]).endswith("-ref"):
+            out.append({"run_id": row["run_id"], "ticket_id": row["ticket_id"], "model": row["model"],
+                        "previous": previous})
+        previous = row["model"]
+    return out
+
+
+def _rotate_sealed(home: Home) -> int:
+    from gate.core import Gate
+    from gate.setup import build_fresh, relock
+
+    gate = Gate(home.vault, home_root=home.root)
+    try:
+        return int(gate.rotate(SEALED, build_fresh))
+    finally:
+        gate.ledger.close()
+        relock(gate.vault)
+
+
+def sealed_milestone(home: Home, name: str, run_id: str, models: list[Path],
+                     progress: Callable[[str], None]) -> dict[str, Any]:
+    """Score ``models`` once on the sealed tier (events pulled into the audit log); rotate on quota."""
+    from audit import AuditLog
+    from audit.anchor import gate_anchor_store
+    from audit.gate_events import pull
+
+    for attempt in range(2):
+        try:
+            with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as log:
+                client: Any = anchor.client  # a gate.client.GateClient
+                try:
+                    return dict(client.milestone(name if not attempt else f"{name}-r", run_id, models, [SEALED]))
+                finally:
+                    pull(client, log)
+        except GateError as exc:
+            if "quota" not in str(exc) or attempt:
+                raise
+            progress(f"sealed quota spent ({exc}); rotating the sealed tier to fresh secret seeds")
+            _rotate_sealed(home)
+    raise AssertionError("unreachable")
+
+
+def sealed_f1(report: dict[str, Any], model: Path) -> Interval | None:
+    from synthetic.splits import sha256_file
+
+    entry = report.get("tiers", {}).get(SEALED, {}).get("models", {}).get(sha256_file(model))
+    if not isinstance(entry, dict):
+        return None
+    f1 = entry["object_f1"]
+    return Interval(float(f1["estimate"]), float(f1["low"]), float(f1["high"]), float(f1.get("alpha", 0.05)))
+
+
+def unpaired_diff(candidate: Interval, best: Interval) -> Interval:
+    """candidate - best with the conservative interval from the two marginal intervals."""
+    return Interval(candidate.estimate - best.estimate, candidate.low - best.high, candidate.high - best.low,
+                    candidate.alpha)
+
+
+def replay(home: Home, run_ids: set[str], name: str, *, margin: float = 0.0,
+           progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Replay the promoted wins of ``run_ids`` on the sealed tier; returns rows and the false-win rate."""
+    pairs = pairs_for(home, run_ids)
+    rows = []
+    for start in range(0, len(pairs), PAIRS_PER_MILESTONE):
+        chunk = pairs[start:start + PAIRS_PER_MILESTONE]
+        models = list(dict.fromkeys(Path(p[k]) for p in chunk for k in ("model", "previous")))
+        report = sealed_milestone(home, f"{name}-replay{start // PAIRS_PER_MILESTONE}", name, models, progress)
+        for pair in chunk:
+            cand, best = sealed_f1(report, Path(pair["model"])), sealed_f1(report, Path(pair["previous"]))
+            diff = unpaired_diff(cand, best) if cand and best else None
+            rows.append({**pair, "sealed_diff": diff.as_dict() if diff else None,
+                         "false_win": is_false_win(diff, margin) if diff else None})
+    scored = [r for r in rows if r["false_win"] is not None]
+    return {"promoted": len(pairs), "scored": len(scored), "rows": rows,
+            "false_win_rate": false_win_rate(sum(bool(r["false_win"]) for r in scored), len(scored)).as_dict()}
+
+
+__all__ = ["pairs_for", "replay", "sealed_f1", "sealed_milestone", "unpaired_diff"]
