@@ -98,15 +98,19 @@ def _milestone(r: Any) -> list[str]:
 
 
 def _gap(m: dict[str, Any]) -> list[str]:
-    """never-queried minus sealed for the current best: how far the queried-tier view drifts."""
+    """sealed minus never-queried for the current best, and whether their intervals overlap."""
     best = m.get("best_sha256")
     try:
-        sealed = m["tiers"]["sealed"]["models"][best]["object_f1"]["estimate"]
-        never = m["tiers"]["never-queried"]["models"][best]["object_f1"]["estimate"]
+        sealed = m["tiers"]["sealed"]["models"][best]["object_f1"]
+        never = m["tiers"]["never-queried"]["models"][best]["object_f1"]
     except (KeyError, TypeError):
         return ["Never-queried gap: not measured (a tier or the best's score is missing)."]
-    return [f"Never-queried gap (never-queried − sealed object F1 of the current best): {never - sealed:+.4f}. "
-            "Both tiers were never answered to an agent; a large gap would mean the gate's answers leaked."]
+    overlap = sealed["low"] <= never["high"] and never["low"] <= sealed["high"]
+    return [f"Never-queried gap (sealed − never-queried object F1 of the current best): "
+            f"{sealed['estimate'] - never['estimate']:+.4f}; the 90% intervals "
+            f"{'overlap' if overlap else 'do NOT overlap'}. Milestone scores on sealed guide people's "
+            "choices; never-queried is read only for this comparison, so a sealed score clearly above "
+            "never-queried would mean the milestones themselves are being overfit."]
 
 
 def _approvals(r: Any) -> list[str]:

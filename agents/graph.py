@@ -168,10 +168,21 @@ class _Nodes:
             if ticket.kind is not TicketKind.DATA_REQUEST:
                 runnable.append(ticket)
             elif self.d.approvals is not None:
-                self.d.approvals.request(ticket, state["run_id"])
+                if not self._requested_before(state, ticket):
+                    self.d.approvals.request(ticket, state["run_id"])
             else:
                 self._audit(state, "data_request_dropped", {"ticket": ticket.id, "reason": "no approvals queue"})
         return runnable
+
+    def _requested_before(self, state: FactoryState, ticket: Ticket) -> bool:
+        """The same request (hypothesis and change) already waits or was decided in this run."""
+        if self.d.approvals is None:
+            return False
+        same = [r.id for r in self.d.approvals.requests() if r.run_id == state["run_id"]
+                and (r.ticket.hypothesis, r.ticket.change) == (ticket.hypothesis, ticket.change)]
+        if same:
+            self._audit(state, "data_request_duplicate", {"ticket": ticket.id, "same_as": same[0]})
+        return bool(same)
 
     def run(self, state: FactoryState) -> FactoryState:
         queue = list(state["queue"])
@@ -245,8 +256,11 @@ class _Nodes:
 
     def _spent(self, state: FactoryState) -> str:
         caps = self.d.caps
-        if self.d.clock() - state["started_at"] >= caps.wall_seconds:
+        elapsed, done = self.d.clock() - state["started_at"], max(1, state.get("tickets_run", 0))
+        if elapsed >= caps.wall_seconds:
             return f"budget: wall time {caps.wall_seconds:g} s spent"
+        if elapsed + elapsed / done > caps.wall_seconds:  # the next ticket, at the average pace, would not fit
+            return f"budget: wall time {caps.wall_seconds:g} s would be passed by the next ticket"
         if state.get("device_seconds", 0.0) >= caps.device_seconds:
             return f"budget: device time {caps.device_seconds:g} s spent"
         if state.get("tickets_run", 0) >= caps.tickets:

@@ -244,8 +244,8 @@ def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> d
     paths = {"json": people / REPORT_JSON, "md": people / REPORT_MD, "html": people / REPORT_HTML}
     paths["json"].write_text(report.model_dump_json(indent=2) + "\n")
     paths["md"].write_text(md)
-    paths["html"].write_text(to_html(md).replace("<title>segfactory analysis</title>",
-                                                 f"<title>segfactory run {report.run_id}</title>"))
+    page = to_html(md).replace("<title>segfactory analysis</title>", f"<title>segfactory run {report.run_id}</title>")
+    paths["html"].write_text(page.replace("<p>- ", "<p>&bull; "))
     return paths
 
 

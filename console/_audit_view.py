@@ -15,13 +15,13 @@ from audit import BlobStore, check_records, iter_records, load_policy, select, v
 from audit.anchor import Anchor
 from audit.reader import LOG_NAME
 from audit.show import parse_time
-from console._safe import pretty, shown
+from console._safe import inert, pretty
 from segfactory.errors import DataError
 from segfactory.home import Home
 from segfactory.records import AuditRecord
 
 MAX_ROWS = 500  # records shown per page; past this the page says how many matched in all
-MAX_BLOB_BYTES = 1024**2  # bytes of a blob read for display; past this the view says it was cut
+MAX_BLOB_BYTES = 256 * 1024  # bytes of a blob shown; past this the page says how many were left out
 
 
 @dataclass
@@ -84,12 +84,10 @@ def audit_page(home: Home, filters: AuditFilters, banner: dict[str, Any]) -> Aud
 
 
 def blob_text(home: Home, ref: str) -> tuple[str, int, str | None]:
-    """A blob as inert text: (text, characters or bytes left out, problem or None)."""
+    """A blob as inert text: (text of its first MAX_BLOB_BYTES, bytes left out, problem or None)."""
     store = BlobStore(home.audit / "blobs")
     try:
         data = store.get(ref)
     except DataError as exc:
         return "", 0, str(exc)
-    cut_bytes = max(0, len(data) - MAX_BLOB_BYTES)
-    text, cut_chars = shown(data[:MAX_BLOB_BYTES].decode("utf-8", errors="replace"))
-    return text, cut_bytes + cut_chars, None
+    return inert(data[:MAX_BLOB_BYTES].decode("utf-8", errors="replace")), max(0, len(data) - MAX_BLOB_BYTES), None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sqlite3
 import tempfile
 import threading
@@ -34,6 +35,7 @@ QUEUE_FILE = "label-review.jsonl"
 MAX_QUEUE = 1000  # rows read from one queue file; past this the rest wait for the next review
 MAX_MASK_PNG_BYTES = 4 * 1024**2  # a submitted mask PNG larger than this is refused
 Action = Literal["keep", "fix", "drop"]
+_DATASET_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*/v\d+$")
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS console_labels (
     dataset TEXT NOT NULL, split TEXT NOT NULL, image_id INTEGER NOT NULL, action TEXT NOT NULL,
@@ -55,6 +57,13 @@ class QueueItem(BaseModel):
     reason: str = ""
     action: str | None = None  # the saved decision, if any
     rev: int = 0  # the decision's revision (0: none yet)
+
+
+def check_ref(dataset: str) -> str:
+    """``NAME/vK`` with a plain name (no path tricks); UsageError otherwise."""
+    if not _DATASET_REF.match(dataset):
+        raise UsageError(f"{dataset!r} is not a dataset version; expected NAME/vK, e.g. synthetic/v1")
+    return dataset
 
 
 def queue_datasets(home: Home) -> list[str]:
@@ -85,7 +94,7 @@ def image_png(home: Home, dataset: str, split: str, image_id: int, *, mask: bool
 def _split(home: Home, dataset: str, split: str) -> Split:
     if split not in SPLITS:
         raise UsageError(f"unknown split {split!r}; a version holds {', '.join(SPLITS)}")
-    return read_split(getattr(resolve(home.root, dataset), split), mmap=True)
+    return read_split(getattr(resolve(home.root, check_ref(dataset)), split), mmap=True)
 
 
 def _check_index(data: Split, image_id: int) -> None:
@@ -120,7 +129,7 @@ class LabelDesk:
         self._lock = threading.Lock()
 
     def queue(self, dataset: str) -> list[QueueItem]:
-        name, version = dataset.split("/", 1) if "/" in dataset else (dataset, "")
+        name, version = check_ref(dataset).split("/", 1)
         path = self.home.root / "curation" / name / version / QUEUE_FILE
         if not path.is_file():
             raise UsageError(f"no label-review queue for {dataset}; run `segfactory curate defects` first")
@@ -165,11 +174,7 @@ class LabelDesk:
 
     def stats(self, dataset: str) -> dict[str, Any]:
         """Reviewed images, suspected errors confirmed (fix + drop), human minutes per image."""
-        rows = self.conn.execute("SELECT action, seconds FROM console_labels WHERE dataset = ?", (dataset,)).fetchall()
-        seconds = sum(r[1] for r in rows)
-        counts = {a: sum(1 for r in rows if r[0] == a) for a in ("keep", "fix", "drop")}
-        return {"dataset": dataset, "reviewed": len(rows), **counts, "confirmed_errors": counts["fix"] + counts["drop"],
-                "human_minutes_per_image": round(seconds / 60 / len(rows), 3) if rows else None}
+        return _stats(self.conn, dataset)
 
     def apply(self, dataset: str, *, by: str) -> dict[str, Any]:
         """The decisions on ``dataset`` as its next version (the old one kept); returns the new ref and stats."""
@@ -192,11 +197,34 @@ class LabelDesk:
         return summary
 
     def _check_latest(self, dataset: str) -> None:
-        resolve(self.home.root, dataset)
+        resolve(self.home.root, check_ref(dataset))
         newest = latest_version(self.home, dataset.split("/", 1)[0])
         if newest != dataset:
             raise StaleEdit(f"{dataset} is no longer the newest version ({newest} is); your edit was made against a "
                             f"stale version and was not saved. Review {newest} instead")
+
+
+def _stats(conn: sqlite3.Connection, dataset: str) -> dict[str, Any]:
+    rows = conn.execute("SELECT action, seconds FROM console_labels WHERE dataset = ?", (dataset,)).fetchall()
+    seconds = sum(r[1] for r in rows)
+    counts = {a: sum(1 for r in rows if r[0] == a) for a in ("keep", "fix", "drop")}
+    return {"dataset": dataset, "reviewed": len(rows), **counts, "confirmed_errors": counts["fix"] + counts["drop"],
+            "human_seconds": round(seconds, 3),
+            "human_minutes_per_image": round(seconds / 60 / len(rows), 3) if rows else None}
+
+
+def review_stats(home: Home) -> list[dict[str, Any]]:
+    """Label-review figures per reviewed dataset version, for reports (read-only; [] before any review)."""
+    if not home.state_db.is_file():
+        return []
+    conn = sqlite3.connect(f"file:{home.state_db}?mode=ro", uri=True)
+    try:
+        names = [r[0] for r in conn.execute("SELECT DISTINCT dataset FROM console_labels ORDER BY dataset")]
+        return [_stats(conn, name) for name in names]
+    except sqlite3.OperationalError:  # no review table yet
+        return []
+    finally:
+        conn.close()
 
 
 def _pack(mask: np.ndarray) -> bytes:

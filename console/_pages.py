@@ -198,8 +198,8 @@ async def label_decide(request: Request, name: str, version: str, split: str, im
                            mask_png=_mask(form.get("mask", "")) if action == "fix" else None)
     if request.state.session.via_bearer:
         return JSONResponse(item.model_dump(mode="json"))
-    return RedirectResponse(form.get("next") or f"/labels/{name}/{version}", status_code=303) \
-        if (form.get("next") or "").startswith("/labels/") else RedirectResponse(f"/labels/{name}/{version}", 303)
+    after = form.get("next", "")
+    return RedirectResponse(after if after.startswith("/labels/") else f"/labels/{name}/{version}", status_code=303)
 
 
 @router.post("/labels/{name}/{version}/apply")

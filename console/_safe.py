@@ -12,7 +12,6 @@ import json
 import re
 from typing import Any
 
-MAX_SHOWN_CHARS = 200_000  # past this a payload is cut and the page says how much was left out
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 
 
@@ -24,12 +23,6 @@ def _visible(match: re.Match[str]) -> str:
 def inert(text: str) -> str:
     """``text`` with every control or bidi character written out; newlines and tabs kept."""
     return _CONTROL.sub(_visible, text)
-
-
-def shown(text: str) -> tuple[str, int]:
-    """Inert text cut to MAX_SHOWN_CHARS, and how many characters were left out."""
-    cut = max(0, len(text) - MAX_SHOWN_CHARS)
-    return inert(text[:MAX_SHOWN_CHARS]), cut
 
 
 def pretty(payload: Any) -> str:

@@ -61,7 +61,10 @@ def create_app(home: Home, sink: Any, *, auth: Auth | None = None, anchor: Ancho
     home.root.mkdir(parents=True, exist_ok=True)
     from jinja2 import Environment, FileSystemLoader
 
+    from console._safe import inert
+
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)  # every value HTML-escaped
+    env.filters["inert"] = inert  # control characters and terminal escapes written out
     templates = Jinja2Templates(env=env)
     services = Services(
         home=home, auth=auth or Auth(), sink=sink, anchor=anchor or (lambda: (None, False)),
@@ -90,9 +93,9 @@ async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Resp
     """Body size, login, authentication, then security headers on every response."""
     services: Services = request.app.state.services
     if request.method == "POST":
-        length = request.headers.get("content-length")
-        if length is None:
-            return _error(request, 411, "a POST needs a Content-Length")
+        length = request.headers.get("content-length", "")
+        if not length.isdigit():
+            return _error(request, 411, "a POST needs a Content-Length (a whole number of bytes)")
         if int(length) > MAX_BODY_BYTES:
             return _error(request, 413, f"the request body holds {length} bytes, more than {MAX_BODY_BYTES}")
     if request.url.path == "/login":

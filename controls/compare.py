@@ -21,13 +21,15 @@ ARMS = ("agent", "sweep-tpe", "sweep-random")  # the CLI keeps a copy to refuse 
 PLOT_FILE = "best_so_far.png"
 
 
-def _curve(rows: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """(device-seconds spent, dev score) in run order -> best-so-far against cumulative seconds."""
+def _curve(rows: list[tuple[float, float | None]]) -> list[tuple[float, float]]:
+    """(device-seconds spent, dev score or None for a failure) in run order -> best-so-far
+    against cumulative seconds; a failed ticket's seconds count, its score does not."""
     out, spent, best = [], 0.0, float("-inf")
     for seconds, score in rows:
         spent += seconds
-        best = max(best, score)
-        out.append((spent, best))
+        best = best if score is None else max(best, score)
+        if best > float("-inf"):
+            out.append((spent, best))
     return out
 
 
@@ -37,27 +39,33 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _agent_arm(home: Home, run_id: str) -> dict[str, Any]:
     """The agent run's per-ticket dev scores, device-seconds, best ticket and LLM usage."""
-    tickets = home.tickets_dir(run_id)
-    rows, best = [], None
-    for row in _read_jsonl(home.people_dir(run_id) / "dev_comparisons.jsonl"):
-        outcome = tickets / row["ticket_id"] / "outcome.json"
+    tickets, people = home.tickets_dir(run_id), home.people_dir(run_id)
+    scores = {r["ticket_id"]: float(r["object_f1"]) for r in _read_jsonl(people / "dev_comparisons.jsonl")}
+    started = [t["id"] for t in _read_jsonl(people / "tickets.jsonl")] or list(scores)
+    rows: list[tuple[float, float | None]] = []
+    for ticket_id in started:  # every ticket in run order, failures and replicates included
+        outcome = tickets / ticket_id / "outcome.json"
         seconds = json.loads(outcome.read_text())["device_seconds"] if outcome.is_file() else 0.0
-        rows.append((float(seconds), float(row["object_f1"])))
-        if best is None or row["object_f1"] > best[1]:
-            best = (row["ticket_id"], row["object_f1"])
+        rows.append((float(seconds), scores.get(ticket_id)))
+    best = max(scores.items(), key=lambda kv: kv[1]) if scores else None
     usage_file = home.runs / run_id / "llm_usage.json"
     usage = json.loads(usage_file.read_text()) if usage_file.is_file() else {}
+    report = home.people_dir(run_id) / "report.json"
+    counts = json.loads(report.read_text()).get("counts", {}) if report.is_file() else {}
     return {"run_id": run_id, "curve": _curve(rows), "best_ticket": best[0] if best else None,
-            "llm": usage, "promoted": _promoted(home, run_id)}
+            "llm": usage, "promoted": _promoted(home, run_id), "dev_wins": counts.get("dev_wins", 0),
+            "confirm_a_wins": counts.get("survived_confirm_a", 0)}
 
 
 def _sweep_arm(home: Home, run_id: str) -> dict[str, Any]:
     trials = _read_jsonl(home.people_dir(run_id) / "sweep.jsonl")
-    rows = [(float(t["device_seconds"]), float(t["dev_score"])) for t in trials if t["dev_score"] is not None]
+    rows = [(float(t["device_seconds"]), t["dev_score"]) for t in trials]
     scored = [t for t in trials if t["dev_score"] is not None]
     best = max(scored, key=lambda t: t["dev_score"])["ticket_id"] if scored else None
     return {"run_id": run_id, "curve": _curve(rows), "best_ticket": best, "llm": {},
-            "promoted": sum(t["decision"] == "promote" for t in trials)}
+            "promoted": sum(t["decision"] == "promote" for t in trials),
+            "dev_wins": sum(t["status"] == "dev_win" for t in trials),
+            "confirm_a_wins": sum(t["confirm_a"] == "WIN" for t in trials)}
 
 
 def _promoted(home: Home, run_id: str) -> int:

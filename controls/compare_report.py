@@ -24,6 +24,9 @@ def _arm_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"seeds": len(runs), "sealed_object_f1": [r.get("sealed") for r in runs],
             "mean_sealed_object_f1": sum(scores) / len(scores) if scores else None,
             "best_dev_so_far": [r["curve"][-1][1] if r["curve"] else None for r in runs],
+            "dev_wins": sum(int(r.get("dev_wins", 0)) for r in runs),
+            "confirm_a_wins": sum(int(r.get("confirm_a_wins", 0)) for r in runs),
+            "promoted": sum(int(r["promoted"]) for r in runs),
             "yield": Yield(promoted=sum(int(r["promoted"]) for r in runs), device_seconds=seconds,
                            llm_tokens=tokens, llm_seconds=llm_s).as_dict()}
 

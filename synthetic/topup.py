@@ -153,7 +153,9 @@ def slice_counts(probs: np.ndarray, real: Any, slice_name: str, threshold: float
     from vision.metrics import per_image_metrics
     from vision.slices import defect_detected
 
-    per_image = per_image_metrics(probs, np.asarray(real.masks), threshold=threshold)
+    masks = np.asarray(real.masks)
+    probs = np.asarray(probs, dtype=np.float32).reshape(masks.shape)  # the scorer answers (N, 1, H, W)
+    per_image = per_image_metrics(probs, masks, threshold=threshold)
     index = {str(m["id"]): i for i, m in enumerate(real.image_meta)}
     picked = [d for d in real.defects if in_slice(slice_name, d)]
     hit = defect_detected(per_image, index, picked)

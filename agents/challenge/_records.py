@@ -100,10 +100,13 @@ class ChallengeRecord(Strict):
     device_seconds: float = 0.0
 
 
-def collapse_claim(report: dict[str, Any], ticket_id: str, run_id: str) -> Claim | None:
-    """The worst collapsed cell of an ``evaluate --robustness`` report as a claim (None: no collapse)."""
+def collapse_claim(report: dict[str, Any], ticket_id: str, run_id: str, perturbation: str | None = None,
+                   severity: int | None = None) -> Claim | None:
+    """The worst collapsed cell of an ``evaluate --robustness`` report as a claim (None: no collapse),
+    optionally only among the cells of one perturbation (and one severity)."""
     robustness = report.get("robustness") or {}
-    cells = [c for c in robustness.get("cells", []) if c.get("finding") in {"vulnerability", "extrapolation"}]
+    cells = [c for c in robustness.get("cells", []) if c.get("finding") in {"vulnerability", "extrapolation"}
+             and perturbation in (None, c.get("perturbation")) and severity in (None, c.get("severity"))]
     if not cells:
         return None
     worst = max(cells, key=lambda c: float(c["object_f1_drop"]))

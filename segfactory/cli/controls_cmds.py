@@ -141,6 +141,10 @@ def aa_cmd(
                         set_reference=s.services.set_reference, progress=_progress)
         after = s.spent()
     summary = result.summary()
+    if summary["gate_rule"]["wins"]:  # the false-win replay of the promoted wins on the sealed tier
+        from controls.replay import replay
+
+        summary["replay"] = replay(resolved, {run_id}, run_id, progress=_progress)
     summary["ledger"] = {t: after.get(t, 0) - before.get(t, 0) for t in ("confirm-a", "confirm-b")}
     summary["audit_sandbox_runs"] = sandbox_runs(resolved, run_id)
     people = resolved.people_dir(run_id)

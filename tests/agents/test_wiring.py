@@ -67,3 +67,27 @@ def test_the_report_lists_every_ticket_and_says_no_llm_was_configured(audit_log:
     assert "DEV_LOSS" in md and "FAILED" in md  # the tickets that did nothing are listed too
     assert paths["html"].read_text().startswith("<!doctype html>")
     assert render_markdown(report) == md
+
+
+def test_the_run_stops_when_the_next_ticket_would_pass_the_wall_time(audit_log: Log, tmp_path: Path) -> None:
+    import itertools
+
+    from agents.graph import LoopDeps, build_graph
+    from agents.judge import Judge
+    from agents.llm import LLMUsage
+    from agents.proposer import get_proposer
+    from agents.validate import RunCaps, load_budget_policy, ticket_problems
+    from segfactory.records import Budget
+
+    policy, ticks = load_budget_policy(), itertools.count(0, 100)  # every clock read: 100 s later
+    services = make_services()
+    deps = LoopDeps(services=services, judge=Judge(audit_log), sink=audit_log, usage=LLMUsage(),
+                    proposer=get_proposer("rules", sink=audit_log, usage=LLMUsage(),
+                                          default_budget=Budget(device_seconds=60, epochs=2),
+                                          caps=Budget(device_seconds=120, epochs=10)),
+                    caps=RunCaps(wall_seconds=250, device_seconds=600, tickets=20, llm_tokens=0),
+                    check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: 7,
+                    clock=lambda: float(next(ticks)))
+    state = run_loop(build_graph(deps, tmp_path / "state.sqlite"), "w4")
+    assert state["tickets_run"] == 2  # 200 s spent at 100 s a ticket: a third would end at 300 > 250
+    assert state["stop_reason"] == "budget: wall time 250 s would be passed by the next ticket"

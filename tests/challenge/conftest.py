@@ -16,9 +16,13 @@ from runner.scheduler import Scheduler
 from segfactory.home import Home
 from segfactory.records import Ticket
 from synthetic.versions import DatasetVersion
-from tests.runner.conftest import BASE_CONFIG, StandinLauncher, dataset, home, scheduler  # noqa: F401 (fixtures)
+from tests.runner import conftest as runner_fixtures
+from tests.runner.conftest import BASE_CONFIG, StandinLauncher
 
 RUN = "r1"
+home = runner_fixtures.home  # the runner tests' fixtures: a home, an approved tiny version, a scheduler
+dataset = runner_fixtures.dataset
+scheduler = runner_fixtures.scheduler
 
 
 def make_ticket(tid: str = "t1", seconds: float = 60) -> Ticket:

@@ -97,7 +97,10 @@ def console_home(tmp_path: Path) -> Iterator[ConsoleHome]:
     log.append("runner", "ticket_started", {"ticket_id": "r1-t001"}, run_id=RUN)
     log.append("system", "run_start", {"run": "r0"}, run_id="r0")
     seed_run(home, RUN, {"tickets_run": 1, "device_seconds": 42.0,
-                         "history": [{"ticket_id": "r1-t001", "tier": "confirm-a", "verdict": "NO_WIN"}],
+                         "history": [{"ticket_id": "r1-t001", "arm": "agent", "hypothesis": "lower lr helps thin voids",
+                                      "change": {"lr": 0.0005}, "tier": "confirm-a", "verdict": "NO_WIN"}],
+                         "decisions": [{"ticket_id": "r1-t001", "decision": "reject", "by": "rule",
+                                        "reason": "no WIN on confirm-a"}],
                          "queue": [], "taken_approvals": []})
     ApprovalQueue(home.state_db, log).request(data_request(), RUN)
     seed_dataset(home, tmp_path / "splits")

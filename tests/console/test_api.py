@@ -78,6 +78,16 @@ def test_hostile_payloads_render_inert(client: Any, console_home: ConsoleHome) -
     assert "\\x1b[31mRED" in client.get(f"/audit/blob/{console_home.blob}").text
 
 
+def test_agent_text_in_chat_and_lists_renders_inert(client: Any, console_home: ConsoleHome) -> None:
+    from agents.approvals import ApprovalQueue
+    from tests.console.conftest import HOSTILE, data_request
+
+    hostile = data_request("r1-dr2").model_copy(update={"hypothesis": HOSTILE})
+    ApprovalQueue(console_home.home.state_db, console_home.log).request(hostile, RUN)
+    for page in (client.get("/approvals/r1-dr2").text, client.get("/approvals").text):
+        assert "<script>" not in page and "\x1b" not in page and "&lt;script&gt;" in page
+
+
 def test_a_tampered_log_shows_a_broken_chain(client: Any, console_home: ConsoleHome) -> None:
     log = console_home.home.audit / "log.jsonl"
     log.write_text(log.read_text().replace("ticket_started", "ticket_startex"))
@@ -178,7 +188,17 @@ def test_run_page_shows_verdicts_and_plots(client: Any, console_home: ConsoleHom
     Image.new("L", (8, 8)).save(people / "dice.png")
     page = client.get(f"/runs/{RUN}").text
     assert "r1-t001" in page and "NO_WIN" in page and f"/runs/{RUN}/plots/dice.png" in page
+    assert "lower lr helps thin voids" in page and "no WIN on confirm-a" in page
     assert client.get(f"/runs/{RUN}/plots/dice.png").headers["content-type"] == "image/png"
     assert client.get(f"/runs/{RUN}/plots/../../../home.json").status_code in (400, 404)
     assert [r["run_id"] for r in client.get("/api/runs").json()["runs"]] == [RUN]  # approval threads left out
     assert client.get(f"/api/runs/{RUN}").json()["tickets_run"] == 1
+
+
+def test_a_huge_blob_is_cut_and_says_so(client: Any, console_home: ConsoleHome) -> None:
+    from console._audit_view import MAX_BLOB_BYTES
+
+    ref = console_home.log.put_blob(b"A" * (MAX_BLOB_BYTES + 1000))
+    page = client.get(f"/audit/blob/{ref}").text
+    assert "1000 more bytes not shown" in page
+    assert "is missing" in client.get(f"/audit/blob/blob:{'0' * 64}").text

@@ -19,7 +19,7 @@ import pytest
 from synthetic.splits import read_split
 from synthetic.versions import resolve
 from tests.conftest import REPO
-from tests.console.conftest import REQUEST, RUN, ConsoleHome
+from tests.console.conftest import REQUEST, RUN, ConsoleHome, seed_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts" / "console"
@@ -78,7 +78,7 @@ def _shot(tab: Any, name: str) -> None:
         shutil.copy(ARTIFACTS / name, DOCS_SHOTS / name)
 
 
-def test_approve_a_data_request_through_the_chat(page: Any) -> None:
+def test_approve_a_data_request_through_the_chat(page: Any, console_home: ConsoleHome) -> None:
     from playwright.sync_api import expect
 
     expect(page.locator("h1")).to_have_text("Runs")
@@ -93,10 +93,29 @@ def test_approve_a_data_request_through_the_chat(page: Any) -> None:
     expect(page.locator("#req-status")).to_have_text("approved")
     expect(page.locator("#approved-tickets")).to_contain_text("r1-dr1-data")
     _shot(page, "approvals-chat.png")
+    _plot(console_home.home.people_dir(RUN) / "verdicts.png")
     page.goto(f"{page.base}/runs/{RUN}")
     expect(page.locator("#approved-tickets")).to_contain_text("r1-dr1-data")
+    expect(page.locator(".plots img")).to_have_count(1)
     expect(page.locator("#verdicts")).to_contain_text("NO_WIN")
     _shot(page, "run.png")
+    seed_run(console_home.home, RUN, {"tickets_run": 2, "device_seconds": 99.0, "taken_approvals": ["r1-dr1-data"]})
+    expect(page.locator("#tickets-run")).to_have_text("2", timeout=10_000)  # the page polls /api/runs/<id>
+    expect(page.locator("#approved-tickets")).to_contain_text("taken into the run's queue")
+
+
+def _plot(path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(4, 2.5), dpi=80)
+    ax.bar(["WIN", "NO_WIN", "DEV_LOSS"], [0, 1, 3])
+    ax.set_title("verdicts")
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def _draw(page: Any, points: list[tuple[float, float]]) -> None:

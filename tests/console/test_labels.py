@@ -60,6 +60,10 @@ def test_keep_fix_drop_then_apply_makes_a_new_version(client: Any, console_home:
     assert all(r["actor"] == "human" for r in decisions)
     applied = [r for r in lines if r["event"] == "label_review_applied"][0]["payload"]
     assert applied["confirmed_errors"] == 2 and applied["human_minutes_per_image"] == 0.5
+    from console import review_stats
+
+    expected = {k: v for k, v in applied.items() if k not in ("by", "new_version", "parent")}
+    assert review_stats(console_home.home) == [expected]
 
 
 def test_fixed_split_passes_the_data_check(client: Any, console_home: ConsoleHome) -> None:
@@ -92,3 +96,9 @@ def test_a_mask_of_the_wrong_size_is_refused(client: Any) -> None:
     reply = _decide(client, 3, "fix", mask=_png(np.zeros((SIZE + 1, SIZE), np.uint8)))
     assert reply.status_code == 400 and "the mask is" in reply.text
     assert _decide(client, 3, "fix", mask="not a data url").status_code == 400
+
+
+def test_dataset_names_with_path_tricks_are_refused(client: Any) -> None:
+    for path in ("/labels/../v1", "/labels/..%2Fx/v1", "/labels/.hidden/v1", "/labels/synthetic/latest"):
+        assert client.get(path).status_code in (400, 404), path
+    assert "not a dataset version" in client.get("/labels/.hidden/v1").text

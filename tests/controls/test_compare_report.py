@@ -11,7 +11,7 @@ from controls.compare import _curve
 from controls.compare_report import summarise, write_plot
 
 
-def run(sealed: float, curve: list[tuple[float, float]], promoted: int = 0, llm: dict[str, Any] | None = None) -> dict[str, Any]:
+def run(sealed: float, curve: list[tuple[float, float | None]], promoted: int = 0, llm: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"curve": _curve(curve), "promoted": promoted, "llm": llm or {},
             "sealed": {"object_f1": {"estimate": sealed, "low": sealed - 0.02, "high": sealed + 0.02}}}
 
@@ -22,8 +22,9 @@ def results(agent: float, sweep: float) -> dict[str, list[dict[str, Any]]]:
             "sweep-tpe": [run(sweep, [(60, 0.52), (60, 0.51)])] * 3}
 
 
-def test_best_so_far_is_cumulative() -> None:
+def test_best_so_far_is_cumulative_and_failures_spend_seconds() -> None:
     assert _curve([(60, 0.5), (50, 0.4), (70, 0.6)]) == [(60, 0.5), (110, 0.5), (180, 0.6)]
+    assert _curve([(30, None), (60, 0.5), (20, None)]) == [(90, 0.5), (110, 0.5)]
 
 
 def test_the_report_says_plainly_when_the_sweep_ties_or_wins() -> None:
@@ -48,3 +49,32 @@ def test_the_plot_is_a_png(tmp_path: Path) -> None:
     path = write_plot(results(0.6, 0.6), tmp_path / "people" / "best_so_far.png")
     with Image.open(path) as image:
         assert image.format == "PNG" and image.size[0] > 300
+
+
+def test_arm_curves_are_read_from_the_people_files(tmp_path: Path) -> None:
+    import json
+
+    from controls.compare import _agent_arm, _sweep_arm
+    from segfactory.home import Home
+
+    home = Home(tmp_path / "home")
+    sweep_people = home.people_dir("sw")
+    sweep_people.mkdir(parents=True)
+    trials = [{"ticket_id": "sw-t000", "dev_score": 0.4, "device_seconds": 60.0, "status": "dev_loss",
+               "confirm_a": None, "decision": None},
+              {"ticket_id": "sw-t001", "dev_score": None, "device_seconds": 30.0, "status": "failed",
+               "confirm_a": None, "decision": None},
+              {"ticket_id": "sw-t002", "dev_score": 0.6, "device_seconds": 120.0, "status": "dev_win",
+               "confirm_a": "WIN", "decision": "promote"}]
+    (sweep_people / "sweep.jsonl").write_text("".join(json.dumps(t) + "\n" for t in trials))
+    arm = _sweep_arm(home, "sw")
+    assert arm["curve"] == [(60.0, 0.4), (90.0, 0.4), (210.0, 0.6)] and arm["best_ticket"] == "sw-t002"
+    assert (arm["dev_wins"], arm["confirm_a_wins"], arm["promoted"]) == (1, 1, 1)
+    agent_people = home.people_dir("r1")
+    agent_people.mkdir(parents=True)
+    (agent_people / "dev_comparisons.jsonl").write_text(json.dumps({"ticket_id": "r1-t001", "object_f1": 0.3}) + "\n")
+    (home.tickets_dir("r1") / "r1-t001").mkdir(parents=True)
+    (home.tickets_dir("r1") / "r1-t001" / "outcome.json").write_text(json.dumps({"device_seconds": 80.0}))
+    (home.runs / "r1" / "llm_usage.json").write_text(json.dumps({"input_tokens": 5, "output_tokens": 1}))
+    agent = _agent_arm(home, "r1")
+    assert agent["curve"] == [(80.0, 0.3)] and agent["llm"]["input_tokens"] == 5 and agent["promoted"] == 0
