@@ -74,8 +74,8 @@ def _promoted(home: Home, run_id: str) -> int:
 
 def _run_arm(home_path: Path | None, arm: str, seed: int, budget_s: float, proposer: str, profile: str,
              backend: str, progress: Callable[[str], None]) -> dict[str, Any]:
+    from controls.arms import run_sweep_arm
     from controls.session import new_run_id
-    from segfactory.cli.controls_cmds import run_sweep_arm
 
     home = Home.resolve(home_path)
     if arm == "agent":
@@ -86,7 +86,8 @@ def _run_arm(home_path: Path | None, arm: str, seed: int, budget_s: float, propo
         return _agent_arm(home, summary["run_id"])
     sampler = arm.removeprefix("sweep-")
     summary = run_sweep_arm(home_path, sampler=sampler, budget_s=budget_s, seed=seed, storage=None, space_path=None,
-                            profile=profile, backend=backend, run_id=new_run_id(f"sweep-{sampler}-s{seed}-"))
+                            profile=profile, backend=backend, run_id=new_run_id(f"sweep-{sampler}-s{seed}-"),
+                            progress=progress)
     return _sweep_arm(home, summary["run_id"])
 
 

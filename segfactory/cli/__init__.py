@@ -23,6 +23,7 @@ from segfactory.cli import (
     data_cmds,
     gate_cmds,
     home_cmds,
+    label_cmds,
     realism_cmds,
     runner_cmds,
     sandbox_cmds,
@@ -53,6 +54,7 @@ for module in (
     console_cmds,
     challenge_cmds,
     realism_cmds,
+    label_cmds,
 ):
     module.register(app)
 

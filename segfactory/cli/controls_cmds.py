@@ -78,44 +78,19 @@ def sweep_cmd(
     budget_s = _seconds(budget)
     if max_trials is not None and max_trials < 1:
         raise UsageError(f"--max-trials {max_trials}: expected at least 1")
+    from controls.arms import run_sweep_arm
     from controls.session import new_run_id
 
-    run_id = new_run_id(f"sweep-{sampler}-")
-    summary = run_sweep_arm(home, sampler=sampler, budget_s=budget_s, seed=seed, storage=storage,
-                            space_path=space, profile=profile, backend=backend, run_id=run_id, max_trials=max_trials)
+    _check_common(profile, backend)
+    summary = run_sweep_arm(home, sampler=sampler, budget_s=budget_s, seed=seed, storage=storage, space_path=space,
+                            profile=profile, backend=backend, run_id=new_run_id(f"sweep-{sampler}-"),
+                            max_trials=max_trials, progress=_progress)
     if json_out:
         emit_json(summary)
         return
     typer.echo(f"sweep {summary['run_id']}: {summary['trials']} trials, {summary['device_seconds']:.0f} device-s, "
                f"{summary['dev_wins']} dev wins, {summary['promoted']} promoted; best dev object F1 "
                f"{summary['best_dev_score']} ({summary['best_ticket']})")
-
-
-def run_sweep_arm(home: Path | None, *, sampler: str, budget_s: float, seed: int, storage: str | None,
-                  space_path: Path | None, profile: str, backend: str, run_id: str,
-                  max_trials: int | None = None) -> dict[str, Any]:
-    """Validate everything, then run one sweep; returns its summary (also used by ``compare``)."""
-    import yaml
-
-    from agents.run import REPO
-    from controls.session import control_session
-    from controls.space import SEARCH_SPACE, load_space
-    from controls.sweep import check_sweep, run_sweep, storage_url
-    from segfactory.home import Home
-
-    defaults = _check_common(profile, backend)
-    base = yaml.safe_load((REPO / defaults.base_config).read_text())
-    root = Home.resolve(home).root
-    plan = check_sweep(sampler, budget_s, seed, storage_url(root, storage), load_space(space_path or SEARCH_SPACE),
-                       base, defaults.ticket)
-    resolved, used_profile = _home(home, profile)
-    with control_session(resolved, backend=backend, profile=used_profile, run_id=run_id, kind="sweep",
-                         progress=_progress) as s:
-        result = run_sweep(plan, s.services, s.judge, run_id=run_id, make_seed=s.make_seed,
-                           people=resolved.people_dir(run_id), max_trials=max_trials, progress=_progress)
-    summary = {**result.summary(), "sampler": sampler, "seed": seed, "budget_s": budget_s, "storage": plan.storage}
-    (resolved.people_dir(run_id) / "sweep.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
-    return summary
 
 
 def aa_cmd(

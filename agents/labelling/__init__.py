@@ -1,0 +1,90 @@
+"""The labelling loop, first step: ``label propose`` (docs/labelling.md).
+
+    from agents.labelling import propose_labels
+    queue, path = propose_labels(home, Path("unlabelled/"))   # the current best labels the images
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.labelling._propose import (
+    BOX_MARGIN_PX,
+    THRESHOLD,
+    QueueItem,
+    ReviewQueue,
+    decode_mask,
+    propose,
+)
+from segfactory.errors import HomeError
+from segfactory.home import Home
+from segfactory.records import Actor
+
+BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # written by `segfactory init`
+PROMOTIONS_FILE = "promotions.jsonl"  # under runs/: every promoted model (agents.services)
+QUEUES_DIR = Path("runs") / "labels"  # <home>/runs/labels/<content hash[:12]>/queue-<ts>.json
+
+
+def current_best_model(home: Home) -> Path:
+    """The host copy of the gate's current best (the ledger's head: a retraction counts)."""
+    from gate.ledger import Ledger
+
+    ledger_path = home.vault / "ledger.sqlite"
+    if not ledger_path.is_file():
+        raise HomeError(f"no gate ledger at {ledger_path}; run `segfactory init`, or pass --model")
+    ledger = Ledger(ledger_path)
+    try:
+        best = ledger.current_best()
+    finally:
+        ledger.close()
+    if best is None:
+        raise HomeError("the gate has no current best; `segfactory init` registers the baseline")
+    for candidate in _known_models(home):
+        if candidate.is_file() and _sha256(candidate) == best["model_sha256"]:
+            return candidate
+    raise HomeError(f"the current best {best['model_sha256'][:12]}… has no host copy; pass --model")
+
+
+def _known_models(home: Home) -> list[Path]:
+    promotions = home.runs / PROMOTIONS_FILE
+    rows = promotions.read_text().splitlines() if promotions.is_file() else []
+    return [*(Path(json.loads(r)["model"]) for r in reversed(rows) if r.strip()), home.root / BASELINE_MODEL]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def propose_labels(home: Home, data: Path, *, model: Path | None = None, scorer: Any = None,
+                   audit: Any = None, out: Path | None = None) -> tuple[ReviewQueue, Path]:
+    """Label the split at ``data`` with ``model`` (default: the current best); write the review queue."""
+    from runner import default_scorer
+    from synthetic.splits import read_split
+
+    proposer = home.root / BASELINE_MODEL
+    if not proposer.is_file():
+        raise HomeError(f"no classical detector at {proposer}; run `segfactory init`")
+    model = model or current_best_model(home)
+    split = read_split(data)
+    images = np.asarray(split.images)
+    hashes = [str(row.get("sha256", "")) for row in split.image_meta]
+    items = propose(images, hashes, model, proposer, scorer or default_scorer)
+    queue = ReviewQueue(data=str(Path(data).resolve()), data_content_hash=split.content_hash, model=str(model),
+                        model_sha256=_sha256(model), proposer=str(proposer), n_images=len(split), items=items)
+    path = out or home.root / QUEUES_DIR / split.content_hash[:12] / f"queue-{int(queue.created)}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(queue.model_dump_json(indent=1))
+    if audit is not None:
+        audit.append(Actor.SYSTEM, "labels_proposed", {"queue": str(path), "data": queue.data, "items": len(items),
+                                                       "data_content_hash": queue.data_content_hash,
+                                                       "model_sha256": queue.model_sha256})
+    return queue, path
+
+
+__all__ = ["BOX_MARGIN_PX", "THRESHOLD", "QueueItem", "ReviewQueue", "current_best_model", "decode_mask",
+           "propose", "propose_labels"]
