@@ -95,8 +95,8 @@ def _write_report(services: Any, run_id: str, stop_reason: str, record: dict[str
     home, people = services.home, services.people
     services.setup.audit.flush_anchor(run_id)
     state = services.state_reader()
-    tickets = {t["id"]: t for t in rpt._read_jsonl(people / TICKETS_FILE)}
-    rows = rpt.ticket_rows(state, home.tickets_dir(run_id), rpt._read_jsonl(people / DEV_COMPARISONS), tickets)
+    tickets = {t["id"]: t for t in rpt.read_jsonl(people / TICKETS_FILE)}
+    rows = rpt.ticket_rows(state, home.tickets_dir(run_id), rpt.read_jsonl(people / DEV_COMPARISONS), tickets)
     approvals = [{"id": a.id, "status": a.status, "hypothesis": a.ticket.hypothesis}
                  for a in deps.approvals.requests() if a.run_id == run_id]
     milestone_file = people / "milestones" / f"{run_id}-final.json"

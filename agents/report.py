@@ -85,7 +85,7 @@ class RunReport(_Rec):
     plots: dict[str, str] = Field(default_factory=dict)
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -250,4 +250,4 @@ def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> d
 
 
 __all__ = ["REPORT_HTML", "REPORT_JSON", "REPORT_MD", "AuditSummary", "RunReport", "TicketRow", "audit_summary",
-           "counts", "ticket_rows", "write"]
+           "counts", "read_jsonl", "ticket_rows", "write"]

@@ -69,7 +69,8 @@ def bare_loop(dataset: Any, config: dict[str, Any], trials: int, root: Path) -> 
     return (time.monotonic() - start) / trials
 
 
-def sweep_loop(dataset: Any, config: dict[str, Any], trials: int, root: Path, home: Home) -> float:
+def sweep_loop(dataset: Any, config: dict[str, Any], trials: int, root: Path, home: Home) -> tuple[float, float]:
+    """Per trial: the wall time, and the part of it the worker spent in the sandbox (device-seconds)."""
     from agents.judge import Judge
     from agents.services import BASELINE_MODEL, RunSetup
     from controls.session import ControlServices
@@ -96,7 +97,7 @@ def sweep_loop(dataset: Any, config: dict[str, Any], trials: int, root: Path, ho
     failed = [t["reason"] for t in result.trials if t["status"] == "failed"]
     if failed:
         raise SystemExit(f"a sweep trial failed: {failed[0]}")
-    return seconds / trials
+    return seconds / trials, sum(t["device_seconds"] for t in result.trials) / trials
 
 
 def main() -> None:
@@ -113,12 +114,14 @@ def main() -> None:
         home = Home(root / "home")
         config = bench_config(args.epochs)
         bare = bare_loop(dataset, config, args.trials, root)
-        swept = sweep_loop(dataset, config, args.trials, root, home)
+        swept, in_sandbox = sweep_loop(dataset, config, args.trials, root, home)
         sys.stdout.write(
             f"sweep overhead ({args.trials} trials, {args.n_train} train / {N_DEV} dev, {SIZE}px, "
             f"{args.epochs} epochs, bwrap, gate excluded):\n"
             f"  bare in-process Optuna loop: {bare:.1f}s per trial\n"
-            f"  segfactory sweep (run_sweep, tickets in the sandbox): {swept:.1f}s per trial\n"
+            f"  segfactory sweep (run_sweep, tickets in the sandbox): {swept:.1f}s per trial"
+            f" = worker in sandbox {in_sandbox:.1f}s + host side (runner evidence, pipeline, Optuna)"
+            f" {swept - in_sandbox:.1f}s\n"
             f"  ratio sweep / bare: {swept / bare:.3f} (target <= 1.10)\n")
 
 

@@ -41,6 +41,8 @@ def locate(home: Home, ticket_id: str, run_id: str | None = None) -> Located:
     """The challenged ticket's records; a UsageError names what is missing and what to do."""
     if not TICKET_ID.match(ticket_id):
         raise UsageError(f"{ticket_id!r} is not a ticket id (letters, digits, '.', '_', '-'; at most 64)")
+    if run_id is not None and not TICKET_ID.match(run_id):
+        raise UsageError(f"{run_id!r} is not a run id (letters, digits, '.', '_', '-'; at most 64)")
     run_id, folder = _ticket_folder(home, ticket_id, run_id)
     outcome = _outcome(folder)
     people = home.people_dir(run_id)

@@ -59,22 +59,25 @@ def win_verdict(claim: Claim, rederived: list[Condition], policy: ChallengePolic
 
 def collapse_verdict(claim: Claim, original: Condition, rederived: list[Condition], control: Condition | None,
                      checks: list[RangeCheck], policy: ChallengePolicy) -> tuple[Verdict, list[str]]:
-    """Retract a collapse that does not reproduce, or that came from evaluating outside the trained range
-    while training over the full range holds up; uphold it otherwise."""
-    drops = [_drop(c) for c in rederived if _drop(c) is not None]
-    collapsed = sum(d >= policy.collapse_drop for d in drops if d is not None)
-    share = collapsed / len(drops) if drops else 0.0
+    """Uphold a collapse that reproduces and is not an extrapolation; retract it otherwise.
+
+    Inside the trained range, reproduction decides. Outside it, the full-range control decides
+    first: a small drop there makes the collapse an artefact of the evaluation, whether or not
+    the narrow seeds reproduce it; a control that collapses too leaves reproduction to decide."""
+    drops = [d for c in rederived if (d := _drop(c)) is not None]
+    collapsed = sum(d >= policy.collapse_drop for d in drops)
+    reproduced = bool(drops) and collapsed / len(drops) >= policy.collapse_uphold_fraction
     reasons = [f"{collapsed}/{len(drops)} re-derived seeds collapse again (object-F1 drop ≥ {policy.collapse_drop:g}"
                f" under {claim.perturbation} severity {claim.severity}; drops: "
-               + (", ".join(f"{d:.3f}" for d in drops if d is not None) or "none") + ")"]
-    if not drops or share < policy.collapse_uphold_fraction:
-        return Verdict.RETRACTED, [*reasons, "the claimed collapse does not reproduce"]
+               + (", ".join(f"{d:.3f}" for d in drops) or "none") + ")"]
     own = checks[0]
     if own.within_training_range:
-        return Verdict.UPHELD, [*reasons, f"the evaluation ({own.perturbation} = {own.value:g}) lies inside the "
-                                          f"trained range of {own.augment_field}: a real vulnerability"]
+        if reproduced:
+            return Verdict.UPHELD, [*reasons, f"the evaluation ({own.perturbation} = {own.value:g}) lies inside "
+                                              f"the trained range of {own.augment_field}: a real vulnerability"]
+        return Verdict.RETRACTED, [*reasons, "the claimed collapse does not reproduce"]
     reasons.append(_outside(own))
-    control_drop = _drop(control) if control is not None else None
+    control_drop = _drop(control)
     if control_drop is None:
         return Verdict.RETRACTED, [*reasons, "no model trained over the full range could be measured; the claim "
                                              "rests on an extrapolation and is withdrawn"]
@@ -82,8 +85,10 @@ def collapse_verdict(claim: Claim, original: Condition, rederived: list[Conditio
         return Verdict.RETRACTED, [*reasons, f"trained over the full range ({_trained(checks[-1])}) the drop is "
                                              f"{control_drop:.3f} < {policy.collapse_drop:g}: the collapse is an "
                                              "artefact of evaluating outside the training range"]
-    return Verdict.UPHELD, [*reasons, f"it collapses even when trained over the full range (drop "
-                                      f"{control_drop:.3f}): a real vulnerability"]
+    if reproduced:
+        return Verdict.UPHELD, [*reasons, f"it collapses even when trained over the full range (drop "
+                                          f"{control_drop:.3f}): a real vulnerability"]
+    return Verdict.RETRACTED, [*reasons, "the claimed collapse does not reproduce"]
 
 
 def _drop(c: Condition | None) -> float | None:

@@ -40,6 +40,18 @@ def _seconds(text: str | None, flag: str) -> float | None:
         raise UsageError(f"{flag} {text!r}: {exc}") from None
 
 
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}  # local:URL needs none
+
+
+def _check_key(proposer: str) -> None:
+    """A vendor proposer without its key fails here, before any set-up (keys come only from the env)."""
+    import os
+
+    env = KEY_ENV.get(proposer.split(":", 1)[0])
+    if env and not os.environ.get(env):
+        raise UsageError(f"{env} is not set; export it to use --proposer {proposer}, or use --proposer rules")
+
+
 def _profile_of(home: Any, asked: str) -> str:
     existing = str(home.info().get("profile", asked))
     if existing != asked:
@@ -67,6 +79,7 @@ def run_cmd(
 
     if proposer != "rules" and proposer.split(":", 1)[0] not in {p.split(":")[0] for p in KNOWN_PROPOSERS}:
         raise UsageError(f"proposer {proposer!r} is not registered; known: {', '.join(KNOWN_PROPOSERS)}")
+    _check_key(proposer)
     budget_s, wall_s = _seconds(budget, "--budget"), _seconds(wall, "--wall")  # bad input fails before any set-up
     resolved = home_for(home, create=True, profile=profile)
     request = RunRequest(home=resolved, profile=_profile_of(resolved, profile), proposer=proposer, backend=backend,

@@ -41,6 +41,8 @@ def test_over_budget_and_nothing_claimed_are_refused_before_anything_runs(finish
         challenge_ticket(finished.setup, "t1", seeds=1)
     with pytest.raises(UsageError, match="not a ticket id"):
         challenge_ticket(finished.setup, "../t1", seeds=1)
+    with pytest.raises(UsageError, match="not a run id"):
+        challenge_ticket(finished.setup, "t1", seeds=1, run_id="../r1")
     dev_comparison(finished.home, "t1", finished.dev_f1, finished.dev_f1 - 0.1)
     with pytest.raises(LimitExceeded, match="max_seeds 8"):
         challenge_ticket(finished.setup, "t1", seeds=9)
@@ -48,7 +50,7 @@ def test_over_budget_and_nothing_claimed_are_refused_before_anything_runs(finish
     with pytest.raises(LimitExceeded, match=r"2 re-runs x 60 device-s = 120 > .* 100"):
         challenge_ticket(finished.setup, "t1", seeds=2)
     refused = payloads(finished.home, "challenge_refused")
-    assert len(refused) == 4 and all("over budget" in p["reason"] for p in refused[2:])
+    assert len(refused) == 5 and all("over budget" in p["reason"] for p in refused[3:])
     assert challenge_files(finished.home) == []
     assert not any(p.name.startswith("ch-") for p in finished.home.tickets_dir(RUN).iterdir())
 

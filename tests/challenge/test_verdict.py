@@ -76,8 +76,20 @@ def test_collapse_branches_upheld_and_not_reproduced() -> None:
     verdict, reasons = collapse_verdict(claim(), inside, [cond("s1", 2, FULL, 0.8, 0.3)], None,
                                         [range_check(claim(), inside)], POLICY)
     assert verdict is Verdict.UPHELD and "real vulnerability" in reasons[-1]
-    verdict, reasons = collapse_verdict(claim(), original, [cond("s1", 2, NARROW, 0.8, 0.75)], None, checks, POLICY)
+    verdict, reasons = collapse_verdict(claim(), inside, [cond("s1", 2, FULL, 0.8, 0.75)], None,
+                                        [range_check(claim(), inside)], POLICY)
     assert verdict is Verdict.RETRACTED and "does not reproduce" in reasons[-1]
+    verdict, reasons = collapse_verdict(claim(), original, [cond("s1", 2, NARROW, 0.8, 0.75)], None, checks, POLICY)
+    assert verdict is Verdict.RETRACTED and "extrapolation" in reasons[-1]
+
+
+def test_an_out_of_range_artefact_is_retracted_even_when_the_narrow_seeds_vary() -> None:
+    original = cond("claimed", 1, NARROW, 0.8, 0.3)
+    control = cond("full", 2, FULL, 0.8, 0.78)
+    checks = [range_check(claim(), original), range_check(claim(), control)]
+    verdict, reasons = collapse_verdict(claim(), original, [cond("s1", 2, NARROW, 0.8, 0.65)], control, checks,
+                                        POLICY)
+    assert verdict is Verdict.RETRACTED and reasons[0].startswith("0/1") and "artefact" in reasons[-1]
 
 
 def test_win_verdict_counts_seeds_that_beat_the_reference() -> None:

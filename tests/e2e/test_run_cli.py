@@ -27,6 +27,15 @@ def test_run_refuses_bad_input_before_any_set_up(cli: Cli, tmp_home: Path, args:
     assert not tmp_home.exists()
 
 
+def test_a_vendor_proposer_without_its_key_fails_before_any_set_up(cli: Cli, tmp_home: Path) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    result = cli("run", "--home", str(tmp_home), "--proposer", "anthropic:claude-x", env=env)
+    assert result.returncode != 0 and "ANTHROPIC_API_KEY is not set" in result.stderr
+    assert not tmp_home.exists()
+
+
 def test_report_of_an_unknown_run_says_how_to_finish_it(cli: Cli, tmp_home: Path) -> None:
     result = cli("report", "r-none", "--home", str(tmp_home), "--json")
     assert result.returncode != 0 and result.stdout == ""
