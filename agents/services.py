@@ -197,15 +197,23 @@ class HostServices:
         return verdict
 
     def promote(self, ticket_id: str) -> None:
+        """Ask the gate to promote: it checks its own ledger for the confirm-a WIN and the replicate WIN.
+
+        Idempotent: the gate answers a repeated promotion with the same best, and the host records
+        its copy of the model once.
+        """
         from audit.gate_events import pull
-        from gate.setup import register_best
 
         model = self.home.tickets_dir(self.setup.run_id) / ticket_id / "model.onnx"
         sha = _sha256(model)
-        if self.setup.gate.status().get("current_best") != sha:
-            register_best(self.home.root, model, "promotion",
-                          f"run {self.setup.run_id}: {ticket_id} won confirm-a and its replicate won confirm-b")
-            with (self.home.runs / PROMOTIONS_FILE).open("a") as fh:
+        record = self.home.runs / PROMOTIONS_FILE
+        already = record.is_file() and any(json.loads(line).get("sha256") == sha
+                                           for line in record.read_text().splitlines() if line.strip())
+        promoted = self.setup.gate.promote(ticket_id)
+        if promoted != sha:
+            raise GateError(f"gate promoted model {promoted[:12]} for {ticket_id}, but the host copy is {sha[:12]}")
+        if not already:
+            with record.open("a") as fh:
                 fh.write(json.dumps({"model": str(model), "sha256": sha, "run_id": self.setup.run_id,
                                      "ticket_id": ticket_id}) + "\n")
             self.audit("best_promoted", {"ticket_id": ticket_id, "model_sha256": sha})

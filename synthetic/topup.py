@@ -23,9 +23,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from segfactory.errors import DataError, LimitExceeded, UsageError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
@@ -298,14 +299,41 @@ def run_topup(home: Any, plan: TopupPlan, *, base_ref: str, real_path: Path, exe
             curve[arm][n] = slice_counts(scorer(model, np.asarray(real.images)), real, plan.slice_name, threshold)
     if 0 not in curve["nothing"]:
         raise DataError(f"the nothing arm did not train ({tickets[0]['status']}); no comparison is possible")
-    report = {"slice": plan.slice_name, "doses": plan.doses, "seed": plan.seed, "epochs": plan.epochs,
+    response = summarise(curve, plan.doses, plan.seed)
+    report: dict[str, Any] = {"slice": plan.slice_name, "doses": plan.doses, "seed": plan.seed, "epochs": plan.epochs,
               "ticket_seconds": plan.ticket_seconds, "budget_s": plan.budget_s, "base": base.ref,
               "real_dev": {"n_images": len(real), "n_slice_voids": int(sum(c[1].sum() for c in curve["nothing"].values())),
                            "stand_in": bool(real.manifest.get("stand_in", False))},
               "measured_on": "real-dev (host side)", "tickets": tickets,
-              "dose_response": summarise(curve, plan.doses, plan.seed),
+              "dose_response": response,
               "milestone": {"tiers": "real-holdout", "models": [t["model"] for t in tickets if t["model"]],
                             "note": "the real-holdout tier is scored only at a gate milestone: "
                                     "segfactory gate milestone --tiers real-holdout --model M ..."}}
     report["plot"] = str(write_report(report, home.people_dir(run_id)))
+    record_round(home.people_dir(run_id), RoundRecord(
+        weakness=f"real-slice recall on {plan.slice_name}", fix_kind="targeted_synthetic",
+        fix=f"top-up doses {plan.doses} against augmentation and nothing",
+        result=response["turning_point"]["summary"], report=str(home.people_dir(run_id) / "topup.json")))
     return report
+
+
+class RoundRecord(BaseModel):
+    """One improvement round for people: weakness -> fix tried -> result (null results included)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    weakness: str
+    fix_kind: str  # targeted_synthetic, curation, config, model
+    fix: str
+    result: str
+    report: str | None = None
+
+
+def record_round(people_dir: Path, record: RoundRecord) -> Path:
+    """Append a round to ``people/rounds.jsonl`` (people only, never an agent's context)."""
+    people_dir.mkdir(parents=True, exist_ok=True)
+    path = people_dir / "rounds.jsonl"
+    with path.open("a") as handle:
+        handle.write(record.model_dump_json() + "\n")
+    return path

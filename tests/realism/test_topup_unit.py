@@ -80,3 +80,13 @@ def test_dose_response_names_where_more_stops_helping_and_where_it_hurts() -> No
     flat = turning_point([{"n": 0, "synthetic": {"vs_nothing": {"estimate": 0.0, "low": 0.0, "high": 0.0}}},
                           {"n": 50, "synthetic": {"vs_nothing": {"estimate": 0.01, "low": -0.05, "high": 0.07}}}])
     assert flat["helping"] == [] and "no dose measurably changed" in flat["summary"]
+
+
+def test_rounds_are_recorded_for_people_including_null_results(tmp_path: Path) -> None:
+    from synthetic.topup import RoundRecord, record_round
+
+    for result in ("no dose measurably changed real-slice recall", "helps at n=[250]"):
+        record_round(tmp_path, RoundRecord(weakness="thin voids", fix_kind="targeted_synthetic", fix="n=250",
+                                           result=result))
+    rows = (tmp_path / "rounds.jsonl").read_text().splitlines()
+    assert len(rows) == 2 and "no dose measurably changed" in rows[0]
