@@ -55,11 +55,27 @@ class RunSetup:
     scorer: Callable[[Path, np.ndarray], np.ndarray] | None = None  # default: runner.default_scorer
 
 
+TOP_RECOMMENDATIONS = 3  # recommendations printed after each analysis (the demo shows them)
+TABLE_KEYS = ("object_f1", "object_recall", "object_precision", "pixel_iou", "dice", "boundary_iou")
+
+
+def metrics_table(candidate: dict[str, float], best: dict[str, float], best_name: str) -> list[str]:
+    """Host-computed dev metrics of a ticket next to the current best's, recall by size bin included."""
+    keys = [k for k in TABLE_KEYS if k in candidate] + sorted(k for k in candidate if k.startswith("recall_size_"))
+    lines = [f"    {'dev metric':<28}{'ticket':>9}{'best ' + best_name:>22}"]
+    for key in keys:
+        other = best.get(key)
+        shown = f"{other:.3f}" if other is not None else "-"
+        lines.append(f"    {key:<28}{candidate[key]:>9.3f}{shown:>22}")
+    return lines
+
+
 @dataclass
 class _Best:
     sha256: str
     path: Path
     dev_f1: float
+    metrics: dict[str, float] = field(default_factory=dict)  # host-computed dev metrics of the best
 
 
 @dataclass
@@ -123,8 +139,8 @@ class HostServices:
 
             dev = self._dev()
             prob = np.asarray(self._score(path, dev.images))[:, 0]
-            f1 = float(aggregate(per_image_metrics(prob, dev.masks, threshold=0.5))["object_f1"])
-            self._best = _Best(sha, path, f1)
+            metrics = {k: float(v) for k, v in aggregate(per_image_metrics(prob, dev.masks, threshold=0.5)).items()}
+            self._best = _Best(sha, path, metrics["object_f1"], metrics)
         return self._best
 
     # -- FactoryServices ----------------------------------------------------------------------
@@ -134,6 +150,10 @@ class HostServices:
         best = self.best()
         self.setup.progress(f"analysing the current best {best.sha256[:12]} on dev (object F1 {best.dev_f1:.3f})")
         report = analyse_best(self, best.path, best.sha256)
+        from analysis.report import summary_lines
+
+        for n, line in enumerate(summary_lines(report, TOP_RECOMMENDATIONS), 1):
+            self.setup.progress(f"  recommendation {n}: {line}")
         self.audit("analysis_done", {"model_sha256": best.sha256, "recommendations": len(report.recommendations)})
         return DevAnalysis.from_report(report)
 
@@ -179,6 +199,9 @@ class HostServices:
                "dev_margin": self.setup.dev_margin, "dev_win": win, "metrics": metrics}
         with (self.people / DEV_COMPARISONS).open("a") as fh:  # people only: never in an agent's context
             fh.write(json.dumps(row, sort_keys=True) + "\n")
+        name = "classical" if best.path == self.home.root / BASELINE_MODEL else best.sha256[:12]
+        for line in metrics_table(metrics, best.metrics, name):
+            self.setup.progress(line)
         word = "dev win" if win else "dev loss"
         self.setup.progress(f"  {ticket.id}: dev object F1 {f1:.3f} vs best {best.dev_f1:.3f} -> {word} "
                             f"({seconds:.0f} device-s)")

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 PAD_QUANTUM_S = 2.0  # every /submit answer is padded to a multiple of this many seconds
 MAX_UPLOAD_BYTES = MAX_MODEL_BYTES * 4 // 3 + 64 * 1024  # base64 model + fields; past it: INVALID
 MAX_CONTROL_BYTES = 64 * 1024  # body of any other endpoint; past it: 413
+MAX_MILESTONE_BYTES = 256 * 1024**2  # /milestone body: a few base64 models; past it: 409 with the reason
 SOCKET_MODE = 0o660  # the Unix socket: owner and group `segfactory` only
 SOCKET_DIR_MODE = 0o750
 SERVICE_GROUP = "segfactory"
@@ -153,8 +154,8 @@ def _padding(start: float, quantum: float) -> float:
     return max(0.0, max(1, math.ceil(elapsed / quantum)) * quantum - elapsed)
 
 
-async def _json_body(request: Request) -> dict[str, Any] | None:
-    body = await _read_capped(request, MAX_CONTROL_BYTES)
+async def _json_body(request: Request, cap: int = MAX_CONTROL_BYTES) -> dict[str, Any] | None:
+    body = await _read_capped(request, cap)
     try:
         data = json.loads(body) if body is not None else None
     except ValueError:
@@ -196,7 +197,10 @@ def _add_milestone_route(app: FastAPI, gate: Gate, lock: threading.Lock) -> None
     async def milestone(request: Request) -> JSONResponse:
         from gate.milestones import MilestoneRequest, run_milestone
 
-        data = await _json_body(request)
+        data = await _json_body(request, MAX_MILESTONE_BYTES)
+        if data is None:
+            return JSONResponse({"error": f"milestone body is not a JSON object within MAX_MILESTONE_BYTES="
+                                          f"{MAX_MILESTONE_BYTES}"}, status_code=409)
         try:
             req = MilestoneRequest.model_validate(data)
 

@@ -10,13 +10,24 @@ from collections.abc import Sequence
 
 from agents.context import ProposerContext
 from agents.proposer._base import Proposer, Rejected, TicketDraft
-from segfactory.records import Budget, Recommendation
+from segfactory.records import Budget, Direction, ExpectedEffect, Recommendation, TicketKind
 
 
 def draft_from(rec: Recommendation, budget: Budget) -> TicketDraft:
     hypothesis = f"{rec.action}: {rec.rationale}" if rec.rationale else rec.action
     return TicketDraft(kind=rec.kind, hypothesis=hypothesis, change=dict(rec.change), budget=budget,
                        expected_effect=rec.predicted_effect, evidence=[f"recommendation:{rec.id}"])
+
+
+BASE_HYPOTHESIS = "base config: the run's base training config, unchanged, beats the current best"
+
+
+def base_config_draft(budget: Budget) -> TicketDraft:
+    """The first ticket of a rules run: the base config as it is (an empty change)."""
+    return TicketDraft(kind=TicketKind.CONFIG, hypothesis=BASE_HYPOTHESIS, change={}, budget=budget,
+                       expected_effect=ExpectedEffect(metric="object_f1", slice="all", direction=Direction.UP,
+                                                      size=0.05),
+                       evidence=["base-config"])
 
 
 class RulesProposer(Proposer):
@@ -31,6 +42,11 @@ class RulesProposer(Proposer):
         tried = {(h.hypothesis, repr(sorted(h.change.items()))) for h in context.history}
         refused = {r.draft.model_dump_json() for r in rejected}
         drafts: list[TicketDraft] = []
+        base = base_config_draft(self.default_budget)
+        if not context.history and base.model_dump_json() not in refused:
+            drafts.append(base)  # a run first checks that the base config beats the current best
+            if len(drafts) == n:
+                return drafts
         for rec in context.analysis.recommendations:
             draft = draft_from(rec, self.default_budget)
             if (draft.hypothesis, repr(sorted(draft.change.items()))) in tried or draft.model_dump_json() in refused:
