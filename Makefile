@@ -11,6 +11,7 @@ PYTEST_FAST := -m "not slow"
 .PHONY: demo test test-fast lint setup system venv clean bench
 
 demo: setup
+	$(BIN)/segfactory init --profile demo --home "$(DEMO_HOME)"
 	$(BIN)/segfactory run --profile demo --home "$(DEMO_HOME)"
 
 test: setup lint

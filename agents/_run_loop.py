@@ -45,7 +45,7 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
     base = yaml.safe_load(Path(services.setup.base_config).read_text())
     proposer = get_proposer(record["proposer"], sink=audit, usage=usage, default_budget=defaults.ticket,
                             caps=Budget(device_seconds=ticket_caps.max_device_seconds, epochs=ticket_caps.max_epochs),
-                            run_id=record["run_id"])
+                            run_id=record["run_id"], base_first=True)
     return LoopDeps(services=services, proposer=proposer, judge=Judge(audit), sink=audit,
                     caps=RunCaps.model_validate(record["caps"]), usage=usage,
                     check=lambda t: ticket_problems(t, policy, record["profile"], base_config=base),

@@ -26,7 +26,7 @@ import numpy as np
 
 from agents.context import DevAnalysis
 from agents.graph import RunOutcome
-from segfactory.errors import DataError, GateError
+from segfactory.errors import DataError, GateError, SegfactoryError
 from segfactory.home import Home
 from segfactory.records import Actor, CoarseVerdict, Ticket
 
@@ -55,6 +55,7 @@ class RunSetup:
     scorer: Callable[[Path, np.ndarray], np.ndarray] | None = None  # default: runner.default_scorer
 
 
+DATASET_FILE = "dataset.json"  # in runs/<id>/topups/<ticket>/: the top-up version a data ticket trained on
 TOP_RECOMMENDATIONS = 3  # recommendations printed after each analysis (the demo shows them)
 TABLE_KEYS = ("object_f1", "object_recall", "object_precision", "pixel_iou", "dice", "boundary_iou")
 
@@ -170,7 +171,12 @@ class HostServices:
             self.setup.progress(f"ticket {ticket.id} ({ticket.kind.value}): {ticket.hypothesis[:70]}")
             with (self.people / TICKETS_FILE).open("a") as fh:  # for the report: kind, replicate_of, budget
                 fh.write(ticket.model_dump_json() + "\n")
-            outcome = self._execute(ticket)
+            try:
+                outcome = self._execute(ticket)
+            except SegfactoryError as exc:  # e.g. a slice the generator cannot target: a recorded failure
+                self.audit("ticket_failed", {"ticket_id": ticket.id, "reason": str(exc)})
+                self.setup.progress(f"  {ticket.id}: failed: {exc}")
+                return RunOutcome(ticket_id=ticket.id, status="failed", device_seconds=0.0, reason=str(exc))
         if outcome.status is not TicketStatus.DONE or outcome.evidence is None:
             self.setup.progress(f"  {ticket.id}: {outcome.status.value.lower()}: {(outcome.reason or '')[:120]}")
             return RunOutcome(ticket_id=ticket.id, status="failed", device_seconds=outcome.device_seconds,
@@ -188,8 +194,32 @@ class HostServices:
         from runner import execute_ticket
 
         s = self.setup
-        return execute_ticket(ticket, home=s.home, dataset_version=s.dataset, backend=s.backend,
+        return execute_ticket(ticket, home=s.home, dataset_version=self.dataset_for(ticket), backend=s.backend,
                               base_config=s.base_config, audit=s.audit, run_id=s.run_id, scorer=self._score)
+
+    def dataset_for(self, ticket: Ticket) -> Any:
+        """The dataset version a ticket trains on: the run's, or a targeted top-up of it (data tickets).
+
+        The choice is recorded in the ticket folder, so a replicate or a resumed run reuses it.
+        """
+        from agents._data_tickets import materialise, topup_spec
+        from synthetic.versions import resolve
+
+        key = ticket.replicate_of or ticket.id
+        work = self.home.runs / self.setup.run_id / "topups" / key
+        record = work / DATASET_FILE
+        if record.is_file():
+            return resolve(self.home.root, json.loads(record.read_text())["dataset"])
+        if topup_spec(ticket) is None:
+            return self.setup.dataset
+        version = materialise(self.home.root, self.setup.dataset, ticket, work)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"dataset": version.ref, "parent": self.setup.dataset.ref}) + "\n")
+        self.audit("topup_dataset_built", {"ticket_id": ticket.id, "dataset": version.ref,
+                                           "parent": self.setup.dataset.ref, "change": ticket.change})
+        self.setup.progress(f"  {ticket.id}: trains on {version.ref} (targeted synthetic top-up of "
+                            f"{self.setup.dataset.ref})")
+        return version
 
     def _compare(self, ticket: Ticket, metrics: dict[str, float], seconds: float, model: Path) -> RunOutcome:
         best = self.best()
@@ -212,7 +242,7 @@ class HostServices:
         from audit.gate_events import pull
 
         s = self.setup
-        verdict: CoarseVerdict = s.gate.submit(model_ref, s.dataset.ref, ticket.id, replicate_of=replicate_of,
+        verdict: CoarseVerdict = s.gate.submit(model_ref, self.dataset_for(ticket).ref, ticket.id, replicate_of=replicate_of,
                                                run_id=s.run_id)
         pull(s.gate, s.audit)
         self.setup.progress(f"  {ticket.id}: {verdict.tier} {verdict.verdict.value} "

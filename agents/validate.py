@@ -80,7 +80,7 @@ def ticket_problems(ticket: Ticket, policy: BudgetPolicy, profile: str, *,
     """
     caps = policy.for_profile(profile).ticket
     problems = _budget_problems(ticket, caps, device_seconds_left)
-    if ticket.kind is TicketKind.CONFIG:
+    if ticket.kind is TicketKind.CONFIG and not (ticket.change == {} and ticket.evidence == [BASE_CONFIG_EVIDENCE]):
         problems += config_problems(ticket.change, policy, base_config)
     elif ticket.kind is TicketKind.CODE:
         problems += code_problems(ticket.change, policy.code_root)
@@ -126,6 +126,9 @@ def _nest(change: dict[str, Any]) -> dict[str, Any]:
         head, *rest = key.split(".")
         nested = _merge(nested, {head: _nest({".".join(rest): value}) if rest else value})
     return nested
+
+
+BASE_CONFIG_EVIDENCE = "base-config"  # the one config ticket allowed an empty change: the base config as it is
 
 
 def config_problems(change: dict[str, Any], policy: BudgetPolicy,

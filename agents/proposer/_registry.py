@@ -20,14 +20,16 @@ KNOWN_PROPOSERS = ("rules", *KNOWN_PROVIDERS)
 
 def get_proposer(name: str, *, sink: AuditSink, usage: LLMUsage, default_budget: Budget, caps: Budget,
                  run_id: str | None = None, base_url: str | None = None, attachments: Sequence[Path] = (),
-                 backoff_base_s: float = BACKOFF_BASE_S, timeout_s: float = REQUEST_TIMEOUT_S) -> Proposer:
+                 backoff_base_s: float = BACKOFF_BASE_S, timeout_s: float = REQUEST_TIMEOUT_S,
+                 base_first: bool = False) -> Proposer:
     """The proposer named ``name``; an unknown name is a ``UsageError`` listing the known ones.
 
     ``default_budget`` is what the rules proposer asks per ticket; ``caps`` are the per-ticket
     caps an LLM proposer is told. ``base_url`` overrides the vendor endpoint (tests).
+    ``base_first`` makes the rules proposer open a run with the unchanged base config.
     """
     if name == "rules":
-        return RulesProposer(default_budget)
+        return RulesProposer(default_budget, base_first=base_first)
     if name.split(":", 1)[0] not in {p.split(":")[0] for p in KNOWN_PROVIDERS} or ":" not in name:
         raise UsageError(f"proposer {name!r} is not registered; known: {', '.join(KNOWN_PROPOSERS)}")
     provider = make_provider(name, sink, Actor.PROPOSER, run_id=run_id, base_url=base_url, timeout_s=timeout_s)

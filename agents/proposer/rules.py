@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from agents.context import ProposerContext
 from agents.proposer._base import Proposer, Rejected, TicketDraft
+from agents.validate import BASE_CONFIG_EVIDENCE
 from segfactory.records import Budget, Direction, ExpectedEffect, Recommendation, TicketKind
 
 
@@ -27,23 +28,28 @@ def base_config_draft(budget: Budget) -> TicketDraft:
     return TicketDraft(kind=TicketKind.CONFIG, hypothesis=BASE_HYPOTHESIS, change={}, budget=budget,
                        expected_effect=ExpectedEffect(metric="object_f1", slice="all", direction=Direction.UP,
                                                       size=0.05),
-                       evidence=["base-config"])
+                       evidence=[BASE_CONFIG_EVIDENCE])
 
 
 class RulesProposer(Proposer):
-    """No LLM: recommendations become tickets with the profile's default budget."""
+    """No LLM: recommendations become tickets with the profile's default budget.
+
+    With ``base_first`` (what ``segfactory run`` uses), a run's first ticket is the unchanged
+    base config: the run first checks that its base training config beats the current best.
+    """
 
     name = "rules"
 
-    def __init__(self, default_budget: Budget) -> None:
+    def __init__(self, default_budget: Budget, *, base_first: bool = False) -> None:
         self.default_budget = default_budget
+        self.base_first = base_first
 
     def propose(self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()) -> list[TicketDraft]:
         tried = {(h.hypothesis, repr(sorted(h.change.items()))) for h in context.history}
         refused = {r.draft.model_dump_json() for r in rejected}
         drafts: list[TicketDraft] = []
         base = base_config_draft(self.default_budget)
-        if not context.history and base.model_dump_json() not in refused:
+        if self.base_first and not context.history and base.model_dump_json() not in refused:
             drafts.append(base)  # a run first checks that the base config beats the current best
             if len(drafts) == n:
                 return drafts

@@ -95,13 +95,13 @@ def test_resume_of_a_finished_run_is_a_no_op(finished_run: dict[str, Any]) -> No
     assert log.read_bytes() == before
 
 
-def test_promote_moves_the_gates_best_once_and_the_host_finds_its_copy(finished_run: dict[str, Any]) -> None:
-    """Runs last: it moves the home's best to the run's trained model through the real gate."""
+def test_promotion_without_the_gates_wins_is_refused_by_the_gate(finished_run: dict[str, Any]) -> None:
+    """The host cannot move the best on its own: the gate checks its ledger for both WINs."""
     from agents.services import PROMOTIONS_FILE, HostServices, RunSetup
     from audit import AuditLog
     from audit.anchor import gate_anchor_store
+    from segfactory.errors import GateError
     from segfactory.home import Home
-    from synthetic.splits import sha256_file
 
     home, run_id = Home(finished_run["home"]), finished_run["summary"]["run_id"]
     trained = sorted((home.runs / run_id / "tickets").glob("*/model.onnx"))
@@ -109,12 +109,18 @@ def test_promote_moves_the_gates_best_once_and_the_host_finds_its_copy(finished_
         pytest.skip("the run's only ticket produced no model (it failed); nothing to promote")
     ticket_id = trained[0].parent.name
     with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as log:
+        promotions = home.runs / PROMOTIONS_FILE
+        before = promotions.read_text() if promotions.exists() else ""
         setup = RunSetup(home=home, run_id=run_id, backend="bwrap", dataset=None, base_config=Path("."),
                          gate=anchor.client, audit=log, dev_margin=0.005)
         services = HostServices(setup)
-        services.promote(ticket_id)
-        services.promote(ticket_id)  # a resumed run may repeat it: nothing moves twice
-        assert anchor.client.status()["current_best"] == sha256_file(trained[0])
-        assert services.best_model() == (sha256_file(trained[0]), trained[0])
+        best_before = anchor.client.status()["current_best"]
+        if ticket_id in before:  # the run promoted it: promoting again moves nothing, writes nothing
+            services.promote(ticket_id)
+            assert (promotions.read_text() if promotions.exists() else "") == before
+        else:
+            with pytest.raises(GateError, match="promotion refused"):
+                services.promote(ticket_id)
+        assert anchor.client.status()["current_best"] == best_before
         log.close_run(run_id)
-    assert len((home.runs / PROMOTIONS_FILE).read_text().splitlines()) == 1
+

@@ -1,0 +1,70 @@
+"""Data tickets become real data: a ``targeted_synthetic`` change draws the requested slice.
+
+The analysis names a slice in its own terms (``contrast<0.124``, ``background=texture``,
+``diameter<3``); the generator takes constraints (``low-contrast``, ``background:texture``,
+``tiny``, ``thin``). :func:`generator_constraint` translates one to the other and refuses a
+slice the generator cannot target, so a data ticket never trains on unchanged data while
+claiming otherwise. The topped-up train split is a new approved dataset version that names its
+parent; dev is unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from segfactory.errors import UsageError
+from segfactory.records import Ticket, TicketKind
+
+DEFAULT_TOPUP_IMAGES = 250  # images added when a data ticket does not say how many
+MAX_TOPUP_IMAGES = 2000  # past this the ticket is refused: it would dwarf the train split
+_SMALL = re.compile(r"^(diameter|area|size)\s*<")
+
+
+def _term(term: str) -> str:
+    """One analysis slice term as a generator constraint; UsageError when there is none."""
+    term = term.strip()
+    if term.startswith("contrast<"):
+        return "low-contrast"
+    if term.startswith("background="):
+        return "background:" + term.split("=", 1)[1].strip()
+    if _SMALL.match(term):
+        return "tiny"
+    if term.startswith("shape=shrinkage"):
+        return "thin"
+    raise UsageError(f"the generator cannot target the slice term {term!r}; it can target contrast<x, "
+                     "background=NAME, diameter<x (tiny) and shape=shrinkage (thin)")
+
+
+def generator_constraint(slice_name: str) -> str:
+    """``contrast<0.124 & background=texture`` -> ``low-contrast+background:texture``."""
+    return "+".join(dict.fromkeys(_term(t) for t in slice_name.split("&")))
+
+
+def topup_spec(ticket: Ticket) -> dict[str, Any] | None:
+    """The ``synthetic`` part of a data ticket's change, or None for any other ticket."""
+    if ticket.kind is not TicketKind.DATA:
+        return None
+    spec = ticket.change.get("synthetic")
+    return spec if isinstance(spec, dict) and spec.get("slice") else None
+
+
+def materialise(home_root: Path, base: Any, ticket: Ticket, work: Path) -> Any:
+    """Build the dataset version a targeted-synthetic data ticket trains on (base train + n slice images)."""
+    from synthetic.slices import constrain
+    from synthetic.splits import read_split
+    from synthetic.topup import TopupPlan, base_params, build_arm
+
+    spec = topup_spec(ticket)
+    if spec is None:
+        return base
+    n = int(spec.get("n", DEFAULT_TOPUP_IMAGES))
+    if not 0 < n <= MAX_TOPUP_IMAGES:
+        raise UsageError(f"a data ticket may add 1..{MAX_TOPUP_IMAGES} images; got {n}")
+    constraint = generator_constraint(str(spec["slice"]))
+    plan = TopupPlan(slice_name=constraint, doses=[n], ticket_seconds=ticket.budget.device_seconds,
+                     epochs=ticket.budget.epochs, seed=ticket.seed, budget_s=None)
+    params = constrain(base_params(read_split(base.train, mmap=True).manifest), constraint)
+    work.mkdir(parents=True, exist_ok=True)
+    return build_arm(home_root, base, "synthetic", n, params, plan, work)
