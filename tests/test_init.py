@@ -14,7 +14,7 @@ import pytest
 from segfactory.init import DEV_SEED, TRAIN_SEED
 from synthetic import generate
 from synthetic.phash import fingerprint, near_duplicates
-from synthetic.splits import read_split
+from synthetic.splits import read_split, sha256_file
 from synthetic.tiers import TIERS, read_secret_seed, tier_path
 
 pytestmark = pytest.mark.slow
@@ -80,3 +80,19 @@ def test_no_held_back_image_has_a_near_neighbour_in_train_or_dev(demo_home: tupl
     reference = fingerprint(open_images)
     for tier in TIERS:
         assert near_duplicates(fingerprint(read_split(tier_path(home / "vault", tier)).images), reference) == []
+
+
+def test_no_held_back_data_outside_the_vault(demo_home: tuple[Path, dict[str, Any]]) -> None:
+    """No held-back image hash, array file or label file exists anywhere in the open folders."""
+    home, summary = demo_home
+    held_hashes = {m["sha256"] for tier in TIERS for m in read_split(tier_path(home / "vault", tier)).image_meta}
+    held_files = {sha256_file(tier_path(home / "vault", tier) / name)
+                  for tier in TIERS for name in ("images.npy", "masks.npy", "defects.jsonl")}
+    for path in home.rglob("*"):
+        if not path.is_file() or "vault" in path.relative_to(home).parts:
+            continue
+        assert sha256_file(path) not in held_files, path
+        if path.suffix in (".json", ".jsonl"):
+            text = path.read_text()
+            assert not any(h in text for h in held_hashes), path
+    assert not any(h in json.dumps(summary) for h in held_hashes)

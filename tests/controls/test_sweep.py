@@ -35,7 +35,8 @@ def test_the_first_trial_is_the_default_config_and_the_budget_is_spent(tmp_path:
     result = run_sweep(plan(tmp_path), services, Judge(ListSink()), run_id="sw1", make_seed=lambda: 3, people=people)
     first = services.tickets[0]
     assert first.arm is Arm.SWEEP_TPE and first.id == "sw1-t000"
-    assert first.change == {"optim.lr": 0.01, "optim.weight_decay": 0.0001, "batch_size": 16,
+    # trial 0 is the base config itself (configs/run-demo.yaml), read over the search space's keys
+    assert first.change == {"optim.lr": 0.01, "optim.weight_decay": 0.0001, "batch_size": 8,
                             "model.decoder_width": 16, "augment.p": 0.5, "sampling.rare_oversample": 1.0}
     assert len(result.trials) == 4 and result.device_seconds == 200.0  # 4 x 50 s: stops once >= 200
     assert services.queries == {"confirm-a": [], "confirm-b": []}
