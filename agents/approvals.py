@@ -24,6 +24,7 @@ from segfactory.records import Actor, Ticket, TicketKind
 _SCHEMA = """CREATE TABLE IF NOT EXISTS approvals (
     id TEXT PRIMARY KEY, run_id TEXT NOT NULL, ticket TEXT NOT NULL, requested_at REAL NOT NULL,
     status TEXT NOT NULL, decided_by TEXT, reason TEXT)"""
+MAX_RESUME_ATTEMPTS = 3  # resumes of a request's thread before `decide` gives up and says so
 
 
 class ApprovalRequest(BaseModel):
@@ -101,9 +102,16 @@ class ApprovalQueue:
             raise UsageError(f"approval request {request_id!r} was already {found[0].status}")
         from langgraph.types import Command
 
-        self.graph.invoke(Command(resume={"approve": approve, "by": by, "reason": reason}),
-                          self._config(request_id), durability="sync")
-        decided = [r for r in self.requests() if r.id == request_id][0]
+        decided = found[0]
+        for _ in range(MAX_RESUME_ATTEMPTS):  # a resume that did not reach the interrupt is retried, boundedly
+            self.graph.invoke(Command(resume={"approve": approve, "by": by, "reason": reason}),
+                              self._config(request_id), durability="sync")
+            decided = [r for r in self.requests() if r.id == request_id][0]
+            if decided.status != "pending":
+                break
+        if decided.status == "pending":
+            raise UsageError(f"approval request {request_id!r}: its thread did not take the decision after "
+                             f"{MAX_RESUME_ATTEMPTS} attempts; nothing was decided, try again")
         self.sink.append(Actor.HUMAN.value, "approval_decided", {"id": request_id, "status": decided.status,
                                                                  "by": by, "reason": reason}, run_id=decided.run_id)
         return decided

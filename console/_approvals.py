@@ -120,6 +120,8 @@ class ApprovalsDesk:
                                         reason=reading.decision_reason())
         except UsageError as exc:
             return f"Nothing changed: {exc}."
+        if decided.status == "pending":  # never report an undecided request as denied
+            return f"Nothing changed: request {request.id} is still pending; try again."
         if decided.status != "approved":
             return f"Denied{': ' + reading.reason if reading.reason else ''}. The request is closed."
         ended = self._ended(request)
