@@ -119,14 +119,15 @@ def verify_sandbox(backend: str, home: Home, progress: Callable[[str], None]) ->
     progress(f"sandbox verify ({backend}): ok, {len(report.checks)} checks in {report.duration_s:.1f} s")
 
 
-def _win_rule(client: Any) -> str:
+def check_win_rule(client: Any) -> str:
+    """The win rule's hash, once the gate confirms it still pins this exact rule; else PolicyError."""
     from gate.win_rule import load_win_rule
 
     status = client.status()
     _, digest = load_win_rule()
     if not status.get("win_rule_ok") or status.get("win_rule_sha256") != digest:
         raise PolicyError("the gate's pinned win rule does not match policies/win_rule.yaml; queries are "
-                          "stopped until a person re-pins it for a new run")
+                          "stopped until a person re-pins it")
     return digest
 
 
@@ -146,7 +147,7 @@ def start_run(req: RunRequest) -> dict[str, Any]:
     with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as audit:  # a served gate, or one started
         client = anchor.client
         run_id = req.resume or new_run_id()
-        record = _run_record(home, req, run_id, caps, _win_rule(client))
+        record = _run_record(home, req, run_id, caps, check_win_rule(client))
         summary = execute(req, record, client, audit, defaults)
         audit.close_run(run_id)  # anchors the chain head: no unanchored window after a run
     record["finished_at"] = time.time()

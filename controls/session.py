@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.run import check_win_rule
 from agents.services import PROMOTIONS_FILE, HostServices
-from segfactory.errors import PolicyError
 from segfactory.home import Home
 from segfactory.records import Actor
 
@@ -71,17 +71,6 @@ def new_run_id(prefix: str) -> str:
     return time.strftime(f"{prefix}%Y%m%d-%H%M%S", time.gmtime()) + f"-{secrets.token_hex(2)}"
 
 
-def _check_win_rule(client: Any) -> str:
-    from gate.win_rule import load_win_rule
-
-    status = client.status()
-    _, digest = load_win_rule()
-    if not status.get("win_rule_ok") or status.get("win_rule_sha256") != digest:
-        raise PolicyError("the gate's pinned win rule does not match policies/win_rule.yaml; queries are "
-                          "stopped until a person re-pins it")
-    return digest
-
-
 @contextmanager
 def control_session(home: Home, *, backend: str, profile: str, run_id: str, kind: str,
                     progress: Callable[[str], None]) -> Iterator[Session]:
@@ -101,7 +90,7 @@ def control_session(home: Home, *, backend: str, profile: str, run_id: str, kind
     verify_sandbox(backend, home, progress)
     with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as audit:
         client = anchor.client
-        digest = _check_win_rule(client)
+        digest = check_win_rule(client)
         rule, _ = load_win_rule()
         setup = RunSetup(home=home, run_id=run_id, backend=backend, dataset=resolve(home.root, DATASET),
                          base_config=base_path, gate=client, audit=audit, dev_margin=rule.dev_rule.dev_margin,
