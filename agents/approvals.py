@@ -11,7 +11,10 @@ indexes requests for listing.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -44,30 +47,43 @@ class _State(TypedDict, total=False):
 
 
 class ApprovalQueue:
-    """Requests, decisions and approved tickets, all in ``db`` (the run's checkpoint database)."""
+    """Requests, decisions and approved tickets, all in ``db`` (the run's checkpoint database).
+
+    The checkpointer and the ``approvals`` table use separate connections: LangGraph commits
+    its own connection from whichever thread runs a node, so a shared one would let its commit
+    land in the middle of ours. Table access is serialised by a lock and runs in one transaction.
+    """
 
     def __init__(self, db: Path, sink: AuditSink) -> None:
         from langgraph.checkpoint.sqlite import SqliteSaver
         from langgraph.graph import END, START, StateGraph
 
-        self.conn = sqlite3.connect(db, check_same_thread=False)
-        self.conn.execute(_SCHEMA)
-        self.conn.commit()
+        self.conn = sqlite3.connect(db, check_same_thread=False, timeout=30)
+        self._lock = threading.Lock()
+        with self._table() as table:
+            table.execute(_SCHEMA)
         self.sink = sink
         graph = StateGraph(_State)
         graph.add_node("await_decision", self._await_decision)
         graph.add_edge(START, "await_decision")
         graph.add_edge("await_decision", END)
-        self.graph: Any = graph.compile(checkpointer=SqliteSaver(self.conn))
+        saver_conn = sqlite3.connect(db, check_same_thread=False, timeout=30)
+        self.graph: Any = graph.compile(checkpointer=SqliteSaver(saver_conn))
+
+    @contextmanager
+    def _table(self) -> Iterator[sqlite3.Connection]:
+        """The table's connection, locked, inside one transaction (committed on success)."""
+        with self._lock, self.conn:
+            yield self.conn
 
     def _await_decision(self, state: _State) -> _State:
         from langgraph.types import interrupt
 
         decision: dict[str, Any] = interrupt({"approval": state["id"]})
         status = "approved" if decision["approve"] else "denied"
-        self.conn.execute("UPDATE approvals SET status = ?, decided_by = ?, reason = ? WHERE id = ?",
+        with self._table() as table:
+            table.execute("UPDATE approvals SET status = ?, decided_by = ?, reason = ? WHERE id = ?",
                           (status, decision["by"], decision.get("reason", ""), state["id"]))
-        self.conn.commit()
         return {"decision": decision}
 
     @staticmethod
@@ -78,17 +94,18 @@ class ApprovalQueue:
         """Queue a ``data_request`` ticket; returns at once (the thread pauses at its interrupt)."""
         if ticket.kind is not TicketKind.DATA_REQUEST:
             raise ValueError(f"only data_request tickets need approval, got {ticket.kind.value}")
-        self.conn.execute("INSERT OR IGNORE INTO approvals (id, run_id, ticket, requested_at, status) "
+        with self._table() as table:
+            table.execute("INSERT OR IGNORE INTO approvals (id, run_id, ticket, requested_at, status) "
                           "VALUES (?, ?, ?, ?, 'pending')", (ticket.id, run_id, ticket.model_dump_json(), time.time()))
-        self.conn.commit()
         self.graph.invoke({"id": ticket.id}, self._config(ticket.id), durability="sync")
         self.sink.append(Actor.SYSTEM.value, "approval_requested", {"id": ticket.id, "hypothesis": ticket.hypothesis},
                          run_id=run_id)
         return ticket.id
 
     def requests(self, status: str | None = None) -> list[ApprovalRequest]:
-        rows = self.conn.execute("SELECT id, run_id, ticket, requested_at, status, decided_by, reason FROM approvals "
-                                 "ORDER BY requested_at").fetchall()
+        with self._table() as table:
+            rows = table.execute("SELECT id, run_id, ticket, requested_at, status, decided_by, reason "
+                                 "FROM approvals ORDER BY requested_at").fetchall()
         requests = [ApprovalRequest(id=r[0], run_id=r[1], ticket=Ticket.model_validate_json(r[2]), requested_at=r[3],
                                     status=r[4], decided_by=r[5], reason=r[6]) for r in rows]
         return [r for r in requests if status is None or r.status == status]
@@ -122,7 +139,8 @@ class ApprovalQueue:
         Idempotent: the caller (the graph) remembers in its checkpointed state which it took, so
         a crash between taking and checkpointing loses none and queues none twice.
         """
-        rows = self.conn.execute("SELECT ticket FROM approvals WHERE run_id = ? AND status = 'approved' "
+        with self._table() as table:
+            rows = table.execute("SELECT ticket FROM approvals WHERE run_id = ? AND status = 'approved' "
                                  "ORDER BY requested_at", (run_id,)).fetchall()
         return [_as_data_ticket(Ticket.model_validate_json(r[0])) for r in rows]
 

@@ -308,7 +308,7 @@ def build_graph(deps: LoopDeps, checkpoint_db: Path) -> Any:
     graph.add_conditional_edges("record", _after_record, ["run", "propose", "milestone"])
     graph.add_edge("milestone", "report")
     graph.add_edge("report", END)
-    conn = sqlite3.connect(checkpoint_db, check_same_thread=False)
+    conn = sqlite3.connect(checkpoint_db, check_same_thread=False, timeout=30)
     return graph.compile(checkpointer=SqliteSaver(conn))
 
 

@@ -48,7 +48,7 @@ class ApprovalsDesk:
     def __init__(self, home: Home, queue: ApprovalQueue, sink: Any, interpreter: Interpreter | None = None) -> None:
         self.home, self.queue, self.sink = home, queue, sink
         self.interpreter = interpreter or RulesInterpreter()
-        self.conn = sqlite3.connect(home.state_db, check_same_thread=False)
+        self.conn = sqlite3.connect(home.state_db, check_same_thread=False, timeout=30)
         self.conn.execute(_SCHEMA)
         self.conn.commit()
         self._lock = threading.Lock()

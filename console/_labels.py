@@ -123,7 +123,7 @@ class LabelDesk:
 
     def __init__(self, home: Home, sink: Any) -> None:
         self.home, self.sink = home, sink
-        self.conn = sqlite3.connect(home.state_db, check_same_thread=False)
+        self.conn = sqlite3.connect(home.state_db, check_same_thread=False, timeout=30)
         self.conn.execute(_SCHEMA)
         self.conn.commit()
         self._lock = threading.Lock()

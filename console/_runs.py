@@ -50,7 +50,7 @@ def run_state(home: Home, run_id: str) -> dict[str, Any]:
         return {}
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    conn = sqlite3.connect(home.state_db, check_same_thread=False)
+    conn = sqlite3.connect(home.state_db, check_same_thread=False, timeout=30)
     try:
         found = SqliteSaver(conn).get_tuple({"configurable": {"thread_id": run_id, "checkpoint_ns": ""}})
     except sqlite3.OperationalError:
