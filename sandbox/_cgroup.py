@@ -24,6 +24,13 @@ PARENT = "segfactory-sandbox"
 CFS_PERIOD_US = 100_000  # cpu.cfs_period_us: quota = cpus * period
 RMDIR_TIMEOUT_S = 10.0  # keep killing and retrying rmdir this long while the last processes exit
 RMDIR_RETRY_S = 0.02
+SHARES_PER_CPU = 1024  # cpu.shares of one nice-0 task
+# Device-seconds are the sandbox's wall time, so a sandbox must get the cores it was allotted
+# however busy the host is. In cgroup v1 a group competes with the root's tasks as ONE entity of
+# weight cpu.shares: left at the default 1024, a 2-cpu ticket weighs as much as one stray host
+# process and, at a host load of 8, ran 5-6x slower and past its budget (measured here). So the
+# parent weighs as one nice-0 task per host core, and each run as one per allotted cpu.
+PARENT_CPU_SHARES = SHARES_PER_CPU * (os.cpu_count() or 1)
 STALE_AFTER_S = 600  # an empty run cgroup older than this is a leftover; removed at the next create
 
 
@@ -61,6 +68,8 @@ class CgroupV1:
         self._write("pids", "pids.max", limits.pids)
         self._write("cpu", "cpu.cfs_period_us", CFS_PERIOD_US)
         self._write("cpu", "cpu.cfs_quota_us", int(limits.cpus * CFS_PERIOD_US))
+        self._write("cpu", "cpu.shares", max(2, int(limits.cpus * SHARES_PER_CPU)))
+        (self.dirs["cpu"].parent / "cpu.shares").write_text(str(PARENT_CPU_SHARES))
 
     @property
     def procs_files(self) -> list[str]:
@@ -71,6 +80,7 @@ class CgroupV1:
         read = {
             "memory": ("memory", "memory.limit_in_bytes"), "memsw": ("memory", "memory.memsw.limit_in_bytes"),
             "pids": ("pids", "pids.max"), "cpu_quota_us": ("cpu", "cpu.cfs_quota_us"),
+            "cpu_shares": ("cpu", "cpu.shares"),
         }
         out: dict[str, object] = {"kind": "cgroup-v1"}
         for key, (controller, name) in read.items():

@@ -84,7 +84,8 @@ class DockerBackend(SandboxBackend):
             tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777"},
             cap_drop=["ALL"], security_opt=["no-new-privileges"],
             mem_limit=limits.memory_bytes, memswap_limit=limits.memory_bytes, pids_limit=limits.pids,
-            nano_cpus=int(limits.cpus * 1e9), log_config=LogConfig(type=LogConfig.types.NONE),
+            nano_cpus=int(limits.cpus * 1e9), cpu_shares=max(2, int(limits.cpus * 1024)),
+            log_config=LogConfig(type=LogConfig.types.NONE),
             ulimits=[Ulimit(name="fsize", soft=limits.file_bytes, hard=limits.file_bytes),
                      Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=NOFILE, hard=NOFILE)],
         )
