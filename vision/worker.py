@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -28,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config = load_config(args.config)  # a bad config fails before torch is imported
+        # OpenMP threads sleep rather than spin while they wait: on a shared host a spinning
+        # thread burns the core its partner needs (a demo ticket took 133 CPU-s at load 8,
+        # against ~50 idle). libgomp reads this when torch loads it, so set it first.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         from vision.train import train
 
         result = train(config, args.data, args.out, progress=False, resume=args.resume)
