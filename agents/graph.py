@@ -13,6 +13,8 @@ tickets, coarse verdicts, dev-win flags and budget counters only (trust rules 4,
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sqlite3
 import time
 from collections.abc import Callable
@@ -36,6 +38,19 @@ log = logging.getLogger(__name__)
 
 PROPOSE_BATCH = 4  # tickets asked of the proposer when the queue is empty
 RECURSION_LIMIT = 10_000  # graph steps per invoke; a run ends by budget long before this
+KILL_AT_ENV = "SEGFACTORY_TEST_KILL_AT"  # test-only fault injection (see ``fault_point``)
+
+
+def fault_point(name: str) -> None:
+    """Test-only: SIGKILL this (host-side graph) process when ``$SEGFACTORY_TEST_KILL_AT`` is ``name``.
+
+    It lets the end-to-end resume tests kill a real ``segfactory run`` at a point no outside
+    signal can hit deterministically. Only this process reads the variable; sandboxes start with
+    a cleared environment, so it never reaches agent code.
+    """
+    if os.environ.get(KILL_AT_ENV) == name:
+        log.warning("%s=%s: kill -9 of this process (test-only fault injection)", KILL_AT_ENV, name)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class RunOutcome(BaseModel):
@@ -199,6 +214,7 @@ class _Nodes:
             return {"verdict": None}  # a dev loss or failure spends no query
         ticket = Ticket.model_validate(state["current"])
         verdict = self.d.services.submit(ticket, outcome.model_ref, ticket.replicate_of)
+        fault_point("after_verdict")  # tests: a kill -9 after the gate answered, before the checkpoint
         return {"verdict": verdict.model_dump(mode="json")}
 
     def judge(self, state: FactoryState) -> FactoryState:

@@ -77,12 +77,16 @@ class Planted:
     defects: list[dict[str, Any]]
 
 
-def draw_cause(rng: np.random.Generator, kind: CauseKind | None = None) -> PlantedCause:
-    """A random cause (or the given kind) with a random magnitude."""
+Ranges = dict[str, tuple[float, float]]
+RANGES: Ranges = {"size": SIZE_QUANTILES, "contrast": CONTRAST_QUANTILES, "masks": MASK_SHARES,
+                  "capacity": CAPACITY_SHARES, "background": (0.0, 1.0)}  # background: picks the type dropped
+
+
+def draw_cause(rng: np.random.Generator, kind: CauseKind | None = None, ranges: Ranges | None = None) -> PlantedCause:
+    """A random cause (or the given kind) with a magnitude drawn uniformly from its range."""
     if kind is None:
         kind = "none" if rng.random() < NULL_SHARE else CAUSES[int(rng.integers(len(CAUSES)))]
-    ranges = {"size": SIZE_QUANTILES, "contrast": CONTRAST_QUANTILES, "masks": MASK_SHARES,
-              "capacity": CAPACITY_SHARES, "background": (0.0, 1.0)}
+    ranges = ranges or RANGES
     magnitude = 0.0 if kind == "none" else float(rng.uniform(*ranges[kind]))
     return PlantedCause(kind=kind, magnitude=round(magnitude, 4))
 
@@ -130,6 +134,14 @@ def plant(cause: PlantedCause, train: SplitLike, rng: np.random.Generator) -> Pl
     return Planted(images, masks, capacity, cause.model_copy(update={"detail": detail}), meta, defects)
 
 
+SLICE_ATTRIBUTES = ("size", "contrast", "background", "shape", "thickness", "dose", "count")
+
+
+def _slice_cause(name: str) -> str:
+    """The attribute a slice name starts with (a two-way slice: its first attribute)."""
+    return next((a for a in SLICE_ATTRIBUTES if name.startswith(a)), "other")
+
+
 def named_cause(report: AnalysisReport) -> str:
     """The cause the report's top recommendation points at."""
     if not report.recommendations:
@@ -137,31 +149,35 @@ def named_cause(report: AnalysisReport) -> str:
     top = report.recommendations[0]
     if top.action in ACTION_CAUSE:
         return ACTION_CAUSE[top.action]
-    attrs = top.evidence.get("slice", "")
-    for name in ("size", "contrast", "background", "shape", "thickness", "dose", "count"):
-        if str(attrs).startswith(name):
-            return name
-    return "other"
+    return _slice_cause(str(top.evidence.get("slice", "")))
+
+
+def top_finding_cause(report: AnalysisReport) -> str:
+    """The attribute of the report's top finding (its largest confirmed effect); "none" without one."""
+    return _slice_cause(report.findings[0].name) if report.findings else "none"
 
 
 class PlantedResult(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     seed: int
     cause: PlantedCause
-    named: str
+    named: str  # the cause the top recommendation points at
+    top_finding: str = "none"  # the attribute of the top finding
     recovered: bool  # planted: the cause was named; null: nothing above threshold
     n_findings: int
 
 
 def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: SplitLike,
                 reference: Evaluated, *, seed: int, reference_train: Evaluated | None = None,
-                seed_reference: Evaluated | None = None) -> tuple[PlantedResult, AnalysisReport]:
+                seed_reference: Evaluated | None = None,
+                seed_reference_train: Evaluated | None = None) -> tuple[PlantedResult, AnalysisReport]:
     """Train a candidate on the planted data and analyse it against the reference on dev.
 
     ``reference`` is the unplanted model (same seed) on ``dev``; ``reference_train`` the same
     model on the unplanted training data, which lets the analysis tell underfitting apart;
     ``seed_reference`` the unplanted model trained with another seed, on dev, whose difference
-    from ``reference`` is the seed-noise band a finding must beat.
+    from ``reference`` is the seed-noise band a finding must beat (``seed_reference_train``: the
+    same model on the training data, the band of the underfit input).
     """
     rng = np.random.default_rng(seed)
     planted = plant(cause, train, rng)
@@ -169,11 +185,14 @@ def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: Sp
     cand = Evaluated(dev, model.predict(dev.images))
     cand_train = Evaluated(planted, model.predict(planted.images))
     extras = Extras(reference=reference, reference_train=reference_train, train=cand_train,
-                    seed_reference=seed_reference, label_estimate=False)
+                    seed_reference=seed_reference, seed_reference_train=seed_reference_train, label_estimate=False)
     report, _ = analyse(cand, seed=seed, extras=extras)
-    named = named_cause(report)
-    recovered = named == cause.kind
-    return PlantedResult(seed=seed, cause=planted.cause, named=named, recovered=recovered,
+    named, top = named_cause(report), top_finding_cause(report)
+    if cause.kind == "none":  # a null run: nothing above threshold, so "leave it" and no finding
+        recovered = named == "none" and not report.findings
+    else:  # the issue's criterion: the cause is the top finding or the top recommendation
+        recovered = cause.kind in (named, top)
+    return PlantedResult(seed=seed, cause=planted.cause, named=named, top_finding=top, recovered=recovered,
                          n_findings=len(report.findings)), report
 
 
@@ -183,3 +202,58 @@ def rates(results: list[PlantedResult]) -> dict[str, Interval]:
     null = [r for r in results if r.cause.kind == "none"]
     return {"recovery": wilson_interval(sum(r.recovered for r in planted), len(planted)),
             "false_finding": wilson_interval(sum(not r.recovered for r in null), len(null))}
+
+
+@dataclass(frozen=True)
+class MixRun:
+    """One planted-cause run of a fixed mix: the cause, the reference seed, the training seed.
+
+    A planted run trains with the reference's seed. A null run trains with another seed than
+    both the reference and its seed-noise twin, so what it sees is training noise alone (with
+    the reference's own seed an unplanted run would just be the reference again).
+    """
+
+    kind: CauseKind
+    ref_seed: int
+    train_seed: int
+    draw_seed: int  # seeds the magnitude (and the masks a corruption erases)
+
+
+class References:
+    """Unplanted models, trained once per seed and shared by every run of a mix."""
+
+    def __init__(self, trainer: Trainer, train: SplitLike, dev: SplitLike) -> None:
+        self.trainer, self.train, self.dev = trainer, train, dev
+        self._models: dict[int, tuple[Evaluated, Evaluated]] = {}
+
+    def get(self, seed: int) -> tuple[Evaluated, Evaluated]:
+        """The unplanted model of ``seed`` on dev and on train."""
+        if seed not in self._models:
+            model = self.trainer.fit(self.train.images, self.train.masks, seed=seed)
+            self._models[seed] = (Evaluated(self.dev, model.predict(self.dev.images)),
+                                  Evaluated(self.train, model.predict(self.train.images)))
+        return self._models[seed]
+
+
+def run_mix(mix: list[MixRun], trainer: Trainer, train: SplitLike, dev: SplitLike, *, noise_offset: int,
+            ranges: Ranges | None = None) -> list[tuple[PlantedResult, AnalysisReport]]:
+    """Every run of ``mix``, each analysed against the unplanted reference of its ``ref_seed``
+    and the seed-noise band of ``ref_seed + noise_offset``; references are trained once."""
+    refs = References(trainer, train, dev)
+    out = []
+    for run in mix:
+        ref_dev, ref_train = refs.get(run.ref_seed)
+        twin_dev, twin_train = refs.get(run.ref_seed + noise_offset)
+        cause = draw_cause(np.random.default_rng(run.draw_seed), run.kind, ranges)
+        out.append(run_planted(cause, trainer, train, dev, ref_dev, seed=run.train_seed, reference_train=ref_train,
+                               seed_reference=twin_dev, seed_reference_train=twin_train))
+    return out
+
+
+def rate_lines(results: list[PlantedResult]) -> list[str]:
+    """People-facing lines: each run, then the recovery and false-finding rates with intervals."""
+    lines = [f"{r.cause.kind} ({r.cause.magnitude}, seed {r.seed}) -> top recommendation {r.named}, top finding "
+             f"{r.top_finding}, {r.n_findings} finding(s): {'ok' if r.recovered else 'MISSED'}" for r in results]
+    for name, iv in rates(results).items():
+        lines.append(f"{name} rate {iv.estimate:.2f} [{iv.low:.2f}, {iv.high:.2f}] (Wilson 95%)")
+    return lines

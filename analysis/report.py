@@ -114,6 +114,7 @@ class Extras:
     reference: Evaluated | None = None  # same dev, reference model: findings become relative
     reference_train: Evaluated | None = None  # the reference model on its own training data
     seed_reference: Evaluated | None = None  # the unplanted model with another seed, on dev: seed-noise band
+    seed_reference_train: Evaluated | None = None  # that model on the training data (noise band of underfit)
     confirm: Evaluated | None = None  # a fresh set to confirm slices on (else the other half of dev)
     learning_curve: dict[str, float] | None = None
     perturbations: dict[str, float] | None = None
@@ -165,6 +166,29 @@ def _confidence_shift(dev: Evaluated, reference: Evaluated) -> float:
     return float(np.median(dev.prob[both].astype(np.float64) / reference.prob[both]) - 1.0)
 
 
+def _beyond(value: float | None, noise: float | None) -> float | None:
+    """``value`` shrunk towards 0 by the size of ``noise`` (sign kept; 0 when noise covers it)."""
+    if value is None or noise is None:
+        return value
+    return float(np.sign(value) * max(0.0, abs(value) - abs(noise)))
+
+
+def _net_of_seed_noise(inputs: Inputs, ref: Evaluated, twin: Evaluated, extras: Extras, threshold: float) -> str:
+    """Shrink the relative scalar inputs by what the seed-noise twin shows against the reference
+    (the same statistic between two unplanted models), as slices are; returns a note."""
+    noise: dict[str, float | None] = {
+        "overall_drop": _reference_drop(twin, twin.errors(threshold), extras, threshold),
+        "label_shift": _confidence_shift(twin, ref), "underfit": None}
+    if extras.reference_train is not None and extras.seed_reference_train is not None:
+        noise["underfit"] = _mean_dice(extras.reference_train, threshold) - _mean_dice(extras.seed_reference_train,
+                                                                                        threshold)
+    inputs.overall_drop = _beyond(inputs.overall_drop, noise["overall_drop"])
+    inputs.label_shift = _beyond(inputs.label_shift, noise["label_shift"])
+    inputs.underfit = _beyond(inputs.underfit, noise["underfit"])
+    shown = ", ".join(f"{k} {v:+.3f}" for k, v in noise.items() if v is not None)
+    return f"relative inputs are net of the seed-noise band (two unplanted seeds differ by {shown})"
+
+
 def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold: float = 0.5, seed: int = 0,
             extras: Extras | None = None, policy: Policy | None = None) -> tuple[AnalysisReport, ErrorAnalysis]:
     """Analyse ``dev`` predictions; returns the report and the per-component error analysis."""
@@ -197,6 +221,8 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
         inputs.label_shift = _confidence_shift(dev, extras.reference)
         if extras.train is not None and extras.reference_train is not None:
             inputs.underfit = _mean_dice(extras.reference_train, threshold) - _mean_dice(extras.train, threshold)
+        if extras.seed_reference is not None:
+            notes.append(_net_of_seed_noise(inputs, extras.reference, extras.seed_reference, extras, threshold))
     counts = errs.counts()
     report = AnalysisReport(
         model_sha256=model_sha256, data=data, n_images=int(dev.prob.shape[0]), n_defects=len(dev.split.defects),

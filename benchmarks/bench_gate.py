@@ -4,6 +4,8 @@ For the demo profile's confirm tier (400 images, 64x64) and for 2,000 images, it
 ``Gate.submit`` in-process (intake, confined bwrap scorer, metrics, seeded paired bootstrap,
 ledger; no padding quantum, which the service adds on top) and bare in-process onnxruntime
 inference of the same candidate over the same images, and prints the ratio (target <= 1.3).
+The same images are the tier's images plus the win rule's perturbed copies of them
+(``robust.perturbations``), since a verdict scores all of them.
 "warm" means the current best's probabilities are already cached by the gate (every verdict
 after the first on a tier version); "cold" includes scoring the best too.
 
@@ -26,6 +28,7 @@ sys.path.insert(0, str(REPO))
 from gate.core import Gate  # noqa: E402
 from gate.scorer import BATCH_IMAGES, THREADS  # noqa: E402
 from gate.setup import export_classical_baseline, init_gate  # noqa: E402
+from gate.win_rule import load_win_rule, perturbed_views  # noqa: E402
 from synthetic.splits import read_split  # noqa: E402
 from synthetic.tiers import build_tier  # noqa: E402
 
@@ -59,7 +62,10 @@ def run(n: int, size: int, model: Path, repeats: int, work: Path) -> None:
     baseline = export_classical_baseline(work / f"classical-{size}.onnx", size)
     init_gate(home, baseline)
     gate = Gate(home / "vault", home_root=home)
-    images = np.ascontiguousarray(read_split(next((home / "vault" / "tiers" / "confirm-a").glob("v*"))).images)
+    split = read_split(next((home / "vault" / "tiers" / "confirm-a").glob("v*")))
+    rule, _ = load_win_rule()
+    views = perturbed_views(np.asarray(split.images), np.asarray(split.masks), rule)
+    images = np.ascontiguousarray(np.concatenate([split.images, *(x for x, _ in views)]))  # what the verdict scores
     cold = verdict_time(gate, model, f"cold-{n}")
     warm = min(verdict_time(gate, model, f"warm-{n}-{i}") for i in range(repeats))
     bare = min(bare_ort(model, images) for _ in range(repeats))

@@ -227,6 +227,33 @@ def review_stats(home: Home) -> list[dict[str, Any]]:
         conn.close()
 
 
+class Decision(BaseModel):
+    """One saved review decision, as ``label finetune`` reads it (``mask``: the fix, else None)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    split: str
+    image_id: int
+    action: Action
+    mask: np.ndarray | None  # (H, W) uint8 {0, 1}
+    seconds: float
+
+
+def decisions(home: Home, dataset: str) -> list[Decision]:
+    """Every decision saved on ``dataset`` (NAME/vK), by split and image; [] before any review."""
+    if not home.state_db.is_file():
+        return []
+    conn = sqlite3.connect(f"file:{home.state_db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT split, image_id, action, mask, seconds FROM console_labels WHERE dataset = ? "
+                            "ORDER BY split, image_id", (check_ref(dataset),)).fetchall()
+    except sqlite3.OperationalError:  # no review table yet
+        return []
+    finally:
+        conn.close()
+    return [Decision(split=r[0], image_id=int(r[1]), action=r[2], mask=np.load(io.BytesIO(r[3])) if r[3] else None,
+                     seconds=float(r[4])) for r in rows]
+
+
 def _pack(mask: np.ndarray) -> bytes:
     out = io.BytesIO()
     np.save(out, mask.astype(np.uint8))

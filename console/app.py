@@ -76,6 +76,9 @@ def create_app(home: Home, sink: Any, *, auth: Auth | None = None, anchor: Ancho
     app.state.services = services
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.include_router(router)
+    from console.blind import router as blind_router
+
+    app.include_router(blind_router)  # the blind test: /blind pages and /api/blind
     app.middleware("http")(_guard)
     _handlers(app)
     return app

@@ -67,6 +67,11 @@ class GateClient:
         """Move the global best to the ticket's model (the gate checks WIN + replicate WIN)."""
         return str(self._json("POST", "/promote", json={"ticket_id": ticket_id})["model_sha256"])
 
+    def retract(self, model_sha256: str, reason: str) -> str | None:
+        """A challenge retracted this model's win: the sha256 the best moved back to, None if it was not the best."""
+        moved = self._json("POST", "/retract", json={"model_sha256": model_sha256, "reason": reason})["moved_to"]
+        return None if moved is None else str(moved)
+
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self._json("GET", "/status")
         return result

@@ -24,7 +24,7 @@ from gate import tiers
 from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
 from gate.ledger import PENDING, Ledger
 from gate.scorer import ScoringError, score_checked
-from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule
+from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule, perturbed_views
 from segfactory.errors import DataError, GateError, PolicyError
 from segfactory.records import CoarseVerdict, Tier, Verdict
 
@@ -182,11 +182,17 @@ class Gate:
             raise ScoringError("no current best is registered; `segfactory init` registers the baseline")
         _, split = tiers.read_tier(self.vault, tier, version)
         images, masks = np.asarray(split.images), np.asarray(split.masks)
-        best_prob = self._best_prob(best, tier, version, images)
-        cand_prob = score_checked(checked, images)[:, 0]
-        return decide(best_prob, cand_prob, masks, rule)
+        views = perturbed_views(images, masks, rule)
+        stacked = np.concatenate([images, *(v[0] for v in views)])  # one confined pass: clean, then each view
+        best_prob = self._best_prob(best, tier, version, stacked)
+        cand_prob = score_checked(checked, stacked)[:, 0]
+        n = len(images)
+        perturbed = [(best_prob[(i + 1) * n:(i + 2) * n], cand_prob[(i + 1) * n:(i + 2) * n], view_masks)
+                     for i, (_, view_masks) in enumerate(views)]
+        return decide(best_prob[:n], cand_prob[:n], masks, rule, perturbed)
 
     def _best_prob(self, best: dict[str, Any], tier: str, version: int, images: np.ndarray) -> np.ndarray:
+        """The best's probabilities on a tier version's clean and perturbed images (cached: the rule is pinned)."""
         key = (str(best["model_sha256"]), tier, version)
         if key not in self._prob_cache:
             checked = inspect_model(Path(best["model_path"]))

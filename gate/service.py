@@ -11,6 +11,9 @@ Endpoints (all JSON):
 - ``POST /milestone`` (for the ``gate milestone`` command a person runs).
 - ``POST /promote {"ticket_id"}``: make that ticket's model the global best, only after its
   confirm-a WIN and a confirm-b replicate WIN (the gate checks its own ledger).
+- ``POST /retract {"model_sha256", "reason"}``: a challenge retracted that model's win; when it is
+  the global best, the best moves back to the last earlier best that is another model (kind
+  ``retraction``). Answers ``{"moved_to": sha256 | null}`` (null: it was not the best).
 
 A wrong or missing token gets 401 with ``{"verdict": "INVALID"}`` and spends nothing (an
 unauthenticated caller must not be able to burn budgets). Tokens are compared in constant time.
@@ -47,6 +50,7 @@ log = logging.getLogger(__name__)
 PAD_QUANTUM_S = 2.0  # every /submit answer is padded to a multiple of this many seconds
 MAX_UPLOAD_BYTES = MAX_MODEL_BYTES * 4 // 3 + 64 * 1024  # base64 model + fields; past it: INVALID
 MAX_CONTROL_BYTES = 64 * 1024  # body of any other endpoint; past it: 413
+MAX_RETRACT_REASON = 2000  # characters of a retraction's reason kept in the ledger; the rest is cut
 MAX_MILESTONE_BYTES = 256 * 1024**2  # /milestone body: a few base64 models; past it: 409 with the reason
 SOCKET_MODE = 0o660  # the Unix socket: owner and group `segfactory` only
 SOCKET_DIR_MODE = 0o750
@@ -143,7 +147,37 @@ def create_app(gate: Gate, token: str | None = None, pad_quantum_s: float = PAD_
 
     _add_audit_routes(app, gate, lock)
     _add_milestone_route(app, gate, lock)
+    _add_retract_route(app, gate, lock)
     return app
+
+
+def _add_retract_route(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
+    @app.post("/retract")
+    async def retract(request: Request) -> JSONResponse:
+        data = await _json_body(request)
+        if data is None or not isinstance(data.get("model_sha256"), str) or not isinstance(data.get("reason"), str):
+            return JSONResponse({"error": "body must be {\"model_sha256\": str, \"reason\": str}"}, status_code=400)
+
+        def move() -> str | None:
+            with lock:
+                return retract_best(gate, str(data["model_sha256"]), str(data["reason"]))
+
+        try:
+            return JSONResponse({"moved_to": await run_in_threadpool(move)})
+        except GateError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=409)
+
+
+def retract_best(gate: Gate, model_sha256: str, reason: str) -> str | None:
+    """Move the best back past a retracted model; None when that model is not the current best."""
+    current = gate.ledger.current_best()
+    if current is None or current["model_sha256"] != model_sha256:
+        return None
+    earlier = [b for b in gate.ledger.best_history() if b["model_sha256"] != model_sha256]
+    if not earlier:
+        raise GateError(f"the retracted model {model_sha256[:12]}… is the only best ever recorded; nothing to "
+                        "move back to")
+    return gate.set_best(Path(earlier[-1]["model_path"]), "retraction", reason[:MAX_RETRACT_REASON])
 
 
 def _padding(start: float, quantum: float) -> float:

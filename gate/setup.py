@@ -85,6 +85,7 @@ def add_real(gate: Gate, source: Path) -> int:
     manifest = {"source": "real", "parent": split.content_hash}
     write_split(target, split.images, split.masks, split.image_meta, split.defects, manifest)
     (target.parent / tiers.CURRENT_FILE).write_text(f"v{version}\n")
+    gate.ledger.add_tier_version("real-holdout", version, 0)  # no query budget: milestones only
     gate.ledger.queue_event("gate.add_real", {"version": version, "n": len(split)})
     return version
 

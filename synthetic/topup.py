@@ -23,14 +23,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from segfactory.errors import DataError, LimitExceeded, UsageError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 from synthetic.params import GenParams, make_params
+from synthetic.rounds import RoundRecord, record_round
 from synthetic.slices import constrain, in_slice
 from synthetic.splits import read_split, write_split
 from synthetic.versions import DatasetVersion, create_version, resolve
@@ -60,10 +60,11 @@ class TopupPlan:
     epochs: int
     seed: int
     budget_s: float | None
+    round_two: bool = False  # one more ticket after the top-up: synthetic.rounds.run_round_two
 
     @property
     def n_tickets(self) -> int:
-        return 1 + 2 * sum(1 for n in self.doses if n > 0)
+        return 1 + 2 * sum(1 for n in self.doses if n > 0) + int(self.round_two)
 
     def check(self, base_params: GenParams) -> GenParams:
         if not self.doses or any(n < 0 or n > MAX_DOSE for n in self.doses):
@@ -138,6 +139,24 @@ def build_arm(home_root: Path, base: DatasetVersion, arm: str, n: int, params: G
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def topup_config(base_config: Path | dict[str, Any], base_train: Path) -> dict[str, Any]:
+    """The arms' base training config: ``max_train_images`` lifted so the added images are trained on.
+
+    Training keeps the first ``max_train_images`` images and the top-up images come last, so a
+    cap would silently drop them. A cap at or above the base train split is dropped for every arm;
+    a cap below it is refused (the arms would not share the base images they claim to)."""
+    import yaml
+
+    config = dict(base_config) if isinstance(base_config, dict) else yaml.safe_load(Path(base_config).read_text())
+    cap, base_n = config.get("max_train_images"), int(read_split(base_train, mmap=True).images.shape[0])
+    if cap is not None and cap < base_n:
+        raise UsageError(f"the training config caps training at max_train_images={cap} but the base train split "
+                         f"holds {base_n} images, so top-up images would be cut; use a config without the cap "
+                         f"or a base version of at most {cap} images")
+    config.pop("max_train_images", None)
+    return config
 
 
 def make_ticket(tid: str, arm: str, n: int, version: DatasetVersion, plan: TopupPlan) -> Ticket:
@@ -313,27 +332,6 @@ def run_topup(home: Any, plan: TopupPlan, *, base_ref: str, real_path: Path, exe
     record_round(home.people_dir(run_id), RoundRecord(
         weakness=f"real-slice recall on {plan.slice_name}", fix_kind="targeted_synthetic",
         fix=f"top-up doses {plan.doses} against augmentation and nothing",
-        result=response["turning_point"]["summary"], report=str(home.people_dir(run_id) / "topup.json")))
+        result=response["turning_point"]["summary"], report=str(home.people_dir(run_id) / "topup.json"),
+        slice=plan.slice_name, measured_on="real-dev slice recall (paired against the nothing arm)"))
     return report
-
-
-class RoundRecord(BaseModel):
-    """One improvement round for people: weakness -> fix tried -> result (null results included)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: Literal[1] = 1
-    weakness: str
-    fix_kind: str  # targeted_synthetic, curation, config, model
-    fix: str
-    result: str
-    report: str | None = None
-
-
-def record_round(people_dir: Path, record: RoundRecord) -> Path:
-    """Append a round to ``people/rounds.jsonl`` (people only, never an agent's context)."""
-    people_dir.mkdir(parents=True, exist_ok=True)
-    path = people_dir / "rounds.jsonl"
-    with path.open("a") as handle:
-        handle.write(record.model_dump_json() + "\n")
-    return path

@@ -147,9 +147,10 @@ def _batches(data: DatasetVersion, config: TrainConfig, epoch: int) -> Iterator[
 class Trainer:
     """One training run; ``run()`` returns the TrainResult and writes the files."""
 
-    def __init__(self, config: TrainConfig, data_dir: Path, out_dir: Path, progress: bool) -> None:
+    def __init__(self, config: TrainConfig, data_dir: Path | DatasetVersion, out_dir: Path, progress: bool) -> None:
         self.config, self.out, self.progress = config, out_dir, progress
-        self.data = load_version(data_dir)
+        # a DatasetVersion already in memory trains in-process (analysis.planted_vision)
+        self.data = data_dir if isinstance(data_dir, DatasetVersion) else load_version(data_dir)
         n_train = min(len(self.data.train), config.max_train_images or len(self.data.train))
         if n_train < config.batch_size:
             raise DataError(f"{n_train} training images are fewer than one batch ({config.batch_size})")

@@ -6,7 +6,8 @@ seeds from ``os.urandom`` (same dataset version, recorded config, code); for a c
 every model at the claimed perturbation cell on dev through the confined scorer, check each
 evaluation against the trained augmentation range and, when it lay outside, train a control
 over the full range; diff the conditions; write the verdict under
-``runs/<run>/people/challenges/`` and to the audit log; demote a retracted win that is the best.
+``runs/<run>/people/challenges/`` and to the audit log; ask the gate (``POST /retract``) to
+demote a retracted win that is the best.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class ChallengeSetup:
     scheduler: Any = None  # runner.Scheduler; None: Scheduler.for_home
     scorer: Any = None  # runner.Scorer; None: runner.default_scorer (the confined scorer)
     policy: ChallengePolicy | None = None
+    gate: Any = None  # gate.client.GateClient for a demotion; None: the home's gate is started for it
 
     def event(self, event: str, payload: dict[str, Any], run_id: str | None) -> None:
         self.audit.append(Actor.SYSTEM, event, payload, run_id=run_id)
@@ -121,7 +123,7 @@ def _record(setup: ChallengeSetup, located: Located, record: ChallengeRecord) ->
     claim = record.claim
     if record.verdict is Verdict.RETRACTED and claim.kind is ClaimKind.WIN and claim.model_sha256:
         reason = f"challenge {record.challenge_id} retracted the win of {claim.ticket_id}: {record.reasons[0]}"
-        moved_to = demote_if_best(setup.home, claim.model_sha256, reason[:2000])
+        moved_to = demote_if_best(setup.home, claim.model_sha256, reason[:2000], setup.gate)
         if moved_to is not None:
             record = record.model_copy(update={"demoted": True, "demoted_to": moved_to})
             _write(setup.home, located.run_id, record)

@@ -1,13 +1,14 @@
 """Demotion: a retracted win whose model is the gate's current best moves the best back.
 
-The move is recorded in the gate's ledger as kind ``retraction`` (trust rule 5: the best moves
-only on a promotion or a recorded retraction) through ``gate.setup.register_best``, the
-in-process path a root orchestrator uses for promotions too.
+The gate does the move itself (``POST /retract``, ``gate.client.GateClient.retract``) and
+records it in its ledger as kind ``retraction`` (trust rule 5: the best moves only on a promotion
+or a recorded retraction); the host never writes the ledger. Without a client at hand, the
+home's gate is started for the one call (``gate.client.running_gate``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 from segfactory.errors import GateError
 from segfactory.home import Home
@@ -15,23 +16,19 @@ from segfactory.home import Home
 LEDGER_FILE = "ledger.sqlite"
 
 
-def demote_if_best(home: Home, model_sha256: str, reason: str) -> str | None:
-    """Move the best back to the last earlier best that is not this model; None when it is not the best."""
-    from gate.ledger import Ledger
-    from gate.setup import register_best
+def demote_if_best(home: Home, model_sha256: str, reason: str, gate: Any = None) -> str | None:
+    """Ask the gate to move the best back past ``model_sha256``; None when that model is not the best.
 
-    path = home.vault / LEDGER_FILE
-    if not path.is_file():
-        raise GateError(f"no gate ledger at {path}; run `segfactory init` (a retraction must reach the ledger)")
-    ledger = Ledger(path)
-    try:
-        current = ledger.current_best()
-        if current is None or current["model_sha256"] != model_sha256:
-            return None
-        earlier = [b for b in ledger.best_history() if b["model_sha256"] != model_sha256]
-    finally:
-        ledger.close()
-    if not earlier:
-        raise GateError(f"the retracted model {model_sha256[:12]}… is the only best ever recorded; nothing to "
-                        "move back to")
-    return register_best(home.root, Path(earlier[-1]["model_path"]), "retraction", reason)
+    ``gate`` is a ``GateClient`` (anything with ``retract(sha256, reason)``); GateError when no
+    gate can be reached or the model is the only best ever recorded.
+    """
+    if gate is not None:
+        moved: str | None = gate.retract(model_sha256, reason)
+        return moved
+    if not (home.vault / LEDGER_FILE).is_file():
+        raise GateError(f"no gate ledger at {home.vault / LEDGER_FILE}; run `segfactory init` (a retraction must "
+                        "reach the ledger)")
+    from gate.client import running_gate
+
+    with running_gate(home.root) as client:
+        return client.retract(model_sha256, reason)

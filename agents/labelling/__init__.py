@@ -1,7 +1,13 @@
-"""The labelling loop, first step: ``label propose`` (docs/labelling.md).
+"""The labelling loop (docs/labelling.md): propose, review in the console, finetune, next pass.
 
-    from agents.labelling import propose_labels
-    queue, path = propose_labels(home, Path("unlabelled/"))   # the current best labels the images
+    from agents.labelling import FinetuneSetup, finetune_round, open_round, propose_labels
+    queue, path = propose_labels(home, Path("unlabelled/"))   # the labelling model labels the images
+    info = open_round(home, queue, path)                      # labels/vK + its console review queue
+    ... a person keeps, fixes or drops each image at /labels/<info.ref> ...
+    record = finetune_round(FinetuneSetup(home, audit_log, gate=client), info.ref)
+    # record.model is the labelling model of the next pass; label_rounds(home) lists every round
+
+The labelling model is the newest finetuned one (:func:`newest_model`), else the gate's current best.
 """
 
 from __future__ import annotations
@@ -13,6 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from agents.labelling._finetune import (
+    LABEL_RUN,
+    FinetuneSetup,
+    LabelRound,
+    finetune_round,
+    label_rounds,
+    newest_model,
+    precision,
+    render_report,
+)
 from agents.labelling._propose import (
     BOX_MARGIN_PX,
     THRESHOLD,
@@ -21,6 +37,7 @@ from agents.labelling._propose import (
     decode_mask,
     propose,
 )
+from agents.labelling._round import RoundInfo, default_base, load_round, open_round, rounds
 from segfactory.errors import HomeError
 from segfactory.home import Home
 from segfactory.records import Actor
@@ -62,14 +79,15 @@ def _sha256(path: Path) -> str:
 
 def propose_labels(home: Home, data: Path, *, model: Path | None = None, scorer: Any = None,
                    audit: Any = None, out: Path | None = None) -> tuple[ReviewQueue, Path]:
-    """Label the split at ``data`` with ``model`` (default: the current best); write the review queue."""
+    """Label the split at ``data`` with ``model`` (default: the newest finetuned model, else the current
+    best); write the review queue."""
     from runner import default_scorer
     from synthetic.splits import read_split
 
     proposer = home.root / BASELINE_MODEL
     if not proposer.is_file():
         raise HomeError(f"no classical detector at {proposer}; run `segfactory init`")
-    model = model or current_best_model(home)
+    model = model or newest_model(home) or current_best_model(home)
     split = read_split(data)
     images = np.asarray(split.images)
     hashes = [str(row.get("sha256", "")) for row in split.image_meta]
@@ -86,5 +104,7 @@ def propose_labels(home: Home, data: Path, *, model: Path | None = None, scorer:
     return queue, path
 
 
-__all__ = ["BOX_MARGIN_PX", "THRESHOLD", "QueueItem", "ReviewQueue", "current_best_model", "decode_mask",
-           "propose", "propose_labels"]
+__all__ = ["BOX_MARGIN_PX", "LABEL_RUN", "THRESHOLD", "FinetuneSetup", "LabelRound", "QueueItem", "ReviewQueue",
+           "RoundInfo", "current_best_model", "decode_mask", "default_base", "finetune_round", "label_rounds",
+           "load_round", "newest_model", "open_round", "precision", "propose", "propose_labels", "render_report",
+           "rounds"]

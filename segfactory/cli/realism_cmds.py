@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
     app.command("realism")(realism_cmd)
     app.command("topup")(topup_cmd)
     app.command("stand-in")(stand_in_cmd)
+    app.command("round-two")(round_two_cmd)
 
 
 def _synthetic_split(home: Path | None, ref: str) -> Path:
@@ -74,20 +75,28 @@ def topup_cmd(
     config: Annotated[Path, typer.Option("--config", help="Base training config.")] = DEFAULT_CONFIG,
     seed: Annotated[int, typer.Option("--seed", help="Training seed of every arm.")] = 0,
     run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (default: topup-<time>).")] = None,
+    round_two: Annotated[bool, typer.Option("--round-two/--no-round-two", help="Then run round two: the next weakest dev slice, a training or model fix.")] = False,
     backend: BackendOpt = "bwrap",
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Targeted synthetic top-up against plain augmentation and nothing, measured on a real slice."""
     from segfactory.units import parse_duration
-    from synthetic.topup import RunnerExecutor, TopupPlan, parse_doses, run_topup
+    from synthetic.topup import RunnerExecutor, TopupPlan, parse_doses, run_topup, topup_config
+    from synthetic.versions import resolve
 
     resolved = home_for(home, create=True)
     plan = TopupPlan(slice_name=slice_name, doses=parse_doses(n), ticket_seconds=parse_duration(ticket_budget),
-                     epochs=epochs, seed=seed, budget_s=parse_duration(budget) if budget else None)
+                     epochs=epochs, seed=seed, budget_s=parse_duration(budget) if budget else None,
+                     round_two=round_two)
     rid = run_id or f"topup-{time.strftime('%Y%m%d-%H%M%S')}"
-    executor = RunnerExecutor(resolved, backend=backend, base_config=config, run_id=rid)
+    base_config = topup_config(config, resolve(resolved.root, data).train)
+    executor = RunnerExecutor(resolved, backend=backend, base_config=base_config, run_id=rid)
     report = run_topup(resolved, plan, base_ref=data, real_path=real, executor=executor, run_id=rid)
+    if round_two:
+        from synthetic.rounds import run_round_two
+
+        report["round_two"] = run_round_two(resolved, report, executor=executor, run_id=rid)
     if json_out:
         emit_json(report)
         return
@@ -98,6 +107,42 @@ def topup_cmd(
         c.print(f"n={row['n']}: " + "; ".join(cells))
     c.print(report["dose_response"]["turning_point"]["summary"])
     c.print(f"report in {Path(report['plot']).parent}")
+    if round_two:
+        _print_round_two(report["round_two"])
+
+
+def _print_round_two(result: dict[str, Any]) -> None:
+    console().print(f"round two: slice {result['slice']} (dev effect {result['slice_effect']:+.3f}), "
+                    f"{result['fix_kind']} fix {result['change']}: {result['result']}")
+
+
+def round_two_cmd(
+    run_id: Annotated[str, typer.Option("--run-id", help="The top-up run whose nothing arm is the baseline.")],
+    config: Annotated[Path, typer.Option("--config", help="Base training config (as the top-up used).")] = DEFAULT_CONFIG,
+    backend: BackendOpt = "bwrap",
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Round two after a top-up: the next weakest dev slice and a different kind of fix, recorded."""
+    import json
+
+    from segfactory.errors import UsageError
+    from synthetic.rounds import run_round_two
+    from synthetic.topup import RunnerExecutor, topup_config
+    from synthetic.versions import resolve
+
+    resolved = home_for(home)
+    path = resolved.people_dir(run_id) / "topup.json"
+    if not path.is_file():
+        raise UsageError(f"no top-up report at {path}; run `segfactory topup --run-id {run_id}` first")
+    topup = json.loads(path.read_text())
+    base_config = topup_config(config, resolve(resolved.root, topup["base"]).train)
+    executor = RunnerExecutor(resolved, backend=backend, base_config=base_config, run_id=run_id)
+    result = run_round_two(resolved, topup, executor=executor, run_id=run_id)
+    if json_out:
+        emit_json(result)
+    else:
+        _print_round_two(result)
 
 
 def stand_in_cmd(

@@ -1,7 +1,8 @@
 """Planted causes: the analysis must name what was planted, and find nothing in null runs.
 
 The learner is the numpy ``HistogramTrainer`` (analysis.toy), behind the same Trainer/Predictor
-protocols a vision model would use; each reference model is trained once per seed and cached.
+protocols the vision models use (tests/analysis/test_planted_vision.py runs those); it exercises
+the harness in seconds. Each reference model is trained once per seed within the test.
 """
 
 from __future__ import annotations
@@ -11,14 +12,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.planted import OnnxPredictor, PlantedResult, draw_cause, plant, rates, run_planted
-from analysis.report import Evaluated
+from analysis.planted import (
+    MixRun,
+    OnnxPredictor,
+    PlantedResult,
+    draw_cause,
+    plant,
+    rate_lines,
+    rates,
+    run_mix,
+)
 from analysis.toy import HistogramTrainer, toy_split
 
-# (cause, training seed): a fixed mix of every cause, two of size, two null runs trained with the
-# reference's seed, and two trained with another seed (training noise only)
-MIX = [("size", 1), ("contrast", 1), ("masks", 1), ("capacity", 1), ("background", 1), ("size", 2),
-       ("none", 1), ("none", 2), ("none", 11), ("none", 12)]
+# a fixed mix of every cause, two of size, two null runs trained with the reference's seed, and two
+# trained with another seed (training noise only); magnitudes drawn from seeds 100 + k
+MIX = [MixRun(kind, ref, seed, 100 + k) for k, (kind, ref, seed) in enumerate(
+    [("size", 1, 1), ("contrast", 1, 1), ("masks", 1, 1), ("capacity", 1, 1), ("background", 1, 1), ("size", 2, 2),
+     ("none", 1, 1), ("none", 2, 2), ("none", 1, 11), ("none", 2, 12)])]
 NOISE_SEED = 100  # the seed-noise band: the unplanted model with seed + NOISE_SEED
 
 
@@ -51,28 +61,13 @@ def test_an_onnx_model_is_a_predictor(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_planted_causes_are_recovered_and_null_runs_stay_silent() -> None:
     train, dev = toy_split(400, 40, seed=1), toy_split(400, 40, seed=2)
-    trainer = HistogramTrainer()
-    models: dict[int, tuple[Evaluated, Evaluated]] = {}
-
-    def unplanted(seed: int) -> tuple[Evaluated, Evaluated]:
-        """The unplanted model of ``seed`` on dev and on train, trained once and cached."""
-        if seed not in models:
-            model = trainer.fit(train.images, train.masks, seed=seed)
-            models[seed] = (Evaluated(dev, model.predict(dev.images)), Evaluated(train, model.predict(train.images)))
-        return models[seed]
-
-    results: list[PlantedResult] = []
-    for k, (kind, seed) in enumerate(MIX):
-        ref_seed = seed % 10  # seeds 11, 12 are compared with the references of seeds 1, 2
-        ref_dev, ref_train = unplanted(ref_seed)
-        cause = draw_cause(np.random.default_rng(100 + k), kind)  # random magnitude, fixed by the mix
-        result, report = run_planted(cause, trainer, train, dev, ref_dev, seed=seed, reference_train=ref_train,
-                                     seed_reference=unplanted(ref_seed + NOISE_SEED)[0])
-        results.append(result)
-        if kind == "none":
+    runs = run_mix(MIX, HistogramTrainer(), train, dev, noise_offset=NOISE_SEED)
+    results: list[PlantedResult] = [r for r, _ in runs]
+    for result, report in runs:
+        if result.cause.kind == "none":
             assert result.n_findings == 0 and report.recommendations[0].action == "leave_it", report.recommendations
     summary = rates(results)
     planted = [r for r in results if r.cause.kind != "none"]
-    assert sum(r.recovered for r in planted) >= 2 / 3 * len(planted), [(r.cause.kind, r.named) for r in planted]
+    assert sum(r.recovered for r in planted) >= 2 / 3 * len(planted), rate_lines(results)
     assert summary["false_finding"].estimate == 0.0
     assert summary["recovery"].low <= summary["recovery"].estimate <= summary["recovery"].high

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +15,7 @@ import pytest
 
 from agents.challenge import ChallengeSetup
 from audit import AuditLog, MemoryAnchorStore
+from gate.client import GateClient
 from runner import TicketStatus, execute_ticket
 from runner.scheduler import Scheduler
 from segfactory.home import Home
@@ -75,3 +80,32 @@ def dev_comparison(home: Home, ticket_id: str, f1: float, best_f1: float, win: b
 
 def challenge_files(home: Home) -> list[Path]:
     return sorted((home.people_dir(RUN) / "challenges").glob("*.json"))
+
+
+@contextmanager
+def served_gate(home: Home) -> Iterator[GateClient]:
+    """The home's gate service (``gate.service.create_app``) over real HTTP on loopback, unpadded."""
+    import uvicorn
+
+    from gate.core import Gate
+    from gate.service import create_app
+
+    gate = Gate(home.vault, home_root=home.root)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(gate, pad_quantum_s=0), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    client = GateClient(url=f"http://127.0.0.1:{port}")
+    try:
+        yield client
+    finally:
+        client.close()
+        server.should_exit = True
+        thread.join(timeout=10)
+        gate.ledger.close()

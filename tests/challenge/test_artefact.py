@@ -32,6 +32,7 @@ from segfactory.home import Home
 from segfactory.records import Ticket
 from synthetic.versions import DatasetVersion, create_version
 from tests.challenge.conftest import RUN
+from tests.conftest import REPO
 from tests.vision._data import make_version
 from vision.evaluate import evaluate
 
@@ -40,6 +41,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
 
 NARROW = {"model": {"name": "unet-mobilenetv3", "decoder_width": 8}, "epochs": 5, "batch_size": 16, "threads": 1,
           "optim": {"lr": 0.006}, "augment": {"p": 0.5, "blur_sigma": {"low": 0.0, "high": 0.25}}}
+ARTIFACTS = REPO / "test-artifacts" / "challenge"
 SEVERITY = 3  # detector_blur sigma 1.5 px: six times the trained 0.25
 
 
@@ -88,3 +90,5 @@ def test_out_of_range_collapse_is_retracted(marked_home: Home, discs: DatasetVer
     assert {"seed", "config_sha256", "augment.blur_sigma"} <= set(record.diff)
     assert "dataset_hash" not in record.diff and "code_sha256" not in record.diff
     assert [r.challenge_id for r in retractions(home)] == [record.challenge_id] and not record.demoted
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)  # the figures of docs/labelling.md's worked retraction
+    (ARTIFACTS / "artefact.json").write_text(record.model_dump_json(indent=1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from audit.reader import iter_records
 from gate.ledger import Ledger
 from segfactory.errors import LimitExceeded, UsageError
 from segfactory.home import Home
-from tests.challenge.conftest import RUN, Finished, challenge_files, dev_comparison
+from tests.challenge.conftest import RUN, Finished, challenge_files, dev_comparison, served_gate
 from tests.runner._standin import tiny_model
 
 
@@ -93,7 +94,8 @@ def test_a_retracted_promoted_win_demotes_the_best_in_the_ledger(finished: Finis
     dev_comparison(home, "t1", finished.dev_f1 + 0.2, finished.dev_f1 + 0.1)  # a win that will not reproduce
     (home.runs / "promotions.jsonl").write_text(json.dumps({"model": str(model), "run_id": RUN,
                                                             "ticket_id": "t1"}) + "\n")
-    record = challenge_ticket(finished.setup, "t1", seeds=1)
+    with served_gate(home) as gate:  # the demotion goes through the gate's POST /retract
+        record = challenge_ticket(replace(finished.setup, gate=gate), "t1", seeds=1)
     assert record.verdict is Verdict.RETRACTED and record.claim.promoted
     assert record.demoted and record.demoted_to == baseline_sha
     ledger = Ledger(home.vault / "ledger.sqlite")

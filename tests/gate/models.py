@@ -12,14 +12,14 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = [helper.make_opsetid("", 17)]
 
 
-def _io(out_shape: list[object] | None = None) -> tuple[onnx.ValueInfoProto, onnx.ValueInfoProto]:
+def _io(out_shape: list[str | int | None] | None = None) -> tuple[onnx.ValueInfoProto, onnx.ValueInfoProto]:
     image = helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, "H", "W"])
     prob = helper.make_tensor_value_info("prob", TensorProto.FLOAT, out_shape or ["N", 1, "H", "W"])
     return image, prob
 
 
 def _model(nodes: list[onnx.NodeProto], inits: list[TensorProto] | None = None,
-           out_shape: list[object] | None = None, opset: list[onnx.OperatorSetIdProto] | None = None) -> onnx.ModelProto:
+           out_shape: list[str | int | None] | None = None, opset: list[onnx.OperatorSetIdProto] | None = None) -> onnx.ModelProto:
     image, prob = _io(out_shape)
     graph = helper.make_graph(nodes, "g", [image], [prob], initializer=inits or [])
     model = helper.make_model(graph, opset_imports=opset or OPSET)

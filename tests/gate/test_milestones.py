@@ -5,12 +5,16 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gate.core import Gate
 from gate.milestones import MilestoneRequest, run_milestone
-from segfactory.errors import GateError
+from gate.setup import add_real
+from segfactory.errors import DataError, GateError
+from synthetic.splits import image_sha256, write_split
 from tests.gate import models
+from tests.gate.conftest import make_split
 
 pytestmark = pytest.mark.bwrap
 
@@ -50,3 +54,23 @@ def models_sha(path: Path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+def test_real_holdout_is_added_as_versions_and_scored_only_by_milestones(gate: Gate, better_model: Path,
+                                                                        tmp_path: Path) -> None:
+    """The real/held-out tier: `gate add-real` versions it in the vault; milestones score it."""
+    images, masks = make_split(7, 40)
+    meta = [{"id": f"real-{i}", "sha256": image_sha256(img)} for i, img in enumerate(images)]
+    write_split(tmp_path / "real", images, masks, meta, [], {"source": "import"})
+    assert add_real(gate, tmp_path / "real") == 1 and add_real(gate, tmp_path / "real") == 2
+    assert {"tier": "real-holdout", "version": 2, "budget": 0, "spent": 0, "left": 0} in gate.ledger.tier_versions()
+    report = run_milestone(gate, _req("real-1", [better_model], ["real-holdout"]))
+    scored = report["tiers"]["real-holdout"]
+    assert scored["version"] == 2 and scored["models"][models_sha(better_model)]["n_images"] == 40
+    assert gate.ledger.milestone_models("real-holdout", 2) == {models_sha(better_model)}
+    gate.submit(better_model.read_bytes(), "q1")  # the query path: confirm-a only
+    assert {q.tier for q in gate.ledger.queries()} == {"confirm-a"}
+    write_split(tmp_path / "unlabelled", images, np.zeros_like(masks), meta, [], {"source": "import"})
+    with pytest.raises(DataError, match="no labelled voids"):
+        add_real(gate, tmp_path / "unlabelled")

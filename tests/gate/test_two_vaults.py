@@ -1,4 +1,18 @@
-"""Two vaults that differ only in held-back labels give agents byte-identical answers but verdicts."""
+"""Two vaults that differ only in held-back labels give agents byte-identical outputs but verdicts.
+
+Issue 4, "Done when": two homes identical except for their held-back labels, driven by the same
+fixed script, produce byte-identical agent-visible outputs apart from the verdicts, once
+timestamps and generated ids are normalised. Agent-visible outputs are the gate's responses,
+``runs/<id>/tickets/`` and the LLM request blobs. Both homes are built and driven at the same
+path (one after the other), so the absolute paths the runner records agree without rewriting.
+
+What legitimately differs, and how it is normalised (nothing else is):
+- gate responses: the ``verdict`` value; the generated id of a malformed submission;
+- ``tickets/<id>/outcome.json``: its ``wall_seconds`` (a wall-clock measurement);
+- LLM request blobs: the ``verdict`` values in the verdict history the proposer is shown.
+The runner writes a ticket's folder before the host submits its model (as ``segfactory run``
+does), so no verdict reaches ``tickets/``: those files must agree byte for byte.
+"""
 
 from __future__ import annotations
 
@@ -9,53 +23,75 @@ from typing import Any
 
 import pytest
 
-from gate.client import GateClient, running_gate
-from tests.gate import models
+from tests.agents.fakes import Step, openai_server
+from tests.gate._agent_script import LLM_SCRIPT, RUN_ID, add_dataset, llm_request_blobs, run_script
 from tests.gate.conftest import build_home
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
-
-def _script(client: GateClient, work: Path) -> list[bytes]:
-    """A fixed sequence of agent actions; returns the raw response bodies."""
-    good = models.save(models.threshold_model(bias=-0.45), work / "good.onnx")
-    rep = models.save(models.threshold_model(bias=-0.47), work / "rep.onnx")
-    bad = work / "bad.onnx"
-    bad.write_bytes(b"not a model")
-    steps: list[dict[str, Any]] = [
-        {"ticket_id": "a1", "model": good},
-        {"ticket_id": "a1", "model": good},  # replay
-        {"ticket_id": "a2", "model": bad},
-        {"ticket_id": "a3", "model": rep, "replicate_of": "a1"},
-        {"ticket_id": "a4", "model": good},  # cache
-    ]
-    bodies = []
-    for step in steps:
-        import base64
-
-        body = {"ticket_id": step["ticket_id"], "model_b64": base64.b64encode(step["model"].read_bytes()).decode(),
-                "replicate_of": step.get("replicate_of")}
-        bodies.append(client._http.post("/submit", json=body).content)
-    bodies.append(client._http.post("/submit", content=b"{oops").content)
-    return bodies
+VERDICT_WORDS = rb"NO_WIN|WIN|INVALID|BUDGET_EXHAUSTED"
+CLOCK_KEYS = frozenset({"wall_seconds"})  # wall-clock measurements (the stand-in trainer reports fixed durations)
 
 
-def _normalise(body: bytes) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(body)
-    data.pop("verdict")
-    data["ticket_id"] = re.sub(r"^malformed-[0-9a-f]+$", "malformed-<id>", data["ticket_id"])
-    return data
+def _masked(body: bytes) -> bytes:
+    """``body`` with every ``verdict`` value masked (also as escaped JSON inside a JSON string, as
+    in an LLM request) and a malformed submission's generated ticket id masked."""
+    body = re.sub(rb'(\\*"verdict\\*":\s*\\*")(' + VERDICT_WORDS + rb")", rb"\1<verdict>", body)
+    return re.sub(rb'"malformed-[0-9a-f]+"', b'"malformed-<id>"', body)
 
 
-def test_agent_visible_outputs_do_not_depend_on_held_back_labels(tmp_path: Path) -> None:
-    outputs = []
-    for name, strong_labels in (("one", False), ("two", True)):
-        home, _ = build_home(tmp_path / name / "home", strong_labels=strong_labels)
-        work = tmp_path / name / "work"
-        work.mkdir()
-        with running_gate(home, ["--pad-quantum", "0.2"]) as client:
-            outputs.append(_script(client, work))
-    one, two = outputs
-    assert [_normalise(b) for b in one] == [_normalise(b) for b in two]
-    assert [json.loads(b)["verdict"] for b in one] != [json.loads(b)["verdict"] for b in two]  # labels matter
-    assert len({len(b) for b in one + two}) <= 4  # bodies differ only by verdict word and ids
+def _clock_free(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: ("<clock>" if k in CLOCK_KEYS else _clock_free(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clock_free(v) for v in value]
+    return value
+
+
+def _ticket_files(home: Path) -> dict[str, bytes]:
+    """Every file under runs/<id>/tickets/, normalised as the module docstring says."""
+    root = home / "runs" / RUN_ID / "tickets"
+    files: dict[str, bytes] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if path.name == "outcome.json":
+            data = json.dumps(_clock_free(json.loads(data)), sort_keys=True).encode()
+        files[str(path.relative_to(root))] = data
+    return files
+
+
+def _verdicts(responses: list[bytes]) -> list[str]:
+    return [json.loads(r).get("verdict", "") for r in responses if r.startswith(b"{")]
+
+
+def _drive(tmp_path: Path, name: str, strong_labels: bool) -> dict[str, Any]:
+    """Build and drive a home at ``tmp_path/home`` (the same path for both, so paths inside agree)."""
+    home, _ = build_home(tmp_path / "home", strong_labels=strong_labels)
+    dataset = add_dataset(home, tmp_path / "src")
+    responses: list[bytes] = []
+    with openai_server([Step.call("propose_tickets", args) for args in LLM_SCRIPT]) as fake:
+        run_script(home, dataset, fake.base_url, responses)
+    submits = [r for r in responses if b'"verdict"' in r]
+    outputs = {"submits": submits, "tickets": _ticket_files(home), "llm": llm_request_blobs(home)}
+    (tmp_path / "home").rename(tmp_path / name)
+    (tmp_path / "src").rename(tmp_path / f"{name}-src")
+    (tmp_path / "home-baseline.onnx").unlink()
+    return outputs
+
+
+def test_a_fixed_agent_script_sees_the_same_bytes_in_both_vaults_but_the_verdicts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    one, two = _drive(tmp_path, "one", False), _drive(tmp_path, "two", True)
+    # The labels do change the verdicts: t001, its replicate, t002 (cached), the replay, non-ONNX, malformed.
+    assert _verdicts(one["submits"]) == ["WIN", "WIN", "WIN", "WIN", "INVALID", "INVALID"]
+    assert _verdicts(two["submits"]) == ["NO_WIN", "INVALID", "NO_WIN", "NO_WIN", "INVALID", "INVALID"]
+    assert [_masked(r) for r in one["submits"]] == [_masked(r) for r in two["submits"]]
+    assert len(one["submits"]) == 6  # three tickets through the runner, a replay, a non-ONNX, malformed JSON
+    assert set(one["tickets"]) == set(two["tickets"]) and any(k.endswith("model.onnx") for k in one["tickets"])
+    differing = [k for k in one["tickets"] if one["tickets"][k] != two["tickets"][k]]
+    assert differing == []
+    assert len(one["llm"]) == len(two["llm"]) == 2
+    assert one["llm"][0] == two["llm"][0]  # before any verdict: byte-identical, unnormalised
+    assert one["llm"][1] != two["llm"][1]  # the second request shows the verdict history...
+    assert _masked(one["llm"][1]) == _masked(two["llm"][1])  # ...and differs in nothing else

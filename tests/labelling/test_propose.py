@@ -11,41 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.labelling import BASELINE_MODEL, current_best_model, decode_mask, propose_labels
-from gate.intake import inspect_model
-from gate.ledger import Ledger
-from gate.setup import export_classical_baseline
+from agents.labelling import current_best_model, decode_mask, propose_labels
 from segfactory.errors import HomeError
 from segfactory.home import Home
-from synthetic.splits import read_split, write_split
-from tests.runner._standin import tiny_model
-from tests.vision._data import draw
-
-
-@pytest.fixture
-def home(tmp_home: Path) -> Home:
-    """A home with the classical detector and a current best (the stand-in model) in the ledger."""
-    home = Home(tmp_home)
-    tmp_home.mkdir(parents=True)
-    home.marker.write_text(json.dumps({"profile": "demo", "created": 0.0, "layout": 1}))
-    assert export_classical_baseline(home.root / BASELINE_MODEL, 32) is not None
-    best = home.runs / "r0" / "tickets" / "t1" / "model.onnx"
-    best.parent.mkdir(parents=True)
-    best.write_bytes(tiny_model())  # prob = sigmoid(40 (x - 0.55)): the discs are ~0.7, background ~0.45
-    (home.runs / "promotions.jsonl").write_text(json.dumps({"model": str(best), "run_id": "r0",
-                                                            "ticket_id": "t1"}) + "\n")
-    home.vault.mkdir()
-    ledger = Ledger(home.vault / "ledger.sqlite")
-    ledger.set_best(inspect_model(best).sha256, str(best), "promotion", "test")
-    ledger.close()
-    return home
-
-
-@pytest.fixture
-def discs(tmp_path: Path) -> Path:
-    images, masks, meta, defects = draw(12, 32, 5, radii=(2.0, 3.0), contrast=0.3, noise=0.01)
-    write_split(tmp_path / "discs", images, masks, meta, defects, {"generator": "tests.discs"})
-    return tmp_path / "discs"
+from synthetic.splits import read_split
+from synthetic.versions import DatasetVersion
 
 
 def test_proposed_masks_match_the_voids_and_carry_a_confidence(home: Home, discs: Path) -> None:
@@ -72,10 +42,11 @@ def test_no_current_best_is_a_clear_error(tmp_home: Path, discs: Path) -> None:
         propose_labels(Home(tmp_home), discs)
 
 
-def test_cli_prints_one_json_object(home: Home, discs: Path, cli: Callable[..., Any]) -> None:
+def test_cli_prints_one_json_object(home: Home, discs: Path, base: DatasetVersion, cli: Callable[..., Any]) -> None:
     res = cli("label", "propose", "--data", str(discs), "--home", str(home.root), "--json")
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["n_items"] > 0 and Path(summary["queue"]).is_file()
+    assert summary["round"] == "labels/v1" and summary["base"] == base.ref == "discs/v1"
     assert np.isclose(summary["mean_confidence"], np.mean([i["confidence"] for i in
                                                            json.loads(Path(summary["queue"]).read_text())["items"]]))

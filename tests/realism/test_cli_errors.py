@@ -20,3 +20,10 @@ def test_topup_over_budget_and_unmeetable_slice_fail_before_training(tmp_path: P
     bad = cli(*base, "--slice", "background:marble", "--n", "0,100")
     assert bad.returncode != 0 and "no background 'marble'; known: flat, gradient, vignette, texture" in bad.stderr
     assert not (home / "runs").exists() or not any((home / "runs").rglob("model.onnx"))
+
+
+def test_round_two_without_a_topup_says_what_to_run(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+    home = tiny_home(tmp_path / "home", n_train=8, n_dev=4)
+    result = cli("round-two", "--run-id", "r9", "--home", str(home), "--json")
+    assert result.returncode != 0 and result.stdout == ""
+    assert "no top-up report at" in result.stderr and "segfactory topup --run-id r9" in result.stderr

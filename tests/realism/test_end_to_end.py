@@ -1,5 +1,10 @@
-"""Stand-in real tier -> realism report -> a tiny dose-response top-up through the runner (bwrap),
-and the leak test: a distinctive planted real image appears in no output but the real set itself."""
+"""On the demo profile, through the real CLI: ``init --profile demo`` -> stand-in real tier
+(import --real, gate add-real, a real-holdout milestone) -> realism report -> a small dose-response
+top-up through the runner (bwrap) and round two; and the leak test: a distinctive planted real
+image appears in no output but the real set itself.
+
+Sized to run in about four minutes on an idle 2-core box: 120 stand-in images of 64x64, doses
+0 and 100, one epoch of the demo run config (32-px crops) per ticket."""
 
 from __future__ import annotations
 
@@ -15,11 +20,12 @@ import pytest
 from synthetic._files import to_unit
 from synthetic.splits import read_split
 from tests.conftest import CliResult
-from tests.realism._home import tiny_home
 
 pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 CANARY = "000000_canary_real_7f3a"  # sorts second: the seeded split puts it in real-dev
+SIDE = 64  # the demo profile's image side
+TICKET_BUDGET = "120s"  # device-time cap per ticket, the demo policy's limit (every arm and round two get the same)
 
 
 def _plant(src: Path) -> np.ndarray:
@@ -27,9 +33,9 @@ def _plant(src: Path) -> np.ndarray:
     from PIL import Image
 
     rng = np.random.default_rng(424242)
-    pixels = (20000 + 9000 * (np.arange(32)[None, :] % 5) + rng.integers(0, 4000, (32, 32))).astype(np.uint16)
+    pixels = (20000 + 9000 * (np.arange(SIDE)[None, :] % 5) + rng.integers(0, 4000, (SIDE, SIDE))).astype(np.uint16)
     Image.fromarray(pixels).save(src / "images" / f"{CANARY}.png")
-    mask = np.zeros((32, 32), np.uint8)
+    mask = np.zeros((SIDE, SIDE), np.uint8)
     mask[10:14, 12:16] = 255
     Image.fromarray(mask).save(src / "masks" / f"{CANARY}.png")
     return pixels
@@ -38,39 +44,45 @@ def _plant(src: Path) -> np.ndarray:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("e2e")
-    home = tiny_home(root / "home")
-    runner = _runner()
-    outputs = [runner("stand-in", "--out", str(root / "src"), "--n", "120", "--size", "32", "--json",
-                      "--home", str(home))]
+    home, real = root / "home", root / "real"
+    cli = _runner(home)
+    outputs = [cli("init", "--profile", "demo", "--json"),
+               cli("stand-in", "--out", str(root / "src"), "--n", "120", "--size", str(SIDE), "--json")]
     pixels = _plant(root / "src")
-    outputs.append(runner("data", "import", str(root / "src"), "--out", str(root / "real"), "--real", "--json",
-                          "--home", str(home)))
-    outputs.append(runner("realism", "--synthetic", "synthetic/v1", "--real", str(root / "real"), "--json",
-                          "--home", str(home)))
-    outputs.append(runner("topup", "--slice", "thin", "--n", "0,100", "--real", str(root / "real"),
-                          "--ticket-budget", "90s", "--epochs", "1", "--budget", "5m", "--run-id", "ci",
-                          "--json", "--home", str(home)))
+    outputs.append(cli("data", "import", str(root / "src"), "--out", str(real), "--real", "--json"))
+    outputs.append(cli("gate", "add-real", str(real / "holdout"), "--json"))
+    outputs.append(cli("realism", "--synthetic", "synthetic/v1", "--real", str(real), "--json"))
+    outputs.append(cli("topup", "--slice", "thin", "--n", "0,100", "--real", str(real), "--config",
+                       "configs/run-demo.yaml", "--ticket-budget", TICKET_BUDGET, "--epochs", "1", "--budget", "8m",
+                       "--run-id", "ci", "--round-two", "--json"))
     for out in outputs:
-        assert out.returncode == 0, out.stderr
+        assert out.returncode == 0, out.stderr[-3000:]
+    nothing = json.loads(outputs[-1].stdout)["tickets"][0]["model"]
+    outputs.append(cli("gate", "milestone", "--name", "real-check", "--run", "ci", "--model", nothing, "--tiers",
+                       "real-holdout", "--json"))
+    assert outputs[-1].returncode == 0, outputs[-1].stderr[-3000:]
     return {"root": root, "home": home, "pixels": pixels, "outputs": outputs}
 
 
-def _runner() -> Callable[..., CliResult]:
+def _runner(home: Path) -> Callable[..., CliResult]:
+    import os
     import subprocess
     import sys
 
     from tests.conftest import REPO
 
+    env = {**os.environ, "SEGFACTORY_LOG_LEVEL": "INFO", "SEGFACTORY_NO_USER_SEPARATION": "1"}  # a throw-away home
+
     def call(*args: str) -> CliResult:
-        proc = subprocess.run([sys.executable, "-m", "segfactory", *args], capture_output=True, text=True,
-                              timeout=900, cwd=REPO, env={**__import__("os").environ, "SEGFACTORY_LOG_LEVEL": "INFO"})
+        proc = subprocess.run([sys.executable, "-m", "segfactory", *args, "--home", str(home)], capture_output=True,
+                              text=True, timeout=900, cwd=REPO, env=env)
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
     return call
 
 
 def test_realism_report_is_aggregate_and_says_it_is_not_the_test(run: dict[str, object]) -> None:
-    report = json.loads(run["outputs"][2].stdout)  # type: ignore[index]
+    report = json.loads(run["outputs"][4].stdout)  # type: ignore[index]
     assert "not the test that counts" in report["note"] and report["stand_in"] is True
     assert 0.0 <= report["mmd"]["p_value"] <= 1.0 and len(report["slices"]) == 4
     acc = report["classifier"]["accuracy"]
@@ -79,7 +91,7 @@ def test_realism_report_is_aggregate_and_says_it_is_not_the_test(run: dict[str, 
 
 
 def test_topup_dose_response_has_both_controls(run: dict[str, object]) -> None:
-    report = json.loads(run["outputs"][3].stdout)  # type: ignore[index]
+    report = json.loads(run["outputs"][5].stdout)  # type: ignore[index]
     assert [t["arm"] for t in report["tickets"]] == ["nothing", "synthetic", "augment"]
     assert all(t["status"] == "DONE" for t in report["tickets"])
     rows = report["dose_response"]["rows"]
@@ -92,6 +104,28 @@ def test_topup_dose_response_has_both_controls(run: dict[str, object]) -> None:
     home = Path(str(run["home"]))
     assert (home / "runs" / "ci" / "people" / "topup.json").is_file()
     assert "targeted_synthetic" in (home / "runs" / "ci" / "people" / "rounds.jsonl").read_text()
+
+
+def test_the_real_tier_reaches_the_vault_and_a_milestone(run: dict[str, object]) -> None:
+    outputs = run["outputs"]
+    imported = json.loads(outputs[2].stdout)  # type: ignore[index]
+    assert imported["stand_in"] is True and imported["counts"]["real-dev"] >= 40
+    assert json.loads(outputs[3].stdout)["tier"] == "real-holdout"  # type: ignore[index]
+    milestone = json.loads(outputs[6].stdout)  # type: ignore[index]
+    assert milestone["tiers"] == ["real-holdout"] and Path(milestone["report"]).is_file()
+
+
+def test_round_two_targets_a_dev_slice_with_another_kind_of_fix(run: dict[str, object]) -> None:
+    from synthetic.rounds import read_rounds
+
+    second = json.loads(run["outputs"][5].stdout)["round_two"]  # type: ignore[index]
+    assert second["fix_kind"] in ("training", "model") and second["chosen_from"].startswith("dev analysis")
+    assert second["status"] == "DONE" and second["result"]
+    change = second["miss_rate_change"]
+    assert change["low"] <= change["estimate"] <= change["high"]
+    rounds = read_rounds(Path(str(run["home"])) / "runs" / "ci" / "people")
+    assert [r.fix_kind for r in rounds] == ["targeted_synthetic", second["fix_kind"]]
+    assert rounds[1].slice == second["slice"] != rounds[0].slice
 
 
 def test_no_real_image_leaks_into_any_output(run: dict[str, object]) -> None:

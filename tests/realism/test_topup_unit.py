@@ -83,10 +83,22 @@ def test_dose_response_names_where_more_stops_helping_and_where_it_hurts() -> No
 
 
 def test_rounds_are_recorded_for_people_including_null_results(tmp_path: Path) -> None:
-    from synthetic.topup import RoundRecord, record_round
+    from synthetic.rounds import RoundRecord, record_round
 
     for result in ("no dose measurably changed real-slice recall", "helps at n=[250]"):
         record_round(tmp_path, RoundRecord(weakness="thin voids", fix_kind="targeted_synthetic", fix="n=250",
                                            result=result))
     rows = (tmp_path / "rounds.jsonl").read_text().splitlines()
     assert len(rows) == 2 and "no dose measurably changed" in rows[0]
+
+
+def test_a_training_cap_is_lifted_for_the_arms_or_refused_when_it_cuts_the_base(tmp_path: Path) -> None:
+    from synthetic.topup import topup_config
+    from tests.conftest import REPO
+
+    generate(12, 16, 1, workers=1).write(tmp_path / "train")
+    assert "max_train_images" not in topup_config({"epochs": 1, "max_train_images": 12}, tmp_path / "train")
+    assert topup_config(REPO / "configs" / "run-demo.yaml", tmp_path / "train")["sampling"]["crop"] == 32
+    with pytest.raises(UsageError, match="top-up images would be cut"):
+        topup_config({"max_train_images": 8}, tmp_path / "train")
+    assert _plan(round_two=True).n_tickets == _plan().n_tickets + 1  # round two's ticket is budgeted
