@@ -2,10 +2,9 @@
 
 Pages: ``/blind`` (start a session, list past ones) and ``/blind/{id}`` (one unlabelled crop at a
 time with two buttons, then the accuracy). The JSON API under ``/api/blind`` does the same for
-scripts. ``console.app.create_app`` mounts ``router``. Sessions
-are ``synthetic.realism.blind`` records under ``<home>/runs/blind/people/`` (people only). The
-crop PNG served here is the only place a real crop is shown, to the person at the console; it
-is never logged. Every session start and guess is an audit record (actor ``human``) holding the
+scripts. ``console.app.create_app`` mounts ``router``. Sessions are ``synthetic.realism.blind``
+records under ``<home>/runs/blind/people/`` (people only). The crop PNG served here is the only
+place a real crop is shown, to the person at the console; it is never logged. Every session start and guess is an audit record (actor ``human``) holding the
 session id, trial number and guess, never pixels.
 """
 

@@ -3,8 +3,10 @@
 top-up through the runner (bwrap) and round two; and the leak test: a distinctive planted real
 image appears in no output but the real set itself.
 
-Sized to run in about four minutes on an idle 2-core box: 120 stand-in images of 64x64, doses
-0 and 100, one epoch of the demo run config (32-px crops) per ticket."""
+Sized to run in about four minutes on an idle 2-core box: 120 stand-in images of 64x64; the
+realism report on the demo's whole ``synthetic/v1``; the top-up on ``demo-small/v1`` (the first
+192 train and 64 dev images of ``synthetic/v1``), doses 0 and 100, one epoch of the demo run
+config (32-px crops) per ticket."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 CANARY = "000000_canary_real_7f3a"  # sorts second: the seeded split puts it in real-dev
 SIDE = 64  # the demo profile's image side
+SMALL = {"train": 192, "dev": 64}  # images of synthetic/v1 the top-up base keeps (keeps each ticket ~15 CPU-s)
 TICKET_BUDGET = "120s"  # device-time cap per ticket, the demo policy's limit (every arm and round two get the same)
 
 
@@ -52,7 +55,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     outputs.append(cli("data", "import", str(root / "src"), "--out", str(real), "--real", "--json"))
     outputs.append(cli("gate", "add-real", str(real / "holdout"), "--json"))
     outputs.append(cli("realism", "--synthetic", "synthetic/v1", "--real", str(real), "--json"))
-    outputs.append(cli("topup", "--slice", "thin", "--n", "0,100", "--real", str(real), "--config",
+    base = _small_base(home, root / "small")
+    outputs.append(cli("topup", "--slice", "thin", "--n", "0,100", "--real", str(real), "--data", base, "--config",
                        "configs/run-demo.yaml", "--ticket-budget", TICKET_BUDGET, "--epochs", "1", "--budget", "8m",
                        "--run-id", "ci", "--round-two", "--json"))
     for out in outputs:
@@ -62,6 +66,21 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
                        "real-holdout", "--json"))
     assert outputs[-1].returncode == 0, outputs[-1].stderr[-3000:]
     return {"root": root, "home": home, "pixels": pixels, "outputs": outputs}
+
+
+def _small_base(home: Path, work: Path) -> str:
+    """An approved version holding the first images of the demo's synthetic/v1 (its child)."""
+    from synthetic.splits import write_split
+    from synthetic.versions import create_version, resolve
+
+    demo = resolve(home, "synthetic/v1")
+    for name, n in SMALL.items():
+        split = read_split(demo.path / name)
+        meta = split.image_meta[:n]
+        ids = {str(m["id"]) for m in meta}
+        write_split(work / name, np.asarray(split.images[:n]), np.asarray(split.masks[:n]), meta,
+                    [d for d in split.defects if str(d["image_id"]) in ids], dict(split.manifest))
+    return create_version(home, "demo-small", {s: work / s for s in SMALL}, parent=demo.ref, approve_it=True).ref
 
 
 def _runner(home: Path) -> Callable[..., CliResult]:
