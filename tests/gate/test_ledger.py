@@ -85,11 +85,22 @@ while True:
 """
 
 
+WRITER_START_S = 60.0  # the longest the writer may take to make its first write
+
+
+def _spent(path: Path) -> int:
+    with sqlite3.connect(path, timeout=5) as db:
+        return int(db.execute("SELECT COALESCE(SUM(spent), 0) FROM tier_versions").fetchone()[0])
+
+
 def test_survives_kill_9_mid_write(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
     Ledger(path).add_tier_version("confirm-a", 1, 10**9)
     proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], cwd=Path(__file__).parents[2])
-    time.sleep(1.5)
+    deadline = time.monotonic() + WRITER_START_S
+    while not _spent(path) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)  # under load the writer may take seconds to import before its first write
+    time.sleep(0.3)  # then kill it in the middle of its write loop
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     led = Ledger(path)
