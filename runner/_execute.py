@@ -190,7 +190,7 @@ def _execute(run: _Run, config: dict[str, Any], scorer: Scorer, gate: GateSubmit
     if gate is None:
         return done
     try:
-        verdict = gate.submit(model.path, str(run.dataset.train), run.ticket.id,
+        verdict = gate.submit(model.path, run.dataset.ref, run.ticket.id,
                               replicate_of=run.ticket.replicate_of, run_id=run.run_id)
     except Exception as exc:  # the evidence stands; only the submission failed
         failed = _failed(run, exc)

@@ -151,3 +151,21 @@ def test_an_unreachable_gate_fails_the_ticket_but_keeps_its_evidence(
     assert outcome.status == TicketStatus.FAILED
     assert str(outcome.reason).startswith("gate submission failed")
     assert outcome.evidence is not None and outcome.verdict is None
+
+
+def test_the_gate_is_told_the_training_data_by_its_version_ref_never_a_path(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    from segfactory.records import CoarseVerdict, Verdict
+
+    seen: list[str | None] = []
+
+    class RecordingGate:  # the gate answers INVALID (and quarantines) for anything but NAME/vK
+        def submit(self, model_path: Path | str, train_data: str | None, ticket_id: str,
+                   replicate_of: str | None = None, run_id: str | None = None) -> CoarseVerdict:
+            seen.append(train_data)
+            return CoarseVerdict(ticket_id=ticket_id, tier="confirm-a", verdict=Verdict.NO_WIN, queries_left=3)
+
+    outcome = run(make_ticket(), home, dataset, StandinLauncher(), audit_log, scheduler, gate=RecordingGate(),
+                  scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32))
+    assert outcome.verdict is not None and outcome.verdict.verdict == Verdict.NO_WIN
+    assert seen == [dataset.ref]
