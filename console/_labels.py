@@ -254,6 +254,17 @@ def decisions(home: Home, dataset: str) -> list[Decision]:
                      seconds=float(r[4])) for r in rows]
 
 
+def loop_summary(home: Home) -> dict[str, Any]:
+    """For the /labels page: finished labelling rounds and retracted claims (people only, read-only)."""
+    from agents.challenge import retractions
+    from agents.labelling import label_rounds
+
+    return {"rounds": [r.model_dump(mode="json") for r in label_rounds(home)],
+            "retractions": [{"challenge_id": r.challenge_id, "ticket_id": r.claim.ticket_id, "run_id": r.claim.run_id,
+                             "kind": r.claim.kind.value, "reason": r.reasons[-1] if r.reasons else "",
+                             "demoted": r.demoted} for r in retractions(home)]}
+
+
 def _pack(mask: np.ndarray) -> bytes:
     out = io.BytesIO()
     np.save(out, mask.astype(np.uint8))

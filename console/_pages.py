@@ -148,10 +148,10 @@ def blob_page(request: Request, ref: str) -> Response:
 @router.get("/labels")
 def labels_index(request: Request) -> Response:
     s = _services(request)
-    from console._labels import queue_datasets
+    from console._labels import loop_summary, queue_datasets
 
     sets = [{"ref": d, **s.labels.stats(d)} for d in queue_datasets(s.home)]
-    return page(request, "labels.html", {"datasets": sets})
+    return page(request, "labels.html", {"datasets": sets, **loop_summary(s.home)})
 
 
 @router.get("/labels/{name}/{version}")

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +18,7 @@ from runner.scheduler import Scheduler
 from segfactory.home import Home
 from segfactory.records import Ticket
 from synthetic.versions import DatasetVersion
+from tests._loopback import serving
 from tests.runner import conftest as runner_fixtures
 from tests.runner.conftest import BASE_CONFIG, StandinLauncher
 
@@ -85,27 +83,16 @@ def challenge_files(home: Home) -> list[Path]:
 @contextmanager
 def served_gate(home: Home) -> Iterator[GateClient]:
     """The home's gate service (``gate.service.create_app``) over real HTTP on loopback, unpadded."""
-    import uvicorn
-
     from gate.core import Gate
     from gate.service import create_app
 
     gate = Gate(home.vault, home_root=home.root)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(gate, pad_quantum_s=0), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    client = GateClient(url=f"http://127.0.0.1:{port}")
     try:
-        yield client
+        with serving(create_app(gate, pad_quantum_s=0)) as url:
+            client = GateClient(url=url)
+            try:
+                yield client
+            finally:
+                client.close()
     finally:
-        client.close()
-        server.should_exit = True
-        thread.join(timeout=10)
         gate.ledger.close()
