@@ -24,7 +24,7 @@ def render_markdown(r: Any) -> str:
              f"- started {_when(r.started_at)}, ended {_when(r.ended_at)}; stopped because: {r.stop_reason or 'done'}",
              f"- win rule sha256 `{(r.win_rule_sha256 or NOT_MEASURED)[:16]}` (pinned at start)",
              f"- device time spent {r.device_seconds:.0f} s", ""]
-    for section in (_counts, _tickets, _plots, _milestone, _approvals, _audit, _llm, _did_not_do):
+    for section in (_counts, _tickets, _plots, _milestone, _approvals, _labelling, _audit, _llm, _did_not_do):
         lines += section(r)
     return "\n".join(lines) + "\n"
 
@@ -121,6 +121,28 @@ def _approvals(r: Any) -> list[str]:
     return [*lines, "", "Decide pending ones with `segfactory approvals approve|deny ID`. An approved request "
             "becomes a data ticket at its run's next propose step; once the run has finished it does not "
             "run (carrying it into a new run is not built yet).", ""]
+
+
+def _labelling(r: Any) -> list[str]:
+    """The home's labelling rounds and retracted claims (they outlive the run that made them)."""
+    lines = ["## Labelling rounds and retracted claims (this home, so far)", ""]
+    if not r.label_rounds:
+        lines += ["No labelling round has finished in this home (`segfactory label propose`, then review, "
+                  "then `segfactory label finetune`).", ""]
+    else:
+        lines += ["| round | reviewed | kept / fixed / dropped | precision | min/image | labels/hour | dev object F1 "
+                  "| dev gain | gate |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {x['round']} | {x['reviewed']} | {x['kept']} / {x['fixed']} / {x['dropped']} | "
+                  f"{_f(x['precision'])} | {_f(x['human_minutes_per_image'])} | {_f(x['labels_per_hour'], 0)} | "
+                  f"{_f(x['dev_object_f1'])} | {_f(x['dev_gain'])} | {x['gate_verdict'] or x['status']} |"
+                  for x in r.label_rounds]
+        lines.append("")
+    if not r.retractions:
+        return [*lines, "No claim has been retracted.", ""]
+    lines += [f"- **Retracted** {x['claim']} claim of ticket {x['ticket_id']} (run {x['run_id']}), challenge "
+              f"{x['challenge_id']}: {x['reason']}{' — the best was moved back' if x['demoted'] else ''}"
+              for x in r.retractions]
+    return [*lines, ""]
 
 
 def _audit(r: Any) -> list[str]:

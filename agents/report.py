@@ -83,6 +83,23 @@ class RunReport(_Rec):
     llm_usage: dict[str, Any]
     analysis_dir: str | None
     plots: dict[str, str] = Field(default_factory=dict)
+    label_rounds: list[dict[str, Any]] = Field(default_factory=list)  # the home's labelling rounds so far
+    retractions: list[dict[str, Any]] = Field(default_factory=list)  # the home's retracted claims so far
+
+
+def home_records(home: Any) -> dict[str, list[dict[str, Any]]]:
+    """The home's labelling rounds and retracted claims, as every later report lists them."""
+    from agents.challenge import retractions
+    from agents.labelling import label_rounds
+
+    rounds = [{"round": r.round, "reviewed": r.reviewed, "kept": r.kept, "fixed": r.fixed, "dropped": r.dropped,
+               "precision": r.precision, "human_minutes_per_image": r.human_minutes_per_image,
+               "labels_per_hour": r.labels_per_hour, "dev_object_f1": r.dev_object_f1, "dev_gain": r.dev_gain,
+               "gate_verdict": r.gate_verdict, "status": r.status} for r in label_rounds(home)]
+    retracted = [{"challenge_id": c.challenge_id, "ticket_id": c.claim.ticket_id, "run_id": c.claim.run_id,
+                  "claim": c.claim.kind.value, "reason": c.reasons[0] if c.reasons else "", "demoted": c.demoted}
+                 for c in retractions(home)]
+    return {"label_rounds": rounds, "retractions": retracted}
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -250,4 +267,4 @@ def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> d
 
 
 __all__ = ["REPORT_HTML", "REPORT_JSON", "REPORT_MD", "AuditSummary", "RunReport", "TicketRow", "audit_summary",
-           "counts", "read_jsonl", "ticket_rows", "write"]
+           "counts", "home_records", "read_jsonl", "ticket_rows", "write"]
