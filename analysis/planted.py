@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict
 from analysis.report import AnalysisReport, Evaluated, Extras, SplitLike, analyse
 from analysis.stats import Interval, wilson_interval
 
-CauseKind = Literal["none", "size", "contrast", "masks", "capacity", "background"]
+CauseKind = Literal["none", "placebo", "size", "contrast", "masks", "capacity", "background"]
+NULL_KINDS = ("none", "placebo")  # null runs: nothing planted, or a random share of images removed
 CAUSES: tuple[CauseKind, ...] = ("size", "contrast", "masks", "capacity", "background")
 NULL_SHARE = 0.25  # share of randomly drawn runs that plant nothing
 SIZE_QUANTILES = (0.15, 0.3)  # images with voids in this top share of sizes (drawn) are removed
@@ -31,6 +32,7 @@ CONTRAST_QUANTILES_NOTE = "images with voids in the bottom share of contrast (dr
 CONTRAST_QUANTILES = (0.15, 0.3)
 MASK_SHARES = (0.4, 0.7)  # share of training masks with voids that are erased
 CAPACITY_SHARES = (0.3, 0.5)  # the shrunk model keeps this share of its capacity
+PLACEBO_SHARES = (0.15, 0.3)  # a placebo null run removes this share of training images, at random
 ACTION_CAUSE = {"label_fix": "masks", "curation": "masks", "model_change": "capacity", "leave_it": "none"}
 
 
@@ -79,7 +81,8 @@ class Planted:
 
 Ranges = dict[str, tuple[float, float]]
 RANGES: Ranges = {"size": SIZE_QUANTILES, "contrast": CONTRAST_QUANTILES, "masks": MASK_SHARES,
-                  "capacity": CAPACITY_SHARES, "background": (0.0, 1.0)}  # background: picks the type dropped
+                  "capacity": CAPACITY_SHARES, "background": (0.0, 1.0),  # background: picks the type dropped
+                  "placebo": PLACEBO_SHARES}
 
 
 def draw_cause(rng: np.random.Generator, kind: CauseKind | None = None, ranges: Ranges | None = None) -> PlantedCause:
@@ -128,6 +131,9 @@ def plant(cause: PlantedCause, train: SplitLike, rng: np.random.Generator) -> Pl
         detail = {"masks_erased": int(hit.size)}
     elif cause.kind == "capacity":
         capacity, detail = cause.magnitude, {"capacity": cause.magnitude}
+    elif cause.kind == "placebo":  # a data change that plants no cause: any slice it shows is noise
+        keep = rng.random(len(train.image_meta)) >= cause.magnitude
+        images, masks, detail = images[keep], masks[keep], {"images_removed": int((~keep).sum())}
     meta = [m for m, k in zip(train.image_meta, keep, strict=True) if k]
     ids = {str(m.get("id")) for m in meta}
     defects = [d for d in train.defects if str(d.get("image_id")) in ids]
@@ -188,7 +194,7 @@ def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: Sp
                     seed_reference=seed_reference, seed_reference_train=seed_reference_train, label_estimate=False)
     report, _ = analyse(cand, seed=seed, extras=extras)
     named, top = named_cause(report), top_finding_cause(report)
-    if cause.kind == "none":  # a null run: nothing above threshold, so "leave it" and no finding
+    if cause.kind in NULL_KINDS:  # a null run: nothing above threshold, so "leave it" and no finding
         recovered = named == "none" and not report.findings
     else:  # the issue's criterion: the cause is the top finding or the top recommendation
         recovered = cause.kind in (named, top)
@@ -198,8 +204,8 @@ def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: Sp
 
 def rates(results: list[PlantedResult]) -> dict[str, Interval]:
     """Recovery rate over planted runs and false-finding rate over null runs, with Wilson intervals."""
-    planted = [r for r in results if r.cause.kind != "none"]
-    null = [r for r in results if r.cause.kind == "none"]
+    planted = [r for r in results if r.cause.kind not in NULL_KINDS]
+    null = [r for r in results if r.cause.kind in NULL_KINDS]
     return {"recovery": wilson_interval(sum(r.recovered for r in planted), len(planted)),
             "false_finding": wilson_interval(sum(not r.recovered for r in null), len(null))}
 

@@ -22,7 +22,7 @@ def _scene() -> tuple[np.ndarray, np.ndarray, list[dict[str, object]]]:
     gt[0, 30:34, 32:36] = 1  # F: hit
     pred[0, 30:34, 32:36] = 1
     pred[0, 36:39, 2:5] = 1  # false alarm (9 px)
-    defects = [{"image_id": "a", "bbox": [2, 2, 6, 6]}, {"image_id": "a", "bbox": [2, 20, 12, 30]},
+    defects: list[dict[str, object]] = [{"image_id": "a", "bbox": [2, 2, 6, 6]}, {"image_id": "a", "bbox": [2, 20, 12, 30]},
                {"image_id": "a", "bbox": [20, 2, 24, 6]}, {"image_id": "a", "bbox": [30, 20, 38, 28]},
                {"image_id": "a", "bbox": [30, 32, 34, 36]}, {"image_id": "a", "bbox": [0, 0, 1, 1]}]
     return pred, gt, defects

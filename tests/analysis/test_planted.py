@@ -26,9 +26,9 @@ from analysis.toy import HistogramTrainer, toy_split
 
 # a fixed mix of every cause, two of size, two null runs trained with the reference's seed, and two
 # trained with another seed (training noise only); magnitudes drawn from seeds 100 + k
-MIX = [MixRun(kind, ref, seed, 100 + k) for k, (kind, ref, seed) in enumerate(
-    [("size", 1, 1), ("contrast", 1, 1), ("masks", 1, 1), ("capacity", 1, 1), ("background", 1, 1), ("size", 2, 2),
-     ("none", 1, 1), ("none", 2, 2), ("none", 1, 11), ("none", 2, 12)])]
+MIX = [MixRun("size", 1, 1, 100), MixRun("contrast", 1, 1, 101), MixRun("masks", 1, 1, 102),
+       MixRun("capacity", 1, 1, 103), MixRun("background", 1, 1, 104), MixRun("size", 2, 2, 105),
+       MixRun("none", 1, 1, 106), MixRun("none", 2, 2, 107), MixRun("none", 1, 11, 108), MixRun("none", 2, 12, 109)]
 NOISE_SEED = 100  # the seed-noise band: the unplanted model with seed + NOISE_SEED
 
 
