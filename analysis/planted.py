@@ -176,14 +176,17 @@ class PlantedResult(BaseModel):
 def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: SplitLike,
                 reference: Evaluated, *, seed: int, reference_train: Evaluated | None = None,
                 seed_reference: Evaluated | None = None,
-                seed_reference_train: Evaluated | None = None) -> tuple[PlantedResult, AnalysisReport]:
+                seed_reference_train: Evaluated | None = None,
+                more_seed_references: list[tuple[Evaluated, Evaluated]] | None = None,
+                ) -> tuple[PlantedResult, AnalysisReport]:
     """Train a candidate on the planted data and analyse it against the reference on dev.
 
     ``reference`` is the unplanted model (same seed) on ``dev``; ``reference_train`` the same
     model on the unplanted training data, which lets the analysis tell underfitting apart;
     ``seed_reference`` the unplanted model trained with another seed, on dev, whose difference
     from ``reference`` is the seed-noise band a finding must beat (``seed_reference_train``: the
-    same model on the training data, the band of the underfit input).
+    same model on the training data, the band of the underfit input); ``more_seed_references``
+    further unplanted seeds as (dev, train) pairs: the band is the largest any seed shows.
     """
     rng = np.random.default_rng(seed)
     planted = plant(cause, train, rng)
@@ -191,7 +194,9 @@ def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: Sp
     cand = Evaluated(dev, model.predict(dev.images))
     cand_train = Evaluated(planted, model.predict(planted.images))
     extras = Extras(reference=reference, reference_train=reference_train, train=cand_train,
-                    seed_reference=seed_reference, seed_reference_train=seed_reference_train, label_estimate=False)
+                    seed_reference=seed_reference, seed_reference_train=seed_reference_train, label_estimate=False,
+                    more_seed_references=[d for d, _ in more_seed_references or []],
+                    more_seed_references_train=[t for _, t in more_seed_references or []])
     report, _ = analyse(cand, seed=seed, extras=extras)
     named, top = named_cause(report), top_finding_cause(report)
     if cause.kind in NULL_KINDS:  # a null run: nothing above threshold, so "leave it" and no finding
@@ -241,18 +246,21 @@ class References:
         return self._models[seed]
 
 
-def run_mix(mix: list[MixRun], trainer: Trainer, train: SplitLike, dev: SplitLike, *, noise_offset: int,
-            ranges: Ranges | None = None) -> list[tuple[PlantedResult, AnalysisReport]]:
+def run_mix(mix: list[MixRun], trainer: Trainer, train: SplitLike, dev: SplitLike, *,
+            noise_offset: int | tuple[int, ...], ranges: Ranges | None = None,
+            ) -> list[tuple[PlantedResult, AnalysisReport]]:
     """Every run of ``mix``, each analysed against the unplanted reference of its ``ref_seed``
-    and the seed-noise band of ``ref_seed + noise_offset``; references are trained once."""
+    and the seed-noise band of the unplanted seeds ``ref_seed + o`` for each offset ``o`` in
+    ``noise_offset``; every unplanted model is trained once and shared by the runs of its seed."""
     refs = References(trainer, train, dev)
+    offsets = (noise_offset,) if isinstance(noise_offset, int) else noise_offset
     out = []
     for run in mix:
         ref_dev, ref_train = refs.get(run.ref_seed)
-        twin_dev, twin_train = refs.get(run.ref_seed + noise_offset)
+        (twin_dev, twin_train), *more = [refs.get(run.ref_seed + o) for o in offsets]
         cause = draw_cause(np.random.default_rng(run.draw_seed), run.kind, ranges)
         out.append(run_planted(cause, trainer, train, dev, ref_dev, seed=run.train_seed, reference_train=ref_train,
-                               seed_reference=twin_dev, seed_reference_train=twin_train))
+                               seed_reference=twin_dev, seed_reference_train=twin_train, more_seed_references=more))
     return out
 
 

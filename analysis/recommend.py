@@ -22,7 +22,7 @@ from segfactory.records import Direction, ExpectedEffect, Recommendation, Ticket
 
 POLICY_PATH = Path(__file__).resolve().parent.parent / "policies" / "recommend.yaml"
 TOPUP_IMAGES = 250  # images of targeted synthetic data a slice recommendation asks for
-InputName = Literal["train_label_excess", "label_shift", "underfit", "overall_drop", "slice_finding", "learning_curve_gain",
+InputName = Literal["train_label_excess", "label_shift", "underfit", "collapse", "overall_drop", "slice_finding", "learning_curve_gain",
                     "train_dev_gap", "perturbation_drop", "dev_label_rate", "always"]
 
 
@@ -70,6 +70,7 @@ class Inputs:
     train_labels: LabelEstimate | None = None
     perturbations: dict[str, float] | None = None  # perturbation -> dev dice drop
     model_dice: float | None = None  # the model's mean dev dice (rules may need a competent model)
+    collapse: float | None = None  # 1 - candidate positive dev pixels / unplanted models' median (relative runs)
 
     def strongest(self) -> list[SliceRow]:
         """Findings ordered by strength (effect times root count), strongest first."""
@@ -92,6 +93,8 @@ def _scalar(rule: Rule, inputs: Inputs) -> tuple[float | None, dict[str, Any]]:
         return inputs.overall_drop, evidence
     if rule.input == "label_shift" and inputs.label_shift is not None:
         return abs(inputs.label_shift), {"confidence_shift_vs_reference": inputs.label_shift}
+    if rule.input == "collapse" and inputs.collapse is not None:
+        return inputs.collapse, {"positive_pixels_lost_vs_unplanted": inputs.collapse}
     if rule.input == "underfit" and inputs.underfit is not None:
         return inputs.underfit, {"train_dice_below_reference": inputs.underfit}
     if rule.input == "learning_curve_gain" and inputs.learning_curve:

@@ -7,7 +7,7 @@ planted-cause runs both call it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -17,7 +17,7 @@ from analysis.errortypes import ErrorAnalysis, ErrorType, analyse_errors, rank_p
 from analysis.labels import LabelEstimate
 from analysis.labels import estimate as label_estimate
 from analysis.recommend import Inputs, Policy, recommend
-from analysis.slices import TABLE_ROWS, SliceReport, SliceRow, find_slices
+from analysis.slices import TABLE_ROWS, SliceReport, SliceRow, Units, find_slices
 from analysis.stats import bootstrap_mean_ci, wilson_interval
 from analysis.units import defect_units, image_units
 from segfactory.errors import DataError
@@ -25,6 +25,9 @@ from segfactory.records import Recommendation
 
 N_BOOT_OVERALL = 1000  # resamples for the overall dice interval
 CONFIDENT_FLOOR = 0.1  # probabilities below this count as "no response" in the confidence statistic
+# A candidate whose positive dev pixels are below this share of the unplanted models' median has collapsed:
+# it predicts (nearly) nothing, so every relative slice just mirrors where the reference was right.
+COLLAPSE_SHARE = 0.1
 
 
 class SplitLike(Protocol):
@@ -77,14 +80,18 @@ class Evaluated:
 
     split: SplitLike
     prob: np.ndarray  # (N, H, W)
+    _errors: dict[float, ErrorAnalysis] = field(default_factory=dict, repr=False)  # per threshold
 
     @property
     def ids(self) -> list[str]:
         return [str(m.get("id", k)) for k, m in enumerate(self.split.image_meta)]
 
     def errors(self, threshold: float) -> ErrorAnalysis:
-        return analyse_errors(self.prob, self.split.masks, threshold=threshold,
-                              defects=self.split.defects, image_ids=self.ids)
+        cached = self._errors.get(threshold)
+        if cached is None:
+            cached = self._errors[threshold] = analyse_errors(
+                self.prob, self.split.masks, threshold=threshold, defects=self.split.defects, image_ids=self.ids)
+        return cached
 
 
 def _overall(errors: ErrorAnalysis, seed: int) -> dict[str, float]:
@@ -115,22 +122,42 @@ class Extras:
     reference_train: Evaluated | None = None  # the reference model on its own training data
     seed_reference: Evaluated | None = None  # the unplanted model with another seed, on dev: seed-noise band
     seed_reference_train: Evaluated | None = None  # that model on the training data (noise band of underfit)
+    more_seed_references: list[Evaluated] = field(default_factory=list)  # further unplanted seeds, on dev
+    more_seed_references_train: list[Evaluated] = field(default_factory=list)  # ...and on the training data
     confirm: Evaluated | None = None  # a fresh set to confirm slices on (else the other half of dev)
     learning_curve: dict[str, float] | None = None
     perturbations: dict[str, float] | None = None
     label_estimate: bool = True
 
 
+def _twins(extras: Extras) -> list[tuple[Evaluated, Evaluated | None]]:
+    """Every unplanted seed-noise model (on dev, and on the training data where given)."""
+    dev = ([extras.seed_reference] if extras.seed_reference else []) + extras.more_seed_references
+    train: list[Evaluated | None] = ([extras.seed_reference_train] if extras.seed_reference else [])
+    train += extras.more_seed_references_train
+    train += [None] * (len(dev) - len(train))
+    return list(zip(dev, train, strict=True))
+
+
+def _image_units(meta: list[dict[str, Any]], defects: list[dict[str, Any]], dice: np.ndarray,
+                 ref_dice: np.ndarray | None) -> Units:
+    units = image_units(meta, defects, dice, ref_dice)
+    if ref_dice is not None:  # a uniform per-void drop costs more dice where there are more voids, so a
+        units.columns.pop("count")  # relative image-level count slice is mechanical (defect units keep count)
+    return units
+
+
 def _slices(dev: Evaluated, errs: ErrorAnalysis, extras: Extras, threshold: float, seed: int) -> list[SliceReport]:
     meta, defects = dev.split.image_meta, dev.split.defects
     ref = extras.reference.errors(threshold) if extras.reference else None
     units_d = defect_units(meta, defects, errs.defect_outcome, ref.defect_outcome if ref else None)
-    units_i = image_units(meta, defects, errs.per_image["dice"], ref.per_image["dice"] if ref else None)
-    noise_d = noise_i = None
-    if ref is not None and extras.seed_reference is not None:
-        other = extras.seed_reference.errors(threshold)
-        noise_d = defect_units(meta, defects, other.defect_outcome, ref.defect_outcome).outcome
-        noise_i = image_units(meta, defects, other.per_image["dice"], ref.per_image["dice"]).outcome
+    units_i = _image_units(meta, defects, errs.per_image["dice"], ref.per_image["dice"] if ref else None)
+    noise_d: list[np.ndarray] | None = None
+    noise_i: list[np.ndarray] | None = None
+    if ref is not None and _twins(extras):
+        others = [twin.errors(threshold) for twin, _ in _twins(extras)]
+        noise_d = [defect_units(meta, defects, o.defect_outcome, ref.defect_outcome).outcome for o in others]
+        noise_i = [_image_units(meta, defects, o.per_image["dice"], ref.per_image["dice"]).outcome for o in others]
     conf_d = conf_i = None
     if extras.confirm is not None and extras.reference is None:
         c = extras.confirm
@@ -166,27 +193,61 @@ def _confidence_shift(dev: Evaluated, reference: Evaluated) -> float:
     return float(np.median(dev.prob[both].astype(np.float64) / reference.prob[both]) - 1.0)
 
 
-def _beyond(value: float | None, noise: float | None) -> float | None:
-    """``value`` shrunk towards 0 by the size of ``noise`` (sign kept; 0 when noise covers it)."""
-    if value is None or noise is None:
+def _beyond(value: float | None, noise: list[float]) -> float | None:
+    """How far ``value`` (candidate vs reference) lies beyond every unplanted seed's ``noise``
+    (the same statistic, twin vs reference) in its own direction; 0 inside their range.
+
+    The reference is one unplanted seed too, so the unplanted models span [min(0, noise),
+    max(0, noise)]; a candidate counts only beyond that span, as a slice counts only beyond its
+    largest seed-to-seed effect.
+    """
+    if value is None or not noise:
         return value
-    return float(np.sign(value) * max(0.0, abs(value) - abs(noise)))
+    edge = max(0.0, *noise) if value >= 0 else min(0.0, *noise)
+    return float(np.sign(value) * max(0.0, abs(value) - abs(edge)))
 
 
-def _net_of_seed_noise(inputs: Inputs, ref: Evaluated, twin: Evaluated, extras: Extras, threshold: float) -> str:
-    """Shrink the relative scalar inputs by what the seed-noise twin shows against the reference
-    (the same statistic between two unplanted models), as slices are; returns a note."""
-    noise: dict[str, float | None] = {
-        "overall_drop": _reference_drop(twin, twin.errors(threshold), extras, threshold),
-        "label_shift": _confidence_shift(twin, ref), "underfit": None}
-    if extras.reference_train is not None and extras.seed_reference_train is not None:
-        noise["underfit"] = _mean_dice(extras.reference_train, threshold) - _mean_dice(extras.seed_reference_train,
-                                                                                        threshold)
+def _net_of_seed_noise(inputs: Inputs, ref: Evaluated, extras: Extras, threshold: float) -> str:
+    """Keep only what the relative scalar inputs show beyond the range the seed-noise twins span
+    against the reference (the same statistic between unplanted models); returns a note."""
+    twins = _twins(extras)
+    trains = [t for _, t in twins if t is not None]
+    noise: dict[str, list[float]] = {
+        "overall_drop": [_reference_drop(t, t.errors(threshold), extras, threshold) or 0.0 for t, _ in twins],
+        "label_shift": [_confidence_shift(t, ref) for t, _ in twins], "underfit": []}
+    if extras.reference_train is not None and trains:
+        ref_train = _mean_dice(extras.reference_train, threshold)
+        noise["underfit"] = [ref_train - _mean_dice(t, threshold) for t in trains]
     inputs.overall_drop = _beyond(inputs.overall_drop, noise["overall_drop"])
     inputs.label_shift = _beyond(inputs.label_shift, noise["label_shift"])
     inputs.underfit = _beyond(inputs.underfit, noise["underfit"])
-    shown = ", ".join(f"{k} {v:+.3f}" for k, v in noise.items() if v is not None)
-    return f"relative inputs are net of the seed-noise band (two unplanted seeds differ by {shown})"
+    shown = ", ".join(f"{k} [{min(v):+.3f}, {max(v):+.3f}]" for k, v in noise.items() if v)
+    return (f"relative inputs are net of the seed-noise band ({len(twins)} further unplanted seed(s) differ "
+            f"from the reference by {shown})")
+
+
+def _collapse(dev: Evaluated, unplanted: list[Evaluated], threshold: float) -> float:
+    """1 - the candidate's positive dev pixels as a share of the unplanted models' median
+    (the reference and its seed-noise twins: robust to a reference seed that over-predicts)."""
+    typical = float(np.median([int((u.prob >= threshold).sum()) for u in unplanted]))
+    if typical == 0:
+        return 0.0
+    return max(0.0, 1.0 - int((dev.prob >= threshold).sum()) / typical)
+
+
+def _unless_collapsed(inputs: Inputs, dev: Evaluated, unplanted: list[Evaluated], threshold: float,
+                      notes: list[str]) -> list[SliceRow]:
+    """A collapsed candidate (predicts nearly nothing where the reference responds) is worse in
+    every slice by the reference's own hit rate there, so slices and the confidence shift say
+    nothing about a cause; they are withdrawn and the collapse itself becomes the input."""
+    collapse = _collapse(dev, unplanted, threshold)
+    inputs.collapse = collapse
+    if collapse < 1.0 - COLLAPSE_SHARE:
+        return inputs.findings
+    notes.append(f"the candidate collapsed: {1.0 - collapse:.1%} of the unplanted models' positive dev pixels; "
+                 f"slice findings ({len(inputs.findings)}) and the confidence shift are withdrawn")
+    inputs.findings, inputs.label_shift = [], None
+    return []
 
 
 def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold: float = 0.5, seed: int = 0,
@@ -221,8 +282,10 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
         inputs.label_shift = _confidence_shift(dev, extras.reference)
         if extras.train is not None and extras.reference_train is not None:
             inputs.underfit = _mean_dice(extras.reference_train, threshold) - _mean_dice(extras.train, threshold)
-        if extras.seed_reference is not None:
-            notes.append(_net_of_seed_noise(inputs, extras.reference, extras.seed_reference, extras, threshold))
+        if _twins(extras):
+            notes.append(_net_of_seed_noise(inputs, extras.reference, extras, threshold))
+        unplanted = [extras.reference] + [t for t, _ in _twins(extras)]
+        findings = _unless_collapsed(inputs, dev, unplanted, threshold, notes)
     counts = errs.counts()
     report = AnalysisReport(
         model_sha256=model_sha256, data=data, n_images=int(dev.prob.shape[0]), n_defects=len(dev.split.defects),

@@ -215,13 +215,14 @@ def halves(units: Units, seed: int) -> np.ndarray:
 
 
 def find_slices(units: Units, *, seed: int = 0, confirm: Units | None = None,
-                noise: np.ndarray | None = None) -> SliceReport:
+                noise: np.ndarray | list[np.ndarray] | None = None) -> SliceReport:
     """Score every slice; discover on one half of ``units`` and confirm on the other
     (or on ``confirm``, a fresh set with the same attributes, when given).
 
     ``noise`` (aligned with ``units``) is the same outcome between two unplanted models that
     differ only in training seed; a slice is then confirmed only if its effect beats the
-    seed-to-seed effect on the same slice by ``MIN_EFFECT``.
+    seed-to-seed effect on the same slice by ``MIN_EFFECT``. Given several such outcomes (one per
+    extra unplanted seed), the band of a slice is the largest effect any of them shows there.
     """
     notes: list[str] = []
     if len(units) == 0:
@@ -251,8 +252,10 @@ def find_slices(units: Units, *, seed: int = 0, confirm: Units | None = None,
     rejected, adjusted = benjamini_hochberg([t[4] for t in tested], q=FDR_Q)
     rows = [_row(units, t, bool(r), float(q), conf_units.outcome[conf_mask], conf_masks[t[0].name][conf_mask])
             for t, r, q in zip(tested, rejected, adjusted, strict=True)]
-    if noise is not None:
-        rows = [r.model_copy(update={"noise_effect": _effect(noise, masks[r.name])[1]}) for r in rows]
+    bands = [] if noise is None else [noise] if isinstance(noise, np.ndarray) else noise
+    if bands:
+        rows = [r.model_copy(update={"noise_effect": max(_effect(b, masks[r.name])[1] for b in bands)})
+                for r in rows]
     rows = _confirm(rows)
     rows.sort(key=lambda r: (not r.confirmed, not r.discovered, -r.effect, r.name))
     kept = [_with_interval(r, units.outcome[masks[r.name]], seed) for r in rows[:TABLE_ROWS]]
