@@ -8,6 +8,7 @@ from typing import Any
 from controls.rates import Yield
 
 TIE_TOLERANCE = 0.005  # object F1 points: mean sealed scores closer than this are a tie
+DIFF_CONFIDENCE = 0.90  # two-sided confidence of the paired (sweep - agent) interval across seeds
 
 
 def _sealed_f1(run: dict[str, Any]) -> float | None:
@@ -31,23 +32,60 @@ def _arm_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
                            llm_tokens=tokens, llm_seconds=llm_s).as_dict()}
 
 
-def verdict_text(arms: dict[str, dict[str, Any]], proposer: str) -> str:
-    """One plain paragraph: does the sweep tie or win, and what the agent arm was."""
+def paired_difference(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The best sweep arm minus the agent arm, seed by seed, with a t interval across seeds.
+
+    Seeds are the unit of replication: one arm-run's sealed interval says nothing about how far
+    another seed would land, so the verdict rests on this interval, not on the mean scores alone.
+    None when the agent arm or every sweep arm lacks sealed scores.
+    """
     agent = arms.get("agent", {}).get("mean_sealed_object_f1")
     sweeps = {a: s["mean_sealed_object_f1"] for a, s in arms.items() if a.startswith("sweep") and
               s["mean_sealed_object_f1"] is not None}
-    parts = []
     if agent is None or not sweeps:
+        return None
+    arm = max(sweeps, key=lambda a: sweeps[a])
+    pairs = zip(arms[arm]["sealed_object_f1"], arms["agent"]["sealed_object_f1"], strict=False)
+    per_seed = [float(s["object_f1"]["estimate"]) - float(a["object_f1"]["estimate"])
+                for s, a in pairs if s and a and isinstance(s.get("object_f1"), dict)
+                and isinstance(a.get("object_f1"), dict)]
+    out: dict[str, Any] = {"arm": arm, "per_seed": per_seed, "confidence": DIFF_CONFIDENCE,
+                           "mean": sum(per_seed) / len(per_seed) if per_seed else None, "low": None, "high": None}
+    if len(per_seed) >= 2:
+        import statistics
+
+        from scipy.stats import t
+
+        half = float(t.ppf(0.5 + DIFF_CONFIDENCE / 2, len(per_seed) - 1)) * statistics.stdev(per_seed) \
+            / len(per_seed) ** 0.5
+        out["low"], out["high"] = out["mean"] - half, out["mean"] + half
+    return out
+
+
+def verdict_text(arms: dict[str, dict[str, Any]], proposer: str) -> str:
+    """One plain paragraph: does the sweep tie or win, how sure that is, and what the agent arm was."""
+    diff = paired_difference(arms)
+    parts = []
+    if diff is None:
         parts.append("Not enough sealed scores to compare the agent arm with the sweep.")
     else:
-        arm, best = max(sweeps.items(), key=lambda kv: kv[1])
-        if best > agent + TIE_TOLERANCE:
-            parts.append(f"The sweep wins: {arm} {best:.3f} against the agent arm's {agent:.3f} (mean sealed object F1).")
-        elif best >= agent - TIE_TOLERANCE:
-            parts.append(f"The sweep ties: {arm} {best:.3f} against the agent arm's {agent:.3f} "
-                         f"(within {TIE_TOLERANCE} object F1).")
+        arm, agent = diff["arm"], arms["agent"]["mean_sealed_object_f1"]
+        best = arms[arm]["mean_sealed_object_f1"]
+        scores = f"{arm} {best:.3f} against the agent arm's {agent:.3f} (mean sealed object F1)"
+        if diff["low"] is None:  # one seed: how much seeds differ is not measured
+            word = ("wins" if best > agent + TIE_TOLERANCE else "ties" if best >= agent - TIE_TOLERANCE
+                    else "loses")
+            parts.append(f"The sweep {word}: {scores}, on one seed only: the spread between seeds is not "
+                         "measured, so this is not a resolved difference.")
         else:
-            parts.append(f"The agent arm wins: {agent:.3f} against {arm}'s {best:.3f} (mean sealed object F1).")
+            interval = (f"paired difference {diff['mean']:+.3f}, {round(100 * DIFF_CONFIDENCE)}% interval "
+                        f"[{diff['low']:+.3f}, {diff['high']:+.3f}] over {len(diff['per_seed'])} seeds")
+            if diff["low"] > 0 and diff["mean"] > TIE_TOLERANCE:
+                parts.append(f"The sweep wins: {scores}; {interval}.")
+            elif diff["high"] < 0 and diff["mean"] < -TIE_TOLERANCE:
+                parts.append(f"The agent arm wins: {scores}; {interval}.")
+            else:
+                parts.append(f"The sweep ties: {scores}; {interval} contains no resolved difference.")
     if proposer == "rules":
         parts.append("No LLM was configured: the agent arm was the rules proposer.")
     return " ".join(parts)
@@ -57,7 +95,7 @@ def summarise(results: dict[str, list[dict[str, Any]]], *, proposer: str, budget
               seeds: int) -> dict[str, Any]:
     arms = {arm: _arm_summary(runs) for arm, runs in results.items()}
     return {"arms": arms, "seeds": seeds, "budget_s_per_arm_and_seed": budget_s, "proposer": proposer,
-            "verdict": verdict_text(arms, proposer)}
+            "sweep_minus_agent": paired_difference(arms), "verdict": verdict_text(arms, proposer)}
 
 
 def write_plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
@@ -83,4 +121,4 @@ def write_plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
     return path
 
 
-__all__ = ["summarise", "verdict_text", "write_plot"]
+__all__ = ["paired_difference", "summarise", "verdict_text", "write_plot"]

@@ -78,3 +78,21 @@ def test_arm_curves_are_read_from_the_people_files(tmp_path: Path) -> None:
     (home.runs / "r1" / "llm_usage.json").write_text(json.dumps({"input_tokens": 5, "output_tokens": 1}))
     agent = _agent_arm(home, "r1")
     assert agent["curve"] == [(80.0, 0.3)] and agent["llm"]["input_tokens"] == 5 and agent["promoted"] == 0
+
+
+def test_seed_spread_decides_not_the_mean_alone() -> None:
+    """The 3-seed compare measured here: means 0.466 vs 0.472, seeds swinging ±0.06 either way."""
+    measured = {"agent": [run(s, [(60, 0.5)]) for s in (0.4896, 0.4301, 0.4777)],
+                "sweep-random": [run(s, [(60, 0.5)]) for s in (0.4329, 0.4869, 0.4950)]}
+    summary = summarise(measured, proposer="rules", budget_s=240, seeds=3)
+    diff = summary["sweep_minus_agent"]
+    assert diff["arm"] == "sweep-random" and len(diff["per_seed"]) == 3
+    assert diff["low"] < 0 < diff["high"] and abs(diff["mean"] - 0.00577) < 1e-4
+    assert summary["verdict"].startswith("The sweep ties") and "90% interval" in summary["verdict"]
+
+
+def test_one_seed_is_never_called_a_resolved_difference() -> None:
+    one = {"agent": [run(0.55, [(60, 0.5)])], "sweep-tpe": [run(0.60, [(60, 0.5)])]}
+    summary = summarise(one, proposer="rules", budget_s=240, seeds=1)
+    assert summary["sweep_minus_agent"]["low"] is None
+    assert summary["verdict"].startswith("The sweep wins") and "not a resolved difference" in summary["verdict"]
