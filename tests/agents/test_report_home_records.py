@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from agents import report as rpt
 from agents._report_md import render_markdown
@@ -25,6 +26,15 @@ def _challenge(verdict: Verdict, ticket: str) -> ChallengeRecord:
                            range_checks=[], verdict=verdict, reasons=[f"{ticket}: did not re-derive"])
 
 
+def _rendered(records: dict[str, list[dict[str, Any]]]) -> str:
+    """An otherwise empty run report carrying ``records``, as Markdown."""
+    report = rpt.RunReport(run_id="r1", profile="demo", proposer="rules", backend="bwrap", stop_reason="done",
+                           started_at=1.0, ended_at=2.0, win_rule_sha256=None, tickets=[], not_run=[], approvals=[],
+                           counts=rpt.counts([], {}), device_seconds=0.0, milestone=None, audit=None, llm_usage={},
+                           analysis_dir=None, **records)
+    return render_markdown(report)
+
+
 def test_the_report_lists_the_homes_rounds_and_only_its_retracted_claims(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     people = home.people_dir(LABEL_RUN)
@@ -38,11 +48,7 @@ def test_the_report_lists_the_homes_rounds_and_only_its_retracted_claims(tmp_pat
     records = rpt.home_records(home)
     assert [r["round"] for r in records["label_rounds"]] == ["labels/v1"]
     assert [r["ticket_id"] for r in records["retractions"]] == ["t-false"]
-    report = rpt.RunReport(run_id="r1", profile="demo", proposer="rules", backend="bwrap", stop_reason="done",
-                           started_at=1.0, ended_at=2.0, win_rule_sha256=None, tickets=[], not_run=[], approvals=[],
-                           counts=rpt.counts([], {}), device_seconds=0.0, milestone=None, audit=None, llm_usage={},
-                           analysis_dir=None, **records)
-    md = render_markdown(report)
+    md = _rendered(records)
     assert "| labels/v1 | 6 | 0 / 5 / 1 | 0.244 |" in md and "| 0.257 | WIN |" in md
     assert "**Retracted** collapse claim of ticket t-false" in md and "t-true" not in md
 
@@ -50,9 +56,5 @@ def test_the_report_lists_the_homes_rounds_and_only_its_retracted_claims(tmp_pat
 def test_a_home_without_rounds_or_challenges_says_so(tmp_path: Path) -> None:
     records = rpt.home_records(Home(tmp_path / "empty"))
     assert records == {"label_rounds": [], "retractions": []}
-    report = rpt.RunReport(run_id="r1", profile="demo", proposer="rules", backend="bwrap", stop_reason="done",
-                           started_at=1.0, ended_at=2.0, win_rule_sha256=None, tickets=[], not_run=[], approvals=[],
-                           counts=rpt.counts([], {}), device_seconds=0.0, milestone=None, audit=None, llm_usage={},
-                           analysis_dir=None, **records)
-    md = render_markdown(report)
+    md = _rendered(records)
     assert "No labelling round has finished in this home" in md and "No claim has been retracted." in md
