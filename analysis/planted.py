@@ -173,6 +173,36 @@ class PlantedResult(BaseModel):
     n_findings: int
 
 
+def fit_predict(trainer: Trainer, images: np.ndarray, masks: np.ndarray, capacity: float, seed: int,
+                targets: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+    """Train one model and return its probabilities on each of ``targets`` (module level, so a
+    process pool can run it: a trained model never leaves its worker, only its predictions)."""
+    model = trainer.fit(images, masks, capacity=capacity, seed=seed)
+    return [model.predict(t) for t in targets]
+
+
+def analyse_planted(planted: Planted, cand_dev: np.ndarray, cand_train: np.ndarray, dev: SplitLike,
+                    reference: Evaluated, *, seed: int, reference_train: Evaluated | None = None,
+                    seed_reference: Evaluated | None = None, seed_reference_train: Evaluated | None = None,
+                    more_seed_references: list[tuple[Evaluated, Evaluated]] | None = None,
+                    ) -> tuple[PlantedResult, AnalysisReport]:
+    """Analyse a candidate trained on ``planted`` (its probabilities on dev and on the planted
+    training images) against the reference and the seed-noise twins; see ``run_planted``."""
+    cause = planted.cause
+    extras = Extras(reference=reference, reference_train=reference_train, train=Evaluated(planted, cand_train),
+                    seed_reference=seed_reference, seed_reference_train=seed_reference_train, label_estimate=False,
+                    more_seed_references=[d for d, _ in more_seed_references or []],
+                    more_seed_references_train=[t for _, t in more_seed_references or []])
+    report, _ = analyse(Evaluated(dev, cand_dev), seed=seed, extras=extras)
+    named, top = named_cause(report), top_finding_cause(report)
+    if cause.kind in NULL_KINDS:  # a null run: nothing above threshold, so "leave it" and no finding
+        recovered = named == "none" and not report.findings
+    else:  # the issue's criterion: the cause is the top finding or the top recommendation
+        recovered = cause.kind in (named, top)
+    return PlantedResult(seed=seed, cause=cause, named=named, top_finding=top, recovered=recovered,
+                         n_findings=len(report.findings)), report
+
+
 def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: SplitLike,
                 reference: Evaluated, *, seed: int, reference_train: Evaluated | None = None,
                 seed_reference: Evaluated | None = None,
@@ -188,23 +218,12 @@ def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: Sp
     same model on the training data, the band of the underfit input); ``more_seed_references``
     further unplanted seeds as (dev, train) pairs: the band is the largest any seed shows.
     """
-    rng = np.random.default_rng(seed)
-    planted = plant(cause, train, rng)
-    model = trainer.fit(planted.images, planted.masks, capacity=planted.capacity, seed=seed)
-    cand = Evaluated(dev, model.predict(dev.images))
-    cand_train = Evaluated(planted, model.predict(planted.images))
-    extras = Extras(reference=reference, reference_train=reference_train, train=cand_train,
-                    seed_reference=seed_reference, seed_reference_train=seed_reference_train, label_estimate=False,
-                    more_seed_references=[d for d, _ in more_seed_references or []],
-                    more_seed_references_train=[t for _, t in more_seed_references or []])
-    report, _ = analyse(cand, seed=seed, extras=extras)
-    named, top = named_cause(report), top_finding_cause(report)
-    if cause.kind in NULL_KINDS:  # a null run: nothing above threshold, so "leave it" and no finding
-        recovered = named == "none" and not report.findings
-    else:  # the issue's criterion: the cause is the top finding or the top recommendation
-        recovered = cause.kind in (named, top)
-    return PlantedResult(seed=seed, cause=planted.cause, named=named, top_finding=top, recovered=recovered,
-                         n_findings=len(report.findings)), report
+    planted = plant(cause, train, np.random.default_rng(seed))
+    cand_dev, cand_train = fit_predict(trainer, planted.images, planted.masks, planted.capacity, seed,
+                                       (dev.images, planted.images))
+    return analyse_planted(planted, cand_dev, cand_train, dev, reference, seed=seed, reference_train=reference_train,
+                           seed_reference=seed_reference, seed_reference_train=seed_reference_train,
+                           more_seed_references=more_seed_references)
 
 
 def rates(results: list[PlantedResult]) -> dict[str, Interval]:
@@ -230,37 +249,46 @@ class MixRun:
     draw_seed: int  # seeds the magnitude (and the masks a corruption erases)
 
 
-class References:
-    """Unplanted models, trained once per seed and shared by every run of a mix."""
+FitJob = tuple[np.ndarray, np.ndarray, float, int, tuple[np.ndarray, ...]]  # images, masks, capacity, seed, targets
 
-    def __init__(self, trainer: Trainer, train: SplitLike, dev: SplitLike) -> None:
-        self.trainer, self.train, self.dev = trainer, train, dev
-        self._models: dict[int, tuple[Evaluated, Evaluated]] = {}
 
-    def get(self, seed: int) -> tuple[Evaluated, Evaluated]:
-        """The unplanted model of ``seed`` on dev and on train."""
-        if seed not in self._models:
-            model = self.trainer.fit(self.train.images, self.train.masks, seed=seed)
-            self._models[seed] = (Evaluated(self.dev, model.predict(self.dev.images)),
-                                  Evaluated(self.train, model.predict(self.train.images)))
-        return self._models[seed]
+def _fit_all(trainer: Trainer, jobs: list[FitJob], workers: int) -> list[list[np.ndarray]]:
+    """``fit_predict`` for every job, in order: in this process (``workers`` <= 1), or in a pool of
+    spawned processes. Each training is single-threaded and seeded, so both give the same result."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [fit_predict(trainer, *job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(fit_predict, trainer, *job) for job in jobs]
+        return [f.result() for f in futures]
 
 
 def run_mix(mix: list[MixRun], trainer: Trainer, train: SplitLike, dev: SplitLike, *,
-            noise_offset: int | tuple[int, ...], ranges: Ranges | None = None,
+            noise_offset: int | tuple[int, ...], ranges: Ranges | None = None, workers: int = 1,
             ) -> list[tuple[PlantedResult, AnalysisReport]]:
     """Every run of ``mix``, each analysed against the unplanted reference of its ``ref_seed``
     and the seed-noise band of the unplanted seeds ``ref_seed + o`` for each offset ``o`` in
-    ``noise_offset``; every unplanted model is trained once and shared by the runs of its seed."""
-    refs = References(trainer, train, dev)
+    ``noise_offset``; every unplanted model is trained once and shared by the runs of its seed.
+    ``workers`` > 1 trains that many models at a time in spawned processes (the trainer must
+    pickle); the analyses run here afterwards."""
     offsets = (noise_offset,) if isinstance(noise_offset, int) else noise_offset
+    seeds = sorted({run.ref_seed + o for run in mix for o in (0, *offsets)})
+    planted = [plant(draw_cause(np.random.default_rng(run.draw_seed), run.kind, ranges), train,
+                     np.random.default_rng(run.train_seed)) for run in mix]
+    jobs: list[FitJob] = [(train.images, train.masks, 1.0, s, (dev.images, train.images)) for s in seeds]
+    jobs += [(p.images, p.masks, p.capacity, run.train_seed, (dev.images, p.images))
+             for run, p in zip(mix, planted, strict=True)]
+    probs = _fit_all(trainer, jobs, workers)
+    unplanted = {s: (Evaluated(dev, d), Evaluated(train, t)) for s, (d, t) in zip(seeds, probs, strict=False)}
     out = []
-    for run in mix:
-        ref_dev, ref_train = refs.get(run.ref_seed)
-        (twin_dev, twin_train), *more = [refs.get(run.ref_seed + o) for o in offsets]
-        cause = draw_cause(np.random.default_rng(run.draw_seed), run.kind, ranges)
-        out.append(run_planted(cause, trainer, train, dev, ref_dev, seed=run.train_seed, reference_train=ref_train,
-                               seed_reference=twin_dev, seed_reference_train=twin_train, more_seed_references=more))
+    for run, p, (cand_dev, cand_train) in zip(mix, planted, probs[len(seeds):], strict=True):
+        ref_dev, ref_train = unplanted[run.ref_seed]
+        (twin_dev, twin_train), *more = [unplanted[run.ref_seed + o] for o in offsets]
+        out.append(analyse_planted(p, cand_dev, cand_train, dev, ref_dev, seed=run.train_seed,
+                                   reference_train=ref_train, seed_reference=twin_dev,
+                                   seed_reference_train=twin_train, more_seed_references=more))
     return out
 
 

@@ -22,7 +22,7 @@ from segfactory.records import Direction, ExpectedEffect, Recommendation, Ticket
 
 POLICY_PATH = Path(__file__).resolve().parent.parent / "policies" / "recommend.yaml"
 TOPUP_IMAGES = 250  # images of targeted synthetic data a slice recommendation asks for
-InputName = Literal["train_label_excess", "label_shift", "underfit", "collapse", "overall_drop", "slice_finding", "learning_curve_gain",
+InputName = Literal["train_label_excess", "label_shift", "empty_label_hits", "underfit", "collapse", "overall_drop", "slice_finding", "learning_curve_gain",
                     "train_dev_gap", "perturbation_drop", "dev_label_rate", "always"]
 
 
@@ -71,6 +71,8 @@ class Inputs:
     perturbations: dict[str, float] | None = None  # perturbation -> dev dice drop
     model_dice: float | None = None  # the model's mean dev dice (rules may need a competent model)
     collapse: float | None = None  # 1 - candidate positive dev pixels / unplanted models' median (relative runs)
+    empty_hits: tuple[float, int, float, int] | None = None  # train rate, n, dev rate, n: images labelled empty
+    # where the model finds a void (a false-alarm component), on the train split and on dev
 
     def strongest(self) -> list[SliceRow]:
         """Findings ordered by strength (effect times root count), strongest first."""
@@ -93,6 +95,10 @@ def _scalar(rule: Rule, inputs: Inputs) -> tuple[float | None, dict[str, Any]]:
         return inputs.overall_drop, evidence
     if rule.input == "label_shift" and inputs.label_shift is not None:
         return abs(inputs.label_shift), {"confidence_shift_vs_reference": inputs.label_shift}
+    if rule.input == "empty_label_hits" and inputs.empty_hits is not None:
+        train_rate, n_train, dev_rate, n_dev = inputs.empty_hits
+        return train_rate - dev_rate, {"train_empty_images_with_a_void_found": train_rate, "train_empty_images": n_train,
+                                       "dev_empty_images_with_a_void_found": dev_rate, "dev_empty_images": n_dev}
     if rule.input == "collapse" and inputs.collapse is not None:
         return inputs.collapse, {"positive_pixels_lost_vs_unplanted": inputs.collapse}
     if rule.input == "underfit" and inputs.underfit is not None:

@@ -18,7 +18,7 @@ from analysis.labels import LabelEstimate
 from analysis.labels import estimate as label_estimate
 from analysis.recommend import Inputs, Policy, recommend
 from analysis.slices import TABLE_ROWS, SliceReport, SliceRow, Units, find_slices
-from analysis.stats import bootstrap_mean_ci, wilson_interval
+from analysis.stats import bootstrap_mean_ci, noise_edge, wilson_interval
 from analysis.units import defect_units, image_units
 from segfactory.errors import DataError
 from segfactory.records import Recommendation
@@ -28,6 +28,8 @@ CONFIDENT_FLOOR = 0.1  # probabilities below this count as "no response" in the 
 # A candidate whose positive dev pixels are below this share of the unplanted models' median has collapsed:
 # it predicts (nearly) nothing, so every relative slice just mirrors where the reference was right.
 COLLAPSE_SHARE = 0.1
+SCALAR_NOISE_LEVEL = 0.99  # one-sided prediction level of the seed-noise band of the relative scalar inputs
+MIN_EMPTY_IMAGES = 30  # images labelled empty each split needs before its empty-label hit rate is used
 
 
 class SplitLike(Protocol):
@@ -203,7 +205,7 @@ def _beyond(value: float | None, noise: list[float]) -> float | None:
     """
     if value is None or not noise:
         return value
-    edge = max(0.0, *noise) if value >= 0 else min(0.0, *noise)
+    edge = noise_edge(noise, upper=value >= 0, level=SCALAR_NOISE_LEVEL)
     return float(np.sign(value) * max(0.0, abs(value) - abs(edge)))
 
 
@@ -224,6 +226,29 @@ def _net_of_seed_noise(inputs: Inputs, ref: Evaluated, extras: Extras, threshold
     shown = ", ".join(f"{k} [{min(v):+.3f}, {max(v):+.3f}]" for k, v in noise.items() if v)
     return (f"relative inputs are net of the seed-noise band ({len(twins)} further unplanted seed(s) differ "
             f"from the reference by {shown})")
+
+
+def _empty_hit_rate(ev: Evaluated, threshold: float) -> tuple[float, int] | None:
+    """Share of the images labelled empty where the model finds a void (a false-alarm component),
+    and how many images are labelled empty; ``None`` below ``MIN_EMPTY_IMAGES`` of them."""
+    masks = ev.split.masks
+    empty = masks.reshape(masks.shape[0], -1).max(axis=1) == 0
+    if int(empty.sum()) < MIN_EMPTY_IMAGES:
+        return None
+    hits = ev.errors(threshold).per_image["false_alarm"][empty] > 0
+    return float(hits.mean()), int(empty.sum())
+
+
+def _empty_hits(dev: Evaluated, train: Evaluated | None, threshold: float) -> tuple[float, int, float, int] | None:
+    """The empty-label hit rate on train and on dev (both needed). A within-model contrast: the
+    model is compared with itself on two splits, so no reference is needed to cancel what every
+    model does (finding faint voids in some images labelled empty, say)."""
+    if train is None:
+        return None
+    on_train, on_dev = _empty_hit_rate(train, threshold), _empty_hit_rate(dev, threshold)
+    if on_train is None or on_dev is None:
+        return None
+    return on_train[0], on_train[1], on_dev[0], on_dev[1]
 
 
 def _collapse(dev: Evaluated, unplanted: list[Evaluated], threshold: float) -> float:
@@ -276,7 +301,8 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
     drop = _reference_drop(dev, errs, extras, threshold)
     inputs = Inputs(findings=findings, overall_drop=drop, train_dev_gap=gap, learning_curve=extras.learning_curve,
                     dev_labels=dev_labels, train_labels=train_labels, perturbations=extras.perturbations,
-                    model_dice=float(errs.per_image["dice"].mean()))
+                    model_dice=float(errs.per_image["dice"].mean()),
+                    empty_hits=_empty_hits(dev, extras.train, threshold))
     if extras.reference is not None:  # relative run: absolute label and gap inputs say nothing about the cause
         inputs.dev_labels, inputs.train_dev_gap = None, None
         inputs.label_shift = _confidence_shift(dev, extras.reference)

@@ -28,11 +28,12 @@ from itertools import combinations
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from analysis.stats import benjamini_hochberg, bootstrap_mean_ci, wilson_interval
+from analysis.stats import benjamini_hochberg, bootstrap_mean_ci, noise_edge, wilson_interval
 
 MIN_SUPPORT = 30  # units on the discovery half; smaller slices are not tested
 MIN_CONFIRM_SUPPORT = 15  # units on the confirmation half
 MIN_EFFECT = 0.10  # slice minus complement (failure rate or 1 - dice) to count as a finding
+SLICE_NOISE_LEVEL = 0.99  # one-sided prediction level of a slice's seed-noise band (analysis.stats.noise_edge)
 FDR_Q = 0.10  # Benjamini–Hochberg false discovery rate across slices
 CONFIRM_ALPHA = 0.05  # one-sided level of the confirmation test
 N_QUANTILE_BINS = 4  # numeric attributes are cut at their quartiles
@@ -84,7 +85,7 @@ class SliceRow(BaseModel):
     confirm_n: int = 0
     confirm_effect: float = 0.0
     confirm_p: float = 1.0
-    noise_effect: float = 0.0  # the same slice's effect between two seeds of the unplanted model (0: not measured)
+    noise_effect: float = 0.0  # edge of the slice's seed-noise band: its effect between unplanted seeds (0: not measured)
     confirmed: bool = False
 
 
@@ -254,7 +255,8 @@ def find_slices(units: Units, *, seed: int = 0, confirm: Units | None = None,
             for t, r, q in zip(tested, rejected, adjusted, strict=True)]
     bands = [] if noise is None else [noise] if isinstance(noise, np.ndarray) else noise
     if bands:
-        rows = [r.model_copy(update={"noise_effect": max(_effect(b, masks[r.name])[1] for b in bands)})
+        rows = [r.model_copy(update={"noise_effect": noise_edge([_effect(b, masks[r.name])[1] for b in bands],
+                                                                upper=True, level=SLICE_NOISE_LEVEL)})
                 for r in rows]
     rows = _confirm(rows)
     rows.sort(key=lambda r: (not r.confirmed, not r.discovered, -r.effect, r.name))

@@ -182,3 +182,24 @@ def bootstrap_mean_ci(
     boots = data[_resample_indices(data.size, n_boot, seed)].mean(axis=1)
     low, high = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
     return Interval(float(data.mean()), float(low), float(high), alpha)
+
+
+def noise_edge(noise: Sequence[float], upper: bool, level: float | None) -> float:
+    """The edge of the seed-noise band in one direction, for a statistic measured against a
+    reference model (so the reference itself contributes 0).
+
+    The unplanted models' values are ``[0, *noise]``. Their range alone is too narrow: a new
+    unplanted model lands above the largest of n others with probability 1/(n + 1), 1 in 5 with
+    four, so a null run would show a "finding" that often on each statistic. With three or more values
+    the edge is also pushed out to the one-sided ``level`` prediction bound of a new draw, mean
+    ± t(level, n - 1) · sd · sqrt(1 + 1/n); the edge is whichever of the two lies further out
+    (``level`` None: the range alone).
+    """
+    values = np.array([0.0, *noise], dtype=np.float64)
+    edge = float(values.max() if upper else values.min())
+    if level is None or values.size < 3:
+        return edge
+    n = values.size
+    spread = float(_st.t.ppf(level, n - 1) * values.std(ddof=1) * np.sqrt(1.0 + 1.0 / n))
+    bound = float(values.mean() + spread) if upper else float(values.mean() - spread)
+    return max(edge, bound) if upper else min(edge, bound)

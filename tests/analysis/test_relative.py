@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from analysis.report import Evaluated, Extras, analyse
-from analysis.slices import Units, find_slices
+from analysis.slices import SLICE_NOISE_LEVEL, Units, find_slices
+from analysis.stats import noise_edge
 from analysis.toy import HistogramTrainer, ToySplit, toy_split
 
 Fitted = tuple[ToySplit, ToySplit, np.ndarray, np.ndarray]
@@ -41,6 +42,19 @@ def test_a_collapsed_candidate_that_fits_its_training_masks_points_at_the_labels
     assert not any(i.startswith("targeted-synthetic") for i in ids)  # slices of a collapse are withdrawn
 
 
+def test_a_candidate_finding_voids_where_its_training_masks_say_none_points_at_the_labels(fitted: Fitted) -> None:
+    train, dev, ptrain, pdev = fitted
+    erased = train.masks.copy()
+    erased[: len(erased) // 2] = 0  # half the training masks lose their voids; the model still finds them
+    extras = Extras(reference=Evaluated(dev, pdev), reference_train=Evaluated(train, ptrain),
+                    train=Evaluated(ToySplit(train.images, erased, train.image_meta, train.defects), ptrain),
+                    label_estimate=False)
+    report, _ = analyse(Evaluated(dev, pdev), extras=extras)
+    top = report.recommendations[0]
+    assert top.id == "labels-miss-voids-0" and top.action == "label_fix"
+    assert top.evidence["train_empty_images_with_a_void_found"] > top.evidence["dev_empty_images_with_a_void_found"]
+
+
 def test_an_unchanged_candidate_is_left_alone(fitted: Fitted) -> None:
     _, _, ptrain, pdev = fitted
     assert _relative(fitted, pdev, ptrain) == ["leave-it-0"]
@@ -52,12 +66,14 @@ def _units(rng: np.random.Generator, n: int = 400) -> tuple[Units, np.ndarray]:
     return Units("defect", {"kind": attr}, outcome, np.arange(n)), attr
 
 
-def test_the_noise_band_is_the_largest_effect_any_unplanted_seed_shows() -> None:
+def test_the_noise_band_reaches_past_the_largest_effect_any_unplanted_seed_shows() -> None:
     units, attr = _units(np.random.default_rng(0))
     quiet, loud = np.zeros(len(units)), np.where(attr == "a", 0.5, 0.0)
     assert any(r.confirmed for r in find_slices(units, seed=1, noise=[quiet]).rows)
     banded = find_slices(units, seed=1, noise=[quiet, loud]).rows
-    assert not any(r.confirmed for r in banded) and max(r.noise_effect for r in banded) == pytest.approx(0.5)
+    edge = noise_edge([0.0, 0.5], upper=True, level=SLICE_NOISE_LEVEL)  # the prediction bound of [0, 0, 0.5]
+    assert not any(r.confirmed for r in banded) and max(r.noise_effect for r in banded) == pytest.approx(edge)
+    assert edge > 0.5
 
 
 def test_a_relative_image_count_slice_is_not_sliced(fitted: Fitted) -> None:

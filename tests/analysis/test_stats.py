@@ -11,6 +11,7 @@ from analysis.stats import (
     bootstrap_ci,
     clopper_pearson_interval,
     expected_max_of_normals,
+    noise_edge,
     paired_bootstrap_diff,
     wilson_interval,
 )
@@ -92,3 +93,24 @@ def test_expected_max_grows_with_n() -> None:
     assert expected_max_of_normals(1) == pytest.approx(0.0, abs=1e-6)
     assert expected_max_of_normals(2) == pytest.approx(1 / np.sqrt(np.pi), abs=1e-4)
     assert expected_max_of_normals(100) > expected_max_of_normals(10) > 1.0
+
+
+def test_noise_edge_is_the_prediction_bound_or_the_range_whichever_is_further() -> None:
+    # values [0, .01, .02, .03]: mean .015, sd .0129; t(.95, 3) = 2.353; sqrt(1 + 1/4) = 1.118
+    assert noise_edge([0.01, 0.02, 0.03], upper=True, level=0.95) == pytest.approx(0.015 + 2.3534 * 0.012910 * 1.1180, abs=1e-4)
+    assert noise_edge([0.01, 0.02, 0.03], upper=False, level=0.95) == pytest.approx(0.015 - 2.3534 * 0.012910 * 1.1180, abs=1e-4)
+    assert noise_edge([0.05], upper=True, level=0.95) == 0.05 and noise_edge([0.05], upper=False, level=0.95) == 0.0  # < 3 values: range
+    assert noise_edge([-0.2, -0.1, -0.3], upper=True, level=0.95) >= 0.0  # never inside the range
+
+
+def test_noise_edge_holds_a_new_null_draw_at_its_level_where_the_range_does_not() -> None:
+    """Exchangeable draws: a new one passes the range of 4 others 1 time in 5; the edge, ~1 in 20."""
+    rng = np.random.default_rng(0)
+    sims = rng.normal(size=(4000, 5))
+    past_edge = past_range = 0
+    for row in sims:
+        twins, new = row[1:4] - row[0], row[4] - row[0]  # each against the reference, row[0]
+        past_edge += new > noise_edge(list(twins), upper=True, level=0.95)
+        past_range += new > max(0.0, *twins)
+    assert 0.035 <= past_edge / len(sims) <= 0.065
+    assert 0.17 <= past_range / len(sims) <= 0.23
