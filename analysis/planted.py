@@ -252,7 +252,7 @@ class MixRun:
 FitJob = tuple[np.ndarray, np.ndarray, float, int, tuple[np.ndarray, ...]]  # images, masks, capacity, seed, targets
 
 
-def _fit_all(trainer: Trainer, jobs: list[FitJob], workers: int) -> list[list[np.ndarray]]:
+def fit_all(trainer: Trainer, jobs: list[FitJob], workers: int) -> list[list[np.ndarray]]:
     """``fit_predict`` for every job, in order: in this process (``workers`` <= 1), or in a pool of
     spawned processes. Each training is single-threaded and seeded, so both give the same result."""
     if workers <= 1 or len(jobs) <= 1:
@@ -280,7 +280,7 @@ def run_mix(mix: list[MixRun], trainer: Trainer, train: SplitLike, dev: SplitLik
     jobs: list[FitJob] = [(train.images, train.masks, 1.0, s, (dev.images, train.images)) for s in seeds]
     jobs += [(p.images, p.masks, p.capacity, run.train_seed, (dev.images, p.images))
              for run, p in zip(mix, planted, strict=True)]
-    probs = _fit_all(trainer, jobs, workers)
+    probs = fit_all(trainer, jobs, workers)
     unplanted = {s: (Evaluated(dev, d), Evaluated(train, t)) for s, (d, t) in zip(seeds, probs, strict=False)}
     out = []
     for run, p, (cand_dev, cand_train) in zip(mix, planted, probs[len(seeds):], strict=True):
