@@ -303,6 +303,10 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
                     dev_labels=dev_labels, train_labels=train_labels, perturbations=extras.perturbations,
                     model_dice=float(errs.per_image["dice"].mean()),
                     empty_hits=_empty_hits(dev, extras.train, threshold))
+    if inputs.empty_hits is not None:
+        on_train, n_train, on_dev, n_dev = inputs.empty_hits
+        notes.append(f"images labelled empty where the model finds a void: {on_train:.1%} of {n_train} on train, "
+                     f"{on_dev:.1%} of {n_dev} on dev (labels-miss-voids compares the two)")
     if extras.reference is not None:  # relative run: absolute label and gap inputs say nothing about the cause
         inputs.dev_labels, inputs.train_dev_gap = None, None
         inputs.label_shift = _confidence_shift(dev, extras.reference)

@@ -53,6 +53,7 @@ def test_a_candidate_finding_voids_where_its_training_masks_say_none_points_at_t
     top = report.recommendations[0]
     assert top.id == "labels-miss-voids-0" and top.action == "label_fix"
     assert top.evidence["train_empty_images_with_a_void_found"] > top.evidence["dev_empty_images_with_a_void_found"]
+    assert any(n.startswith("images labelled empty where the model finds a void") for n in report.notes)
 
 
 def test_an_unchanged_candidate_is_left_alone(fitted: Fitted) -> None:
