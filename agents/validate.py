@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents._paths import POLICY_DIR, is_protected
-from segfactory.errors import PolicyError
+from segfactory.errors import PolicyError, UsageError
 from segfactory.records import Ticket, TicketKind
 
 BUDGETS_POLICY = POLICY_DIR / "budgets.yaml"
@@ -84,7 +84,24 @@ def ticket_problems(ticket: Ticket, policy: BudgetPolicy, profile: str, *,
         problems += config_problems(ticket.change, policy, base_config)
     elif ticket.kind is TicketKind.CODE:
         problems += code_problems(ticket.change, policy.code_root)
+    elif ticket.kind is TicketKind.DATA:
+        problems += data_problems(ticket)
     return problems
+
+
+def data_problems(ticket: Ticket) -> list[str]:
+    """A targeted-synthetic slice the generator cannot draw: refused here, before the ticket is
+    queued, rather than failing in the runner after its place in the run was spent."""
+    from agents._data_tickets import generator_constraint, topup_spec
+
+    spec = topup_spec(ticket)
+    if spec is None:
+        return []
+    try:
+        generator_constraint(str(spec["slice"]))
+    except UsageError as exc:
+        return [str(exc)]
+    return []
 
 
 def _budget_problems(ticket: Ticket, caps: TicketCaps, left: float | None) -> list[str]:

@@ -86,3 +86,14 @@ def test_code_paths_stay_in_the_code_copy(name: str, fragment: str | None) -> No
 
 def test_a_code_ticket_must_name_files() -> None:
     assert ticket_problems(_ticket(TicketKind.CODE, {"describe": "refactor"}), load_budget_policy(), "demo")
+
+
+def test_a_data_ticket_for_a_slice_the_generator_cannot_draw_is_refused() -> None:
+    policy = load_budget_policy()
+    def data(slice_name: str) -> Ticket:
+        return _ticket(TicketKind.DATA, {"action": "targeted_synthetic",
+                                         "synthetic": {"slice": slice_name, "images": 250}})
+    problems = ticket_problems(data("shape=cluster & background=texture"), policy, "demo")
+    assert len(problems) == 1 and "cannot target the slice term 'shape=cluster'" in problems[0]
+    assert ticket_problems(data("contrast<0.124 & background=texture"), policy, "demo") == []
+    assert ticket_problems(_ticket(TicketKind.DATA, {"action": "data_request"}), policy, "demo") == []
