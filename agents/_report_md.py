@@ -61,6 +61,9 @@ def _tickets(r: Any) -> list[str]:
     if r.not_run:
         lines += ["", "Queued but not run (budget spent):", ""]
         lines += [f"- {q['id']}: {q['hypothesis'][:100]}" for q in r.not_run]
+    if r.refused:
+        lines += ["", "Proposed but refused before queueing (validation):", ""]
+        lines += [f"- {q['kind']}: {q['hypothesis'][:100]}: {'; '.join(q['reasons'])[:300]}" for q in r.refused]
     return [*lines, ""]
 
 

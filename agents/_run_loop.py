@@ -110,7 +110,8 @@ def _write_report(services: Any, run_id: str, stop_reason: str, record: dict[str
         milestone=json.loads(milestone_file.read_text()) if milestone_file.is_file() else None,
         audit=rpt.audit_summary(home, run_id, anchor_from_reply(client.get_anchor()), anchor_checked=True),
         llm_usage=usage.model_dump(mode="json"),
-        analysis_dir=str(analyses[0].parent) if analyses else None, **rpt.home_records(home))
+        analysis_dir=str(analyses[0].parent) if analyses else None, refused=rpt.refused_drafts(home, run_id),
+        **rpt.home_records(home))
     paths = rpt.write(report, people, home.tickets_dir(run_id))
     services.setup.progress(f"report: {paths['md']} and {paths['html']}")
 

@@ -85,6 +85,7 @@ class RunReport(_Rec):
     plots: dict[str, str] = Field(default_factory=dict)
     label_rounds: list[dict[str, Any]] = Field(default_factory=list)  # the home's labelling rounds so far
     retractions: list[dict[str, Any]] = Field(default_factory=list)  # the home's retracted claims so far
+    refused: list[dict[str, Any]] = Field(default_factory=list)  # drafts validation refused before queueing
 
 
 def home_records(home: Any) -> dict[str, list[dict[str, Any]]]:
@@ -146,6 +147,23 @@ def counts(rows: list[TicketRow], state: dict[str, Any]) -> dict[str, int]:
         "survived_confirm_a": sum(1 for r in originals if r.verdict == "WIN"),
         "replicates": len(rows) - len(originals), "promoted": len(promoted),
     }
+
+
+def refused_drafts(home: Any, run_id: str) -> list[dict[str, Any]]:
+    """The run's drafts that validation refused (audit event ``ticket_invalid``), with the reasons:
+    a people's list of what the proposer wanted and could not have."""
+    from audit import iter_records
+
+    out: list[dict[str, Any]] = []
+    for record in iter_records(home.audit / "log.jsonl"):
+        if record.run_id == run_id and record.event == "ticket_invalid":
+            ticket = record.payload.get("ticket")
+            ticket = ticket if isinstance(ticket, dict) else {"hypothesis": "(the draft is stored as an audit blob)"}
+            row = {"hypothesis": str(ticket.get("hypothesis", "")), "kind": str(ticket.get("kind", "")),
+                   "reasons": [str(r) for r in record.payload.get("reasons", [])]}
+            if row not in out:  # the same draft refused at several propose steps is listed once
+                out.append(row)
+    return out
 
 
 def audit_summary(home: Any, run_id: str, anchor: Any, anchor_checked: bool) -> AuditSummary:

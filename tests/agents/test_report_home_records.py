@@ -58,3 +58,22 @@ def test_a_home_without_rounds_or_challenges_says_so(tmp_path: Path) -> None:
     assert records == {"label_rounds": [], "retractions": []}
     md = _rendered(records)
     assert "No labelling round has finished in this home" in md and "No claim has been retracted." in md
+
+
+def test_the_report_lists_the_drafts_validation_refused(tmp_path: Path) -> None:
+    from audit.log import AuditLog
+    from segfactory.records import Actor
+
+    home = Home(tmp_path / "home")
+    home.audit.mkdir(parents=True)
+    reason = "the generator cannot target the slice term 'shape=cluster'"
+    with AuditLog(home, None) as log:
+        for _ in range(2):  # refused at two propose steps: listed once
+            log.append(Actor.SYSTEM.value, "ticket_invalid",
+                       {"ticket": {"hypothesis": "top up clusters", "kind": "data"}, "reasons": [reason]}, run_id="r1")
+        log.append(Actor.SYSTEM.value, "ticket_invalid", {"ticket": {"hypothesis": "other run"}, "reasons": ["x"]},
+                   run_id="r2")
+    refused = rpt.refused_drafts(home, "r1")
+    assert refused == [{"hypothesis": "top up clusters", "kind": "data", "reasons": [reason]}]
+    md = _rendered({"refused": refused})
+    assert "refused before queueing" in md and reason in md and "other run" not in md
