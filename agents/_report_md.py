@@ -63,7 +63,8 @@ def _tickets(r: Any) -> list[str]:
         lines += [f"- {q['id']}: {q['hypothesis'][:100]}" for q in r.not_run]
     if r.refused:
         lines += ["", "Proposed but refused before queueing (validation):", ""]
-        lines += [f"- {q['kind']}: {q['hypothesis'][:100]}: {'; '.join(q['reasons'])[:300]}" for q in r.refused]
+        lines += [f"- {q['kind']} ticket \"{q['hypothesis'][:100]}\", refused: {'; '.join(q['reasons'])[:300]}"
+                  for q in r.refused]
     return [*lines, ""]
 
 
