@@ -34,6 +34,7 @@ venv: $(STAMP)
 # torch is pinned first and explicitly: on these machines the pinned wheels lie on local disk,
 # and a bare `torch` requirement would pull a multi-GB build from the index.
 $(STAMP): pyproject.toml
+	@bash scripts/check-disk.sh $(VENV)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1

@@ -1,0 +1,32 @@
+"""``scripts/check-disk.sh``: `make` refuses, in one line, to start a venv install the disk cannot hold."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check-disk.sh"
+
+
+def _check(venv: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if k != "SEGFACTORY_SKIP_DISK_CHECK"} | env
+    return subprocess.run(["bash", str(SCRIPT), str(venv), *args], capture_output=True, text=True,
+                          timeout=30, env=environment, check=False)
+
+
+def test_a_disk_too_small_for_the_venv_fails_with_one_clear_line(tmp_path: Path) -> None:
+    proc = _check(tmp_path / ".venv", "1000000")  # 1 PB: more than any disk here has
+    assert proc.returncode == 1
+    first = proc.stderr.splitlines()[0]
+    assert "MB free" in first and "needs about 1000000 GB" in first and "SEGFACTORY_SKIP_DISK_CHECK" in first
+
+
+def test_enough_space_passes_silently(tmp_path: Path) -> None:
+    proc = _check(tmp_path / ".venv", "0")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def test_the_check_can_be_skipped(tmp_path: Path) -> None:
+    proc = _check(tmp_path / ".venv", "1000000", SEGFACTORY_SKIP_DISK_CHECK="1")
+    assert proc.returncode == 0
