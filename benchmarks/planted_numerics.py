@@ -7,7 +7,7 @@ threads per model changes the order of the reductions the same way, so this reru
 exact mix (same seeds, same draws, same analysis) on another numeric path and prints the same
 lines as the test. docs/analysis.md records what it printed.
 
-About 10 minutes per thread count with 2 threads on 2 idle cores (one model at a time).
+About 22-25 minutes per thread count on 2 cores (one model at a time; measured with 2 and 3 threads).
 """
 
 from __future__ import annotations
