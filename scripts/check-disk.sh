@@ -19,9 +19,11 @@ else
 fi
 
 fail=0
+seen=""  # filesystems already checked: the venv and $TMPDIR usually share one, and it is said once
 for dir in "$(dirname "$(realpath -m "$venv")")" "${TMPDIR:-/tmp}"; do
-    free_kb=$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 {print $4}')
-    [[ -z $free_kb ]] && continue
+    read -r fs free_kb < <(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 {print $1, $4}')
+    [[ -z ${free_kb:-} || " $seen " == *" $fs "* ]] && continue
+    seen+=" $fs"
     if ((free_kb < need_gb * 1024 * 1024)); then
         echo "setup: $dir has $((free_kb / 1024)) MB free; installing $venv needs about ${need_gb} GB" \
              "(free space, or set SEGFACTORY_SKIP_DISK_CHECK=1 to try anyway)" >&2
