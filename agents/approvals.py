@@ -1,11 +1,22 @@
-"""The approvals queue: ``data_request`` tickets wait for a person, each on its own thread.
+"""The approvals queue: what waits for a person. Data requests, and the judge's escalations.
 
-Every request is a LangGraph thread (``approval:<ticket id>``) paused at ``interrupt()`` in
+**Data requests.** Every request is a LangGraph thread (``approval:<ticket id>``) paused at ``interrupt()`` in
 the same SQLite checkpoint database as the run, so the main loop never waits on it. A decision
 (``segfactory approvals approve|deny ID``) resumes that thread; its node records the decision,
 and an approved request becomes a ``data`` ticket that the run's next ``propose`` step takes
 into its queue (once: the graph's state remembers it). A small table beside the checkpoints
 indexes requests for listing.
+
+**Escalations.** When the judge escalates (its LLM reviewer doubted a coded ``promote`` or
+``replicate``), :meth:`ApprovalQueue.escalate` records an item in the ``escalations`` table with
+what the coded rule would do if a person approves (``pending``). The ticket is held by the
+run's graph, not here: the graph asks :meth:`ApprovalQueue.answered_escalations` at its own
+steps and acts on each answer once. An escalation needs no LangGraph thread of its own: its
+decision is one conditional ``UPDATE`` (``WHERE status = 'pending'``), which SQLite makes atomic
+across the processes that may answer it (the console, the CLI).
+
+Ids are shared by both kinds (an escalation's is ``<ticket id>-esc``), so ``segfactory approvals
+approve|deny ID`` and the console decide either through :meth:`ApprovalQueue.decide`.
 """
 
 from __future__ import annotations
@@ -21,16 +32,27 @@ from typing import Any, Literal, TypedDict
 from pydantic import BaseModel, ConfigDict
 
 from agents._audit import AuditSink
+from agents.judge import Decision, JudgeDecision
 from segfactory.errors import UsageError
 from segfactory.records import Actor, Ticket, TicketKind
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS approvals (
     id TEXT PRIMARY KEY, run_id TEXT NOT NULL, ticket TEXT NOT NULL, requested_at REAL NOT NULL,
     status TEXT NOT NULL, decided_by TEXT, reason TEXT)"""
+_ESCALATIONS = """CREATE TABLE IF NOT EXISTS escalations (
+    id TEXT PRIMARY KEY, run_id TEXT NOT NULL, ticket_id TEXT NOT NULL, ticket TEXT NOT NULL,
+    decision TEXT NOT NULL, pending TEXT NOT NULL, requested_at REAL NOT NULL, status TEXT NOT NULL,
+    decided_by TEXT, reason TEXT, UNIQUE (run_id, ticket_id))"""
+ESCALATION_SUFFIX = "-esc"  # an escalation's id: the escalated ticket's id plus this
 MAX_RESUME_ATTEMPTS = 3  # resumes of a request's thread before `decide` gives up and says so
 
 
+Pending = Literal["promote", "replicate"]
+
+
 class ApprovalRequest(BaseModel):
+    """One item a person decides: a data request, or an escalation of ``ticket`` by the judge."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: str
     run_id: str
@@ -39,6 +61,21 @@ class ApprovalRequest(BaseModel):
     status: Literal["pending", "approved", "denied"]
     decided_by: str | None = None
     reason: str | None = None
+    kind: Literal["data_request", "escalation"] = "data_request"
+    pending: Pending | None = None  # escalations: what approving lets the coded rule do
+    judge_reason: str | None = None  # escalations: why the judge escalated
+
+
+class EscalationAnswer(BaseModel):
+    """A person's answer to an escalation, as the run's graph takes it (once per id)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    ticket_id: str
+    pending: Pending
+    approved: bool
+    by: str
+    reason: str
 
 
 class _State(TypedDict, total=False):
@@ -62,6 +99,7 @@ class ApprovalQueue:
         self._lock = threading.Lock()
         with self._table() as table:
             table.execute(_SCHEMA)
+            table.execute(_ESCALATIONS)
         self.sink = sink
         graph = StateGraph(_State)
         graph.add_node("await_decision", self._await_decision)
@@ -110,8 +148,14 @@ class ApprovalQueue:
                                     status=r[4], decided_by=r[5], reason=r[6]) for r in rows]
         return [r for r in requests if status is None or r.status == status]
 
+    def items(self, status: str | None = None) -> list[ApprovalRequest]:
+        """Everything a person decides, both kinds, oldest first."""
+        return sorted([*self.requests(status), *self.escalations(status)], key=lambda r: r.requested_at)
+
     def decide(self, request_id: str, *, approve: bool, by: str, reason: str = "") -> ApprovalRequest:
-        """Resume the request's own thread with the decision; a request is decided once."""
+        """Decide a data request (resuming its own thread) or an escalation; each is decided once."""
+        if any(e.id == request_id for e in self.escalations()):
+            return self._decide_escalation(request_id, approve=approve, by=by, reason=reason)
         found = [r for r in self.requests() if r.id == request_id]
         if not found:
             raise UsageError(f"no approval request {request_id!r}; see `segfactory approvals list`")
@@ -144,10 +188,75 @@ class ApprovalQueue:
                                  "ORDER BY requested_at", (run_id,)).fetchall()
         return [_as_data_ticket(Ticket.model_validate_json(r[0])) for r in rows]
 
+    # --- escalations ---------------------------------------------------------------------------
+
+    def escalate(self, ticket: Ticket, decision: JudgeDecision, run_id: str, *, pending: str) -> str:
+        """Record the judge's escalation of ``ticket`` for a person; returns the item's id.
+
+        ``pending`` is what the coded rule would do on approval (``promote`` or ``replicate``).
+        Idempotent per (``run_id``, ``ticket.id``): a resumed run that escalates again gets the
+        same id, and the first record (and any answer to it) stands.
+        """
+        if pending not in ("promote", "replicate"):
+            raise ValueError(f"pending must be 'promote' or 'replicate', got {pending!r}")
+        if decision.decision is not Decision.ESCALATE or decision.ticket_id != ticket.id:
+            raise ValueError(f"escalate needs the judge's escalate decision for ticket {ticket.id!r}, got "
+                             f"{decision.decision.value} for {decision.ticket_id!r}")
+        with self._table() as table:
+            row = table.execute("SELECT id FROM escalations WHERE run_id = ? AND ticket_id = ?",
+                                (run_id, ticket.id)).fetchone()
+            if row is not None:
+                return str(row[0])
+            item_id = _escalation_id(table, run_id, ticket.id)
+            table.execute("INSERT INTO escalations (id, run_id, ticket_id, ticket, decision, pending, requested_at, "
+                          "status) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')",
+                          (item_id, run_id, ticket.id, ticket.model_dump_json(), decision.model_dump_json(), pending,
+                           time.time()))
+        self.sink.append(Actor.JUDGE.value, "escalation_requested",
+                         {"id": item_id, "ticket": ticket.id, "pending": pending,
+                          "decision": decision.model_dump(mode="json")}, run_id=run_id)
+        return item_id
+
+    def escalations(self, status: str | None = None) -> list[ApprovalRequest]:
+        with self._table() as table:
+            rows = table.execute("SELECT id, run_id, ticket, decision, pending, requested_at, status, decided_by, "
+                                 "reason FROM escalations ORDER BY requested_at").fetchall()
+        items = [ApprovalRequest(id=r[0], run_id=r[1], ticket=Ticket.model_validate_json(r[2]), kind="escalation",
+                                 judge_reason=JudgeDecision.model_validate_json(r[3]).reason, pending=r[4],
+                                 requested_at=r[5], status=r[6], decided_by=r[7], reason=r[8]) for r in rows]
+        return [e for e in items if status is None or e.status == status]
+
+    def answered_escalations(self, run_id: str) -> list[EscalationAnswer]:
+        """The answered escalations of ``run_id``, oldest first (the caller takes each once)."""
+        return [EscalationAnswer(id=e.id, ticket_id=e.ticket.id, pending=e.pending or "promote",
+                                 approved=e.status == "approved", by=e.decided_by or "", reason=e.reason or "")
+                for e in self.escalations() if e.run_id == run_id and e.status != "pending"]
+
+    def _decide_escalation(self, item_id: str, *, approve: bool, by: str, reason: str) -> ApprovalRequest:
+        status = "approved" if approve else "denied"
+        with self._table() as table:
+            changed = table.execute("UPDATE escalations SET status = ?, decided_by = ?, reason = ? "
+                                    "WHERE id = ? AND status = 'pending'", (status, by, reason, item_id)).rowcount
+        decided = [e for e in self.escalations() if e.id == item_id][0]
+        if not changed:
+            raise UsageError(f"escalation {item_id!r} was already {decided.status}")
+        self.sink.append(Actor.HUMAN.value, "approval_decided",
+                         {"id": item_id, "kind": "escalation", "ticket": decided.ticket.id, "pending": decided.pending,
+                          "status": status, "by": by, "reason": reason}, run_id=decided.run_id)
+        return decided
+
+
+def _escalation_id(table: sqlite3.Connection, run_id: str, ticket_id: str) -> str:
+    """``<ticket id>-esc``, unless another run already holds that id (ticket ids are per run)."""
+    item_id = f"{ticket_id}{ESCALATION_SUFFIX}"
+    taken = table.execute("SELECT 1 FROM escalations WHERE id = ? UNION SELECT 1 FROM approvals WHERE id = ?",
+                          (item_id, item_id)).fetchone()
+    return f"{run_id}-{item_id}" if taken else item_id
+
 
 def _as_data_ticket(request: Ticket) -> Ticket:
     return request.model_copy(update={"id": f"{request.id}-data", "kind": TicketKind.DATA,
                                       "change": {**request.change, "approved_request": request.id}})
 
 
-__all__ = ["ApprovalQueue", "ApprovalRequest"]
+__all__ = ["ApprovalQueue", "ApprovalRequest", "EscalationAnswer"]

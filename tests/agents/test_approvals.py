@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.approvals import ApprovalQueue
+from agents.approvals import ApprovalQueue, EscalationAnswer
 from agents.graph import run_loop
+from agents.judge import Decision, JudgeDecision
 from segfactory.errors import UsageError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 from tests.agents._stubs import make_graph, make_services
@@ -60,3 +61,59 @@ def test_the_loop_does_not_wait_and_an_approved_request_enters_the_queue(audit_l
     assert request_id not in services.runs  # the request itself never runs
     assert state["taken_approvals"] == [f"{request_id}-data"]
     assert ran_before_approval[:2] == ["run7-t002", "run7-t002-rep"]  # work went on while it waited
+
+
+def _escalated(tid: str, reason: str = "the reviewer doubts the gain") -> tuple[Ticket, JudgeDecision]:
+    ticket = Ticket(id=tid, arm=Arm.AGENT, kind=TicketKind.CONFIG, hypothesis="a lower learning rate",
+                    change={"lr": 0.0005}, budget=Budget(device_seconds=60, epochs=2), seed=1,
+                    expected_effect=ExpectedEffect(metric="iou", slice="small", direction=Direction.UP, size=0.02))
+    return ticket, JudgeDecision(ticket_id=tid, decision=Decision.ESCALATE, reason=reason, by="llm")
+
+
+def test_an_escalation_waits_for_a_person_and_is_answered_once(audit_log: Log, tmp_path: Path) -> None:
+    queue = ApprovalQueue(tmp_path / "state.sqlite", audit_log)
+    ticket, decision = _escalated("run1-t004")
+    item = queue.escalate(ticket, decision, "run1", pending="promote")
+    assert item == "run1-t004-esc"
+    assert queue.escalate(ticket, decision, "run1", pending="promote") == item  # idempotent per (run, ticket)
+    assert queue.answered_escalations("run1") == []  # held: nobody answered yet
+    [listed] = queue.escalations("pending")
+    assert (listed.kind, listed.pending, listed.judge_reason) == ("escalation", "promote", "the reviewer doubts the gain")
+    assert queue.requests() == [] and queue.approved("run1") == []  # never a data request, never a data ticket
+    other = ApprovalQueue(tmp_path / "state.sqlite", audit_log)  # the console or the CLI, another connection
+    assert other.decide(item, approve=True, by="alice", reason="the curve looks right").status == "approved"
+    with pytest.raises(UsageError, match="already approved"):
+        queue.decide(item, approve=False, by="eve")
+    assert queue.answered_escalations("run1") == [
+        EscalationAnswer(id=item, ticket_id="run1-t004", pending="promote", approved=True, by="alice",
+                         reason="the curve looks right")]
+    assert queue.answered_escalations("run2") == []
+    [asked] = audit_log.events("escalation_requested")  # the repeat escalate wrote nothing new
+    assert asked["pending"] == "promote" and asked["decision"]["decision"] == "escalate"
+    [answered] = [r for r in audit_log.records() if r.event == "approval_decided"]
+    assert answered.actor == "human" and answered.payload["kind"] == "escalation" and answered.run_id == "run1"
+
+
+def test_a_denied_escalation_is_answered_and_both_kinds_are_listed(audit_log: Log, tmp_path: Path) -> None:
+    queue = ApprovalQueue(tmp_path / "state.sqlite", audit_log)
+    queue.request(_request("q1"), "run1")
+    ticket, decision = _escalated("t1")
+    first = queue.escalate(ticket, decision, "runA", pending="replicate")
+    second = queue.escalate(ticket, decision, "runB", pending="replicate")  # the same ticket id in another run
+    assert first == "t1-esc" and second == "runB-t1-esc"
+    assert [i.id for i in queue.items()] == ["q1", first, second]
+    queue.decide(second, approve=False, by="bob", reason="seed noise")
+    assert queue.answered_escalations("runB") == [
+        EscalationAnswer(id=second, ticket_id="t1", pending="replicate", approved=False, by="bob", reason="seed noise")]
+    assert [i.id for i in queue.items("pending")] == ["q1", first]
+
+
+def test_escalate_refuses_what_is_not_an_escalation(audit_log: Log, tmp_path: Path) -> None:
+    queue = ApprovalQueue(tmp_path / "state.sqlite", audit_log)
+    ticket, decision = _escalated("t1")
+    with pytest.raises(ValueError, match="pending must be 'promote' or 'replicate', got 'reject'"):
+        queue.escalate(ticket, decision, "run1", pending="reject")
+    promote = decision.model_copy(update={"decision": Decision.PROMOTE})
+    with pytest.raises(ValueError, match="needs the judge's escalate decision"):
+        queue.escalate(ticket, promote, "run1", pending="promote")
+    assert queue.escalations() == [] and audit_log.events("escalation_requested") == []
