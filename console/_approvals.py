@@ -1,6 +1,9 @@
-"""The approvals desk: one chat thread per data request, decisions through ``agents.approvals``.
+"""The approvals desk: one chat thread per item, decisions through ``agents.approvals``.
 
-The factory's opening message (the request and its evidence) starts each thread. A person's
+An item is a data request (the proposer asks for new data) or an escalation (the judge's LLM
+reviewer doubted a coded promote or replicate, and a person decides; the run holds the ticket
+until then). The factory's opening message (the request and its evidence, or the escalated
+ticket and the judge's reason) starts each thread. A person's
 reply is read by :func:`console._chat.interpret` and the reading is confirmed back; only a
 confirmed approve/deny calls ``ApprovalQueue.decide`` (the same call as ``segfactory approvals
 approve|deny``), which resumes the request's own LangGraph thread. Every reply and every
@@ -54,10 +57,11 @@ class ApprovalsDesk:
         self._lock = threading.Lock()
 
     def requests(self) -> list[ApprovalRequest]:
-        return self.queue.requests()
+        """Both kinds, oldest first."""
+        return self.queue.items()
 
     def request(self, request_id: str) -> ApprovalRequest:
-        found = [r for r in self.queue.requests() if r.id == request_id]
+        found = [r for r in self.queue.items() if r.id == request_id]
         if not found:
             raise UsageError(f"no approval request {request_id!r}; see the approvals list")
         return found[0]
@@ -123,8 +127,12 @@ class ApprovalsDesk:
         if decided.status == "pending":  # never report an undecided request as denied
             return f"Nothing changed: request {request.id} is still pending; try again."
         if decided.status != "approved":
-            return f"Denied{': ' + reading.reason if reading.reason else ''}. The request is closed."
+            closed = (f"Ticket {request.ticket.id} will not {request.pending}." if request.kind == "escalation"
+                      else "The request is closed.")
+            return f"Denied{': ' + reading.reason if reading.reason else ''}. {closed}"
         ended = self._ended(request)
+        if request.kind == "escalation":
+            return _escalation_approved(request, ended)
         if ended is not None:
             return (f"Approved and recorded, but run {request.run_id} has ended ({ended}): its data ticket "
                     f"{request.id}-data will not run in it (carrying it into a new run is not built yet).")
@@ -151,7 +159,17 @@ class ApprovalsDesk:
         return self._messages(request_id)[-1]
 
 
+def _escalation_approved(request: ApprovalRequest, ended: str | None) -> str:
+    if ended is not None:
+        return (f"Approved and recorded, but run {request.run_id} has ended ({ended}): it takes the answer only "
+                f"if it is resumed (`segfactory run --resume {request.run_id}`).")
+    return (f"Approved. Run {request.run_id} may now {request.pending} ticket {request.ticket.id}; it takes the "
+            "answer at its next step.")
+
+
 def _opening(request: ApprovalRequest) -> str:
+    if request.kind == "escalation":
+        return _escalation_opening(request)
     t = request.ticket
     lines = [f"Run {request.run_id} asks for new data (request {request.id}).",
              f"Hypothesis: {t.hypothesis}",
@@ -164,6 +182,19 @@ def _opening(request: ApprovalRequest) -> str:
     return "\n".join(lines)
 
 
+def _escalation_opening(request: ApprovalRequest) -> str:
+    t = request.ticket
+    then = ("promotes it: its model becomes the global best" if request.pending == "promote"
+            else "trains a replicate with a host-chosen seed and submits it to confirm-b")
+    return "\n".join([
+        f"The judge of run {request.run_id} escalated ticket {t.id} to a person (item {request.id}).",
+        f"Why: {request.judge_reason}",
+        f"Hypothesis: {t.hypothesis}",
+        f"Change: {json.dumps(t.change, sort_keys=True)}",
+        f"If you approve, the coded rule {then}. If you deny, it does not, and the ticket is rejected.",
+        "Reply 'approve' or 'deny: reason', or ask."])
+
+
 def _answer(request: ApprovalRequest, reading: Reading, ended: str | None) -> tuple[str, bool]:
     """The console's answer to a reading, and whether it awaits confirmation."""
     if request.status != "pending":
@@ -171,10 +202,19 @@ def _answer(request: ApprovalRequest, reading: Reading, ended: str | None) -> tu
                 f"{' by ' + request.decided_by if request.decided_by else ''}; nothing more to decide.", False)
     if reading.kind == "question":
         return ("I can only tell you what the request says (above): its hypothesis, evidence, change and budget. "
-                "When you have decided, reply 'approve', 'approve N, scope' or 'deny: reason'.", False)
+                f"When you have decided, reply {_choices(request)}.", False)
     if reading.kind == "unclear":
         return (f"I am not sure what you mean ({reading.why_unclear}). Do you approve or deny request "
-                f"{request.id}? Reply 'approve', 'approve 200, thin voids only' or 'deny: reason'.", False)
+                f"{request.id}? Reply {_choices(request)}.", False)
+    if request.kind == "escalation" and reading.count is not None:
+        return (f"An escalation is approved or denied as a whole; a count of images means nothing here. Do you "
+                f"approve or deny {request.id}? Reply {_choices(request)}.", False)
     note = f" Note: run {request.run_id} has ended ({ended}), so its queue takes no new tickets." if ended else ""
     by = "the LLM" if reading.by == "llm" else "the rules"
     return f"I read this as: {reading.summary()} for request {request.id} (read by {by}). Confirm?{note}", True
+
+
+def _choices(request: ApprovalRequest) -> str:
+    if request.kind == "escalation":
+        return "'approve' or 'deny: reason'"
+    return "'approve', 'approve 200, thin voids only' or 'deny: reason'"

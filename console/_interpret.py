@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from console._chat import MAX_REPLY_CHARS, Reading, interpret
 
 SYSTEM = (
-    "You read one person's chat reply to a request for new training data and record how it reads, "
+    "You read one person's chat reply to a request for new training data, or to a judge's escalated "
+    "decision about an experiment, and record how it reads, "
     "by calling read_reply. kind is approve or deny only when the reply clearly decides; a question is "
     "question; anything hedged, mixed or unclear is unclear with why_unclear saying what is missing. "
     "Never guess. count is the number of images the person approves, if they named one; scope and reason "

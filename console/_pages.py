@@ -77,7 +77,9 @@ def approvals_page(request: Request) -> Response:
 
 @router.get("/api/approvals")
 def approvals_api(request: Request) -> JSONResponse:
-    return JSONResponse({"requests": [r.model_dump(mode="json") for r in _services(request).approvals.requests()]})
+    queue = _services(request).approvals.queue
+    return JSONResponse({"requests": [r.model_dump(mode="json") for r in queue.requests()],
+                         "escalations": [e.model_dump(mode="json") for e in queue.escalations()]})
 
 
 @router.get("/approvals/{request_id}")

@@ -11,7 +11,7 @@ import typer
 from segfactory.cli._common import HomeOpt, JsonOpt, emit_json, home_for
 from segfactory.errors import HomeError, UsageError
 
-approvals_app = typer.Typer(help="Data requests waiting for a person: list, approve, deny.", no_args_is_help=True)
+approvals_app = typer.Typer(help="Data requests and judge escalations waiting for a person: list, approve, deny.", no_args_is_help=True)
 PROFILES = ("demo", "default")
 BACKENDS = ("docker", "bwrap")
 
@@ -138,18 +138,26 @@ def approvals_list(
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """The data requests the proposer made, newest last."""
+    """The data requests the proposer made and the judge's escalations, newest last."""
     resolved = home_for(home)
+    queue = _queue(resolved, _NoSink())
     rows = [{"id": r.id, "run_id": r.run_id, "status": r.status, "hypothesis": r.ticket.hypothesis,
-             "change": r.ticket.change, "decided_by": r.decided_by, "reason": r.reason}
-            for r in _queue(resolved, _NoSink()).requests(status)]
+             "change": r.ticket.change, "decided_by": r.decided_by, "reason": r.reason, "kind": r.kind}
+            for r in queue.requests(status)]
+    escalations = [{"id": e.id, "run_id": e.run_id, "status": e.status, "kind": e.kind, "ticket_id": e.ticket.id,
+                    "hypothesis": e.ticket.hypothesis, "change": e.ticket.change, "pending": e.pending,
+                    "judge_reason": e.judge_reason, "decided_by": e.decided_by, "reason": e.reason}
+                   for e in queue.escalations(status)]
     if json_out:
-        emit_json({"requests": rows})
+        emit_json({"requests": rows, "escalations": escalations})
         return
-    if not rows:
-        typer.echo("no data requests")
+    if not rows and not escalations:
+        typer.echo("no data requests and no escalations")
     for row in rows:
         typer.echo(f"{row['id']}  {row['status']:<8}  run {row['run_id']}  {row['hypothesis'][:90]}")
+    for esc in escalations:
+        typer.echo(f"{esc['id']}  {esc['status']:<8}  run {esc['run_id']}  escalation: approve to "
+                   f"{esc['pending']} {esc['ticket_id']} ({(esc['judge_reason'] or '')[:70]})")
 
 
 def _decide(request_id: str, approve: bool, by: str, reason: str, home: Any, json_out: bool) -> None:
@@ -160,10 +168,17 @@ def _decide(request_id: str, approve: bool, by: str, reason: str, home: Any, jso
     with gate_anchor_store(resolved) as anchor, AuditLog(resolved, anchor) as log:
         decided = _queue(resolved, log).decide(request_id, approve=approve, by=by, reason=reason)
     if json_out:
-        emit_json({"id": decided.id, "run_id": decided.run_id, "status": decided.status, "decided_by": decided.decided_by})
+        emit_json({"id": decided.id, "run_id": decided.run_id, "status": decided.status, "decided_by": decided.decided_by,
+                   "kind": decided.kind, "pending": decided.pending})
         return
-    typer.echo(f"{decided.id}: {decided.status}; it becomes a data ticket when run {decided.run_id} next proposes "
-               f"(`segfactory run --resume {decided.run_id}`)" if approve else f"{decided.id}: {decided.status}")
+    if not approve:
+        typer.echo(f"{decided.id}: {decided.status}")
+    elif decided.kind == "escalation":
+        typer.echo(f"{decided.id}: {decided.status}; run {decided.run_id} may now {decided.pending} ticket "
+                   f"{decided.ticket.id} at its next step (`segfactory run --resume {decided.run_id}` if it stopped)")
+    else:
+        typer.echo(f"{decided.id}: {decided.status}; it becomes a data ticket when run {decided.run_id} next proposes "
+                   f"(`segfactory run --resume {decided.run_id}`)")
 
 
 ByOpt = Annotated[str, typer.Option("--by", help="Who decides (recorded in the audit log).")]
@@ -174,7 +189,7 @@ ReasonOpt = Annotated[str, typer.Option("--reason", help="Why (recorded in the a
 def approvals_approve(request_id: Annotated[str, typer.Argument(help="Request id (see approvals list).")],
                       by: ByOpt = "operator", reason: ReasonOpt = "", home: HomeOpt = None,
                       json_out: JsonOpt = False) -> None:
-    """Approve a data request; it becomes a ``data`` ticket in its run."""
+    """Approve a data request (it becomes a ``data`` ticket in its run) or an escalation."""
     _decide(request_id, True, by, reason, home, json_out)
 
 
@@ -182,5 +197,5 @@ def approvals_approve(request_id: Annotated[str, typer.Argument(help="Request id
 def approvals_deny(request_id: Annotated[str, typer.Argument(help="Request id (see approvals list).")],
                    by: ByOpt = "operator", reason: ReasonOpt = "", home: HomeOpt = None,
                    json_out: JsonOpt = False) -> None:
-    """Deny a data request (recorded; nothing runs)."""
+    """Deny a data request or an escalation (recorded; nothing runs, nothing is promoted)."""
     _decide(request_id, False, by, reason, home, json_out)

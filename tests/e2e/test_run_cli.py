@@ -3,6 +3,7 @@ stderr before anything is set up (no home is created)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,3 +46,29 @@ def test_report_of_an_unknown_run_says_how_to_finish_it(cli: Cli, tmp_home: Path
 def test_approvals_list_without_any_run_state(cli: Cli, tmp_home: Path) -> None:
     result = cli("approvals", "list", "--home", str(tmp_home), "--json")
     assert result.returncode != 0 and "no run state" in result.stderr
+
+
+def test_approvals_list_shows_escalations_beside_data_requests(cli: Cli, tmp_path: Path) -> None:
+    from agents.approvals import ApprovalQueue
+    from agents.judge import Decision, JudgeDecision
+    from audit import AuditLog, MemoryAnchorStore
+    from segfactory.home import Home
+    from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+
+    home = Home.resolve(tmp_path / "home")
+    home.root.mkdir(parents=True)
+    ticket = Ticket(id="r1-t003", arm=Arm.AGENT, kind=TicketKind.CONFIG, hypothesis="more epochs",
+                    change={"epochs": 6}, budget=Budget(device_seconds=60, epochs=6), seed=1,
+                    expected_effect=ExpectedEffect(metric="dice", slice="all", direction=Direction.UP, size=0.01))
+    decision = JudgeDecision(ticket_id=ticket.id, decision=Decision.ESCALATE, reason="looks like seed noise", by="llm")
+    with AuditLog(home, MemoryAnchorStore()) as log:
+        ApprovalQueue(home.state_db, log).escalate(ticket, decision, "r1", pending="replicate")
+    result = cli("approvals", "list", "--home", str(home.root), "--json")
+    assert result.returncode == 0, result.stderr
+    listed = json.loads(result.stdout)
+    assert listed["requests"] == []
+    assert [(e["id"], e["kind"], e["ticket_id"], e["pending"], e["status"], e["judge_reason"])
+            for e in listed["escalations"]] == [("r1-t003-esc", "escalation", "r1-t003", "replicate", "pending",
+                                                  "looks like seed noise")]
+    text = cli("approvals", "list", "--home", str(home.root), "--status", "pending")
+    assert "r1-t003-esc  pending   run r1  escalation: approve to replicate r1-t003" in text.stdout
