@@ -7,12 +7,17 @@ Two sources of findings:
   ``scan_actors`` (tool-call arguments, sandbox commands, sandbox-reported file opens) that
   matches a protected pattern, as written or normalised.
 
-Payload values stored as blobs are not opened (they hold LLM traffic whose prompts may name
-protected paths legitimately); the tool calls an LLM asks for are audited as their own records.
+A payload value moved into a blob (``audit.blobs``: over INLINE_MAX_BYTES) is opened and scanned
+like an inline one, so padding an argument past the inline size hides nothing. Only the blobs of
+``opaque_blob_events`` stay closed: they are LLM traffic byte for byte, whose prompts name
+protected paths legitimately, and the tool calls an LLM asks for are audited as their own
+records. A blob that cannot be scanned (missing, altered, past MAX_SCAN_BLOB_BYTES) is itself a
+finding of kind ``unscanned``: a check that could not look does not pass.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -23,12 +28,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from segfactory.errors import PolicyError
+from audit.blobs import BLOB_REF, BlobStore
+from segfactory.errors import DataError, PolicyError
 from segfactory.home import SOURCE_ROOT
 from segfactory.records import Actor, AuditRecord
 
 DEFAULT_POLICY = SOURCE_ROOT / "policies" / "protected_paths.yaml"
 _SPLIT = re.compile(r"[\s\"'`=,;()\[\]{}<>|&]+")
+MAX_SCAN_BLOB_BYTES = 64 * 1024**2  # a larger blob is not read: an ``unscanned`` finding instead
+MAX_BLOB_DEPTH = 4  # blobs referenced from inside blobs are followed this deep; deeper: ``unscanned``
 
 
 class ProtectedPaths(BaseModel):
@@ -40,6 +48,9 @@ class ProtectedPaths(BaseModel):
     scan_actors: list[Actor]
     finding_events: list[str] = Field(min_length=1)
     patterns: list[str] = Field(min_length=1)
+    # events whose blobs are LLM traffic (bytes as sent and received): not opened by the scan
+    opaque_blob_events: list[str] = Field(default_factory=lambda: ["llm_http_request", "llm_http_response",
+                                                                   "llm_attempt"])
 
     def for_home(self, home: Path) -> list[str]:
         """The patterns with ``{home}`` replaced by the home's absolute path."""
@@ -57,7 +68,7 @@ class Finding(BaseModel):
     run_id: str | None
     actor: str
     event: str
-    kind: str  # "event": a finding event such as a decoy hit; "argument": a path in a payload
+    kind: str  # "event": a decoy hit or the like; "argument": a path in a payload; "unscanned": a blob not read
     path: str
     pattern: str | None
 
@@ -74,36 +85,74 @@ def load_policy(path: Path | None = None) -> ProtectedPaths:
         raise PolicyError(f"protected-path policy {source} is invalid: {exc}") from exc
 
 
-def check_records(records: Iterable[AuditRecord], policy: ProtectedPaths, home: Path) -> list[Finding]:
-    """Every protected-path finding in ``records``, in log order."""
-    patterns = policy.for_home(home)
+def check_records(records: Iterable[AuditRecord], policy: ProtectedPaths, home: Path,
+                  blobs: BlobStore | None = None) -> list[Finding]:
+    """Every protected-path finding in ``records``, in log order.
+
+    ``blobs`` holds the payloads moved out of the records (default: the home's ``audit/blobs``).
+    """
+    scanner = _Scanner(policy.for_home(home), blobs or BlobStore(Path(home) / "audit" / "blobs"))
     scan = {a.value for a in policy.scan_actors}
+    opaque = set(policy.opaque_blob_events)
     findings: list[Finding] = []
     for record in records:
-        findings.extend(_record_findings(record, patterns, scan, set(policy.finding_events)))
+        findings.extend(_record_findings(record, scanner, scan, set(policy.finding_events), opaque))
     return findings
 
 
 def _record_findings(
-    record: AuditRecord, patterns: list[str], scan: set[str], finding_events: set[str]
+    record: AuditRecord, scanner: _Scanner, scan: set[str], finding_events: set[str], opaque: set[str]
 ) -> list[Finding]:
-    hits = list(dict.fromkeys(_protected_paths(record.payload, patterns)))
     base = dict(seq=record.seq, ts=record.ts, run_id=record.run_id, actor=record.actor.value, event=record.event)
     if record.event in finding_events:
+        hits = [h for h in dict.fromkeys(scanner.paths(record.payload, open_blobs=True)) if h[1] != _UNSCANNED]
         path = str(record.payload.get("path", "")) or (hits[0][0] if hits else "")
         pattern = hits[0][1] if hits else None
         return [Finding(**base, kind="event", path=path, pattern=pattern)]
     if record.actor.value not in scan:
         return []
-    return [Finding(**base, kind="argument", path=p, pattern=pat) for p, pat in hits]
+    hits = list(dict.fromkeys(scanner.paths(record.payload, open_blobs=record.event not in opaque)))
+    return [Finding(**base, kind=kind, path=p, pattern=pat) for p, pat, kind in
+            ((p, pat, "unscanned" if pat == _UNSCANNED else "argument") for p, pat in hits)]
 
 
-def _protected_paths(value: Any, patterns: list[str]) -> Iterator[tuple[str, str]]:
-    """(path, first matching pattern) for each protected path-like token inside ``value``."""
-    for token in _tokens(value):
-        pattern = match_protected(token, patterns)
-        if pattern is not None:
-            yield token, pattern
+_UNSCANNED = "<blob not scanned>"
+
+
+class _Scanner:
+    """Finds protected path-like tokens in a payload, following blob references into their content."""
+
+    def __init__(self, patterns: list[str], blobs: BlobStore) -> None:
+        self.patterns = patterns
+        self.blobs = blobs
+
+    def paths(self, value: Any, *, open_blobs: bool, depth: int = 0) -> Iterator[tuple[str, str]]:
+        """(path, first matching pattern) for each protected token; (ref, _UNSCANNED) for a blob not read."""
+        for token in _strings(value):
+            if open_blobs and BLOB_REF.match(token):
+                yield from self._blob(token, depth)
+                continue
+            for part in (t for t in _SPLIT.split(token) if "/" in t):
+                pattern = match_protected(part, self.patterns)
+                if pattern is not None:
+                    yield part, pattern
+
+    def _blob(self, ref: str, depth: int) -> Iterator[tuple[str, str]]:
+        path = self.blobs.path_for(ref)
+        try:
+            too_big = path.stat().st_size > MAX_SCAN_BLOB_BYTES
+            data = b"" if too_big or depth >= MAX_BLOB_DEPTH else self.blobs.get(ref)
+        except (OSError, DataError):
+            yield ref, _UNSCANNED
+            return
+        if too_big or depth >= MAX_BLOB_DEPTH:
+            yield ref, _UNSCANNED
+            return
+        try:
+            content: Any = json.loads(data)
+        except ValueError:
+            content = data.decode("utf-8", errors="replace")
+        yield from self.paths(content, open_blobs=True, depth=depth + 1)
 
 
 def match_protected(path: str, patterns: list[str]) -> str | None:
@@ -115,13 +164,14 @@ def match_protected(path: str, patterns: list[str]) -> str | None:
     return None
 
 
-def _tokens(value: Any) -> Iterator[str]:
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside a JSON value, dict keys included."""
     if isinstance(value, str):
-        yield from (t for t in _SPLIT.split(value) if "/" in t)
+        yield value
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from _tokens(key)
-            yield from _tokens(item)
+            yield from _strings(key)
+            yield from _strings(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _tokens(item)
+            yield from _strings(item)

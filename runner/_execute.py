@@ -25,7 +25,7 @@ import numpy as np
 
 from runner import _workspace
 from runner._copyout import MAX_MODEL_BYTES, copy_out, read_beneath
-from runner._launch import LaunchRequest, WorkerLauncher
+from runner._launch import LaunchRequest, WorkerLauncher, audit_sandbox_events, output_record
 from runner._manifest import TrainingManifest, training_manifest, write_manifest
 from runner._policy import BudgetPolicy, load_budget_policy, refusal_reason
 from runner._workspace import OUT_DIR
@@ -223,7 +223,8 @@ def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
                           timed_out=result.timed_out, oom=oom, duration_s=round(result.duration_s, 3))
         run.attempts.append(attempt)
         run.event("ticket_attempt", {**attempt.model_dump(mode="json"), "sandbox_events": result.events,
-                                     "stderr_tail": result.stderr_tail[-2000:]})
+                                     **output_record(result)})
+        audit_sandbox_events(run.audit, result.events, ticket_id=run.ticket.id, run_id=run.run_id, attempt=index)
         if result.exit_code == 0 and not result.timed_out:
             return config
         config = _next_config(config, result.timed_out, oom, result.exit_code, result.stderr_tail, budget)

@@ -4,16 +4,23 @@ The runner never runs ticket code on the host. ``SandboxLauncher`` runs it throu
 backend (``sandbox.get_backend``) with the workspace at ``/work`` and the dataset version
 read-only at ``/data/train`` and ``/data/dev``. Whatever a launcher returns is a description of
 the process (exit status, time, captured output), never evidence about the model.
+
+What the host saw during the run (decoy opens, monitoring gaps, kills) is audited by
+``audit_sandbox_events`` as records of their own, actor ``sandbox``, so ``audit check`` and the
+report see a ticket's protected reads the same way as those of any other sandbox.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TAIL_BYTES = 8 * 1024  # stdout/stderr kept in a LaunchResult (the sandbox keeps its own caps)
+from segfactory.records import Actor
+
+TAIL_BYTES = 8 * 1024  # stdout/stderr kept in a LaunchResult; past it: the tail, *_truncated=true, *_bytes
 
 
 class LaunchRequest(BaseModel):
@@ -40,6 +47,10 @@ class LaunchResult(BaseModel):
     duration_s: float = Field(ge=0)
     stdout_tail: str = ""
     stderr_tail: str = ""
+    stdout_bytes: int | None = None  # bytes the process wrote in all (None: the launcher did not count)
+    stderr_bytes: int | None = None
+    stdout_truncated: bool = False  # true when the tail holds less than the process wrote
+    stderr_truncated: bool = False
     events: list[dict[str, object]] = Field(default_factory=list)  # sandbox events, for the audit log
 
 
@@ -56,8 +67,29 @@ class WorkerLauncher(Protocol):
     def launch(self, request: LaunchRequest) -> LaunchResult: ...
 
 
+class AuditSink(Protocol):
+    """The audit log as the launcher's helpers use it (``audit.AuditLog`` satisfies it)."""
+
+    def append(self, actor: Actor | str, event: str, payload: dict[str, Any], run_id: str | None = None) -> Any: ...
+
+
 def tail(data: bytes, limit: int = TAIL_BYTES) -> str:
     return data[-limit:].decode("utf-8", errors="replace")
+
+
+def audit_sandbox_events(audit: AuditSink, events: Sequence[dict[str, Any]], *, ticket_id: str,
+                         run_id: str | None, attempt: int) -> None:
+    """One ``sandbox`` record per host-seen event, named by its kind (``protected_read_attempt``...)."""
+    for event in events:
+        kind = str(event.get("kind", "sandbox_event"))
+        audit.append(Actor.SANDBOX, kind, {**event, "ticket_id": ticket_id, "attempt": attempt}, run_id=run_id)
+
+
+def output_record(result: LaunchResult) -> dict[str, Any]:
+    """The captured output as an audit payload: the tails, their original sizes, whether cut."""
+    return {"stderr_tail": result.stderr_tail, "stderr_bytes": result.stderr_bytes,
+            "stderr_truncated": result.stderr_truncated, "stdout_bytes": result.stdout_bytes,
+            "stdout_truncated": result.stdout_truncated}
 
 
 class SandboxLauncher:
@@ -78,9 +110,12 @@ class SandboxLauncher:
             timeout_s=request.timeout_s, limits=limits, env=request.env, decoys=self.decoys,
         )
         result = get_backend(self.name).run(spec)
+        out, err = result.stdout, result.stderr
         return LaunchResult(
             exit_code=result.exit_code, timed_out=result.timed_out, oom_killed=result.oom_killed,
-            duration_s=result.duration_s, stdout_tail=tail(result.stdout.data),
-            stderr_tail=tail(result.stderr.data),
+            duration_s=result.duration_s, stdout_tail=tail(out.data), stderr_tail=tail(err.data),
+            stdout_bytes=out.size, stderr_bytes=err.size,
+            stdout_truncated=out.truncated or out.size > TAIL_BYTES,
+            stderr_truncated=err.truncated or err.size > TAIL_BYTES,
             events=[event.model_dump(mode="json") for event in result.events],
         )

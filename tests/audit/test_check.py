@@ -1,31 +1,65 @@
-"""``audit check``: protected-path reads in tool arguments, sandbox events and decoy hits."""
+"""``audit check``: protected-path reads by real tickets and tools, in records and in their blobs."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from audit import AuditLog, Finding, check_records, iter_records, load_policy
+from audit import INLINE_MAX_BYTES, AuditLog, Finding, check_records, iter_records, load_policy
 from audit.check import DEFAULT_POLICY, match_protected
 from segfactory.errors import PolicyError
 from segfactory.home import Home
+from tests.audit.conftest import DECOY_READ, HOSTILE_TICKET
+
+needs_bwrap = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 
 
 def _findings(home: Home) -> list[Finding]:
     return check_records(iter_records(home.audit / "log.jsonl"), load_policy(), home.root)
 
 
-def test_tool_argument_and_decoy_hit_are_found(home: Home) -> None:
+@pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])
+def test_a_tickets_decoy_and_proc_reads_are_findings(ticket_home: Home, _: None) -> None:
+    """The worker of a real ticket, run by the runner in bwrap, read a vault decoy and
+    /proc/1/environ: both are findings, as records of the sandbox, tied to the ticket."""
+    findings = _findings(ticket_home)
+    seen = {(f.actor, f.kind, f.path) for f in findings}
+    assert ("sandbox", "event", DECOY_READ) in seen, findings
+    assert ("sandbox", "argument", "/proc/1/environ") in seen, findings
+    records = {r.seq: r for r in iter_records(ticket_home.audit / "log.jsonl")}
+    assert all(records[f.seq].payload["ticket_id"] == HOSTILE_TICKET for f in findings)
+
+
+@pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])
+def test_a_tool_call_padded_into_a_blob_hides_nothing(home: Home, _: None) -> None:
+    """A code agent's `run` whose argument is padded past the inline size (so the log keeps it as
+    a blob) is still found: the check opens the blob."""
+    from agents.code_agent import CodeTools, sandbox_runner
+    from agents.workspace import Workspace
+
+    work = home.root / "ws"
+    work.mkdir(parents=True)
+    padded = "cat /proc/1/environ; true" + "\n" * (2 * INLINE_MAX_BYTES)
     with AuditLog(home, None) as log:
-        log.append("code-agent", "tool_call", {"tool": "run", "args": {"cmd": "cat /work/../vault/confirm-a/labels.npy"}}, run_id="r1")
-        log.append("sandbox", "protected_read_attempt", {"path": "/data/holdout/labels.npy", "reader": "cat"}, run_id="r1")
-        log.append("proposer", "tool_call", {"tool": "read_file", "args": {"path": f"{home.root}/runs/r1/people/report.md"}})
-    findings = _findings(home)
-    assert [(f.seq, f.kind) for f in findings] == [(0, "argument"), (1, "event"), (2, "argument")]
-    assert findings[0].path == "/work/../vault/confirm-a/labels.npy"
-    assert findings[1].path == "/data/holdout/labels.npy" and findings[1].actor == "sandbox"
-    assert findings[2].pattern == "{home}/runs/*/people*".replace("{home}", str(home.root))
+        tools = CodeTools(Workspace(work), sandbox_runner("bwrap"), log, run_id="r1", ticket_id="t1")
+        tools.call("run", json.dumps({"command": ["sh", "-c", padded], "timeout_s": 30}))
+    records = list(iter_records(home.audit / "log.jsonl"))
+    assert any(str(v).startswith("blob:") for r in records for v in r.payload.values())  # it did move
+    flagged = {(f.event, f.path) for f in _findings(home)}
+    assert ("tool_call", "/proc/1/environ") in flagged, flagged
+
+
+def test_an_unreadable_blob_is_a_finding_and_llm_traffic_stays_closed(home: Home) -> None:
+    with AuditLog(home, None) as log:
+        big = log.append("proposer", "ticket_proposed", {"ticket": {"code": "x" * INLINE_MAX_BYTES + " /vault/seeds.json"}})
+        ref = log.put_blob(b'{"messages": [{"content": "never read /vault/confirm-a/labels.npy"}]}')
+        log.append("proposer", "llm_http_request", {"body": ref})
+    assert [(f.kind, f.path) for f in _findings(home)] == [("argument", "/vault/seeds.json")]
+    (home.audit / "blobs" / str(big.payload["ticket"]).removeprefix("blob:")).unlink()
+    assert [(f.seq, f.kind) for f in _findings(home)] == [(0, "unscanned")]
 
 
 def test_benign_records_are_not_findings(home: Home) -> None:

@@ -1,24 +1,32 @@
-"""``segfactory audit verify | check | show`` through the real entry point."""
+"""``segfactory audit verify | check | show`` through the real entry point.
+
+The protected reads checked and shown here were made by a real ticket's worker, run by the runner
+in bwrap (``ticket_home``), never written into the log by the test.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
+
+import pytest
 
 from audit import AuditLog, FileAnchorStore
 from segfactory.home import Home
-from tests.audit.conftest import log_lines, write_lines
+from tests.audit.conftest import DECOY_READ, HOSTILE_TICKET, log_lines, write_lines
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
+needs_bwrap = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 
 
 def _fill(home: Home) -> str:
     """A small log anchored in a file; returns the --anchor value."""
     anchor = home.root / "anchor.json"
     with AuditLog(home, FileAnchorStore(anchor)) as log:
-        log.append("code-agent", "tool_call", {"tool": "read_file", "args": {"path": "/proc/1/environ"}}, run_id="r1")
-        log.append("sandbox", "protected_read_attempt", {"path": "/data/holdout/labels.npy"}, run_id="r1")
+        log.append("code-agent", "tool_call", {"tool": "read_file", "args": {"path": "/work/config.yaml"}}, run_id="r1")
+        log.append("human", "approval_decided", {"id": "d1"}, run_id="r1")
         log.append("gate", "gate.verdict", {"ticket_id": "t1"}, run_id="r2")
         log.close_run("r2")
     return f"file:{anchor}"
@@ -38,13 +46,15 @@ def test_verify_json_then_tamper(home: Home, cli: Cli) -> None:
     assert not json.loads(bad.stdout)["ok"] and json.loads(bad.stdout)["problems"]
 
 
-def test_check_exits_non_zero_on_findings(home: Home, cli: Cli) -> None:
-    _fill(home)
-    result = cli("audit", "check", "--json", "--home", str(home.root))
+@pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])
+def test_check_exits_non_zero_on_a_tickets_reads(ticket_home: Home, cli: Cli, _: None) -> None:
+    result = cli("audit", "check", "--json", "--home", str(ticket_home.root))
     assert result.returncode == 1, result.stderr
     findings = json.loads(result.stdout)["findings"]
-    assert [(f["seq"], f["kind"], f["path"]) for f in findings] == [
-        (0, "argument", "/proc/1/environ"), (1, "event", "/data/holdout/labels.npy")]
+    found = {(f["actor"], f["event"], f["kind"], f["path"]) for f in findings}
+    assert ("sandbox", "protected_read_attempt", "event", DECOY_READ) in found, findings
+    assert ("sandbox", "file_open", "argument", "/proc/1/environ") in found, findings
+    assert {f["run_id"] for f in findings} == {"r1"}
 
 
 def test_check_passes_a_clean_log(home: Home, cli: Cli) -> None:
@@ -54,13 +64,16 @@ def test_check_passes_a_clean_log(home: Home, cli: Cli) -> None:
     assert result.returncode == 0 and json.loads(result.stdout) == {"findings": [], "ok": True}
 
 
-def test_show_filters(home: Home, cli: Cli) -> None:
-    _fill(home)
-    result = cli("audit", "show", "--json", "--run", "r1", "--actor", "sandbox", "--since", "1h", "--home", str(home.root))
+@pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])
+def test_show_filters(ticket_home: Home, cli: Cli, _: None) -> None:
+    home = str(ticket_home.root)
+    result = cli("audit", "show", "--json", "--run", "r1", "--actor", "sandbox", "--event", "protected_read_attempt",
+                 "--since", "1h", "--home", home)
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
-    assert shown["count"] == 1 and shown["records"][0]["event"] == "protected_read_attempt"
-    table = cli("audit", "show", "--event", "gate.verdict", "--home", str(home.root))
-    assert table.returncode == 0 and "gate.verdict" in table.stdout and "tool_call" not in table.stdout
-    unknown = cli("audit", "show", "--actor", "intruder", "--home", str(home.root))
+    assert shown["count"] >= 1 and {r["payload"]["path"] for r in shown["records"]} == {DECOY_READ}
+    assert {r["payload"]["ticket_id"] for r in shown["records"]} == {HOSTILE_TICKET}
+    table = cli("audit", "show", "--event", "ticket_attempt", "--home", home)
+    assert table.returncode == 0 and "ticket_attempt" in table.stdout and "protected_read_attempt" not in table.stdout
+    unknown = cli("audit", "show", "--actor", "intruder", "--home", home)
     assert unknown.returncode == 2 and "unknown actor 'intruder'" in unknown.stderr
