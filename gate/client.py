@@ -88,6 +88,10 @@ class GateClient:
         result: dict[str, Any] = response.json()
         return result
 
+    def get_anchor_history(self) -> list[dict[str, Any]]:
+        anchors: list[dict[str, Any]] = self._json("GET", "/anchor/history")["anchors"]
+        return anchors
+
     def pull_events(self, after: int = 0) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = self._json("GET", "/audit/events", params={"after": after})["events"]
         return events

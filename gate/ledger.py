@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 PENDING = "PENDING"
+_EVENTS_LAST_ID = "events.last_id"  # meta key: the last event id issued
+_EVENTS_DELIVERED = "events.delivered"  # meta key: the highest event id handed to a reader
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -33,7 +35,7 @@ CREATE TABLE IF NOT EXISTS tier_versions (
 CREATE TABLE IF NOT EXISTS queries (
     id INTEGER PRIMARY KEY, ticket_id TEXT NOT NULL UNIQUE, tier TEXT NOT NULL,
     version INTEGER NOT NULL, model_sha256 TEXT NOT NULL, ts REAL NOT NULL,
-    verdict TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', replicate_of TEXT, run_id TEXT);
+    verdict TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', replicate_of TEXT, run_id TEXT, best_sha256 TEXT);
 CREATE TABLE IF NOT EXISTS verdict_cache (
     model_sha256 TEXT NOT NULL, tier TEXT NOT NULL, version INTEGER NOT NULL, best_sha256 TEXT NOT NULL,
     verdict TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY (model_sha256, tier, version, best_sha256));
@@ -68,6 +70,7 @@ class QueryRow:
     verdict: str
     reason: str
     replicate_of: str | None
+    best_sha256: str | None = None  # the best the verdict compared against (promotion checks it)
 
 
 class Ledger:
@@ -79,7 +82,14 @@ class Ledger:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._add_missing_columns()
         self._lock = threading.RLock()  # one connection shared by the service's threads
+
+    def _add_missing_columns(self) -> None:
+        """A ledger written before ``queries.best_sha256`` existed gains it (NULL: compared with no known best)."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(queries)")}
+        if "best_sha256" not in columns:
+            self._db.execute("ALTER TABLE queries ADD COLUMN best_sha256 TEXT")
 
     def close(self) -> None:
         with self._lock:
@@ -137,7 +147,7 @@ class Ledger:
     # -- queries ------------------------------------------------------------------------------
     def find_query(self, ticket_id: str) -> QueryRow | None:
         row = self._one(
-            "SELECT ticket_id, tier, version, model_sha256, verdict, reason, replicate_of "
+            "SELECT ticket_id, tier, version, model_sha256, verdict, reason, replicate_of, best_sha256 "
             "FROM queries WHERE ticket_id = ?", (ticket_id,),
         )
         return None if row is None else QueryRow(*row)
@@ -172,14 +182,16 @@ class Ledger:
             )
 
     def finish_query(self, ticket_id: str, verdict: str, reason: str, cache: bool = True, best_sha256: str = "") -> None:
-        """Set a PENDING query's verdict (and cache it by model hash, tier version and best)."""
+        """Set a PENDING query's verdict and the best it compared against (and cache it by model hash,
+        tier version and best)."""
         with self.transaction() as db:
             row = db.execute(
                 "SELECT model_sha256, tier, version FROM queries WHERE ticket_id = ?", (ticket_id,)
             ).fetchone()
             if row is None:
                 raise LedgerError(f"no query for ticket {ticket_id}")
-            db.execute("UPDATE queries SET verdict = ?, reason = ? WHERE ticket_id = ?", (verdict, reason, ticket_id))
+            db.execute("UPDATE queries SET verdict = ?, reason = ?, best_sha256 = ? WHERE ticket_id = ?",
+                       (verdict, reason, best_sha256, ticket_id))
             if cache:
                 db.execute(
                     "INSERT OR IGNORE INTO verdict_cache VALUES (?, ?, ?, ?, ?, ?)", (*row, best_sha256, verdict, reason)
@@ -195,7 +207,8 @@ class Ledger:
 
     def queries(self) -> list[QueryRow]:
         rows = self._all(
-            "SELECT ticket_id, tier, version, model_sha256, verdict, reason, replicate_of FROM queries ORDER BY id"
+            "SELECT ticket_id, tier, version, model_sha256, verdict, reason, replicate_of, best_sha256 "
+            "FROM queries ORDER BY id"
         )
         return [QueryRow(*r) for r in rows]
 
@@ -251,7 +264,15 @@ class Ledger:
 
     # -- anchors ------------------------------------------------------------------------------
     def put_anchor(self, seq: int, digest: str, run_id: str | None) -> None:
+        """Append an anchor. A log only grows, so an anchor behind the latest one (a lower seq, or
+        the same seq with another hash) means the log was cut or rewritten: LedgerError, nothing kept."""
         with self.transaction() as db:
+            last = db.execute("SELECT seq, hash FROM anchors ORDER BY id DESC LIMIT 1").fetchone()
+            if last is not None and (seq < int(last[0]) or (seq == int(last[0]) and digest != str(last[1]))):
+                raise LedgerError(
+                    f"anchor refused: seq {seq} hash {digest[:12]}... is behind the latest anchor seq {last[0]} "
+                    f"hash {str(last[1])[:12]}...; the audit log was cut or rewritten. Keep it for review."
+                )
             db.execute("INSERT INTO anchors (seq, hash, run_id, ts) VALUES (?, ?, ?, ?)", (seq, digest, run_id, time.time()))
 
     def latest_anchor(self) -> dict[str, Any] | None:
@@ -260,20 +281,44 @@ class Ledger:
             return None
         return {"seq": int(row[0]), "hash": str(row[1]), "ts": float(row[2]), "run_id": row[3]}
 
+    def anchor_history(self) -> list[dict[str, Any]]:
+        """Every anchor ever stored, oldest first (``audit verify`` checks each against the log)."""
+        rows = self._all("SELECT seq, hash, ts, run_id FROM anchors ORDER BY id")
+        return [{"seq": int(q), "hash": str(h), "ts": float(t), "run_id": r} for q, h, t, r in rows]
+
     # -- audit events -------------------------------------------------------------------------
+    # Event ids are never reused, even after every queued event was acknowledged (the table has no
+    # AUTOINCREMENT, so the last issued id is kept in ``meta``): the host's puller reads "after its
+    # cursor", and a reused id would be skipped. An ack may drop only events already delivered.
     def queue_event(self, event: str, payload: dict[str, Any]) -> None:
         with self.transaction() as db:
-            db.execute("INSERT INTO events (ts, event, payload) VALUES (?, ?, ?)",
-                       (time.time(), event, json.dumps(payload, sort_keys=True)))
+            row = db.execute("SELECT MAX(COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0), "
+                             "COALESCE((SELECT MAX(id) FROM events), 0))", (_EVENTS_LAST_ID,)).fetchone()
+            event_id = int(row[0]) + 1
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (_EVENTS_LAST_ID, str(event_id)))
+            db.execute("INSERT INTO events (id, ts, event, payload) VALUES (?, ?, ?, ?)",
+                       (event_id, time.time(), event, json.dumps(payload, sort_keys=True)))
 
     def events_after(self, after: int, limit: int = 1000) -> list[dict[str, Any]]:
-        rows = self._all(
-            "SELECT id, ts, event, payload FROM events WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
-        )
+        """Queued events with id > ``after``; the highest id handed out is remembered for ``ack_events``."""
+        with self.transaction() as db:
+            rows = db.execute(
+                "SELECT id, ts, event, payload FROM events WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+            ).fetchall()
+            if rows:
+                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, MAX(?, COALESCE("
+                           "(SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0)))",
+                           (_EVENTS_DELIVERED, int(rows[-1][0]), _EVENTS_DELIVERED))
         return [{"id": i, "ts": t, "event": e, "payload": json.loads(p)} for i, t, e, p in rows]
 
     def ack_events(self, up_to: int) -> int:
+        """Drop the events with id <= ``up_to``; LedgerError (nothing dropped) past the last one delivered."""
         with self.transaction() as db:
+            row = db.execute("SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?", (_EVENTS_DELIVERED,)).fetchone()
+            delivered = 0 if row is None else int(row[0])
+            if up_to > delivered:
+                raise LedgerError(f"ack up to event {up_to} refused: only events up to {delivered} were delivered; "
+                                  "an event is dropped only after the audit writer has read it")
             return db.execute("DELETE FROM events WHERE id <= ?", (up_to,)).rowcount
 
     # -- quarantine ---------------------------------------------------------------------------

@@ -7,7 +7,8 @@ Endpoints (all JSON):
   query and gets ``INVALID``. The response is padded to a multiple of ``PAD_QUANTUM_S``.
 - ``GET /status`` -> pinned code hash, win-rule hash, tier versions and budgets, quarantines.
 - ``GET /audit/events?after=N``, ``POST /audit/ack {"up_to": N}``: the audit writer's pull queue.
-- ``PUT /anchor {"seq", "hash", "run_id"}``, ``GET /anchor``: the audit chain's anchors.
+- ``PUT /anchor {"seq", "hash", "run_id"}``, ``GET /anchor``, ``GET /anchor/history``: the audit
+  chain's anchors; an anchor behind the latest one gets 409 (the log was cut or rewritten).
 - ``POST /milestone`` (for the ``gate milestone`` command a person runs).
 - ``POST /promote {"ticket_id"}``: make that ticket's model the global best, only after its
   confirm-a WIN and a confirm-b replicate WIN (the gate checks its own ledger).
@@ -43,6 +44,7 @@ from fastapi.responses import JSONResponse, Response
 
 from gate.core import Gate
 from gate.intake import MAX_MODEL_BYTES
+from gate.ledger import LedgerError
 from segfactory.errors import GateError, PolicyError, UsageError
 
 log = logging.getLogger(__name__)
@@ -207,7 +209,10 @@ def _add_audit_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
         data = await _json_body(request)
         if data is None or not isinstance(data.get("up_to"), int):
             return JSONResponse({"error": "body must be {\"up_to\": int}"}, status_code=400)
-        return JSONResponse({"dropped": gate.ledger.ack_events(int(data["up_to"]))})
+        try:
+            return JSONResponse({"dropped": gate.ledger.ack_events(int(data["up_to"]))})
+        except LedgerError as exc:  # an ack past what was delivered would drop unread events
+            return JSONResponse({"error": str(exc)}, status_code=409)
 
     @app.put("/anchor")
     async def put_anchor(request: Request) -> JSONResponse:
@@ -215,8 +220,16 @@ def _add_audit_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
         ok = data is not None and isinstance(data.get("seq"), int) and isinstance(data.get("hash"), str)
         if not ok or data is None or not (data.get("run_id") is None or isinstance(data.get("run_id"), str)):
             return JSONResponse({"error": "body must be {seq: int, hash: str, run_id: str|null}"}, status_code=400)
-        gate.ledger.put_anchor(int(data["seq"]), str(data["hash"]), data.get("run_id"))
+        try:
+            gate.ledger.put_anchor(int(data["seq"]), str(data["hash"]), data.get("run_id"))
+        except LedgerError as exc:  # behind the latest anchor: the log was cut or rewritten
+            gate.ledger.queue_event("gate.anchor_refused", {"seq": data["seq"], "hash": data["hash"], "reason": str(exc)})
+            return JSONResponse({"error": str(exc)}, status_code=409)
         return JSONResponse({"ok": True})
+
+    @app.get("/anchor/history")
+    def anchor_history() -> dict[str, Any]:
+        return {"anchors": gate.ledger.anchor_history()}
 
     @app.get("/anchor")
     def get_anchor() -> JSONResponse:
