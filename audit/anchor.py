@@ -38,16 +38,28 @@ class Anchor(BaseModel):
 
 @runtime_checkable
 class AnchorStore(Protocol):
-    """Keeps the latest anchored chain head.
+    """Keeps every anchored chain head, in order.
 
-    ``put`` records (seq, hash) durably before it returns, or raises (a GateError or OSError)
-    without recording anything. ``get`` returns the latest anchor, or None when nothing was
-    ever anchored. Stores do not judge the anchor; ``audit verify`` does.
+    ``put`` records (seq, hash) durably before it returns, or raises (a GateError, DataError or
+    OSError) without recording anything; an anchor behind the latest one (a lower seq, or the same
+    seq with another hash) is refused, since a log only grows. ``get`` returns the latest anchor,
+    or None when nothing was ever anchored; ``history`` every anchor, oldest first. ``audit
+    verify`` checks each of them against the log: a log cut and then re-grown past its old head
+    agrees with a new latest anchor, but not with the old ones.
     """
 
     def put(self, seq: int, hash: str, run_id: str | None) -> None: ...
 
     def get(self) -> Anchor | None: ...
+
+    def history(self) -> list[Anchor]: ...
+
+
+def check_not_behind(latest: Anchor | None, seq: int, hash: str) -> None:
+    """Raise DataError when (seq, hash) is behind ``latest`` (what the gate's ledger also refuses)."""
+    if latest is not None and (seq < latest.seq or (seq == latest.seq and hash != latest.hash)):
+        raise DataError(f"anchor refused: seq {seq} is behind the latest anchor seq {latest.seq}; "
+                        "the audit log was cut or rewritten. Keep it for review.")
 
 
 class MemoryAnchorStore:
@@ -55,31 +67,43 @@ class MemoryAnchorStore:
 
     def __init__(self) -> None:
         self._latest: Anchor | None = None
-        self.history: list[Anchor] = []
+        self._history: list[Anchor] = []
         self._lock = threading.Lock()
 
     def put(self, seq: int, hash: str, run_id: str | None) -> None:
         anchor = Anchor(seq=seq, hash=hash, ts=time.time(), run_id=run_id)
         with self._lock:
+            check_not_behind(self._latest, seq, hash)
             self._latest = anchor
-            self.history.append(anchor)
+            self._history.append(anchor)
 
     def get(self) -> Anchor | None:
         return self._latest
+
+    def history(self) -> list[Anchor]:
+        with self._lock:
+            return list(self._history)
 
 
 class FileAnchorStore:
     """Tests and local tooling only: the anchor as a JSON file (same trust domain: not a real anchor).
 
-    Writes are atomic (temp file, fsync, rename), so a reader sees the old or the new anchor.
+    Writes are atomic (temp file, fsync, rename), so a reader sees the old or the new anchor. The
+    history is appended, one anchor per line, to ``<path>.history.jsonl`` before the file moves.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.history_path = self.path.with_name(self.path.name + ".history.jsonl")
 
     def put(self, seq: int, hash: str, run_id: str | None) -> None:
         anchor = Anchor(seq=seq, hash=hash, ts=time.time(), run_id=run_id)
+        check_not_behind(self.get(), seq, hash)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.history_path, "a") as log:
+            log.write(anchor.model_dump_json() + "\n")
+            log.flush()
+            os.fsync(log.fileno())
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         with open(tmp, "w") as fh:
             fh.write(anchor.model_dump_json())
@@ -97,13 +121,26 @@ class FileAnchorStore:
         except ValueError as exc:
             raise DataError(f"anchor file {self.path} is not an anchor: {exc}; restore it or remove it") from exc
 
+    def history(self) -> list[Anchor]:
+        try:
+            lines = self.history_path.read_text().splitlines()
+        except FileNotFoundError:
+            latest = self.get()
+            return [] if latest is None else [latest]
+        try:
+            return [Anchor.model_validate_json(line) for line in lines if line.strip()]
+        except ValueError as exc:
+            raise DataError(f"anchor history {self.history_path} is not a list of anchors: {exc}") from exc
+
 
 class GateAnchorClient(Protocol):
-    """The part of ``gate.client.GateClient`` the anchor store uses (``PUT``/``GET /anchor``)."""
+    """The part of ``gate.client.GateClient`` the anchor store uses (``PUT``/``GET /anchor``, its history)."""
 
     def put_anchor(self, seq: int, hash: str, run_id: str | None) -> Any: ...
 
     def get_anchor(self) -> Any: ...
+
+    def get_anchor_history(self) -> Any: ...
 
 
 class GateAnchorStore:
@@ -121,6 +158,10 @@ class GateAnchorStore:
 
     def get(self) -> Anchor | None:
         return anchor_from_reply(self.client.get_anchor())
+
+    def history(self) -> list[Anchor]:
+        reply = self.client.get_anchor_history()
+        return [a for a in (anchor_from_reply(item) for item in reply) if a is not None]
 
 
 def anchor_from_reply(reply: Any) -> Anchor | None:

@@ -10,6 +10,8 @@ Anchoring: the chain head is put into the anchor store once at most ANCHOR_EVERY
 or ANCHOR_EVERY_S seconds have gone unanchored, and at every ``close_run``. Past those bounds an
 automatic anchoring that fails is logged as a warning and retried with the next batch (``audit
 verify`` reports the window that stayed unanchored); ``flush_anchor`` and ``close_run`` raise.
+Either way the failure is also written into the chain as an ``anchor_failed`` record (the seq and
+hash that were not anchored, and why), so a refused or lost anchoring stays on the record.
 
 Recovery: bytes after the last newline are a record torn by a kill mid-write. Before its next
 append, a writer moves them to ``audit/recovered/`` and records a ``log_recovered`` event with
@@ -219,10 +221,20 @@ class AuditLog:
         if seq < 0:
             return None
         if self._anchored != (seq, head):
-            self.anchor.put(seq, head, run_id)
+            try:
+                self.anchor.put(seq, head, run_id)
+            except Exception as exc:
+                self._record_anchor_failure(seq, head, exc, run_id)
+                raise
             self._anchored = (seq, head)
         self._pending = 0
         return Anchor(seq=seq, hash=head, ts=time.time(), run_id=run_id)
+
+    def _record_anchor_failure(self, seq: int, head: str, exc: Exception, run_id: str | None) -> None:
+        """An anchoring that failed is a record of the chain itself, not only a warning. Lock held."""
+        payload = {"seq": seq, "hash": head, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        self._write(seq + 1, head, Actor.SYSTEM, "anchor_failed", payload, run_id)
+        self._pending += 1
 
     def _flush_best_effort(self, run_id: str | None) -> None:
         try:

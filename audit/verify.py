@@ -8,6 +8,7 @@ anchored seq are the unanchored window; it must be empty at the end of a run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,12 +60,15 @@ class _Problems(list[str]):
 
 
 def verify_log(
-    audit_dir: Path, anchor: Anchor | None, *, anchor_checked: bool = True, strict: bool = False
+    audit_dir: Path, anchor: Anchor | None, *, anchor_checked: bool = True, strict: bool = False,
+    history: Sequence[Anchor] = (),
 ) -> VerifyReport:
     """Check the log in ``audit_dir`` against ``anchor`` (None: nothing was ever anchored).
 
-    ``anchor_checked=False`` means no anchor store was consulted (a warning, not a pass of the
-    anchor checks). ``strict`` also fails on an unanchored window (use it at the end of a run).
+    ``history`` holds every earlier anchor (``AnchorStore.history``); each must be in the log too,
+    since a log that was cut and then grown past its old head agrees with a new latest anchor
+    only. ``anchor_checked=False`` means no anchor store was consulted (a warning, not a pass of
+    the anchor checks). ``strict`` also fails on an unanchored window (use it at the end of a run).
     """
     lines, torn = read_lines(audit_dir / LOG_NAME)
     problems = _Problems()
@@ -79,7 +83,13 @@ def verify_log(
             "mid-write); the next writer moves them aside and records log_recovered"
         )
     if anchor_checked:
+        for earlier in _distinct(history, anchor):
+            _check_anchor(earlier, hashes, problems)
         _check_anchor(anchor, hashes, problems)
+        failures = [r.record.seq for r in lines if r.record is not None and r.record.event == "anchor_failed"]
+        if failures:
+            warnings.append(f"anchoring failed at {len(failures)} point(s) (anchor_failed records at seq "
+                            f"{', '.join(map(str, failures[:10]))}); see `audit show --event anchor_failed`")
     else:
         warnings.append("no anchor store consulted: a fully re-hashed chain or a cut tail would pass")
     unanchored_from = _unanchored_from(anchor, head_seq) if anchor_checked else None
@@ -142,6 +152,17 @@ def _check_anchor(anchor: Anchor | None, hashes: list[str], problems: _Problems)
             f"record seq {anchor.seq} has hash {hashes[anchor.seq][:12]}…, the anchor says "
             f"{anchor.hash[:12]}…; the chain was rewritten (re-hashed) up to or past the anchor"
         )
+
+
+def _distinct(history: Sequence[Anchor], latest: Anchor | None) -> list[Anchor]:
+    """The earlier anchors, each (seq, hash) once, the latest left out (it is checked on its own)."""
+    seen = {(latest.seq, latest.hash)} if latest is not None else set()
+    out = []
+    for item in history:
+        if (item.seq, item.hash) not in seen:
+            seen.add((item.seq, item.hash))
+            out.append(item)
+    return out
 
 
 def _unanchored_from(anchor: Anchor | None, head_seq: int | None) -> int | None:

@@ -47,7 +47,8 @@ def verify(
     resolved = home_for(home)
     with _anchor_store(resolved, anchor) as store:
         found = store.get() if store is not None else None
-    report = verify_log(resolved.audit, found, anchor_checked=store is not None, strict=strict)
+        history = store.history() if store is not None else []
+    report = verify_log(resolved.audit, found, anchor_checked=store is not None, strict=strict, history=history)
     if json_out:
         emit_json(report.to_json())
     else:

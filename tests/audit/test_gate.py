@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -124,3 +125,41 @@ def test_a_crash_before_the_ack_does_not_duplicate_events(home: Home, gate_servi
         assert pull(client, log) == 0  # type: ignore[arg-type]
     assert [r.payload["ticket_id"] for r in iter_records(home.audit / "log.jsonl")] == ["t1"]
     assert gate.ledger.events_after(0) == []  # type: ignore[attr-defined]
+
+
+def test_a_cut_and_regrown_log_is_caught_by_the_gates_anchors(
+        home: Home, gate_service: tuple[object, object], cli: Callable[..., CliResult]) -> None:
+    """Cut the log, re-anchor it lower (refused), grow it past the old head and anchor that
+    (accepted: it is ahead): `audit verify` still fails, on the old anchor the new log lacks."""
+    import httpx
+
+    from segfactory.errors import GateError
+
+    _, client = gate_service
+    store = GateAnchorStore(client)  # type: ignore[arg-type]
+    with AuditLog(home, store) as log:
+        for i in range(10):
+            log.append("runner", "step", {"i": i}, run_id="r1")
+        log.close_run("r1")
+    assert store.get().seq == 9  # type: ignore[union-attr]
+    write_lines(home, log_lines(home)[:5])
+    with AuditLog(home, store) as log:
+        log.append("runner", "step", {"i": "rewritten"}, run_id="r1")
+        with pytest.raises(GateError, match="409"):
+            log.flush_anchor("r1")
+        for i in range(8):
+            log.append("runner", "step", {"i": f"regrown {i}"}, run_id="r1")
+        log.anchor = None  # the rest is anchored by hand below
+    sock = str(home.root / "gate-run" / "gate.sock")
+    with httpx.Client(transport=httpx.HTTPTransport(uds=sock), base_url="http://gate") as raw:
+        assert raw.put("/anchor", json={"seq": 3, "hash": "0" * 64, "run_id": None}).status_code == 409
+    head = [r for r in iter_records(home.audit / "log.jsonl")][-1]
+    assert head.seq > 9
+    client.put_anchor(head.seq, head.hash, "r1")  # type: ignore[attr-defined]
+    assert store.get().seq == head.seq  # type: ignore[union-attr]
+    result = cli("audit", "verify", "--json", "--home", str(home.root), timeout=60)
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and not report["ok"], report
+    assert any("seq 9" in p and "rewritten" in p for p in report["problems"]), report["problems"]
+    failed = [r for r in iter_records(home.audit / "log.jsonl") if r.event == "anchor_failed"]
+    assert failed and "409" in failed[0].payload["error"]

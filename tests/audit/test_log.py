@@ -65,7 +65,7 @@ def test_anchors_every_batch_and_at_run_end(home: Home) -> None:
     log = AuditLog(home, store, anchor_every_records=4, anchor_every_s=60)
     for i in range(10):
         log.append("runner", "step", {"i": i}, run_id="r1")
-    assert [a.seq for a in store.history] == [3, 7]
+    assert [a.seq for a in store.history()] == [3, 7]
     assert verify_log(home.audit, store.get()).unanchored_from == 8
     log.close_run("r1")
     assert store.get() is not None and store.get().seq == 9 and store.get().run_id == "r1"  # type: ignore[union-attr]
@@ -98,7 +98,13 @@ def test_failed_anchoring_keeps_records_and_shows_the_window(home: Home) -> None
     with pytest.raises(ConnectionError):
         log.close_run("r1")
     report = verify_log(home.audit, store.get())
-    assert report.ok and report.records == 5 and report.unanchored_from == 0
+    assert report.ok and report.unanchored_from == 0
+    records = list(iter_records(home.audit / "log.jsonl"))
+    assert [r.event for r in records].count("step") == 5
+    failed = [r for r in records if r.event == "anchor_failed"]  # each failure is on the record
+    assert len(failed) == 3 and all("gate down" in r.payload["error"] for r in failed)
+    assert [r.payload["seq"] for r in failed] == [1, 4, 6]
+    assert any("anchoring failed at 3 point(s)" in w for w in report.warnings)
     log.anchor = None
     log.close()
 
