@@ -91,8 +91,31 @@ class SamplingConfig(Strict):
     rare_area_px: int = Field(default=16, gt=0)  # "small void": area below this many pixels
 
 
+class NnunetConfig(Strict):
+    """The ``nnunet`` engine: the real ``nnunetv2`` package plans, preprocesses and trains (2D).
+
+    nnU-Net picks the network, patch and batch itself; what stays ours is how long it trains.
+    ``time_budget_s`` is the whole worker run (export included): planning and preprocessing are
+    timed, the first epoch is timed, and the epoch count (hence the poly schedule's length) is
+    set from what is left. Past the budget the sandbox kills the worker, so it is sized below it.
+    """
+
+    time_budget_s: float = Field(default=300.0, gt=0, le=86_400)  # device-seconds the worker may use
+    iterations_per_epoch: int = Field(default=50, ge=1, le=1000)  # nnU-Net's own is 250 (with 1000 epochs)
+    val_iterations: int = Field(default=5, ge=1, le=100)  # nnU-Net's per-epoch pseudo-Dice batches (logging)
+    export_reserve_s: float = Field(default=25.0, ge=0)  # kept back for ONNX export and the parity check
+    data_workers: int = Field(default=1, ge=0, le=16)  # nnUNet_n_proc_DA; 0: augmentation in the main process
+    max_val_cases: int = Field(default=32, ge=1)  # dev images nnU-Net logs its pseudo Dice on
+    parity_images: int = Field(default=8, ge=1, le=256)  # dev images the ONNX-vs-predictor check uses
+
+
 class TrainConfig(Strict):
     version: Literal[1] = CONFIG_VERSION
+    # segfactory: this package's trainer (vision.train). nnunet: the nnunetv2 package (vision.nnunet);
+    # then ``model``, ``loss``, ``optim``, ``schedule``, ``augment``, ``sampling`` and ``batch_size`` are
+    # nnU-Net's own, planned from the data, and ``epochs`` only caps the budget-sized epoch count.
+    engine: Literal["segfactory", "nnunet"] = "segfactory"
+    nnunet: NnunetConfig = NnunetConfig()
     model: ModelConfig = ModelConfig()
     loss: list[LossTerm] = Field(default_factory=lambda: [LossTerm(name="bce"), LossTerm(name="dice")],
                                  min_length=1)

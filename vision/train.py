@@ -65,6 +65,7 @@ class TrainResult(BaseModel):
     dev: dict[str, float] = {}
     timings: dict[str, float] = {}
     files: dict[str, str] = {}
+    plan: dict[str, Any] = {}  # the nnunet engine: what nnU-Net planned and how long it trained
 
 
 class NonFiniteLoss(Exception):
@@ -292,6 +293,10 @@ def train(config: TrainConfig, data_dir: Path, out_dir: Path, *, progress: bool 
     """Train per ``config`` on the dataset version ``data_dir``; write the run into ``out_dir``."""
     if config.threads is not None:
         torch.set_num_threads(config.threads)
+    if config.engine == "nnunet":
+        from vision.nnunet import train_nnunet
+
+        return train_nnunet(config, data_dir, out_dir)
     if config.model.name == CLASSICAL:
         from vision.classical import fit_classical
 

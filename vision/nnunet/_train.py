@@ -1,0 +1,171 @@
+"""nnU-Net's 2D configuration, planned and trained by the real ``nnunetv2`` package within a time budget.
+
+Steps: the dataset version in raw format (``vision.nnunet._raw``); fingerprint, plan
+(nnU-Net's default ``ExperimentPlanner``, untuned) and preprocess the ``2d`` configuration;
+train fold 0 (the train split) with ``nnUNetTrainer`` itself, so that its checkpoint is the one
+nnU-Net's own predictor loads; export to ONNX; check ONNX against that predictor.
+
+Only the epoch count is ours. nnU-Net trains 1000 epochs of 250 iterations; here an epoch is
+``iterations_per_epoch`` iterations, the first epochs are timed, and the count is set to what
+the remaining budget holds (at most ``epochs``), with the poly schedule's length set to match,
+so the learning rate still decays to zero at the end of the run. The loop is
+``nnUNetTrainer.run_training`` with that one change (its ``range`` is fixed at start).
+
+nnU-Net reads ``nnUNet_raw``, ``nnUNet_preprocessed`` and ``nnUNet_results`` from the environment
+whenever it uses them; they are pointed beneath the run's output folder (``/work/out/nnunet`` in
+the sandbox) before anything of nnU-Net runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vision.config import TrainConfig
+from vision.nnunet._raw import write_raw, write_splits
+
+log = logging.getLogger(__name__)
+
+DATASET_ID = 501  # any free id: each run has its own nnU-Net folders
+CONFIGURATION = "2d"
+PLANS = "nnUNetPlans"
+TRAINER = "nnUNetTrainer"
+WORK_DIR = "nnunet"  # beneath the run's output folder: raw/, preprocessed/, results/
+ENV_DIRS = {"nnUNet_raw": "raw", "nnUNet_preprocessed": "preprocessed", "nnUNet_results": "results"}
+RESIZE_AFTER_EPOCHS = 2  # the epoch count is re-sized after each of the first epochs (warm-up makes the first slow)
+
+
+def point_env(out_dir: Path, data_workers: int) -> dict[str, Path]:
+    """Set nnU-Net's folders (beneath ``out_dir``) and its augmentation worker count."""
+    root = (out_dir / WORK_DIR).resolve()
+    dirs = {key: root / sub for key, sub in ENV_DIRS.items()}
+    for key, path in dirs.items():
+        path.mkdir(parents=True, exist_ok=True)
+        os.environ[key] = str(path)
+    os.environ["nnUNet_n_proc_DA"] = str(data_workers)
+    os.environ["nnUNet_compile"] = "false"  # no torch.compile: CPU runs, and the exported module stays plain
+    return dirs
+
+
+def plan_and_preprocess(processes: int) -> dict[str, Any]:
+    """Fingerprint, plan and preprocess the 2D configuration; returns the plans."""
+    from nnunetv2.experiment_planning.plan_and_preprocess_api import (
+        extract_fingerprints,
+        plan_experiments,
+        preprocess,
+    )
+
+    workers = os.environ.get("nnUNet_n_proc_DA", "1")
+    os.environ["nnUNet_n_proc_DA"] = str(max(1, int(workers)))  # the planner sets torch's threads from it
+    extract_fingerprints([DATASET_ID], num_processes=processes, check_dataset_integrity=True, clean=True,
+                         verbose=False, show_progress_bar=False)
+    plan_experiments([DATASET_ID])
+    preprocess([DATASET_ID], PLANS, (CONFIGURATION,), (processes,), verbose=False, show_progress_bar=False)
+    os.environ["nnUNet_n_proc_DA"] = workers  # 0 again means augmentation in the training process
+    return dict(json.loads(_preprocessed_dataset().joinpath(f"{PLANS}.json").read_text()))
+
+
+def _preprocessed_dataset() -> Path:
+    from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name
+
+    return Path(os.environ["nnUNet_preprocessed"]) / maybe_convert_to_dataset_name(DATASET_ID)
+
+
+def plan_summary(plans: dict[str, Any]) -> dict[str, Any]:
+    """What nnU-Net planned for 2D: patch, batch, depth, widths, normalisation."""
+    cfg = plans["configurations"][CONFIGURATION]
+    arch = cfg["architecture"]["arch_kwargs"]
+    return {"configuration": CONFIGURATION, "patch_size": list(cfg["patch_size"]), "batch_size": int(cfg["batch_size"]),
+            "n_stages": int(arch["n_stages"]), "features_per_stage": list(arch["features_per_stage"]),
+            "n_conv_per_stage": list(arch["n_conv_per_stage"]), "network": cfg["architecture"]["network_class_name"],
+            "normalization": list(cfg["normalization_schemes"]), "spacing": list(cfg["spacing"])}
+
+
+def make_trainer(plans: dict[str, Any], config: TrainConfig, device: Any) -> Any:
+    from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+
+    dataset_json = json.loads((_preprocessed_dataset() / "dataset.json").read_text())
+    plans = {**plans, "continue_training": False}  # the trainer pops this key (run_training.py sets it)
+    trainer = nnUNetTrainer(plans=plans, configuration=CONFIGURATION, fold=0, dataset_json=dataset_json,
+                            device=device)
+    trainer.num_iterations_per_epoch = config.nnunet.iterations_per_epoch
+    trainer.num_val_iterations_per_epoch = config.nnunet.val_iterations
+    trainer.num_epochs = config.epochs  # provisional: re-sized after the first epochs
+    trainer.save_every = 10**9  # no periodic "latest" checkpoints: the final one is what counts
+    return trainer
+
+
+def _one_epoch(trainer: Any) -> None:
+    """One epoch exactly as ``nnUNetTrainer.run_training`` runs it."""
+    import torch
+
+    trainer.on_epoch_start()
+    trainer.on_train_epoch_start()
+    outputs = [trainer.train_step(next(trainer.dataloader_train)) for _ in range(trainer.num_iterations_per_epoch)]
+    trainer.on_train_epoch_end(outputs)
+    with torch.no_grad():
+        trainer.on_validation_epoch_start()
+        val = [trainer.validation_step(next(trainer.dataloader_val)) for _ in range(trainer.num_val_iterations_per_epoch)]
+        trainer.on_validation_epoch_end(val)
+    trainer.on_epoch_end()
+
+
+def _resize(trainer: Any, per_epoch_s: float, deadline: float, cap: int) -> None:
+    """Epochs that fit before ``deadline`` at ``per_epoch_s``; the poly schedule follows."""
+    done = int(trainer.current_epoch)
+    fit = done + int(max(0.0, deadline - time.monotonic()) // max(per_epoch_s, 1e-6))
+    trainer.num_epochs = max(done + 1, min(cap, fit)) if done < cap else done
+    trainer.lr_scheduler.max_steps = trainer.num_epochs
+
+
+def train_within(trainer: Any, deadline: float, cap: int) -> dict[str, Any]:
+    """Train until the budget-sized epoch count is reached; returns the epoch timings."""
+    trainer.on_train_start()
+    times: list[float] = []
+    stopped_early = False
+    while trainer.current_epoch < trainer.num_epochs:
+        t0 = time.monotonic()
+        _one_epoch(trainer)
+        times.append(time.monotonic() - t0)
+        if len(times) <= RESIZE_AFTER_EPOCHS:
+            _resize(trainer, times[-1], deadline, cap)
+        elif trainer.current_epoch < trainer.num_epochs and time.monotonic() + max(times[1:]) > deadline:
+            stopped_early = True  # slower than measured (a loaded host): stop rather than be killed
+            break
+    trainer.on_train_end()
+    return {"epochs": int(trainer.current_epoch), "planned_epochs": int(trainer.num_epochs),
+            "iterations_per_epoch": int(trainer.num_iterations_per_epoch),
+            "iterations": int(trainer.current_epoch) * int(trainer.num_iterations_per_epoch),
+            "epoch_seconds": [round(t, 2) for t in times], "stopped_early": stopped_early}
+
+
+def seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def model_folder(dirs: dict[str, Path]) -> Path:
+    """nnU-Net's output folder for the trained configuration (plans.json, dataset.json, fold_0/)."""
+    from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name
+
+    return dirs["nnUNet_results"] / maybe_convert_to_dataset_name(DATASET_ID) / f"{TRAINER}__{PLANS}__{CONFIGURATION}"
+
+
+def prepare(config: TrainConfig, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
+            dirs: dict[str, Path], processes: int) -> dict[str, Any]:
+    """Raw export, plan, preprocess and our fold-0 split; returns the plans."""
+    raw = write_raw(*train, *val, dirs["nnUNet_raw"], DATASET_ID)
+    plans = plan_and_preprocess(processes)
+    write_splits(_preprocessed_dataset(), raw)
+    log.info("nnU-Net planned %s", json.dumps(plan_summary(plans)))
+    return plans
