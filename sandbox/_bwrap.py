@@ -1,6 +1,7 @@
 """The bwrap backend: the ticket policy without a daemon (bubblewrap user namespaces).
 
-``--unshare-all`` (network, pid, ipc, uts, cgroup, user namespaces), ``--die-with-parent``,
+``--unshare-all`` (network, pid, ipc, uts, cgroup, user namespaces) with no further user namespaces
+inside (``--disable-userns``), ``--die-with-parent``,
 ``--new-session``, ``--cap-drop ALL``, a non-zero uid, a root that is remounted read-only, the
 host's ``/usr`` read-only, a minimal ``/etc``, a sized tmpfs ``/tmp``; rlimits via ``prlimit``;
 memory/pids/cpu through cgroup v1 where writable (``sandbox._cgroup``). Started as root, the
@@ -47,7 +48,12 @@ class BwrapBackend(SandboxBackend):
 
     def _bwrap_args(self, session: Session, staged: dict[Path, Path], info_fd: int) -> list[str]:
         uid, gid = str(self.policy.uid), str(self.policy.gid)
-        args = ["bwrap", "--info-fd", str(info_fd), "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        # --disable-userns (bwrap >= 0.8; it needs an explicit --unshare-user) sets the sandbox's
+        # user.max_user_namespaces to 0: code inside cannot make a user namespace of its own and,
+        # with it, reach kernel interfaces closed to an unprivileged user; --assert-userns-disabled
+        # makes bwrap fail rather than start a sandbox where that did not hold.
+        args = ["bwrap", "--info-fd", str(info_fd), "--unshare-all", "--unshare-user", "--disable-userns",
+                "--assert-userns-disabled", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                 "--uid", uid, "--gid", gid, "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
         for link, target in USR_LINKS.items():
             args += ["--symlink", target, link]

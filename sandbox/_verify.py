@@ -104,6 +104,14 @@ def _limits_check(report: dict[str, Any], host: dict[str, object], limits: Limit
                                                       "expected": limits.model_dump()})
 
 
+def _userns_check(report: dict[str, Any]) -> VerifyCheck:
+    """No user namespace can be made inside: `unshare -r true` fails and so does unshare(2)."""
+    userns = report.get("userns") or {}
+    command = userns.get("unshare_r") or {}
+    ok = command.get("exit") not in (0, None) and userns.get("syscall_ok") is False
+    return VerifyCheck(name="user_namespaces", ok=ok, detail=userns)
+
+
 def evaluate(report: dict[str, Any], result: SandboxResult, host_limits: dict[str, object],
              limits: Limits, protected: list[Path]) -> list[VerifyCheck]:
     """Every check, from the probe's report and the host's own observations."""
@@ -120,6 +128,7 @@ def evaluate(report: dict[str, Any], result: SandboxResult, host_limits: dict[st
         _caps_check(report["status"]),
         VerifyCheck(name="read_only_root", ok=not report["root_writable"], detail={"cwd": report["cwd"]}),
         _limits_check(report, host_limits, limits),
+        _userns_check(report),
         VerifyCheck(name="decoy_detection", ok=report["decoy_opened"] and decoy_seen,
                     detail={"opened_inside": report["decoy_opened"], "seen_by_host": decoy_seen}),
     ]

@@ -85,6 +85,29 @@ def cgroup_limits() -> dict:
     return found
 
 
+CLONE_NEWUSER = 0x10000000
+
+
+def user_namespaces() -> dict:
+    """Whether this process can make a user namespace: by `unshare -r true`, and by the raw
+    unshare(2) call in a forked child (so the probe itself stays where it is)."""
+    import ctypes
+    import subprocess
+
+    out: dict = {}
+    try:
+        proc = subprocess.run(["unshare", "-r", "true"], capture_output=True, timeout=10)
+        out["unshare_r"] = {"exit": proc.returncode, "stderr": proc.stderr.decode(errors="replace")[-200:]}
+    except (OSError, subprocess.SubprocessError) as exc:
+        out["unshare_r"] = {"exit": None, "stderr": type(exc).__name__}
+    pid = os.fork()
+    if pid == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        os._exit(0 if libc.unshare(CLONE_NEWUSER) == 0 else 1)
+    out["syscall_ok"] = os.waitpid(pid, 0)[1] == 0
+    return out
+
+
 def main() -> None:
     name, size, digest, decoy = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     with open("/proc/self/mountinfo") as handle:
@@ -102,7 +125,7 @@ def main() -> None:
         "interfaces": interfaces(), "network": network_reach(),
         "docker_socket": [p for p in ("/var/run/docker.sock", "/run/docker.sock") if os.path.lexists(p)],
         "rlimits": rlimits(), "cgroup": cgroup_limits(), "decoy_opened": decoy_opened,
-        "root_writable": os.access("/", os.W_OK), "cwd": os.getcwd(),
+        "root_writable": os.access("/", os.W_OK), "cwd": os.getcwd(), "userns": user_namespaces(),
     }
     sys.stdout.write(json.dumps(report) + "\n")
 

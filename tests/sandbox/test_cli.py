@@ -64,6 +64,7 @@ def _report(**changes: object) -> dict:
         "mountinfo": ["1 0 0:5 / / ro,relatime - tmpfs tmpfs ro", "2 1 0:6 / /work rw - ext4 /dev/x rw"],
         "interfaces": ["lo"], "network": {"1.1.1.1:53": "OSError"}, "docker_socket": [], "root_writable": False,
         "cwd": "/work", "decoy_opened": True, "cgroup": {},
+        "userns": {"unshare_r": {"exit": 1, "stderr": "unshare failed"}, "syscall_ok": False},
         "rlimits": {"RLIMIT_FSIZE": [load_policy().defaults.file_bytes] * 2, "RLIMIT_DATA": [-1, -1]},
     }
     return {**base, **changes}
@@ -74,6 +75,9 @@ def _report(**changes: object) -> dict:
     ({"canary_hits": ["/x/canary"]}, {"canary", "limits"}),
     ({"interfaces": ["lo", "eth0"]}, {"network", "limits"}),
     ({"uid": 0}, {"uid", "limits"}),
+    ({"userns": {"unshare_r": {"exit": 0, "stderr": ""}, "syscall_ok": True}}, {"user_namespaces", "limits"}),
+    ({"userns": {"unshare_r": {"exit": 1, "stderr": ""}, "syscall_ok": True}}, {"user_namespaces", "limits"}),
+    ({"userns": {}}, {"user_namespaces", "limits"}),  # a probe that did not try proves nothing
     ({"mountinfo": ["1 0 0:5 / / rw - tmpfs tmpfs rw"]}, {"mounts", "read_only_root", "limits"}),
 ])
 def test_verify_fails_on_every_deviation(changes: dict, failing: set[str]) -> None:

@@ -165,6 +165,16 @@ def _compile_static(out: Path) -> bool:
     return proc.returncode == 0
 
 
+def test_no_user_namespace_can_be_made_inside(run_in: Run) -> None:
+    """A user namespace of its own would give sandboxed code capabilities over fresh namespaces,
+    and with them kernel interfaces closed to an unprivileged user."""
+    script = ("unshare -r true && echo MADE-BY-UNSHARE; "
+              "python -c \"import ctypes; print('syscall', ctypes.CDLL(None).unshare(0x10000000))\"; true")
+    result = run_in(script)
+    assert b"MADE-BY-UNSHARE" not in result.stdout.data, result.stderr.data
+    assert b"syscall -1" in result.stdout.data, (result.stdout.data, result.stderr.data)
+
+
 def test_giant_stdout_is_capped(run_in: Run) -> None:
     result = run_in("head -c 50000000 /dev/zero; echo done >&2")
     assert result.stdout.truncated and result.stdout.size == 50_000_000
