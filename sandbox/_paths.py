@@ -2,7 +2,9 @@
 
 Never: the repo root (or anything containing it), a factory home's root, vault, audit log or
 state, a run's ``people/`` folder, the docker socket (or anything containing it). Allowed inside a
-home: ``datasets/`` and ``runs/`` (less ``people/``), where workspaces and dataset versions live.
+home: ``datasets/`` and the folders of a run other than ``people/`` (``runs/<id>/tickets/...``),
+where dataset versions and workspaces live; never ``runs/`` or ``runs/<id>/`` themselves, which
+contain ``people/``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ def _home_reason(path: Path) -> str | None:
     parts = path.relative_to(home).parts
     if not parts or parts[0] not in HOME_MOUNTABLE:
         return f"the factory home {home} (only its {' and '.join(HOME_MOUNTABLE)} folders may be mounted)"
-    if parts[0] == "runs" and "people" in parts[2:3]:
+    if parts[0] == "runs" and len(parts) < 3:  # runs/ and runs/<id>/ hold each run's people/
+        return f"{'the runs folder' if len(parts) == 1 else 'a whole run'}, which holds people/ (mount a ticket's folder)"
+    if parts[0] == "runs" and parts[2] == "people":
         return "a run's people/ folder (for people only)"
     return None
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from sandbox._paths import forbidden_reason
 from sandbox._policy import POLICY_PATH, load_policy
 from segfactory.errors import PolicyError
 from segfactory.home import SOURCE_ROOT
+from tests.conftest import CliResult
 
 
 def test_unknown_backend_lists_the_known_ones() -> None:
@@ -56,12 +59,27 @@ def _home(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("rel", "allowed"), [
-    ("", False), ("vault", False), ("audit", False), ("runs/r1/people", False),
-    ("datasets/d/v1", True), ("runs/r1/tickets/t1", True),
+    ("", False), ("vault", False), ("audit", False), ("runs/r1/people", False), ("runs/r1/people/x", False),
+    ("runs", False), ("runs/r1", False), ("runs/r1/.", False), ("runs/r1/tickets/..", False),
+    ("datasets/d/v1", True), ("runs/r1/tickets/t1", True), ("runs/r1/tickets", True),
 ])
 def test_home_paths(tmp_path: Path, rel: str, allowed: bool) -> None:
     home = _home(tmp_path)
     assert (forbidden_reason(home / rel) is None) == allowed
+
+
+@pytest.mark.bwrap
+@pytest.mark.parametrize("rel", ["runs", "runs/r1"])
+def test_a_run_holding_people_is_never_a_workspace(tmp_path: Path, rel: str, cli: Callable[..., CliResult]) -> None:
+    """Through the real command: a workspace that would contain a run's people/ is refused before
+    any sandbox starts, and nothing of people/ comes out."""
+    home = _home(tmp_path)
+    secret = secrets.token_hex(16)
+    (home / "runs" / "r1" / "people" / "report.md").write_text(secret)
+    result = cli("sandbox", "exec", "--home", str(home), "--backend", "bwrap", "--workspace", str(home / rel),
+                 "--", "sh", "-c", "cat /work/people/report.md /work/r1/people/report.md", timeout=60)
+    assert result.returncode != 0 and "refusing to mount" in result.stderr and "people/" in result.stderr
+    assert secret not in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("path", [SOURCE_ROOT, SOURCE_ROOT.parent, Path("/"), Path("/var/run"), Path("/run/docker.sock")])
