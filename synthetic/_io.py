@@ -1,10 +1,13 @@
 """``data export`` (split folder -> PNGs for people) and ``data import`` (import layout -> split).
 
-Export writes the import layout: ``images/<id>.png`` (16-bit greyscale, value = round(x * 65535))
-and ``masks/<id>.png`` (8-bit, 255 = void), so exporting and importing again gives back the
-masks exactly and the images to within 1/65535. Import runs the same checks as ``data check``
-and writes nothing at all if any file is bad; voids become the 8-connected components of the
-masks.
+Export writes the import layout: ``images/<id>.png`` (16-bit greyscale, value = round(x * 65535),
+with an ``sBIT`` chunk declaring all 16 bits) and ``masks/<id>.png`` (8-bit, 255 = void), so
+exporting and importing again gives back the masks exactly and the images to within 1/65535.
+Import runs the same checks as ``data check`` and writes nothing at all if any file is bad;
+voids become the 8-connected components of the masks. Raw detector values become [0, 1]
+intensities through an explicit mapping (``synthetic.mapping``), recorded in the manifest as
+``intensity_mapping`` with each image's source ``bit_depth``; the set's statistics
+(``synthetic.intensity``) are recorded as ``intensity``.
 """
 
 from __future__ import annotations
@@ -19,12 +22,21 @@ from typing import Any, Literal
 import numpy as np
 
 from segfactory.errors import DataError
-from synthetic._files import to_unit
-from synthetic.check import MAX_LISTED, scan_import
-from synthetic.splits import image_sha256, read_split, write_split
+from synthetic.check import MAX_LISTED, import_mapping, scan_import
+from synthetic.intensity import set_stats
+from synthetic.mapping import MappingRequest
+from synthetic.splits import content_hash, image_sha256, read_split, write_split
 
 ImportKind = Literal["imported", "real", "unlabelled"]
 RING_PX = 2  # width of the ring around a void used to estimate its local contrast
+
+
+def _sbit(bits: int) -> Any:
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add(b"sBIT", bytes([bits]))  # so a re-import reads 16 bits even when the set is dark
+    return info
 
 
 def export_png(split_dir: Path, out: Path) -> int:
@@ -36,13 +48,14 @@ def export_png(split_dir: Path, out: Path) -> int:
         raise DataError(f"{out} already exists; choose a new --out")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    sbit = _sbit(16)
     try:
         (tmp / "images").mkdir()
         (tmp / "masks").mkdir()
         for i, meta in enumerate(split.image_meta):
             stem = f"{int(meta['id']):06d}" if isinstance(meta.get("id"), int) else str(meta["id"])
             pixels = np.round(np.clip(split.images[i], 0, 1) * 65535).astype(np.uint16)
-            Image.fromarray(pixels).save(tmp / "images" / f"{stem}.png")
+            Image.fromarray(pixels).save(tmp / "images" / f"{stem}.png", pnginfo=sbit)
             Image.fromarray((split.masks[i] > 0).astype(np.uint8) * 255).save(tmp / "masks" / f"{stem}.png")
         os.chmod(tmp, 0o755)
         os.rename(tmp, out)
@@ -74,28 +87,42 @@ def _component_rows(index: int, image: np.ndarray, mask: np.ndarray) -> list[dic
     return rows
 
 
-def import_folder(src: Path, out: Path, kind: ImportKind = "imported") -> dict[str, Any]:
-    """Import ``src`` (import layout) as a split folder at ``out``; DataError lists every bad file."""
+def import_folder(src: Path, out: Path, kind: ImportKind = "imported",
+                  request: MappingRequest | None = None) -> dict[str, Any]:
+    """Import ``src`` (import layout) as a split folder at ``out``; DataError lists every bad file.
+
+    ``request`` picks the intensity mapping (default: the detected bit depth). The summary
+    holds the mapping, the resulting intensity range and any warnings about it.
+    """
     if out.exists():
         raise DataError(f"{out} already exists; split folders are immutable, choose a new --out")
-    report, loaded = scan_import(src, labelled=kind != "unlabelled")
+    request = request or MappingRequest()
+    report, loaded = scan_import(src, labelled=kind != "unlabelled", request=request)
     if not report.ok:
         listed = "; ".join(f"{p.file}: {p.message}" for p in report.problems[:MAX_LISTED])
-        raise DataError(f"import refused, nothing written: {len(report.problems)} problem(s) in {src}: {listed}")
+        hint = f"; intensity mapping: {'; '.join(report.warnings)}" if report.warnings else ""
+        raise DataError(f"import refused, nothing written: {len(report.problems)} problem(s) in {src}: {listed}{hint}")
     stems = list(loaded)
-    images = np.stack([to_unit(loaded[s][0]) for s in stems])
-    masks = np.stack([m if (m := loaded[s][1]) is not None else np.zeros(images.shape[1:], np.uint8)
+    mapping = import_mapping(loaded, request)
+    images = np.stack([mapping.apply(loaded[s].pixels) for s in stems])
+    masks = np.stack([m if (m := loaded[s].mask) is not None else np.zeros(images.shape[1:], np.uint8)
                       for s in stems])
     metas, defects = [], []
     for i, stem in enumerate(stems):
-        pixels = loaded[stem][0]
+        container = 8 * loaded[stem].pixels.dtype.itemsize
         metas.append({"id": i, "sha256": image_sha256(images[i]), "source": stem,
-                      "bit_depth": 8 if pixels.dtype == np.uint8 else 16})
+                      "bit_depth": mapping.depth_of(container), "container_bits": container})
         if kind != "unlabelled":
             defects.extend(_component_rows(i, images[i], masks[i]))
-    manifest = {"generator": None, "kind": kind, "source": str(src.resolve()), "parent": None}
+    stats = set_stats(images, masks if kind != "unlabelled" else None,
+                      content_hash(images, masks, metas, defects))
+    manifest = {"generator": None, "kind": kind, "source": str(src.resolve()), "parent": None,
+                "intensity_mapping": mapping.model_dump(mode="json"), "import_warnings": report.warnings,
+                "intensity": stats.model_dump(mode="json")}
     write_split(out, images, masks, metas, defects, manifest)
-    return {"out": str(out), "count": len(stems), "kind": kind, "n_defects": len(defects)}
+    return {"out": str(out), "count": len(stems), "kind": kind, "n_defects": len(defects),
+            "intensity_mapping": mapping.model_dump(mode="json"), "warnings": report.warnings,
+            "range": [float(images.min()), float(images.max())]}
 
 
 REAL_DEV = "real-dev"  # host-side part of a real import: realism checks, blind test, top-up CI measure
@@ -127,17 +154,21 @@ def _write_part(split_dir: Path, idx: np.ndarray, out: Path, extra: dict[str, An
     manifest = {**split.manifest, "parent": split.manifest["content_hash"], **extra}
     for key in ("files", "content_hash", "count", "shape", "n_defects", "manifest_version"):
         manifest.pop(key, None)
-    write_split(out, split.images[idx], split.masks[idx], metas, defects, manifest)
+    images, masks = split.images[idx], split.masks[idx]
+    manifest["intensity"] = set_stats(images, masks, content_hash(images, masks, metas, defects)).model_dump(mode="json")
+    write_split(out, images, masks, metas, defects, manifest)
 
 
-def import_real(src: Path, out: Path, *, dev_fraction: float = REAL_DEV_FRACTION, seed: int = 0) -> dict[str, Any]:
+def import_real(src: Path, out: Path, *, dev_fraction: float = REAL_DEV_FRACTION, seed: int = 0,
+                request: MappingRequest | None = None) -> dict[str, Any]:
     """Import labelled real images into ``out/real-dev`` (host side) and ``out/holdout`` (vault).
 
     ``real-dev`` is for the host's realism checks and people only: never mount it into a
     sandbox and never put it in an agent's context. ``holdout`` goes to ``gate add-real``.
     Raises DataError when ``src`` has no masks or a part would hold fewer than
     ``MIN_REAL_VOIDS`` voids; nothing is written then. A ``stand_in.json`` in ``src`` marks the
-    set as a synthetic stand-in (manifest ``stand_in: true``).
+    set as a synthetic stand-in (manifest ``stand_in: true``). The intensity mapping
+    (``request``) is resolved once over the whole set, so both parts share it.
     """
     if out.exists():
         raise DataError(f"{out} already exists; choose a new --out")
@@ -154,7 +185,7 @@ def import_real(src: Path, out: Path, *, dev_fraction: float = REAL_DEV_FRACTION
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        import_folder(src, tmp / "all", "real")
+        whole = import_folder(src, tmp / "all", "real", request)
         parts = _real_parts(tmp / "all", dev_fraction, seed)
         for name, idx in parts.items():
             _write_part(tmp / "all", idx, tmp / name, {**extra, "real_part": name})
@@ -166,4 +197,5 @@ def import_real(src: Path, out: Path, *, dev_fraction: float = REAL_DEV_FRACTION
         raise
     counts = {name: int(len(idx)) for name, idx in parts.items()}
     return {"out": str(out), "kind": "real", "stand_in": bool(extra.get("stand_in", False)),
-            "real_dev": str(out / REAL_DEV), "holdout": str(out / REAL_HOLDOUT), "counts": counts}
+            "real_dev": str(out / REAL_DEV), "holdout": str(out / REAL_HOLDOUT), "counts": counts,
+            "intensity_mapping": whole["intensity_mapping"], "warnings": whole["warnings"], "range": whole["range"]}

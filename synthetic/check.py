@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from synthetic._files import BadFile, read_image, sniff, to_unit
+from segfactory.errors import DataError
+from synthetic._files import BadFile, read_image, read_source, sniff
+from synthetic.mapping import IntensityMapping, MappingRequest, mapping_warnings, resolve_mapping
 from synthetic.splits import SPLIT_FILES, image_sha256, sha256_file
 
 BLANK_STD = 1e-4  # an image whose pixel std is below this (in [0, 1] units) is blank
@@ -39,6 +41,8 @@ class CheckReport(BaseModel):
     count: int = 0
     n_defects: int = 0
     contrast_range: list[float] | None = None  # [min, max] over defects, when known
+    intensity_mapping: dict[str, Any] | None = None  # import layout: the mapping an import would apply
+    warnings: list[str] = Field(default_factory=list)  # import layout: low range use, saturation
     problems: list[Problem] = Field(default_factory=list)
 
     @property
@@ -183,32 +187,70 @@ def _check_arrays(report: CheckReport, images: np.ndarray, masks: np.ndarray, me
     report.contrast_range = [min(contrasts), max(contrasts)] if contrasts else None
 
 
-def scan_import(src: Path, labelled: bool) -> tuple[CheckReport, dict[str, tuple[np.ndarray, np.ndarray | None]]]:
-    """Read and check an import-layout folder: (report, stem -> (pixels, mask pixels or None))."""
+class Loaded(NamedTuple):
+    """One image of an import-layout folder, as read."""
+
+    pixels: np.ndarray  # raw uint8 or uint16
+    mask: np.ndarray | None  # uint8 {0, 1}, None when unlabelled or unreadable
+    declared_bits: int | None  # the bit depth the file itself declares
+
+
+def require_intact(folder: Path) -> None:
+    """Raise DataError naming the file when a split's files differ from its manifest's hashes.
+
+    Readers that score a split (``evaluate``, ``analyse``) call this first, so a changed
+    ``images.npy`` is refused rather than scored.
+    """
+    manifest_path = folder / "manifest.json"
+    try:
+        files = json.loads(manifest_path.read_text()).get("files")
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{manifest_path}: cannot read the manifest ({exc}); the split is damaged") from None
+    if not isinstance(files, dict) or not files:
+        raise DataError(f"{manifest_path} records no file hashes, so its arrays cannot be verified; "
+                        "write the split with segfactory (data generate / data import)")
+    for name, digest in sorted(files.items()):
+        path = folder / name
+        got = sha256_file(path) if path.is_file() else None
+        if got != digest:
+            state = "is missing" if got is None else f"has sha256 {got[:12]}..., the manifest records {digest[:12]}..."
+            raise DataError(f"{path} does not match {manifest_path}: it {state}; the file was changed after "
+                            "the split was written, so it is not scored: restore it, or import or generate "
+                            "the split again")
+
+
+def scan_import(src: Path, labelled: bool,
+                request: MappingRequest | None = None) -> tuple[CheckReport, dict[str, Loaded]]:
+    """Read and check an import-layout folder: (report, stem -> Loaded).
+
+    The images are checked as they will be imported, through the intensity mapping of
+    ``request`` (default: the detected bit depth); the mapping and its warnings go in the report.
+    """
     report = CheckReport(path=str(src), layout="import")
     image_dir, mask_dir = src / "images", src / "masks"
     if not image_dir.is_dir():
         report.add("images/", "missing", f"{src} has no images/ folder (import layout: images/<stem>.png ...)")
         return report, {}
     files = sorted(p for p in image_dir.iterdir() if p.is_file() and not p.name.startswith("."))
-    loaded: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    loaded: dict[str, Loaded] = {}
     for path in files:
         name = f"images/{path.name}"
         if path.stem in loaded:
             report.add(name, "duplicate", f"two images share the stem {path.stem!r}")
             continue
         try:
-            pixels = read_image(path)
+            pixels, bits = read_source(path)
         except BadFile as exc:
             report.add(name, "corrupt", str(exc))
             continue
-        loaded[path.stem] = (pixels, _read_mask(report, mask_dir, path.stem, pixels.shape) if labelled else None)
+        mask = _read_mask(report, mask_dir, path.stem, pixels.shape) if labelled else None
+        loaded[path.stem] = Loaded(pixels, mask, bits)
     if labelled and mask_dir.is_dir():
         for extra in sorted(set(p.stem for p in mask_dir.iterdir()) - {p.stem for p in files}):
             report.add(f"masks/{extra}.png", "orphan", "mask without an image of the same stem")
     if not files:
         report.add("images/", "missing", "no image files")
-    _check_import_shapes(report, loaded)
+    _check_import_shapes(report, loaded, request or MappingRequest())
     return report, loaded
 
 
@@ -228,8 +270,8 @@ def _read_mask(report: CheckReport, mask_dir: Path, stem: str, shape: tuple[int,
     return (mask > 0).astype(np.uint8)
 
 
-def _check_import_shapes(report: CheckReport, loaded: dict[str, tuple[np.ndarray, np.ndarray | None]]) -> None:
-    shapes = {stem: px.shape for stem, (px, _) in loaded.items()}
+def _check_import_shapes(report: CheckReport, loaded: dict[str, Loaded], request: MappingRequest) -> None:
+    shapes = {stem: item.pixels.shape for stem, item in loaded.items()}
     if len(set(shapes.values())) > 1:
         common = max(set(shapes.values()), key=list(shapes.values()).count)
         for stem, shape in shapes.items():
@@ -238,18 +280,30 @@ def _check_import_shapes(report: CheckReport, loaded: dict[str, tuple[np.ndarray
         return
     stems = list(loaded)
     if stems:
-        stack = np.stack([to_unit(loaded[s][0]) for s in stems])
+        mapping = import_mapping(loaded, request)
+        report.intensity_mapping = mapping.model_dump(mode="json")
+        report.warnings = mapping_warnings(mapping, [loaded[s].pixels for s in stems])
+        stack = np.stack([mapping.apply(loaded[s].pixels) for s in stems])
         image_problems(report, "images/", stack, names=stems)
     report.count = len(loaded)
 
 
-def check_path(path: Path) -> CheckReport:
-    """A split folder (has manifest.json) or an import-layout folder (has images/)."""
+def import_mapping(loaded: dict[str, Loaded], request: MappingRequest) -> IntensityMapping:
+    """The intensity mapping of a whole import-layout set (DataError when the request cannot apply)."""
+    items = list(loaded.values())
+    return resolve_mapping([i.pixels for i in items], [i.declared_bits for i in items], request)
+
+
+def check_path(path: Path, request: MappingRequest | None = None) -> CheckReport:
+    """A split folder (has manifest.json) or an import-layout folder (has images/).
+
+    ``request`` is the intensity mapping an import would use (import layout only).
+    """
     if not path.is_dir():
         report = CheckReport(path=str(path), layout="split")
         report.add(str(path), "missing", "not a folder")
         return report
     if (path / "images").is_dir() and not (path / "manifest.json").exists():
-        return scan_import(path, labelled=(path / "masks").is_dir())[0]
+        return scan_import(path, labelled=(path / "masks").is_dir(), request=request)[0]
     return check_split(path)
 

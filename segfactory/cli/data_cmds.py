@@ -115,30 +115,53 @@ def export_cmd(
 
 @data_app.command("import")
 def import_cmd(
-    src: Annotated[Path, typer.Argument(help="Folder with images/<stem>.{png,tif,tiff,jpg} and masks/<stem>.png.")],
+    src: Annotated[Path, typer.Argument(help="Folder with images/<stem>.{png,tif,tiff,jpg,dcm} and masks/<stem>.png.")],
     out: Annotated[Path, typer.Option("--out", help="Split folder to create (must not exist).")],
     real: Annotated[bool, typer.Option("--real", help="Labelled real images: OUT/real-dev (host only) and OUT/holdout (for gate add-real).")] = False,
     unlabelled: Annotated[bool, typer.Option("--unlabelled", help="Images without masks.")] = False,
+    bit_depth: Annotated[int | None, typer.Option("--bit-depth", help="Source bit depth N: value / (2^N - 1) (default: detected, and printed).")] = None,
+    window: Annotated[str | None, typer.Option("--window", help="LOW:HIGH raw values mapped to 0 and 1 (clipped outside).")] = None,
+    percentile: Annotated[str | None, typer.Option("--percentile", help="P_LOW:P_HIGH: a window from the whole set's percentiles, e.g. 0.5:99.5.")] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Import an image folder into a split folder; writes nothing if any file is bad."""
+    """Import an image folder into a split folder; writes nothing if any file is bad.
+
+    Raw values become [0, 1] through one recorded mapping (docs/real-data.md): the detected or
+    given bit depth, a --window, or a --percentile window.
+    """
     from segfactory.errors import UsageError
     from synthetic._io import import_folder
+    from synthetic.mapping import MappingRequest
 
     if real and unlabelled:
         raise UsageError("--real and --unlabelled exclude each other")
+    request = MappingRequest.from_flags(bit_depth, window, percentile)
     if real:  # splits into OUT/real-dev (host side) and OUT/holdout (for `gate add-real`); docs/synthetic-by-use.md
         from synthetic._io import import_real
 
-        summary = import_real(src, out)
-        if json_out:
-            emit_json(summary)
-        else:
-            console().print(f"imported real set: {summary['counts']} into {summary['real_dev']} and {summary['holdout']}")
-        return
-    summary = import_folder(src, out, "unlabelled" if unlabelled else "imported")
+        summary = import_real(src, out, request=request)
+        where = f"{summary['counts']} into {summary['real_dev']} and {summary['holdout']}"
+    else:
+        summary = import_folder(src, out, "unlabelled" if unlabelled else "imported", request)
+        where = f"{summary['count']} images ({summary['kind']}, {summary['n_defects']} voids) into {out}"
+    _report_mapping(summary, json_out)
     if json_out:
         emit_json(summary)
     else:
-        console().print(f"imported {summary['count']} images ({summary['kind']}, {summary['n_defects']} voids) into {out}")
+        console().print(f"imported {where}", highlight=False)
+
+
+def _report_mapping(summary: dict[str, Any], json_out: bool) -> None:
+    """The mapping (with where the bit depth came from) and every warning, on stderr."""
+    import sys
+
+    m = summary["intensity_mapping"]
+    windows = ", ".join(f"{bits}-bit files {lo:g}..{hi:g}" for bits, (lo, hi) in sorted(m["windows"].items()))
+    lines = [f"intensity mapping: {m['mode']}, source bit depth {m['bit_depth']} (from {m['detected_from']}); "
+             f"{windows} -> 0..1; imported range {summary['range'][0]:.4f}..{summary['range'][1]:.4f}"]
+    if m["mode"] == "bit-depth" and m["detected_from"] != "--bit-depth":
+        lines.append("  (detected; pass --bit-depth N, --window LOW:HIGH or --percentile P_LOW:P_HIGH to choose)")
+    lines += [f"warning: {w}" for w in summary["warnings"]]
+    if not json_out or summary["warnings"]:
+        sys.stderr.write("\n".join(lines) + "\n")
