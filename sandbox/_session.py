@@ -8,9 +8,11 @@ workspace size from outside.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,10 +28,11 @@ from sandbox._records import SandboxEvent, SandboxSpec
 from segfactory.errors import PolicyError
 
 EventHook = Callable[[SandboxEvent], None]
-HOOK_MAX_BYTES = 1024**2  # audit-hook output read back; past it: ignored, a monitoring_gap event
+HOOK_MAX_BYTES = 1024**2  # audit-hook output read back; past it: not read, a monitoring_gap event with the size
 EVENTS_MAX_BYTES = 4 * 1024**2  # the hook's rw dir on the host; past it: killed, workspace_limit event
 SCRATCH_ROOTS = (Path("/dev/shm"),)  # tmpfs for the per-run dir (decoys are sparse, the rest tiny)
-HOOK_MAX_EVENTS = 1000  # sandbox-reported events kept per run
+HOOK_MAX_EVENTS = 1000  # sandbox-reported events kept per run; past it: a monitoring_gap with the count
+HOOK_NAME = "hook.jsonl"  # in the per-run events dir (EVENTS_TARGET inside)
 SUPERVISE_POLL_S = 0.05  # how often the supervisor looks at the process
 WORKSPACE_POLL_S = 0.25  # how often /work's disk use is measured
 OUTER_KILL_SLACK_S = 2.0  # after timeout + grace the host kills, whatever the inner timeout did
@@ -183,15 +186,21 @@ class Session:
         return killed or (exit_code in (124, 137) and duration_s >= self.timeout_s)
 
     def _read_hook_events(self) -> None:
-        path = self.events_dir / "hook.jsonl"
-        if not path.is_file():
+        """Read the hook's file without trusting it: the sandbox owns its directory and may have put
+        a symlink (to a host file), a FIFO or a hard link there. Anything but a plain file is not
+        read and is a monitoring_gap; so is output past HOOK_MAX_BYTES or HOOK_MAX_EVENTS lines."""
+        try:
+            data, size = _read_plain(self.events_dir, HOOK_NAME, HOOK_MAX_BYTES)
+        except FileNotFoundError:
             return
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            lines = handle.read(HOOK_MAX_BYTES).splitlines()
+        except (OSError, _NotPlain) as exc:
+            self.emit(SandboxEvent(kind="monitoring_gap", ts=time.time(),
+                                   detail={"reason": f"audit hook file not read: {exc}"}))
+            return
         if size > HOOK_MAX_BYTES:
             self.emit(SandboxEvent(kind="monitoring_gap", ts=time.time(),
-                                   detail={"reason": "audit hook output cap", "size": size}))
+                                   detail={"reason": "audit hook output cap", "size": size, "kept_bytes": len(data)}))
+        lines = data.splitlines()
         for line in lines[:HOOK_MAX_EVENTS]:
             try:
                 item = json.loads(line)
@@ -199,3 +208,34 @@ class Session:
                                        sandbox_reported=True, detail={"mode": str(item.get("mode"))[:16]}))
             except (ValueError, KeyError, TypeError):
                 continue
+        if len(lines) > HOOK_MAX_EVENTS:
+            self.emit(SandboxEvent(kind="monitoring_gap", ts=time.time(),
+                                   detail={"reason": "audit hook event cap", "kept": HOOK_MAX_EVENTS,
+                                           "seen": len(lines)}))
+
+
+class _NotPlain(Exception):
+    """The hook's file was a symlink, a special file or a hard link."""
+
+
+def _read_plain(directory: Path, name: str, cap: int) -> tuple[bytes, int]:
+    """(at most ``cap`` bytes, the size) of ``directory/name``, following no symlink, opening no
+    FIFO or device, refusing a file with other links. FileNotFoundError when it is absent."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                         dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _NotPlain(f"{name} is a symlink") from None
+            raise
+    finally:
+        os.close(dir_fd)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotPlain(f"{name} is not a regular file (mode {stat.filemode(info.st_mode)})")
+        if info.st_nlink != 1:
+            raise _NotPlain(f"{name} has {info.st_nlink} hard links")
+        return handle.read(cap), info.st_size

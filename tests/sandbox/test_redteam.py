@@ -223,6 +223,34 @@ def test_outliving_the_timeout_is_killed(run_in: Run) -> None:
     _assert_host_healthy(token, before)
 
 
+def test_a_hook_file_pointing_at_the_host_is_not_read(run_in: Run, tmp_path: Path) -> None:
+    """The sandbox owns the hook's directory: a symlink there to a host file (or a FIFO) must not
+    make the host read that file into the record; it is a monitoring gap instead."""
+    token = secrets.token_hex(16)
+    host_file = tmp_path / "host-secret.jsonl"
+    host_file.write_text(json.dumps({"ts": 1.0, "path": f"/secret-{token}"}) + "\n")
+    host_file.chmod(0o644)
+    for plant in (f"ln -s {host_file} /run/segfactory/hook.jsonl", "mkfifo /run/segfactory/hook.jsonl"):
+        result = run_in(f"{plant} && echo planted")
+        assert b"planted" in result.stdout.data, result.stderr.data
+        assert token not in json.dumps([e.model_dump(mode="json") for e in result.events])
+        gaps = [e.detail["reason"] for e in result.events if e.kind == "monitoring_gap"]
+        assert any("audit hook file not read" in g for g in gaps), result.events
+
+
+def test_hook_events_past_the_cap_are_a_monitoring_gap(run_in: Run) -> None:
+    from sandbox._session import HOOK_MAX_EVENTS
+
+    lines = HOOK_MAX_EVENTS + 500
+    writer = ("import json\nwith open('/run/segfactory/hook.jsonl', 'a') as f:\n"
+              f"    for i in range({lines}): f.write(json.dumps({{'ts': 1.0, 'path': f'/data/holdout/{{i}}'}}) + '\\n')")
+    result = run_in(["python", "-I", "-c", writer])
+    assert result.exit_code == 0, result.stderr.data
+    assert sum(e.kind == "file_open" for e in result.events) == HOOK_MAX_EVENTS
+    gaps = [e.detail for e in result.events if e.kind == "monitoring_gap"]
+    assert gaps == [{"reason": "audit hook event cap", "kept": HOOK_MAX_EVENTS, "seen": lines}]
+
+
 def test_flooding_the_audit_hook_file_is_contained(run_in: Run) -> None:
     result = run_in("head -c 100000000 /dev/zero > /run/segfactory/hook.jsonl; sleep 30", timeout_s=20)
     limits = [e for e in result.events if e.kind == "workspace_limit"]
