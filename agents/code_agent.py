@@ -122,8 +122,12 @@ class CodeTools:
             result, ok = f"error: {exc}", False
         except (OSError, ValueError, ValidationError, KeyError) as exc:
             result, ok = f"error: {_short(exc)}", False
-        self._audit("tool_call", {"tool": name, "arguments": arguments[:4000], "ok": ok, "result": result[:2000]})
-        return _cap(result)
+        # The record keeps the arguments whole (a large one goes to a blob, which `audit check`
+        # opens) and the result as the model got it, with its original length when that was cut.
+        shown = _cap(result)
+        self._audit("tool_call", {"tool": name, "arguments": arguments, "ok": ok, "result": shown,
+                                  "result_chars": len(result), "result_truncated": shown != result})
+        return shown
 
     def _dispatch(self, name: str, arguments: str) -> str:
         if name not in _TOOLS:

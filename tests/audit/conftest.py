@@ -66,6 +66,35 @@ DECOY_READ = "/vault/confirm-a/v1/masks.npy"
 HOSTILE_TICKET = "hostile"
 
 
+def run_code_ticket(root: Path, worker: str, ticket_id: str) -> Home:
+    """A fresh home under ``root`` whose log holds one code ticket with ``worker`` as its
+    vision/worker.py, run through the real runner in bwrap (asserted DONE)."""
+    from runner import TicketStatus, execute_ticket
+    from runner.scheduler import Admission, MemoryEstimator, Scheduler, SchedulerSettings
+    from segfactory.records import Ticket
+    from synthetic.splits import write_split
+    from synthetic.versions import create_version
+    from tests.runner.conftest import BASE_CONFIG, PROFILED
+    from tests.vision._data import draw
+
+    home = Home(root / "home")
+    home.root.mkdir(parents=True)
+    for name, n, seed in (("train", 8, 0), ("dev", 6, 1)):
+        write_split(root / "src" / name, *draw(n, 32, seed), {"generator": "tests.discs"})
+    version = create_version(home.root, "discs", {s: root / "src" / s for s in ("train", "dev")}, approve_it=True)
+    settings = SchedulerSettings(reserve_bytes=0)
+    scheduler = Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings)
+    ticket = Ticket(id=ticket_id, arm="agent-code", kind="code", hypothesis="a worker that does what it likes",
+                    change={"files": {"vision/worker.py": worker}},
+                    budget={"device_seconds": 120, "epochs": 1},
+                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0}, seed=1)
+    with AuditLog(home, MemoryAnchorStore()) as log:
+        outcome = execute_ticket(ticket, home=home, dataset_version=version, backend="bwrap",
+                                 base_config=dict(BASE_CONFIG), audit=log, run_id="r1", scheduler=scheduler)
+    assert outcome.status == TicketStatus.DONE, (outcome.reason, outcome.attempts)
+    return home
+
+
 @pytest.fixture(scope="session")
 def ticket_home(tmp_path_factory: pytest.TempPathFactory) -> Home:
     """A home whose audit log holds one real code ticket, run through the runner in bwrap, whose
@@ -75,28 +104,4 @@ def ticket_home(tmp_path_factory: pytest.TempPathFactory) -> Home:
 
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
-    from runner import TicketStatus, execute_ticket
-    from runner.scheduler import Admission, MemoryEstimator, Scheduler, SchedulerSettings
-    from segfactory.records import Ticket
-    from synthetic.splits import write_split
-    from synthetic.versions import create_version
-    from tests.runner.conftest import BASE_CONFIG, PROFILED
-    from tests.vision._data import draw
-
-    root = tmp_path_factory.mktemp("ticket-home")
-    home = Home(root / "home")
-    home.root.mkdir()
-    for name, n, seed in (("train", 8, 0), ("dev", 6, 1)):
-        write_split(root / "src" / name, *draw(n, 32, seed), {"generator": "tests.discs"})
-    version = create_version(home.root, "discs", {s: root / "src" / s for s in ("train", "dev")}, approve_it=True)
-    settings = SchedulerSettings(reserve_bytes=0)
-    scheduler = Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings)
-    ticket = Ticket(id=HOSTILE_TICKET, arm="agent-code", kind="code", hypothesis="a worker that looks around",
-                    change={"files": {"vision/worker.py": HOSTILE_WORKER}},
-                    budget={"device_seconds": 120, "epochs": 1},
-                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0}, seed=1)
-    with AuditLog(home, MemoryAnchorStore()) as log:
-        outcome = execute_ticket(ticket, home=home, dataset_version=version, backend="bwrap",
-                                 base_config=dict(BASE_CONFIG), audit=log, run_id="r1", scheduler=scheduler)
-    assert outcome.status == TicketStatus.DONE, (outcome.reason, outcome.attempts)
-    return home
+    return run_code_ticket(tmp_path_factory.mktemp("ticket-home"), HOSTILE_WORKER, HOSTILE_TICKET)
