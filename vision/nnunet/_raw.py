@@ -25,6 +25,7 @@ from segfactory.errors import DataError
 
 FILE_ENDING = ".mha"  # uncompressed: fast to write and read
 CHANNEL_NAME = "xray"  # any name but "CT" gets nnU-Net's per-image z-score normalisation
+RAW_NAME = "voids"  # the dataset's name in nnU-Net's folders: Dataset<id>_voids
 INTENSITY_SHIFT = 1.0  # added to every written image (see the module docstring)
 
 
@@ -46,7 +47,7 @@ def _write_case(folder: Path, case: str, image: np.ndarray, mask: np.ndarray) ->
 
 
 def write_raw(train_images: np.ndarray, train_masks: np.ndarray, val_images: np.ndarray, val_masks: np.ndarray,
-              raw_root: Path, dataset_id: int, name: str = "voids") -> RawDataset:
+              raw_root: Path, dataset_id: int, name: str = RAW_NAME) -> RawDataset:
     """Write the raw dataset; raises DataError on shapes nnU-Net cannot take or a mask without voids anywhere."""
     if train_images.ndim != 3 or train_images.shape != train_masks.shape:
         raise DataError(f"nnU-Net export needs (N, H, W) images and masks of one shape; got "

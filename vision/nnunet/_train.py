@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from vision.config import TrainConfig
-from vision.nnunet._raw import write_raw, write_splits
+from vision.nnunet._raw import RAW_NAME, write_raw, write_splits
 
 log = logging.getLogger(__name__)
 
 DATASET_ID = 501  # any free id: each run has its own nnU-Net folders
+DATASET_NAME = f"Dataset{DATASET_ID:03d}_{RAW_NAME}"
 CONFIGURATION = "2d"
 PLANS = "nnUNetPlans"
 TRAINER = "nnUNetTrainer"
@@ -73,9 +74,7 @@ def plan_and_preprocess(processes: int) -> dict[str, Any]:
 
 
 def _preprocessed_dataset() -> Path:
-    from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name
-
-    return Path(os.environ["nnUNet_preprocessed"]) / maybe_convert_to_dataset_name(DATASET_ID)
+    return Path(os.environ["nnUNet_preprocessed"]) / DATASET_NAME
 
 
 def plan_summary(plans: dict[str, Any]) -> dict[str, Any]:
@@ -156,15 +155,13 @@ def seed_everything(seed: int) -> None:
 
 def model_folder(dirs: dict[str, Path]) -> Path:
     """nnU-Net's output folder for the trained configuration (plans.json, dataset.json, fold_0/)."""
-    from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name
-
-    return dirs["nnUNet_results"] / maybe_convert_to_dataset_name(DATASET_ID) / f"{TRAINER}__{PLANS}__{CONFIGURATION}"
+    return dirs["nnUNet_results"] / DATASET_NAME / f"{TRAINER}__{PLANS}__{CONFIGURATION}"
 
 
 def prepare(config: TrainConfig, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
             dirs: dict[str, Path], processes: int) -> dict[str, Any]:
     """Raw export, plan, preprocess and our fold-0 split; returns the plans."""
-    raw = write_raw(*train, *val, dirs["nnUNet_raw"], DATASET_ID)
+    raw = write_raw(*train, *val, dirs["nnUNet_raw"], DATASET_ID, RAW_NAME)
     plans = plan_and_preprocess(processes)
     write_splits(_preprocessed_dataset(), raw)
     log.info("nnU-Net planned %s", json.dumps(plan_summary(plans)))
