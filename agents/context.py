@@ -70,7 +70,7 @@ class VerdictEntry(_Frozen):
     hypothesis: str
     change: dict[str, Any]
     tier: Literal["confirm-a", "confirm-b"] | None  # None: a dev loss, never sent to the gate
-    verdict: Verdict | Literal["DEV_LOSS", "FAILED"]
+    verdict: Verdict | Literal["DEV_LOSS", "FAILED", "CONTROL"]  # CONTROL: a default-action re-run
 
     @classmethod
     def from_verdict(cls, ticket: Ticket, verdict: CoarseVerdict) -> VerdictEntry:
@@ -80,7 +80,7 @@ class VerdictEntry(_Frozen):
                    change=ticket.change, tier=verdict.tier, verdict=verdict.verdict)
 
     @classmethod
-    def not_submitted(cls, ticket: Ticket, outcome: Literal["DEV_LOSS", "FAILED"]) -> VerdictEntry:
+    def not_submitted(cls, ticket: Ticket, outcome: Literal["DEV_LOSS", "FAILED", "CONTROL"]) -> VerdictEntry:
         return cls(ticket_id=ticket.id, arm=ticket.arm, hypothesis=ticket.hypothesis,
                    change=ticket.change, tier=None, verdict=outcome)
 
@@ -91,10 +91,16 @@ class ProposerContext(_Frozen):
     analysis: DevAnalysis
     history: tuple[VerdictEntry, ...] = ()
     history_truncated: bool = False
+    incumbent: dict[str, Any] = Field(default_factory=dict)  # the current best's training config: no score
 
 
-def build_context(analysis: DevAnalysis, history: Sequence[VerdictEntry]) -> ProposerContext:
-    """The one way to make a proposer context; any other input type is a ``TypeError``."""
+def build_context(analysis: DevAnalysis, history: Sequence[VerdictEntry],
+                  incumbent: dict[str, Any] | None = None) -> ProposerContext:
+    """The one way to make a proposer context; any other input type is a ``TypeError``.
+
+    ``incumbent`` is the training config every ticket patches (what it is changed from); a config
+    holds hyperparameters and names, never a score, so it may be shown to a proposer.
+    """
     if type(analysis) is not DevAnalysis:
         raise TypeError(f"proposer context takes DevAnalysis, got {type(analysis).__name__}")
     entries = tuple(history)
@@ -103,4 +109,18 @@ def build_context(analysis: DevAnalysis, history: Sequence[VerdictEntry]) -> Pro
             raise TypeError(f"proposer history takes VerdictEntry items, got {type(entry).__name__}")
     truncated = len(entries) > MAX_HISTORY_ENTRIES
     return ProposerContext(analysis=analysis, history=entries[-MAX_HISTORY_ENTRIES:],
-                           history_truncated=truncated)
+                           history_truncated=truncated, incumbent=_config_only(incumbent or {}))
+
+
+MAX_INCUMBENT_CHARS = 8000  # the incumbent config as JSON; past this: ValueError (a config is small)
+
+
+def _config_only(config: dict[str, Any]) -> dict[str, Any]:
+    """A plain JSON copy of a training config (validated by its shape: scalars, lists, mappings)."""
+    import json
+
+    text = json.dumps(config, sort_keys=True, default=str)
+    if len(text) > MAX_INCUMBENT_CHARS:
+        raise ValueError(f"incumbent config is {len(text)} characters; at most {MAX_INCUMBENT_CHARS}")
+    copied: dict[str, Any] = json.loads(text)
+    return copied

@@ -27,12 +27,22 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents._audit import AuditSink
 from agents.approvals import ApprovalQueue
 from agents.context import DevAnalysis, VerdictEntry, build_context
-from agents.judge import Decision, Judge, JudgeDecision, JudgeInput, TicketMeta
+from agents.incumbent import DEFAULT_ACTION_EVIDENCE, Incumbent
+from agents.judge import Decision, Judge, JudgeDecision, JudgeInput, TicketMeta, rule_decision
 from agents.llm import LLMFailed, LLMUsage
 from agents.proposer import Proposer, propose_valid
 from agents.validate import RunCaps
 from segfactory.errors import LimitExceeded
-from segfactory.records import Actor, CoarseVerdict, Ticket, TicketKind
+from segfactory.records import (
+    Actor,
+    Arm,
+    Budget,
+    CoarseVerdict,
+    Direction,
+    ExpectedEffect,
+    Ticket,
+    TicketKind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +68,7 @@ class RunOutcome(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     ticket_id: str
-    status: Literal["dev_win", "dev_loss", "failed"]
+    status: Literal["dev_win", "dev_loss", "failed", "control"]  # control: a default-action re-run, never submitted
     device_seconds: float = Field(ge=0)  # spent, for the budget
     model_ref: str | None = None  # where the host put model.onnx; None unless it trained
     reason: str = ""
@@ -75,6 +85,10 @@ class FactoryServices(Protocol):
     """
 
     def analyse(self) -> DevAnalysis: ...
+
+    def realise(self, analysis: DevAnalysis) -> DevAnalysis: ...
+
+    def incumbent(self) -> Incumbent: ...
 
     def run_ticket(self, ticket: Ticket) -> RunOutcome: ...
 
@@ -105,6 +119,11 @@ class FactoryState(TypedDict, total=False):
     next_id: int
     taken_approvals: list[str]  # approved data tickets already queued (ids)
     stop_reason: str
+    reanalyse: bool  # the best moved: analyse the new best before proposing again
+    rounds: list[dict[str, Any]]  # one per analysis: {"round", "incumbent", "first_ticket"} (no score)
+    since_dev_win: int  # tickets in a row without a dev win (the plateau rule)
+    held: dict[str, dict[str, Any]]  # escalated ticket id -> {"ticket", "confirm_a", "pending"}
+    answered: list[str]  # escalation item ids already acted on
 
 
 @dataclass
@@ -120,7 +139,10 @@ class LoopDeps:
     check: Callable[[Ticket], list[str]]
     make_seed: Callable[[], int]
     clock: Callable[[], float] = time.time
-    approvals: ApprovalQueue | None = None  # data_request tickets go here; without it they are refused
+    approvals: ApprovalQueue | None = None  # data_request tickets and escalations go here
+    plateau_tickets: int = 0  # stop after this many tickets in a row without a dev win (0: never)
+    default_action: bool = False  # each round on a trained best starts with a fresh-seed re-run (a control)
+    default_budget: Budget | None = None  # the budget of that re-run: the proposer's default ticket budget
 
 
 class _Nodes:
@@ -131,10 +153,37 @@ class _Nodes:
         self.d.sink.append(Actor.SYSTEM.value, event, payload, run_id=state["run_id"])
 
     def analyse(self, state: FactoryState) -> FactoryState:
+        """Analyse the current best; after a promotion, tickets queued for the old best are dropped."""
         analysis = self.d.services.analyse()
-        return {"analysis": analysis.model_dump(mode="json"), "started_at": state.get("started_at") or self.d.clock()}
+        rounds = list(state.get("rounds", []))
+        rounds.append({"round": len(rounds) + 1, "first_ticket": state.get("tickets_run", 0) + 1,
+                       "incumbent": self._incumbent_ref()})
+        queue = [q for q in state.get("queue", []) if q.get("replicate_of")]
+        dropped = [q["id"] for q in state.get("queue", []) if not q.get("replicate_of")]
+        if dropped:
+            self._audit(state, "tickets_superseded", {"tickets": dropped, "reason": "the best moved; re-analysed"})
+        update: FactoryState = {"analysis": analysis.model_dump(mode="json"), "rounds": rounds, "reanalyse": False,
+                                "started_at": state.get("started_at") or self.d.clock(), "queue": queue}
+        if self.d.default_action and self.d.services.incumbent().trained and self.d.default_budget is not None:
+            queue.append(self._default_ticket(state, self.d.default_budget).model_dump(mode="json"))
+            update["next_id"] = state.get("next_id", 1) + 1
+        return update
+
+    def _incumbent_ref(self) -> str:
+        return self.d.services.incumbent().sha256
+
+    def _default_ticket(self, state: FactoryState, budget: Budget) -> Ticket:
+        """The default action at the same cost: the incumbent retrained with a fresh host-chosen seed."""
+        return Ticket(id=f"{state['run_id']}-t{state.get('next_id', 1):03d}", arm=Arm.AGENT, kind=TicketKind.CONFIG,
+                      hypothesis="default action: the current best retrained with a fresh seed (the control that "
+                                 "scores this round's predictions)", change={}, budget=budget,
+                      expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.NONE, size=0.0),
+                      evidence=[DEFAULT_ACTION_EVIDENCE], seed=self.d.make_seed())
 
     def propose(self, state: FactoryState) -> FactoryState:
+        answered = self._take_escalations(state)
+        if answered:  # a person answered an escalation: act on it before anything else
+            return answered
         approved = self._approved(state)
         if approved:  # approved data requests go first, each once; invalid ones are recorded, not run
             valid = [t for t in approved if not self._invalid(state, t)]
@@ -148,8 +197,9 @@ class _Nodes:
             counter[0] += 1
             return f"{state['run_id']}-t{counter[0] - 1:03d}"
 
-        context = build_context(DevAnalysis.model_validate(state["analysis"]),
-                                [VerdictEntry.model_validate(h) for h in state.get("history", [])])
+        analysis = self.d.services.realise(DevAnalysis.model_validate(state["analysis"]))
+        context = build_context(analysis, [VerdictEntry.model_validate(h) for h in state.get("history", [])],
+                                incumbent=self.d.services.incumbent().config)
         try:
             tickets = propose_valid(self.d.proposer, context, PROPOSE_BATCH, check=self.d.check, make_id=make_id,
                                     make_seed=self.d.make_seed, sink=self.d.sink, run_id=state["run_id"])
@@ -163,6 +213,45 @@ class _Nodes:
         if not tickets:
             update["stop_reason"] = "the proposer has nothing left to try"
         return update
+
+    def _take_escalations(self, state: FactoryState) -> FactoryState:
+        """Escalations a person has answered: approve runs what the coded rule held back
+        (promote, or the replicate), deny rejects. Each answer is taken once."""
+        if self.d.approvals is None or not state.get("held"):
+            return {}
+        done = set(state.get("answered", []))
+        answers = [a for a in self.d.approvals.answered_escalations(state["run_id"]) if a.id not in done]
+        if not answers:
+            return {}
+        held, queue = dict(state.get("held", {})), list(state.get("queue", []))
+        awaiting, decisions = dict(state.get("awaiting_replicate", {})), list(state.get("decisions", []))
+        update: FactoryState = {}
+        for answer in answers:
+            item = held.pop(answer.ticket_id, None)
+            if item is None:
+                continue
+            decision = Decision.REJECT
+            if answer.approved and answer.pending == "promote":
+                self.d.services.promote(answer.ticket_id)  # the gate still checks both WINs
+                decision, update["reanalyse"] = Decision.PROMOTE, True
+            elif answer.approved:
+                ticket = Ticket.model_validate(item["ticket"])
+                queue.insert(0, self._replicate(ticket).model_dump(mode="json"))
+                awaiting[ticket.id] = {"ticket": item["ticket"], "confirm_a": item["confirm_a"]}
+                decision = Decision.REPLICATE
+            record = JudgeDecision(ticket_id=answer.ticket_id, decision=decision, by="rule",
+                                   reason=f"a person ({answer.by}) answered escalation {answer.id}: "
+                                          f"{'approved' if answer.approved else 'denied'} {answer.pending}"
+                                          + (f" ({answer.reason})" if answer.reason else ""))
+            self.d.sink.append(Actor.JUDGE.value, "judge_decision", {"decision": record.model_dump(mode="json")},
+                               run_id=state["run_id"])
+            decisions.append(record.model_dump(mode="json"))
+        return {**update, "held": held, "queue": queue, "awaiting_replicate": awaiting, "decisions": decisions,
+                "answered": [*done, *(a.id for a in answers)]}
+
+    def _replicate(self, ticket: Ticket) -> Ticket:
+        return ticket.model_copy(update={"id": f"{ticket.id}-rep", "replicate_of": ticket.id,
+                                         "seed": self.d.make_seed()})
 
     def _approved(self, state: FactoryState) -> list[Ticket]:
         if self.d.approvals is None:
@@ -211,7 +300,7 @@ class _Nodes:
     def gate(self, state: FactoryState) -> FactoryState:
         outcome = RunOutcome.model_validate(state["outcome"])
         if outcome.status != "dev_win" or outcome.model_ref is None:
-            return {"verdict": None}  # a dev loss or failure spends no query
+            return {"verdict": None}  # a dev loss, a failure or a control spends no query
         ticket = Ticket.model_validate(state["current"])
         verdict = self.d.services.submit(ticket, outcome.model_ref, ticket.replicate_of)
         fault_point("after_verdict")  # tests: a kill -9 after the gate answered, before the checkpoint
@@ -231,16 +320,31 @@ class _Nodes:
                                 confirm_a=CoarseVerdict.model_validate(original["confirm_a"]),
                                 replicate_id=ticket.id, confirm_b=verdict)
         decision = self.d.judge.decide(judged)
-        if decision.decision is Decision.PROMOTE:  # promotion is code: only after both WINs
-            self.d.services.promote(decision.ticket_id)
         update: FactoryState = {"decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
                                 "awaiting_replicate": awaiting}
+        if decision.decision is Decision.PROMOTE:  # promotion is code: only after both WINs
+            self.d.services.promote(decision.ticket_id)
+            update["reanalyse"] = True
         if decision.decision is Decision.REPLICATE:  # a new training seed, chosen by the host
-            replicate = ticket.model_copy(update={"id": f"{ticket.id}-rep", "replicate_of": ticket.id,
-                                                  "seed": self.d.make_seed()})
             awaiting[ticket.id] = {"ticket": ticket.model_dump(mode="json"), "confirm_a": verdict.model_dump(mode="json")}
-            update["queue"] = [replicate.model_dump(mode="json"), *state.get("queue", [])]
+            update["queue"] = [self._replicate(ticket).model_dump(mode="json"), *state.get("queue", [])]
+        if decision.decision is Decision.ESCALATE:
+            update.update(self._escalate(state, judged, decision))
         return update
+
+    def _escalate(self, state: FactoryState, judged: JudgeInput, decision: JudgeDecision) -> FactoryState:
+        """Hold the ticket for a person when the coded rule would have promoted or replicated."""
+        coded = rule_decision(judged).decision
+        if self.d.approvals is None or coded not in (Decision.PROMOTE, Decision.REPLICATE):
+            return {}  # e.g. a spent tier: a person rotates it; nothing is held
+        original = judged.ticket.id
+        item = (state.get("awaiting_replicate", {}) or {}).get(original) or {
+            "ticket": state["current"], "confirm_a": judged.confirm_a.model_dump(mode="json")}
+        ticket = Ticket.model_validate(item["ticket"])
+        item_id = self.d.approvals.escalate(ticket, decision, state["run_id"], pending=coded.value)
+        self.d.sink.append(Actor.JUDGE.value, "ticket_held", {"ticket": original, "escalation": item_id,
+                                                              "pending": coded.value}, run_id=state["run_id"])
+        return {"held": {**state.get("held", {}), original: {**item, "pending": coded.value}}}
 
     def _replicate_lost_on_dev(self, state: FactoryState, ticket: Ticket) -> FactoryState:
         """A replicate that is no dev win spends no confirm-b query: its original is rejected."""
@@ -261,10 +365,13 @@ class _Nodes:
         if state.get("verdict") is not None:
             entry = VerdictEntry.from_verdict(ticket, CoarseVerdict.model_validate(state["verdict"]))
         else:
-            entry = VerdictEntry.not_submitted(ticket, "DEV_LOSS" if outcome.status == "dev_loss" else "FAILED")
+            entry = VerdictEntry.not_submitted(ticket, _NOT_SUBMITTED.get(outcome.status, "FAILED"))
         self._audit(state, "ticket_recorded", {"ticket": ticket.id, "verdict": entry.verdict, "tier": entry.tier})
+        since = state.get("since_dev_win", 0)
+        if ticket.replicate_of is None and outcome.status != "control":
+            since = 0 if outcome.status == "dev_win" else since + 1
         update: FactoryState = {"history": [*state.get("history", []), entry.model_dump(mode="json")],
-                                "current": None, "outcome": None, "verdict": None}
+                                "current": None, "outcome": None, "verdict": None, "since_dev_win": since}
         spent = self._spent({**state, **update})
         if spent:
             update["stop_reason"] = spent
@@ -283,6 +390,9 @@ class _Nodes:
             return f"budget: {caps.tickets} tickets run"
         if self.d.usage.tokens >= caps.llm_tokens > 0:
             return f"budget: {caps.llm_tokens} LLM tokens spent"
+        if 0 < self.d.plateau_tickets <= state.get("since_dev_win", 0):
+            return (f"plateau: {self.d.plateau_tickets} tickets in a row without a dev win "
+                    "(policies/run.yaml plateau.tickets_without_dev_win)")
         return ""
 
     def milestone(self, state: FactoryState) -> FactoryState:
@@ -296,13 +406,23 @@ class _Nodes:
         return {}
 
 
+_NOT_SUBMITTED: dict[str, Literal["DEV_LOSS", "FAILED", "CONTROL"]] = {
+    "dev_loss": "DEV_LOSS", "failed": "FAILED", "control": "CONTROL"}
+
+
 def _after_propose(state: FactoryState) -> str:
-    return "milestone" if state.get("stop_reason") or not state.get("queue") else "run"
+    if state.get("stop_reason"):
+        return "milestone"
+    if state.get("reanalyse"):
+        return "analyse"
+    return "run" if state.get("queue") else "milestone"
 
 
 def _after_record(state: FactoryState) -> str:
     if state.get("stop_reason"):
         return "milestone"
+    if state.get("reanalyse"):  # the best moved: its weaknesses, not the old best's, come next
+        return "analyse"
     return "run" if state.get("queue") else "propose"
 
 
@@ -317,11 +437,11 @@ def build_graph(deps: LoopDeps, checkpoint_db: Path) -> Any:
         graph.add_node(name, getattr(nodes, name))
     graph.add_edge(START, "analyse")
     graph.add_edge("analyse", "propose")
-    graph.add_conditional_edges("propose", _after_propose, ["run", "milestone"])
+    graph.add_conditional_edges("propose", _after_propose, ["run", "analyse", "milestone"])
     graph.add_edge("run", "gate")
     graph.add_edge("gate", "judge")
     graph.add_edge("judge", "record")
-    graph.add_conditional_edges("record", _after_record, ["run", "propose", "milestone"])
+    graph.add_conditional_edges("record", _after_record, ["run", "propose", "analyse", "milestone"])
     graph.add_edge("milestone", "report")
     graph.add_edge("report", END)
     conn = sqlite3.connect(checkpoint_db, check_same_thread=False, timeout=30)

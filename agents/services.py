@@ -23,18 +23,34 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
+from agents import _realise
+from agents._predictions import Predictions
 from agents.context import DevAnalysis
 from agents.graph import RunOutcome
-from segfactory.errors import DataError, GateError, SegfactoryError
+from agents.incumbent import (
+    DEFAULT_ACTION_EVIDENCE,
+    LINEAGE_FILE,
+    Incumbent,
+    Lineage,
+    append_jsonl,
+    fingerprint,
+    read_jsonl,
+    read_lineage,
+    repeat_kind,
+    same_as_parent,
+)
+from segfactory.errors import DataError, GateError, SegfactoryError, UsageError
 from segfactory.home import Home
-from segfactory.records import Actor, CoarseVerdict, Ticket
+from segfactory.records import Actor, CoarseVerdict, Ticket, TicketKind, canonical_json
 
 log = logging.getLogger(__name__)
 
 BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # written by `segfactory init`
 PROMOTIONS_FILE = "promotions.jsonl"  # under runs/: every promoted model (host copy), for later runs
 MILESTONE_TIERS = ["sealed", "never-queried"]
+MILESTONE_CHAIN_MODELS = 3  # extra sealed scores per run for the promoted predictions (sealed quota: 5)
 DEV_COMPARISONS = "dev_comparisons.jsonl"  # people/: candidate vs best on dev, per ticket
 TICKETS_FILE = "tickets.jsonl"  # people/: every ticket as it started (the report's kind and replicate_of)
 
@@ -53,6 +69,9 @@ class RunSetup:
     dev_margin: float  # policies/win_rule.yaml dev_rule.dev_margin
     progress: Callable[[str], None] = lambda line: None
     scorer: Callable[[Path, np.ndarray], np.ndarray] | None = None  # default: runner.default_scorer
+    threshold: float = 0.5  # policies/win_rule.yaml threshold: dev scores of candidate and best both use it
+    max_epochs: int = 10  # policies/budgets.yaml per-ticket epoch cap (an epochs action stays within it)
+    refuse_repeats: bool = True  # refuse a ticket that trains exactly its parent's inputs
 
 
 DATASET_FILE = "dataset.json"  # in runs/<id>/topups/<ticket>/: the top-up version a data ticket trained on
@@ -87,6 +106,8 @@ class HostServices:
     report_writer: Callable[[HostServices, str, str], None] | None = None
     state_reader: Callable[[], dict[str, Any]] | None = None
     _best: _Best | None = field(default=None, repr=False)
+    _predictions: Predictions | None = field(default=None, repr=False)
+    _catalogue: Any = field(default=None, repr=False)
 
     # -- helpers ------------------------------------------------------------------------------
     @property
@@ -133,16 +154,135 @@ class HostServices:
         return [*reversed(paths), self.home.root / BASELINE_MODEL]
 
     def best(self) -> _Best:
-        """The current best with its host-computed dev object F1 (recomputed when the best moves)."""
+        """The current best with its host-computed dev metrics (recomputed when the best moves).
+
+        Scored at the win rule's threshold, the same one every candidate is scored at: a ticket
+        cannot move its own threshold past the dev rule.
+        """
         sha, path = self.best_model()
         if self._best is None or self._best.sha256 != sha:
-            from vision.metrics import aggregate, per_image_metrics
-
-            dev = self._dev()
-            prob = np.asarray(self._score(path, dev.images))[:, 0]
-            metrics = {k: float(v) for k, v in aggregate(per_image_metrics(prob, dev.masks, threshold=0.5)).items()}
+            self._best = _Best(sha, path, 0.0)
+            metrics = self._dev_metrics(path)
             self._best = _Best(sha, path, metrics["object_f1"], metrics)
         return self._best
+
+    def _dev_metrics(self, model: Path) -> dict[str, float]:
+        from vision.metrics import aggregate, per_image_metrics
+
+        dev = self._dev()
+        prob = np.asarray(self._score(model, dev.images))[:, 0]
+        return {k: float(v) for k, v in aggregate(per_image_metrics(prob, dev.masks,
+                                                                     threshold=self.setup.threshold)).items()}
+
+    # -- the incumbent ------------------------------------------------------------------------
+    def base_config(self) -> dict[str, Any]:
+        data = yaml.safe_load(Path(self.setup.base_config).read_text())
+        if not isinstance(data, dict):
+            raise UsageError(f"base config {self.setup.base_config} is not a mapping")
+        return data
+
+    def incumbent(self) -> Incumbent:
+        """What the next ticket patches: the current best's config, data and code.
+
+        The classical baseline (or a best promoted before lineage was recorded) has no training
+        config of its own: tickets then patch the run's base config on the run's dataset.
+        """
+        sha, path = self.best_model()
+        for row in reversed(read_jsonl(self.home.runs / PROMOTIONS_FILE)):
+            if row.get("sha256") == sha and row.get("config"):
+                return Incumbent(sha256=sha, model=str(path), config=row["config"], dataset=row["dataset"],
+                                 dataset_hash=row.get("dataset_hash", ""), code=row.get("code") or {},
+                                 fingerprint=row.get("fingerprint", ""), ticket_id=row.get("ticket_id"),
+                                 run_id=row.get("run_id"))
+        dataset = self.setup.dataset
+        return Incumbent(sha256=sha, model=str(path), config=self.base_config(), dataset=dataset.ref,
+                         dataset_hash=getattr(dataset, "content_hash", ""))
+
+    def lineage(self) -> dict[str, Lineage]:
+        return read_lineage(self.home.runs / self.setup.run_id)
+
+    def _parent_of(self, ticket: Ticket) -> Incumbent:
+        """A replicate builds on what its original built on; every other ticket on the incumbent."""
+        if ticket.replicate_of is not None:
+            original = self.lineage().get(ticket.replicate_of)
+            if original is not None:
+                return self._incumbent_at(original)
+        return self.incumbent()
+
+    def _incumbent_at(self, row: Lineage) -> Incumbent:
+        current = self.incumbent()
+        if current.sha256 == row.parent_sha256:
+            return current
+        for promo in read_jsonl(self.home.runs / PROMOTIONS_FILE):
+            if promo.get("sha256") == row.parent_sha256 and promo.get("config"):
+                return Incumbent(sha256=promo["sha256"], model=promo["model"], config=promo["config"],
+                                 dataset=promo["dataset"], dataset_hash=promo.get("dataset_hash", ""),
+                                 code=promo.get("code") or {}, fingerprint=promo.get("fingerprint", ""),
+                                 ticket_id=promo.get("ticket_id"), run_id=promo.get("run_id"))
+        return current
+
+    def plan(self, ticket: Ticket) -> Lineage:
+        """What ``ticket`` would train: its patched config, data version, code and fingerprint."""
+        from runner._workspace import ticket_config
+
+        parent = self._parent_of(ticket)
+        config = ticket_config(parent.config, self._runnable(ticket, parent))
+        dataset = self.dataset_for(ticket, parent)
+        code = {**parent.code, **_code_files(ticket)}
+        return Lineage(ticket_id=ticket.id, run_id=self.setup.run_id, parent_sha256=parent.sha256,
+                       parent_fingerprint=parent.fingerprint, config=config, dataset=dataset.ref,
+                       dataset_hash=dataset.content_hash, code=code,
+                       fingerprint=fingerprint(config, dataset.content_hash, code), repeat=repeat_kind(ticket))
+
+    def check(self, ticket: Ticket) -> list[str]:
+        """Host-side refusals before a ticket is queued: one that would train its parent again."""
+        if not self.setup.refuse_repeats or ticket.kind is TicketKind.DATA_REQUEST:
+            return []
+        try:
+            reason = same_as_parent(self.plan(ticket))
+        except SegfactoryError as exc:
+            return [str(exc)]
+        return [reason] if reason else []
+
+    def _runnable(self, ticket: Ticket, parent: Incumbent) -> Ticket:
+        """The ticket as the runner executes it: on a code incumbent, its code overlay comes along."""
+        if not parent.code or ticket.kind is TicketKind.CODE:
+            if ticket.kind is TicketKind.CODE and parent.code:
+                return ticket.model_copy(update={"change": {**ticket.change,
+                                                            "files": {**parent.code, **_code_files(ticket)}}})
+            return ticket
+        patch = dict(ticket.change) if ticket.kind is TicketKind.CONFIG else dict(ticket.change.get("config", {}))
+        return ticket.model_copy(update={"kind": TicketKind.CODE, "change": {"files": dict(parent.code),
+                                                                              "config": patch}})
+
+    # -- realising recommendations ------------------------------------------------------------
+    def catalogue(self) -> Any:
+        if self._catalogue is None:
+            from agents.actions import load_catalogue
+
+            self._catalogue = load_catalogue()
+        return self._catalogue
+
+    def realise(self, analysis: DevAnalysis) -> DevAnalysis:
+        """The analysis with each recommendation as a concrete change of the incumbent; the rest
+        are recorded as not executable (``people/not_executable.jsonl`` and the audit log)."""
+        incumbent = self.incumbent()
+        on_it = {tid for tid, row in self.lineage().items() if row.parent_sha256 == incumbent.sha256}
+        tried = {canonical_json(t["change"]).decode() for t in read_jsonl(self.people / TICKETS_FILE)
+                 if t.get("id") in on_it}
+        realised, refused = _realise.realise_all(self, analysis.recommendations, incumbent, tried)
+        for item in refused:
+            self._not_executable(item)
+        return analysis.model_copy(update={"recommendations": tuple(realised)})
+
+    def _not_executable(self, item: Any) -> None:
+        path = self.people / _realise.NOT_EXECUTABLE_FILE
+        key = (item.recommendation_id, item.reason)
+        if any((r.get("recommendation_id"), r.get("reason")) == key for r in read_jsonl(path)):
+            return
+        append_jsonl(path, {**item.model_dump(mode="json"), "incumbent": self.incumbent().sha256})
+        self.audit("recommendation_not_executable", item.model_dump(mode="json"))
+        self.setup.progress(f"  recommendation {item.recommendation_id}: not executable: {item.reason[:160]}")
 
     # -- FactoryServices ----------------------------------------------------------------------
     def analyse(self) -> DevAnalysis:
@@ -163,8 +303,10 @@ class HostServices:
 
         folder = self.home.tickets_dir(self.setup.run_id) / ticket.id
         done = folder / "outcome.json"
+        lineage = self.lineage().get(ticket.id)
         if done.is_file():  # a resumed run: this ticket finished before the crash
             outcome = TicketOutcome.model_validate_json(done.read_text())
+            lineage = lineage or self.plan(ticket)
         else:
             if folder.exists():
                 self._set_aside(folder)
@@ -172,7 +314,8 @@ class HostServices:
             with (self.people / TICKETS_FILE).open("a") as fh:  # for the report: kind, replicate_of, budget
                 fh.write(ticket.model_dump_json() + "\n")
             try:
-                outcome = self._execute(ticket)
+                lineage = self._start(ticket)
+                outcome = self._execute(ticket, lineage)
             except SegfactoryError as exc:  # e.g. a slice the generator cannot target: a recorded failure
                 self.audit("ticket_failed", {"ticket_id": ticket.id, "reason": str(exc)})
                 self.setup.progress(f"  {ticket.id}: failed: {exc}")
@@ -181,7 +324,23 @@ class HostServices:
             self.setup.progress(f"  {ticket.id}: {outcome.status.value.lower()}: {(outcome.reason or '')[:120]}")
             return RunOutcome(ticket_id=ticket.id, status="failed", device_seconds=outcome.device_seconds,
                               reason=outcome.reason or outcome.status.value)
-        return self._compare(ticket, outcome.evidence.dev_metrics, outcome.device_seconds, folder / "model.onnx")
+        metrics = outcome.evidence.dev_metrics
+        if abs(outcome.evidence.threshold - self.setup.threshold) > 1e-12:  # the rule's threshold, for both
+            metrics = self._dev_metrics(folder / "model.onnx")
+        return self._compare(ticket, lineage, metrics, outcome.device_seconds, folder / "model.onnx")
+
+    def _start(self, ticket: Ticket) -> Lineage:
+        """Plan the ticket, refuse a repeat of its parent, and record its lineage before it trains."""
+        row = self.plan(ticket)
+        reason = same_as_parent(row) if self.setup.refuse_repeats else None
+        if reason:
+            self.audit("ticket_refused_repeat", {"ticket_id": ticket.id, "fingerprint": row.fingerprint,
+                                                 "parent_sha256": row.parent_sha256})
+            raise UsageError(reason)
+        existing = self.lineage().get(ticket.id)
+        if existing is None:
+            append_jsonl(self.home.runs / self.setup.run_id / LINEAGE_FILE, row.model_dump(mode="json"))
+        return existing or row
 
     def _set_aside(self, folder: Path) -> None:
         aside = folder.parent / ".crashed" / f"{folder.name}-{int(time.time())}"
@@ -190,17 +349,21 @@ class HostServices:
         self.audit("ticket_set_aside", {"ticket_id": folder.name, "moved_to": str(aside),
                                         "reason": "folder without outcome.json: the run crashed mid-ticket"})
 
-    def _execute(self, ticket: Ticket) -> Any:
+    def _execute(self, ticket: Ticket, lineage: Lineage) -> Any:
         from runner import execute_ticket
+        from synthetic.versions import resolve
 
         s = self.setup
-        return execute_ticket(ticket, home=s.home, dataset_version=self.dataset_for(ticket), backend=s.backend,
-                              base_config=s.base_config, audit=s.audit, run_id=s.run_id, scorer=self._score)
+        parent = self._parent_of(ticket)
+        return execute_ticket(self._runnable(ticket, parent), home=s.home,
+                              dataset_version=resolve(s.home.root, lineage.dataset), backend=s.backend,
+                              base_config=parent.config, audit=s.audit, run_id=s.run_id, scorer=self._score)
 
-    def dataset_for(self, ticket: Ticket) -> Any:
-        """The dataset version a ticket trains on: the run's, or a targeted top-up of it (data tickets).
+    def dataset_for(self, ticket: Ticket, parent: Incumbent | None = None) -> Any:
+        """The dataset version a ticket trains on: the incumbent's, a version the ticket names
+        (curation, reviewed labels, approved data), or a targeted top-up of the incumbent's.
 
-        The choice is recorded in the ticket folder, so a replicate or a resumed run reuses it.
+        The choice is recorded beside the run, so a replicate or a resumed run reuses it.
         """
         from agents._data_tickets import materialise, topup_spec
         from synthetic.versions import resolve
@@ -210,40 +373,73 @@ class HostServices:
         record = work / DATASET_FILE
         if record.is_file():
             return resolve(self.home.root, json.loads(record.read_text())["dataset"])
+        parent = parent or self._parent_of(ticket)
+        base = resolve(self.home.root, parent.dataset)
+        named = _realise.named_dataset(self, ticket, base)
+        if named is not None:
+            return named
         if topup_spec(ticket) is None:
-            return self.setup.dataset
-        version = materialise(self.home.root, self.setup.dataset, ticket, work)
+            return base
+        version = materialise(self.home.root, base, ticket, work)
         record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({"dataset": version.ref, "parent": self.setup.dataset.ref}) + "\n")
+        record.write_text(json.dumps({"dataset": version.ref, "parent": base.ref}) + "\n")
         self.audit("topup_dataset_built", {"ticket_id": ticket.id, "dataset": version.ref,
-                                           "parent": self.setup.dataset.ref, "change": ticket.change})
-        self.setup.progress(f"  {ticket.id}: trains on {version.ref} (targeted synthetic top-up of "
-                            f"{self.setup.dataset.ref})")
+                                           "parent": base.ref, "change": ticket.change})
+        self.setup.progress(f"  {ticket.id}: trains on {version.ref} (targeted synthetic top-up of {base.ref})")
         return version
 
-    def _compare(self, ticket: Ticket, metrics: dict[str, float], seconds: float, model: Path) -> RunOutcome:
+    def _compare(self, ticket: Ticket, lineage: Lineage, metrics: dict[str, float], seconds: float,
+                 model: Path) -> RunOutcome:
         best = self.best()
         f1 = float(metrics["object_f1"])
         win = f1 - best.dev_f1 >= self.setup.dev_margin
         row = {"ticket_id": ticket.id, "object_f1": f1, "best_object_f1": best.dev_f1, "best_sha256": best.sha256,
-               "dev_margin": self.setup.dev_margin, "dev_win": win, "metrics": metrics}
+               "dev_margin": self.setup.dev_margin, "dev_win": win, "metrics": metrics,
+               "threshold": self.setup.threshold, "parent_sha256": lineage.parent_sha256}
         with (self.people / DEV_COMPARISONS).open("a") as fh:  # people only: never in an agent's context
             fh.write(json.dumps(row, sort_keys=True) + "\n")
         name = "classical" if best.path == self.home.root / BASELINE_MODEL else best.sha256[:12]
         for line in metrics_table(metrics, best.metrics, name):
             self.setup.progress(line)
+        if model.is_file():
+            self._score_prediction(ticket, lineage, model)
+        if ticket.evidence == [DEFAULT_ACTION_EVIDENCE]:
+            self.setup.progress(f"  {ticket.id}: default-action control: dev object F1 {f1:.3f} vs best "
+                                f"{best.dev_f1:.3f} (a control: not sent to the gate)")
+            return RunOutcome(ticket_id=ticket.id, status="control", device_seconds=seconds, model_ref=str(model))
         word = "dev win" if win else "dev loss"
         self.setup.progress(f"  {ticket.id}: dev object F1 {f1:.3f} vs best {best.dev_f1:.3f} -> {word} "
                             f"({seconds:.0f} device-s)")
         return RunOutcome(ticket_id=ticket.id, status="dev_win" if win else "dev_loss", device_seconds=seconds,
                           model_ref=str(model))
 
+    def predictions(self) -> Predictions:
+        if self._predictions is None:
+            self._predictions = Predictions(self.home, self.setup.run_id, self._dev(), self.setup.threshold,
+                                            self._score)
+        return self._predictions
+
+    def _score_prediction(self, ticket: Ticket, lineage: Lineage, model: Path) -> None:
+        parent = self._parent_of(ticket)
+        if parent.sha256 != lineage.parent_sha256:
+            parent = self._incumbent_at(lineage)
+        try:
+            row = self.predictions().after_ticket(ticket, lineage, model, Path(parent.model))
+        except (OSError, DataError, ValueError) as exc:  # scoring a prediction must not lose the ticket
+            self.audit("prediction_not_scored", {"ticket_id": ticket.id, "reason": str(exc)})
+            return
+        if row is not None and row.get("held") is not None:
+            effect = ticket.expected_effect
+            self.setup.progress(f"  {ticket.id}: predicted {effect.metric} on {effect.slice} {effect.direction.value} "
+                                f"{effect.size:.3f}; measured {row['observed_change']:+.3f} -> "
+                                f"{'held' if row['held'] else 'did not hold'}")
+
     def submit(self, ticket: Ticket, model_ref: str, replicate_of: str | None) -> CoarseVerdict:
         from audit.gate_events import pull
 
         s = self.setup
-        verdict: CoarseVerdict = s.gate.submit(model_ref, self.dataset_for(ticket).ref, ticket.id, replicate_of=replicate_of,
-                                               run_id=s.run_id)
+        verdict: CoarseVerdict = s.gate.submit(model_ref, self.dataset_for(ticket).ref, ticket.id,
+                                               replicate_of=replicate_of, run_id=s.run_id)
         pull(s.gate, s.audit)
         self.setup.progress(f"  {ticket.id}: {verdict.tier} {verdict.verdict.value} "
                             f"({verdict.queries_left} queries left)")
@@ -252,26 +448,32 @@ class HostServices:
     def promote(self, ticket_id: str) -> None:
         """Ask the gate to promote: it checks its own ledger for the confirm-a WIN and the replicate WIN.
 
-        Idempotent: the gate answers a repeated promotion with the same best, and the host records
-        its copy of the model once.
+        The promotion record carries the ticket's lineage (config, data version, code), so the
+        next ticket builds on it. Idempotent: the gate answers a repeated promotion with the same
+        best, and the host records its copy of the model once.
         """
         from audit.gate_events import pull
 
         model = self.home.tickets_dir(self.setup.run_id) / ticket_id / "model.onnx"
         sha = _sha256(model)
         record = self.home.runs / PROMOTIONS_FILE
-        already = record.is_file() and any(json.loads(line).get("sha256") == sha
-                                           for line in record.read_text().splitlines() if line.strip())
+        already = any(row.get("sha256") == sha for row in read_jsonl(record))
         promoted = self.setup.gate.promote(ticket_id)
         if promoted != sha:
             raise GateError(f"gate promoted model {promoted[:12]} for {ticket_id}, but the host copy is {sha[:12]}")
         if not already:
-            with record.open("a") as fh:
-                fh.write(json.dumps({"model": str(model), "sha256": sha, "run_id": self.setup.run_id,
-                                     "ticket_id": ticket_id}) + "\n")
+            lineage = self.lineage().get(ticket_id)
+            extra = {} if lineage is None else {
+                "config": lineage.config, "dataset": lineage.dataset, "dataset_hash": lineage.dataset_hash,
+                "code": lineage.code, "fingerprint": lineage.fingerprint, "parent_sha256": lineage.parent_sha256}
+            append_jsonl(record, {"model": str(model), "sha256": sha, "run_id": self.setup.run_id,
+                                  "ticket_id": ticket_id, **extra})
             self.audit("best_promoted", {"ticket_id": ticket_id, "model_sha256": sha})
             self.setup.progress(f"  {ticket_id}: PROMOTED, the new current best is {sha[:12]}")
         pull(self.setup.gate, self.setup.audit)
+
+    def promoted_in_run(self) -> list[dict[str, Any]]:
+        return [r for r in read_jsonl(self.home.runs / PROMOTIONS_FILE) if r.get("run_id") == self.setup.run_id]
 
     def milestone(self, run_id: str) -> None:
         out = self.people / "milestones"
@@ -285,22 +487,61 @@ class HostServices:
         baseline = self.home.root / BASELINE_MODEL
         if baseline.is_file() and baseline != best.path:
             models.insert(0, baseline)
-        self.setup.progress(f"milestone {name}: scoring {len(models)} model(s) on {', '.join(MILESTONE_TIERS)}")
-        try:
-            report = self.setup.gate.milestone(name, run_id, models, MILESTONE_TIERS)
-        except GateError as exc:  # quota spent, say: the run still ends with its report
-            report = {"name": name, "run_id": run_id, "error": str(exc)}
-        report["models"] = {_sha256(m): str(m) for m in models}
+        report = self._milestone(name, models, MILESTONE_TIERS)
         report["best_sha256"] = best.sha256
-        target.write_text(json.dumps(report, indent=2, sort_keys=True))
+        _write_json(target, report)
+        if "error" not in report:
+            self.predictions().sealed(self.promoted_in_run(), self._with_chain(run_id, report, models))
         from audit.gate_events import pull
 
         pull(self.setup.gate, self.setup.audit)
         self.audit("milestone_written", {"name": name, "file": str(target), "error": report.get("error")})
 
+    def _milestone(self, name: str, models: list[Path], tiers: list[str]) -> dict[str, Any]:
+        self.setup.progress(f"milestone {name}: scoring {len(models)} model(s) on {', '.join(tiers)}")
+        try:
+            report: dict[str, Any] = self.setup.gate.milestone(name, self.setup.run_id, models, tiers)
+        except GateError as exc:  # quota spent, say: the run still ends with its report
+            report = {"name": name, "run_id": self.setup.run_id, "error": str(exc)}
+        report["models"] = {_sha256(m): str(m) for m in models}
+        return report
+
+    def _with_chain(self, run_id: str, final: dict[str, Any], scored: list[Path]) -> dict[str, Any]:
+        """Sealed scores of every promotion of this run and its parent, for the promoted predictions:
+        the final milestone's, plus a sealed-only milestone for the models it did not score."""
+        known = {r["sha256"]: Path(r["model"]) for r in read_jsonl(self.home.runs / PROMOTIONS_FILE)}
+        known[_sha256(self.home.root / BASELINE_MODEL)] = self.home.root / BASELINE_MODEL
+        wanted: list[Path] = []
+        for promo in self.promoted_in_run():
+            for path in (known.get(promo.get("parent_sha256", "")), Path(promo["model"])):
+                if path is not None and path.is_file() and path not in scored and path not in wanted:
+                    wanted.append(path)
+        if not wanted:
+            return final
+        chain = self._milestone(f"{run_id}-chain", wanted[:MILESTONE_CHAIN_MODELS], ["sealed"])
+        _write_json(self.people / "milestones" / f"{run_id}-chain.json", chain)
+        merged = json.loads(json.dumps(final))
+        sealed = merged.setdefault("tiers", {}).setdefault("sealed", {}).setdefault("models", {})
+        sealed.update((chain.get("tiers", {}).get("sealed", {}) or {}).get("models", {}))
+        return merged
+
     def report(self, run_id: str, stop_reason: str) -> None:
         if self.report_writer is not None:
             self.report_writer(self, run_id, stop_reason)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    tmp.replace(path)
+
+
+def _code_files(ticket: Ticket) -> dict[str, str]:
+    if ticket.kind is not TicketKind.CODE:
+        return {}
+    from runner._policy import code_files
+
+    return dict(code_files(ticket))
 
 
 def _sha256(path: Path) -> str:

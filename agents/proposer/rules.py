@@ -15,7 +15,11 @@ from segfactory.records import Budget, Direction, ExpectedEffect, Recommendation
 
 
 def draft_from(rec: Recommendation, budget: Budget) -> TicketDraft:
+    """A recommendation as a draft; an action that trains longer raises the epoch budget with it."""
     hypothesis = f"{rec.action}: {rec.rationale}" if rec.rationale else rec.action
+    epochs = rec.evidence.get("epochs")
+    if isinstance(epochs, int) and epochs > budget.epochs:
+        budget = Budget(device_seconds=budget.device_seconds, epochs=epochs)
     return TicketDraft(kind=rec.kind, hypothesis=hypothesis, change=dict(rec.change), budget=budget,
                        expected_effect=rec.predicted_effect, evidence=[f"recommendation:{rec.id}"])
 

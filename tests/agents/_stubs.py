@@ -18,6 +18,7 @@ from typing import Any
 
 from agents.context import DevAnalysis
 from agents.graph import LoopDeps, RunOutcome, build_graph
+from agents.incumbent import Incumbent
 from agents.judge import Judge
 from agents.llm import LLMUsage
 from agents.proposer import get_proposer
@@ -70,6 +71,12 @@ class StubFactoryServices:
                 for i, key in enumerate(self.requests, 1)]
         recs += [recommendation(f"r{i}", key, 1) for i, key in enumerate(self.dev, 1) if key not in self.requests]
         return DevAnalysis(summary="dev IoU 0.6", recommendations=tuple(recs))
+
+    def realise(self, analysis: DevAnalysis) -> DevAnalysis:
+        return analysis  # the stub's recommendations are concrete already
+
+    def incumbent(self) -> Incumbent:
+        return Incumbent(sha256="stub-best", model="models/best.onnx", config={"epochs": 1}, dataset="synthetic/v1")
 
     def run_ticket(self, ticket: Ticket) -> RunOutcome:
         if self.on_run is not None:

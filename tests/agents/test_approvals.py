@@ -48,7 +48,7 @@ def test_the_loop_does_not_wait_and_an_approved_request_enters_the_queue(audit_l
 
     def person_approves_meanwhile(ticket: Ticket) -> None:
         pending = queue.requests("pending")
-        if ticket.id.endswith("t003") and pending:  # the loop ran on while the request waited
+        if ran_before_approval[-1:] == ["run7-t002-rep"] and pending:  # the loop ran on while the request waited
             queue.decide(pending[0].id, approve=True, by="alice")
         ran_before_approval.append(ticket.id)
 

@@ -25,7 +25,8 @@ def _ticket(tid: str = "t1") -> Ticket:
 
 
 def test_context_fields_are_the_allowlist() -> None:
-    assert set(ProposerContext.model_fields) == {"schema_version", "analysis", "history", "history_truncated"}
+    assert set(ProposerContext.model_fields) == {"schema_version", "analysis", "history", "history_truncated",
+                                                 "incumbent"}
     assert set(DevAnalysis.model_fields) == {"schema_version", "summary", "recommendations"}
     assert set(VerdictEntry.model_fields) == {"schema_version", "ticket_id", "arm", "hypothesis", "change",
                                               "tier", "verdict"}

@@ -32,8 +32,10 @@ def _summary(state: FactoryState) -> list[tuple[str, str]]:
 def test_a_whole_loop_promotes_only_after_a_replicate_win(audit_log: Log, tmp_path: Path) -> None:
     services = make_services()
     state = run_loop(make_graph(services, audit_log, tmp_path), "run1")
-    assert _summary(state) == [("run1-t001", "replicate"), ("run1-t001", "promote"), ("run1-t003", "reject")]
-    assert services.queries == ["run1-t001", "run1-t001-rep", "run1-t003"]  # dev losses spend no query
+    assert _summary(state) == [("run1-t001", "replicate"), ("run1-t001", "promote"), ("run1-t006", "reject")]
+    assert services.queries == ["run1-t001", "run1-t001-rep", "run1-t006"]  # dev losses spend no query
+    # the promotion re-analysed the new best: the tickets queued for the old one (t002-t004) were dropped
+    assert [r["first_ticket"] for r in state["rounds"]] == [1, 3]
     assert [h["verdict"] for h in state["history"]] == ["WIN", "WIN", "DEV_LOSS", "NO_WIN", "FAILED"]
     assert services.ended == ["milestone", "report: the proposer has nothing left to try"]
     assert state["tickets_run"] == 5 and state["device_seconds"] == 50
@@ -62,26 +64,26 @@ def test_graph_state_and_audit_hold_no_score(audit_log: Log, tmp_path: Path) -> 
 
 def test_resume_after_a_crash_mid_ticket_loses_none_and_repeats_none(audit_log: Log, tmp_path: Path) -> None:
     services = make_services()
-    services.crash_in_run = {"run4-t003"}
+    services.crash_in_run = {"run4-t006"}
     graph = make_graph(services, audit_log, tmp_path)
     with pytest.raises(Crash):
         run_loop(graph, "run4")
     state = run_loop(make_graph(services, audit_log, tmp_path), "run4", resume=True)
-    assert services.runs.count("run4-t001") == 1 and services.runs.count("run4-t002") == 1
-    assert services.runs.count("run4-t003") == 2  # the crashed ticket runs again, once
-    assert [h["ticket_id"] for h in state["history"]] == ["run4-t001", "run4-t001-rep", "run4-t002", "run4-t003",
-                                                          "run4-t004"]
+    assert services.runs.count("run4-t001") == 1 and services.runs.count("run4-t005") == 1
+    assert services.runs.count("run4-t006") == 2  # the crashed ticket runs again, once
+    assert [h["ticket_id"] for h in state["history"]] == ["run4-t001", "run4-t001-rep", "run4-t005", "run4-t006",
+                                                          "run4-t007"]
 
 
 def test_resume_after_a_crash_between_verdict_and_checkpoint_spends_no_second_query(
         audit_log: Log, tmp_path: Path) -> None:
     services = make_services()
-    services.crash_after_gate = {"run5-t003"}
+    services.crash_after_gate = {"run5-t006"}
     with pytest.raises(Crash):
         run_loop(make_graph(services, audit_log, tmp_path), "run5")
     state = run_loop(make_graph(services, audit_log, tmp_path), "run5", resume=True)
-    assert services.queries.count("run5-t003") == 1
-    assert _summary(state)[-1] == ("run5-t003", "reject")
+    assert services.queries.count("run5-t006") == 1
+    assert _summary(state)[-1] == ("run5-t006", "reject")
 
 
 @pytest.mark.slow

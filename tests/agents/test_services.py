@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agents.incumbent import Lineage
 from agents.services import BASELINE_MODEL, DEV_COMPARISONS, HostServices, RunSetup
 from runner import Evidence, TicketOutcome, TicketStatus
 from segfactory.home import Home
@@ -63,6 +64,11 @@ def services(audit_log: Log, tmp_path: Path) -> HostServices:
     return HostServices(setup)
 
 
+def _lineage(tid: str) -> Lineage:
+    return Lineage(ticket_id=tid, run_id="s1", parent_sha256="b" * 64, parent_fingerprint="p", config={"epochs": 1},
+                   dataset="synthetic/v1", dataset_hash="d", fingerprint="f")
+
+
 def _done(services: HostServices, tid: str, f1: float) -> None:
     folder = services.home.tickets_dir("s1") / tid
     folder.mkdir(parents=True)
@@ -76,7 +82,8 @@ def _done(services: HostServices, tid: str, f1: float) -> None:
 def test_a_finished_ticket_is_answered_from_its_outcome_and_compared_on_dev(services: HostServices) -> None:
     _done(services, "s1-t001", 0.30)
     _done(services, "s1-t002", 0.004)
-    services._execute = lambda ticket: pytest.fail("a finished ticket must not train again")  # type: ignore[method-assign]
+    services._execute = lambda *a: pytest.fail("a finished ticket must not train again")  # type: ignore[method-assign]
+    services.plan = lambda ticket: _lineage(ticket.id)  # type: ignore[method-assign]
     win, loss = services.run_ticket(_ticket("s1-t001")), services.run_ticket(_ticket("s1-t002"))
     assert (win.status, win.device_seconds) == ("dev_win", 42.0) and win.model_ref and win.model_ref.endswith("model.onnx")
     assert loss.status == "dev_loss"  # 0.004 above a best of 0.0 is under the 0.005 margin
@@ -91,12 +98,13 @@ def test_a_crashed_ticket_folder_is_set_aside_and_the_ticket_runs_once_more(
     (folder / "work").mkdir(parents=True)
     ran: list[str] = []
 
-    def execute(ticket: Ticket) -> TicketOutcome:
+    def execute(ticket: Ticket, lineage: Lineage) -> TicketOutcome:
         ran.append(ticket.id)
         assert not folder.exists()  # the runner refuses a ticket id that already has a folder
         return TicketOutcome(ticket_id=ticket.id, run_id="s1", status=TicketStatus.FAILED, reason="boom")
 
     services._execute = execute  # type: ignore[method-assign]
+    services.plan = lambda ticket: _lineage(ticket.id)  # type: ignore[method-assign]
     outcome = services.run_ticket(_ticket("s1-t003"))
     assert ran == ["s1-t003"] and outcome.status == "failed" and outcome.reason == "boom"
     aside = list((folder.parent / ".crashed").iterdir())

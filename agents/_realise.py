@@ -1,0 +1,164 @@
+"""Host-side realisation: each recommendation as a concrete change of the incumbent, or a reason.
+
+The catalogue (``agents.actions``) says what each rule does; this module does the parts that
+need the home: a curation plan applied as a new dataset version, a reviewed label version found,
+a top-up spec carried over. A ticket that names a dataset version (``change["dataset"]``) trains
+on it; :func:`named_dataset` checks that it is approved and that its dev split is the
+incumbent's, so its dev score compares like with like.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agents.actions import Catalogue, NotExecutable, Realised, load_catalogue, realise_config, rule_of
+from agents.incumbent import Incumbent
+from segfactory.errors import DataError, UsageError
+from segfactory.records import Recommendation, TicketKind
+
+NOT_EXECUTABLE_FILE = "not_executable.jsonl"  # people/: recommendations that became no ticket, and why
+REVIEWED_VERSIONS_NOTE = "a reviewed version: same train images and dev split as its parent, other train masks"
+
+
+def realise_all(services: Any, recs: tuple[Recommendation, ...], incumbent: Incumbent,
+                tried: set[str]) -> tuple[list[Recommendation], list[NotExecutable]]:
+    """Concrete recommendations (change, kind and epochs from the catalogue) and the refused ones."""
+    catalogue = services.catalogue() if hasattr(services, "catalogue") else load_catalogue()
+    realised, refused = [], []
+    for rec in recs:
+        got = realise(services, catalogue, rec, incumbent, tried)
+        if isinstance(got, NotExecutable):
+            refused.append(got)
+            continue
+        change = dict(got.change)
+        evidence = {**rec.evidence, "catalogue_action": got.rule, "catalogue_option": got.option}
+        if got.epochs is not None:
+            evidence["epochs"] = got.epochs
+        realised.append(rec.model_copy(update={"kind": got.kind, "change": change, "evidence": evidence}))
+    return realised, refused
+
+
+def realise(services: Any, catalogue: Catalogue, rec: Recommendation, incumbent: Incumbent,
+            tried: set[str]) -> Realised | NotExecutable:
+    rule = rule_of(rec)
+    entry = catalogue.actions.get(rule)
+    if entry is None:
+        return NotExecutable(rule=rule, recommendation_id=rec.id, reason=f"no catalogue action for rule {rule!r}")
+    if entry.do == "config":
+        return realise_config(rule, entry, rec, incumbent.config, tried, max_epochs=services.setup.max_epochs)
+    if entry.do == "topup":
+        spec = rec.change.get("synthetic")
+        if not isinstance(spec, dict) or not spec.get("slice"):
+            return NotExecutable(rule=rule, recommendation_id=rec.id, reason="the recommendation names no slice")
+        return _unless_tried(Realised(rule=rule, recommendation_id=rec.id, do="topup", kind=TicketKind.DATA,
+                                      change={"synthetic": dict(spec)}), tried)
+    if entry.do == "data_request":
+        change = {k: v for k, v in rec.change.items() if k != "action"}
+        return Realised(rule=rule, recommendation_id=rec.id, do="data_request", kind=TicketKind.DATA_REQUEST,
+                        change=change)
+    if entry.do == "curation":
+        return _curation(services, rule, rec, incumbent, tried)
+    if entry.do == "label_review":
+        return _label_review(services, rule, rec, incumbent, tried)
+    return NotExecutable(rule=rule, recommendation_id=rec.id,
+                         reason="the analysis found nothing to change (leave it): no ticket")
+
+
+def _unless_tried(got: Realised, tried: set[str]) -> Realised | NotExecutable:
+    from segfactory.records import canonical_json
+
+    if canonical_json(got.change).decode() in tried:
+        return NotExecutable(rule=got.rule, recommendation_id=got.recommendation_id,
+                             reason=f"{got.change} was already tried on this incumbent")
+    return got
+
+
+def _curation(services: Any, rule: str, rec: Recommendation, incumbent: Incumbent,
+              tried: set[str]) -> Realised | NotExecutable:
+    """The version ``curate apply`` makes from the incumbent data's image plan (train items only:
+    dev stays the incumbent's, so the dev score compares like with like)."""
+    from analysis.curation import Plan, apply_plan, curate_images
+    from analysis.curation.plan import _applied
+    from synthetic.splits import read_split
+    from synthetic.versions import resolve
+
+    home_root = services.home.root
+    base = resolve(home_root, incumbent.dataset)
+    _, plan = curate_images(read_split(base.train, mmap=True), read_split(base.dev, mmap=True), dataset=base.ref,
+                            content_hash=base.content_hash)
+    items = [it for it in plan.items if it.split == "train"]
+    if not items:
+        return NotExecutable(rule=rule, recommendation_id=rec.id,
+                             reason=f"the curation plan for {base.ref} is empty (no duplicate, overlapping or "
+                                    "unusable train image): nothing to curate")
+    plan = Plan(kind=plan.kind, dataset=plan.dataset, content_hash=plan.content_hash, items=items)
+    made = _applied(home_root, base.name).get(plan.plan_hash)
+    version = resolve(home_root, made) if made else apply_plan(home_root, plan)[0]
+    if not version.approved:
+        return NotExecutable(rule=rule, recommendation_id=rec.id,
+                             reason=f"the curated version {version.ref} changes labels and waits for approval "
+                                    "(`segfactory approvals`)")
+    return _unless_tried(Realised(rule=rule, recommendation_id=rec.id, do="curation", kind=TicketKind.CURATION,
+                                  change={"dataset": version.ref, "curation_plan": plan.plan_hash,
+                                          "removed_or_oversampled": len(items)}), tried)
+
+
+def _label_review(services: Any, rule: str, rec: Recommendation, incumbent: Incumbent,
+                  tried: set[str]) -> Realised | NotExecutable:
+    """Train on the reviewed labels once a person has made them; until then, say that it waits."""
+    reviewed = reviewed_versions(services.home.root, incumbent.dataset)
+    if not reviewed:
+        services.audit("label_review_waiting", {"recommendation": rec.id, "dataset": incumbent.dataset})
+        return NotExecutable(rule=rule, recommendation_id=rec.id,
+                             reason=f"waits for a reviewed version of {incumbent.dataset}'s train labels "
+                                    "(review them with `segfactory curate defects` and the console, then apply "
+                                    "and approve the plan); the loop goes on meanwhile")
+    return _unless_tried(Realised(rule=rule, recommendation_id=rec.id, do="label_review", kind=TicketKind.CURATION,
+                                  change={"dataset": reviewed[-1], "label_review": True}), tried)
+
+
+def reviewed_versions(home_root: Path, parent_ref: str) -> list[str]:
+    """Approved versions whose parent is ``parent_ref``, with its train images and dev split, other masks."""
+    from synthetic.versions import approved, resolve
+
+    parent = resolve(home_root, parent_ref)
+    out = []
+    for version in approved(home_root):
+        if version.parent != parent.content_hash or version.name != parent.name:
+            continue
+        if version.split_hashes.get("dev") != parent.split_hashes.get("dev"):
+            continue
+        if _image_hashes(version.train) == _image_hashes(parent.train) and \
+                version.split_hashes.get("train") != parent.split_hashes.get("train"):
+            out.append(version.ref)
+    return out
+
+
+def _image_hashes(split: Path) -> list[str]:
+    rows = (split / "images.jsonl").read_text().splitlines()
+    return [json.loads(r).get("sha256", "") for r in rows if r.strip()]
+
+
+def named_dataset(services: Any, ticket: Any, base: Any) -> Any | None:
+    """The version a ticket names in ``change["dataset"]`` (curation, reviewed labels, approved
+    data), checked: approved, and with the incumbent's dev split. None when it names none."""
+    from synthetic.versions import resolve
+
+    ref = ticket.change.get("dataset")
+    if ticket.kind.value == "data" and ticket.change.get("approved_request") and not ref:
+        raise UsageError(f"approved request {ticket.change['approved_request']} names no dataset version to train "
+                         "on; import the data (`segfactory data import`) and approve the request with it")
+    if not ref:
+        return None
+    version = resolve(services.home.root, str(ref))
+    if not version.approved:
+        raise DataError(f"ticket {ticket.id} names dataset version {version.ref}, which is not approved")
+    if version.split_hashes.get("dev") != base.split_hashes.get("dev"):
+        raise DataError(f"ticket {ticket.id} names {version.ref}, whose dev split differs from the incumbent's "
+                        f"{base.ref}; a dev comparison needs the same dev images")
+    return version
+
+
+__all__ = ["NOT_EXECUTABLE_FILE", "named_dataset", "realise", "realise_all", "reviewed_versions"]

@@ -1,0 +1,133 @@
+"""The incumbent (what every ticket builds on) and the training-input fingerprint.
+
+A ticket patches the **incumbent**: the current best's training config, dataset version and code.
+The host records, for every ticket it starts, its lineage (parent model, the config after
+patching, the dataset version and its content hash, the code overlay and the fingerprint) in
+``runs/<run>/lineage.jsonl``; a promotion copies that row into ``runs/promotions.jsonl``, so the
+next ticket, in this run or a later one, builds on what won.
+
+The fingerprint is a SHA-256 over the training inputs that decide what a ticket trains: the
+config after patching (without the seed, which every ticket gets fresh from the host), the
+dataset version's content hash and the code overlay. A ticket whose fingerprint equals its
+parent's would train its parent again under another name; the host refuses it, except for the
+kinds whose point is repetition (:data:`REPEAT_KINDS`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.validate import BASE_CONFIG_EVIDENCE
+from segfactory.records import Arm, Ticket, canonical_json
+
+LINEAGE_FILE = "lineage.jsonl"  # runs/<run>/: one row per started ticket (no scores)
+DEFAULT_ACTION_EVIDENCE = "default-action"  # the control: the incumbent retrained with a fresh seed
+EXPLORATION_EVIDENCE = "exploration"  # prefix: a ticket from the explorer, not from the analysis
+NOT_FINGERPRINTED = ("seed",)  # config keys left out of the fingerprint (host-chosen per ticket)
+RepeatKind = Literal["base", "replicate", "aa", "challenge", "default-action"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Incumbent(_Strict):
+    """What the next ticket patches. ``ticket_id`` is None for the classical baseline."""
+
+    sha256: str
+    model: str
+    config: dict[str, Any]  # the training config tickets patch (the run's base for the baseline)
+    dataset: str  # dataset version ref, NAME/vK
+    dataset_hash: str = ""
+    code: dict[str, str] = Field(default_factory=dict)  # code overlay: path -> text
+    fingerprint: str = ""
+    ticket_id: str | None = None
+    run_id: str | None = None
+
+    @property
+    def trained(self) -> bool:
+        """False for the classical baseline: nothing of it was trained by a ticket."""
+        return self.ticket_id is not None
+
+
+class Lineage(_Strict):
+    """One started ticket: what it built on and what it trained (no score)."""
+
+    ticket_id: str
+    run_id: str
+    parent_sha256: str
+    parent_fingerprint: str
+    config: dict[str, Any]
+    dataset: str
+    dataset_hash: str
+    code: dict[str, str] = Field(default_factory=dict)
+    fingerprint: str
+    repeat: RepeatKind | None = None
+
+
+def fingerprint(config: dict[str, Any], dataset_hash: str, code: dict[str, str]) -> str:
+    """SHA-256 of the training inputs: config (seed left out), data content hash, code overlay."""
+    body = {"config": {k: v for k, v in config.items() if k not in NOT_FINGERPRINTED},
+            "data": dataset_hash,
+            "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(code.items())}}
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def repeat_kind(ticket: Ticket) -> RepeatKind | None:
+    """Why ``ticket`` may train what its parent trained, or None (then it must differ)."""
+    if ticket.replicate_of is not None:
+        return "replicate"
+    if ticket.arm is Arm.AA:
+        return "aa"
+    if ticket.arm is Arm.CHALLENGE:
+        return "challenge"
+    if ticket.evidence == [BASE_CONFIG_EVIDENCE] and not ticket.change:
+        return "base"
+    if ticket.evidence == [DEFAULT_ACTION_EVIDENCE] and not ticket.change:
+        return "default-action"
+    return None
+
+
+def same_as_parent(row: Lineage) -> str | None:
+    """The refusal reason when a non-repeat ticket would train exactly its parent's inputs."""
+    if row.repeat is None and row.fingerprint == row.parent_fingerprint:
+        return (f"ticket {row.ticket_id} trains exactly what its parent {row.parent_sha256[:12]} trained "
+                f"(training-input fingerprint {row.fingerprint[:12]}: same config, data {row.dataset} and "
+                "code); a change must change something")
+    return None
+
+
+def append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    """Append one JSON line, flushed to disk before returning (a kill -9 keeps whole lines)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every whole JSON line of ``path`` (a torn last line from a crash is skipped)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def read_lineage(run_dir: Path) -> dict[str, Lineage]:
+    return {r["ticket_id"]: Lineage.model_validate(r) for r in read_jsonl(run_dir / LINEAGE_FILE)}
+
+
+__all__ = ["DEFAULT_ACTION_EVIDENCE", "EXPLORATION_EVIDENCE", "Incumbent", "LINEAGE_FILE", "Lineage",
+           "append_jsonl", "fingerprint", "read_jsonl", "read_lineage", "repeat_kind", "same_as_parent"]
