@@ -18,12 +18,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agents._audit import AuditSink
-from agents.llm import LLMCaller, LLMFailed, ToolSpec, UserTurn
+from agents.llm import KNOWN_PROVIDERS, LLMCaller, LLMFailed, LLMUsage, ToolSpec, UserTurn, make_provider
 from agents.prompts import load_prompt
-from segfactory.errors import LimitExceeded
+from segfactory.errors import LimitExceeded, UsageError
 from segfactory.records import Actor, Arm, CoarseVerdict, Ticket, TicketKind, Verdict, canonical_json
 
 MAX_CHANGE_CHARS = 4000  # the change as canonical JSON; past it: truncated, with `change_truncated`
+KNOWN_JUDGES = ("rules", *(f"llm:{p}" for p in KNOWN_PROVIDERS))
 
 
 class _Frozen(BaseModel):
@@ -143,3 +144,32 @@ class Judge:
             return decision
         new = Decision.REJECT if review.decision == "reject" else Decision.ESCALATE
         return JudgeDecision(ticket_id=decision.ticket_id, decision=new, reason=review.reason, by="llm")
+
+
+def default_judge(proposer: str) -> str:
+    """The judge a run gets without ``--judge``: the rules with the rules proposer, else the
+    proposer's own provider as the LLM reviewer."""
+    return "rules" if proposer == "rules" else f"llm:{proposer}"
+
+
+def check_judge_spec(spec: str) -> str:
+    """``spec`` when it names a known judge; else a ``UsageError`` listing the known ones."""
+    provider = spec.removeprefix("llm:")
+    if spec == "rules" or (spec.startswith("llm:") and ":" in provider
+                           and provider.split(":", 1)[0] in {p.split(":")[0] for p in KNOWN_PROVIDERS}):
+        return spec
+    raise UsageError(f"judge {spec!r} is not registered; known: {', '.join(KNOWN_JUDGES)}")
+
+
+def make_reviewer(spec: str, *, sink: AuditSink, usage: LLMUsage, run_id: str | None,
+                  base_url: str | None = None) -> LLMCaller | None:
+    """The LLM reviewer for ``--judge spec``: None for ``rules``, else an audited caller (actor judge).
+
+    ``llm:<provider spec>`` takes the same provider grammar as ``--proposer`` (``llm:openai:MODEL``,
+    ``llm:anthropic:MODEL``, ``llm:local:URL[#MODEL]``). Its tokens count against the run's
+    ``usage``. Whatever it answers, :class:`Judge` lets it only agree, reject or escalate.
+    """
+    if check_judge_spec(spec) == "rules":
+        return None
+    provider = make_provider(spec.removeprefix("llm:"), sink, Actor.JUDGE, run_id=run_id, base_url=base_url)
+    return LLMCaller(provider, sink, usage, Actor.JUDGE, run_id=run_id)

@@ -70,9 +70,22 @@ def refusal_reason(ticket: Ticket, policy: BudgetPolicy) -> str | None:
 
 
 def code_files(ticket: Ticket) -> dict[str, str]:
-    """A code ticket's file edits: ``change["files"]`` maps a path in the code copy to its text."""
+    """A code ticket's file edits: ``change["files"]`` maps a path in the code copy to its text.
+
+    Validation (``agents.validate``) names code paths from the workspace, ``code/vision/...``;
+    here they are relative to the code copy itself, so that leading ``code/`` is dropped. Without
+    it the file would land in ``code/code/vision/...``, off the import path, and the ticket would
+    train the unchanged code under its name.
+    """
     files = ticket.change.get("files", {}) if ticket.kind == TicketKind.CODE else {}
-    return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+    if not isinstance(files, dict):
+        return {}
+    return {_beneath_code(str(k)): str(v) for k, v in files.items()}
+
+
+def _beneath_code(name: str) -> str:
+    parts = PurePosixPath(name).parts
+    return PurePosixPath(*parts[1:]).as_posix() if len(parts) > 1 and parts[0] == CODE_DIR else name
 
 
 def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:

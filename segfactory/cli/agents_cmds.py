@@ -43,13 +43,27 @@ def _seconds(text: str | None, flag: str) -> float | None:
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}  # local:URL needs none
 
 
-def _check_key(proposer: str) -> None:
-    """A vendor proposer without its key fails here, before any set-up (keys come only from the env)."""
+def _check_key(proposer: str, flag: str = "--proposer") -> None:
+    """A vendor provider without its key fails here, before any set-up (keys come only from the env)."""
     import os
 
     env = KEY_ENV.get(proposer.split(":", 1)[0])
     if env and not os.environ.get(env):
-        raise UsageError(f"{env} is not set; export it to use --proposer {proposer}, or use --proposer rules")
+        shown = proposer if flag == "--proposer" else f"llm:{proposer}"
+        raise UsageError(f"{env} is not set; export it to use {flag} {shown}, or use {flag} rules")
+
+
+def _check_judge(judge: str | None, proposer: str, code_agent: bool) -> None:
+    """A bad --judge, its missing key, or --code-agent without an LLM proposer: refused before any set-up."""
+    from agents.judge import check_judge_spec
+
+    if judge is not None:
+        check_judge_spec(judge)
+        if judge != "rules":
+            _check_key(judge.removeprefix("llm:"), flag="--judge")
+    if code_agent and proposer == "rules":
+        raise UsageError("--code-agent needs an LLM proposer (--proposer openai:MODEL, anthropic:MODEL or local:URL): "
+                         "the code-editing agent uses the proposer's provider")
 
 
 def _profile_of(home: Any, asked: str) -> str:
@@ -66,6 +80,11 @@ def run_cmd(
     proposer: Annotated[str, typer.Option("--proposer", help="rules | openai:MODEL | anthropic:MODEL | local:URL.")] = "rules",
     resume: Annotated[str | None, typer.Option("--resume", help="Continue run RUN from its last checkpoint.")] = None,
     backend: Annotated[str, typer.Option("--backend", help="Sandbox backend: docker or bwrap.")] = "bwrap",
+    judge: Annotated[str | None, typer.Option(
+        "--judge", help="rules | llm:PROVIDER (e.g. llm:openai:MODEL), the LLM reviewer that may reject or escalate; "
+                        "default: rules with the rules proposer, else the proposer's provider.")] = None,
+    code_agent: Annotated[bool, typer.Option(
+        "--code-agent", help="Code tickets get their files from the code-editing agent (needs an LLM proposer).")] = False,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -80,10 +99,12 @@ def run_cmd(
     if proposer != "rules" and proposer.split(":", 1)[0] not in {p.split(":")[0] for p in KNOWN_PROPOSERS}:
         raise UsageError(f"proposer {proposer!r} is not registered; known: {', '.join(KNOWN_PROPOSERS)}")
     _check_key(proposer)
+    _check_judge(judge, proposer, code_agent)
     budget_s, wall_s = _seconds(budget, "--budget"), _seconds(wall, "--wall")  # bad input fails before any set-up
     resolved = home_for(home, create=True, profile=profile)
     request = RunRequest(home=resolved, profile=_profile_of(resolved, profile), proposer=proposer, backend=backend,
-                         budget_s=budget_s, wall_s=wall_s, resume=resume, progress=_progress)
+                         budget_s=budget_s, wall_s=wall_s, resume=resume, progress=_progress, judge=judge,
+                         code_agent=code_agent)
     summary = start_run(request)
     if json_out:
         emit_json(summary)

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from agents.judge import Decision, Judge, JudgeInput, TicketMeta, rule_decision
+from agents.judge import Decision, Judge, JudgeInput, TicketMeta, default_judge, make_reviewer, rule_decision
 from agents.llm import LLMCaller, LLMUsage, make_provider
+from segfactory.errors import UsageError
 from segfactory.records import (
     Actor,
     Arm,
@@ -126,3 +127,57 @@ def test_llm_judge_may_reject_or_escalate_but_never_promote(flavour: str, keys: 
         assert judge.decide(_promotable()).decision is Decision.ESCALATE
     assert len(fake.received) == 6
     assert len(audit_log.events("judge_decision")) == 4
+
+
+def test_the_default_judge_follows_the_proposer_and_a_bad_spec_names_the_known_ones() -> None:
+    assert default_judge("rules") == "rules"
+    assert default_judge("openai:gpt-4o") == "llm:openai:gpt-4o"
+    assert default_judge("local:http://127.0.0.1:9/v1#m") == "llm:local:http://127.0.0.1:9/v1#m"
+    for bad in ("openai:gpt-4o", "llm:gpt:4", "llm:openai", "LLM"):
+        with pytest.raises(UsageError, match=f"judge '{bad}' is not registered; known: rules, llm:anthropic:MODEL"):
+            make_reviewer(bad, sink=_NoWrites(), usage=LLMUsage(), run_id="r1")
+    assert make_reviewer("rules", sink=_NoWrites(), usage=LLMUsage(), run_id="r1") is None
+
+
+class _NoWrites:
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no audit record expected")
+
+    def put_blob(self, data: bytes) -> str:
+        raise AssertionError("no blob expected")
+
+
+def test_make_reviewer_builds_an_audited_judge_that_rejects_and_cannot_promote(keys: None, audit_log: Log) -> None:
+    usage = LLMUsage()
+    script = [Step.call("review", {"decision": "reject", "reason": "the change does not test the hypothesis"}),
+              *[Step.call("review", {"decision": "promote", "reason": "promote it"})] * 3]
+    with openai_server(script) as fake:
+        reviewer = make_reviewer("llm:openai:gpt-4o", sink=audit_log, usage=usage, run_id="r9", base_url=fake.base_url)
+        assert reviewer is not None
+        reviewer.backoff_base_s = 0.01
+        judge = Judge(audit_log, reviewer=reviewer, run_id="r9")
+        assert judge.decide(_promotable()).decision is Decision.REJECT
+        escalated = judge.decide(_promotable())  # "promote" is no answer it may give: escalated, never promoted
+    assert (escalated.decision, escalated.by) == (Decision.ESCALATE, "llm")
+    attempts = [r for r in audit_log.records() if r.event == "llm_attempt"]
+    assert attempts and {(r.actor, r.run_id) for r in attempts} == {("judge", "r9")}
+    assert usage.input_tokens > 0  # the reviewer's tokens count against the run's meter
+    assert [r.run_id for r in audit_log.records() if r.event == "judge_decision"] == ["r9", "r9"]
+
+
+@pytest.mark.parametrize(("proposer", "judge", "recorded"), [
+    ("rules", None, "rules"), ("openai:gpt-4o", None, "llm:openai:gpt-4o"), ("openai:gpt-4o", "rules", "rules"),
+    ("rules", "llm:anthropic:claude-x", "llm:anthropic:claude-x")])
+def test_a_run_records_its_judge_so_a_resume_keeps_it(proposer: str, judge: str | None, recorded: str,
+                                                     tmp_path: Any) -> None:
+    from agents.run import RunRequest, _run_record
+    from agents.validate import RunCaps
+    from segfactory.home import Home
+
+    home = Home(tmp_path / "home")
+    caps = RunCaps(wall_seconds=60, device_seconds=60, tickets=1, llm_tokens=0)
+    req = RunRequest(home=home, profile="demo", proposer=proposer, judge=judge, code_agent=True)
+    record = _run_record(home, req, "r1", caps, "sha")
+    assert (record["judge"], record["code_agent"]) == (recorded, True)
+    resumed = _run_record(home, RunRequest(home=home, profile="demo", resume="r1"), "r1", caps, "sha")
+    assert (resumed["judge"], resumed["code_agent"]) == (recorded, True)

@@ -19,6 +19,8 @@ Cli = Callable[..., CliResult]
     (["--profile", "tiny"], "profile 'tiny' is not defined; known: demo, default"),
     (["--backend", "k8s"], "sandbox backend 'k8s' is not registered; known: bwrap, docker"),
     (["--budget", "soon"], "--budget 'soon'"),
+    (["--judge", "gpt:4"], "judge 'gpt:4' is not registered; known: rules, llm:anthropic:MODEL, llm:local:URL"),
+    (["--code-agent"], "--code-agent needs an LLM proposer"),
 ])
 def test_run_refuses_bad_input_before_any_set_up(cli: Cli, tmp_home: Path, args: list[str], message: str) -> None:
     result = cli("run", "--home", str(tmp_home), *args)
