@@ -163,3 +163,73 @@ def test_a_cut_and_regrown_log_is_caught_by_the_gates_anchors(
     assert any("seq 9" in p and "rewritten" in p for p in report["problems"]), report["problems"]
     failed = [r for r in iter_records(home.audit / "log.jsonl") if r.event == "anchor_failed"]
     assert failed and "409" in failed[0].payload["error"]
+
+
+def _raw(home: Home) -> object:
+    import httpx
+
+    sock = str(home.root / "gate-run" / "gate.sock")
+    return httpx.Client(transport=httpx.HTTPTransport(uds=sock), base_url="http://gate")
+
+
+def test_an_ack_cannot_drop_events_nobody_pulled(home: Home, gate_service: tuple[object, object]) -> None:
+    gate, client = gate_service
+    for i in range(3):
+        gate.ledger.queue_event("gate.verdict", {"ticket_id": f"t{i}"})  # type: ignore[attr-defined]
+    with _raw(home) as raw:  # type: ignore[attr-defined]
+        refused = raw.post("/audit/ack", json={"up_to": 2**62})
+    assert refused.status_code == 409 and "delivered" in refused.json()["error"]
+    with AuditLog(home, None) as log:
+        assert pull(client, log) == 3  # type: ignore[arg-type]
+    assert [r.payload["ticket_id"] for r in iter_records(home.audit / "log.jsonl")] == ["t0", "t1", "t2"]
+
+
+def test_event_ids_are_not_reused_after_a_full_ack(home: Home, gate_service: tuple[object, object]) -> None:
+    gate, client = gate_service
+    ledger = gate.ledger  # type: ignore[attr-defined]
+    with AuditLog(home, None) as log:
+        for round_ in range(3):
+            ledger.queue_event("gate.verdict", {"ticket_id": f"t{round_}"})
+            assert pull(client, log) == 1, f"round {round_}: the event was skipped"  # type: ignore[arg-type]
+            assert ledger.events_after(0) == []  # acknowledged: the queue is empty again
+    ids = [r.payload["gate_event_id"] for r in iter_records(home.audit / "log.jsonl")]
+    assert ids == sorted(set(ids)) and len(ids) == 3
+
+
+PULLER = """
+    import sys, time
+    from pathlib import Path
+    from audit import AuditLog
+    from audit.gate_events import pull
+    from gate.client import GateClient
+    from segfactory.home import Home
+    root = Path(sys.argv[1])
+    client = GateClient(socket_path=root / "gate-run" / "gate.sock")
+    with AuditLog(Home(root), None) as log:
+        while not (root / "stop").exists():
+            pull(client, log)
+        pull(client, log)
+"""
+
+
+def test_two_pulling_processes_append_each_event_once(home: Home, gate_service: tuple[object, object]) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.conftest import REPO
+
+    gate, _ = gate_service
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(PULLER), str(home.root)], cwd=REPO,
+                              stderr=subprocess.PIPE) for _ in range(2)]
+    try:
+        for i in range(60):
+            gate.ledger.queue_event("gate.verdict", {"ticket_id": f"t{i}"})  # type: ignore[attr-defined]
+            time.sleep(0.02)
+        time.sleep(1.0)
+    finally:
+        (home.root / "stop").touch()
+        errors = [p.communicate(timeout=60)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    tickets = [r.payload["ticket_id"] for r in iter_records(home.audit / "log.jsonl") if r.actor.value == "gate"]
+    assert sorted(tickets, key=lambda t: int(t[1:])) == [f"t{i}" for i in range(60)]
