@@ -10,10 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from segfactory.records import Actor, Budget
 
@@ -42,17 +39,27 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
 
     policy = load_budget_policy()
     ticket_caps = policy.for_profile(record["profile"]).ticket
-    base = yaml.safe_load(Path(services.setup.base_config).read_text())
+    from agents.proposer.explore import ExploringProposer
+
     proposer = get_proposer(record["proposer"], sink=audit, usage=usage, default_budget=defaults.ticket,
                             caps=Budget(device_seconds=ticket_caps.max_device_seconds, epochs=ticket_caps.max_epochs),
-                            run_id=record["run_id"], base_first=True)
+                            run_id=record["run_id"], base_first=not services.incumbent().trained)
+    if defaults.explore:  # when the analysis has nothing new, TPE around the incumbent fills the batch
+        proposer = ExploringProposer(proposer, defaults.ticket, seed=int(record["run_id"].encode().hex()[-6:], 16))
+
+    def check(ticket: Any) -> list[str]:
+        config = services.incumbent().config  # the change applies to the incumbent's config
+        return ticket_problems(ticket, policy, record["profile"], base_config=config) or services.check(ticket)
+
     reviewer = make_reviewer(record.get("judge") or default_judge(record["proposer"]), sink=audit, usage=usage,
                              run_id=record["run_id"])
     deps = LoopDeps(services=services, proposer=proposer, judge=Judge(audit, reviewer=reviewer, run_id=record["run_id"]),
                     sink=audit,
                     caps=RunCaps.model_validate(record["caps"]), usage=usage,
-                    check=lambda t: ticket_problems(t, policy, record["profile"], base_config=base),
-                    make_seed=lambda: secrets.randbelow(2**31), approvals=ApprovalQueue(req.home.state_db, audit))
+                    check=check, make_seed=lambda: secrets.randbelow(2**31),
+                    approvals=ApprovalQueue(req.home.state_db, audit),
+                    plateau_tickets=defaults.plateau.tickets_without_dev_win, default_action=defaults.default_action,
+                    default_budget=defaults.ticket)
     if record.get("code_agent"):  # code drafts get their files from the code-editing agent first
         from agents.code_arm import with_code_arm
 
@@ -65,6 +72,7 @@ def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults:
     from agents.graph import build_graph, run_loop
     from agents.run import DATASET, REPO
     from agents.services import HostServices, RunSetup
+    from agents.validate import load_budget_policy
     from audit.gate_events import pull
     from gate.win_rule import load_win_rule
     from synthetic.versions import resolve
@@ -73,8 +81,10 @@ def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults:
     rule, _ = load_win_rule()
     setup = RunSetup(home=home, run_id=run_id, backend=record["backend"], dataset=resolve(home.root, DATASET),
                      base_config=REPO / defaults.base_config, gate=client, audit=audit,
-                     dev_margin=rule.dev_rule.dev_margin, progress=req.progress)
+                     dev_margin=rule.dev_rule.dev_margin, progress=req.progress, threshold=rule.threshold,
+                     max_epochs=load_budget_policy().for_profile(record["profile"]).ticket.max_epochs)
     services = HostServices(setup)
+    services.catalogue()  # a catalogue that does not parse stops the run here, naming the file and line
     usage = _usage(home, run_id, int(record["caps"]["llm_tokens"]))
     deps = _deps(req, record, services, audit, defaults, usage)
     graph = build_graph(deps, home.state_db)

@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from segfactory.errors import PolicyError, SandboxError, UsageError
@@ -33,18 +32,34 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Plateau(_Strict):
+    """The written rule that ends a run that has stopped improving."""
+
+    tickets_without_dev_win: int = Field(default=0, ge=0)  # 0: never (the budget ends the run)
+
+
 class RunDefaults(_Strict):
     base_config: str
     ticket: Budget
     run: dict[str, float] = Field(default_factory=dict)  # tickets, device_seconds, wall_seconds
+    plateau: Plateau = Plateau()
+    explore: bool = True  # fill the batch with TPE around the incumbent when the analysis has nothing new
+    default_action: bool = True  # each round on a trained best starts with a fresh-seed re-run (a control)
+
+
+class RunPolicy(_Strict):
+    schema_version: Literal[1]
+    profiles: dict[str, RunDefaults]
 
 
 def load_run_defaults(profile: str, path: Path = RUN_POLICY) -> RunDefaults:
-    data = yaml.safe_load(path.read_text())
-    try:
-        return RunDefaults.model_validate(data["profiles"][profile])
-    except KeyError:
-        raise UsageError(f"{path} has no profile {profile!r}; known: {', '.join(data['profiles'])}") from None
+    """One profile of ``policies/run.yaml``; a file that does not parse names the file and line."""
+    from agents.actions import load_yaml_policy
+
+    policy: RunPolicy = load_yaml_policy(path, RunPolicy)
+    if profile not in policy.profiles:
+        raise UsageError(f"{path} has no profile {profile!r}; known: {', '.join(policy.profiles)}")
+    return policy.profiles[profile]
 
 
 @dataclass(frozen=True)
