@@ -1,8 +1,10 @@
 """Entry point of the gate service when it runs from its pinned copy.
 
-Started by ``segfactory gate serve`` as ``python -I -c <boot>`` with the pinned directory first
-on ``sys.path``. It verifies the copy and the loaded modules, refuses service (exit 3, with an
-audit event in the ledger) on any mismatch, and re-verifies before every verdict.
+Started by ``segfactory gate serve`` as ``python -I -B -c <boot>`` with the pinned directory
+first on ``sys.path`` and bytecode writing off (the copy stays byte-identical and read-only).
+It verifies that the copy is the one the ledger pinned, its files and the loaded modules,
+refuses service (exit 3, with an audit event in the ledger) on any mismatch, and re-verifies
+before every verdict and milestone.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ EXIT_PIN_MISMATCH = 3
 
 def boot_code(pinned: Path) -> str:
     """The ``-c`` program that puts the copy first on ``sys.path`` and runs ``main``."""
-    return (f"import sys; sys.path.insert(0, {str(pinned)!r}); "
+    return (f"import sys; sys.dont_write_bytecode = True; sys.path.insert(0, {str(pinned)!r}); "
             "from gate._serve_pinned import main; sys.exit(main(sys.argv[1:]))")
 
 
@@ -28,8 +30,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--socket", type=Path)
     parser.add_argument("--host")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--pad-quantum", type=float, required=True)
+    parser.add_argument("--answer-time", type=float, required=True)
     parser.add_argument("--token-env", default="SEGFACTORY_GATE_TOKEN")
+    parser.add_argument("--agent-token-env", default="SEGFACTORY_GATE_AGENT_TOKEN")
     return parser.parse_args(argv)
 
 
@@ -37,14 +40,15 @@ def main(argv: list[str]) -> int:
     import os
 
     from gate.core import Gate
-    from gate.pinned import PinError, verify
+    from gate.pinned import META_PINNED, PinError, verify
     from gate.service import serve
     from segfactory.errors import GateError, SegfactoryError
 
     args = _args(argv)
     gate = Gate(args.home / "vault", win_rule_path=args.win_rule, home_root=args.home)
+    expected = gate.ledger.get_meta(META_PINNED) or ""  # the ledger, not CURRENT, says which copy is pinned
     try:
-        verify(args.pinned)
+        verify(args.pinned, expected)
     except PinError as exc:
         gate.ledger.queue_event("gate.pin_mismatch", {"reason": str(exc), "when": "start"})
         sys.stderr.write(f"segfactory: error: gate refuses service: {exc}\n")
@@ -52,14 +56,15 @@ def main(argv: list[str]) -> int:
 
     def integrity() -> None:
         try:
-            verify(args.pinned)
+            verify(args.pinned, expected)
         except PinError as exc:
-            gate.ledger.queue_event("gate.pin_mismatch", {"reason": str(exc), "when": "verdict"})
+            gate.ledger.queue_event("gate.pin_mismatch", {"reason": str(exc), "when": "check"})
             raise GateError(f"pinned code mismatch: {exc}") from None
 
     gate.integrity_check = integrity
     try:
-        serve(gate, args.socket, args.host, args.port, os.environ.get(args.token_env) or None, args.pad_quantum)
+        serve(gate, args.socket, args.host, args.port, os.environ.get(args.token_env) or None, args.answer_time,
+              os.environ.get(args.agent_token_env) or None)
     except SegfactoryError as exc:
         sys.stderr.write(f"segfactory: error: {exc}\n")
         return 2

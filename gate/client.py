@@ -1,8 +1,11 @@
 """A small typed client for the gate service (orchestrator, runner, audit writer, CLI).
 
-``GateClient(socket_path=...)`` talks over the Unix socket; ``GateClient(url=..., token=...)``
-over TCP with a bearer token. ``running_gate(home)`` starts ``segfactory gate serve`` on a
-fresh socket, waits until it answers, yields a client and stops the service on exit.
+``GateClient(socket_path=...)`` talks over the Unix socket with the credential the served gate
+left beside it for the client's ``role``: ``host`` (the default: orchestrator, audit writer, a
+person's CLI; every endpoint) or ``agent`` (``/submit`` and ``/status`` only).
+``GateClient(url=..., token=...)`` talks over TCP with a bearer token. ``running_gate(home)``
+starts ``segfactory gate serve`` on a fresh socket, waits until it answers, yields a client and
+stops the service on exit; ``home_gate(home)`` reaches the home's served gate, else starts one.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from gate.roles import HOST, ROLES, token_file
 from segfactory.errors import GateError
 from segfactory.records import CoarseVerdict
 
@@ -30,8 +34,15 @@ START_TIMEOUT_S = 60.0  # time for a spawned gate to answer /status; past it: Ga
 class GateClient:
     """Typed calls to the gate. Every failure is a GateError naming the endpoint."""
 
-    def __init__(self, socket_path: Path | str | None = None, url: str | None = None, token: str | None = None):
+    def __init__(self, socket_path: Path | str | None = None, url: str | None = None, token: str | None = None,
+                 role: str = HOST):
+        if role not in ROLES:
+            raise GateError(f"gate role {role!r} is unknown; known: {', '.join(ROLES)}")
         self.server_pid: int | None = None  # set by running_gate: the service's process id
+        self.role = role
+        self._token = token
+        # the served gate writes its credentials at start, so a client made before that reads them late
+        self._token_path = token_file(Path(socket_path).parent, role) if socket_path is not None and not token else None
         headers = {"authorization": f"Bearer {token}"} if token else {}
         if socket_path is not None:
             transport = httpx.HTTPTransport(uds=str(socket_path))
@@ -45,9 +56,21 @@ class GateClient:
     def close(self) -> None:
         self._http.close()
 
+    def _credential(self) -> dict[str, str]:
+        if self._token_path is None:
+            return {}
+        try:
+            token = self._token_path.read_text().strip()
+        except FileNotFoundError:
+            return {}  # not written yet (the gate is starting): the gate answers 401
+        except PermissionError:
+            raise GateError(f"cannot read the gate's {self.role} credential {self._token_path}: permission "
+                            "denied; run as a member of group segfactory") from None
+        return {"authorization": f"Bearer {token}"}
+
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            return self._http.request(method, path, **kwargs)
+            return self._http.request(method, path, headers=self._credential(), **kwargs)
         except httpx.HTTPError as exc:
             raise GateError(f"gate unreachable at {path}: {exc}") from None
 
@@ -99,6 +122,15 @@ class GateClient:
     def ack_events(self, up_to: int) -> int:
         return int(self._json("POST", "/audit/ack", json={"up_to": up_to})["dropped"])
 
+    def set_reference(self, model_path: Path | str, reason: str) -> str:
+        """An A/A run's reference model becomes the best (kind ``reference``, never a promotion)."""
+        body = {"model_b64": base64.b64encode(Path(model_path).read_bytes()).decode(), "reason": reason}
+        return str(self._json("POST", "/reference", json=body)["model_sha256"])
+
+    def rotate(self, tier: str) -> int:
+        """Draw a fresh secret-seeded version of ``tier``; returns its version number."""
+        return int(self._json("POST", "/rotate", json={"tier": tier})["version"])
+
     def milestone(self, name: str, run_id: str, model_paths: list[Path] | None = None,
                   tiers: list[str] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"name": name, "run_id": run_id,
@@ -133,7 +165,8 @@ def _prepare_for_gate_user(home: Path, socket_dir: Path) -> None:
 
 
 @contextmanager
-def running_gate(home: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None) -> Iterator[GateClient]:
+def running_gate(home: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None,
+                 role: str = HOST) -> Iterator[GateClient]:
     """Start ``gate serve`` for ``home`` on a private socket; stop it on exit."""
     with tempfile.TemporaryDirectory(prefix="segfactory-gate-") as tmp:
         sock = Path(tmp) / "run" / "gate.sock"
@@ -141,7 +174,7 @@ def running_gate(home: Path, extra_args: list[str] | None = None, env: dict[str,
         cmd = [sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(home), "--socket", str(sock)]
         proc = subprocess.Popen(cmd + (extra_args or []), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=env or dict(os.environ))
-        client = GateClient(socket_path=sock)
+        client = GateClient(socket_path=sock, role=role)
         client.server_pid = proc.pid
         try:
             wait_ready(client, proc)
@@ -154,3 +187,26 @@ def running_gate(home: Path, extra_args: list[str] | None = None, env: dict[str,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+SERVED_SOCKET = Path("gate-run") / "gate.sock"  # `segfactory gate serve` without --socket
+
+
+@contextmanager
+def home_gate(home: Path, role: str = HOST) -> Iterator[GateClient]:
+    """The home's served gate (``<home>/gate-run/gate.sock``) when it answers, else one started for the duration."""
+    sock = Path(home) / SERVED_SOCKET
+    if sock.exists():
+        client = GateClient(socket_path=sock, role=role)
+        try:
+            client.status()
+        except GateError:
+            client.close()
+        else:
+            try:
+                yield client
+            finally:
+                client.close()
+            return
+    with running_gate(Path(home), role=role) as started:
+        yield started

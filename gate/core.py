@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from gate import tiers
-from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
-from gate.ledger import PENDING, Ledger
+from gate.intake import CheckedModel, IntakeError, IntakeUnavailable, inspect_bytes, inspect_model
+from gate.ledger import PENDING, Ledger, LedgerError, QueryRow
 from gate.scorer import ScoringError, score_checked
 from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule, perturbed_views
 from segfactory.errors import DataError, GateError, PolicyError
@@ -34,6 +36,28 @@ TICKET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 META_WIN_RULE = "win_rule_sha256"
 BEST_DIR = "best"
 MODELS_DIR = "models"  # every submitted model that passed intake, by sha256 (for promotion)
+
+
+class Deadline:
+    """The moment a submission's answer leaves (``time.monotonic()``), shared by the service and the gate.
+
+    The service answers at ``at`` whatever happens; the first to ``claim`` decides what that answer
+    holds: the gate with its verdict, when it is reached in time, or the service with ``INVALID``
+    (an overrun, which the gate then records in place of the late verdict, so the ledger always
+    says what the agent was told).
+    """
+
+    def __init__(self, at: float):
+        self.at = at
+        self._lock = threading.Lock()
+        self._owner: str | None = None
+
+    def claim(self, who: str) -> bool:
+        """True when ``who`` decides the answer (first claim, and a verdict only before ``at``)."""
+        with self._lock:
+            if self._owner is None and (who != "verdict" or time.monotonic() <= self.at):
+                self._owner = who
+            return self._owner == who
 
 
 @dataclass(frozen=True)
@@ -85,25 +109,67 @@ class Gate:
         return check_pinned(self.win_rule_path, pinned)
 
     # -- submission ---------------------------------------------------------------------------
+    @staticmethod
+    def ticket_id_for(ticket_id: str | None) -> str:
+        """The id a submission is recorded under: a malformed id becomes ``bad-ticket-<hash>``."""
+        if TICKET_ID.match(ticket_id or ""):
+            return str(ticket_id)
+        return f"bad-ticket-{hashlib.sha256((ticket_id or '').encode()).hexdigest()[:16]}"
+
     def submit(self, model_bytes: bytes, ticket_id: str, replicate_of: str | None = None,
-               train_data: str | None = None, run_id: str | None = None) -> Outcome:
-        if not TICKET_ID.match(ticket_id or ""):
-            digest = hashlib.sha256((ticket_id or "").encode()).hexdigest()[:16]
-            ticket_id = f"bad-ticket-{digest}"
+               train_data: str | None = None, run_id: str | None = None, deadline: Deadline | None = None) -> Outcome:
+        ticket_id = self.ticket_id_for(ticket_id)
         known = self.ledger.find_query(ticket_id)
         if known is not None and known.verdict != PENDING:
             return self._answer(ticket_id, known.tier, known.version, Verdict(known.verdict), known.reason, replay=True)
+        model_sha = hashlib.sha256(model_bytes).hexdigest()
+        if known is not None:  # PENDING: a crash or a lost answer left it open; its query is spent
+            return self._resume(known, model_bytes, model_sha, train_data, run_id, deadline)
         tier = Tier.CONFIRM_B.value if replicate_of else Tier.CONFIRM_A.value
         version = tiers.current_version(self.vault, tier)
         if version is None:
-            raise GateError(f"tier {tier} is not built in {self.vault}; run `segfactory init`")
-        model_sha = hashlib.sha256(model_bytes).hexdigest()
-        if known is None and not self.ledger.reserve_query(ticket_id, tier, version, model_sha, replicate_of, run_id):
+            return self._answer(ticket_id, tier, 0, Verdict.INVALID, f"tier {tier} is not built in {self.vault}")
+        if not self.ledger.reserve_query(ticket_id, tier, version, model_sha, replicate_of, run_id):
             reason = f"budget of {tier} v{version} is spent"
             self.ledger.record_refusal(ticket_id, tier, version, model_sha, Verdict.BUDGET_EXHAUSTED.value, reason)
             return self._answer(ticket_id, tier, version, Verdict.BUDGET_EXHAUSTED, reason)
-        verdict, reason, cacheable = self._judge(model_bytes, ticket_id, tier, version, replicate_of, train_data, run_id)
-        self.ledger.finish_query(ticket_id, verdict.value, reason, cache=cacheable, best_sha256=self._best_sha())
+        return self._finish(ticket_id, tier, version, model_bytes, replicate_of, train_data, run_id, deadline)
+
+    def _resume(self, known: QueryRow, model_bytes: bytes, model_sha: str, train_data: str | None,
+                run_id: str | None, deadline: Deadline | None) -> Outcome:
+        """Judge a PENDING ticket again, but only with the bytes it spent its query on."""
+        if known.model_sha256 != model_sha:
+            # Otherwise one spent query would buy a verdict for any number of models, and the
+            # verdict would be filed under the first model's hash, the one promotion installs.
+            reason = (f"ticket {known.ticket_id} is bound to the model first submitted under it (sha256 "
+                      f"{known.model_sha256[:12]}…); other bytes ({model_sha[:12]}…) are refused and the ticket is closed")
+            self.ledger.finish_query(known.ticket_id, Verdict.INVALID.value, reason, cache=False,
+                                     best_sha256=self._best_sha())
+            self.ledger.queue_event("gate.rebind_refused", {"ticket_id": known.ticket_id, "bound": known.model_sha256,
+                                                            "got": model_sha})
+            return self._answer(known.ticket_id, known.tier, known.version, Verdict.INVALID, reason)
+        return self._finish(known.ticket_id, known.tier, known.version, model_bytes, known.replicate_of, train_data,
+                            run_id, deadline)
+
+    def _finish(self, ticket_id: str, tier: str, version: int, model_bytes: bytes, replicate_of: str | None,
+                train_data: str | None, run_id: str | None, deadline: Deadline | None) -> Outcome:
+        """Judge a reserved query and record its verdict, or the overrun when the answer already left."""
+        best_sha, started = self._best_sha(), time.monotonic()
+        try:
+            verdict, reason, cacheable = self._judge(model_bytes, ticket_id, tier, version, replicate_of, train_data,
+                                                     run_id)
+        except Exception as exc:  # an unforeseen failure is one more INVALID, never a distinguishable error
+            log.exception("gate: internal error judging %s", ticket_id)
+            verdict, reason, cacheable = Verdict.INVALID, f"internal error: {type(exc).__name__}: {exc}", False
+            self.ledger.queue_event("gate.internal_error", {"ticket_id": ticket_id, "reason": reason})
+        if deadline is not None and not deadline.claim("verdict"):
+            took = time.monotonic() - started
+            reason = (f"overrun: the verdict took {took:.1f} s, past the fixed answer time, so the agent was answered "
+                      f"INVALID; the late verdict was {verdict.value} ({reason})")
+            self.ledger.queue_event("gate.overrun", {"ticket_id": ticket_id, "tier": tier, "tier_version": version,
+                                                     "took_s": round(took, 3), "late_verdict": verdict.value})
+            verdict, cacheable = Verdict.INVALID, False
+        self.ledger.finish_query(ticket_id, verdict.value, reason, cache=cacheable, best_sha256=best_sha)
         return self._answer(ticket_id, tier, version, verdict, reason)
 
     def _judge(self, model_bytes: bytes, ticket_id: str, tier: str, version: int, replicate_of: str | None,
@@ -113,13 +179,15 @@ class Gate:
             rule = self.rule()
             if self.integrity_check is not None:
                 self.integrity_check()
-            self._check_preconditions(ticket_id, replicate_of, run_id)
+            self._check_preconditions(ticket_id, replicate_of, run_id, hashlib.sha256(model_bytes).hexdigest())
             checked = inspect_bytes(model_bytes)
             self._keep(checked)
             if train_data is not None:
                 self._check_leakage(train_data, ticket_id, run_id)
         except (IntakeError, PolicyError, GateError) as exc:
-            return Verdict.INVALID, str(exc), isinstance(exc, IntakeError)
+            # a rule's refusal is a property of the bytes; a child that could not answer is not
+            deterministic = isinstance(exc, IntakeError) and not isinstance(exc, IntakeUnavailable)
+            return Verdict.INVALID, str(exc), deterministic
         cached = self.ledger.cached_verdict(checked.sha256, tier, version, self._best_sha())
         if cached is not None:
             return Verdict(cached[0]), f"cached: {cached[1]}", False
@@ -142,21 +210,39 @@ class Gate:
             tmp.replace(target)
 
     def promote(self, ticket_id: str) -> str:
-        """Make ticket's model the best: only after its confirm-a WIN and a confirm-b replicate WIN."""
+        """Make ticket's model the best: only after its confirm-a WIN and a confirm-b replicate WIN,
+        both reached against the current best, the replicate with other (retrained) model bytes."""
         query = self.ledger.find_query(ticket_id)
         if query is None or query.tier != Tier.CONFIRM_A.value or query.verdict != Verdict.WIN.value:
             raise GateError(f"ticket {ticket_id!r} has no recorded WIN on confirm-a; promotion refused")
+        best_sha = self._best_sha()
+        if best_sha == query.model_sha256:
+            return query.model_sha256  # already the best: a repeated promotion answers the same
+        if query.best_sha256 != best_sha:
+            raise GateError(f"ticket {ticket_id!r} won confirm-a against the best {str(query.best_sha256)[:12]}…, but "
+                            f"the best is now {best_sha[:12]}…; promotion refused (submit it again against the "
+                            "current best)")
         replicates = [q for q in self.ledger.queries() if q.replicate_of == ticket_id
                       and q.tier == Tier.CONFIRM_B.value and q.verdict == Verdict.WIN.value]
-        if not replicates:
-            raise GateError(f"ticket {ticket_id!r} has no replicate WIN on confirm-b; promotion refused")
-        best = self.ledger.current_best()
-        if best is not None and best["model_sha256"] == query.model_sha256:
-            return query.model_sha256
-        reason = f"{ticket_id} won confirm-a; replicate {replicates[0].ticket_id} won confirm-b"
+        retrained = [q for q in replicates if q.model_sha256 != query.model_sha256]
+        if not retrained:
+            raise GateError(f"ticket {ticket_id!r} has no replicate WIN on confirm-b with retrained model bytes "
+                            f"({len(replicates)} replicate WIN(s) of identical bytes); promotion refused")
+        current = [q for q in retrained if q.best_sha256 == best_sha]
+        if not current:
+            raise GateError(f"the replicate WINs of {ticket_id!r} were against an earlier best, not "
+                            f"{best_sha[:12]}…; promotion refused")
+        reason = f"{ticket_id} won confirm-a; replicate {current[0].ticket_id} won confirm-b"
         return self.set_best(self.vault / MODELS_DIR / f"{query.model_sha256}.onnx", "promotion", reason)
 
-    def _check_preconditions(self, ticket_id: str, replicate_of: str | None, run_id: str | None) -> None:
+    def set_reference(self, model_bytes: bytes, reason: str) -> str:
+        """Make a model the best as an A/A reference: a move of its own kind, never a promotion."""
+        checked = inspect_bytes(model_bytes)
+        self._keep(checked)
+        return self.set_best(self.vault / MODELS_DIR / f"{checked.sha256}.onnx", "reference", reason)
+
+    def _check_preconditions(self, ticket_id: str, replicate_of: str | None, run_id: str | None,
+                             model_sha: str) -> None:
         if ticket_id.startswith("bad-ticket-"):
             raise GateError("ticket id does not match the ticket id pattern")
         if run_id is not None and any(q["run_id"] == run_id for q in self.ledger.quarantines()):
@@ -165,6 +251,9 @@ class Gate:
             original = self.ledger.find_query(replicate_of)
             if original is None or original.tier != Tier.CONFIRM_A.value or original.verdict != Verdict.WIN.value:
                 raise GateError(f"replicate_of {replicate_of!r} is not a recorded WIN on confirm-a")
+            if original.model_sha256 == model_sha:
+                raise GateError(f"the replicate of {replicate_of!r} has the original's model bytes; a replicate is "
+                                "retrained with a new host-chosen seed")
 
     def _check_leakage(self, train_data: str, ticket_id: str, run_id: str | None) -> None:
         from gate.leakage import LeakError, check_training_data
@@ -201,7 +290,10 @@ class Gate:
 
     def _answer(self, ticket_id: str, tier: str, version: int, verdict: Verdict, reason: str,
                 replay: bool = False) -> Outcome:
-        left = self.ledger.budget_left(tier, version)
+        try:
+            left = self.ledger.budget_left(tier, version)
+        except LedgerError:  # a tier version the ledger never registered has no budget
+            left = 0
         answer = CoarseVerdict(ticket_id=ticket_id, tier=tier, verdict=verdict, queries_left=left)
         self.ledger.queue_event("gate.verdict", {
             "ticket_id": ticket_id, "tier": tier, "tier_version": version, "verdict": verdict.value,

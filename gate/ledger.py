@@ -214,9 +214,10 @@ class Ledger:
 
     # -- current best -------------------------------------------------------------------------
     def set_best(self, model_sha256: str, model_path: str, kind: str, reason: str) -> None:
-        """Move the global best; ``kind`` is ``init``, ``promotion`` or ``retraction``."""
-        if kind not in {"init", "promotion", "retraction"}:
-            raise LedgerError(f"the best moves only on init, promotion or retraction; got {kind!r}")
+        """Move the global best; ``kind`` is ``init``, ``promotion``, ``retraction`` or ``reference``
+        (an A/A run's reference model, recorded as such: it never counts as a promotion)."""
+        if kind not in {"init", "promotion", "retraction", "reference"}:
+            raise LedgerError(f"the best moves only on init, promotion, retraction or reference; got {kind!r}")
         with self.transaction() as db:
             db.execute(
                 "INSERT INTO best (model_sha256, model_path, ts, kind, reason) VALUES (?, ?, ?, ?, ?)",

@@ -1,12 +1,18 @@
-"""The gate's pinned copy (issue 4, §3): the code that scores, frozen into the vault at init.
+"""The gate's pinned copy: the code that scores, frozen into the vault at init.
 
 ``pin_code(vault)`` copies ``gate/``, ``vision/``, ``analysis/``, ``synthetic/`` and
 ``segfactory/{__init__,records,errors}.py`` into ``vault/gate-pinned/<sha256>/`` with a
-``MANIFEST.json`` of file hashes; the directory name is the sha256 of the manifest.
-The service runs from that copy (``python -I``, the copy first on ``sys.path``) and calls
-``verify`` at start and before each verdict: every manifest file must still hash the same, no
-unlisted ``.py`` file may appear, and every loaded module of these packages must have its
-``__file__`` inside the copy. Any mismatch raises ``PinError`` and service is refused.
+``MANIFEST.json`` of file hashes; the directory name is the sha256 of the manifest. The copy is
+made read-only (files 0444, directories 0555; as root, ``gate.users.lock_vault`` also gives it
+to root, so the gate's own user cannot make it writable again).
+
+The service runs from that copy (``python -I -B``: no bytecode is ever written into it, so it
+stays byte-identical to what was pinned) and calls ``verify`` at start, before each verdict and
+before each milestone: the copy must be the one whose digest the ledger recorded at init; every
+manifest file must still hash the same; no other file may appear, ``__pycache__`` and its
+bytecode included (Python would run a planted ``.pyc`` whose source is unchanged); nothing may
+be writable; and every loaded module of these packages must have its ``__file__`` inside the
+copy. Any mismatch raises ``PinError`` and service is refused.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ MANIFEST = "MANIFEST.json"
 CURRENT = "CURRENT"  # vault/gate-pinned/CURRENT names the digest the service runs from
 PINNED_DIR = "gate-pinned"
 META_PINNED = "pinned_code_sha256"
+FILE_MODE, DIR_MODE = 0o444, 0o555  # the pinned copy: readable, never writable
 
 
 class PinError(Exception):
@@ -79,10 +86,37 @@ def _copy(source: Path, manifest: dict[str, str], target: Path) -> None:
         shutil.copy2(source / name, staging / name)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
     os.rename(staging, target)
+    make_read_only(target)
 
 
-def verify_files(pinned: Path) -> str:
-    """Re-hash the copy against its manifest; returns the digest or raises PinError."""
+def make_read_only(pinned: Path) -> None:
+    """Files 0444, directories 0555 (deepest first, so the walk can still enter each directory)."""
+    for root, dirs, files in os.walk(pinned, topdown=False):
+        for name in files:
+            os.chmod(os.path.join(root, name), FILE_MODE, follow_symlinks=False)
+        for name in dirs:
+            os.chmod(os.path.join(root, name), DIR_MODE)
+    os.chmod(pinned, DIR_MODE)
+
+
+def _unexpected_entries(pinned: Path, manifest: dict[str, str]) -> list[str]:
+    """Anything in the copy that pinning did not put there (bytecode caches included), or writable."""
+    found = []
+    for path in sorted(pinned.rglob("*")):
+        name = str(path.relative_to(pinned))
+        if path.is_symlink() or (path.is_dir() and path.name == "__pycache__"):
+            found.append(name)
+        elif path.is_file() and name != MANIFEST and name not in manifest:
+            found.append(name)
+        elif path.lstat().st_mode & 0o222:
+            found.append(f"{name} (writable)")
+    return found
+
+
+def verify_files(pinned: Path, expected_digest: str | None = None) -> str:
+    """Re-hash the copy against its manifest (and the ledger's digest); returns the digest or raises PinError."""
+    if expected_digest is not None and pinned.name != expected_digest:
+        raise PinError(f"the served copy {pinned} is not the one pinned in the ledger ({expected_digest[:12]}…)")
     try:
         manifest: dict[str, str] = json.loads((pinned / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
@@ -90,10 +124,9 @@ def verify_files(pinned: Path) -> str:
     digest = manifest_digest(manifest)
     if digest != pinned.name:
         raise PinError(f"manifest of {pinned} hashes to {digest[:12]}…, not its directory name")
-    present = {str(p.relative_to(pinned)) for p in pinned.rglob("*.py") if "__pycache__" not in p.parts}
-    extra = sorted(present - set(manifest))
+    extra = _unexpected_entries(pinned, manifest)
     if extra:
-        raise PinError(f"unlisted files in the pinned copy: {extra[:5]}")
+        raise PinError(f"unlisted, cached or writable entries in the pinned copy: {extra[:5]}")
     for name, expected in manifest.items():
         path = pinned / name
         if not path.is_file() or _sha256(path) != expected:
@@ -115,8 +148,8 @@ def verify_loaded_modules(pinned: Path) -> None:
             raise PinError(f"module {name} was loaded from {origin}, outside the pinned copy {root}")
 
 
-def verify(pinned: Path) -> str:
-    """Both checks; returns the digest."""
-    digest = verify_files(pinned)
+def verify(pinned: Path, expected_digest: str | None = None) -> str:
+    """Both checks (the copy must be ``expected_digest``, the ledger's, when given); returns the digest."""
+    digest = verify_files(pinned, expected_digest)
     verify_loaded_modules(pinned)
     return digest

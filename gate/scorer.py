@@ -1,7 +1,7 @@
 """The confined scorer (trust rule 3): onnxruntime in a bwrap child that sees no vault.
 
 ``score_model(model_path, images) -> prob`` checks the model at intake, starts
-``python -I _scorer_child.py`` inside ``bwrap --unshare-all`` with only the Python runtime,
+``python -I -B _scorer_child.py`` inside ``bwrap --unshare-all`` with only the Python runtime,
 numpy and onnxruntime bound read-only, sends the checked model bytes and the images over a pipe
 (raw float32, fixed headers, nothing pickled) and validates what comes back (shape, finite,
 range). Labels never enter the child. The API knows nothing of vaults: the runner uses it on
@@ -15,12 +15,9 @@ threads, ``WALL_SECONDS`` per answer. Any breach raises ``ScoringError``.
 from __future__ import annotations
 
 import os
-import resource
 import select
-import shutil
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -29,69 +26,33 @@ from typing import IO
 import numpy as np
 
 from gate import _scorer_child as wire
+from gate._confine import (
+    ADDRESS_SPACE_BYTES,
+    CPU_SECONDS,
+    ConfinementError,
+    child_env,
+    confined_command,
+    limit_child,
+)
 from gate.intake import CheckedModel, IntakeError, inspect_model
 
-CPU_SECONDS = 600  # CPU time for one scorer child; past this: killed, ScoringError
-ADDRESS_SPACE_BYTES = 8 * 1024**3  # virtual memory of the child; past this: allocation fails
 THREADS = 2  # onnxruntime intra-op threads (and OMP/MKL threads) in the child
 WALL_SECONDS = 300.0  # wall time to wait for one answer; past this: killed, ScoringError
 BATCH_IMAGES = 64  # images per frame sent to the child
 PROB_TOLERANCE = 1e-4  # outputs outside [0 - tol, 1 + tol] are refused
-CHILD_PATH = "/sf/child.py"
-_RUNTIME_PACKAGES = ("numpy", "numpy.libs", "onnxruntime")
+SCORER_PACKAGES = ("numpy", "onnxruntime")  # found unimported: the parent never loads onnxruntime
 
 
 class ScoringError(Exception):
     """The model could not be scored; the message is the reason for people."""
 
 
-def _site_packages() -> Path:
-    import onnxruntime
-
-    return Path(onnxruntime.__file__).resolve().parent.parent
-
-
 def bwrap_command(threads: int = THREADS) -> list[str]:
     """The bwrap invocation: runtime read-only, nothing else, every namespace unshared."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        raise ScoringError("bubblewrap (bwrap) is not installed; the gate never scores unconfined")
-    base = Path(sys.base_prefix).resolve()
-    python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-    cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    for system_dir in ("/usr", "/lib", "/lib64", "/bin"):
-        if Path(system_dir).is_symlink():
-            cmd += ["--symlink", os.readlink(system_dir), system_dir]
-        elif Path(system_dir).is_dir():
-            cmd += ["--ro-bind", system_dir, system_dir]
-    cmd += ["--ro-bind", str(base), str(base), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    site = _site_packages()
-    for package in _RUNTIME_PACKAGES:
-        if (site / package).exists():
-            cmd += ["--ro-bind", str(site / package), f"/sf/site/{package}"]
-    cmd += ["--ro-bind", wire.__file__, CHILD_PATH, "--chdir", "/tmp"]
-    cmd += [str(python.resolve()), "-I", "-c", _BOOT, str(threads)]
-    return cmd
-
-
-_BOOT = (
-    "import sys, runpy; sys.path.insert(0, '/sf/site'); "
-    f"sys.argv = ['{CHILD_PATH}'] + sys.argv[1:]; runpy.run_path('{CHILD_PATH}', run_name='__main__')"
-)
-
-
-def _limit_child() -> None:  # runs in the child between fork and exec
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_BYTES, ADDRESS_SPACE_BYTES))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def _child_env(threads: int) -> dict[str, str]:
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[key] = str(threads)
-    return env
+    try:
+        return confined_command(wire.__file__, SCORER_PACKAGES, [str(threads)])
+    except ConfinementError as exc:
+        raise ScoringError(str(exc)) from None
 
 
 class ConfinedScorer:
@@ -102,7 +63,7 @@ class ConfinedScorer:
         self.wall_seconds = wall_seconds
         self._proc = subprocess.Popen(
             bwrap_command(threads), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=_child_env(threads), preexec_fn=_limit_child,
+            stderr=subprocess.DEVNULL, env=child_env(threads), preexec_fn=limit_child,
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._in: IO[bytes] = self._proc.stdin
@@ -197,4 +158,5 @@ def score_model(model_path: Path | str, images: np.ndarray, threads: int = THREA
     return score_checked(inspect_model(Path(model_path)), images, threads=threads)
 
 
-__all__ = ["ConfinedScorer", "IntakeError", "ScoringError", "score_checked", "score_model", "bwrap_command"]
+__all__ = ["ADDRESS_SPACE_BYTES", "CPU_SECONDS", "ConfinedScorer", "IntakeError", "ScoringError", "bwrap_command",
+           "score_checked", "score_model"]

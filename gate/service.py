@@ -1,23 +1,36 @@
-"""The gate service (issue 4, §1 and §5): FastAPI on a Unix socket, or TCP with a bearer token.
+"""The gate service (trust rules 4-5): FastAPI on a Unix socket, or TCP, every request with a bearer credential.
 
-Endpoints (all JSON):
+Two credentials, two surfaces. The **agent** credential reaches only what an agent-facing caller
+needs; the **host** credential (the orchestrator, the audit writer, a person's CLI) reaches
+everything. ``serve`` draws both at start and, on a Unix socket, writes them beside it as
+``agent.token`` and ``host.token`` (mode 0640, group ``segfactory``); ``GateClient`` picks the
+one its ``role`` names. A request without a known credential gets 401 ``{"verdict": "INVALID"}``,
+an agent credential on a host endpoint gets 403; neither spends anything, both are audit events.
+
+Agent surface:
 
 - ``POST /submit`` ``{"ticket_id", "model_b64", "train_data"?, "replicate_of"?, "run_id"?}`` ->
   ``CoarseVerdict``. Any malformed or oversized request is still a submission: it spends a
-  query and gets ``INVALID``. The response is padded to a multiple of ``PAD_QUANTUM_S``.
-- ``GET /status`` -> pinned code hash, win-rule hash, tier versions and budgets, quarantines.
+  query and gets ``INVALID``. Every answer leaves exactly ``answer_time_s`` after the request
+  arrived, whatever it holds; a verdict not reached by then is ``INVALID`` (an overrun: the
+  reason and the late verdict go to people). An unforeseen error is that same padded INVALID.
+- ``GET /status`` -> pinned code hash, win-rule hash, tier versions and budgets, current best;
+  quarantines (with their reasons only for the host credential).
+
+Host surface:
+
 - ``GET /audit/events?after=N``, ``POST /audit/ack {"up_to": N}``: the audit writer's pull queue.
-- ``PUT /anchor {"seq", "hash", "run_id"}``, ``GET /anchor``, ``GET /anchor/history``: the audit
-  chain's anchors; an anchor behind the latest one gets 409 (the log was cut or rewritten).
+- ``PUT /anchor {"seq", "hash", "run_id"}``, ``GET /anchor``: the audit chain's anchors.
 - ``POST /milestone`` (for the ``gate milestone`` command a person runs).
 - ``POST /promote {"ticket_id"}``: make that ticket's model the global best, only after its
   confirm-a WIN and a confirm-b replicate WIN (the gate checks its own ledger).
 - ``POST /retract {"model_sha256", "reason"}``: a challenge retracted that model's win; when it is
   the global best, the best moves back to the last earlier best that is another model (kind
   ``retraction``). Answers ``{"moved_to": sha256 | null}`` (null: it was not the best).
+- ``POST /reference {"model_b64", "reason"}``: an A/A run's reference becomes the best (kind
+  ``reference``, never a promotion). ``POST /rotate {"tier"}``: a fresh secret-seeded version.
 
-A wrong or missing token gets 401 with ``{"verdict": "INVALID"}`` and spends nothing (an
-unauthenticated caller must not be able to burn budgets). Tokens are compared in constant time.
+Tokens are compared in constant time.
 """
 
 from __future__ import annotations
@@ -30,11 +43,12 @@ import hashlib
 import hmac
 import json
 import logging
-import math
 import os
+import secrets
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,29 +56,72 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from gate.core import Gate
+from gate import tiers
+from gate.core import Deadline, Gate
 from gate.intake import MAX_MODEL_BYTES
 from gate.ledger import LedgerError
+from gate.roles import AGENT, AGENT_ROUTES, HOST, token_file
 from segfactory.errors import GateError, PolicyError, UsageError
+from segfactory.records import CoarseVerdict, Tier, Verdict
 
 log = logging.getLogger(__name__)
 
-PAD_QUANTUM_S = 2.0  # every /submit answer is padded to a multiple of this many seconds
+# Every /submit answer leaves this many seconds after its request arrived. It must exceed the
+# slowest honest verdict (best and candidate on the tier's clean and perturbed images); a verdict
+# that takes longer is an INVALID overrun. The default profile's 2,000-image tiers take minutes
+# on a shared CPU; the demo profile's 400-image tiers take well under a minute.
+ANSWER_TIME_S = 240.0
+PROFILE_ANSWER_TIME_S = {"demo": 60.0}  # home profile -> answer time; others get ANSWER_TIME_S
 MAX_UPLOAD_BYTES = MAX_MODEL_BYTES * 4 // 3 + 64 * 1024  # base64 model + fields; past it: INVALID
 MAX_CONTROL_BYTES = 64 * 1024  # body of any other endpoint; past it: 413
 MAX_RETRACT_REASON = 2000  # characters of a retraction's reason kept in the ledger; the rest is cut
 MAX_MILESTONE_BYTES = 256 * 1024**2  # /milestone body: a few base64 models; past it: 409 with the reason
 SOCKET_MODE = 0o660  # the Unix socket: owner and group `segfactory` only
 SOCKET_DIR_MODE = 0o750
+TOKEN_FILE_MODE = 0o640  # credentials beside the socket: the gate and group `segfactory`
 SERVICE_GROUP = "segfactory"
-TOKEN_ENV = "SEGFACTORY_GATE_TOKEN"
+TOKEN_ENV = "SEGFACTORY_GATE_TOKEN"  # the host credential for TCP (a person sets it)
+AGENT_TOKEN_ENV = "SEGFACTORY_GATE_AGENT_TOKEN"  # the agent credential for TCP (optional)
 
 
-def _token_ok(request: Request, token: str | None) -> bool:
-    if token is None:
-        return True
-    header = request.headers.get("authorization", "")
-    return hmac.compare_digest(header.encode(), f"Bearer {token}".encode())
+@dataclass(frozen=True)
+class Credentials:
+    """The two bearer tokens. Both None only when an app is embedded in a test process."""
+
+    host: str | None
+    agent: str | None
+
+    def role_of(self, request: Request) -> str | None:
+        if self.host is None and self.agent is None:
+            return HOST
+        header = request.headers.get("authorization", "").encode()
+        for role, token in ((HOST, self.host), (AGENT, self.agent)):
+            if token is not None and hmac.compare_digest(header, f"Bearer {token}".encode()):
+                return role
+        return None
+
+
+def issue_credentials(directory: Path) -> Credentials:
+    """Fresh random tokens for both roles, written beside the socket (replacing any earlier ones)."""
+    creds = Credentials(host=secrets.token_urlsafe(32), agent=secrets.token_urlsafe(32))
+    try:
+        gid = grp.getgrnam(SERVICE_GROUP).gr_gid
+    except KeyError:
+        gid = -1
+    for role, token in ((HOST, creds.host), (AGENT, creds.agent)):
+        path = token_file(directory, role)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(token))
+        if gid >= 0:
+            try:
+                os.chown(tmp, -1, gid)
+            except PermissionError:
+                log.info("cannot give %s to group %s; it stays owner-only", path, SERVICE_GROUP)
+        os.chmod(tmp, TOKEN_FILE_MODE)
+        os.replace(tmp, path)
+    return creds
 
 
 async def _read_capped(request: Request, cap: int) -> bytes | None:
@@ -98,39 +155,56 @@ def _parse_submission(body: bytes | None) -> tuple[dict[str, Any], bytes, str]:
     return fields, model, ""
 
 
-def create_app(gate: Gate, token: str | None = None, pad_quantum_s: float = PAD_QUANTUM_S) -> FastAPI:
+def _invalid(gate: Gate, fields: dict[str, Any]) -> CoarseVerdict:
+    """The INVALID an agent gets when the gate itself could not answer in time (or at all)."""
+    tier = Tier.CONFIRM_B.value if fields.get("replicate_of") else Tier.CONFIRM_A.value
+    try:
+        version = tiers.current_version(gate.vault, tier)
+        left = gate.ledger.budget_left(tier, version) if version is not None else 0
+    except Exception:  # noqa: BLE001 - the answer must leave even when the ledger cannot be read
+        left = 0
+    return CoarseVerdict(ticket_id=Gate.ticket_id_for(fields.get("ticket_id")), tier=tier, verdict=Verdict.INVALID,
+                         queries_left=left)
+
+
+def create_app(gate: Gate, token: str | None = None, answer_time_s: float = ANSWER_TIME_S, *,
+               agent_token: str | None = None, pad_quantum_s: float | None = None) -> FastAPI:
+    """The app. ``token`` is the host credential, ``agent_token`` the agent's; with neither, every
+    caller is host (an app embedded in a test only: ``serve`` always draws both). ``answer_time_s``
+    <= 0 answers unpadded (tests only); ``pad_quantum_s`` is its former name."""
+    answer_time = answer_time_s if pad_quantum_s is None else pad_quantum_s
+    creds = Credentials(host=token, agent=agent_token)
     app = FastAPI(title="segfactory gate", docs_url=None, redoc_url=None, openapi_url=None)
     lock = threading.Lock()
 
     @app.middleware("http")
-    async def authenticate(request: Request, call_next: Any) -> Response:
-        if not _token_ok(request, token):
+    async def authorise(request: Request, call_next: Any) -> Response:
+        role = creds.role_of(request)
+        if role is None:
             gate.ledger.queue_event("gate.auth_refused", {"path": request.url.path})
             return JSONResponse({"verdict": "INVALID"}, status_code=401)
+        if role == AGENT and (request.method, request.url.path) not in AGENT_ROUTES:
+            gate.ledger.queue_event("gate.auth_refused", {"path": request.url.path, "role": AGENT})
+            return JSONResponse({"error": f"{request.method} {request.url.path} needs the host credential"},
+                                status_code=403)
+        request.state.role = role
         response: Response = await call_next(request)
         return response
 
     @app.post("/submit")
     async def submit(request: Request) -> JSONResponse:
-        start = time.monotonic()
-        fields, model, problem = _parse_submission(await _read_capped(request, MAX_UPLOAD_BYTES))
-        if problem:
-            raw = (fields.get("ticket_id") or "") + problem + str(time.time_ns())
-            fields = {"ticket_id": "malformed-" + hashlib.sha256(raw.encode()).hexdigest()[:16]}
-            gate.ledger.queue_event("gate.malformed", {"reason": problem, "ticket_id": fields["ticket_id"]})
-
-        def judge() -> Any:
-            with lock:
-                return gate.submit(model, str(fields.get("ticket_id") or ""), fields.get("replicate_of"),
-                                   fields.get("train_data"), fields.get("run_id"))
-
-        outcome = await run_in_threadpool(judge)  # keeps /status, /anchor and /audit answering
-        await asyncio.sleep(_padding(start, pad_quantum_s))
-        return JSONResponse(outcome.verdict.model_dump(mode="json"))
+        deadline = Deadline(time.monotonic() + answer_time) if answer_time > 0 else None
+        verdict = await _submission(gate, lock, request, deadline)
+        if deadline is not None:
+            await asyncio.sleep(max(0.0, deadline.at - time.monotonic()))
+        return JSONResponse(verdict.model_dump(mode="json"))
 
     @app.get("/status")
-    def status() -> dict[str, Any]:
-        return gate.status()
+    def status(request: Request) -> dict[str, Any]:
+        report = gate.status()
+        if request.state.role != HOST:  # a quarantine's reason quotes held-back rows: people only
+            report["quarantine"] = [{"run_id": q["run_id"], "ticket_id": q["ticket_id"]} for q in report["quarantine"]]
+        return report
 
     @app.post("/promote")
     async def promote(request: Request) -> JSONResponse:
@@ -150,7 +224,40 @@ def create_app(gate: Gate, token: str | None = None, pad_quantum_s: float = PAD_
     _add_audit_routes(app, gate, lock)
     _add_milestone_route(app, gate, lock)
     _add_retract_route(app, gate, lock)
+    _add_people_routes(app, gate, lock)
     return app
+
+
+async def _submission(gate: Gate, lock: threading.Lock, request: Request, deadline: Deadline | None) -> CoarseVerdict:
+    """The verdict for one /submit, or INVALID when it is not reached by the deadline or fails."""
+    fields: dict[str, Any] = {}
+    try:
+        fields, model, problem = _parse_submission(await _read_capped(request, MAX_UPLOAD_BYTES))
+        if problem:
+            raw = (fields.get("ticket_id") or "") + problem + str(time.time_ns())
+            fields = {"ticket_id": "malformed-" + hashlib.sha256(raw.encode()).hexdigest()[:16]}
+            gate.ledger.queue_event("gate.malformed", {"reason": problem, "ticket_id": fields["ticket_id"]})
+
+        def judge() -> CoarseVerdict:
+            with lock:
+                return gate.submit(model, str(fields.get("ticket_id") or ""), fields.get("replicate_of"),
+                                   fields.get("train_data"), fields.get("run_id"), deadline).verdict
+
+        task = asyncio.ensure_future(run_in_threadpool(judge))  # /status, /anchor and /audit keep answering
+        if deadline is None:
+            return await task
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline.at - time.monotonic()))
+        if task in done or not deadline.claim("overrun"):
+            return await task  # reached in time (its record is being written, if not yet done)
+        return _invalid(gate, fields)  # the gate records the overrun when the late verdict arrives
+    except Exception as exc:  # noqa: BLE001 - an unforeseen error is the same padded INVALID as any other
+        log.exception("gate: /submit failed")
+        try:
+            gate.ledger.queue_event("gate.internal_error", {"ticket_id": fields.get("ticket_id"),
+                                                            "reason": f"{type(exc).__name__}: {exc}"})
+        except Exception:  # noqa: BLE001
+            log.exception("gate: could not queue the internal error")
+        return _invalid(gate, fields)
 
 
 def _add_retract_route(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
@@ -180,14 +287,6 @@ def retract_best(gate: Gate, model_sha256: str, reason: str) -> str | None:
         raise GateError(f"the retracted model {model_sha256[:12]}… is the only best ever recorded; nothing to "
                         "move back to")
     return gate.set_best(Path(earlier[-1]["model_path"]), "retraction", reason[:MAX_RETRACT_REASON])
-
-
-def _padding(start: float, quantum: float) -> float:
-    """Seconds to wait so that the answer leaves at a multiple of ``quantum`` after ``start``."""
-    if quantum <= 0:
-        return 0.0
-    elapsed = time.monotonic() - start
-    return max(0.0, max(1, math.ceil(elapsed / quantum)) * quantum - elapsed)
 
 
 async def _json_body(request: Request, cap: int = MAX_CONTROL_BYTES) -> dict[str, Any] | None:
@@ -253,6 +352,8 @@ def _add_milestone_route(app: FastAPI, gate: Gate, lock: threading.Lock) -> None
 
             def score() -> dict[str, Any]:
                 with lock:
+                    if gate.integrity_check is not None:  # sealed scores only from the verified copy
+                        gate.integrity_check()
                     return run_milestone(gate, req)
 
             report = await run_in_threadpool(score)
@@ -280,20 +381,70 @@ def bind_unix_socket(path: Path) -> socket.socket:
     return sock
 
 
+def _add_people_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
+    """Host-only moves that used to open the vault from the orchestrator: an A/A reference, a rotation."""
+
+    @app.post("/reference")
+    async def reference(request: Request) -> JSONResponse:
+        data = await _json_body(request, MAX_UPLOAD_BYTES)
+        if data is None or not isinstance(data.get("model_b64"), str) or not isinstance(data.get("reason"), str):
+            return JSONResponse({"error": "body must be {\"model_b64\": str, \"reason\": str}"}, status_code=400)
+        try:
+            model = base64.b64decode(str(data["model_b64"]), validate=True)
+        except (ValueError, binascii.Error):
+            return JSONResponse({"error": "model_b64 is not base64"}, status_code=400)
+
+        def move() -> str:
+            with lock:
+                return gate.set_reference(model, str(data["reason"])[:MAX_RETRACT_REASON])
+
+        try:
+            return JSONResponse({"model_sha256": await run_in_threadpool(move)})
+        except Exception as exc:  # noqa: BLE001 - IntakeError, LedgerError: the reason goes back to the host
+            return JSONResponse({"error": f"reference refused: {exc}"}, status_code=409)
+
+    @app.post("/rotate")
+    async def rotate(request: Request) -> JSONResponse:
+        from gate.setup import build_fresh
+
+        data = await _json_body(request)
+        if data is None or not isinstance(data.get("tier"), str):
+            return JSONResponse({"error": "body must be {\"tier\": str}"}, status_code=400)
+
+        def redraw() -> int:
+            with lock:
+                return gate.rotate(str(data["tier"]), build_fresh)
+
+        try:
+            return JSONResponse({"tier": data["tier"], "version": await run_in_threadpool(redraw)})
+        except (GateError, UsageError, LedgerError, ValueError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=409)
+
+
 def serve(gate: Gate, socket_path: Path | None = None, host: str | None = None, port: int | None = None,
-          token: str | None = None, pad_quantum_s: float = PAD_QUANTUM_S) -> None:
-    """Run the service until stopped. TCP without a token is refused (STYLE.md §9)."""
+          token: str | None = None, answer_time_s: float = ANSWER_TIME_S, agent_token: str | None = None) -> None:
+    """Run the service until stopped, always with both credentials.
+
+    On a Unix socket both are drawn fresh and written beside it (``token_file``); on TCP the host
+    credential is ``token`` (refused when missing, STYLE.md §9) and the agent credential
+    ``agent_token``, else a random one nobody holds.
+    """
     import uvicorn
 
     if socket_path is None and host is None:
         raise UsageError("give --socket PATH, or --host/--port with a token")
     if host is not None and not token:
         raise UsageError(f"the gate refuses TCP without a bearer token; set ${TOKEN_ENV} or use --socket")
-    app = create_app(gate, token, pad_quantum_s)
+    listener = bind_unix_socket(Path(socket_path)) if socket_path is not None else None
+    if socket_path is not None:
+        creds = issue_credentials(Path(socket_path).parent)
+    else:
+        creds = Credentials(host=token, agent=agent_token or secrets.token_urlsafe(32))
+    app = create_app(gate, creds.host, answer_time_s, agent_token=creds.agent)
     config = uvicorn.Config(app, log_level="warning", access_log=False, limit_concurrency=64)
     server = uvicorn.Server(config)
-    if socket_path is not None:
-        server.run(sockets=[bind_unix_socket(Path(socket_path))])
+    if listener is not None:
+        server.run(sockets=[listener])
     else:
         config.host, config.port = str(host), int(port or 0)
         server.run()

@@ -22,6 +22,7 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
+from gate.pinned import PINNED_DIR, make_read_only
 from segfactory.errors import HomeError
 
 GATE_USER = "segfactory-gate"
@@ -59,10 +60,28 @@ def ensure_users() -> None:
                         "--groups", GROUP, GATE_USER], check=True)
 
 
+def _lock_pinned(pinned_root: Path) -> None:
+    """Pinned copies belong to root and stay read-only: the gate user reads them, never writes or
+    chmods them (so neither bytecode nor a planted module can land in the code it runs)."""
+    if not pinned_root.is_dir():
+        return
+    for copy in pinned_root.iterdir():
+        if not copy.is_dir() or copy.is_symlink():
+            continue
+        for root, dirs, files in os.walk(copy):
+            for name in [*dirs, *files]:
+                os.chown(os.path.join(root, name), 0, 0, follow_symlinks=False)
+        os.chown(copy, 0, 0)
+        make_read_only(copy)
+
+
 def lock_vault(vault: Path) -> None:
-    """Give the vault to the gate user: directories 0700, files 0600."""
+    """Give the vault to the gate user: directories 0700, files 0600; pinned copies to root, read-only."""
     entry = pwd.getpwnam(GATE_USER)
-    for root, _dirs, files in os.walk(vault):
+    pinned_root = Path(vault) / PINNED_DIR
+    for root, dirs, files in os.walk(vault):
+        if Path(root) == pinned_root:
+            dirs[:] = []  # the copies below are root's (``_lock_pinned``)
         os.chown(root, entry.pw_uid, entry.pw_gid)
         os.chmod(root, 0o700)
         for name in files:
@@ -70,6 +89,7 @@ def lock_vault(vault: Path) -> None:
             os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
             if not os.path.islink(path):
                 os.chmod(path, 0o600)
+    _lock_pinned(pinned_root)
 
 
 def prepare_socket_dir(path: Path) -> None:

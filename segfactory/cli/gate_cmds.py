@@ -28,14 +28,18 @@ def serve_cmd(
     socket: Annotated[Path | None, typer.Option("--socket", help="Unix socket path (its directory is the gate's own).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="TCP host; needs $SEGFACTORY_GATE_TOKEN.")] = None,
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 0,
-    pad: Annotated[float | None, typer.Option("--pad-quantum", help="Response padding quantum in seconds.")] = None,
+    answer: Annotated[float | None, typer.Option(
+        "--answer-time", "--pad-quantum",
+        help="Seconds after which every /submit answer leaves (default by home profile; 0: unpadded, tests only).",
+    )] = None,
 ) -> None:
     """Run the gate service until stopped (from the vault's pinned copy when there is one)."""
-    from gate.service import PAD_QUANTUM_S, TOKEN_ENV, serve
+    from gate.service import ANSWER_TIME_S, PROFILE_ANSWER_TIME_S, TOKEN_ENV, serve
 
     resolved = home_for(home, create=True)
     sock = socket if socket is not None or host is not None else resolved.root / "gate-run" / "gate.sock"
-    quantum = PAD_QUANTUM_S if pad is None else pad
+    profile = str(resolved.info().get("profile", "")) if resolved.exists() else ""
+    quantum = PROFILE_ANSWER_TIME_S.get(profile, ANSWER_TIME_S) if answer is None else answer
     if host is not None and not os.environ.get(TOKEN_ENV):
         from segfactory.errors import UsageError
 
@@ -53,7 +57,8 @@ def _pinned_dir(vault: Path) -> Path | None:
 
 
 def _exec_pinned(home: Path, pinned: Path, sock: Path | None, host: str | None, port: int, quantum: float) -> None:
-    """Replace this process with the pinned service (``python -I``, the copy first on sys.path).
+    """Replace this process with the pinned service (``python -I -B``: the copy first on sys.path,
+    and no bytecode written into it).
 
     When the vault belongs to ``segfactory-gate`` (init as root), the service starts as that
     user in its own mount namespace (gate.users.gate_launcher).
@@ -64,8 +69,8 @@ def _exec_pinned(home: Path, pinned: Path, sock: Path | None, host: str | None, 
     from gate._serve_pinned import boot_code
     from gate.win_rule import DEFAULT_WIN_RULE
 
-    argv = [sys.executable, "-I", "-c", boot_code(pinned), "--home", str(home), "--pinned", str(pinned),
-            "--win-rule", str(DEFAULT_WIN_RULE), "--pad-quantum", str(quantum), "--port", str(port)]
+    argv = [sys.executable, "-I", "-B", "-c", boot_code(pinned), "--home", str(home), "--pinned", str(pinned),
+            "--win-rule", str(DEFAULT_WIN_RULE), "--answer-time", str(quantum), "--port", str(port)]
     argv += ["--socket", str(sock)] if sock is not None else []
     argv += ["--host", host] if host is not None else []
     if users.is_root() and users.vault_is_separated(home / "vault"):
@@ -125,8 +130,50 @@ def _milestone_md(report: dict[str, Any]) -> str:
             f1 = scores.get("object_f1", {}) if isinstance(scores, dict) else {}
             lines.append(f"- `{sha[:12]}` object F1 {f1.get('estimate', float('nan')):.4f} "
                          f"[{f1.get('low', float('nan')):.4f}, {f1.get('high', float('nan')):.4f}]")
+            shift = scores.get("training_range") if isinstance(scores, dict) else None
+            if shift is not None:
+                lines.append(f"  - {_range_line(shift)}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _range_line(shift: dict[str, Any]) -> str:
+    if not shift["known"]:
+        return f"training range unknown: {shift['reason']}"
+    if not shift["outside"]:
+        return "within the training range"
+    text = "**outside the training range**: " + "; ".join(shift["reasons"])
+    return text + (f". {shift['message']}" if shift.get("message") else "")
+
+
+def _outside(report: dict[str, Any]) -> dict[str, dict[str, bool | None]]:
+    """Per real tier and model: outside its training range (None: unknown)."""
+    out: dict[str, dict[str, bool | None]] = {}
+    for tier, block in report["tiers"].items():
+        if "intensity" in block:
+            out[tier] = {sha: scores["training_range"]["outside"] for sha, scores in block["models"].items()
+                         if isinstance(scores, dict) and "training_range" in scores}
+    return out
+
+
+def _fill_ranges(report: dict[str, Any], models: list[Path], home_root: Path) -> None:
+    """Training ranges the gate could not read (models outside the home), from the given paths."""
+    import hashlib
+
+    from synthetic.intensity import IntensityStats
+    from vision.training_data import collapse_finding, training_range
+
+    by_sha = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in models if p.is_file()}
+    for block in report["tiers"].values():
+        if "intensity" not in block:
+            continue
+        stats = IntensityStats.model_validate(block["intensity"])
+        for sha, scores in block["models"].items():
+            shift = scores.get("training_range") if isinstance(scores, dict) else None
+            if shift is not None and not shift["known"] and sha in by_sha:
+                found = training_range(stats, by_sha[sha], None, home_root)
+                found.pop("set", None)
+                scores["training_range"] = collapse_finding(found, scores["n_detections"], scores["n_voids"])
 
 
 @gate_app.command("milestone")
@@ -144,13 +191,14 @@ def milestone_cmd(
     resolved = home_for(home, create=True)
     with running_gate(resolved.root) as client:
         report = client.milestone(name, run, list(model or []), [t for t in tiers.split(",") if t])
+    _fill_ranges(report, list(model or []), resolved.root)
     out_dir = resolved.people_dir(run) / "milestones"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2, sort_keys=True))
     (out_dir / f"{name}.md").write_text(_milestone_md(report))
     if as_json:
         emit_json({"name": name, "run_id": run, "report": str(out_dir / f"{name}.json"),
-                   "tiers": sorted(report["tiers"])})
+                   "tiers": sorted(report["tiers"]), "outside_training_range": _outside(report)})
     else:
         console().print(f"milestone {name}: report in {out_dir}")
 
@@ -177,20 +225,52 @@ def rotate_cmd(
 @gate_app.command("add-real")
 def add_real_cmd(
     source: Annotated[Path, typer.Argument(help="A labelled real split folder (from `data import --real`).")],
+    train_data: Annotated[str | None, typer.Option("--train-data", help="Training data to compare with (default: the current best's, from its records).")] = None,
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Add labelled real images to the vault as a new real-holdout version."""
-    from gate.setup import add_real, relock
+    """Add labelled real images to the vault as a new real-holdout version.
 
+    The set is compared with the training data of the current best (the model milestones
+    score on it) and marked when it lies outside that training range.
+    """
+    from gate.setup import add_real, relock
+    from synthetic.check import require_intact
+
+    require_intact(source)
     gate = _gate(home)
+    shift = _real_set_range(gate, source, train_data)
     version = add_real(gate, source)
     gate.ledger.close()
     relock(gate.vault)
     if as_json:
-        emit_json({"tier": "real-holdout", "version": version})
+        emit_json({"tier": "real-holdout", "version": version, "training_range": shift,
+                   "outside_training_range": shift["outside"]})
     else:
-        console().print(f"real-holdout is now v{version}")
+        from segfactory.cli.vision_cmds import print_training_range
+
+        con = console()
+        con.print(f"real-holdout is now v{version}")
+        print_training_range(con, shift)
+
+
+def _real_set_range(gate: Any, source: Path, train_data: str | None) -> dict[str, Any]:
+    """The real set against the current best's training data (or ``--train-data``)."""
+    from gate.intake import inspect_model
+    from gate.milestones import host_copies
+    from synthetic.intensity import split_stats
+    from synthetic.splits import read_split
+    from vision.training_data import training_range
+
+    stats = split_stats(read_split(source, mmap=True))
+    best = gate.ledger.current_best()
+    copies = host_copies(gate, [inspect_model(Path(best["model_path"]))]) if best is not None else {}
+    model = next(iter(copies.values()), None)
+    if model is None and train_data is None:
+        return {"known": False, "outside": None, "model": best["model_path"] if best else None,
+                "reason": "no host copy of the current best with its training records; pass --train-data"}
+    block = training_range(stats, model or source, train_data, gate.home_root)
+    return {**block, "model": str(model) if model else None}
 
 
 @attack_app.command("boost")

@@ -76,7 +76,7 @@ def run_script(home_root: Path, dataset: DatasetVersion, fake_url: str, response
     scheduler = Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings)
     analysis = DevAnalysis(summary="dev object F1 0.41; faint voids missed",
                            recommendations=(recommendation("r1", "optim.lr", 0.001),))
-    with AuditLog(home, MemoryAnchorStore()) as audit, running_gate(home_root, ["--pad-quantum", "0.2"]) as client:
+    with AuditLog(home, MemoryAnchorStore()) as audit, running_gate(home_root, ["--answer-time", "0"]) as client:
         client._http.event_hooks["response"].append(lambda r: responses.append(r.read()))
         proposer = get_proposer("openai:gpt-4o-mini", sink=audit, usage=LLMUsage(), run_id=RUN_ID,
                                 default_budget=Budget(device_seconds=60, epochs=1),

@@ -83,6 +83,16 @@ def huge_constant_of_shape_model() -> onnx.ModelProto:
     return _model(nodes, inits)
 
 
+def short_range_model() -> onnx.ModelProto:
+    """A Range node given two constant inputs instead of three: a shape the intake's own bound
+    check once failed on with an unexpected exception (not a refusal)."""
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "start"),
+             numpy_helper.from_array(np.array(4, np.int64), "limit")]
+    nodes = [helper.make_node("Range", ["start", "limit"], ["r"]),
+             helper.make_node("Identity", ["image"], ["prob"])]
+    return _model(nodes, inits)
+
+
 def wrong_output_shape_model() -> onnx.ModelProto:
     """Declares [N, 1, H, W] but returns [N, 1, H/2, W/2] at run time (caught by the parent)."""
     nodes = [helper.make_node("MaxPool", ["image"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),

@@ -56,7 +56,7 @@ def test_orchestrator_user_gets_eacces_on_every_vault_file(separated_home: Path)
 def test_gate_serves_as_its_own_user_without_opening_root(separated_home: Path, tmp_path: Path) -> None:
     root_mode = os.stat("/root").st_mode
     model = models.save(models.threshold_model(bias=-0.45), tmp_path / "m.onnx")
-    with running_gate(separated_home, ["--pad-quantum", "0"]) as client:
+    with running_gate(separated_home, ["--answer-time", "0"]) as client:
         status_line = next(line for line in Path(f"/proc/{client.server_pid}/status").read_text().splitlines()
                            if line.startswith("Uid:"))
         assert int(status_line.split()[1]) == pwd.getpwnam(users.GATE_USER).pw_uid
