@@ -4,12 +4,18 @@ A milestone has a name used once; each model scored counts against the quota of 
 version (``milestone_quota`` in the win rule). These tiers have no other query path: this is
 the only code that reads them. The report (scores with bootstrap intervals) goes back to the
 person's CLI, which writes it under ``runs/<run>/people/milestones/``.
+
+On a real tier the report also holds the tier's intensity statistics (aggregates only) and,
+per model, whether the tier lies outside that model's training range (``training_range``),
+read from the records beside the model's host copy (the current best's path, or a ticket's
+``model.onnx`` with the same hash); zero detections there are reported as a shift.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,8 +26,12 @@ from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
 from gate.ledger import LedgerError
 from gate.scorer import ScoringError, score_checked
 from segfactory.errors import GateError, UsageError
+from synthetic.intensity import split_stats
+from synthetic.splits import sha256_file
+from vision.training_data import TICKET_MANIFEST, TRAINING_RECORD, collapse_finding, training_range
 
 MILESTONE_TIERS = ("sealed", "never-queried", "real-holdout")
+REAL_TIERS = ("real-holdout",)  # tiers of real images: compared with each model's training data
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -80,7 +90,50 @@ def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -
                             n_boot=cmp.n_boot, seed=cmp.seed, alpha=cmp.alpha)
     scores = aggregate(per)
     return {"object_f1": interval.as_dict(), "pixel_iou": scores["pixel_iou"], "dice": scores["dice"],
-            "object_recall": scores["object_recall"], "n_images": len(split)}
+            "object_recall": scores["object_recall"], "n_images": len(split),
+            "n_detections": int(per.object_tp.sum() + per.object_fp.sum()),
+            "n_voids": int(per.object_tp.sum() + per.object_fn.sum())}
+
+
+def host_copies(gate: Any, models: list[CheckedModel]) -> dict[str, Path]:
+    """sha256 -> a host copy of that model with its training records beside it.
+
+    Candidates: the current best's recorded path, then every ticket's ``model.onnx`` under the
+    home's ``runs/``; a copy without a record beside it (the vault's own copy) is skipped.
+    """
+    wanted = {m.sha256: len(m.data) for m in models}
+    best = gate.ledger.current_best()
+    candidates = [Path(best["model_path"])] if best is not None else []
+    candidates += sorted(Path(gate.home_root, "runs").glob("*/tickets/*/model.onnx"))
+    found: dict[str, Path] = {}
+    for path in candidates:
+        if len(found) == len(wanted):
+            break
+        if not any((path.parent / name).is_file() for name in (TRAINING_RECORD, TICKET_MANIFEST)):
+            continue
+        try:
+            if path.stat().st_size in wanted.values() and (sha := sha256_file(path)) in wanted:
+                found.setdefault(sha, path)
+        except OSError:
+            continue  # a ticket folder removed meanwhile
+    return found
+
+
+def _real_tier_block(gate: Any, tier: str, version: int, scored: dict[str, Any],
+                     paths: dict[str, Path]) -> dict[str, Any]:
+    """The tier's statistics and, per model, the tier against its training range."""
+    _, split = tiers.read_tier(gate.vault, tier, version)
+    stats = split_stats(split)
+    for sha, scores in scored.items():
+        if sha not in paths:
+            block: dict[str, Any] = {"known": False, "outside": None,
+                                     "reason": "no host copy of this model (the current best or a ticket's "
+                                               "model.onnx) to read its training data from"}
+        else:
+            block = training_range(stats, paths[sha], None, gate.home_root)
+            block.pop("set", None)  # the tier's statistics are given once, beside the models
+        scores["training_range"] = collapse_finding(block, scores["n_detections"], scores["n_voids"])
+    return {"intensity": stats.model_dump(mode="json")}
 
 
 def run_milestone(gate: Any, req: MilestoneRequest) -> dict[str, Any]:
@@ -99,11 +152,15 @@ def run_milestone(gate: Any, req: MilestoneRequest) -> dict[str, Any]:
         gate.ledger.queue_event("gate.milestone_refused", {"name": req.name, "reason": str(exc)})
         raise GateError(str(exc)) from None
     report: dict[str, Any] = {"name": req.name, "run_id": req.run_id, "tiers": {}}
+    paths = host_copies(gate, models) if set(plan) & set(REAL_TIERS) else {}
     for tier, version in plan.items():
+        extra: dict[str, Any] = {}
         try:
             scored = {m.sha256: _score(gate, m, tier, version, rule) for m in models}
+            if tier in REAL_TIERS:
+                extra = _real_tier_block(gate, tier, version, scored, paths)
         except ScoringError as exc:
             scored = {"error": str(exc)}  # type: ignore[dict-item]
-        report["tiers"][tier] = {"version": version, "models": scored}
+        report["tiers"][tier] = {"version": version, "models": scored, **extra}
     gate.ledger.queue_event("gate.milestone", {"name": req.name, "run_id": req.run_id, "tiers": plan})
     return report

@@ -3,6 +3,9 @@
 The report holds pooled metrics, recall by size bin, bootstrap intervals over images, per-image
 values, the worst slice, optionally a paired comparison against a second model and the
 robustness suite (one cell per perturbation and severity, marked ``within_training_range``).
+The split's files are checked against its manifest's hashes before anything is scored, and
+the set's intensity, contrast and noise are put against the model's training data
+(``training_range``; zero detections on a set outside it are reported as a shift).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import yaml
 
 from analysis.stats import DEFAULT_N_BOOT, bootstrap_ci, paired_bootstrap_diff
 from segfactory.errors import DataError
+from synthetic.check import require_intact
+from synthetic.intensity import split_stats
 from vision.config import AugmentConfig, parse_config
 from vision.data import load_eval_split
 from vision.metrics import (
@@ -31,6 +36,7 @@ from vision.metrics import (
 from vision.onnx_infer import open_session, predict
 from vision.perturb import PERTURBATIONS, SEVERITIES, perturb, within_training_range
 from vision.slices import worst_slice
+from vision.training_data import collapse_finding, training_range
 
 COLLAPSE_DROP = 0.2  # an object-F1 drop (absolute) from clean that counts as a collapse
 
@@ -92,10 +98,17 @@ def robustness(session: Any, images: np.ndarray, masks: np.ndarray, clean: dict[
 
 def evaluate(model: Path, data: Path, *, with_robustness: bool = False, compare_to: Path | None = None,
              threshold: float = DEFAULT_THRESHOLD, iou_match: float = DEFAULT_IOU_MATCH, seed: int = 0,
-             n_boot: int = DEFAULT_N_BOOT, min_support: int = DEFAULT_MIN_SUPPORT) -> dict[str, Any]:
-    """The full evaluation report (a JSON-ready dict)."""
+             n_boot: int = DEFAULT_N_BOOT, min_support: int = DEFAULT_MIN_SUPPORT,
+             train_data: Path | str | None = None, home_root: Path | None = None) -> dict[str, Any]:
+    """The full evaluation report (a JSON-ready dict); DataError when the split's files were changed.
+
+    ``train_data`` names the model's training data when nothing beside the model records it
+    (see ``vision.training_data``); ``home_root`` resolves a ``NAME/vK`` reference.
+    """
     onnx_path = resolve_model(model)
     split = load_eval_split(data)
+    assert split.path is not None
+    require_intact(split.path)
     images, masks = np.asarray(split.images), np.asarray(split.masks)
     session = open_session(onnx_path)
     per = per_image_metrics(predict(onnx_path, images, session=session), masks, threshold=threshold,
@@ -108,6 +121,10 @@ def evaluate(model: Path, data: Path, *, with_robustness: bool = False, compare_
         "per_image": {k: getattr(per, k).tolist() for k in ("object_tp", "object_fp", "object_fn",
                                                                "pixel_iou", "dice", "boundary_iou")},
     }
+    block = training_range(split_stats(split), onnx_path, train_data, home_root)
+    report["training_range"] = collapse_finding(block, int(per.object_tp.sum() + per.object_fp.sum()),
+                                                int(per.object_tp.sum() + per.object_fn.sum()))
+    report["outside_training_range"] = block["outside"]
     if compare_to is not None:
         ref_path = resolve_model(compare_to)
         ref = per_image_metrics(predict(ref_path, images), masks, threshold=threshold, iou_match=iou_match)

@@ -35,15 +35,24 @@ def _refuse_vault(data: Path, home: Any) -> None:
 
 
 def _splits(data: Path) -> tuple[Any, Any]:
-    """(dev, train or None) from a dataset version (dev/ and train/) or a single split folder."""
+    """(dev, train or None) from a dataset version (dev/ and train/) or a single split folder.
+
+    Each split's files are checked against its manifest first; a changed file is refused.
+    """
     from segfactory.errors import DataError
+    from synthetic.check import require_intact
     from synthetic.splits import read_split
 
     if (data / "dev").is_dir():
-        train = read_split(data / "train", mmap=True) if (data / "train").is_dir() else None
+        require_intact(data / "dev")
+        train = None
+        if (data / "train").is_dir():
+            require_intact(data / "train")
+            train = read_split(data / "train", mmap=True)
         return read_split(data / "dev", mmap=True), train
     if not data.is_dir():
         raise DataError(f"data {data} not found; give a dataset version (with dev/) or a split folder")
+    require_intact(data)
     return read_split(data, mmap=True), None
 
 
@@ -97,11 +106,13 @@ def analyse_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the dev halves and bootstrap.")] = 0,
     inputs: Annotated[Path | None, typer.Option("--inputs", help="JSON with learning_curve and/or perturbations.")] = None,
     no_labels: Annotated[bool, typer.Option("--no-labels", help="Skip the cleanlab label-error estimate.")] = False,
+    train_data: Annotated[str | None, typer.Option("--train-data", help="The model's training data (dataset version, split folder or NAME/vK) when nothing beside the model records it.")] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Analyse a model on dev: error types, slices, label errors, recommendations (Markdown + HTML)."""
-    _refuse_vault(data, home_for(home))
+    resolved = home_for(home)
+    _refuse_vault(data, resolved)
     onnx_path = _model_path(model)
     from analysis.render import write_report
     from analysis.report import Evaluated, Extras, analyse, summary_lines
@@ -117,16 +128,38 @@ def analyse_cmd(
     extras = Extras(train=train, label_estimate=not no_labels, **_extra_inputs(inputs))
     report, errors = analyse(dev, model_sha256=sha256_file(onnx_path), data=dev_split.content_hash or str(data),
                              threshold=threshold, seed=seed, extras=extras)
+    shift = _training_range(dev, onnx_path, train_data, resolved.root, threshold)
+    if shift["outside"] or shift.get("finding") == "shift":
+        report = report.model_copy(update={"notes": [*report.notes, _shift_note(shift)]})
     target = out if out is not None else onnx_path.parent / "analysis"
     report = write_report(report, dev, errors, target)
     if json_out:
-        emit_json(_summary(report, target))
+        emit_json({**_summary(report, target), "training_range": shift, "outside_training_range": shift["outside"]})
         return
     typer.echo(f"analysis of {onnx_path} on {data}: {report.n_images} images -> {target / 'report.html'}")
     for note in report.notes:
         typer.echo(f"  note: {note}")
     for line in summary_lines(report):
         typer.echo(f"  {line}")
+
+
+def _training_range(dev: Any, onnx_path: Path, train_data: str | None, home_root: Path,
+                    threshold: float) -> dict[str, Any]:
+    """The dev set against the model's training data, with zero detections read as a shift when outside."""
+    import numpy as np
+
+    from synthetic.intensity import split_stats
+    from vision.training_data import collapse_finding, training_range
+
+    block = training_range(split_stats(dev.split), onnx_path, train_data, home_root)
+    detected = int((np.asarray(dev.prob) >= threshold).sum())  # no void pixel <=> no detected void
+    return collapse_finding(block, detected, int(np.asarray(dev.split.masks).sum()))
+
+
+def _shift_note(shift: dict[str, Any]) -> str:
+    """The report's note for a set outside the training range (people read it first)."""
+    note = "dev lies outside the model's training range: " + "; ".join(shift["reasons"])
+    return note + (f"; {shift['message']}" if shift.get("message") else "")
 
 
 def register(app: typer.Typer) -> None:

@@ -209,13 +209,11 @@ def rotate_cmd(
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Draw a fresh secret-seeded version of a tier (a person runs this)."""
-    from gate.setup import build_fresh, relock
+    """Draw a fresh secret-seeded version of a tier (a person runs this; the gate draws it)."""
+    from gate.client import home_gate
 
-    gate = _gate(home)
-    version = gate.rotate(tier, build_fresh)
-    gate.ledger.close()
-    relock(gate.vault)
+    with home_gate(home_for(home, create=True).root) as client:
+        version = client.rotate(tier)
     if as_json:
         emit_json({"tier": tier, "version": version})
     else:

@@ -7,7 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, console, emit_json
+from segfactory.cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
+
+TrainDataOpt = Annotated[
+    str | None,
+    typer.Option("--train-data", help="The model's training data (dataset version folder, split folder or NAME/vK), "
+                                      "when nothing beside the model records it."),
+]
 
 
 def train_cmd(
@@ -31,6 +37,9 @@ def train_cmd(
     from vision.train import train
 
     result = train(cfg, data, out, progress=progress and not json_out, resume=resume)
+    from vision.training_data import write_training_record
+
+    write_training_record(out, data)  # the host's record of what this model was trained on
     if json_out:
         emit_json({"out": str(out), **result.model_dump(mode="json")})
         return
@@ -51,17 +60,23 @@ def evaluate_cmd(
     min_support: Annotated[int, typer.Option("--min-support", help="Members a slice needs to be the worst.")] = 20,
     n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Seed for bootstrap and perturbations.")] = 0,
+    train_data: TrainDataOpt = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Score a model through onnxruntime: pixel, object, size-bin, boundary and slice metrics."""
+    """Score a model through onnxruntime: pixel, object, size-bin, boundary and slice metrics.
+
+    Refuses a split whose files differ from its manifest; marks a set outside the model's
+    training range (intensity, contrast, noise).
+    """
     from segfactory.errors import UsageError
     from vision.evaluate import evaluate
 
     if n_boot < 1 or min_support < 1:
         raise UsageError(f"--n-boot and --min-support must be >= 1; got {n_boot}, {min_support}")
     report = evaluate(model, data, with_robustness=robustness, compare_to=compare, threshold=threshold,
-                      iou_match=iou_match, seed=seed, n_boot=n_boot, min_support=min_support)
+                      iou_match=iou_match, seed=seed, n_boot=n_boot, min_support=min_support,
+                      train_data=train_data, home_root=home_for(home).root)
     if json_out:
         emit_json(report)
         return
@@ -93,9 +108,24 @@ def _print_report(report: dict[str, Any]) -> None:
     if worst:
         con.print(f"worst slice: {worst['attribute']}={worst['value']} {worst['metric']}={worst['score']:.3f} "
                   f"(n={worst['support']})")
+    print_training_range(con, report["training_range"])
     for cell in report.get("robustness", {}).get("cells", []):
         con.print(f"{cell['perturbation']:>17} s{cell['severity']} F1={cell['object_f1']:.3f} "
                   f"in_range={cell['within_training_range']} {cell['finding']}")
+
+
+def print_training_range(con: Any, block: dict[str, Any]) -> None:
+    """One line on the training range, then its reasons and a shift reading of zero detections."""
+    if not block["known"]:
+        con.print(f"training range: unknown ({block['reason']})", highlight=False, soft_wrap=True)
+    elif block["outside"]:
+        con.print(f"[red]outside the training range[/red] of {block['train_split']}:", highlight=False)
+        for reason in block["reasons"]:
+            con.print(f"  {reason}", highlight=False, soft_wrap=True)
+    else:
+        con.print(f"within the training range of {block['train_split']}", highlight=False)
+    if block.get("message"):
+        con.print(f"[red]{block['message']}[/red]", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,71 @@
+"""Real tiers against the training range: milestones and `gate add-real` mark a shifted set."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gate.core import Gate
+from gate.milestones import MilestoneRequest, run_milestone
+from gate.setup import add_real
+from segfactory.cli.gate_cmds import _real_set_range
+from synthetic.splits import image_sha256, read_split, write_split
+from tests.gate.conftest import make_split
+
+pytestmark = pytest.mark.bwrap
+
+
+def _write(folder: Path, images: np.ndarray, masks: np.ndarray) -> Path:
+    meta = [{"id": f"img-{i}", "sha256": image_sha256(img)} for i, img in enumerate(images)]
+    return write_split(folder, images, masks, meta, [], {"source": "test"})
+
+
+def _ticket(gate: Gate, model: Path, train: Path) -> Path:
+    """A ticket folder as the runner leaves it: model.onnx beside the host's training manifest."""
+    folder = gate.home_root / "runs" / "r1" / "tickets" / "t1"
+    folder.mkdir(parents=True)
+    shutil.copy(model, folder / "model.onnx")
+    manifest = {"train": {"path": str(train), "content_hash": read_split(train).content_hash}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder / "model.onnx"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_dark_real_tier_is_outside_and_its_collapse_is_a_shift(gate: Gate, better_model: Path,
+                                                                 tmp_path: Path) -> None:
+    train = _write(tmp_path / "train", *make_split(1, 40))
+    _ticket(gate, better_model, train)
+    images, masks = make_split(7, 40)
+    _write(tmp_path / "dark", images / np.float32(16), masks)  # a 12-bit set read as 16-bit
+    add_real(gate, tmp_path / "dark")
+    req = MilestoneRequest(name="real-dark", run_id="r1", tiers=["real-holdout"],
+                           models_b64=[base64.b64encode(better_model.read_bytes()).decode()])
+    block = run_milestone(gate, req)["tiers"]["real-holdout"]
+    shift = block["models"][_sha(better_model)]["training_range"]
+    assert block["intensity"]["n_images"] == 40 and shift["source"] == "training manifest"
+    assert shift["outside"] is True and any(r.startswith("intensity:") for r in shift["reasons"])
+    assert shift["zero_detections"] and shift["finding"] == "shift"
+
+
+def test_add_real_compares_with_the_current_best_or_train_data(gate: Gate, better_model: Path,
+                                                                tmp_path: Path) -> None:
+    train = _write(tmp_path / "train", *make_split(1, 40))
+    images, masks = make_split(7, 40)
+    real = _write(tmp_path / "real", images, masks)
+    dark = _write(tmp_path / "dark", images / np.float32(16), masks)
+    unknown = _real_set_range(gate, real, None)  # the baseline: no record of any training data
+    assert unknown["known"] is False and "--train-data" in unknown["reason"]
+    assert _real_set_range(gate, dark, str(train))["outside"] is True
+    gate.set_best(_ticket(gate, better_model, train), "promotion", "test")
+    assert _real_set_range(gate, real, None)["outside"] is False
+    found = _real_set_range(gate, dark, None)
+    assert found["outside"] is True and found["model"].endswith("tickets/t1/model.onnx")

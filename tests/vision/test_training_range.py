@@ -1,0 +1,121 @@
+"""evaluate / analyse: the split is verified before scoring, and a set outside the training range is marked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from segfactory.profiles import get_profile
+from synthetic import generate
+from synthetic._io import export_png
+from synthetic.splits import read_split
+from tests.conftest import CliResult
+from tests.vision._data import make_version
+from vision.training_data import TICKET_MANIFEST, collapse_finding, find_training_data, training_range
+
+
+def _tamper(split_dir: Path) -> None:
+    images = np.load(split_dir / "images.npy")
+    images[0] = np.clip(images[0] * 1.1, 0, 1)
+    np.save(split_dir / "images.npy", images)
+
+
+def test_evaluate_refuses_a_changed_images_npy(cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    data = make_version(tmp_path / "v", 4, 4, 16)
+    _tamper(data / "dev")
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"never read: the data is refused first")
+    res = cli("evaluate", "--model", str(model), "--data", str(data), "--json")
+    assert res.returncode != 0 and res.stdout == ""
+    (line,) = res.stderr.strip().splitlines()
+    assert f"{data / 'dev' / 'images.npy'} does not match" in line and "not scored" in line
+
+
+def test_analyse_refuses_a_changed_train_split(cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    data = make_version(tmp_path / "v", 4, 4, 16)
+    _tamper(data / "train")
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"never read")
+    res = cli("analyse", "--model", str(model), "--data", str(data), "--json", "--home", str(tmp_path / "home"))
+    assert res.returncode != 0 and f"{data / 'train' / 'images.npy'} does not match" in res.stderr
+
+
+def test_training_data_is_found_through_a_ticket_manifest(tmp_path: Path) -> None:
+    data = make_version(tmp_path / "v", 6, 4, 16)
+    ticket = tmp_path / "tickets" / "t1"
+    ticket.mkdir(parents=True)
+    (ticket / "model.onnx").write_bytes(b"x")
+    train = read_split(data / "train")
+    manifest = {"train": {"path": str(data / "train"), "content_hash": train.content_hash}, "dev": {}}
+    (ticket / TICKET_MANIFEST).write_text(json.dumps(manifest))
+    found = find_training_data(ticket / "model.onnx")
+    assert found is not None and found.source == "training manifest" and found.stats.n_images == 6
+    manifest["train"]["content_hash"] = "f" * 64  # the split at that path is no longer the training data
+    (ticket / TICKET_MANIFEST).write_text(json.dumps(manifest))
+    block = training_range(found.stats, ticket / "model.onnx")
+    assert block["known"] is False and "no longer there" in block["reason"]
+    assert training_range(found.stats, ticket / "model.onnx", data)["known"] is True  # --train-data wins
+    alone = training_range(found.stats, tmp_path / "elsewhere" / "model.onnx")
+    assert alone["known"] is False and alone["outside"] is None and "pass --train-data" in alone["reason"]
+
+
+def test_zero_detections_outside_the_range_read_as_a_shift() -> None:
+    assert collapse_finding({"outside": True}, 0, 5)["finding"] == "shift"
+    assert "not a finding about the model" in collapse_finding({"outside": True}, 0, 5)["message"]
+    assert collapse_finding({"outside": False}, 0, 5)["finding"] == "model"
+    assert collapse_finding({"outside": None}, 0, 5)["finding"] == "unknown"
+    assert collapse_finding({"outside": True}, 3, 5)["finding"] is None
+    assert collapse_finding({"outside": True}, 0, 0)["zero_detections"] is False  # nothing to detect
+
+
+def _write_12_bit(png_dir: Path, out: Path) -> Path:
+    """The exported 16-bit PNGs requantised as a 12-bit detector writes them: values 0..4095."""
+    (out / "images").mkdir(parents=True)
+    (out / "masks").symlink_to(png_dir / "masks")
+    for path in sorted((png_dir / "images").iterdir()):
+        unit = np.asarray(Image.open(path), dtype=np.float64) / 65535
+        Image.fromarray(np.round(unit * 4095).astype(np.uint16)).save(out / "images" / path.name)
+    return out
+
+
+@pytest.mark.slow
+def test_a_demo_model_on_a_mis_scaled_set_is_outside_its_training_range(
+        cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    size = get_profile("demo").image_size
+    generate(48, size, 11, workers=1).write(tmp_path / "v" / "train")
+    generate(24, size, 12, workers=1).write(tmp_path / "v" / "dev")
+    config = yaml.safe_load((Path(__file__).parents[2] / "configs" / "demo.yaml").read_text())
+    config.update(epochs=1, batch_size=16)
+    config["model"]["decoder_width"] = 8
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    home = ["--home", str(tmp_path / "home")]
+    res = cli("train", "--config", str(tmp_path / "c.yaml"), "--data", str(tmp_path / "v"), "--out",
+              str(tmp_path / "run"), "--json", *home)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "run" / "training_data.json").is_file()
+    export_png(tmp_path / "v" / "dev", tmp_path / "png")
+    src = _write_12_bit(tmp_path / "png", tmp_path / "detector")
+    res = cli("data", "import", str(src), "--out", str(tmp_path / "wrong"), "--bit-depth", "16", *home)
+    assert res.returncode == 0 and "less than 1/16" in res.stderr and "--bit-depth 12" in res.stderr
+    assert cli("data", "import", str(src), "--out", str(tmp_path / "right"), *home).returncode == 0
+
+    reports = {}
+    for name in ("wrong", "right"):
+        res = cli("evaluate", "--model", str(tmp_path / "run"), "--data", str(tmp_path / name), "--n-boot", "20",
+                  "--json", *home)
+        assert res.returncode == 0, res.stderr
+        reports[name] = json.loads(res.stdout)
+    wrong, right = reports["wrong"], reports["right"]
+    assert wrong["outside_training_range"] is True and wrong["training_range"]["source"] == "training_data.json"
+    assert {r.split(":")[0] for r in wrong["training_range"]["reasons"]} >= {"intensity", "noise"}
+    assert not wrong["training_range"]["zero_detections"] or wrong["training_range"]["finding"] == "shift"
+    assert right["outside_training_range"] is False and right["training_range"]["reasons"] == []
+    assert {"metrics", "intervals", "worst_slice", "per_image"} <= set(wrong)  # the old keys stay
+    res = cli("evaluate", "--model", str(tmp_path / "run"), "--data", str(tmp_path / "wrong"), "--n-boot", "20", *home)
+    assert res.returncode == 0 and "outside the training range" in res.stdout
