@@ -17,7 +17,7 @@ from typing import Any
 
 from segfactory.home import Home
 
-ARMS = ("agent", "sweep-tpe", "sweep-random")  # the CLI keeps a copy to refuse bad input fast
+ARMS = ("agent", "agent-code", "sweep-tpe", "sweep-random")  # the CLI keeps a copy to refuse bad input fast
 PLOT_FILE = "best_so_far.png"
 
 
@@ -78,11 +78,11 @@ def _run_arm(home_path: Path | None, arm: str, seed: int, budget_s: float, propo
     from controls.session import new_run_id
 
     home = Home.resolve(home_path)
-    if arm == "agent":
+    if arm in ("agent", "agent-code"):  # agent-code: the same run, its code tickets written by the code agent
         from agents.run import RunRequest, start_run
 
         summary = start_run(RunRequest(home=home, profile=profile, proposer=proposer, backend=backend,
-                                       budget_s=budget_s, progress=progress))
+                                       budget_s=budget_s, progress=progress, code_agent=arm == "agent-code"))
         return _agent_arm(home, summary["run_id"])
     sampler = arm.removeprefix("sweep-")
     summary = run_sweep_arm(home_path, sampler=sampler, budget_s=budget_s, seed=seed, storage=None, space_path=None,

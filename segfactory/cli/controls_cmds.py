@@ -19,7 +19,7 @@ from segfactory.errors import UsageError
 PROFILES = ("demo", "default")
 AA_RUNS = (1, 500)  # --runs accepted (min, max); past it: UsageError
 SAMPLERS = ("random", "tpe")  # controls.sweep.SAMPLERS
-ARMS = ("agent", "sweep-tpe", "sweep-random")  # controls.compare.ARMS, kept here so bad input fails fast
+ARMS = ("agent", "agent-code", "sweep-tpe", "sweep-random")  # controls.compare.ARMS, kept here so bad input fails fast
 BACKENDS = ("bwrap", "docker")
 ProfileOpt = Annotated[str, typer.Option("--profile", help="Home profile when one is created: demo or default.")]
 
@@ -135,7 +135,7 @@ def aa_cmd(
 
 
 def compare_cmd(
-    arms: Annotated[str, typer.Option("--arms", help="Comma-separated: agent, sweep-tpe, sweep-random.")] =
+    arms: Annotated[str, typer.Option("--arms", help="Comma-separated: agent, agent-code, sweep-tpe, sweep-random.")] =
         "agent,sweep-tpe,sweep-random",
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per arm (at least 3 for a claim).")] = 3,
     budget: Annotated[str, typer.Option("--budget", help="Device time per arm and seed, e.g. 8m.")] = "8m",
@@ -150,6 +150,9 @@ def compare_cmd(
     unknown = [a for a in wanted if a not in ARMS]
     if unknown or not wanted:
         raise UsageError(f"--arms {arms!r}: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(ARMS)}")
+    if "agent-code" in wanted and proposer == "rules":
+        raise UsageError("--arms agent-code needs an LLM --proposer (openai:MODEL, anthropic:MODEL or local:URL): "
+                         "its code-editing agent uses the proposer's provider")
     if seeds < 1:
         raise UsageError(f"--seeds {seeds}: expected at least 1")
     budget_s = _seconds(budget)

@@ -81,7 +81,8 @@ def killed_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
         with openai_server([Step.call("propose_tickets", {"tickets": [BASE_TICKET]})]) as fake:
             kr = KillRun(home=home, logs=root, env=env)
             first, run_id = kr.run_and_kill_in_sandbox("--profile", "demo", "--budget", RUN_BUDGET,
-                                                       "--proposer", f"local:{fake.base_url}#fake-model")
+                                                       "--proposer", f"local:{fake.base_url}#fake-model",
+                                                       "--judge", "rules")  # one scripted LLM answer: no reviewer
             orphans_after_first = left_running(str(home))
             _plant(home / "runs" / run_id / "people" / "planted-confirm.md")
             second = kr.run("--resume", run_id, extra_env={"SEGFACTORY_TEST_KILL_AT": "after_verdict"})

@@ -1,0 +1,31 @@
+"""``compare --arms agent-code``: the agent run with the code-editing agent, refused without an LLM."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CliResult
+
+
+def test_agent_code_is_a_known_arm_that_needs_an_llm_proposer(cli: Callable[..., CliResult], tmp_home: Path) -> None:
+    result = cli("compare", "--arms", "agent,agent-code", "--proposer", "rules", "--home", str(tmp_home))
+    assert result.returncode != 0 and "--arms agent-code needs an LLM --proposer" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not tmp_home.exists()
+    unknown = cli("compare", "--arms", "agent-cod", "--home", str(tmp_home))
+    assert "known: agent, agent-code, sweep-tpe" in unknown.stderr
+
+
+def test_the_agent_code_arm_is_a_run_with_the_code_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import agents.run
+    from controls import compare
+
+    asked: list[Any] = []
+    monkeypatch.setattr(agents.run, "start_run", lambda req: asked.append(req) or {"run_id": "r-none"})
+    for arm in ("agent", "agent-code"):
+        compare._run_arm(tmp_path / "home", arm, 0, 60.0, "openai:gpt-4o", "demo", "bwrap", lambda line: None)
+    assert [(r.proposer, r.code_agent, r.budget_s) for r in asked] == [("openai:gpt-4o", False, 60.0),
+                                                                       ("openai:gpt-4o", True, 60.0)]
