@@ -130,7 +130,7 @@ def analyse_cmd(
                              threshold=threshold, seed=seed, extras=extras)
     shift = _training_range(dev, onnx_path, train_data, resolved.root, threshold)
     if shift["outside"] or shift.get("finding") == "shift":
-        report = report.model_copy(update={"notes": [*report.notes, _shift_note(shift)]})
+        report = report.model_copy(update={"notes": [_shift_note(shift), *report.notes]})  # read first
     target = out if out is not None else onnx_path.parent / "analysis"
     report = write_report(report, dev, errors, target)
     if json_out:
@@ -158,7 +158,7 @@ def _training_range(dev: Any, onnx_path: Path, train_data: str | None, home_root
 
 def _shift_note(shift: dict[str, Any]) -> str:
     """The report's note for a set outside the training range (people read it first)."""
-    note = "dev lies outside the model's training range: " + "; ".join(shift["reasons"])
+    note = "the analysed set lies outside the model's training range: " + "; ".join(shift["reasons"])
     return note + (f"; {shift['message']}" if shift.get("message") else "")
 
 

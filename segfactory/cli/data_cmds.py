@@ -68,16 +68,29 @@ def generate_cmd(
                         f"in {summary['seconds']} s")
 
 
+BitDepthOpt = Annotated[int | None, typer.Option("--bit-depth", help="Source bit depth N: value / (2^N - 1) (default: detected, and printed).")]
+WindowOpt = Annotated[str | None, typer.Option("--window", help="LOW:HIGH raw values mapped to 0 and 1 (clipped outside).")]
+PercentileOpt = Annotated[str | None, typer.Option("--percentile", help="P_LOW:P_HIGH: a window from the whole set's percentiles, e.g. 0.5:99.5.")]
+
+
 @data_app.command("check")
 def check_cmd(
     folder: Annotated[Path, typer.Argument(help="A split folder or an import-layout folder.")],
+    bit_depth: BitDepthOpt = None,
+    window: WindowOpt = None,
+    percentile: PercentileOpt = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check a data folder; exits 1 and names the bad files when anything is wrong."""
-    from synthetic.check import check_path
+    """Check a data folder; exits 1 and names the bad files when anything is wrong.
 
-    report = check_path(folder)
+    An import-layout folder is checked through the intensity mapping an import would apply
+    (the same --bit-depth / --window / --percentile flags); the mapping and its warnings are shown.
+    """
+    from synthetic.check import check_path
+    from synthetic.mapping import MappingRequest
+
+    report = check_path(folder, MappingRequest.from_flags(bit_depth, window, percentile))
     if json_out:
         emit_json(report.summary())
     else:
@@ -85,6 +98,13 @@ def check_cmd(
         out.print(f"{report.layout} folder {folder}: {report.count} images, {report.n_defects} voids")
         if report.contrast_range:
             out.print(f"contrast range: {report.contrast_range[0]:.4f} .. {report.contrast_range[1]:.4f}")
+        if report.intensity_mapping:
+            m = report.intensity_mapping
+            windows = ", ".join(f"{b}-bit files {lo:g}..{hi:g}" for b, (lo, hi) in sorted(m["windows"].items()))
+            out.print(f"intensity mapping: {m['mode']}, source bit depth {m['bit_depth']} (from {m['detected_from']}); "
+                      f"{windows} -> 0..1", highlight=False, soft_wrap=True)
+        for warning in report.warnings:
+            out.print(f"[yellow]warning[/yellow] {warning}", highlight=False, soft_wrap=True)
         for problem in report.problems:
             out.print(f"[red]{problem.kind}[/red] {problem.file}: {problem.message}", highlight=False, soft_wrap=True)
         out.print("[green]ok[/green]" if report.ok else f"[red]{len(report.problems)} problem(s)[/red]")
@@ -119,9 +139,9 @@ def import_cmd(
     out: Annotated[Path, typer.Option("--out", help="Split folder to create (must not exist).")],
     real: Annotated[bool, typer.Option("--real", help="Labelled real images: OUT/real-dev (host only) and OUT/holdout (for gate add-real).")] = False,
     unlabelled: Annotated[bool, typer.Option("--unlabelled", help="Images without masks.")] = False,
-    bit_depth: Annotated[int | None, typer.Option("--bit-depth", help="Source bit depth N: value / (2^N - 1) (default: detected, and printed).")] = None,
-    window: Annotated[str | None, typer.Option("--window", help="LOW:HIGH raw values mapped to 0 and 1 (clipped outside).")] = None,
-    percentile: Annotated[str | None, typer.Option("--percentile", help="P_LOW:P_HIGH: a window from the whole set's percentiles, e.g. 0.5:99.5.")] = None,
+    bit_depth: BitDepthOpt = None,
+    window: WindowOpt = None,
+    percentile: PercentileOpt = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

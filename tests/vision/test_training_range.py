@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from segfactory.profiles import get_profile
 from synthetic import generate
 from synthetic._io import export_png
 from synthetic.splits import read_split
-from tests.conftest import CliResult
+from tests.conftest import REPO, CliResult
 from tests.vision._data import make_version
 from vision.training_data import TICKET_MANIFEST, collapse_finding, find_training_data, training_range
 
@@ -84,31 +86,38 @@ def _write_12_bit(png_dir: Path, out: Path) -> Path:
     return out
 
 
-@pytest.mark.slow
-def test_a_demo_model_on_a_mis_scaled_set_is_outside_its_training_range(
-        cli: Callable[..., CliResult], tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A one-epoch model trained on demo-profile data, and its dev set as a 12-bit detector writes it."""
+    root = tmp_path_factory.mktemp("demo-run")
     size = get_profile("demo").image_size
-    generate(48, size, 11, workers=1).write(tmp_path / "v" / "train")
-    generate(24, size, 12, workers=1).write(tmp_path / "v" / "dev")
-    config = yaml.safe_load((Path(__file__).parents[2] / "configs" / "demo.yaml").read_text())
+    generate(48, size, 11, workers=1).write(root / "v" / "train")
+    generate(24, size, 12, workers=1).write(root / "v" / "dev")
+    config = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     config.update(epochs=1, batch_size=16)
     config["model"]["decoder_width"] = 8
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
-    home = ["--home", str(tmp_path / "home")]
-    res = cli("train", "--config", str(tmp_path / "c.yaml"), "--data", str(tmp_path / "v"), "--out",
-              str(tmp_path / "run"), "--json", *home)
-    assert res.returncode == 0, res.stderr
-    assert (tmp_path / "run" / "training_data.json").is_file()
-    export_png(tmp_path / "v" / "dev", tmp_path / "png")
-    src = _write_12_bit(tmp_path / "png", tmp_path / "detector")
+    (root / "c.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run([sys.executable, "-m", "segfactory", "train", "--config", str(root / "c.yaml"), "--data",
+                           str(root / "v"), "--out", str(root / "run"), "--json", "--home", str(root / "home")],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    export_png(root / "v" / "dev", root / "png")
+    return {"root": root, "run": root / "run", "home": root / "home",
+            "detector": _write_12_bit(root / "png", root / "detector")}
+
+
+@pytest.mark.slow
+def test_a_demo_model_on_a_mis_scaled_set_is_outside_its_training_range(
+        cli: Callable[..., CliResult], demo_run: dict[str, Path], tmp_path: Path) -> None:
+    run, src, home = demo_run["run"], demo_run["detector"], ["--home", str(demo_run["home"])]
+    assert (run / "training_data.json").is_file()
     res = cli("data", "import", str(src), "--out", str(tmp_path / "wrong"), "--bit-depth", "16", *home)
     assert res.returncode == 0 and "less than 1/16" in res.stderr and "--bit-depth 12" in res.stderr
     assert cli("data", "import", str(src), "--out", str(tmp_path / "right"), *home).returncode == 0
 
     reports = {}
     for name in ("wrong", "right"):
-        res = cli("evaluate", "--model", str(tmp_path / "run"), "--data", str(tmp_path / name), "--n-boot", "20",
-                  "--json", *home)
+        res = cli("evaluate", "--model", str(run), "--data", str(tmp_path / name), "--n-boot", "20", "--json", *home)
         assert res.returncode == 0, res.stderr
         reports[name] = json.loads(res.stdout)
     wrong, right = reports["wrong"], reports["right"]
@@ -117,5 +126,20 @@ def test_a_demo_model_on_a_mis_scaled_set_is_outside_its_training_range(
     assert not wrong["training_range"]["zero_detections"] or wrong["training_range"]["finding"] == "shift"
     assert right["outside_training_range"] is False and right["training_range"]["reasons"] == []
     assert {"metrics", "intervals", "worst_slice", "per_image"} <= set(wrong)  # the old keys stay
-    res = cli("evaluate", "--model", str(tmp_path / "run"), "--data", str(tmp_path / "wrong"), "--n-boot", "20", *home)
+    res = cli("evaluate", "--model", str(run), "--data", str(tmp_path / "wrong"), "--n-boot", "20", *home)
     assert res.returncode == 0 and "outside the training range" in res.stdout
+
+
+@pytest.mark.slow
+def test_analyse_marks_a_mis_scaled_set_in_json_and_report(
+        cli: Callable[..., CliResult], demo_run: dict[str, Path], tmp_path: Path) -> None:
+    home = ["--home", str(demo_run["home"])]
+    assert cli("data", "import", str(demo_run["detector"]), "--out", str(tmp_path / "wrong"), "--bit-depth", "16",
+               *home).returncode == 0
+    res = cli("analyse", "--model", str(demo_run["run"]), "--data", str(tmp_path / "wrong"), "--no-labels",
+              "--out", str(tmp_path / "an"), "--json", *home)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["outside_training_range"] is True and out["training_range"]["known"] is True
+    assert out["notes"][0].startswith("the analysed set lies outside the model's training range: intensity:")
+    assert "outside the model's training range" in json.loads((tmp_path / "an" / "report.json").read_text())["notes"][0]
