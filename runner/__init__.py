@@ -12,7 +12,7 @@ anything started), FAILED (reason and traceback blob recorded) or DONE (host-com
 
 from runner._copyout import MAX_MODEL_BYTES, CopiedFile, UnsafeArtifact, copy_out, open_beneath, read_beneath
 from runner._execute import TIMEOUT_MARGIN_S, AuditSink, GateSubmitter, Scorer, default_scorer, execute_ticket
-from runner._launch import LaunchRequest, LaunchResult, SandboxLauncher, WorkerLauncher
+from runner._launch import HOST_CONFIG_FILE, LaunchRequest, LaunchResult, SandboxLauncher, WorkerLauncher
 from runner._manifest import SplitDigest, TrainingManifest, training_manifest
 from runner._policy import BudgetPolicy, load_budget_policy, refusal_reason
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
@@ -28,7 +28,7 @@ from runner.scheduler import (
 )
 
 __all__ = [
-    "MAX_MODEL_BYTES", "TIMEOUT_MARGIN_S", "Admission", "Attempt", "AuditSink", "BudgetPolicy", "CopiedFile",
+    "HOST_CONFIG_FILE", "MAX_MODEL_BYTES", "TIMEOUT_MARGIN_S", "Admission", "Attempt", "AuditSink", "BudgetPolicy", "CopiedFile",
     "DeviceProfile", "Evidence", "GateSubmitter", "LaunchRequest", "LaunchResult", "MemoryEstimator",
     "SandboxLauncher", "Scheduler", "SchedulerSettings", "Scorer", "SplitDigest", "TicketOutcome",
     "TicketStatus", "TrainingManifest", "UnsafeArtifact", "WorkerLauncher", "copy_out", "default_scorer",

@@ -25,7 +25,13 @@ import numpy as np
 
 from runner import _workspace
 from runner._copyout import MAX_MODEL_BYTES, copy_out, read_beneath
-from runner._launch import LaunchRequest, WorkerLauncher, audit_sandbox_events, output_record
+from runner._launch import (
+    LaunchRequest,
+    WorkerLauncher,
+    audit_sandbox_events,
+    keep_host_config,
+    output_record,
+)
 from runner._manifest import TrainingManifest, training_manifest, write_manifest
 from runner._policy import BudgetPolicy, load_budget_policy, refusal_reason
 from runner._workspace import OUT_DIR
@@ -176,6 +182,7 @@ def _execute(run: _Run, config: dict[str, Any], scorer: Scorer, gate: GateSubmit
     write_manifest(manifest, run.ticket_dir / "manifest.json")
     run.image_size = max(manifest.train.shape)
     config = _train(run, config)
+    keep_host_config(run.ticket_dir, config)  # what a challenge re-derives from, never work/config.yaml
     model = copy_out(run.work, f"{OUT_DIR}/{MODEL_FILE}", run.ticket_dir / MODEL_FILE, cap=MAX_MODEL_BYTES)
     run.event("model_copied_out", {"sha256": model.sha256, "bytes": model.size})
     reported, truncated = _sandbox_report(run.work)

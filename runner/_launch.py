@@ -12,6 +12,7 @@ report see a ticket's protected reads the same way as those of any other sandbox
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -83,6 +84,29 @@ def audit_sandbox_events(audit: AuditSink, events: Sequence[dict[str, Any]], *, 
     for event in events:
         kind = str(event.get("kind", "sandbox_event"))
         audit.append(Actor.SANDBOX, kind, {**event, "ticket_id": ticket_id, "attempt": attempt}, run_id=run_id)
+
+
+HOST_CONFIG_FILE = "host_config.yaml"  # in the ticket folder, beside (not in) the sandbox's work/
+
+
+def keep_host_config(ticket_dir: Path, config: dict[str, Any]) -> Path:
+    """Keep the host's own copy of the config a ticket trained with, outside the workspace.
+
+    ``work/config.yaml`` is in the sandbox's hands (rewritten, or swapped for a symlink, by the
+    code that trained); whatever later re-derives the ticket (a challenge) reads this copy instead.
+    Written to a temp file and renamed, so a reader sees a whole copy or none.
+    """
+    import yaml
+
+    target = ticket_dir / HOST_CONFIG_FILE
+    tmp = ticket_dir / f".{HOST_CONFIG_FILE}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(yaml.safe_dump(config, sort_keys=False))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, target)
+    return target
 
 
 def output_record(result: LaunchResult) -> dict[str, Any]:

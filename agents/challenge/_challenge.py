@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from agents.challenge._demote import demote_if_best
-from agents.challenge._locate import Located, code_sha256, locate
+from agents.challenge._locate import Located, code_sha256, host_config, locate
 from agents.challenge._policy import ChallengePolicy, load_policy
 from agents.challenge._records import ChallengeRecord, Claim, ClaimKind, Condition, RangeCheck, Verdict
 from agents.challenge._verdict import collapse_verdict, diff_conditions, range_check, win_verdict
-from segfactory.errors import LimitExceeded, SegfactoryError, UsageError
+from segfactory.errors import DataError, LimitExceeded, SegfactoryError, UsageError
 from segfactory.home import Home
 from segfactory.records import Actor, Arm, Ticket, TicketKind
 
@@ -188,11 +188,11 @@ def _condition(setup: ChallengeSetup, located: Located, claim: Claim, label: str
 
 
 def _trained_config(folder: Path, fallback: dict[str, Any]) -> dict[str, Any]:
-    import yaml
-
-    path = folder / "work" / "config.yaml"
-    data = yaml.safe_load(path.read_text()) if path.is_file() else None
-    return data if isinstance(data, dict) else fallback
+    """A run's config from the host's copy; a re-run that kept none (it failed) takes ``fallback``."""
+    try:
+        return host_config(folder)
+    except DataError:
+        return fallback
 
 
 def _perturbed_f1(setup: ChallengeSetup, model: Path, located: Located, claim: Claim, threshold: float) -> float:

@@ -32,7 +32,7 @@ class Located:
     ticket: Ticket
     folder: Path
     outcome: Any  # runner.TicketOutcome
-    config: dict[str, Any]  # the merged config the ticket trained with (work/config.yaml)
+    config: dict[str, Any]  # the config the ticket trained with (the host's copy, not work/config.yaml)
     dataset: Any  # synthetic.versions.DatasetVersion
     claim: Claim
 
@@ -46,7 +46,7 @@ def locate(home: Home, ticket_id: str, run_id: str | None = None) -> Located:
     run_id, folder = _ticket_folder(home, ticket_id, run_id)
     outcome = _outcome(folder)
     people = home.people_dir(run_id)
-    config = _config(folder)
+    config = host_config(folder)
     ticket = _ticket(people, ticket_id, outcome, config)
     dataset = _dataset(home, outcome)
     claim = find_claim(home, run_id, ticket_id, outcome)
@@ -78,14 +78,23 @@ def _outcome(folder: Path) -> Any:
     return outcome
 
 
-def _config(folder: Path) -> dict[str, Any]:
-    path = folder / "work" / "config.yaml"
-    if not path.is_file():
-        raise DataError(f"{path} is missing: the config the ticket trained with is gone; cannot re-derive it")
+def host_config(folder: Path) -> dict[str, Any]:
+    """The config the ticket trained with, from the host's own copy (``runner.HOST_CONFIG_FILE``).
+
+    Never ``work/config.yaml``: the sandboxed code that trained could rewrite it or swap it for a
+    symlink, and its threshold or augmentation would then feed the host's re-derivation.
+    """
+    from runner import HOST_CONFIG_FILE
+
+    path = folder / HOST_CONFIG_FILE
+    if path.is_symlink() or not path.is_file():
+        raise DataError(f"{path} is missing: the host kept no copy of the config ticket {folder.name} trained "
+                        "with (it predates host copies, or was removed); it cannot be re-derived")
     data = yaml.safe_load(path.read_text())
     if not isinstance(data, dict):
         raise DataError(f"{path} is not a mapping; cannot re-derive the ticket")
     return data
+
 
 
 def _ticket(people: Path, ticket_id: str, outcome: Any, config: dict[str, Any]) -> Ticket:

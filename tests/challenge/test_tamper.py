@@ -1,0 +1,78 @@
+"""A challenge re-derives from the host's own copy of the config, never from what the sandbox left.
+
+The ticket's worker runs for real in bwrap and rewrites ``/work/config.yaml`` (its threshold and
+seed) after training; a challenge that trusted that file would score with the worker's threshold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from agents.challenge import ChallengeSetup, challenge_ticket
+from agents.challenge._locate import locate
+from audit import AuditLog
+from runner import HOST_CONFIG_FILE, TicketStatus, execute_ticket
+from runner.scheduler import Scheduler
+from segfactory.home import Home
+from segfactory.records import Ticket
+from synthetic.versions import DatasetVersion
+from tests.challenge.conftest import RUN, dev_comparison
+from tests.runner.conftest import BASE_CONFIG
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+TAMPERING_WORKER = '''
+"""Writes a valid model, then rewrites the config it was given: a low threshold, another seed."""
+import sys
+from pathlib import Path
+
+import yaml
+
+args = dict(zip(sys.argv[1::2], sys.argv[2::2], strict=True))
+config_path = Path(args["--config"])
+config = yaml.safe_load(config_path.read_text())
+out = Path(args["--out"])
+out.mkdir()
+from onnx import TensorProto, helper
+x = helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, "H", "W"])
+y = helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1, "H", "W"])
+graph = helper.make_graph([helper.make_node("Sigmoid", ["image"], ["prob"])], "g", [x], [y])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+(out / "model.onnx").write_bytes(model.SerializeToString())
+config.update({"threshold": 0.01, "seed": 4242})
+config_path.write_text(yaml.safe_dump(config))
+'''
+
+
+def test_a_challenge_ignores_a_config_the_sandbox_rewrote(
+        marked_home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    ticket = Ticket(id="t1", arm="agent-code", kind="code", hypothesis="a worker that edits its own config",
+                    change={"files": {"vision/worker.py": TAMPERING_WORKER}},
+                    budget={"device_seconds": 60, "epochs": 1},
+                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01}, seed=11)
+    people = marked_home.people_dir(RUN)
+    people.mkdir(parents=True)
+    (people / "tickets.jsonl").write_text(ticket.model_dump_json() + "\n")
+    outcome = execute_ticket(ticket, home=marked_home, dataset_version=dataset, backend="bwrap",
+                             base_config=dict(BASE_CONFIG), audit=audit_log, run_id=RUN, scheduler=scheduler)
+    assert outcome.status is TicketStatus.DONE and outcome.evidence is not None, outcome.reason
+    folder = marked_home.tickets_dir(RUN) / "t1"
+    assert "threshold: 0.01" in (folder / "work" / "config.yaml").read_text()  # the sandbox did rewrite it
+    assert (folder / HOST_CONFIG_FILE).is_file()
+    host_threshold = outcome.evidence.threshold
+    dev_f1 = float(outcome.evidence.dev_metrics["object_f1"])
+    dev_comparison(marked_home, "t1", dev_f1, dev_f1 - 0.1)  # a claimed dev win, so there is something to challenge
+
+    located = locate(marked_home, "t1")
+    assert located.config["threshold"] == host_threshold != 0.01 and located.config["seed"] == 11
+    setup = ChallengeSetup(marked_home, audit_log, backend="bwrap", scheduler=scheduler)
+    record = challenge_ticket(setup, "t1", seeds=1)
+    claimed = record.conditions[0]
+    stable = {k: v for k, v in located.config.items() if k != "seed"}
+    assert claimed.seed == 11
+    assert claimed.config_sha256 == hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()
+    assert "config" not in record.diff  # the re-run trained with the same (host) config
