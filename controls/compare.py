@@ -1,11 +1,15 @@
-"""``segfactory compare``: agents against the sweep at equal device-seconds, over seeds.
+"""``segfactory compare``: agents against the sweep and nnU-Net at equal device-seconds, over seeds.
 
 For each seed, each arm gets the same device-second budget: ``agent`` is a ``segfactory run``
-(``agents.run.start_run``), ``sweep-tpe`` / ``sweep-random`` a sweep with that sampler seed.
-Each arm's best model on dev is then scored once on the sealed tier (and never-queried is left
-alone) through one gate milestone per seed, within the sealed quota: when the quota is spent
-the sealed tier is rotated to fresh secret seeds first (recorded by the gate). The report and a
-best-so-far plot go to ``runs/<compare id>/people/`` (people only).
+(``agents.run.start_run``), ``sweep-tpe`` / ``sweep-random`` a sweep with that sampler seed,
+``nnunet`` one nnU-Net run (``controls.nnunet_arm``). Every arm-run starts from the incumbent
+the comparison started from (``controls.isolation``): one arm's promotions never move another
+arm's bar, and all arms are scored on the same tiers of the one home. Each arm's best model on
+dev is then scored once on the sealed tier (never-queried is left alone) through one gate
+milestone per seed, within the sealed quota: when the quota is spent the sealed tier is rotated
+to fresh secret seeds first (recorded by the gate). The report ranks the arms by the sealed
+worst-slice score (``controls.compare_report``); it and a best-so-far plot go to
+``runs/<compare id>/people/`` (people only).
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from controls.isolation import BestStore, Incumbent, start_from
 from segfactory.home import Home
 
-ARMS = ("agent", "agent-code", "sweep-tpe", "sweep-random")  # the CLI keeps a copy to refuse bad input fast
+ARMS = ("agent", "agent-code", "sweep-tpe", "sweep-random", "nnunet")  # the CLI keeps a copy to refuse bad input fast
 PLOT_FILE = "best_so_far.png"
 
 
@@ -68,6 +73,21 @@ def _sweep_arm(home: Home, run_id: str) -> dict[str, Any]:
             "confirm_a_wins": sum(t["confirm_a"] == "WIN" for t in trials)}
 
 
+def _nnunet_arm(home: Home, summary: dict[str, Any]) -> dict[str, Any]:
+    """The nnU-Net arm in the shape of the others: its ticket (and replicate) on the curve, its plan."""
+    candidate, tickets = summary["candidate"], home.tickets_dir(summary["run_id"])
+    rows: list[tuple[float, float | None]] = []
+    for ticket_id, score in ((candidate["ticket_id"], candidate["dev_score"]), (candidate["replicate_id"], None)):
+        outcome = tickets / str(ticket_id) / "outcome.json"
+        if ticket_id and outcome.is_file():
+            rows.append((float(json.loads(outcome.read_text())["device_seconds"]), score))
+    return {"run_id": summary["run_id"], "curve": _curve(rows), "llm": {},
+            "best_ticket": candidate["ticket_id"] if candidate["dev_score"] is not None else None,
+            "promoted": int(candidate["decision"] == "promote"), "dev_wins": int(candidate["status"] == "dev_win"),
+            "confirm_a_wins": int(candidate["confirm_a"] == "WIN"), "plan": summary["plan"],
+            "replicate_plan": summary["replicate_plan"]}
+
+
 def _promoted(home: Home, run_id: str) -> int:
     return sum(p.get("run_id") == run_id for p in _read_jsonl(home.runs / "promotions.jsonl"))
 
@@ -84,6 +104,12 @@ def _run_arm(home_path: Path | None, arm: str, seed: int, budget_s: float, propo
         summary = start_run(RunRequest(home=home, profile=profile, proposer=proposer, backend=backend,
                                        budget_s=budget_s, progress=progress, code_agent=arm == "agent-code"))
         return _agent_arm(home, summary["run_id"])
+    if arm == "nnunet":
+        from controls.nnunet_arm import run_nnunet_arm
+
+        summary = run_nnunet_arm(home_path, budget_s=budget_s, profile=profile, backend=backend,
+                                 run_id=new_run_id(f"nnunet-s{seed}-"), progress=progress)
+        return _nnunet_arm(home, summary)
     sampler = arm.removeprefix("sweep-")
     summary = run_sweep_arm(home_path, sampler=sampler, budget_s=budget_s, seed=seed, storage=None, space_path=None,
                             profile=profile, backend=backend, run_id=new_run_id(f"sweep-{sampler}-s{seed}-"),
@@ -91,9 +117,34 @@ def _run_arm(home_path: Path | None, arm: str, seed: int, budget_s: float, propo
     return _sweep_arm(home, summary["run_id"])
 
 
+ArmRunner = Callable[[str, int], dict[str, Any]]  # (arm, seed) -> the arm-run's summary
+
+
+def run_arms(arms: list[str], seeds: int, run_arm: ArmRunner, store: BestStore,
+             after_seed: Callable[[int, dict[str, list[dict[str, Any]]]], None] = lambda seed, results: None,
+             ) -> tuple[Incumbent, dict[str, list[dict[str, Any]]]]:
+    """Every arm-run from the same incumbent (restored when an earlier arm-run moved the best).
+
+    Each result records ``start_best`` (the incumbent it started from) and ``restored_before``
+    (whether the best had to be moved back first); the incumbent is restored after the last run.
+    """
+    incumbent = store.current()
+    results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
+    for seed in range(seeds):
+        for arm in arms:
+            restored = start_from(store, incumbent, f"{arm} seed {seed}")
+            result = run_arm(arm, seed)
+            result.update(start_best=incumbent.sha256, restored_before=restored)
+            results[arm].append(result)
+        after_seed(seed, results)
+    start_from(store, incumbent, "the end of the comparison")
+    return incumbent, results
+
+
 def run_compare(home_path: Path | None, *, arms: list[str], seeds: int, budget_s: float, proposer: str,
                 profile: str, backend: str, progress: Callable[[str], None]) -> dict[str, Any]:
     from controls.compare_report import summarise, write_plot
+    from controls.isolation import GateBestStore
     from controls.replay import replay, sealed_milestone
     from controls.session import new_run_id
     from segfactory.cli._common import home_for
@@ -102,32 +153,42 @@ def run_compare(home_path: Path | None, *, arms: list[str], seeds: int, budget_s
     compare_id = new_run_id("compare-")
     people = home.people_dir(compare_id)
     people.mkdir(parents=True, exist_ok=True)
-    results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
-    for seed in range(seeds):
-        for arm in arms:
-            progress(f"compare {compare_id}: seed {seed}, arm {arm}, {budget_s:g} device-s")
-            results[arm].append(_run_arm(home_path, arm, seed, budget_s, proposer, profile, backend, progress))
+
+    def run_arm(arm: str, seed: int) -> dict[str, Any]:
+        progress(f"compare {compare_id}: seed {seed}, arm {arm}, {budget_s:g} device-s")
+        return _run_arm(home_path, arm, seed, budget_s, proposer, profile, backend, progress)
+
+    def after_seed(seed: int, results: dict[str, list[dict[str, Any]]]) -> None:
         models = {arm: home.tickets_dir(r[-1]["run_id"]) / str(r[-1]["best_ticket"]) / "model.onnx"
                   for arm, r in results.items() if r[-1]["best_ticket"]}
         report = sealed_milestone(home, f"{compare_id}-seed{seed}", compare_id, list(models.values()), progress)
         for arm, model in models.items():
             results[arm][-1]["sealed"] = _sealed_scores(report, model)
         (people / "compare.json").write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
+
+    incumbent, results = run_arms(arms, seeds, run_arm, GateBestStore(home, compare_id), after_seed)
     summary = summarise(results, proposer=proposer, budget_s=budget_s, seeds=seeds)
     summary["replay"] = {arm: replay(home, {r["run_id"] for r in runs}, f"{compare_id}-{arm}", progress=progress)
                          for arm, runs in results.items()}
     summary.update(compare_id=compare_id, plot=str(write_plot(results, people / PLOT_FILE)),
-                   report=str(people / "compare.json"))
+                   report=str(people / "compare.json"), incumbent=incumbent.sha256)
     (people / "compare.json").write_text(json.dumps({"summary": summary, "arms": results}, indent=2,
                                                     sort_keys=True, default=str))
     return summary
 
 
 def _sealed_scores(report: dict[str, Any], model: Path) -> dict[str, Any] | None:
-    from controls.replay import sealed_f1
+    """Sealed object F1 (with its interval) and, where the milestone gives it, the worst-slice score."""
+    from controls.replay import SEALED, sealed_f1
+    from synthetic.splits import sha256_file
 
     f1 = sealed_f1(report, model)
-    return {"object_f1": f1.as_dict()} if f1 else None
+    if not f1:
+        return None
+    entry = report.get("tiers", {}).get(SEALED, {}).get("models", {}).get(sha256_file(model), {})
+    worst = entry.get("worst_slice_recall")
+    return {"object_f1": f1.as_dict(), "worst_slice_recall": float(worst) if worst is not None else None,
+            "slice_recall": entry.get("slice_recall")}
 
 
-__all__ = ["ARMS", "run_compare"]
+__all__ = ["ARMS", "run_arms", "run_compare"]

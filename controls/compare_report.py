@@ -1,4 +1,13 @@
-"""The comparison's summary (plain words on who won) and its best-so-far plot (people only)."""
+"""The comparison's summary (plain words on who won), its ranking and its best-so-far plot (people only).
+
+The ranking follows the plan's metric: the sealed worst-slice robustness score as the win rule
+defines "robust" (object recall on the worst size slice with at least ``min_support`` voids),
+read per arm and seed from the gate's sealed milestone, with sealed object F1 beside it. Seeds
+are the unit of replication: each arm's mean over seeds carries a t interval, and every pair of
+arms a paired (seed by seed) difference with its t interval, for both metrics. When the gate's
+milestone does not report the worst-slice score, the ranking says so and falls back to sealed
+object F1 rather than inventing one.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +26,68 @@ def _sealed_f1(run: dict[str, Any]) -> float | None:
     return float(f1["estimate"]) if isinstance(f1, dict) else None
 
 
+def _sealed_worst(run: dict[str, Any]) -> float | None:
+    value = (run.get("sealed") or {}).get("worst_slice_recall")
+    return float(value) if value is not None else None
+
+
+METRICS = {"worst_slice_recall": _sealed_worst, "object_f1": _sealed_f1}  # rank order: first, then the tie-break
+
+
+def t_interval(values: list[float]) -> dict[str, Any]:
+    """Mean with a two-sided ``DIFF_CONFIDENCE`` t interval; bounds None below two values."""
+    out: dict[str, Any] = {"n": len(values), "mean": sum(values) / len(values) if values else None,
+                           "confidence": DIFF_CONFIDENCE, "low": None, "high": None}
+    if len(values) >= 2:
+        import statistics
+
+        from scipy.stats import t
+
+        half = float(t.ppf(0.5 + DIFF_CONFIDENCE / 2, len(values) - 1)) * statistics.stdev(values) / len(values) ** 0.5
+        out["low"], out["high"] = out["mean"] - half, out["mean"] + half
+    return out
+
+
+def _per_seed(runs: list[dict[str, Any]], metric: str) -> list[float | None]:
+    return [METRICS[metric](r) for r in runs]
+
+
+def pairwise_differences(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """``"a - b"`` for every pair of arms (in the order given), per metric: per-seed differences and a t interval.
+
+    Only seeds where both arms have a sealed score count; a seed is paired with the same seed.
+    """
+    arms, out = list(results), {}
+    for i, a in enumerate(arms):
+        for b in arms[i + 1:]:
+            pair: dict[str, Any] = {}
+            for metric in METRICS:
+                diffs = [x - y for x, y in zip(_per_seed(results[a], metric), _per_seed(results[b], metric),
+                                               strict=False) if x is not None and y is not None]
+                pair[metric] = {"per_seed": diffs, **t_interval(diffs)}
+            out[f"{a} - {b}"] = pair
+    return out
+
+
+def ranking(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Arms best first by mean sealed worst-slice score (object F1 breaks ties), or by object F1 when
+    the milestone reported no worst-slice score for any arm."""
+    means = {arm: {m: t_interval([v for v in _per_seed(runs, m) if v is not None]) for m in METRICS}
+             for arm, runs in results.items()}
+    have_worst = any(means[a]["worst_slice_recall"]["n"] for a in means)
+    metric = "worst_slice_recall" if have_worst else "object_f1"
+
+    def key(arm: str) -> tuple[float, float]:
+        first, second = means[arm][metric]["mean"], means[arm]["object_f1"]["mean"]
+        return (first if first is not None else float("-inf"), second if second is not None else float("-inf"))
+
+    order = sorted(means, key=key, reverse=True)
+    note = None if have_worst else ("the gate's sealed milestone reported no worst-slice score, so the arms are "
+                                    "ranked by sealed object F1")
+    return {"metric": metric, "order": order, "note": note, "per_arm": means,
+            "per_seed": {arm: {m: _per_seed(runs, m) for m in METRICS} for arm, runs in results.items()}}
+
+
 def _arm_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     scores = [s for s in (_sealed_f1(r) for r in runs) if s is not None]
     seconds = sum(r["curve"][-1][0] if r["curve"] else 0.0 for r in runs)
@@ -28,6 +99,10 @@ def _arm_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "dev_wins": sum(int(r.get("dev_wins", 0)) for r in runs),
             "confirm_a_wins": sum(int(r.get("confirm_a_wins", 0)) for r in runs),
             "promoted": sum(int(r["promoted"]) for r in runs),
+            "sealed_worst_slice_recall": [_sealed_worst(r) for r in runs],
+            "device_seconds": [r["curve"][-1][0] if r["curve"] else 0.0 for r in runs],
+            "start_best": [r.get("start_best") for r in runs],
+            "plans": [r["plan"] for r in runs if r.get("plan")],
             "yield": Yield(promoted=sum(int(r["promoted"]) for r in runs), device_seconds=seconds,
                            llm_tokens=tokens, llm_seconds=llm_s).as_dict()}
 
@@ -62,6 +137,29 @@ def paired_difference(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
+def ranking_text(rank: dict[str, Any], pairs: dict[str, dict[str, Any]]) -> str:
+    """The ranking in one sentence, with the top two arms' paired difference on the ranking metric."""
+    order, metric = rank["order"], rank["metric"]
+    if not order:
+        return ""
+    words = "sealed worst-slice recall" if metric == "worst_slice_recall" else "sealed object F1"
+    shown = ", ".join(f"{a} {m:.3f}" if (m := rank["per_arm"][a][metric]["mean"]) is not None else f"{a} -"
+                      for a in order)
+    text = f"Ranked by mean {words}: {shown}."
+    if len(order) >= 2:
+        pair = pairs.get(f"{order[0]} - {order[1]}") or pairs.get(f"{order[1]} - {order[0]}")
+        if pair is not None:
+            d = pair[metric]
+            sign = 1 if f"{order[0]} - {order[1]}" in pairs else -1
+            if d["low"] is not None:
+                lo, hi = sorted((sign * d["low"], sign * d["high"]))
+                text += (f" {order[0]} minus {order[1]}: {sign * d['mean']:+.3f}, "
+                         f"{round(100 * DIFF_CONFIDENCE)}% interval [{lo:+.3f}, {hi:+.3f}] over {d['n']} seeds.")
+            elif d["mean"] is not None:
+                text += f" {order[0]} minus {order[1]}: {sign * d['mean']:+.3f} on one seed (no interval)."
+    return text + (f" Note: {rank['note']}." if rank["note"] else "")
+
+
 def verdict_text(arms: dict[str, dict[str, Any]], proposer: str) -> str:
     """One plain paragraph: does the sweep tie or win, how sure that is, and what the agent arm was."""
     diff = paired_difference(arms)
@@ -94,8 +192,11 @@ def verdict_text(arms: dict[str, dict[str, Any]], proposer: str) -> str:
 def summarise(results: dict[str, list[dict[str, Any]]], *, proposer: str, budget_s: float,
               seeds: int) -> dict[str, Any]:
     arms = {arm: _arm_summary(runs) for arm, runs in results.items()}
+    rank, pairs = ranking(results), pairwise_differences(results)
     return {"arms": arms, "seeds": seeds, "budget_s_per_arm_and_seed": budget_s, "proposer": proposer,
-            "sweep_minus_agent": paired_difference(arms), "verdict": verdict_text(arms, proposer)}
+            "sweep_minus_agent": paired_difference(arms),
+            "verdict": " ".join(filter(None, (verdict_text(arms, proposer), ranking_text(rank, pairs)))),
+            "ranking": rank, "paired_differences": pairs, "ranking_text": ranking_text(rank, pairs)}
 
 
 def write_plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
@@ -121,4 +222,4 @@ def write_plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
     return path
 
 
-__all__ = ["paired_difference", "summarise", "verdict_text", "write_plot"]
+__all__ = ["pairwise_differences", "paired_difference", "ranking", "summarise", "t_interval", "verdict_text", "write_plot"]

@@ -35,10 +35,11 @@ def promotions(home: Home) -> list[dict[str, Any]]:
 
 
 def pairs_for(home: Home, run_ids: set[str]) -> list[dict[str, Any]]:
-    """(promoted model, the best it replaced) for every promotion of ``run_ids``; A/A references excluded."""
+    """(promoted model, the best it replaced) for every promotion of ``run_ids``; A/A references and
+    compare's restores of its incumbent (``restored``) are not wins, but a restore is the best replaced."""
     out, previous = [], str(home.root / BASELINE_MODEL)
     for row in promotions(home):
-        if row["run_id"] in run_ids and not str(row["ticket_id"]).endswith("-ref"):
+        if row["run_id"] in run_ids and not str(row["ticket_id"]).endswith("-ref") and not row.get("restored"):
             out.append({"run_id": row["run_id"], "ticket_id": row["ticket_id"], "model": row["model"],
                         "previous": previous})
         previous = row["model"]

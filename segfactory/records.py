@@ -33,6 +33,7 @@ class Arm(StrEnum):
     AGENT_CODE = "agent-code"
     SWEEP_TPE = "sweep-tpe"
     SWEEP_RANDOM = "sweep-random"
+    NNUNET = "nnunet"  # compare's nnU-Net arm: the real nnunetv2 package in the ticket sandbox
     AA = "aa"
     CURATION = "curation"
     TOPUP = "topup"

@@ -19,7 +19,7 @@ from segfactory.errors import UsageError
 PROFILES = ("demo", "default")
 AA_RUNS = (1, 500)  # --runs accepted (min, max); past it: UsageError
 SAMPLERS = ("random", "tpe")  # controls.sweep.SAMPLERS
-ARMS = ("agent", "agent-code", "sweep-tpe", "sweep-random")  # controls.compare.ARMS, kept here so bad input fails fast
+ARMS = ("agent", "agent-code", "sweep-tpe", "sweep-random", "nnunet")  # controls.compare.ARMS, kept here so bad input fails fast
 BACKENDS = ("bwrap", "docker")
 ProfileOpt = Annotated[str, typer.Option("--profile", help="Home profile when one is created: demo or default.")]
 
@@ -135,7 +135,7 @@ def aa_cmd(
 
 
 def compare_cmd(
-    arms: Annotated[str, typer.Option("--arms", help="Comma-separated: agent, agent-code, sweep-tpe, sweep-random.")] =
+    arms: Annotated[str, typer.Option("--arms", help="Comma-separated: agent, agent-code, sweep-tpe, sweep-random, nnunet.")] =
         "agent,sweep-tpe,sweep-random",
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per arm (at least 3 for a claim).")] = 3,
     budget: Annotated[str, typer.Option("--budget", help="Device time per arm and seed, e.g. 8m.")] = "8m",
@@ -145,7 +145,8 @@ def compare_cmd(
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Equal device-seconds per arm over seeds; sealed scores via a milestone; a best-so-far plot."""
+    """Equal device-seconds per arm over seeds, each arm from the same incumbent; arms ranked by sealed
+    worst-slice recall (object F1 beside it) with paired differences; a best-so-far plot."""
     wanted = [a.strip() for a in arms.split(",") if a.strip()]
     unknown = [a for a in wanted if a not in ARMS]
     if unknown or not wanted:

@@ -1,0 +1,103 @@
+"""Arm isolation for ``compare``: every arm-run starts from the same incumbent and the same bar.
+
+The arms of a comparison share one home, so that they share its gate, tiers and ledger (the
+sealed tier is what makes their scores comparable). They also share its one global best, and a
+promotion in one arm would raise the bar the next arm's dev wins are measured against, and
+change the incumbent its tickets patch. So before each arm-run the best is moved back to the
+incumbent the comparison started from: through the gate's host surface, as the reference the
+arm-run is measured against (a move of kind ``reference`` in the gate's ledger, never a
+promotion, with its reason; the gate's ``retract`` cannot do it, since it steps back one model
+at a time and, after two promotions, steps back onto the later one), and a row in ``runs/promotions.jsonl`` (ticket id ``<label>-restore``) that names the
+restored model, so that the false-win replay pairs each later promotion with the best it really
+replaced. After the last arm-run the incumbent is restored once more: a comparison leaves the
+home's best as it found it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from segfactory.home import Home
+
+RESTORE_SUFFIX = "-restore"  # ticket id suffix of a restore row in promotions.jsonl
+BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # agents.services.BASELINE_MODEL
+
+
+@dataclass(frozen=True)
+class Incumbent:
+    sha256: str
+    model: Path  # the host's copy
+
+
+class BestStore(Protocol):
+    """Where the global best lives. ``current`` reads it; ``restore`` moves it back (recorded)."""
+
+    def current(self) -> Incumbent: ...
+
+    def restore(self, incumbent: Incumbent, reason: str) -> None: ...
+
+
+def host_copy(home: Home, sha256: str) -> Path:
+    """The host's copy of a best (a promotion row, else the classical baseline); DataError if none."""
+    from segfactory.errors import DataError
+    from synthetic.splits import sha256_file
+
+    path = home.runs / "promotions.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
+    for row in reversed(rows):
+        if row.get("sha256") == sha256 and Path(row["model"]).is_file():
+            return Path(row["model"])
+    baseline = home.root / BASELINE_MODEL
+    if baseline.is_file() and sha256_file(baseline) == sha256:
+        return baseline
+    raise DataError(f"the current best {sha256[:12]}… has no host copy (baseline or promotions.jsonl); "
+                    "compare cannot restore it between arms")
+
+
+class GateBestStore:
+    """The home's gate, through its host surface (only the gate opens the vault); events go to the audit log."""
+
+    def __init__(self, home: Home, compare_id: str) -> None:
+        self.home, self.compare_id = home, compare_id
+
+    def _call(self, act: Callable[[Any], Any]) -> Any:
+        from audit import AuditLog
+        from audit.anchor import gate_anchor_store
+        from audit.gate_events import pull
+
+        with gate_anchor_store(self.home) as anchor, AuditLog(self.home, anchor) as log:
+            client: Any = anchor.client  # a gate.client.GateClient
+            try:
+                return act(client)
+            finally:
+                pull(client, log)
+
+    def current(self) -> Incumbent:
+        from segfactory.errors import GateError
+
+        sha = self._call(lambda client: client.status().get("current_best"))
+        if not sha:
+            raise GateError("the gate has no current best; `segfactory init` registers the baseline")
+        return Incumbent(str(sha), host_copy(self.home, str(sha)))
+
+    def restore(self, incumbent: Incumbent, reason: str) -> None:
+        self._call(lambda client: client.set_reference(incumbent.model, reason))
+        row = {"model": str(incumbent.model), "sha256": incumbent.sha256, "run_id": self.compare_id,
+               "ticket_id": f"{self.compare_id}{RESTORE_SUFFIX}", "restored": True, "reason": reason}
+        with (self.home.runs / "promotions.jsonl").open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def start_from(store: BestStore, incumbent: Incumbent, label: str) -> bool:
+    """Move the best back to ``incumbent`` if another arm moved it; True when it had moved."""
+    if store.current().sha256 == incumbent.sha256:
+        return False
+    store.restore(incumbent, f"compare arm isolation: {label} starts from the incumbent {incumbent.sha256[:12]}")
+    return True
+
+
+__all__ = ["BestStore", "GateBestStore", "Incumbent", "RESTORE_SUFFIX", "host_copy", "start_from"]

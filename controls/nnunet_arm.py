@@ -1,0 +1,115 @@
+"""The ``nnunet`` arm of ``compare``: what a team without this factory would run, at the same device time.
+
+One ticket (arm ``nnunet``, kind ``config``) patches the profile's base config to the
+``nnunet`` engine (``vision.nnunet``): inside the ticket sandbox, the real ``nnunetv2``
+package exports the dataset version to its raw format, plans and preprocesses its 2D
+configuration (untuned: its default planner), trains ``nnUNetTrainer`` for as many epochs as
+the arm's device-second budget holds, and exports the network to the gate's ONNX contract with
+its normalisation folded in and deep supervision off. From there the ticket is any other
+candidate (``controls.pipeline.run_candidate``): host-computed dev score, dev rule, confirm-a,
+a replicate with a host-chosen seed on confirm-b, the coded judge; the same gate and win rule.
+
+Decisions, written down:
+- nnU-Net's "keep the largest connected component" postprocessing is not applied. nnU-Net
+  itself turns it on only where its 5-fold cross-validation shows it helps, and it would delete
+  all but one void of an image with many; the factory scores every void.
+- No test-time mirroring: the exported graph is one forward pass, like every other arm's model.
+- The ticket's budget is the whole arm budget (one nnU-Net run, not a search over them); a
+  replicate, when confirm-a asks for one, costs up to that again and counts in the arm's
+  device-seconds, as a sweep's last trial and replicates do.
+- The ticket budget is allowed past the profile's per-ticket cap (``policies/budgets.yaml``
+  limits one agent ticket; this arm is one run by construction), up to the arm's budget only.
+
+The plan nnU-Net made (patch, batch, depth, widths, epochs, iterations) is the sandbox's own
+report (``result.json``), kept beside the host-computed evidence for people, never as evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from controls.session import ControlServices
+from runner import BudgetPolicy
+from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+
+NNUNET_MAX_EPOCHS = 1000  # nnU-Net's own epoch count, as the cap; the budget decides how many run
+SANDBOX_START_S = 10.0  # device-seconds the sandbox start and imports take before the worker's clock
+MIN_BUDGET_S = 60.0  # below this nnU-Net has not finished planning; --budget under it is refused
+ARM_FILE = "nnunet.json"  # people/: the arm's candidate result and nnU-Net's plan
+
+
+def nnunet_ticket(run_id: str, budget_s: float, seed: int) -> Ticket:
+    """The arm's one ticket: the base config switched to the nnunet engine, sized to ``budget_s``."""
+    change = {"engine": "nnunet", "epochs": NNUNET_MAX_EPOCHS,
+              "nnunet": {"time_budget_s": round(budget_s - SANDBOX_START_S, 1)}}
+    return Ticket(id=f"{run_id}-nnunet", arm=Arm.NNUNET, kind=TicketKind.CONFIG, change=change,
+                  budget=Budget(device_seconds=budget_s, epochs=NNUNET_MAX_EPOCHS), seed=seed,
+                  hypothesis=f"nnU-Net (nnunetv2, 2D, untuned) trained for {budget_s:g} device-seconds",
+                  expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0))
+
+
+class NnunetServices(ControlServices):
+    """``ControlServices`` whose tickets may use the arm's whole budget (one run, not a search).
+
+    Mirrors ``HostServices._execute`` (the ticket patched onto its parent, the lineage's dataset
+    version) with one difference: the budget policy is the arm's, not the profile's per-ticket cap.
+    """
+
+    def _execute(self, ticket: Ticket, lineage: Any) -> Any:
+        from runner import execute_ticket
+        from synthetic.versions import resolve
+
+        s = self.setup
+        parent = self._parent_of(ticket)
+        policy = BudgetPolicy(max_device_seconds=ticket.budget.device_seconds, max_epochs=NNUNET_MAX_EPOCHS)
+        return execute_ticket(self._runnable(ticket, parent), home=s.home,
+                              dataset_version=resolve(s.home.root, lineage.dataset), backend=s.backend,
+                              base_config=parent.config, audit=s.audit, run_id=s.run_id, scorer=self._score,
+                              budget_policy=policy)
+
+
+def reported_plan(ticket_dir: Path) -> dict[str, Any] | None:
+    """nnU-Net's plan as the sandbox reported it (``outcome.json`` keeps the worker's result.json)."""
+    outcome = ticket_dir / "outcome.json"
+    if not outcome.is_file():
+        return None
+    reported = json.loads(outcome.read_text()).get("sandbox_reported") or {}
+    plan = reported.get("plan") if isinstance(reported, dict) else None
+    return plan if isinstance(plan, dict) else None
+
+
+def run_nnunet_arm(home: Path | None, *, budget_s: float, profile: str, backend: str, run_id: str,
+                   progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Run the arm in a control session; returns its summary (people only: it holds the dev score)."""
+    from controls.pipeline import run_candidate
+    from controls.session import control_session
+    from segfactory.cli._common import home_for
+    from segfactory.errors import UsageError
+
+    if budget_s < MIN_BUDGET_S:
+        raise UsageError(f"the nnunet arm needs at least {MIN_BUDGET_S:g} device-seconds; got {budget_s:g}")
+    resolved = home_for(home, create=True, profile=profile)
+    with control_session(resolved, backend=backend, profile=profile, run_id=run_id, kind="nnunet",
+                         progress=progress) as s:
+        services = NnunetServices(s.services.setup)
+        ticket = nnunet_ticket(run_id, budget_s, s.make_seed())
+        candidate = run_candidate(services, s.judge, ticket, s.make_seed)
+    tickets = resolved.tickets_dir(run_id)
+    plan = reported_plan(tickets / ticket.id) or {}
+    summary: dict[str, Any] = {
+               "run_id": run_id, "budget_s": budget_s, "candidate": candidate.model_dump(mode="json"),
+               "plan": plan or None,
+               "replicate_plan": reported_plan(tickets / candidate.replicate_id) if candidate.replicate_id else None}
+    people = resolved.people_dir(run_id)
+    people.mkdir(parents=True, exist_ok=True)
+    (people / ARM_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True))
+    progress(f"nnunet arm {run_id}: dev {candidate.dev_score} ({candidate.status}, {candidate.decision}); "
+             f"plan patch {plan.get('patch_size')} batch {plan.get('batch_size')} stages {plan.get('n_stages')}, "
+             f"{plan.get('epochs')} epochs x {plan.get('iterations_per_epoch')} iterations")
+    return summary
+
+
+__all__ = ["NNUNET_MAX_EPOCHS", "NnunetServices", "nnunet_ticket", "reported_plan", "run_nnunet_arm"]

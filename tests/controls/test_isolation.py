@@ -1,0 +1,85 @@
+"""Arm isolation in ``compare``: every arm-run starts from the same incumbent; no arm moves another's bar.
+
+The best lives in the gate's real ledger (SQLite), moved with the kinds the ledger allows; the
+arms are stand-ins that promote, so that the rule is checked without training.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from controls.compare import run_arms
+from controls.isolation import RESTORE_SUFFIX, Incumbent, start_from
+from controls.replay import pairs_for
+from gate.ledger import Ledger
+from segfactory.home import Home
+
+
+class LedgerStore:
+    """``BestStore`` over the gate's ledger itself; ``restore`` records a ``reference`` move as the gate does."""
+
+    def __init__(self, path: Path) -> None:
+        self.ledger = Ledger(path)
+        self.ledger.set_best("base", "/m/base.onnx", "init", "baseline")
+
+    def current(self) -> Incumbent:
+        best = self.ledger.current_best()
+        assert best is not None
+        return Incumbent(best["model_sha256"], Path(best["model_path"]))
+
+    def restore(self, incumbent: Incumbent, reason: str) -> None:
+        self.ledger.set_best(incumbent.sha256, str(incumbent.model), "reference", reason)
+
+    def promote(self, name: str) -> None:
+        self.ledger.set_best(name, f"/m/{name}.onnx", "promotion", "WIN + replicate WIN")
+
+
+def promoting_arms(store: LedgerStore, promotions: dict[str, int]) -> tuple[Any, list[tuple[str, int, str]]]:
+    seen: list[tuple[str, int, str]] = []
+
+    def run_arm(arm: str, seed: int) -> dict[str, Any]:
+        seen.append((arm, seed, store.current().sha256))  # the bar this arm-run is measured against
+        for k in range(promotions.get(arm, 0)):
+            store.promote(f"{arm}-s{seed}-p{k}")
+        return {"run_id": f"{arm}-{seed}"}
+
+    return run_arm, seen
+
+
+def test_every_arm_run_starts_from_the_same_incumbent(tmp_path: Path) -> None:
+    store = LedgerStore(tmp_path / "ledger.sqlite")
+    run_arm, seen = promoting_arms(store, {"agent": 1, "sweep-tpe": 2})  # two in a row: retract cannot undo it
+    incumbent, results = run_arms(["agent", "sweep-tpe", "nnunet"], 2, run_arm, store)
+    assert incumbent.sha256 == "base"
+    assert {sha for _, _, sha in seen} == {"base"} and len(seen) == 6
+    assert [r["restored_before"] for r in results["sweep-tpe"]] == [True, True]  # after the agent's promotion
+    assert [r["restored_before"] for r in results["nnunet"]] == [True, True]  # after the sweep's two
+    assert [r["restored_before"] for r in results["agent"]] == [False, False]  # nnunet promoted nothing
+    assert all(r["start_best"] == "base" for runs in results.values() for r in runs)
+    assert store.current().sha256 == "base"  # the comparison leaves the best as it found it
+    moves = store.ledger.best_history()
+    restores = [m for m in moves if m["kind"] == "reference"]
+    assert restores and all(m["model_sha256"] == "base" and "arm isolation" in m["reason"] for m in restores)
+    assert not [m for m in moves if m["kind"] == "promotion" and m["model_sha256"] == "base"]
+
+
+def test_no_restore_is_recorded_when_nothing_moved(tmp_path: Path) -> None:
+    store = LedgerStore(tmp_path / "ledger.sqlite")
+    run_arm, seen = promoting_arms(store, {})
+    run_arms(["sweep-random", "nnunet"], 2, run_arm, store)
+    assert [m["kind"] for m in store.ledger.best_history()] == ["init"]
+    assert start_from(store, store.current(), "x") is False
+
+
+def test_a_promotion_after_a_restore_is_paired_with_the_incumbent(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.runs.mkdir(parents=True)
+    rows = [{"run_id": "agent-0", "ticket_id": "agent-0-t001", "model": "/m/a.onnx"},
+            {"run_id": "cmp", "ticket_id": f"cmp{RESTORE_SUFFIX}", "model": "/m/base.onnx", "restored": True},
+            {"run_id": "sweep-0", "ticket_id": "sweep-0-t003", "model": "/m/s.onnx"}]
+    (home.runs / "promotions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (pair,) = pairs_for(home, {"sweep-0"})
+    assert pair["previous"] == "/m/base.onnx"  # not the agent arm's promotion: it never was this arm's bar
+    assert [p["ticket_id"] for p in pairs_for(home, {"cmp"})] == []  # a restore is not a win
