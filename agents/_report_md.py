@@ -24,7 +24,7 @@ def render_markdown(r: Any) -> str:
              f"- started {_when(r.started_at)}, ended {_when(r.ended_at)}; stopped because: {r.stop_reason or 'done'}",
              f"- win rule sha256 `{(r.win_rule_sha256 or NOT_MEASURED)[:16]}` (pinned at start)",
              f"- device time spent {r.device_seconds:.0f} s", ""]
-    for section in (_counts, _tickets, _plots, _milestone, _approvals, _labelling, _audit, _llm, _did_not_do):
+    for section in (_counts, _rounds, _predictions, _tickets, _plots, _milestone, _approvals, _labelling, _audit, _llm, _did_not_do):
         lines += section(r)
     return "\n".join(lines) + "\n"
 
@@ -37,6 +37,49 @@ def _counts(r: Any) -> list[str]:
             f"- dev wins: {c['dev_wins']}; gate queries: {c['gate_queries']}",
             f"- wins that survived confirm-a: {c['survived_confirm_a']}",
             f"- promoted (confirm-a WIN and a replicate WIN on confirm-b): {c['promoted']}", ""]
+
+
+def _rounds(r: Any) -> list[str]:
+    """Weakness, fix tried, result: one block per analysis of a best."""
+    if not r.rounds:
+        return []
+    lines = ["## Rounds: weakness, fix tried, result", "",
+             "Each round analyses the current best on dev; its tickets patch that best. Fixes that did nothing "
+             "or made things worse are listed too.", ""]
+    for rnd in r.rounds:
+        lines += [f"### Round {rnd['round']} (best `{rnd['incumbent'][:12]}`)", "",
+                  f"Weakness: {rnd['weakness'] or 'none named'}", ""]
+        if not rnd["tried"]:
+            lines += ["No ticket ran on this best.", ""]
+            continue
+        lines += ["| ticket | fix tried | dev object F1 | best then | predicted | measured | held | verdict |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for t in rnd["tried"]:
+            p = t.get("predicted") or {}
+            pred = f"{p.get('metric')} on {p.get('slice')} {p.get('direction')} {p.get('size')}" if p else "-"
+            measured = f"{t['observed_change']:+.3f}" if t.get("observed_change") is not None else "-"
+            held = "-" if t.get("held") is None else ("yes" if t["held"] else "no")
+            lines.append(f"| {t['ticket_id']} | {t['hypothesis'].replace('|', '/')[:70]} | {_f(t['dev_object_f1'])} | "
+                         f"{_f(t['best_dev_object_f1'])} | {pred.replace('|', '/')} | {measured} | {held} | "
+                         f"{t['verdict']} |")
+        lines.append("")
+    return lines
+
+
+def _predictions(r: Any) -> list[str]:
+    rates = r.hit_rate or {}
+    lines = ["## Scored predictions", ""]
+    for arm, label in (("recommendation", "recommendations (dev)"), ("default", "default action at the same cost "
+                                                                            "(fresh-seed re-run of the best)"),
+                       ("sealed", "promoted recommendations (sealed)")):
+        a = rates.get(arm)
+        if a:
+            lines.append(f"- hit rate of {label}: {a['held']}/{a['n']} = {a['rate']:.2f} "
+                         f"[{a['low']:.2f}, {a['high']:.2f}] (Wilson 95%)")
+    if r.not_executable:
+        lines += ["", "Recommendations that became no ticket:", ""]
+        lines += [f"- {n['recommendation_id']}: {n['reason'][:240]}" for n in r.not_executable]
+    return [*lines, ""]
 
 
 def _tickets(r: Any) -> list[str]:

@@ -120,6 +120,11 @@ def _write_report(services: Any, run_id: str, stop_reason: str, record: dict[str
                  for a in deps.approvals.requests() if a.run_id == run_id]
     milestone_file = people / "milestones" / f"{run_id}-final.json"
     analyses = sorted((home.runs / run_id / "analysis").glob("*/report.json"))
+    from agents._predictions import write_summary
+    from agents._realise import NOT_EXECUTABLE_FILE
+    from agents.incumbent import read_jsonl
+
+    predictions = write_summary(home, run_id)
     report = rpt.RunReport(
         run_id=run_id, profile=record["profile"], proposer=record["proposer"], backend=record["backend"],
         stop_reason=stop_reason, started_at=record.get("started_at"), ended_at=time.time(),
@@ -130,6 +135,8 @@ def _write_report(services: Any, run_id: str, stop_reason: str, record: dict[str
         audit=rpt.audit_summary(home, run_id, anchor_from_reply(client.get_anchor()), anchor_checked=True),
         llm_usage=usage.model_dump(mode="json"),
         analysis_dir=str(analyses[0].parent) if analyses else None, refused=rpt.refused_drafts(home, run_id),
+        rounds=rpt.loop_rounds(home, run_id, state), predictions=predictions["rows"],
+        hit_rate=predictions["hit_rate"], not_executable=read_jsonl(people / NOT_EXECUTABLE_FILE),
         **rpt.home_records(home))
     paths = rpt.write(report, people, home.tickets_dir(run_id))
     services.setup.progress(f"report: {paths['md']} and {paths['html']}")
@@ -147,9 +154,12 @@ def finished_summary(home: Any, run_id: str) -> dict[str, Any]:
 def _summary(home: Any, run_id: str, state: dict[str, Any], *, resumed: bool, already_finished: bool) -> dict[str, Any]:
     people = home.people_dir(run_id)
     counts: dict[str, Any] = {}
+    report: dict[str, Any] = {}
     if (people / "report.json").is_file():
-        counts = json.loads((people / "report.json").read_text()).get("counts", {})
-    return {"run_id": run_id, "resumed": resumed, "already_finished": already_finished,
+        report = json.loads((people / "report.json").read_text())
+        counts = report.get("counts", {})
+    return {"run_id": run_id, "hit_rate": report.get("hit_rate", {}), "predictions": report.get("predictions", []),
+            "rounds": len(report.get("rounds", [])), "resumed": resumed, "already_finished": already_finished,
             "stop_reason": state.get("stop_reason", ""), "tickets_run": state.get("tickets_run", 0),
             "device_seconds": state.get("device_seconds", 0.0), "counts": counts,
             "report_md": str(people / "report.md"), "report_html": str(people / "report.html")}

@@ -86,6 +86,10 @@ class RunReport(_Rec):
     label_rounds: list[dict[str, Any]] = Field(default_factory=list)  # the home's labelling rounds so far
     retractions: list[dict[str, Any]] = Field(default_factory=list)  # the home's retracted claims so far
     refused: list[dict[str, Any]] = Field(default_factory=list)  # drafts validation refused before queueing
+    rounds: list[dict[str, Any]] = Field(default_factory=list)  # weakness, fixes tried on that best, results
+    predictions: list[dict[str, Any]] = Field(default_factory=list)  # each executed recommendation: predicted, measured
+    hit_rate: dict[str, Any] = Field(default_factory=dict)  # recommendation vs default action, Wilson intervals
+    not_executable: list[dict[str, Any]] = Field(default_factory=list)  # recommendations that became no ticket
 
 
 def home_records(home: Any) -> dict[str, list[dict[str, Any]]]:
@@ -286,3 +290,41 @@ def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> d
 
 __all__ = ["REPORT_HTML", "REPORT_JSON", "REPORT_MD", "AuditSummary", "RunReport", "TicketRow", "audit_summary",
            "counts", "home_records", "read_jsonl", "ticket_rows", "write"]
+
+
+def loop_rounds(home: Any, run_id: str, state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run as rounds: the weakness the analysis named, each fix tried on that best, and its result.
+
+    People only (dev numbers and predictions); rounds where the fix did nothing or made things
+    worse are listed like the others.
+    """
+    from agents._predictions import PREDICTIONS_FILE
+    from agents.incumbent import read_jsonl, read_lineage
+
+    lineage = read_lineage(home.runs / run_id)
+    people = home.people_dir(run_id)
+    dev = {r["ticket_id"]: r for r in read_jsonl(people / "dev_comparisons.jsonl")}
+    predicted = {r["ticket_id"]: r for r in read_jsonl(people / PREDICTIONS_FILE) if r.get("stage") == "dev"}
+    verdicts = {h["ticket_id"]: h["verdict"] for h in state.get("history", [])}
+    tickets = {t["id"]: t for t in read_jsonl(people / "tickets.jsonl")}
+    out = []
+    for row in state.get("rounds", []):
+        sha = row.get("incumbent", "")
+        analysis = home.runs / run_id / "analysis" / sha[:12] / "report.json"
+        weakness = ""
+        if analysis.is_file():
+            recs = json.loads(analysis.read_text()).get("recommendations", [])
+            weakness = "; ".join(f"{r['id']}: {r.get('rationale', '')}"[:160] for r in recs[:3])
+        tried = []
+        for tid, lin in lineage.items():
+            if lin.parent_sha256 != sha or tid not in tickets:
+                continue
+            pred = predicted.get(tid, {})
+            tried.append({"ticket_id": tid, "hypothesis": tickets[tid]["hypothesis"][:120],
+                          "change": tickets[tid]["change"], "verdict": verdicts.get(tid, "not recorded"),
+                          "dev_object_f1": (dev.get(tid) or {}).get("object_f1"),
+                          "best_dev_object_f1": (dev.get(tid) or {}).get("best_object_f1"),
+                          "predicted": pred.get("predicted"), "observed_change": pred.get("observed_change"),
+                          "held": pred.get("held")})
+        out.append({"round": row["round"], "incumbent": sha, "weakness": weakness, "tried": tried})
+    return out

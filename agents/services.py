@@ -176,10 +176,12 @@ class HostServices:
 
     # -- the incumbent ------------------------------------------------------------------------
     def base_config(self) -> dict[str, Any]:
+        """The run's base training config, validated and with every default filled in (as a
+        ticket's patched config is), so that the two compare key by key."""
+        from vision.config import parse_config
+
         data = yaml.safe_load(Path(self.setup.base_config).read_text())
-        if not isinstance(data, dict):
-            raise UsageError(f"base config {self.setup.base_config} is not a mapping")
-        return data
+        return parse_config(data, str(self.setup.base_config)).model_dump(mode="json")
 
     def incumbent(self) -> Incumbent:
         """What the next ticket patches: the current best's config, data and code.

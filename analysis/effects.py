@@ -48,8 +48,8 @@ def _term(term: str) -> UnitPredicate | None:
         attr, low, high = m["attr"], float(m["low"]), float(m["high"])
         return lambda u: (_num(u, attr) >= low) & (_num(u, attr) < high)
     if m := _CATEGORY.match(term):
-        attr, value = m["attr"], m["value"].strip()
-        return lambda u: np.array([v is not None and str(v) == value for v in u.columns.get(attr, [])], dtype=bool)
+        name, category = m["attr"], m["value"].strip()
+        return lambda u: np.array([v is not None and str(v) == category for v in u.columns.get(name, [])], dtype=bool)
     return None
 
 
@@ -108,7 +108,7 @@ def measure(effect: ExpectedEffect, evaluated: Evaluated, threshold: float) -> M
 
         table = aggregate(per_image_metrics(evaluated.prob, split.masks, threshold=threshold))
         if effect.metric in table and math.isfinite(float(table[effect.metric])):
-            return Measured(float(table[effect.metric]), len(split))
+            return Measured(float(table[effect.metric]), int(split.masks.shape[0]))
     return None
 
 

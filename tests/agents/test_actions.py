@@ -1,0 +1,50 @@
+"""The action catalogue and the run policy: a file that does not parse names the file and the line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agents.actions import ACTIONS_POLICY, RECOMMEND_POLICY, load_catalogue
+from agents.run import RUN_POLICY, load_run_defaults
+from segfactory.errors import PolicyError
+
+
+def test_every_recommendation_rule_has_an_action() -> None:
+    catalogue = load_catalogue()
+    rules = {r["id"] for r in yaml.safe_load(RECOMMEND_POLICY.read_text())["rules"]}
+    assert rules <= set(catalogue.actions)
+    assert catalogue.actions["leave-it"].do == "none"
+
+
+def test_a_rule_without_an_action_is_refused(tmp_path: Path) -> None:
+    text = ACTIONS_POLICY.read_text().replace("  curation: {do: curation}\n", "")
+    (tmp_path / "actions.yaml").write_text(text)
+    with pytest.raises(PolicyError, match=r"no action for the recommendation rule\(s\) \['curation'\]"):
+        load_catalogue(tmp_path / "actions.yaml")
+
+
+def test_a_catalogue_that_does_not_parse_names_the_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "actions.yaml"
+    bad.write_text("schema_version: 1\nactions:\n  label-fix: {do: label_review\n")
+    with pytest.raises(PolicyError, match=rf"{bad}:\d+: not valid YAML"):
+        load_catalogue(bad)
+    lines = ACTIONS_POLICY.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  regularise:"))
+    lines[at + 1] = "    do: tune-it"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(PolicyError, match=rf"{bad}:{at + 2}: actions.regularise.do"):
+        load_catalogue(bad)
+
+
+def test_a_plateau_rule_that_does_not_parse_names_the_file_and_line(tmp_path: Path) -> None:
+    lines = RUN_POLICY.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "tickets_without_dev_win" in line)
+    lines[at] = "      tickets_without_dev_win: many"
+    bad = tmp_path / "run.yaml"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(PolicyError, match=rf"{bad}:{at + 1}: profiles.demo.plateau.tickets_without_dev_win"):
+        load_run_defaults("demo", bad)
+    assert load_run_defaults("demo").plateau.tickets_without_dev_win > 0

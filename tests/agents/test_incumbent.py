@@ -1,0 +1,234 @@
+"""Every ticket kind changes what it says it changes, on top of the incumbent, or is refused.
+
+``HostServices.plan`` computes, on the host, what a ticket would train (config after patching,
+dataset version, code overlay) and its fingerprint; ``check`` refuses a ticket whose fingerprint
+equals its parent's. These tests use a real home with real dataset versions (the generator's
+own output) and the real action catalogue; no sandbox is started.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agents.actions import NotExecutable, load_catalogue, realise_config
+from agents.incumbent import DEFAULT_ACTION_EVIDENCE, append_jsonl
+from agents.services import BASELINE_MODEL, PROMOTIONS_FILE, HostServices, RunSetup
+from agents.validate import BASE_CONFIG_EVIDENCE
+from segfactory.errors import UsageError
+from segfactory.home import Home
+from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Recommendation, Ticket, TicketKind
+from synthetic import generate
+from synthetic.splits import read_split, sha256_file, write_split
+from synthetic.versions import create_version, resolve
+from tests.agents.conftest import Log
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Gate:
+    best: str
+    promoted: list[str] = field(default_factory=list)
+
+    def status(self) -> dict[str, Any]:
+        return {"current_best": self.best}
+
+
+def _ticket(tid: str, kind: TicketKind = TicketKind.CONFIG, change: dict[str, Any] | None = None, *,
+            evidence: list[str] | None = None, arm: Arm = Arm.AGENT, replicate_of: str | None = None) -> Ticket:
+    return Ticket(id=tid, arm=arm, kind=kind, hypothesis="h", change=change or {}, replicate_of=replicate_of,
+                  budget=Budget(device_seconds=60, epochs=4), evidence=evidence or ["recommendation:r-0"], seed=7,
+                  expected_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.01))
+
+
+@pytest.fixture
+def services(audit_log: Log, tmp_path: Path) -> HostServices:
+    home = Home(audit_log.home.root)
+    baseline = home.root / BASELINE_MODEL
+    baseline.parent.mkdir(parents=True)
+    baseline.write_bytes(b"classical baseline")
+    generate(24, 32, 1).write(tmp_path / "train")
+    generate(12, 32, 2).write(tmp_path / "dev")
+    version = create_version(home.root, "synthetic", {"train": tmp_path / "train", "dev": tmp_path / "dev"},
+                             approve_it=True)
+    setup = RunSetup(home=home, run_id="k1", backend="bwrap", dataset=version,
+                     base_config=REPO / "configs" / "run-demo.yaml", gate=Gate(sha256_file(baseline)),
+                     audit=audit_log, dev_margin=0.005, max_epochs=10)
+    return HostServices(setup)
+
+
+def _rec(rule: str, **evidence: Any) -> Recommendation:
+    return Recommendation(id=f"{rule}-0", evidence=evidence, action=rule, kind=TicketKind.CONFIG,
+                          change={"action": rule},
+                          predicted_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.02))
+
+
+@pytest.mark.parametrize("rule,evidence", [("model-underfit", {}), ("model-capacity", {}), ("regularise", {}),
+                                           ("robustness", {"perturbation": "lower_dose"})])
+def test_each_config_action_trains_a_config_other_than_the_incumbents(services: HostServices, rule: str,
+                                                                       evidence: dict[str, Any]) -> None:
+    incumbent = services.incumbent()
+    got = realise_config(rule, load_catalogue().actions[rule], _rec(rule, **evidence), incumbent.config, set(),
+                         max_epochs=10)
+    assert not isinstance(got, NotExecutable), got
+    ticket = _ticket("k1-t001", change=got.change)
+    if got.epochs:
+        ticket = ticket.model_copy(update={"budget": Budget(device_seconds=60, epochs=got.epochs)})
+    plan = services.plan(ticket)
+    assert plan.fingerprint != plan.parent_fingerprint
+    base = {k: v for k, v in incumbent.config.items() if k != "seed"}
+    trained = {k: v for k, v in plan.config.items() if k != "seed"}
+    changed = {k for k in set(base) | set(trained) if base.get(k) != trained.get(k)}
+    assert changed and changed <= {key.split(".")[0] for key in got.change}
+    assert services.check(ticket) == []
+
+
+def test_robustness_widens_the_augmentation_that_covers_the_failing_perturbation(services: HostServices) -> None:
+    entry = load_catalogue().actions["robustness"]
+    got = realise_config("robustness", entry, _rec("robustness", perturbation="detector_blur"),
+                         services.incumbent().config, set(), max_epochs=10)
+    assert not isinstance(got, NotExecutable)
+    assert got.change["augment.blur_sigma"] == {"low": 0.0, "high": 1.5}  # severity 3 of detector_blur
+    none = realise_config("robustness", entry, _rec("robustness", perturbation="banding"),
+                          services.incumbent().config, set(), max_epochs=10)
+    assert isinstance(none, NotExecutable) and "no training augmentation covers" in none.reason
+
+
+def test_an_option_already_tried_on_the_incumbent_gives_way_to_the_next(services: HostServices) -> None:
+    entry = load_catalogue().actions["model-capacity"]
+    config = services.incumbent().config
+    first = realise_config("model-capacity", entry, _rec("model-capacity"), config, set(), max_epochs=10)
+    assert not isinstance(first, NotExecutable) and first.change == {"model.decoder_width": 32}
+    second = realise_config("model-capacity", entry, _rec("model-capacity"), config,
+                            {json.dumps(first.change, separators=(",", ":"), sort_keys=True)}, max_epochs=10)
+    assert not isinstance(second, NotExecutable) and second.change == {"model.name": "unet-resnet10t"}
+
+
+def test_a_change_that_keeps_the_incumbents_inputs_is_refused_and_the_repeat_kinds_are_not(
+        services: HostServices) -> None:
+    _promote_with(services, config_patch={"optim.lr": 0.004})
+    same = _ticket("k1-t001", change={"optim.lr": 0.004})  # what the incumbent already trained with
+    assert "trains exactly what its parent" in services.check(same)[0]
+    clamped = _ticket("k1-t002", change={"epochs": 8})  # a budget of 4 epochs would train 4: the same again
+    assert "trains exactly what its parent" in services.check(clamped)[0]
+    for repeat in (_ticket("k1-t003", evidence=[BASE_CONFIG_EVIDENCE]),
+                   _ticket("k1-t004", evidence=[DEFAULT_ACTION_EVIDENCE]),
+                   _ticket("k1-t005", arm=Arm.AA, evidence=[]), _ticket("k1-t006", arm=Arm.CHALLENGE, evidence=[]),
+                   _ticket("k1-t001-rep", change={"epochs": 4}, replicate_of="k1-t001")):
+        assert services.check(repeat) == [], repeat.id
+
+
+def test_a_run_refuses_the_repeat_at_the_ticket_boundary_too(services: HostServices, audit_log: Log) -> None:
+    _promote_with(services, config_patch={"optim.lr": 0.004})
+    services._execute = lambda *a: pytest.fail("a repeat must not train")  # type: ignore[method-assign]
+    outcome = services.run_ticket(_ticket("k1-t001", change={"optim.lr": 0.004}))
+    assert outcome.status == "failed" and "trains exactly what its parent" in outcome.reason
+    assert audit_log.events("ticket_refused_repeat")[0]["ticket_id"] == "k1-t001"
+
+
+def test_a_targeted_synthetic_ticket_trains_on_a_topped_up_version(services: HostServices) -> None:
+    ticket = _ticket("k1-t001", TicketKind.DATA, {"synthetic": {"slice": "contrast<0.2", "n": 6}})
+    plan = services.plan(ticket)
+    parent = services.incumbent()
+    assert plan.dataset != parent.dataset and plan.dataset_hash != parent.dataset_hash
+    assert len(read_split(resolve(services.home.root, plan.dataset).train)) == 24 + 6
+    assert plan.fingerprint != plan.parent_fingerprint
+
+
+def test_a_curation_ticket_trains_on_the_applied_plan_or_is_not_executable(services: HostServices,
+                                                                           tmp_path: Path) -> None:
+    rec = _rec("curation")
+    realised = services.realise(_analysis(rec))
+    assert realised.recommendations == ()  # the generator's own images hold no duplicate: an empty plan
+    rows = [json.loads(x) for x in (services.people / "not_executable.jsonl").read_text().splitlines()]
+    assert "the curation plan for synthetic/v1 is empty" in rows[0]["reason"]
+    # a train split with exact copies makes a plan; the ticket trains on the version it produces
+    base = resolve(services.home.root, "synthetic/v1")
+    train = read_split(base.train)
+    dup = write_split(tmp_path / "dup", np.concatenate([train.images, train.images[:3]]),
+                      np.concatenate([train.masks, train.masks[:3]]),
+                      [*train.image_meta, *({**m, "id": 24 + k} for k, m in enumerate(train.image_meta[:3]))],
+                      [*train.defects, *({**d, "image_id": 24 + int(d["image_id"])} for d in train.defects
+                                         if int(d["image_id"]) < 3)], {"generator": "test copies"})
+    dupped = create_version(services.home.root, "synthetic", {"train": dup, "dev": None}, parent=base.ref,
+                            approve_it=True)
+    _promote_with(services, dataset=dupped.ref)
+    curated = services.realise(_analysis(rec)).recommendations
+    assert len(curated) == 1 and curated[0].kind is TicketKind.CURATION
+    plan = services.plan(_ticket("k1-t009", TicketKind.CURATION, dict(curated[0].change)))
+    assert plan.dataset == curated[0].change["dataset"] != dupped.ref
+    assert len(read_split(resolve(services.home.root, plan.dataset).train)) < 27
+
+
+def test_a_label_fix_waits_for_the_reviewed_version_then_trains_on_it(services: HostServices, tmp_path: Path) -> None:
+    rec = _rec("label-fix")
+    assert services.realise(_analysis(rec)).recommendations == ()
+    assert "waits for a reviewed version" in (services.people / "not_executable.jsonl").read_text()
+    base = resolve(services.home.root, "synthetic/v1")
+    train = read_split(base.train)
+    masks = train.masks.copy()
+    masks[0] = 0  # a person removed a wrong label
+    reviewed = write_split(tmp_path / "rev", train.images, masks, train.image_meta, train.defects[1:],
+                           {"generator": "reviewed"})
+    version = create_version(services.home.root, "synthetic", {"train": reviewed, "dev": None}, parent=base.ref,
+                             approve_it=True)
+    got = services.realise(_analysis(rec)).recommendations
+    assert len(got) == 1 and got[0].change["dataset"] == version.ref
+    plan = services.plan(_ticket("k1-t002", TicketKind.CURATION, dict(got[0].change)))
+    assert plan.dataset == version.ref and plan.fingerprint != plan.parent_fingerprint
+
+
+def test_leave_it_and_an_approved_request_without_data_become_no_silent_ticket(services: HostServices) -> None:
+    leave = Recommendation(id="leave-it-0", evidence={}, action="leave_it", kind=TicketKind.CONFIG,
+                           change={"action": "leave_it"},
+                           predicted_effect=ExpectedEffect(metric="dice", direction=Direction.NONE, size=0))
+    assert services.realise(_analysis(leave)).recommendations == ()
+    approved = _ticket("k1-q1-data", TicketKind.DATA, {"request": "real images", "approved_request": "k1-q1"})
+    with pytest.raises(UsageError, match="names no dataset version"):
+        services.plan(approved)
+
+
+def test_a_code_ticket_fingerprints_its_code(services: HostServices) -> None:
+    code = _ticket("k1-t001", TicketKind.CODE, {"files": {"code/vision/losses.py": "# changed\n"}})
+    plan = services.plan(code)
+    assert plan.code == {"vision/losses.py": "# changed\n"}
+    assert plan.fingerprint != plan.parent_fingerprint
+
+
+def test_after_a_promotion_tickets_patch_the_promoted_config_and_data(services: HostServices) -> None:
+    _promote_with(services, config_patch={"optim.lr": 0.002})
+    incumbent = services.incumbent()
+    assert incumbent.trained and incumbent.config["optim"]["lr"] == 0.002
+    plan = services.plan(_ticket("k1-t005", change={"epochs": 6}, evidence=["recommendation:x-0"]).model_copy(
+        update={"budget": Budget(device_seconds=60, epochs=6)}))
+    assert plan.config["optim"]["lr"] == 0.002 and plan.config["epochs"] == 6  # built on what won
+    assert plan.parent_sha256 == incumbent.sha256
+
+
+def _analysis(*recs: Recommendation) -> Any:
+    from agents.context import DevAnalysis
+
+    return DevAnalysis(summary="dev", recommendations=recs)
+
+
+def _promote_with(services: HostServices, *, dataset: str = "synthetic/v1",
+                  config_patch: dict[str, Any] | None = None) -> None:
+    """Record a promoted ticket as HostServices.promote does, and make it the gate's best."""
+    ticket = _ticket("k1-p1", change=config_patch or {"optim.lr": 0.004})
+    row = services.plan(ticket)
+    row = row.model_copy(update={"dataset": dataset,
+                                 "dataset_hash": resolve(services.home.root, dataset).content_hash})
+    model = services.home.tickets_dir("k1") / "k1-p1" / "model.onnx"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"promoted model " + dataset.encode())
+    append_jsonl(services.home.runs / PROMOTIONS_FILE,
+                 {"model": str(model), "sha256": sha256_file(model), "run_id": "k1", "ticket_id": "k1-p1",
+                  "config": row.config, "dataset": row.dataset, "dataset_hash": row.dataset_hash, "code": {},
+                  "fingerprint": row.fingerprint, "parent_sha256": row.parent_sha256})
+    services.setup.gate = Gate(sha256_file(model))

@@ -1,0 +1,141 @@
+"""A planted weakness: train data without small voids leads the loop to name them, try a fix, score it.
+
+A real demo home (``segfactory init``), then a training version with every image that holds a
+small void removed (its dev split is the home's own). The loop runs on it with the real runner,
+bwrap sandbox, analysis, action catalogue and prediction scoring; only the gate is a scripted
+stand-in (the base ticket and its replicate WIN, everything else NO_WIN), since what is under
+test is the loop, not the gate's statistics. The promoted base model never saw a small void; the
+re-analysis of it must name a small-size slice, the loop must try the targeted top-up for it on
+that model, and the prediction must be scored on dev, whichever way it goes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from segfactory.records import CoarseVerdict, Verdict
+
+pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+
+SMALL_AREA = 16  # px: voids below this area are removed from the training version
+TICKETS = 5  # base, its replicate, then the top-up on the promoted model (and room for one more)
+
+
+@dataclass
+class ScriptedGate:
+    """The gate's interface with scripted verdicts: WIN for the base ticket and its replicate."""
+
+    best: str
+    tickets: Path
+    verdicts: dict[str, str] = field(default_factory=dict)
+
+    def status(self) -> dict[str, Any]:
+        return {"current_best": self.best}
+
+    def submit(self, model: Any, data: Any, ticket_id: str, replicate_of: str | None = None,
+               run_id: str | None = None) -> CoarseVerdict:
+        win = ticket_id.endswith("-t001") or ticket_id.endswith("-t001-rep")
+        self.verdicts[ticket_id] = "WIN" if win else "NO_WIN"
+        return CoarseVerdict(ticket_id=ticket_id, tier="confirm-b" if replicate_of else "confirm-a",
+                             verdict=Verdict.WIN if win else Verdict.NO_WIN, queries_left=9)
+
+    def promote(self, ticket_id: str) -> str:
+        from synthetic.splits import sha256_file
+
+        self.best = str(sha256_file(self.tickets / ticket_id / "model.onnx"))
+        return self.best
+
+    def milestone(self, *args: Any) -> dict[str, Any]:
+        from segfactory.errors import GateError
+
+        raise GateError("no sealed tier in this test")
+
+    def pull_events(self, after: int) -> dict[str, Any]:
+        return {"events": []}
+
+    def ack_events(self, up_to: int) -> dict[str, Any]:
+        return {}
+
+
+def _without_small_voids(home_root: Path, tmp: Path) -> Any:
+    from synthetic.splits import read_split, write_split
+    from synthetic.versions import create_version, resolve
+
+    base = resolve(home_root, "synthetic/v1")
+    train = read_split(base.train)
+    small = {str(d["image_id"]) for d in train.defects if float(d["area"]) < SMALL_AREA}
+    keep = [k for k, m in enumerate(train.image_meta) if str(m["id"]) not in small]
+    ids = {str(train.image_meta[k]["id"]) for k in keep}
+    out = write_split(tmp / "train", np.asarray(train.images[keep]), np.asarray(train.masks[keep]),
+                      [train.image_meta[k] for k in keep], [d for d in train.defects if str(d["image_id"]) in ids],
+                      {k: v for k, v in train.manifest.items() if k in ("generator", "generator_version", "params")})
+    return create_version(home_root, "synthetic", {"train": out, "dev": None}, parent=base.ref, approve_it=True)
+
+
+def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: Path) -> None:
+    from agents.context import DevAnalysis
+    from agents.graph import LoopDeps, build_graph, run_loop
+    from agents.judge import Judge
+    from agents.llm import LLMUsage
+    from agents.proposer.rules import RulesProposer
+    from agents.services import BASELINE_MODEL, HostServices, RunSetup
+    from agents.validate import RunCaps, load_budget_policy, ticket_problems
+    from audit import AuditLog
+    from audit.anchor import MemoryAnchorStore
+    from segfactory.home import Home
+    from segfactory.records import Budget, TicketKind
+    from synthetic.splits import sha256_file
+    from tests.conftest import REPO
+
+    root = tmp_path / "home"
+    env = {**os.environ, "SEGFACTORY_NO_USER_SEPARATION": "1"}
+    init = subprocess.run([sys.executable, "-m", "segfactory", "init", "--profile", "demo", "--home", str(root)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    assert init.returncode == 0, init.stderr[-2000:]
+    home = Home(root)
+    planted = _without_small_voids(root, tmp_path)
+    run_id = "planted1"
+    with AuditLog(home, MemoryAnchorStore()) as audit:
+        gate = ScriptedGate(str(sha256_file(root / BASELINE_MODEL)), home.tickets_dir(run_id))
+        setup = RunSetup(home=home, run_id=run_id, backend="bwrap", dataset=planted,
+                         base_config=REPO / "configs" / "run-demo.yaml", gate=gate, audit=audit, dev_margin=0.005,
+                         max_epochs=10)
+        services = HostServices(setup)
+        policy = load_budget_policy()
+        seeds = itertools.count(11)
+        deps = LoopDeps(services=services, proposer=RulesProposer(Budget(device_seconds=120, epochs=4),
+                                                                  base_first=True),
+                        judge=Judge(audit, run_id=run_id), sink=audit, usage=LLMUsage(),
+                        caps=RunCaps(wall_seconds=1800, device_seconds=900, tickets=TICKETS, llm_tokens=0),
+                        check=lambda t: ticket_problems(t, policy, "demo", base_config=services.incumbent().config)
+                        or services.check(t), make_seed=lambda: next(seeds))
+        state = run_loop(build_graph(deps, tmp_path / "state.sqlite"), run_id)
+
+    assert [r["round"] for r in state["rounds"]] == [1, 2], "the promotion must re-analyse the new best"
+    promoted = services.incumbent()
+    assert promoted.trained and promoted.dataset == planted.ref
+    analysis = DevAnalysis.model_validate(state["analysis"])  # the re-analysis of the promoted model
+    small = [r for r in analysis.recommendations if r.kind is TicketKind.DATA
+             and str(r.change.get("synthetic", {}).get("slice", "")).startswith("size<")]
+    assert small, f"the analysis did not name a small-size slice: {[r.id for r in analysis.recommendations]}"
+    tickets = [json.loads(line) for line in (home.people_dir(run_id) / "tickets.jsonl").read_text().splitlines()]
+    fixes = [t for t in tickets if t["kind"] == "data" and t["change"]["synthetic"]["slice"].startswith("size<")]
+    assert fixes, "the loop did not try a top-up for the small voids on the promoted model"
+    lineage = services.lineage()
+    assert lineage[fixes[0]["id"]].parent_sha256 == promoted.sha256  # tried on the model that misses them
+    assert lineage[fixes[0]["id"]].dataset != planted.ref  # a top-up of the planted version, really
+    rows = [json.loads(line) for line in (home.people_dir(run_id) / "predictions.jsonl").read_text().splitlines()]
+    scored = [r for r in rows if r.get("stage") == "dev" and r["ticket_id"] == fixes[0]["id"]]
+    assert scored and scored[0]["held"] in (True, False) and scored[0]["observed_change"] is not None
