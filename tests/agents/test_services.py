@@ -116,3 +116,19 @@ def test_a_best_without_a_host_copy_is_a_clear_error(services: HostServices) -> 
     services.setup.gate = StatusOnlyGate("f" * 64)
     with pytest.raises(Exception, match="has no host copy"):
         services.best_model()
+
+
+def test_the_dev_rule_scores_a_ticket_at_the_win_rules_threshold_not_its_own(services: HostServices) -> None:
+    """A ticket that lowers its own threshold until its dev F1 looks high still compares at 0.5."""
+    _done(services, "s1-t004", 0.9)
+    folder = services.home.tickets_dir("s1") / "s1-t004"
+    outcome = TicketOutcome.model_validate_json((folder / "outcome.json").read_text())
+    assert outcome.evidence is not None
+    moved = outcome.evidence.model_copy(update={"threshold": 0.05})  # the ticket's own config said 0.05
+    (folder / "outcome.json").write_text(outcome.model_copy(update={"evidence": moved}).model_dump_json())
+    (folder / "model.onnx").write_bytes(b"a model the stand-in scorer scores as empty")
+    services.plan = lambda ticket: _lineage(ticket.id)  # type: ignore[method-assign]
+    result = services.run_ticket(_ticket("s1-t004"))
+    assert result.status == "dev_loss"  # rescored at 0.5 by the host: object F1 0, not the claimed 0.9
+    row = [json.loads(line) for line in (services.people / DEV_COMPARISONS).read_text().splitlines()][-1]
+    assert row["object_f1"] == 0.0 and row["threshold"] == 0.5
