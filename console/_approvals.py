@@ -161,10 +161,10 @@ class ApprovalsDesk:
 
 def _escalation_approved(request: ApprovalRequest, ended: str | None) -> str:
     if ended is not None:
-        return (f"Approved and recorded, but run {request.run_id} has ended ({ended}): it takes the answer only "
-                f"if it is resumed (`segfactory run --resume {request.run_id}`).")
+        return (f"Approved and recorded, but run {request.run_id} has ended ({ended}): that run will not act on "
+                f"it, so ticket {request.ticket.id} is not {'promoted' if request.pending == 'promote' else 'replicated'}.")
     return (f"Approved. Run {request.run_id} may now {request.pending} ticket {request.ticket.id}; it takes the "
-            "answer at its next step.")
+            "answer when it next proposes (its queue empty).")
 
 
 def _opening(request: ApprovalRequest) -> str:

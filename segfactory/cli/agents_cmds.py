@@ -196,7 +196,7 @@ def _decide(request_id: str, approve: bool, by: str, reason: str, home: Any, jso
         typer.echo(f"{decided.id}: {decided.status}")
     elif decided.kind == "escalation":
         typer.echo(f"{decided.id}: {decided.status}; run {decided.run_id} may now {decided.pending} ticket "
-                   f"{decided.ticket.id} at its next step (`segfactory run --resume {decided.run_id}` if it stopped)")
+                   f"{decided.ticket.id} when it next proposes (`segfactory run --resume {decided.run_id}` if it stopped)")
     else:
         typer.echo(f"{decided.id}: {decided.status}; it becomes a data ticket when run {decided.run_id} next proposes "
                    f"(`segfactory run --resume {decided.run_id}`)")

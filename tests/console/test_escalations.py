@@ -78,3 +78,12 @@ def test_a_count_means_nothing_for_an_escalation_and_a_denial_holds_the_ticket_b
     assert "Denied: seed noise, I think. Ticket r1-t002 will not replicate." in page
     [answer] = queue.answered_escalations(RUN)
     assert (answer.approved, answer.pending, answer.reason) == (False, "replicate", "seed noise, I think")
+
+
+def test_an_answer_after_the_run_ended_is_recorded_and_says_nothing_follows(client: Any,
+                                                                            console_home: ConsoleHome) -> None:
+    queue = _escalate(console_home)
+    console_home.log.append("system", "run_end", {"stop_reason": "budget: wall"}, run_id=RUN)
+    page = _confirm(client, _say(client, "approve"))
+    assert "has ended (budget: wall): that run will not act on it, so ticket r1-t002 is not promoted" in page
+    assert [a.approved for a in queue.answered_escalations(RUN)] == [True]  # the decision is kept
