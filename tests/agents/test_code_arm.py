@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from agents.code_agent import sandbox_runner
 from agents.code_arm import CodeArm, CodeArmFailed, CodeArmProposer, _fresh, changed_files, draft_key
 from agents.context import ProposerContext
 from agents.llm import LLMCaller, LLMUsage, make_provider
@@ -127,3 +129,23 @@ def test_a_symlink_or_a_deleted_file_is_no_code_change(tmp_path: Path) -> None:
     (work / "code" / "vision" / "worker.py").unlink()
     with pytest.raises(CodeArmFailed, match="deleted code/vision/worker.py"):
         changed_files(workspace)
+
+
+@pytest.mark.bwrap
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_agents_run_tool_works_on_its_copy_in_the_real_sandbox(keys: None, audit_log: Log,
+                                                                   tmp_path: Path) -> None:
+    source = (SOURCE_ROOT / "vision" / "worker.py").read_text()
+    probe = ["python", "-c", "import sys; sys.path.insert(0, 'code'); import vision.worker as w; print(w.__file__)"]
+    script = [Step.call("write_file", {"path": TARGET, "content": source + MARK}),
+              Step.call("run", {"command": probe, "timeout_s": 120}), Step.call("submit", {"summary": "checked"})]
+    with openai_server(script) as fake:
+        base = _proposer(fake.base_url, audit_log, tmp_path / "arm").arm
+        arm = CodeArm(base.caller, sandbox_runner("bwrap"), audit_log, root=tmp_path / "arm", run_id="r1",
+                      home=audit_log.home.root)
+        written = arm.write(TicketDraft.model_validate(CODE_DRAFT))
+    assert written.change["files"] == {TARGET: source + MARK}
+    [executed] = audit_log.events("sandbox_exec")
+    assert executed["exit_code"] == 0, audit_log.events("tool_call")[1]
+    [result] = [m for m in json.loads(fake.received[2])["messages"] if m["role"] == "tool"][-1:]
+    assert "/work/code/vision/worker.py" in json.loads(result["content"])["stdout"]  # the copy, not the source
