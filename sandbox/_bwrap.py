@@ -4,7 +4,8 @@
 inside (``--disable-userns``), ``--die-with-parent``,
 ``--new-session``, ``--cap-drop ALL``, a non-zero uid, a root that is remounted read-only, the
 host's ``/usr`` read-only, a minimal ``/etc``, a sized tmpfs ``/tmp``; rlimits via ``prlimit``;
-memory/pids/cpu through cgroup v1 where writable (``sandbox._cgroup``). Started as root, the
+memory/pids/cpu for the whole sandbox through a cgroup, v1 or v2 (``sandbox._cgroup``): no
+sandbox starts without one unless the user opted out. Started as root, the
 sandbox drops to the policy uid on the host too (``setpriv``) before bwrap makes its namespaces.
 """
 
@@ -22,7 +23,8 @@ from pathlib import Path
 
 from sandbox._base import EventHook, SandboxBackend, register_backend
 from sandbox._capture import pump
-from sandbox._cgroup import CgroupV1
+from sandbox._cgroup import CgroupV1, run_cgroup
+from sandbox._cgroup2 import CgroupV2
 from sandbox._records import SandboxResult, SandboxSpec
 from sandbox._session import Session
 from segfactory.errors import SandboxError
@@ -67,7 +69,7 @@ class BwrapBackend(SandboxBackend):
             args += ["--setenv", key, value]
         return [*args, "--", *session.inner_command]
 
-    def _prlimit_args(self, session: Session, cgroup: CgroupV1 | None) -> list[str]:
+    def _prlimit_args(self, session: Session, cgroup: CgroupV1 | CgroupV2 | None) -> list[str]:
         limits = session.limits
         args = ["prlimit", f"--fsize={limits.file_bytes}", "--core=0", f"--nofile={NOFILE}"]
         if cgroup is None:  # no cgroup: memory by RLIMIT_DATA, processes by RLIMIT_NPROC (not for root)
@@ -77,7 +79,7 @@ class BwrapBackend(SandboxBackend):
     def run(self, spec: SandboxSpec, on_event: EventHook | None = None) -> SandboxResult:
         self.check_available()
         with Session(spec, self.policy, on_event) as session:
-            cgroup = CgroupV1.create(session.limits)
+            cgroup = run_cgroup(session.limits)  # SandboxError rather than per-process memory limits
             try:
                 return self._run(session, cgroup)
             finally:
@@ -110,7 +112,7 @@ class BwrapBackend(SandboxBackend):
                  *pairs, "--"]
         return [*stage, *setpriv], staged
 
-    def _start(self, session: Session, cgroup: CgroupV1 | None) -> tuple[subprocess.Popen[bytes], int]:
+    def _start(self, session: Session, cgroup: CgroupV1 | CgroupV2 | None) -> tuple[subprocess.Popen[bytes], int]:
         """Start the wrapper chain; returns the process and the read end of bwrap's info pipe."""
         prefix, staged = self._drop_root(session)
         info_r, info_w = os.pipe()
@@ -126,7 +128,7 @@ class BwrapBackend(SandboxBackend):
             os.close(info_w)
         return proc, info_r
 
-    def _run(self, session: Session, cgroup: CgroupV1 | None) -> SandboxResult:
+    def _run(self, session: Session, cgroup: CgroupV1 | CgroupV2 | None) -> SandboxResult:
         start = time.monotonic()
         proc, info_r = self._start(session, cgroup)
         assert proc.stdout is not None and proc.stderr is not None

@@ -191,11 +191,28 @@ def test_fork_bomb_is_contained(run_in: Run, tmp_path: Path) -> None:
     _assert_host_healthy(token, before)
 
 
+FORK_BOMB_MEMORY = """
+import os, sys, time
+pids = []
+for i in range(4):
+    pid = os.fork()
+    if pid == 0:
+        block = b"x" * (96 * 1024**2)  # touches every page
+        print("allocated", i, flush=True)
+        time.sleep(3)
+        os._exit(0)
+    pids.append(pid)
+print("statuses", [os.waitpid(p, 0)[1] for p in pids], flush=True)
+"""
+
+
 @pytest.mark.slow
-def test_memory_bomb_is_oom_killed(run_in: Run) -> None:
-    bomb = "chunks = []\nwhile True: chunks.append(bytearray(32 * 1024**2))"
-    result = run_in(["python", "-c", bomb], limits=small_limits(memory_bytes=256 * 1024**2))
-    assert result.oom_killed and result.exit_code == 137
+def test_memory_bomb_of_forked_processes_is_oom_killed(run_in: Run) -> None:
+    """Four processes of 96 MiB each fit a 256 MiB limit one by one (an rlimit is per process),
+    not together: only a whole-sandbox limit stops them."""
+    result = run_in(["python", "-c", FORK_BOMB_MEMORY], limits=small_limits(memory_bytes=256 * 1024**2))
+    assert result.oom_killed, (result.exit_code, result.stdout.data, result.stderr.data)
+    assert result.stdout.data.count(b"allocated") < 4, result.stdout.data
 
 
 @pytest.mark.slow
