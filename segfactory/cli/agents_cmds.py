@@ -99,7 +99,8 @@ def run_cmd(
     if proposer != "rules" and proposer.split(":", 1)[0] not in {p.split(":")[0] for p in KNOWN_PROPOSERS}:
         raise UsageError(f"proposer {proposer!r} is not registered; known: {', '.join(KNOWN_PROPOSERS)}")
     _check_key(proposer)
-    _check_judge(judge, proposer, code_agent)
+    if resume is None:  # a resumed run keeps the judge and code arm recorded in its run.json
+        _check_judge(judge, proposer, code_agent)
     budget_s, wall_s = _seconds(budget, "--budget"), _seconds(wall, "--wall")  # bad input fails before any set-up
     resolved = home_for(home, create=True, profile=profile)
     request = RunRequest(home=resolved, profile=_profile_of(resolved, profile), proposer=proposer, backend=backend,
