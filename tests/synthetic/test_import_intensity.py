@@ -116,6 +116,7 @@ def test_window_and_percentile_are_recorded_and_shared_by_both_real_parts(tmp_pa
     import_real(real_src, tmp_path / "real", request=MappingRequest(percentile=(1, 99)))
     parts = [read_split(tmp_path / "real" / part).manifest for part in ("real-dev", "holdout")]
     assert parts[0]["intensity_mapping"] == parts[1]["intensity_mapping"]
+    assert parts[0]["intensity_mapping"]["mode"] == "percentile"
     assert parts[0]["intensity"]["content_hash"] == parts[0]["content_hash"]  # each part's own stats
 
 
