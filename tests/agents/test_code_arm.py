@@ -22,7 +22,7 @@ from agents.validate import load_budget_policy, ticket_problems
 from agents.workspace import Workspace
 from runner._workspace import materialise
 from segfactory.home import SOURCE_ROOT
-from segfactory.records import Actor, Arm, Budget
+from segfactory.records import Actor, Arm, Budget, Ticket
 from tests.agents.conftest import Log
 from tests.agents.fakes import Step, openai_server
 
@@ -56,7 +56,7 @@ def _proposer(base_url: str, log: Log, root: Path) -> CodeArmProposer:
                                           home=log.home.root))
 
 
-def _valid(proposer: CodeArmProposer, context: ProposerContext, log: Log) -> list:  # type: ignore[type-arg]
+def _valid(proposer: CodeArmProposer, context: ProposerContext, log: Log) -> list[Ticket]:
     policy, ids, seeds = load_budget_policy(), itertools.count(1), itertools.count(7)
     return propose_valid(proposer, context, 1, check=lambda t: ticket_problems(t, policy, "demo"),
                          make_id=lambda: f"r1-t{next(ids):03d}", make_seed=lambda: next(seeds), sink=log, run_id="r1")

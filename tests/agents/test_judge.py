@@ -181,3 +181,27 @@ def test_a_run_records_its_judge_so_a_resume_keeps_it(proposer: str, judge: str 
     assert (record["judge"], record["code_agent"]) == (recorded, True)
     resumed = _run_record(home, RunRequest(home=home, profile="demo", resume="r1"), "r1", caps, "sha")
     assert (resumed["judge"], resumed["code_agent"]) == (recorded, True)
+
+
+@pytest.mark.parametrize(("judge", "code_agent"), [("llm:openai:gpt-4o", True), ("rules", False)])
+def test_the_run_loop_wires_the_recorded_judge_and_code_arm(judge: str, code_agent: bool, keys: None,
+                                                            audit_log: Log, tmp_path: Any) -> None:
+    from agents._run_loop import _deps
+    from agents.code_arm import CodeArmProposer
+    from agents.run import RunRequest, load_run_defaults
+    from agents.validate import RunCaps
+    from tests.agents._stubs import make_services
+
+    home = audit_log.home
+    record = {"run_id": "r1", "profile": "demo", "proposer": "openai:gpt-4o", "backend": "bwrap", "judge": judge,
+              "code_agent": code_agent, "caps": RunCaps(wall_seconds=60, device_seconds=60, tickets=1,
+                                                        llm_tokens=0).model_dump()}
+    services = make_services()
+    services.check = lambda ticket: []  # type: ignore[attr-defined]  # the host's repeat check, not under test
+    deps = _deps(RunRequest(home=home, profile="demo"), record, services, audit_log, load_run_defaults("demo"),
+                 LLMUsage())
+    reviewer = deps.judge.reviewer
+    assert (reviewer is not None) == (judge != "rules") and deps.judge.run_id == "r1"
+    if reviewer is not None:
+        assert (reviewer.actor, reviewer.provider.model, reviewer.usage) == (Actor.JUDGE, "gpt-4o", deps.usage)
+    assert isinstance(deps.proposer, CodeArmProposer) == code_agent
