@@ -54,7 +54,7 @@ def load_model(path: Path) -> tuple[nn.Module, TrainConfig]:
     from vision.models import build_model
 
     state, config, _ = read_checkpoint(path)
-    model = build_model(config.model.name, config.model.decoder_width)
+    model = build_model(config.model.name, config.model.decoder_width, stages=config.model.stages)
     model.load_state_dict(state)
     return model.eval(), config
 

@@ -27,6 +27,7 @@ class ModelConfig(Strict):
     name: str = "unet-mobilenetv3"  # a registered name (vision.registry), or baseline-classical
     decoder_width: int | None = Field(default=None, gt=0, le=512)  # None: the preset's width
     encoder_weights: Path | None = None  # optional local safetensors file; random init otherwise
+    stages: int | None = Field(default=None, ge=2, le=7)  # unet-plain's depth; None: sized from the patch
 
     @field_validator("name")
     @classmethod
@@ -49,10 +50,17 @@ class OptimConfig(Strict):
     lr: float = Field(default=3e-3, gt=0, le=1)
     weight_decay: float = Field(default=1e-4, ge=0)
     momentum: float = Field(default=0.9, ge=0, lt=1)  # sgd only
+    nesterov: bool = False  # sgd only: Nesterov momentum (nnU-Net: momentum 0.99, nesterov)
+
+    @model_validator(mode="after")
+    def _nesterov_needs_momentum(self) -> OptimConfig:
+        if self.nesterov and (self.name != "sgd" or self.momentum <= 0):
+            raise ValueError("nesterov needs optim.name sgd and a momentum above 0")
+        return self
 
 
 class ScheduleConfig(Strict):
-    name: Literal["constant", "cosine", "onecycle"] = "cosine"
+    name: Literal["constant", "cosine", "onecycle", "poly"] = "cosine"  # poly: (1 - t)^0.9, nnU-Net's
     warmup_epochs: int = Field(default=0, ge=0)
 
 
@@ -116,6 +124,9 @@ class TrainConfig(Strict):
     # nnU-Net's own, planned from the data, and ``epochs`` only caps the budget-sized epoch count.
     engine: Literal["segfactory", "nnunet"] = "segfactory"
     nnunet: NnunetConfig = NnunetConfig()
+    # unet-plain only: the loss is also taken on every lower decoder stage, weighted 1/2^k and
+    # normalised, the lowest-resolution stage weighted 0 (nnU-Net's deep supervision).
+    deep_supervision: bool = False
     model: ModelConfig = ModelConfig()
     loss: list[LossTerm] = Field(default_factory=lambda: [LossTerm(name="bce"), LossTerm(name="dice")],
                                  min_length=1)
@@ -131,6 +142,14 @@ class TrainConfig(Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(default=None, gt=0)  # CPU threads; None: torch's default
     max_train_images: int | None = Field(default=None, gt=0)  # cap for quick runs; None: all
+
+    @model_validator(mode="after")
+    def _plain_only(self) -> TrainConfig:
+        if self.deep_supervision and self.model.name != "unet-plain":
+            raise ValueError(f"deep_supervision needs model.name unet-plain; got {self.model.name}")
+        if self.model.stages is not None and self.model.name != "unet-plain":
+            raise ValueError(f"model.stages is unet-plain's; got model {self.model.name}")
+        return self
 
 
 def _field_error(exc: ValidationError) -> str:

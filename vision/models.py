@@ -14,7 +14,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from segfactory.errors import DataError
-from vision.registry import CLASSICAL, PRESETS, REFERENCE_PRESET, Preset, get_preset, known_models
+from vision.registry import (
+    CLASSICAL,
+    PLAIN_BASE_WIDTH,
+    PLAIN_UNET,
+    PRESETS,
+    REFERENCE_PRESET,
+    Preset,
+    get_preset,
+    known_models,
+)
 
 __all__ = ["CLASSICAL", "PRESETS", "REFERENCE_PRESET", "Preset", "UNet", "build_model", "get_preset", "known_models"]
 
@@ -75,10 +84,21 @@ def load_encoder_weights(encoder: nn.Module, path: Path) -> None:
         raise DataError(f"encoder weights {path} do not fit: unexpected keys {unexpected[:3]}...")
 
 
-def build_model(name: str, decoder_width: int | None = None, weights: Path | None = None) -> nn.Module:
-    """A fresh model by registry name (``baseline-classical`` is built by ``vision.classical``)."""
+def build_model(name: str, decoder_width: int | None = None, weights: Path | None = None, *,
+                stages: int | None = None, deep_supervision: bool = False) -> nn.Module:
+    """A fresh model by registry name (``baseline-classical`` is built by ``vision.classical``).
+
+    ``stages`` and ``deep_supervision`` are the plain U-Net's (``unet-plain``); its stages must be
+    resolved (``vision.plain_unet.stages_for``) before it is built.
+    """
     if name == CLASSICAL:
         from vision.classical import ClassicalDetector
 
         return ClassicalDetector()
+    if name == PLAIN_UNET:
+        from vision.plain_unet import PlainUNet
+
+        if stages is None:
+            raise DataError("unet-plain needs its stages resolved from the training patch (vision.plain_unet)")
+        return PlainUNet(stages, decoder_width or PLAIN_BASE_WIDTH, deep_supervision)
     return UNet(get_preset(name), decoder_width, weights)

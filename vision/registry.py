@@ -24,15 +24,19 @@ PRESETS: dict[str, Preset] = {
 }
 REFERENCE_PRESET = "unet-mobilenetv3"
 CLASSICAL = "baseline-classical"
+# nnU-Net's plain-convolution U-Net (vision.plain_unet), its depth sized from the training patch;
+# ``decoder_width`` is its first stage's width (default 32, nnU-Net's).
+PLAIN_UNET = "unet-plain"
+PLAIN_BASE_WIDTH = 32
 
 
 def known_models() -> list[str]:
-    return sorted([*PRESETS, CLASSICAL])
+    return sorted([*PRESETS, CLASSICAL, PLAIN_UNET])
 
 
 def check_model_name(name: str) -> str:
     """``name`` if registered; otherwise a UsageError listing the known ones."""
-    if name not in PRESETS and name != CLASSICAL:
+    if name not in PRESETS and name not in (CLASSICAL, PLAIN_UNET):
         raise UsageError(f"model {name!r} is not registered; known: {', '.join(known_models())}")
     return name
 
@@ -40,6 +44,6 @@ def check_model_name(name: str) -> str:
 def get_preset(name: str) -> Preset:
     """The named preset; an unknown name lists the known ones."""
     check_model_name(name)
-    if name == CLASSICAL:
-        raise UsageError(f"{CLASSICAL} is not a U-Net preset; build it with vision.models.build_model")
+    if name in (CLASSICAL, PLAIN_UNET):
+        raise UsageError(f"{name} is not a timm-encoder preset; build it with vision.models.build_model")
     return PRESETS[name]

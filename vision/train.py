@@ -39,7 +39,7 @@ from vision.config import TrainConfig, dump_config
 from vision.data import DatasetVersion, crop_batch, epoch_order, load_version, sample_weights
 from vision.losses import combined_loss
 from vision.metrics import aggregate, per_image_metrics
-from vision.models import CLASSICAL, build_model
+from vision.models import CLASSICAL, PLAIN_UNET, build_model
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,10 @@ def _lr_factor(config: TrainConfig, steps_per_epoch: int) -> Any:
             return (step + 1) / warm
         if config.schedule.name == "constant":
             return 1.0
-        progress = (step - warm) / max(1, total - warm)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        progress = min(1.0, (step - warm) / max(1, total - warm))
+        if config.schedule.name == "poly":
+            return float((1 - progress) ** 0.9)
+        return 0.5 * (1 + math.cos(math.pi * progress))
 
     return factor
 
@@ -100,7 +102,8 @@ def _lr_factor(config: TrainConfig, steps_per_epoch: int) -> Any:
 def make_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     o = config.optim
     if o.name == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+        return torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
+                               nesterov=o.nesterov)
     return torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
 
 
@@ -145,6 +148,40 @@ def _batches(data: DatasetVersion, config: TrainConfig, epoch: int) -> Iterator[
         yield augment(x, y, config.augment, gen)
 
 
+def resolve_stages(config: TrainConfig, data: DatasetVersion) -> TrainConfig:
+    """unet-plain with ``stages`` None: sized from the training patch (the crop, else the image)."""
+    if config.model.name != PLAIN_UNET or config.model.stages is not None:
+        return config
+    from vision.plain_unet import stages_for
+
+    side = config.sampling.crop or min(np.asarray(data.train.images).shape[1:])
+    return config.model_copy(update={"model": config.model.model_copy(update={"stages": stages_for(int(side))})})
+
+
+def deep_supervision_weights(n: int) -> list[float]:
+    """nnU-Net's: 1/2^k for stage k (full resolution first), the lowest-resolution stage 0, normalised."""
+    raw = [1 / 2**k for k in range(n)]
+    if n > 1:
+        raw[-1] = 0.0
+    total = sum(raw)
+    return [w / total for w in raw]
+
+
+def supervised_loss(config: TrainConfig, logits: torch.Tensor | list[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+    """The configured loss; with deep supervision, over every decoder stage against a max-pooled target
+    (max pooling, not nnU-Net's nearest sampling, so that a one-pixel void survives at every scale)."""
+    if isinstance(logits, torch.Tensor):
+        return combined_loss(config.loss, logits, y)
+    import torch.nn.functional as F  # noqa: N812
+
+    total = torch.zeros((), device=y.device)
+    for weight, out in zip(deep_supervision_weights(len(logits)), logits, strict=True):
+        if weight:
+            target = y if out.shape[-2:] == y.shape[-2:] else F.adaptive_max_pool2d(y, out.shape[-2:])
+            total = total + weight * combined_loss(config.loss, out, target)
+    return total
+
+
 class Trainer:
     """One training run; ``run()`` returns the TrainResult and writes the files."""
 
@@ -158,7 +195,9 @@ class Trainer:
         self.steps_per_epoch = n_train // config.batch_size
         self.device = pick_device(config)
         torch.manual_seed(config.seed)
-        self.model = build_model(config.model.name, config.model.decoder_width, config.model.encoder_weights)
+        self.config = config = resolve_stages(config, self.data)
+        self.model = build_model(config.model.name, config.model.decoder_width, config.model.encoder_weights,
+                                 stages=config.model.stages, deep_supervision=config.deep_supervision)
         self.model.to(self.device)
         if self.device.type == "cuda":
             self.model = self.model.to(memory_format=torch.channels_last)
@@ -187,7 +226,7 @@ class Trainer:
             x = x.contiguous(memory_format=torch.channels_last)
         with _autocast(self.device):
             logits = self.model(x)
-        loss = combined_loss(self.config.loss, logits, y)
+        loss = supervised_loss(self.config, logits, y)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise NonFiniteLoss(f"loss is {value} at step {step}")

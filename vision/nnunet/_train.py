@@ -101,47 +101,60 @@ def make_trainer(plans: dict[str, Any], config: TrainConfig, device: Any) -> Any
     return trainer
 
 
-def _one_epoch(trainer: Any) -> None:
-    """One epoch exactly as ``nnUNetTrainer.run_training`` runs it."""
+def _one_epoch(trainer: Any, deadline: float) -> int:
+    """One epoch as ``nnUNetTrainer.run_training`` runs it, cut short at ``deadline``; returns its iterations.
+
+    The deadline is checked after every iteration: on a loaded host one epoch can take longer
+    than the whole budget had room for, and a worker killed past its budget exports nothing.
+    """
     import torch
 
     trainer.on_epoch_start()
     trainer.on_train_epoch_start()
-    outputs = [trainer.train_step(next(trainer.dataloader_train)) for _ in range(trainer.num_iterations_per_epoch)]
+    outputs = []
+    for _ in range(trainer.num_iterations_per_epoch):
+        outputs.append(trainer.train_step(next(trainer.dataloader_train)))
+        if time.monotonic() > deadline:
+            break
     trainer.on_train_epoch_end(outputs)
     with torch.no_grad():
         trainer.on_validation_epoch_start()
         val = [trainer.validation_step(next(trainer.dataloader_val)) for _ in range(trainer.num_val_iterations_per_epoch)]
         trainer.on_validation_epoch_end(val)
     trainer.on_epoch_end()
+    return len(outputs)
 
 
 def _resize(trainer: Any, per_epoch_s: float, deadline: float, cap: int) -> None:
     """Epochs that fit before ``deadline`` at ``per_epoch_s``; the poly schedule follows."""
     done = int(trainer.current_epoch)
     fit = done + int(max(0.0, deadline - time.monotonic()) // max(per_epoch_s, 1e-6))
-    trainer.num_epochs = max(done + 1, min(cap, fit)) if done < cap else done
-    trainer.lr_scheduler.max_steps = trainer.num_epochs
+    trainer.num_epochs = max(done, min(cap, fit))
+    trainer.lr_scheduler.max_steps = max(trainer.num_epochs, 1)
 
 
 def train_within(trainer: Any, deadline: float, cap: int) -> dict[str, Any]:
-    """Train until the budget-sized epoch count is reached; returns the epoch timings."""
+    """Train until the budget-sized epoch count is reached or the deadline passes; returns the schedule."""
     trainer.on_train_start()
     times: list[float] = []
-    stopped_early = False
+    iterations, stopped_early = 0, False
     while trainer.current_epoch < trainer.num_epochs:
         t0 = time.monotonic()
-        _one_epoch(trainer)
+        ran = _one_epoch(trainer, deadline)
+        iterations += ran
         times.append(time.monotonic() - t0)
+        if ran < trainer.num_iterations_per_epoch or time.monotonic() > deadline:
+            stopped_early = trainer.current_epoch < trainer.num_epochs  # the schedule did not reach its end
+            break
         if len(times) <= RESIZE_AFTER_EPOCHS:
             _resize(trainer, times[-1], deadline, cap)
         elif trainer.current_epoch < trainer.num_epochs and time.monotonic() + max(times[1:]) > deadline:
             stopped_early = True  # slower than measured (a loaded host): stop rather than be killed
             break
+    planned = int(trainer.num_epochs)
     trainer.on_train_end()
-    return {"epochs": int(trainer.current_epoch), "planned_epochs": int(trainer.num_epochs),
-            "iterations_per_epoch": int(trainer.num_iterations_per_epoch),
-            "iterations": int(trainer.current_epoch) * int(trainer.num_iterations_per_epoch),
+    return {"epochs": int(trainer.current_epoch), "planned_epochs": planned,
+            "iterations_per_epoch": int(trainer.num_iterations_per_epoch), "iterations": iterations,
             "epoch_seconds": [round(t, 2) for t in times], "stopped_early": stopped_early}
 
 
