@@ -14,6 +14,7 @@ import numpy as np
 
 ANALYSIS_SEED = 0  # seed of the dev halves and bootstraps: the same best gives the same report
 TRAIN_SAMPLE_IMAGES = 128  # train images scored for the train-dev gap; more costs scorer time
+PERTURBATION_SEVERITY = 3  # of 1..5: the middle of each perturbation's range (vision/perturb.py)
 
 
 def analysis_dir(services: Any, sha256: str) -> Path:
@@ -30,11 +31,16 @@ def analyse_best(services: Any, model: Path, sha256: str) -> Any:
     if (out / "report.json").is_file():
         return AnalysisReport.model_validate_json((out / "report.json").read_text())
     dataset = services.setup.dataset
+    if hasattr(services, "incumbent"):  # the train sample comes from what the best trained on
+        from synthetic.versions import resolve
+
+        dataset = resolve(services.home.root, services.incumbent().dataset)
     dev_split = read_split(dataset.dev)
     dev = Evaluated(dev_split, np.asarray(services._score(model, dev_split.images))[:, 0])
     train = _train_sample(services, model, read_split(dataset.train))
+    drops = perturbation_drops(services, model, dev_split)
     report, errors = analyse(dev, model_sha256=sha256, data=dev_split.content_hash or dataset.ref,
-                             threshold=0.5, seed=ANALYSIS_SEED, extras=Extras(train=train))
+                             threshold=0.5, seed=ANALYSIS_SEED, extras=Extras(train=train, perturbations=drops))
     return write_report(report, dev, errors, out)
 
 
@@ -48,3 +54,22 @@ def _train_sample(services: Any, model: Path, train: Any) -> Any:
                       [train.image_meta[int(k)] for k in take],
                       [d for d in train.defects if str(d.get("image_id")) in ids])
     return Evaluated(sample, np.asarray(services._score(model, sample.images))[:, 0])
+
+
+def perturbation_drops(services: Any, model: Path, dev: Any) -> dict[str, float]:
+    """Dev dice lost under each perturbation at a middle severity (what the robustness rule reads).
+
+    Every perturbed copy goes to the confined scorer in one call: its start-up, not the images,
+    is what a call costs.
+    """
+    from vision.metrics import aggregate, per_image_metrics
+    from vision.perturb import PERTURBATIONS, perturb
+
+    images, masks = np.asarray(dev.images), np.asarray(dev.masks)
+    sets = [(images, masks)] + [perturb(name, PERTURBATION_SEVERITY, images, masks, ANALYSIS_SEED)
+                                for name in PERTURBATIONS]
+    prob = np.asarray(services._score(model, np.concatenate([x for x, _ in sets])))[:, 0]
+    n = len(images)
+    dice = [float(aggregate(per_image_metrics(prob[k * n:(k + 1) * n], y, threshold=0.5))["dice"])
+            for k, (_, y) in enumerate(sets)]
+    return {name: round(dice[0] - dice[k + 1], 4) for k, name in enumerate(PERTURBATIONS)}

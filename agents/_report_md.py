@@ -69,6 +69,8 @@ def _rounds(r: Any) -> list[str]:
 def _predictions(r: Any) -> list[str]:
     rates = r.hit_rate or {}
     lines = ["## Scored predictions", ""]
+    if not any((rates.get(arm) or {}).get("n") for arm in ("recommendation", "default", "sealed")):
+        lines.append("No recommendation's prediction was scored in this run.")
     for arm, label in (("recommendation", "recommendations (dev)"), ("default", "default action at the same cost "
                                                                             "(fresh-seed re-run of the best)"),
                        ("sealed", "promoted recommendations (sealed)")):

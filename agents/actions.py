@@ -189,8 +189,14 @@ def _apply(op: Any, current: Any, key: str, perturbation: str | None) -> Any:
 
 
 def _perturbation(rec: Recommendation) -> str | None:
-    value = rec.evidence.get("perturbation")
-    return str(value) if value else None
+    """The failing perturbation an augmentation can cover: the worst one, else the worst covered one
+    among the drops the analysis measured (the worst, say dead pixels, may have no augmentation)."""
+    worst = rec.evidence.get("perturbation")
+    if worst and _augment_field(str(worst)) is not None:
+        return str(worst)
+    drops = rec.evidence.get("drops") or {}
+    covered = sorted((d, name) for name, d in drops.items() if _augment_field(name) is not None and d > 0)
+    return covered[-1][1] if covered else (str(worst) if worst else None)
 
 
 def _augment_field(perturbation: str | None) -> str | None:

@@ -47,6 +47,7 @@ from segfactory.records import (
 log = logging.getLogger(__name__)
 
 PROPOSE_BATCH = 4  # tickets asked of the proposer when the queue is empty
+DEVICE_LEFT_SHARE = 0.5  # no new ticket when less than this share of an average ticket's device time is left
 RECURSION_LIMIT = 10_000  # graph steps per invoke; a run ends by budget long before this
 KILL_AT_ENV = "SEGFACTORY_TEST_KILL_AT"  # test-only fault injection (see ``fault_point``)
 
@@ -384,8 +385,12 @@ class _Nodes:
             return f"budget: wall time {caps.wall_seconds:g} s spent"
         if elapsed + elapsed / done > caps.wall_seconds:  # the next ticket, at the average pace, would not fit
             return f"budget: wall time {caps.wall_seconds:g} s would be passed by the next ticket"
-        if state.get("device_seconds", 0.0) >= caps.device_seconds:
+        spent = state.get("device_seconds", 0.0)
+        if spent >= caps.device_seconds:
             return f"budget: device time {caps.device_seconds:g} s spent"
+        if caps.device_seconds - spent < DEVICE_LEFT_SHARE * spent / done:  # the next ticket would overshoot
+            return (f"budget: device time {caps.device_seconds:g} s: {caps.device_seconds - spent:.0f} s left, "
+                    f"under half a ticket at the average {spent / done:.0f} s")
         if state.get("tickets_run", 0) >= caps.tickets:
             return f"budget: {caps.tickets} tickets run"
         if self.d.usage.tokens >= caps.llm_tokens > 0:

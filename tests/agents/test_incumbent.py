@@ -232,3 +232,12 @@ def _promote_with(services: HostServices, *, dataset: str = "synthetic/v1",
                   "config": row.config, "dataset": row.dataset, "dataset_hash": row.dataset_hash, "code": {},
                   "fingerprint": row.fingerprint, "parent_sha256": row.parent_sha256})
     services.setup.gate = Gate(sha256_file(model))
+
+
+def test_robustness_falls_back_to_the_worst_perturbation_an_augmentation_covers(services: HostServices) -> None:
+    entry = load_catalogue().actions["robustness"]
+    rec = _rec("robustness", perturbation="dead_hot_pixels",
+               drops={"dead_hot_pixels": 0.26, "lower_dose": 0.15, "detector_blur": 0.13, "banding": 0.10})
+    got = realise_config("robustness", entry, rec, services.incumbent().config, set(), max_epochs=10)
+    assert not isinstance(got, NotExecutable)
+    assert got.change["augment.noise_std"] == {"low": 0.0, "high": 0.04}  # lower_dose at severity 3
