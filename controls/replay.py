@@ -46,16 +46,9 @@ def pairs_for(home: Home, run_ids: set[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _rotate_sealed(home: Home) -> int:
-    from gate.core import Gate
-    from gate.setup import build_fresh, relock
-
-    gate = Gate(home.vault, home_root=home.root)
-    try:
-        return int(gate.rotate(SEALED, build_fresh))
-    finally:
-        gate.ledger.close()
-        relock(gate.vault)
+def _rotate_sealed(client: Any) -> int:
+    """A fresh sealed version, drawn by the gate itself (only the gate opens the vault)."""
+    return int(client.rotate(SEALED))
 
 
 def sealed_milestone(home: Home, name: str, run_id: str, models: list[Path],
@@ -77,7 +70,10 @@ def sealed_milestone(home: Home, name: str, run_id: str, models: list[Path],
             if "quota" not in str(exc) or attempt:
                 raise
             progress(f"sealed quota spent ({exc}); rotating the sealed tier to fresh secret seeds")
-            _rotate_sealed(home)
+            from gate.client import home_gate
+
+            with home_gate(home.root) as gate_client:
+                _rotate_sealed(gate_client)
     raise AssertionError("unreachable")
 
 

@@ -34,14 +34,14 @@ class ControlServices(HostServices):
         return float(evidence["dev_metrics"]["object_f1"]) if evidence else None
 
     def set_reference(self, ticket_id: str) -> None:
-        """Make a ticket's model the current best: a recorded move, for A/A runs only."""
+        """Make a ticket's model the current best for A/A runs: the gate records it as a move of kind
+        ``reference`` (never a promotion). It goes through the gate's host surface: only the gate opens the vault."""
         from audit.gate_events import pull
-        from gate.setup import register_best
         from synthetic.splits import sha256_file
 
         model = self.home.tickets_dir(self.setup.run_id) / ticket_id / "model.onnx"
-        register_best(self.home.root, model, "promotion",
-                      f"A/A run {self.setup.run_id}: reference {ticket_id} (the default config) becomes the best")
+        self.setup.gate.set_reference(
+            model, f"A/A run {self.setup.run_id}: reference {ticket_id} (the default config) becomes the best")
         with (self.home.runs / PROMOTIONS_FILE).open("a") as fh:
             fh.write(json.dumps({"model": str(model), "sha256": sha256_file(model), "run_id": self.setup.run_id,
                                  "ticket_id": ticket_id}) + "\n")

@@ -59,16 +59,6 @@ def export_classical_baseline(path: Path, size: int) -> Path | None:
     return Path(export_onnx(model, path, (size, size)))
 
 
-def register_best(home_root: Path, model: Path, kind: str, reason: str) -> str:
-    """Move the global best (``promotion`` or ``retraction``); used by the orchestrator."""
-    gate = Gate(Path(home_root) / "vault", home_root=Path(home_root))
-    try:
-        return gate.set_best(model, kind, reason)
-    finally:
-        gate.ledger.close()
-        relock(gate.vault)
-
-
 def relock(vault: Path) -> None:
     """After a person's root-side change (rotate, add-real), give new files back to the gate."""
     if users.is_root() and users.vault_is_separated(vault):

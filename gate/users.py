@@ -112,8 +112,8 @@ def _blocking_ancestor(path: Path) -> Path | None:
     return None
 
 
-def _mount_script(paths: list[Path]) -> str:
-    """Shell run as root in a private mount namespace before dropping to the gate user."""
+def _mount_script(paths: list[Path], user: str = GATE_USER) -> str:
+    """Shell run as root in a private mount namespace before dropping to ``user``."""
     groups: dict[Path, list[Path]] = defaultdict(list)
     for path in paths:
         blocker = _blocking_ancestor(path)
@@ -126,7 +126,7 @@ def _mount_script(paths: list[Path]) -> str:
         lines.append(f"mount -t tmpfs -o mode=0755 none {shlex.quote(str(blocker))}")
         for j, path in enumerate(inner):
             lines += [f"mkdir -p {shlex.quote(str(path))}", f"mount --rbind {STAGE_ROOT}/{i}_{j} {shlex.quote(str(path))}"]
-    entry = pwd.getpwnam(GATE_USER)
+    entry = pwd.getpwnam(user)
     lines.append(f'exec setpriv --reuid={entry.pw_uid} --regid={entry.pw_gid} --init-groups '
                  '--inh-caps=-all --bounding-set=-all -- "$@"')
     return "\n".join(lines)
@@ -134,7 +134,32 @@ def _mount_script(paths: list[Path]) -> str:
 
 def gate_launcher(paths: list[Path]) -> list[str]:
     """Command prefix: run the rest of argv as the gate user, with ``paths`` reachable."""
+    return user_launcher(paths, GATE_USER)
+
+
+def user_launcher(paths: list[Path], user: str) -> list[str]:
+    """Command prefix: run the rest of argv as ``user`` in a private mount namespace with ``paths`` reachable."""
     unshare = shutil.which("unshare")
     if unshare is None or not is_root():
-        raise HomeError("starting the gate as its own user needs root and util-linux unshare")
-    return [unshare, "--mount", "--propagation", "private", "--", "sh", "-c", _mount_script(paths), "gate"]
+        raise HomeError(f"starting a process as {user} needs root and util-linux unshare")
+    return [unshare, "--mount", "--propagation", "private", "--", "sh", "-c", _mount_script(paths, user), user]
+
+
+ORCHESTRATOR_DIRS = ("runs", "audit")  # what the orchestrator writes under the home (with the home root itself)
+ORCHESTRATOR_FILE_PREFIX = "state.sqlite"  # the run state and its WAL and shared-memory files
+
+
+def give_home_to_orchestrator(home_root: Path) -> None:
+    """Before dropping to ``segfactory``: the home root, ``runs/``, ``audit/`` and the run state become
+    its own. The vault stays the gate's; dataset versions stay root's (immutable, world-readable)."""
+    entry = pwd.getpwnam(ORCHESTRATOR_USER)
+    root = Path(home_root)
+    os.chown(root, entry.pw_uid, entry.pw_gid)
+    for name in ORCHESTRATOR_DIRS:
+        (root / name).mkdir(exist_ok=True)
+        for parent, dirs, files in os.walk(root / name):
+            os.chown(parent, entry.pw_uid, entry.pw_gid)
+            for item in [*dirs, *files]:
+                os.chown(os.path.join(parent, item), entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+    for path in root.glob(f"{ORCHESTRATOR_FILE_PREFIX}*"):
+        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)

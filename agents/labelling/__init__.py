@@ -48,23 +48,20 @@ QUEUES_DIR = Path("runs") / "labels"  # <home>/runs/labels/<content hash[:12]>/q
 
 
 def current_best_model(home: Home) -> Path:
-    """The host copy of the gate's current best (the ledger's head: a retraction counts)."""
-    from gate.ledger import Ledger
+    """The host copy of the gate's current best (the ledger's head: a retraction counts), as the
+    gate reports it: only the gate opens the vault."""
+    from gate.client import home_gate
 
-    ledger_path = home.vault / "ledger.sqlite"
-    if not ledger_path.is_file():
-        raise HomeError(f"no gate ledger at {ledger_path}; run `segfactory init`, or pass --model")
-    ledger = Ledger(ledger_path)
-    try:
-        best = ledger.current_best()
-    finally:
-        ledger.close()
-    if best is None:
+    if not home.vault.exists():
+        raise HomeError(f"no gate vault at {home.vault}; run `segfactory init`, or pass --model")
+    with home_gate(home.root) as client:
+        best = client.status().get("current_best")
+    if not best:
         raise HomeError("the gate has no current best; `segfactory init` registers the baseline")
     for candidate in _known_models(home):
-        if candidate.is_file() and _sha256(candidate) == best["model_sha256"]:
+        if candidate.is_file() and _sha256(candidate) == best:
             return candidate
-    raise HomeError(f"the current best {best['model_sha256'][:12]}… has no host copy; pass --model")
+    raise HomeError(f"the current best {str(best)[:12]}… has no host copy; pass --model")
 
 
 def _known_models(home: Home) -> list[Path]:

@@ -40,6 +40,11 @@ def console_cmd(
     from console._interpret import make_interpreter
 
     resolved = home_for(home)
+    from segfactory.cli._drop import rerun_as_orchestrator
+
+    dropped = rerun_as_orchestrator(resolved)  # started as root: the console serves as `segfactory`
+    if dropped is not None:
+        raise typer.Exit(dropped)
     if host not in LOOPBACK:
         sys.stderr.write(f"warning: the console listens on {host}, not loopback; only do this inside a container "
                          "whose port is published to 127.0.0.1\n")

@@ -41,17 +41,24 @@ SECOND = {**DRAFT, "hypothesis": "a slightly higher learning rate helps faint vo
 LLM_SCRIPT = [{"tickets": [DRAFT]}, {"tickets": [SECOND]}]  # one propose_tickets tool call per request
 
 
+RETRAINED = models.threshold_model(bias=-0.46)  # the replicate's "new seed": other bytes, the same behaviour
+
+
 class FixedTrainer:
-    """A launcher standing in for the sandboxed worker: writes ``out/model.onnx`` (CANDIDATE)."""
+    """A launcher standing in for the sandboxed worker: writes ``out/model.onnx`` (CANDIDATE; RETRAINED
+    for the replicate's seed 2, since the gate refuses a replicate with the original's bytes)."""
 
     name = "fixed"
 
     def launch(self, request: LaunchRequest) -> LaunchResult:
+        import yaml
+
         out = request.workspace / "out"
         out.mkdir()
         (out / "learning_curve.jsonl").write_text('{"epoch": 1, "loss": 0.5}\n')
         (out / "result.json").write_text('{"usable": true}\n')
-        (out / "model.onnx").write_bytes(CANDIDATE.SerializeToString())
+        seed = yaml.safe_load((request.workspace / "config.yaml").read_text()).get("seed")
+        (out / "model.onnx").write_bytes((RETRAINED if seed == 2 else CANDIDATE).SerializeToString())
         return LaunchResult(exit_code=0, duration_s=0.5)
 
 
@@ -98,16 +105,16 @@ def run_script(home_root: Path, dataset: DatasetVersion, fake_url: str, response
         second = to_ticket(proposer.propose(build_context(analysis, _history(history)), 1)[0], f"{RUN_ID}-t002",
                            seed=3)
         history.append((second, execute(second)))  # the same model: answered from the verdict cache
-        _raw_submissions(client._http)
+        _raw_submissions(client._http, client._credential())
 
 
-def _raw_submissions(http: httpx.Client) -> None:
+def _raw_submissions(http: httpx.Client, auth: dict[str, str]) -> None:
     """What an agent could also send by hand: a replay, a non-ONNX file, malformed JSON."""
     bad = base64.b64encode(b"not a model").decode()
     good = base64.b64encode(CANDIDATE.SerializeToString()).decode()
-    http.post("/submit", json={"ticket_id": f"{RUN_ID}-t001", "model_b64": good, "replicate_of": None})
-    http.post("/submit", json={"ticket_id": f"{RUN_ID}-t003", "model_b64": bad, "replicate_of": None})
-    http.post("/submit", content=b"{oops")
+    http.post("/submit", json={"ticket_id": f"{RUN_ID}-t001", "model_b64": good, "replicate_of": None}, headers=auth)
+    http.post("/submit", json={"ticket_id": f"{RUN_ID}-t003", "model_b64": bad, "replicate_of": None}, headers=auth)
+    http.post("/submit", content=b"{oops", headers=auth)
 
 
 def llm_request_blobs(home_root: Path) -> list[bytes]:

@@ -50,5 +50,5 @@ def test_child_sees_no_home_vault_or_network(tmp_path: Path) -> None:
         "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=1); print('net')\n"
         "except OSError:\n    print('nonet')\n"
     )
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, preexec_fn=scorer._limit_child)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, preexec_fn=scorer.limit_child)
     assert out.stdout.split() == ["False", "False", "nonet"], out.stderr

@@ -1,0 +1,129 @@
+"""Started as root, a command that runs agents' work continues as the unprivileged ``segfactory`` user.
+
+Root only prepares: the home's writable parts are given to ``segfactory``
+(``gate.users.give_home_to_orchestrator``), the gate is served as ``segfactory-gate`` on the
+home's socket when nothing serves there yet, and then the same command is started again as
+``segfactory`` (``gate.users.user_launcher``: a private mount namespace makes the runtime
+reachable, setpriv drops every capability). The root process only waits for it, stops the gate
+it started and passes the exit code on. The re-started command is not root, so it runs in place.
+
+This applies only where the users are separated (``init`` as root gave the vault to
+``segfactory-gate``); otherwise the command runs as it was started.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+GATE_START_S = 60.0  # time for the served gate to answer; past this: HomeError
+
+
+def should_drop(home: Any) -> bool:
+    from gate import users
+
+    return users.is_root() and users.vault_is_separated(home.vault)
+
+
+@contextmanager
+def _served_gate(home: Any) -> Iterator[None]:
+    """The home's gate on ``<home>/gate-run/gate.sock`` for the command's duration (unless one serves)."""
+    from gate.client import SERVED_SOCKET, GateClient, wait_ready
+    from segfactory.errors import GateError
+
+    sock = home.root / SERVED_SOCKET
+    probe = GateClient(socket_path=sock)
+    try:
+        probe.status()
+        yield  # a person already serves it
+        return
+    except GateError:
+        pass
+    finally:
+        probe.close()
+    proc = subprocess.Popen([sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(home.root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    client = GateClient(socket_path=sock)
+    try:
+        wait_ready(client, proc, GATE_START_S)
+        yield
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def rerun_as_orchestrator(home: Any) -> int | None:
+    """As root with separated users: run this command again as ``segfactory``; its exit code.
+    None when no drop applies (the caller then runs the command itself)."""
+    from gate import users
+
+    if not should_drop(home):
+        return None
+    users.give_home_to_orchestrator(home.root)
+    repo = Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryDirectory(prefix="segfactory-user-") as scratch, _served_gate(home):
+        os.chown(scratch, *_ids(users.ORCHESTRATOR_USER))
+        # unbuffered: the re-started command's output reaches a pipe (a supervisor, a test) as it is written
+        env = {**os.environ, "HOME": scratch, "XDG_CACHE_HOME": scratch, "MPLCONFIGDIR": scratch, "PYTHONUNBUFFERED": "1"}
+        launcher = users.user_launcher([Path(sys.base_prefix), Path(sys.prefix), repo, home.root, Path(scratch)],
+                                       users.ORCHESTRATOR_USER)
+        argv = [*launcher, sys.executable, "-m", "segfactory", *_with_home(sys.argv[1:], home.root)]
+        log.info("continuing as %s after set-up: %s", users.ORCHESTRATOR_USER, " ".join(sys.argv[1:]))
+        child = subprocess.Popen(argv, env=env, cwd=scratch)
+        previous = signal.signal(signal.SIGINT, lambda *_: child.send_signal(signal.SIGINT))
+        try:
+            return child.wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            if child.poll() is None:
+                child.terminate()
+                _reap(child)
+
+
+def _with_home(args: list[str], root: Path) -> list[str]:
+    """The command's arguments with ``--home`` absolute (the re-started command runs elsewhere)."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            out.append(str(root))
+            skip = False
+        elif arg == "--home":
+            out.append(arg)
+            skip = True
+        elif arg.startswith("--home="):
+            out.append(f"--home={root}")
+        else:
+            out.append(arg)
+    return out if "--home" in out or any(a.startswith("--home=") for a in out) else [*out, "--home", str(root)]
+
+
+def _ids(user: str) -> tuple[int, int]:
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _reap(child: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 10
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if child.poll() is None:
+        child.kill()
+        child.wait()
