@@ -36,17 +36,17 @@ from agents.context import ProposerContext
 from agents.graph import LoopDeps
 from agents.llm import LLMCaller, make_provider
 from agents.proposer import Proposer, Rejected, TicketDraft
-from agents.workspace import Workspace
+from agents.workspace import PathRefused, Workspace
 from runner._workspace import TRAINING_PACKAGES
 from segfactory.errors import SegfactoryError, UsageError
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor, TicketKind, canonical_json
 
-ARM_DIR = "code-agent"  # runs/<run>/code-agent/<ticket>/: the agent's workspace and result, agent-visible
+ARM_DIR = "code-agent"  # runs/<run>/code-agent/<draft key>/: the agent's workspace and result (agent-visible)
 CODE_DIR = "code"  # the training-code copy inside the agent's workspace, as validation names it
 RESULT_FILE = "result.json"  # beside the workspace: the agent's files or its failure, for replicates and resumes
-MAX_CHANGED_FILES = 20  # past this: the ticket fails ("too many files changed")
-MAX_CHANGED_BYTES = 512 * 1024  # all changed files together; past this: the ticket fails
+MAX_CHANGED_FILES = 20  # past this: the draft is dropped, with the counts on record
+MAX_CHANGED_BYTES = 512 * 1024  # all changed files together; past this: the draft is dropped
 _SKIPPED = ("__pycache__",)  # left by the agent's own `run` of python; not part of the change
 _SKIPPED_SUFFIXES = (".pyc",)
 
@@ -92,7 +92,9 @@ class CodeArm:
             self._audit("code_agent_reused", {"draft": key, "failed": bool(result.error)})
         else:
             result = self._session(draft, key, self.root / key / "work")
-            record.write_text(result.model_dump_json(indent=2))
+            tmp = record.with_suffix(".tmp")
+            tmp.write_text(result.model_dump_json(indent=2))
+            tmp.replace(record)  # whole or absent: a crash here leaves no half-written result
         if result.error:
             raise CodeArmFailed(result.error)
         return draft.model_copy(update={"change": {**draft.change, "files": result.files}})
@@ -102,12 +104,18 @@ class CodeArm:
         workspace = Workspace(work, writable=CODE_DIR, home=self.home)
         drafted = draft.change.get("files")
         for name, text in (drafted.items() if isinstance(drafted, dict) else ()):  # the proposer's own draft
-            workspace.write(str(name), str(text))
+            try:
+                workspace.write(str(name), str(text))
+            except (PathRefused, OSError, ValueError) as exc:
+                return ArmResult(error=f"the proposer's draft of {name!r} cannot be written: {exc}")
         tools = CodeTools(workspace, self.runner, self.sink, run_id=self.run_id, ticket_id=key)
         agent = CodeAgent(self.caller, tools, **({"max_steps": self.max_steps} if self.max_steps else {}))
         task = task_text(draft)
         self._audit("code_agent_start", {"draft": key, "workspace": str(work), "task": task})
-        outcome = agent.run(task)
+        try:
+            outcome = agent.run(task)
+        except SegfactoryError as exc:  # e.g. the sandbox behind the run tool failed: this draft, not the run
+            return ArmResult(error=f"the code agent's session failed: {exc}", stopped_by="error")
         if not outcome.submitted:
             return ArmResult(error=f"the code agent did not submit ({outcome.stopped_by}: {outcome.summary})",
                              steps=outcome.steps, stopped_by=outcome.stopped_by)

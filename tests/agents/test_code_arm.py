@@ -149,3 +149,16 @@ def test_the_agents_run_tool_works_on_its_copy_in_the_real_sandbox(keys: None, a
     assert executed["exit_code"] == 0, audit_log.events("tool_call")[1]
     [result] = [m for m in json.loads(fake.received[2])["messages"] if m["role"] == "tool"][-1:]
     assert "/work/code/vision/worker.py" in json.loads(result["content"])["stdout"]  # the copy, not the source
+
+
+def test_a_proposers_own_draft_is_the_agents_start_and_a_bad_one_is_refused(keys: None, audit_log: Log,
+                                                                            tmp_path: Path) -> None:
+    source = (SOURCE_ROOT / "vision" / "worker.py").read_text()
+    drafted = TicketDraft.model_validate({**CODE_DRAFT, "change": {"files": {TARGET: source + MARK}}})
+    outside = TicketDraft.model_validate({**CODE_DRAFT, "change": {"files": {"config.yaml": "epochs: 999\n"}}})
+    with openai_server([Step.call("submit", {"summary": "the proposer's draft is right"})]) as fake:
+        arm = _proposer(fake.base_url, audit_log, tmp_path / "arm").arm
+        assert arm.write(drafted).change["files"] == {TARGET: source + MARK}
+        with pytest.raises(CodeArmFailed, match="draft of 'config.yaml' cannot be written: 'config.yaml': only files"):
+            arm.write(outside)
+    assert len(fake.received) == 1  # the refused draft never reached the agent
