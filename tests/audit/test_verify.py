@@ -10,8 +10,8 @@ from segfactory.records import AuditRecord, canonical_json
 from tests.audit.conftest import RECORDS, log_lines, write_lines
 
 
-def _verify(home: Home, store: MemoryAnchorStore, **kw: bool) -> VerifyReport:
-    return verify_log(home.audit, store.get(), **kw)
+def _verify(home: Home, store: MemoryAnchorStore, *, strict: bool = False) -> VerifyReport:
+    return verify_log(home.audit, store.get(), strict=strict, history=store.history())
 
 
 def _rehash_from(lines: list[bytes], start: int) -> list[bytes]:
