@@ -202,6 +202,8 @@ def require_intact(folder: Path) -> None:
     ``images.npy`` is refused rather than scored.
     """
     manifest_path = folder / "manifest.json"
+    if not manifest_path.is_file():
+        raise DataError(f"{folder} is not a split folder: it has no manifest.json")
     try:
         files = json.loads(manifest_path.read_text()).get("files")
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -114,7 +114,8 @@ def submit_cmd(
     """Submit a model; prints the coarse verdict only."""
     from gate.client import running_gate
 
-    with running_gate(home_for(home, create=True).root) as client:
+    # a submission needs only the agent credential, so that is all this command holds
+    with running_gate(home_for(home, create=True).root, role="agent") as client:
         verdict = client.submit(model, train_data, ticket, replicate_of=replicate_of, run_id=run)
     if as_json:
         emit_json(verdict.model_dump(mode="json"))
@@ -254,7 +255,7 @@ def add_real_cmd(
 
 def _real_set_range(gate: Any, source: Path, train_data: str | None) -> dict[str, Any]:
     """The real set against the current best's training data (or ``--train-data``)."""
-    from gate.intake import inspect_model
+    from gate.intake import IntakeError, inspect_model
     from gate.milestones import host_copies
     from synthetic.intensity import split_stats
     from synthetic.splits import read_split
@@ -262,7 +263,10 @@ def _real_set_range(gate: Any, source: Path, train_data: str | None) -> dict[str
 
     stats = split_stats(read_split(source, mmap=True))
     best = gate.ledger.current_best()
-    copies = host_copies(gate, [inspect_model(Path(best["model_path"]))]) if best is not None else {}
+    try:
+        copies = host_copies(gate, [inspect_model(Path(best["model_path"]))]) if best is not None else {}
+    except (IntakeError, OSError):
+        copies = {}  # an unreadable best leaves the range unknown; adding the real set goes on
     model = next(iter(copies.values()), None)
     if model is None and train_data is None:
         return {"known": False, "outside": None, "model": best["model_path"] if best else None,
