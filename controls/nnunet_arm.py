@@ -108,7 +108,7 @@ def run_nnunet_arm(home: Path | None, *, budget_s: float, profile: str, backend:
     (people / ARM_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True))
     progress(f"nnunet arm {run_id}: dev {candidate.dev_score} ({candidate.status}, {candidate.decision}); "
              f"plan patch {plan.get('patch_size')} batch {plan.get('batch_size')} stages {plan.get('n_stages')}, "
-             f"{plan.get('epochs')} epochs x {plan.get('iterations_per_epoch')} iterations")
+             f"{plan.get('iterations')} iterations in {plan.get('epochs')} epochs of up to {plan.get('iterations_per_epoch')}")
     return summary
 
 
