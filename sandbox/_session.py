@@ -32,6 +32,7 @@ HOOK_MAX_BYTES = 1024**2  # audit-hook output read back; past it: not read, a mo
 EVENTS_MAX_BYTES = 4 * 1024**2  # the hook's rw dir on the host; past it: killed, workspace_limit event
 SCRATCH_ROOTS = (Path("/dev/shm"),)  # tmpfs for the per-run dir (decoys are sparse, the rest tiny)
 HOOK_MAX_EVENTS = 1000  # sandbox-reported events kept per run; past it: a monitoring_gap with the count
+HOOK_MAX_PATH_CHARS = 4096  # of one reported path; past it: cut, detail path_truncated and path_chars
 HOOK_NAME = "hook.jsonl"  # in the per-run events dir (EVENTS_TARGET inside)
 SUPERVISE_POLL_S = 0.05  # how often the supervisor looks at the process
 WORKSPACE_POLL_S = 0.25  # how often /work's disk use is measured
@@ -204,8 +205,12 @@ class Session:
         for line in lines[:HOOK_MAX_EVENTS]:
             try:
                 item = json.loads(line)
-                self.emit(SandboxEvent(kind="file_open", ts=float(item["ts"]), path=str(item["path"])[:4096],
-                                       sandbox_reported=True, detail={"mode": str(item.get("mode"))[:16]}))
+                path = str(item["path"])
+                detail: dict[str, object] = {"mode": str(item.get("mode"))[:16]}
+                if len(path) > HOOK_MAX_PATH_CHARS:
+                    detail.update(path_truncated=True, path_chars=len(path))
+                self.emit(SandboxEvent(kind="file_open", ts=float(item["ts"]), path=path[:HOOK_MAX_PATH_CHARS],
+                                       sandbox_reported=True, detail=detail))
             except (ValueError, KeyError, TypeError):
                 continue
         if len(lines) > HOOK_MAX_EVENTS:

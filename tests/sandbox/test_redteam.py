@@ -268,6 +268,16 @@ def test_hook_events_past_the_cap_are_a_monitoring_gap(run_in: Run) -> None:
     assert gaps == [{"reason": "audit hook event cap", "kept": HOOK_MAX_EVENTS, "seen": lines}]
 
 
+def test_a_long_reported_path_is_cut_and_says_so(run_in: Run) -> None:
+    from sandbox._session import HOOK_MAX_PATH_CHARS
+
+    path = "/vault/" + "x" * (HOOK_MAX_PATH_CHARS + 900)
+    result = run_in(["python", "-c", f"open({path!r})"])  # the in-sandbox hook reports it, then it fails
+    opens = [e for e in result.events if e.kind == "file_open"]
+    assert len(opens) == 1 and opens[0].path == path[:HOOK_MAX_PATH_CHARS], result.stderr.data[-300:]
+    assert opens[0].detail["path_truncated"] is True and opens[0].detail["path_chars"] == len(path)
+
+
 def test_flooding_the_audit_hook_file_is_contained(run_in: Run) -> None:
     result = run_in("head -c 100000000 /dev/zero > /run/segfactory/hook.jsonl; sleep 30", timeout_s=20)
     limits = [e for e in result.events if e.kind == "workspace_limit"]
