@@ -1,4 +1,4 @@
-"""The single host-side writer of ``<home>/audit/log.jsonl`` (DESIGN.md §1 rule 10, §5).
+"""The single host-side writer of ``<home>/audit/log.jsonl`` (trust rule 10).
 
 Each record is one line of canonical JSON (``segfactory.records.canonical_json``) whose ``prev``
 is the hash of the record before it; the first record's ``prev`` is GENESIS_HASH. A record and

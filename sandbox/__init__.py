@@ -5,7 +5,7 @@ Public API (see docs/sandbox.md)::
     from sandbox import SandboxSpec, get_backend
     result = get_backend("bwrap").run(SandboxSpec(command=["python", "-c", "print(1)"], workspace=ws))
 
-Trust rules 1, 11 and 12 (DESIGN.md §1): the sandbox never contains the repo root, a home, the
+Trust rules: the sandbox never contains the repo root, a home, the
 vault or the docker socket; limits fail loudly; the policy is verified from inside a real sandbox.
 """
 

@@ -1,4 +1,4 @@
-"""The sandbox backend interface and its registry (STYLE.md §2)."""
+"""The sandbox backend interface and its registry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Capped capture of a sandbox's output streams (STYLE.md §8, trust rule 11).
+"""Capped capture of a sandbox's output streams (trust rule 11: limits fail loudly).
 
 Everything is read (so the writer never blocks), the first ``cap`` bytes are kept, and the total
 is counted: past the cap the Output says ``truncated=true`` with the original size.

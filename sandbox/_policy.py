@@ -1,7 +1,7 @@
 """The sandbox policy (``policies/sandbox.yaml``), validated so that unsafe values are refused.
 
 A policy with the network on, a writable root, uid 0, or limits above their maxima does not load:
-``PolicyError`` names the field, the value received and what is accepted (STYLE.md §9).
+``PolicyError`` names the field, the value received and what is accepted.
 """
 
 from __future__ import annotations

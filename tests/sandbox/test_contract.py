@@ -1,4 +1,4 @@
-"""The SandboxBackend contract, run against every backend (STYLE.md §3)."""
+"""The SandboxBackend contract, run against every backend."""
 
 from __future__ import annotations
 

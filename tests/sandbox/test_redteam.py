@@ -1,4 +1,4 @@
-"""Red-team attempts against every backend (issue 5, item 8).
+"""Red-team attempts against every backend.
 
 Each attempt must fail or be contained, be visible to host-side detection where the issue says
 so (decoy reads), and leave the host healthy: no leftover process, no stray cgroup, no change to
