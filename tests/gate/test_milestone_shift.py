@@ -14,9 +14,11 @@ import pytest
 from gate.core import Gate
 from gate.milestones import MilestoneRequest, run_milestone
 from gate.setup import add_real
-from segfactory.cli.gate_cmds import _real_set_range
+from segfactory.cli.gate_cmds import _fill_ranges, _milestone_md, _outside, _real_set_range
 from synthetic.splits import image_sha256, read_split, write_split
+from tests.gate import models
 from tests.gate.conftest import make_split
+from vision.training_data import write_training_record
 
 pytestmark = pytest.mark.bwrap
 
@@ -47,13 +49,22 @@ def test_a_dark_real_tier_is_outside_and_its_collapse_is_a_shift(gate: Gate, bet
     images, masks = make_split(7, 40)
     _write(tmp_path / "dark", images / np.float32(16), masks)  # a 12-bit set read as 16-bit
     add_real(gate, tmp_path / "dark")
+    (tmp_path / "run2").mkdir()
+    outsider = models.save(models.threshold_model(bias=-0.5), tmp_path / "run2" / "model.onnx")
+    write_training_record(outsider.parent, train)  # a run folder outside the home, as `train` leaves it
     req = MilestoneRequest(name="real-dark", run_id="r1", tiers=["real-holdout"],
-                           models_b64=[base64.b64encode(better_model.read_bytes()).decode()])
-    block = run_milestone(gate, req)["tiers"]["real-holdout"]
+                           models_b64=[base64.b64encode(p.read_bytes()).decode() for p in (better_model, outsider)])
+    report = run_milestone(gate, req)
+    block = report["tiers"]["real-holdout"]
     shift = block["models"][_sha(better_model)]["training_range"]
     assert block["intensity"]["n_images"] == 40 and shift["source"] == "training manifest"
     assert shift["outside"] is True and any(r.startswith("intensity:") for r in shift["reasons"])
     assert shift["zero_detections"] and shift["finding"] == "shift"
+    assert block["models"][_sha(outsider)]["training_range"]["known"] is False  # the gate cannot see it
+    _fill_ranges(report, [outsider], gate.home_root)  # the CLI can: it was given the path
+    assert block["models"][_sha(outsider)]["training_range"]["source"] == "training_data.json"
+    assert _outside(report) == {"real-holdout": {_sha(better_model): True, _sha(outsider): True}}
+    assert _milestone_md(report).count("**outside the training range**: intensity:") == 2
 
 
 def test_add_real_compares_with_the_current_best_or_train_data(gate: Gate, better_model: Path,
