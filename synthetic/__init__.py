@@ -3,7 +3,8 @@
 Public API: ``generate`` (draw a set), ``GenParams``/``make_params`` (its parameters),
 ``GeneratedSet`` (write it as a split folder); the split-folder format in ``synthetic.splits``;
 tiers in ``synthetic.tiers``, dataset versions in ``synthetic.versions``, perceptual hashes in
-``synthetic.phash``, checks in ``synthetic.check``.
+``synthetic.phash``, checks in ``synthetic.check``, the import's intensity mapping in
+``synthetic.mapping`` and a set's intensity/contrast/noise statistics in ``synthetic.intensity``.
 """
 
 from synthetic._generate import GENERATOR_VERSION, GeneratedSet, generate

@@ -4,6 +4,8 @@ Checks: files present and of the type their bytes say (magic + full decode); arr
 right dtype and shape; no NaN/inf, values in [0, 1]; no blank or saturated images; binary
 masks; per-image hashes and manifest file hashes; masks agree with ``defects.jsonl`` (void
 counts and areas per image). Every finding names its file (and image id where there is one).
+An import-layout folder is checked through the intensity mapping an import would apply.
+``require_intact`` is the short check a scorer runs first: the files against the manifest.
 """
 
 from __future__ import annotations
