@@ -79,9 +79,12 @@ def _rule(wins: int, runs: int) -> dict[str, Any]:
 
 def run_aa(n_runs: int, services: CandidateServices, judge: JudgeLike, *, run_id: str, budget: Budget,
            make_seed: Callable[[], int], set_reference: Callable[[str], None],
-           progress: Callable[[str], None] = lambda line: None) -> AAResult:
+           progress: Callable[[str], None] = lambda line: None, concurrency: int = 1) -> AAResult:
     """Train the reference, make it the best (``set_reference(ticket_id)``), then the N A/A runs.
 
+    ``concurrency`` runs that many A/A candidates at once (threads; each ticket is still admitted
+    by the runner's scheduler); pass the scheduler's own ``concurrency`` so that no more run than
+    it allows. Seeds are drawn in run order before any starts, and results keep run order.
     Raises DataError when the reference does not train (an A/A without a reference means nothing).
     """
     from segfactory.errors import DataError
@@ -93,11 +96,21 @@ def run_aa(n_runs: int, services: CandidateServices, judge: JudgeLike, *, run_id
         raise DataError(f"the A/A reference {ref.id} did not train ({outcome.reason}); see its outcome.json")
     set_reference(ref.id)
     result = AAResult(run_id=run_id, reference_dev_score=score)
-    for index in range(n_runs):
-        candidate = run_candidate(services, judge, aa_ticket(run_id, index, budget, make_seed()), make_seed)
-        result.runs.append(candidate)
+    tickets = [aa_ticket(run_id, index, budget, make_seed()) for index in range(n_runs)]
+
+    def one(index: int) -> CandidateResult:
+        candidate = run_candidate(services, judge, tickets[index], make_seed)
         progress(f"A/A {index + 1}/{n_runs}: dev {candidate.dev_score} vs reference {score:.4f} -> "
                  f"{candidate.status}, {candidate.decision or 'no query'}")
+        return candidate
+
+    if concurrency <= 1:
+        result.runs.extend(one(i) for i in range(n_runs))
+        return result
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="aa") as pool:
+        result.runs.extend(pool.map(one, range(n_runs)))
     return result
 
 

@@ -84,21 +84,25 @@ def load_encoder_weights(encoder: nn.Module, path: Path) -> None:
         raise DataError(f"encoder weights {path} do not fit: unexpected keys {unexpected[:3]}...")
 
 
+PLAIN_PROBE_PATCH = 64  # px: unet-plain's depth when nothing resolved it
+
+
 def build_model(name: str, decoder_width: int | None = None, weights: Path | None = None, *,
                 stages: int | None = None, deep_supervision: bool = False) -> nn.Module:
     """A fresh model by registry name (``baseline-classical`` is built by ``vision.classical``).
 
-    ``stages`` and ``deep_supervision`` are the plain U-Net's (``unet-plain``); its stages must be
-    resolved (``vision.plain_unet.stages_for``) before it is built.
+    ``stages`` and ``deep_supervision`` are the plain U-Net's (``unet-plain``).
     """
     if name == CLASSICAL:
         from vision.classical import ClassicalDetector
 
         return ClassicalDetector()
     if name == PLAIN_UNET:
-        from vision.plain_unet import PlainUNet
+        from vision.plain_unet import PlainUNet, stages_for
 
-        if stages is None:
-            raise DataError("unet-plain needs its stages resolved from the training patch (vision.plain_unet)")
-        return PlainUNet(stages, decoder_width or PLAIN_BASE_WIDTH, deep_supervision)
+        # Training resolves the depth from its patch first (vision.train.resolve_stages) and a
+        # checkpoint stores it; a build without it (the scheduler's memory probe knows only the
+        # preset name) gets the depth of a PLAIN_PROBE_PATCH-pixel patch.
+        depth = stages if stages is not None else stages_for(PLAIN_PROBE_PATCH)
+        return PlainUNet(depth, decoder_width or PLAIN_BASE_WIDTH, deep_supervision)
     return UNet(get_preset(name), decoder_width, weights)

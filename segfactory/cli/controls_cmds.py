@@ -106,16 +106,19 @@ def aa_cmd(
     _check_common(profile, backend)
     from controls.aa import run_aa
     from controls.session import control_session, new_run_id, sandbox_runs
+    from runner.scheduler import Scheduler
 
     resolved, used_profile = _home(home, profile)
     run_id = new_run_id("aa-")
+    concurrency = Scheduler.for_home(resolved).settings.concurrency  # as many at once as the scheduler admits
     with control_session(resolved, backend=backend, profile=used_profile, run_id=run_id, kind="aa",
                          progress=_progress) as s:
         before = s.spent()
         result = run_aa(runs, s.services, s.judge, run_id=run_id, budget=s.ticket_budget, make_seed=s.make_seed,
-                        set_reference=s.services.set_reference, progress=_progress)
+                        set_reference=s.services.set_reference, progress=_progress, concurrency=concurrency)
         after = s.spent()
     summary = result.summary()
+    summary["concurrency"] = concurrency
     if summary["gate_rule"]["wins"]:  # the false-win replay of the promoted wins on the sealed tier
         from controls.replay import replay
 
