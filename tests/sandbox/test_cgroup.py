@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -110,3 +111,34 @@ def test_a_delegated_cgroup2_subtree_limits_the_whole_sandbox(
         assert evidence["kind"] == "cgroup-v2" and evidence["memory"] == str(256 * 1024**2)
         assert result.oom_killed and result.stdout.data.count(b"allocated") < 4, result.stdout.data
         assert [p for p in parent.iterdir() if p.is_dir()] == []  # the run's cgroup is gone
+
+
+def test_v1_delegation_lets_an_unprivileged_user_make_and_join_a_run_cgroup() -> None:
+    """What root does before the orchestrator drops to its user: hand over the v1 parents. The
+    user (here the sandbox uid, through setpriv) can then create, limit and join a run cgroup."""
+    import subprocess
+
+    from sandbox._cgroup import CGROUP_V1, PARENT, delegate_v1
+
+    if os.geteuid() != 0 or not (CGROUP_V1 / "memory" / "memory.limit_in_bytes").exists():
+        pytest.skip("needs root on a cgroup v1 host")
+    uid = 10001
+    child = CGROUP_V1 / "memory" / PARENT / f"delegated-{uuid.uuid4().hex[:8]}"
+    script = (f"mkdir {child} && echo 268435456 > {child}/memory.limit_in_bytes && "
+              f"echo $$ > {child}/cgroup.procs && cat {child}/memory.limit_in_bytes")
+    as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", "sh", "-c", script]
+    try:
+        refused = subprocess.run(as_user, capture_output=True, text=True, timeout=30)
+        assert refused.returncode != 0  # not delegated yet: the user may not create it
+        delegate_v1(uid, uid)
+        done = subprocess.run(as_user, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0 and done.stdout.strip() == "268435456", done.stderr
+    finally:
+        delegate_v1(0, 0)
+        deadline = 50
+        while child.exists() and deadline:
+            with contextlib.suppress(OSError):
+                child.rmdir()
+            deadline -= 1
+            time.sleep(0.02)
+    assert all((CGROUP_V1 / c / PARENT).stat().st_uid == 0 for c in ("memory", "pids", "cpu"))
