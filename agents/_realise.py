@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from agents.actions import Catalogue, NotExecutable, Realised, load_catalogue, realise_config, rule_of
 from agents.incumbent import Incumbent
 from segfactory.errors import DataError, UsageError
@@ -147,9 +149,8 @@ def named_dataset(services: Any, ticket: Any, base: Any) -> Any | None:
     from synthetic.versions import resolve
 
     ref = ticket.change.get("dataset")
-    if ticket.kind.value == "data" and ticket.change.get("approved_request") and not ref:
-        raise UsageError(f"approved request {ticket.change['approved_request']} names no dataset version to train "
-                         "on; import the data (`segfactory data import`) and approve the request with it")
+    if ticket.kind.value == "data" and ticket.change.get("approved_request"):
+        return approved_data_version(services, ticket, base)
     if not ref:
         return None
     version = resolve(services.home.root, str(ref))
@@ -161,4 +162,59 @@ def named_dataset(services: Any, ticket: Any, base: Any) -> Any | None:
     return version
 
 
-__all__ = ["NOT_EXECUTABLE_FILE", "named_dataset", "realise", "realise_all", "reviewed_versions"]
+def approved_data_version(services: Any, ticket: Any, base: Any) -> Any:
+    """The incumbent's train split plus the approved images: at most the approved count, only those
+    in the approved scope (a slice of the images' voids). Dev stays the incumbent's."""
+    from analysis.effects import parse_slice
+    from analysis.errortypes import ErrorType
+    from analysis.units import defect_units
+    from synthetic.splits import read_split, write_split
+    from synthetic.versions import create_version, resolve
+
+    change = ticket.change
+    request = change["approved_request"]
+    if not change.get("approved_data"):
+        raise UsageError(f"approved request {request} names no dataset version to train on; import the data "
+                         "(`segfactory data import`) and approve the request with `--data NAME/vK`")
+    record = services.home.runs / services.setup.run_id / "approved" / request / "dataset.json"
+    if record.is_file():
+        return resolve(services.home.root, json.loads(record.read_text())["dataset"])
+    extra = read_split(resolve(services.home.root, str(change["approved_data"])).train)
+    train = read_split(base.train)
+    if extra.images.shape[1:] != train.images.shape[1:]:
+        raise DataError(f"approved data {change['approved_data']} has images of {extra.images.shape[1:]}, the "
+                        f"incumbent's {base.ref} of {train.images.shape[1:]}; import it at that size")
+    keep = list(range(len(extra.image_meta)))
+    scope = change.get("approved_scope")
+    if scope:
+        predicate = parse_slice(str(scope))
+        if predicate is None:
+            raise UsageError(f"approved scope {scope!r} of request {request} is not a slice the factory can apply "
+                             "(e.g. shape=shrinkage, size<12); approve it again with such a scope, or none")
+        units = defect_units(extra.image_meta, extra.defects, [ErrorType.MISSED.value] * len(extra.defects))
+        inside = {int(units.image[k]) for k in np.flatnonzero(predicate(units))}
+        keep = [k for k in keep if k in inside]
+    keep = keep[: int(change.get("approved_count") or len(keep))]
+    if not keep:
+        raise DataError(f"approved data {change['approved_data']} holds no image in scope {scope!r}")
+    out = services.home.runs / services.setup.run_id / "approved" / request / "train"
+    ids = [str(extra.image_meta[k]["id"]) for k in keep]
+    offset = len(train.image_meta)
+    metas = [*train.image_meta, *({**extra.image_meta[k], "id": offset + n, "source_id": extra.image_meta[k]["id"],
+                                   "source": str(change["approved_data"])} for n, k in enumerate(keep))]
+    renumber = {old: offset + n for n, old in enumerate(ids)}
+    defects = [*train.defects, *({**d, "image_id": renumber[str(d["image_id"])]} for d in extra.defects
+                                 if str(d["image_id"]) in renumber)]
+    split = write_split(out, np.concatenate([np.asarray(train.images), np.asarray(extra.images)[keep]]),
+                        np.concatenate([np.asarray(train.masks), np.asarray(extra.masks)[keep]]), metas, defects,
+                        {"approved_request": request, "approved_data": str(change["approved_data"]),
+                         "approved_count": len(keep), "approved_scope": scope, "parent": base.content_hash})
+    version = create_version(services.home.root, base.name, {"train": split, "dev": None}, parent=base.ref,
+                             approve_it=True)
+    record.write_text(json.dumps({"dataset": version.ref, "images_added": len(keep)}) + "\n")
+    services.audit("approved_data_version", {"ticket_id": ticket.id, "request": request, "dataset": version.ref,
+                                             "images_added": len(keep), "scope": scope})
+    return version
+
+
+__all__ = ["NOT_EXECUTABLE_FILE", "approved_data_version", "named_dataset", "realise", "realise_all", "reviewed_versions"]

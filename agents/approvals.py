@@ -44,6 +44,9 @@ _ESCALATIONS = """CREATE TABLE IF NOT EXISTS escalations (
     decision TEXT NOT NULL, pending TEXT NOT NULL, requested_at REAL NOT NULL, status TEXT NOT NULL,
     decided_by TEXT, reason TEXT, UNIQUE (run_id, ticket_id))"""
 ESCALATION_SUFFIX = "-esc"  # an escalation's id: the escalated ticket's id plus this
+# What an approval grants, beside its status: the dataset version with the data, how many images
+# of it, the scope (a slice the images must fall in), and which run took it up.
+_GRANT_COLUMNS = (("data_ref", "TEXT"), ("count", "INTEGER"), ("scope", "TEXT"), ("taken_by", "TEXT"))
 MAX_RESUME_ATTEMPTS = 3  # resumes of a request's thread before `decide` gives up and says so
 
 
@@ -100,6 +103,10 @@ class ApprovalQueue:
         with self._table() as table:
             table.execute(_SCHEMA)
             table.execute(_ESCALATIONS)
+            present = {row[1] for row in table.execute("PRAGMA table_info(approvals)")}
+            for column, kind in _GRANT_COLUMNS:  # added after the first release: old homes gain them
+                if column not in present:
+                    table.execute(f"ALTER TABLE approvals ADD COLUMN {column} {kind}")
         self.sink = sink
         graph = StateGraph(_State)
         graph.add_node("await_decision", self._await_decision)
@@ -152,8 +159,16 @@ class ApprovalQueue:
         """Everything a person decides, both kinds, oldest first."""
         return sorted([*self.requests(status), *self.escalations(status)], key=lambda r: r.requested_at)
 
-    def decide(self, request_id: str, *, approve: bool, by: str, reason: str = "") -> ApprovalRequest:
-        """Decide a data request (resuming its own thread) or an escalation; each is decided once."""
+    def decide(self, request_id: str, *, approve: bool, by: str, reason: str = "", data: str | None = None,
+               count: int | None = None, scope: str | None = None) -> ApprovalRequest:
+        """Decide a data request (resuming its own thread) or an escalation; each is decided once.
+
+        Approving a data request may grant ``data`` (a dataset version ref with the images), a
+        ``count`` (at most that many of them) and a ``scope`` (a slice they must fall in, such as
+        ``shape=shrinkage``); the data ticket trains on exactly that.
+        """
+        if count is not None and count < 1:
+            raise UsageError(f"an approved count must be at least 1; got {count}")
         if any(e.id == request_id for e in self.escalations()):
             return self._decide_escalation(request_id, approve=approve, by=by, reason=reason)
         found = [r for r in self.requests() if r.id == request_id]
@@ -173,20 +188,36 @@ class ApprovalQueue:
         if decided.status == "pending":
             raise UsageError(f"approval request {request_id!r}: its thread did not take the decision after "
                              f"{MAX_RESUME_ATTEMPTS} attempts; nothing was decided, try again")
-        self.sink.append(Actor.HUMAN.value, "approval_decided", {"id": request_id, "status": decided.status,
-                                                                 "by": by, "reason": reason}, run_id=decided.run_id)
+        if decided.status == "approved" and (data or count or scope):
+            with self._table() as table:
+                table.execute("UPDATE approvals SET data_ref = ?, count = ?, scope = ? WHERE id = ?",
+                              (data, count, scope, request_id))
+        self.sink.append(Actor.HUMAN.value, "approval_decided",
+                         {"id": request_id, "status": decided.status, "by": by, "reason": reason, "data": data,
+                          "count": count, "scope": scope}, run_id=decided.run_id)
         return decided
 
     def approved(self, run_id: str) -> list[Ticket]:
-        """Every approved request of ``run_id``, as a ``data`` ticket (id ``<request id>-data``).
+        """Approved requests ``run_id`` may take up, as ``data`` tickets (id ``<request id>-data``):
+        its own, and those of earlier runs that no run took up (approved after their run ended).
 
-        Idempotent: the caller (the graph) remembers in its checkpointed state which it took, so
-        a crash between taking and checkpointing loses none and queues none twice.
+        Idempotent: the caller (the graph) remembers in its checkpointed state which it took, and
+        :meth:`take` marks a request as taken by one run, so none is queued twice.
         """
         with self._table() as table:
-            rows = table.execute("SELECT ticket FROM approvals WHERE run_id = ? AND status = 'approved' "
-                                 "ORDER BY requested_at", (run_id,)).fetchall()
-        return [_as_data_ticket(Ticket.model_validate_json(r[0])) for r in rows]
+            rows = table.execute("SELECT ticket, data_ref, count, scope FROM approvals WHERE status = 'approved' "
+                                 "AND (run_id = ? OR taken_by IS NULL OR taken_by = ?) ORDER BY requested_at",
+                                 (run_id, run_id)).fetchall()
+            taken = {r[0]: r[1] for r in table.execute("SELECT id, taken_by FROM approvals").fetchall()}
+        tickets = [_as_data_ticket(Ticket.model_validate_json(r[0]), r[1], r[2], r[3]) for r in rows]
+        return [t for t in tickets if taken.get(t.change["approved_request"]) in (None, run_id)]
+
+    def take(self, request_id: str, run_id: str) -> bool:
+        """Mark an approved request as taken up by ``run_id``; False when another run has it."""
+        with self._table() as table:
+            table.execute("UPDATE approvals SET taken_by = ? WHERE id = ? AND taken_by IS NULL", (run_id, request_id))
+            row = table.execute("SELECT taken_by FROM approvals WHERE id = ?", (request_id,)).fetchone()
+        return row is not None and row[0] == run_id
 
     # --- escalations ---------------------------------------------------------------------------
 
@@ -254,9 +285,11 @@ def _escalation_id(table: sqlite3.Connection, run_id: str, ticket_id: str) -> st
     return f"{run_id}-{item_id}" if taken else item_id
 
 
-def _as_data_ticket(request: Ticket) -> Ticket:
+def _as_data_ticket(request: Ticket, data: str | None = None, count: int | None = None,
+                    scope: str | None = None) -> Ticket:
+    grant = {k: v for k, v in (("approved_data", data), ("approved_count", count), ("approved_scope", scope)) if v}
     return request.model_copy(update={"id": f"{request.id}-data", "kind": TicketKind.DATA,
-                                      "change": {**request.change, "approved_request": request.id}})
+                                      "change": {**request.change, "approved_request": request.id, **grant}})
 
 
 __all__ = ["ApprovalQueue", "ApprovalRequest", "EscalationAnswer"]

@@ -187,6 +187,8 @@ class _Nodes:
             return answered
         approved = self._approved(state)
         if approved:  # approved data requests go first, each once; invalid ones are recorded, not run
+            assert self.d.approvals is not None
+            approved = [t for t in approved if self.d.approvals.take(t.change["approved_request"], state["run_id"])]
             valid = [t for t in approved if not self._invalid(state, t)]
             return {"queue": [*state.get("queue", []), *(t.model_dump(mode="json") for t in valid)],
                     "taken_approvals": [*state.get("taken_approvals", []), *(t.id for t in approved)]}

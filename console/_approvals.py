@@ -120,8 +120,9 @@ class ApprovalsDesk:
     def _decide(self, request: ApprovalRequest, reading: Reading, by: str) -> str:
         """Decide exactly as ``segfactory approvals approve|deny`` does, then say what follows."""
         try:
+            grant = {} if request.kind == "escalation" else {"count": reading.count, "scope": reading.scope}
             decided = self.queue.decide(request.id, approve=reading.kind == "approve", by=by,
-                                        reason=reading.decision_reason())
+                                        reason=reading.decision_reason(), **grant)
         except UsageError as exc:
             return f"Nothing changed: {exc}."
         if decided.status == "pending":  # never report an undecided request as denied

@@ -182,13 +182,19 @@ def approvals_list(
                    f"{esc['pending']} {esc['ticket_id']} ({(esc['judge_reason'] or '')[:70]})")
 
 
-def _decide(request_id: str, approve: bool, by: str, reason: str, home: Any, json_out: bool) -> None:
+def _decide(request_id: str, approve: bool, by: str, reason: str, home: Any, json_out: bool,
+            grant: dict[str, Any] | None = None) -> None:
     from audit import AuditLog
     from audit.anchor import gate_anchor_store
 
     resolved = home_for(home)
+    grant = {k: v for k, v in (grant or {}).items() if v is not None}
+    if grant.get("data"):
+        from synthetic.versions import resolve
+
+        resolve(resolved.root, grant["data"])  # an unknown version is refused before anything is decided
     with gate_anchor_store(resolved) as anchor, AuditLog(resolved, anchor) as log:
-        decided = _queue(resolved, log).decide(request_id, approve=approve, by=by, reason=reason)
+        decided = _queue(resolved, log).decide(request_id, approve=approve, by=by, reason=reason, **grant)
     if json_out:
         emit_json({"id": decided.id, "run_id": decided.run_id, "status": decided.status, "decided_by": decided.decided_by,
                    "kind": decided.kind, "pending": decided.pending})
@@ -210,9 +216,16 @@ ReasonOpt = Annotated[str, typer.Option("--reason", help="Why (recorded in the a
 @approvals_app.command("approve")
 def approvals_approve(request_id: Annotated[str, typer.Argument(help="Request id (see approvals list).")],
                       by: ByOpt = "operator", reason: ReasonOpt = "", home: HomeOpt = None,
+                      data: Annotated[str | None, typer.Option("--data", help="Dataset version with the approved "
+                                                               "images (NAME/vK, from `data import`).")] = None,
+                      count: Annotated[int | None, typer.Option("--count", min=1, help="At most this many of "
+                                                                "them.")] = None,
+                      scope: Annotated[str | None, typer.Option("--scope", help="Only images with a void in this "
+                                                                "slice, e.g. shape=shrinkage.")] = None,
                       json_out: JsonOpt = False) -> None:
-    """Approve a data request (it becomes a ``data`` ticket in its run) or an escalation."""
-    _decide(request_id, True, by, reason, home, json_out)
+    """Approve a data request (it becomes a ``data`` ticket: the best's train split plus the approved
+    images) or an escalation. A request approved after its run ended is taken up by the next run."""
+    _decide(request_id, True, by, reason, home, json_out, {"data": data, "count": count, "scope": scope})
 
 
 @approvals_app.command("deny")

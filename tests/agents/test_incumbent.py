@@ -241,3 +241,34 @@ def test_robustness_falls_back_to_the_worst_perturbation_an_augmentation_covers(
     got = realise_config("robustness", entry, rec, services.incumbent().config, set(), max_epochs=10)
     assert not isinstance(got, NotExecutable)
     assert got.change["augment.noise_std"] == {"low": 0.0, "high": 0.04}  # lower_dose at severity 3
+
+
+def test_an_approved_request_trains_on_the_approved_images_within_count_and_scope_even_in_a_later_run(
+        services: HostServices, audit_log: Log, tmp_path: Path) -> None:
+    from agents.approvals import ApprovalQueue
+
+    generate(10, 32, 9).write(tmp_path / "extra" / "train")
+    generate(4, 32, 10).write(tmp_path / "extra" / "dev")
+    extra = create_version(services.home.root, "real", {s: tmp_path / "extra" / s for s in ("train", "dev")},
+                           approve_it=True)
+    queue = ApprovalQueue(tmp_path / "approvals.sqlite", audit_log)
+    request = _ticket("r0-t003", TicketKind.DATA_REQUEST, {"request": "real images of thin voids"})
+    queue.request(request, "r0")  # an overnight run asked; it ended before anyone answered
+    queue.decide(request.id, approve=True, by="alice", data=extra.ref, count=3)
+    taken = queue.approved("k1")  # the next run on the home takes it up
+    assert [t.id for t in taken] == ["r0-t003-data"] and queue.take(request.id, "k1")
+    assert not queue.take(request.id, "k2") and queue.approved("k2") == []  # and no other run
+    plan = services.plan(taken[0])
+    assert len(read_split(resolve(services.home.root, plan.dataset).train)) == 24 + 3  # the approved count
+    assert plan.fingerprint != plan.parent_fingerprint
+    shapes = sorted({str(d["shape"]) for d in read_split(extra.train).defects})
+    scoped = taken[0].model_copy(update={"id": "r0-t003-data-b",
+                                         "change": {**taken[0].change, "approved_count": 100,
+                                                    "approved_scope": f"shape={shapes[0]}"}})
+    services_b = HostServices(services.setup.__class__(**{**services.setup.__dict__, "run_id": "k9"}))
+    in_scope = {int(d["image_id"]) for d in read_split(extra.train).defects if str(d["shape"]) == shapes[0]}
+    assert len(read_split(resolve(services.home.root, services_b.plan(scoped).dataset).train)) == 24 + len(in_scope)
+    vague = scoped.model_copy(update={"id": "r0-t003-data-c",
+                                      "change": {**scoped.change, "approved_scope": "thin voids only"}})
+    with pytest.raises(UsageError, match="not a slice the factory can apply"):
+        HostServices(services.setup.__class__(**{**services.setup.__dict__, "run_id": "k8"})).plan(vague)
