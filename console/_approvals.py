@@ -120,9 +120,11 @@ class ApprovalsDesk:
     def _decide(self, request: ApprovalRequest, reading: Reading, by: str) -> str:
         """Decide exactly as ``segfactory approvals approve|deny`` does, then say what follows."""
         try:
-            grant = {} if request.kind == "escalation" else {"count": reading.count, "scope": reading.scope}
+            data_request = request.kind != "escalation"
             decided = self.queue.decide(request.id, approve=reading.kind == "approve", by=by,
-                                        reason=reading.decision_reason(), **grant)
+                                        reason=reading.decision_reason(),
+                                        count=reading.count if data_request else None,
+                                        scope=(reading.scope or None) if data_request else None)
         except UsageError as exc:
             return f"Nothing changed: {exc}."
         if decided.status == "pending":  # never report an undecided request as denied
