@@ -47,6 +47,26 @@ def test_the_ticket_budget_stops_the_loop(audit_log: Log, tmp_path: Path) -> Non
     assert state["tickets_run"] == 2 and services.ended[-1] == "report: budget: 2 tickets run"
 
 
+def test_the_written_plateau_rule_stops_a_run_that_stopped_improving(audit_log: Log, tmp_path: Path) -> None:
+    services = make_services()
+    services.dev = {k: "dev_loss" for k in services.dev}  # nothing ever beats the best
+    deps = _deps_of(services, audit_log, plateau_tickets=3)
+    state = run_loop(build_graph(deps, tmp_path / "plateau.sqlite"), "run9")
+    assert state["tickets_run"] == 3 and state["since_dev_win"] == 3
+    assert state["stop_reason"].startswith("plateau: 3 tickets in a row without a dev win")
+
+
+def _deps_of(services: StubFactoryServices, log: Log, **kw: Any) -> LoopDeps:
+    policy = load_budget_policy()
+    seeds = itertools.count(100)
+    return LoopDeps(services=services, judge=Judge(log), sink=log, usage=LLMUsage(),
+                    proposer=get_proposer("rules", sink=log, usage=LLMUsage(),
+                                          default_budget=Budget(device_seconds=60, epochs=2),
+                                          caps=Budget(device_seconds=120, epochs=10)),
+                    caps=RunCaps(wall_seconds=600, device_seconds=600, tickets=20, llm_tokens=0),
+                    check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: next(seeds), **kw)
+
+
 def _checkpointed_states(graph: Any, run_id: str) -> list[dict[str, Any]]:
     return [snap.values for snap in graph.get_state_history({"configurable": {"thread_id": run_id}})]
 
