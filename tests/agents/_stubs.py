@@ -50,6 +50,7 @@ class StubFactoryServices:
     requests: tuple[str, ...] = ()  # change keys recommended as data_request tickets
     on_run: Any = None  # called with each ticket before it runs (a person acting meanwhile)
     promoted: list[str] = field(default_factory=list)  # ticket ids the graph promoted (this process)
+    home: Path | None = None  # where the stub writes its scores as the real host and gate do (sentinel tests)
 
     def __post_init__(self) -> None:
         if self.ledger is not None and self.ledger.is_file():
@@ -61,6 +62,12 @@ class StubFactoryServices:
         if self.ledger is not None:
             self.ledger.write_text(json.dumps({"runs": self.runs, "queries": self.queries, "ended": self.ended,
                                                "cache": {k: v.model_dump(mode="json") for k, v in self.cache.items()}}))
+
+    @staticmethod
+    def _write(path: Path, line: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as handle:
+            handle.write(line)
 
     def _maybe_die(self, point: str) -> None:
         if self.kill_at == point:
@@ -88,6 +95,9 @@ class StubFactoryServices:
             self.crash_in_run.discard(ticket.id)
             raise Crash(ticket.id)
         status = self.dev[next(iter(ticket.change))]
+        if self.home is not None:  # the host's dev comparison, people only, as HostServices writes it
+            self._write(self.home / "runs" / "people" / "dev_comparisons.jsonl",
+                        json.dumps({"ticket_id": ticket.id, "object_f1": SENTINEL}) + "\n")
         return RunOutcome(ticket_id=ticket.id, status=status, device_seconds=10,  # type: ignore[arg-type]
                           model_ref=None if status == "failed" else f"models/{ticket.id}.onnx")
 
@@ -96,7 +106,9 @@ class StubFactoryServices:
             self.queries.append(ticket.id)
             verdicts = self.gate[next(iter(ticket.change))]
             verdict = verdicts[1 if replicate_of else 0]
-            _score = SENTINEL  # the gate computes a score; only the coarse verdict leaves it
+            if self.home is not None:  # the gate's confirm score, in the vault, as the real gate keeps it
+                self._write(self.home / "vault" / "ledger-scores.jsonl",
+                            json.dumps({"ticket_id": ticket.id, "confirm_a_object_f1": SENTINEL}) + "\n")
             self.cache[ticket.id] = CoarseVerdict(ticket_id=ticket.id, tier="confirm-b" if replicate_of else "confirm-a",
                                                   verdict=verdict, queries_left=10 - len(self.queries))
             self._save()

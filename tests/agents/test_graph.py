@@ -71,13 +71,36 @@ def _checkpointed_states(graph: Any, run_id: str) -> list[dict[str, Any]]:
     return [snap.values for snap in graph.get_state_history({"configurable": {"thread_id": run_id}})]
 
 
-def test_graph_state_and_audit_hold_no_score(audit_log: Log, tmp_path: Path) -> None:
-    graph = make_graph(make_services(), audit_log, tmp_path)
+class _Recording:
+    """A proposer that records, as JSON, every context it is shown (then delegates)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.name, self.seen = inner, inner.name, []  # type: ignore[var-annotated]
+
+    def propose(self, context: Any, n: int, rejected: Any = ()) -> Any:
+        self.seen.append(context.model_dump_json())
+        return self.inner.propose(context, n, rejected)
+
+
+def test_no_score_reaches_the_state_the_audit_the_proposer_or_the_judge(audit_log: Log, tmp_path: Path) -> None:
+    """The stub host and gate write a sentinel score where the real ones write scores (people/ and
+    the vault); it must reach no checkpoint, audit record, proposer context or judge input."""
+    services = make_services(home=tmp_path / "home")
+    deps = _deps_of(services, audit_log)
+    deps.proposer = _Recording(deps.proposer)
+    judged: list[str] = []
+    decide = deps.judge.decide
+    deps.judge.decide = lambda j: (judged.append(j.model_dump_json()), decide(j))[1]  # type: ignore[method-assign]
+    graph = build_graph(deps, tmp_path / "state.sqlite")
     run_loop(graph, "run3")
+    planted = [tmp_path / "home" / "runs" / "people" / "dev_comparisons.jsonl",
+               tmp_path / "home" / "vault" / "ledger-scores.jsonl"]
+    assert all(str(SENTINEL) in p.read_text() for p in planted)  # the score is really there to leak
     states = _checkpointed_states(graph, "run3")
-    assert len(states) > 10
-    text = repr(states) + repr(audit_log.records())
-    assert str(SENTINEL) not in text and "score" not in text
+    assert len(states) > 10 and deps.proposer.seen and judged
+    for name, text in (("checkpoints", repr(states)), ("audit", repr(audit_log.records())),
+                       ("proposer contexts", "".join(deps.proposer.seen)), ("judge inputs", "".join(judged))):
+        assert str(SENTINEL) not in text, f"the sentinel score reached the {name}"
     floats = {k for s in states for k, v in s.items() if isinstance(v, float)}
     assert floats <= {"started_at", "device_seconds"}
 
