@@ -48,7 +48,6 @@ def test_the_recipe_is_a_valid_patch_and_bad_combinations_are_refused() -> None:
         recipe_patch("nnunet")
 
 
-@pytest.mark.slow
 def test_a_recipe_run_trains_exports_and_records_its_depth(tmp_path: Path) -> None:
     data = make_version(tmp_path / "data", 16, 8, 32, seed=2)
     config = parse_config(_deep_merge(BASE, recipe_patch(NNUNET_RECIPE)))
