@@ -3,7 +3,8 @@
 When a recommendation's ticket ends, its predicted effect (metric, slice, direction, size) is
 measured on dev for the candidate and for its parent (the incumbent it patched), and
 ``analysis.hitrate.mark`` records whether it held. The default action at the same cost (the
-parent retrained with a fresh seed, a ``default-action`` control ticket) is scored on the same
+parent retrained with a fresh seed, a ``default-action`` control ticket; on the classical
+baseline, the unchanged base config every ticket of the round patches) is scored on the same
 prediction, so the hit rate has a baseline: a recommendation that "holds" as often as a seed
 re-run does has not shown it knows anything. At the milestone, promoted recommendations are
 scored again on the sealed tier where the milestone's metrics can measure the prediction.
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from agents.incumbent import DEFAULT_ACTION_EVIDENCE, Lineage, append_jsonl, read_jsonl
+from agents.validate import BASE_CONFIG_EVIDENCE
 from analysis import hitrate
 from analysis.effects import ALL, measure
 from analysis.report import Evaluated
@@ -71,7 +73,9 @@ class Predictions:
 
     def after_ticket(self, ticket: Ticket, lineage: Lineage, model: Path, parent_model: Path) -> dict[str, Any] | None:
         """Score a finished ticket: its own prediction, or (a default-action control) those of its round."""
-        if ticket.evidence == [DEFAULT_ACTION_EVIDENCE]:
+        if ticket.evidence in ([DEFAULT_ACTION_EVIDENCE], [BASE_CONFIG_EVIDENCE]) and ticket.replicate_of is None:
+            # the control of its round: the best retrained with a fresh seed, or, on the classical
+            # baseline (which no config trained), the base config that every ticket of the round patches
             self._record_control(ticket.id, lineage, model, parent_model)
             return None
         rec = recommendation_of(ticket)

@@ -75,7 +75,9 @@ def _predictions(r: Any) -> list[str]:
                                                                             "(fresh-seed re-run of the best)"),
                        ("sealed", "promoted recommendations (sealed)")):
         a = rates.get(arm)
-        if a:
+        if a and not a.get("n"):
+            lines.append(f"- hit rate of {label}: none scored")
+        elif a:
             lines.append(f"- hit rate of {label}: {a['held']}/{a['n']} = {a['rate']:.2f} "
                          f"[{a['low']:.2f}, {a['high']:.2f}] (Wilson 95%)")
     if r.not_executable:
