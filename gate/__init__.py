@@ -2,7 +2,7 @@
 
 Public API (loaded lazily, so importing ``gate`` stays cheap):
 
-- ``Gate`` (gate.core): the decision procedure; ``GateClient``, ``running_gate`` (gate.client);
+- ``Gate`` (gate.core): the decision procedure; ``GateClient``, ``running_gate``, ``home_gate`` (gate.client);
 - ``score_model``, ``ScoringError`` (gate.scorer): the confined scorer, also for host dev metrics;
 - ``inspect_model``, ``IntakeError`` (gate.intake): hardened ONNX intake;
 - ``Ledger`` (gate.ledger); ``load_win_rule``, ``WinRule`` (gate.win_rule);
@@ -16,6 +16,7 @@ from typing import Any
 
 _EXPORTS = {
     "Gate": "gate.core", "GateClient": "gate.client", "running_gate": "gate.client",
+    "home_gate": "gate.client",
     "score_model": "gate.scorer", "ScoringError": "gate.scorer", "inspect_model": "gate.intake",
     "IntakeError": "gate.intake", "Ledger": "gate.ledger", "load_win_rule": "gate.win_rule",
     "WinRule": "gate.win_rule", "run_attack": "gate.attack",
