@@ -319,7 +319,10 @@ def test_planted_bytecode_refuses_verdicts_and_milestones(tmp_path: Path) -> Non
         cache = pinned / "gate" / "__pycache__"
         os.chmod(pinned / "gate", 0o755)
         cache.mkdir()
-        (cache / f"win_rule.cpython-{sys.version_info.major}{sys.version_info.minor}.pyc").write_bytes(b"\0" * 16)
+        planted = cache / f"win_rule.cpython-{sys.version_info.major}{sys.version_info.minor}.pyc"
+        planted.write_bytes(b"\0" * 16)
+        for path, mode in ((planted, 0o444), (cache, 0o555), (pinned / "gate", 0o555)):
+            os.chmod(path, mode)  # read-only like the rest: only the bytecode itself is out of place
         assert client.status()["pinned_code_ok"] is False
         assert client.submit(baseline, None, "after-plant").verdict.value == "INVALID"
         with pytest.raises(GateError, match="pinned code mismatch"):
