@@ -5,10 +5,11 @@ Steps: the dataset version in raw format (``vision.nnunet._raw``); fingerprint, 
 train fold 0 (the train split) with ``nnUNetTrainer`` itself, so that its checkpoint is the one
 nnU-Net's own predictor loads; export to ONNX; check ONNX against that predictor.
 
-Only the epoch count is ours. nnU-Net trains 1000 epochs of 250 iterations; here an epoch is
-``iterations_per_epoch`` iterations, the first epochs are timed, and the count is set to what
-the remaining budget holds (at most ``epochs``), with the poly schedule's length set to match,
-so the learning rate still decays to zero at the end of the run. The loop is
+Only the training length is ours. nnU-Net trains 1000 epochs of 250 iterations; here an epoch
+is ``iterations_per_epoch`` iterations, the first epochs are timed, and the epoch count is set
+to what the remaining budget holds (at most ``epochs``; the epochs shortened when less than one
+is left), with the poly schedule's length set to match, so the learning rate still decays to
+zero at the end of the run. The loop is
 ``nnUNetTrainer.run_training`` with that one change (its ``range`` is fixed at start).
 
 nnU-Net reads ``nnUNet_raw``, ``nnUNet_preprocessed`` and ``nnUNet_results`` from the environment
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import time
@@ -126,11 +128,18 @@ def _one_epoch(trainer: Any, deadline: float) -> int:
 
 
 def _resize(trainer: Any, per_epoch_s: float, deadline: float, cap: int) -> None:
-    """Epochs that fit before ``deadline`` at ``per_epoch_s``; the poly schedule follows."""
+    """Fill the time left before ``deadline``: epochs (at most ``cap``) and, when fewer iterations are
+    left than one epoch holds, shorter epochs (never longer); the poly schedule follows the epochs."""
     done = int(trainer.current_epoch)
-    fit = done + int(max(0.0, deadline - time.monotonic()) // max(per_epoch_s, 1e-6))
-    trainer.num_epochs = max(done, min(cap, fit))
-    trainer.lr_scheduler.max_steps = max(trainer.num_epochs, 1)
+    per_iteration = per_epoch_s / max(1, int(trainer.num_iterations_per_epoch))  # validation included
+    left = int(max(0.0, deadline - time.monotonic()) // max(per_iteration, 1e-6))
+    if left < 1 or done >= cap:
+        trainer.num_epochs = done
+    else:
+        epochs = min(cap - done, math.ceil(left / trainer.num_iterations_per_epoch))
+        trainer.num_iterations_per_epoch = max(1, min(int(trainer.num_iterations_per_epoch), left // epochs))
+        trainer.num_epochs = done + epochs
+    trainer.lr_scheduler.max_steps = max(int(trainer.num_epochs), 1)
 
 
 def train_within(trainer: Any, deadline: float, cap: int) -> dict[str, Any]:
