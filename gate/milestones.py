@@ -80,7 +80,8 @@ def _check_quota(gate: Any, plan: dict[str, int], models: list[CheckedModel], qu
 
 def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -> dict[str, Any]:
     from analysis.stats import bootstrap_ci
-    from vision.metrics import aggregate, object_f1, per_image_metrics
+    from gate.win_rule import slice_recall
+    from vision.metrics import SIZE_BIN_NAMES, aggregate, object_f1, per_image_metrics
 
     _, split = tiers.read_tier(gate.vault, tier, version)
     prob = score_checked(model, np.asarray(split.images))[:, 0]
@@ -89,10 +90,14 @@ def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -
     interval = bootstrap_ci((per.object_tp, per.object_fp, per.object_fn), object_f1,
                             n_boot=cmp.n_boot, seed=cmp.seed, alpha=cmp.alpha)
     scores = aggregate(per)
+    slices = slice_recall(per.size_hits, per.size_count, rule.robust.min_support)
     return {"object_f1": interval.as_dict(), "pixel_iou": scores["pixel_iou"], "dice": scores["dice"],
             "object_recall": scores["object_recall"], "n_images": len(split),
             "n_detections": int(per.object_tp.sum() + per.object_fp.sum()),
-            "n_voids": int(per.object_tp.sum() + per.object_fn.sum())}
+            "n_voids": int(per.object_tp.sum() + per.object_fn.sum()),
+            # the win rule's "robust": recall per size bin holding at least min_support voids, and its worst
+            "slice_recall": {SIZE_BIN_NAMES[i]: value for i, value in slices.items()},
+            "worst_slice_recall": min(slices.values()) if slices else None}
 
 
 def host_copies(gate: Any, models: list[CheckedModel]) -> dict[str, Path]:

@@ -122,7 +122,8 @@ class Decision:
     reason: str
 
 
-def _slice_recall(size_hits: np.ndarray, size_count: np.ndarray, min_support: int) -> dict[int, float]:
+def slice_recall(size_hits: np.ndarray, size_count: np.ndarray, min_support: int) -> dict[int, float]:
+    """Recall per size bin (index into ``vision.metrics.SIZE_BINS``) over bins with ``min_support`` voids."""
     hits, counts = size_hits.sum(axis=0), size_count.sum(axis=0)
     return {i: float(hits[i] / counts[i]) for i in range(len(counts)) if counts[i] >= min_support}
 
@@ -164,8 +165,8 @@ def decide(best_prob: np.ndarray, cand_prob: np.ndarray, masks: np.ndarray, rule
         (best.object_tp, best.object_fp, best.object_fn), (cand.object_tp, cand.object_fp, cand.object_fn),
         object_f1, n_boot=cmp.n_boot, seed=cmp.seed, alpha=cmp.alpha,
     )
-    best_slices = _slice_recall(best.size_hits, best.size_count, rule.robust.min_support)
-    cand_slices = _slice_recall(cand.size_hits, cand.size_count, rule.robust.min_support)
+    best_slices = slice_recall(best.size_hits, best.size_count, rule.robust.min_support)
+    cand_slices = slice_recall(cand.size_hits, cand.size_count, rule.robust.min_support)
     drop = max((best_slices[i] - cand_slices[i] for i in best_slices), default=0.0)
     perturbed = _perturbation_drop(views, rule)
     robust = rule.robust

@@ -26,9 +26,13 @@ def _req(name: str, paths: list[Path], tiers: list[str] | None = None) -> Milest
 
 def test_report_has_intervals_and_a_name_is_used_once(gate: Gate, better_model: Path) -> None:
     report = run_milestone(gate, _req("m1", [better_model], ["sealed", "never-queried"]))
-    f1 = report["tiers"]["sealed"]["models"][models_sha(better_model)]["object_f1"]
+    entry = report["tiers"]["sealed"]["models"][models_sha(better_model)]
+    f1 = entry["object_f1"]
     assert f1["low"] <= f1["estimate"] <= f1["high"]
     assert set(report["tiers"]) == {"sealed", "never-queried"}
+    # the win rule's "robust": recall per supported size bin, and the worst of them
+    assert entry["slice_recall"] and entry["worst_slice_recall"] == min(entry["slice_recall"].values())
+    assert set(entry["slice_recall"]) <= {"tiny_lt4", "small_4_15", "medium_16_63", "large_ge64"}
     with pytest.raises(GateError, match="already used"):
         run_milestone(gate, _req("m1", [better_model]))
 
