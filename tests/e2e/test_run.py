@@ -57,12 +57,15 @@ def test_the_run_shows_progress_and_writes_the_report(finished_run: dict[str, An
     assert summary["tickets_run"] == 1 and summary["stop_reason"].startswith("budget: device time")
     people = home / "runs" / summary["run_id"] / "people"
     md = (people / "report.md").read_text()
-    for section in ("## Outcome", "## Every ticket", "## Milestone", "## Audit", "## LLM usage",
+    for section in ("## Outcome", "## Rounds: weakness, fix tried, result", "## Scored predictions",
+                    "## Every ticket", "## Milestone", "## Audit", "## LLM usage",
                     "## What this run did not do", "No LLM was configured"):
         assert section in md
     assert (people / "report.html").is_file() and (people / "plots").is_dir()
     report = json.loads((people / "report.json").read_text())
     assert len(report["tickets"]) == 1 and report["audit"]["ok"] is True
+    assert [r["round"] for r in report["rounds"]] == [1] and report["rounds"][0]["tried"][0]["ticket_id"]
+    assert set(summary["hit_rate"]) >= {"recommendation", "default", "sealed"}
     assert "sealed" in report["milestone"]["tiers"] and "never-queried" in report["milestone"]["tiers"]
 
 
