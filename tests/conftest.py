@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -9,6 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+# Gates the suite starts (`gate serve` under `running_gate`, `run`, `gate submit`) answer unpadded
+# unless a test asks for an answer time: the fixed answer time (30 s on a demo home, 480 s
+# otherwise) would make every query of every end-to-end test wait that long. The padding rule
+# itself is tested with explicit `--answer-time` values (tests/gate/test_service.py).
+os.environ.setdefault("SEGFACTORY_GATE_ANSWER_TIME", "0")
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -36,6 +36,8 @@ def serve_cmd(
     """Run the gate service until stopped (from the vault's pinned copy when there is one)."""
     from gate.service import ANSWER_TIME_S, PROFILE_ANSWER_TIME_S, TOKEN_ENV, serve
 
+    if answer is None and os.environ.get(ANSWER_TIME_ENV):  # the operator's (or the test suite's) choice
+        answer = _seconds(os.environ[ANSWER_TIME_ENV])
     resolved = home_for(home, create=True)
     sock = socket if socket is not None or host is not None else resolved.root / "gate-run" / "gate.sock"
     profile = str(resolved.info().get("profile", "")) if resolved.exists() else ""
@@ -48,6 +50,21 @@ def serve_cmd(
     if pinned is not None:
         _exec_pinned(resolved.root, pinned, sock, host, port, quantum)
     serve(_gate(home), sock, host, port, os.environ.get(TOKEN_ENV) or None, quantum)
+
+
+ANSWER_TIME_ENV = "SEGFACTORY_GATE_ANSWER_TIME"  # seconds, as --answer-time, when the flag is not given
+
+
+def _seconds(text: str) -> float:
+    from segfactory.errors import UsageError
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"${ANSWER_TIME_ENV}={text!r} is not a number of seconds") from None
+    if value < 0:
+        raise UsageError(f"${ANSWER_TIME_ENV}={text!r} must be 0 or more seconds")
+    return value
 
 
 def _pinned_dir(vault: Path) -> Path | None:

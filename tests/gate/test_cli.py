@@ -46,3 +46,16 @@ def test_submit_status_and_milestone_commands(cli: Callable[..., object], tmp_pa
     assert (home / "runs" / "r1" / "people" / "milestones" / "m1.md").is_file()
     again = cli(*args)
     assert again.returncode != 0 and "already used" in again.stderr  # type: ignore[attr-defined]
+
+
+def test_an_answer_time_from_the_environment_must_be_seconds(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "SEGFACTORY_GATE_ANSWER_TIME": "soon"}
+    proc = subprocess.run([sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(tmp_path / "h")],
+                          capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    assert proc.returncode != 0 and "SEGFACTORY_GATE_ANSWER_TIME='soon' is not a number of seconds" in proc.stderr
