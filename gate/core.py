@@ -23,7 +23,14 @@ from typing import Any
 import numpy as np
 
 from gate import tiers
-from gate.intake import CheckedModel, IntakeError, IntakeUnavailable, inspect_bytes, inspect_model
+from gate.intake import (
+    CheckedModel,
+    IntakeError,
+    IntakeUnavailable,
+    inspect_bytes,
+    inspect_model,
+    inspect_own_model,
+)
 from gate.ledger import PENDING, Ledger, LedgerError, QueryRow
 from gate.scorer import ScoringError, score_checked
 from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule, perturbed_views
@@ -91,9 +98,10 @@ class Gate:
         for tier, version in tiers.built_tiers(self.vault).items():
             self.ledger.add_tier_version(tier, version, rule.budgets.get(tier, 0))  # type: ignore[call-overload]
 
-    def set_best(self, model_path: Path, kind: str, reason: str) -> str:
-        """Copy a checked model into the vault and make it the global best."""
-        checked = inspect_model(model_path)
+    def set_best(self, model_path: Path, kind: str, reason: str, *, own: bool = False) -> str:
+        """Copy a checked model into the vault and make it the global best. ``own``: a model this
+        process built itself (init's baseline), checked in process (``intake.inspect_own_model``)."""
+        checked = inspect_own_model(model_path) if own else inspect_model(model_path)
         target = self.vault / BEST_DIR / f"{checked.sha256}.onnx"
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():

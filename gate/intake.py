@@ -115,3 +115,21 @@ def inspect_bytes(data: bytes) -> CheckedModel:
 def inspect_model(path: Path) -> CheckedModel:
     """Read ``path`` safely and check it; see the module docstring for the rules."""
     return inspect_bytes(read_capped(Path(path)))
+
+
+def inspect_own_model(path: Path) -> CheckedModel:
+    """The same rules, run in this process, for a model this process built itself.
+
+    Only ``segfactory init`` uses it, for the classical baseline it has just exported: no agent
+    wrote those bytes, so parsing them here opens nothing, and init must work where no confined
+    child can start (an unprivileged container, where bwrap has no namespaces). Anything received
+    from outside goes through :func:`inspect_model`.
+    """
+    data = read_capped(Path(path))
+    if not data or data.startswith(_PICKLE_PREFIXES):
+        raise IntakeError("not an ONNX protobuf (empty, pickle or zip payload); nothing was unpickled")
+    try:
+        rules.check(data)
+    except rules.RuleViolation as exc:
+        raise IntakeError(str(exc)) from None
+    return CheckedModel(data=data, sha256=hashlib.sha256(data).hexdigest())

@@ -35,7 +35,7 @@ def init_gate(home_root: Path, baseline: Path | None = None, win_rule: Path = DE
         digest, _ = pin_code(vault)
         gate.ledger.set_meta(META_PINNED, digest)
         if baseline is not None and gate.ledger.current_best() is None:
-            gate.set_best(baseline, "init", "classical baseline registered at init")
+            gate.set_best(baseline, "init", "classical baseline registered at init", own=True)
     finally:
         gate.ledger.close()
     if separate_users:

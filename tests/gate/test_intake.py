@@ -102,3 +102,14 @@ def test_large_initializers_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(_intake_rules.RuleViolation, match="MAX_INITIALIZER_BYTES"):
         _intake_rules.check(models.conv_model(channels=8).SerializeToString())
 
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_inits_own_model_check_applies_the_same_rules(name: str, tmp_path: Path) -> None:
+    """``inspect_own_model`` (init's baseline only) runs in process but refuses what the confined one does."""
+    path = tmp_path / "m.onnx"
+    path.write_bytes(HOSTILE[name]().SerializeToString())
+    with pytest.raises(IntakeError):
+        intake.inspect_own_model(path)
+    good = models.save(models.threshold_model(), tmp_path / "good.onnx")
+    assert intake.inspect_own_model(good).sha256 == inspect_model(good).sha256
