@@ -38,8 +38,22 @@ def realise_all(services: Any, recs: tuple[Recommendation, ...], incumbent: Incu
         evidence = {**rec.evidence, "catalogue_action": got.rule, "catalogue_option": got.option}
         if got.epochs is not None:
             evidence["epochs"] = got.epochs
-        realised.append(rec.model_copy(update={"kind": got.kind, "change": change, "evidence": evidence}))
+        realised.append(rec.model_copy(update={"kind": got.kind, "change": change, "evidence": evidence,
+                                               "action": describe(got)}))
     return realised, refused
+
+
+MAX_DESCRIBED_CHARS = 160  # the change as a ticket's hypothesis names it; past this: cut with "..."
+
+
+def describe(got: Realised) -> str:
+    """``robustness (config: augment.noise_std={'low': 0.0, 'high': 0.04}, augment.p=0.7)``."""
+    parts = ", ".join(f"{k}={v}" for k, v in got.change.items() if k != "synthetic")
+    if "synthetic" in got.change:
+        spec = got.change["synthetic"]
+        parts = f"+{spec.get('n')} synthetic images of {spec.get('slice')}"
+    text = f"{got.rule} ({got.do}: {parts})" if parts else f"{got.rule} ({got.do})"
+    return text if len(text) <= MAX_DESCRIBED_CHARS else text[: MAX_DESCRIBED_CHARS - 3] + "..."
 
 
 def realise(services: Any, catalogue: Catalogue, rec: Recommendation, incumbent: Incumbent,

@@ -1,7 +1,7 @@
 """A planted weakness: train data without small voids leads the loop to name them, try a fix, score it.
 
-A real demo home (``segfactory init``), then a training version with every image that holds a
-small void removed (its dev split is the home's own). The loop runs on it with the real runner,
+A real demo home (``segfactory init``), then a training version drawn by the same generator with
+no pore under 5 px across (its dev split is the home's own, small voids included). The loop runs on it with the real runner,
 bwrap sandbox, analysis, action catalogue and prediction scoring; only the gate is a scripted
 stand-in (the base ticket and its replicate WIN, everything else NO_WIN), since what is under
 test is the loop, not the gate's statistics. The promoted base model never saw a small void; the
@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from segfactory.records import CoarseVerdict, Verdict
@@ -29,7 +28,8 @@ from segfactory.records import CoarseVerdict, Verdict
 pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 
-SMALL_AREA = 16  # px: voids below this area are removed from the training version
+SMALL_DIAMETER_PX = 5.0  # the planted version's pores start here (the demo's start at 2 px)
+PLANTED_SEED = 20261201  # the planted train split's generator seed
 TICKETS = 5  # base, its replicate, then the top-up on the promoted model (and room for one more)
 
 
@@ -70,17 +70,18 @@ class ScriptedGate:
 
 
 def _without_small_voids(home_root: Path, tmp: Path) -> Any:
-    from synthetic.splits import read_split, write_split
+    """The home's train split drawn again with the generator's pore diameters starting above the
+    small range: the same count, parts and other parameters, no void under SMALL_DIAMETER_PX."""
+    from synthetic import generate
+    from synthetic.params import make_params
+    from synthetic.splits import read_split
+    from synthetic.topup import base_params
     from synthetic.versions import create_version, resolve
 
     base = resolve(home_root, "synthetic/v1")
-    train = read_split(base.train)
-    small = {str(d["image_id"]) for d in train.defects if float(d["area"]) < SMALL_AREA}
-    keep = [k for k, m in enumerate(train.image_meta) if str(m["id"]) not in small]
-    ids = {str(train.image_meta[k]["id"]) for k in keep}
-    out = write_split(tmp / "train", np.asarray(train.images[keep]), np.asarray(train.masks[keep]),
-                      [train.image_meta[k] for k in keep], [d for d in train.defects if str(d["image_id"]) in ids],
-                      {k: v for k, v in train.manifest.items() if k in ("generator", "generator_version", "params")})
+    train = read_split(base.train, mmap=True)
+    params = make_params(**{**base_params(train.manifest).model_dump(), "diameter_min": SMALL_DIAMETER_PX})
+    out = generate(len(train), int(train.images.shape[1]), PLANTED_SEED, params).write(tmp / "train")
     return create_version(home_root, "synthetic", {"train": out, "dev": None}, parent=base.ref, approve_it=True)
 
 
@@ -115,13 +116,11 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
         services = HostServices(setup)
         policy = load_budget_policy()
         seeds = itertools.count(11)
-        # generous ticket budgets (the default profile's caps): on a loaded machine a demo ticket
-        # can pass 120 s, and a killed ticket is not what this test is about
-        deps = LoopDeps(services=services, proposer=RulesProposer(Budget(device_seconds=600, epochs=4),
+        deps = LoopDeps(services=services, proposer=RulesProposer(Budget(device_seconds=120, epochs=4),
                                                                   base_first=True),
                         judge=Judge(audit, run_id=run_id), sink=audit, usage=LLMUsage(),
                         caps=RunCaps(wall_seconds=3600, device_seconds=3000, tickets=TICKETS, llm_tokens=0),
-                        check=lambda t: ticket_problems(t, policy, "default", base_config=services.incumbent().config)
+                        check=lambda t: ticket_problems(t, policy, "demo", base_config=services.incumbent().config)
                         or services.check(t), make_seed=lambda: next(seeds))
         state = run_loop(build_graph(deps, tmp_path / "state.sqlite"), run_id)
 
