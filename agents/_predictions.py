@@ -79,7 +79,7 @@ class Predictions:
             self._record_control(ticket.id, lineage, model, parent_model)
             return None
         rec = recommendation_of(ticket)
-        if rec is None:
+        if rec is None or ticket.replicate_of is not None:  # a replicate re-trains a scored prediction
             return None
         candidate = self.evaluated(ticket.id, model)
         parent = self.evaluated(lineage.parent_sha256, parent_model)

@@ -76,3 +76,14 @@ def test_a_prediction_the_dev_split_cannot_measure_is_recorded_not_guessed(setup
                                    model("a", 0.9), model("b", 0.5))
     assert row is not None and row["held"] is None and "cannot be measured" in row["reason"]
     assert summary(home, "p1")["hit_rate"]["recommendation"]["n"] == 0
+
+
+def test_a_replicate_does_not_score_its_originals_prediction_twice(setup) -> None:  # type: ignore[no-untyped-def]
+    predictions, model, home = setup
+    down = ExpectedEffect(metric="miss_rate", slice="all", direction=Direction.DOWN, size=0.2)
+    rec = _ticket("p1-t006", ["recommendation:model-capacity-0"], down)
+    parent = model("parent2", 0.5)
+    assert predictions.after_ticket(rec, _lineage("p1-t006", "Q"), model("c", 0.9), parent) is not None
+    rep = rec.model_copy(update={"id": "p1-t006-rep", "replicate_of": "p1-t006"})
+    assert predictions.after_ticket(rep, _lineage("p1-t006-rep", "Q"), model("c2", 0.9), parent) is None
+    assert summary(home, "p1")["hit_rate"]["recommendation"]["n"] == 1
