@@ -35,10 +35,11 @@ def _thin(p: GenParams) -> dict[str, Any]:
 
 
 def _tiny(p: GenParams) -> dict[str, Any]:
-    if p.diameter_min > TINY_MAX_DIAMETER_PX:
-        raise UsageError(f"slice 'tiny' needs diameters <= {TINY_MAX_DIAMETER_PX} px but the base diameter_min "
-                         f"is {p.diameter_min}; lower diameter_min or pick another slice")
-    return {"diameter_max": min(p.diameter_max, TINY_MAX_DIAMETER_PX), "shrinkage_prob": 0.0,
+    """Pores of at most TINY_MAX_DIAMETER_PX. A base whose pores all start above that (a set
+    that lacks the tiny ones, which is what a top-up for them is for) gets the generator's own
+    lower bound instead, so the slice is drawn rather than refused."""
+    low = p.diameter_min if p.diameter_min <= TINY_MAX_DIAMETER_PX else GenParams().diameter_min
+    return {"diameter_min": low, "diameter_max": min(p.diameter_max, TINY_MAX_DIAMETER_PX), "shrinkage_prob": 0.0,
             "cluster_prob": 0.0, "void_prob": 1.0}
 
 

@@ -1,7 +1,7 @@
 """A planted weakness: train data without small voids leads the loop to name them, try a fix, score it.
 
 A real demo home (``segfactory init``), then a training version drawn by the same generator with
-no pore under 5 px across (its dev split is the home's own, small voids included). The loop runs on it with the real runner,
+no pore under 6 px across (its dev split is the home's own, small voids included). The loop runs on it with the real runner,
 bwrap sandbox, analysis, action catalogue and prediction scoring; only the gate is a scripted
 stand-in (the base ticket and its replicate WIN, everything else NO_WIN), since what is under
 test is the loop, not the gate's statistics. The promoted base model never saw a small void; the
@@ -28,9 +28,9 @@ from segfactory.records import CoarseVerdict, Verdict
 pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 
-SMALL_DIAMETER_PX = 5.0  # the planted version's pores start here (the demo's start at 2 px)
+SMALL_DIAMETER_PX = 6.0  # the planted version's pores start here (the demo's start at 2 px)
 PLANTED_SEED = 20261201  # the planted train split's generator seed
-TICKETS = 5  # base, its replicate, then the top-up on the promoted model (and room for one more)
+TICKETS = 6  # base, its replicate, then up to four tickets on the promoted model
 
 
 @dataclass
