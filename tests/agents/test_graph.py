@@ -176,7 +176,7 @@ def _subprocess_run(home: Path, workdir: Path, run_id: str, kill_at: str, *extra
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_at", ["run:k1-t003", "gate:k1-t003"])
+@pytest.mark.parametrize("kill_at", ["run:k1-t006", "gate:k1-t006"])
 def test_resume_after_kill_9(kill_at: str, tmp_path: Path) -> None:
     """A real SIGKILL mid-ticket, or between the gate's answer and the checkpoint, then --resume."""
     home = tmp_path / "home"
@@ -187,8 +187,9 @@ def test_resume_after_kill_9(kill_at: str, tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     result = json.loads(resumed.stdout)
     ledger = json.loads((tmp_path / "ledger.json").read_text())
-    assert result["history"] == ["k1-t001", "k1-t001-rep", "k1-t002", "k1-t003", "k1-t004"]  # none lost
-    assert ledger["queries"] == ["k1-t001", "k1-t001-rep", "k1-t003"]  # no query spent twice
-    assert ledger["runs"].count("k1-t001") == 1 and ledger["runs"].count("k1-t002") == 1
-    assert ledger["runs"].count("k1-t003") == (2 if kill_at.startswith("run") else 1)
+    # after the promotion the new best is analysed again: t002-t004 were dropped, t005-t007 proposed
+    assert result["history"] == ["k1-t001", "k1-t001-rep", "k1-t005", "k1-t006", "k1-t007"]  # none lost
+    assert ledger["queries"] == ["k1-t001", "k1-t001-rep", "k1-t006"]  # no query spent twice
+    assert ledger["runs"].count("k1-t001") == 1 and ledger["runs"].count("k1-t005") == 1
+    assert ledger["runs"].count("k1-t006") == (2 if kill_at.startswith("run") else 1)
     assert ledger["ended"] == ["milestone", "report: the proposer has nothing left to try"]
