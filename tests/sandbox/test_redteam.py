@@ -212,7 +212,10 @@ def test_memory_bomb_of_forked_processes_is_oom_killed(run_in: Run) -> None:
     not together: only a whole-sandbox limit stops them."""
     result = run_in(["python", "-c", FORK_BOMB_MEMORY], limits=small_limits(memory_bytes=256 * 1024**2))
     assert result.oom_killed, (result.exit_code, result.stdout.data, result.stderr.data)
-    assert result.stdout.data.count(b"allocated") < 4, result.stdout.data
+    # all four may finish allocating before the kernel acts; what a per-process limit never does is
+    # kill any of them, so at least one must have been killed (or the parent with them)
+    statuses = result.stdout.data.split(b"statuses", 1)[1] if b"statuses" in result.stdout.data else b"killed"
+    assert b"[0, 0, 0, 0]" not in statuses, result.stdout.data
 
 
 @pytest.mark.slow
