@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-TARGET_S = 30.0  # issue 11: all statistics for 2,000 vs 2,000 within this
+TARGET_S = 30.0  # all statistics for 2,000 vs 2,000 within this
 BASELINE_SUBSET = 200  # images the per-void loop runs on (then extrapolated)
 
 

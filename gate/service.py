@@ -431,7 +431,7 @@ def serve(gate: Gate, socket_path: Path | None = None, host: str | None = None, 
     """Run the service until stopped, always with both credentials.
 
     On a Unix socket both are drawn fresh and written beside it (``token_file``); on TCP the host
-    credential is ``token`` (refused when missing, STYLE.md §9) and the agent credential
+    credential is ``token`` (refused when missing: a gate on TCP without a token is unsafe) and the agent credential
     ``agent_token``, else a random one nobody holds.
     """
     import uvicorn

@@ -1,4 +1,4 @@
-"""The synthetic void generator, dataset versions, tiers and data checks (DESIGN.md §2–3).
+"""The synthetic void generator, dataset versions, tiers and data checks.
 
 Public API: ``generate`` (draw a set), ``GenParams``/``make_params`` (its parameters),
 ``GeneratedSet`` (write it as a split folder); the split-folder format in ``synthetic.splits``;

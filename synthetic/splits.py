@@ -1,4 +1,4 @@
-"""Split folders: the one on-disk format for every set of images in segfactory (DESIGN.md §3).
+"""Split folders: the one on-disk format for every set of images in segfactory.
 
 A split folder holds
 

@@ -1,4 +1,4 @@
-"""Synthetic data judged by use (issue 11): realism checks, the real-data stand-in, blind tests.
+"""Synthetic data judged by use: realism checks, the real-data stand-in, blind tests.
 
 Public API: ``realism_report`` (per-slice statistics, MMD, classifier two-sample test, plots;
 aggregates only), ``set_stats``, ``mmd_test``, ``c2st``, ``write_stand_in`` (a shifted-domain

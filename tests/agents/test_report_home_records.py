@@ -1,4 +1,4 @@
-"""Every later run report lists the home's labelling rounds and retracted claims (issue 12)."""
+"""Every later run report lists the home's labelling rounds and retracted claims."""
 
 from __future__ import annotations
 
