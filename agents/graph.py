@@ -1,4 +1,4 @@
-"""The factory loop as a LangGraph ``StateGraph`` (DESIGN.md §4, issue 7 item 5).
+"""The factory loop as a LangGraph ``StateGraph``.
 
 analyse → propose → run → gate → judge → record, then back to propose, or on to
 milestone → report once a budget (wall time, device-seconds, tickets, LLM tokens) is spent or

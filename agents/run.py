@@ -1,4 +1,4 @@
-"""``segfactory run``: one factory run, from sandbox verify to the morning report (DESIGN.md §4).
+"""``segfactory run``: one factory run, from sandbox verify to the morning report.
 
 ``start_run(RunRequest(...))`` verifies the sandbox, starts the gate, checks and records the win
 rule's hash, builds the graph (``agents.graph``) over ``HostServices`` with the SQLite

@@ -1,4 +1,4 @@
-"""Ticket validation: budgets, config keys, code paths (DESIGN.md §4, issue 7 item 1).
+"""Ticket validation: budgets, config keys, code paths.
 
 :func:`ticket_problems` lists every reason a ticket may not run (empty: it may). The caps come
 from ``policies/budgets.yaml`` for the run's profile; config changes are checked against the

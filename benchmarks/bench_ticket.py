@@ -5,7 +5,7 @@ no gate) does: policy checks, workspace and config, the host-side manifest, the 
 ``vision.worker`` (imports and training), safe copy-out, intake and confined scoring on dev.
 The baseline, in this process with torch already imported, does ``vision.train.train`` on the
 same dataset version with the same config (it writes model.onnx too) and scores dev with
-onnxruntime in-process. Target: ratio <= 1.10 (issue 5, Performance). A second baseline, the
+onnxruntime in-process. Target: ratio <= 1.10. A second baseline, the
 same worker as a fresh host process without a sandbox, separates the cost of a new interpreter
 importing torch from the cost of the sandbox and of the host-side evidence.
 Usage: python benchmarks/bench_ticket.py [--n-train N] [--size S] [--epochs E]

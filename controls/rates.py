@@ -1,6 +1,6 @@
 """The bookkeeping of honest controls: false wins, rates with intervals, selection effect, yield.
 
-Definitions (issue 8; ours, not published ones):
+Definitions (ours, not published ones):
 
 - a **win** is a run that beats the current best by the pre-registered rule;
 - a **false win** is a promoted win whose paired difference on the sealed set has a point

@@ -1,4 +1,4 @@
-"""The gate: a locked evaluator (DESIGN.md trust rules 1-8; docs/gate.md).
+"""The gate: a locked evaluator.
 
 Public API (loaded lazily, so importing ``gate`` stays cheap):
 

@@ -1,4 +1,4 @@
-"""Leakage checks from host-side facts (issue 4, §8).
+"""Leakage checks from host-side facts.
 
 The gate resolves the training dataset version itself (never trusting a manifest a sandbox
 wrote), requires it to be an approved version, hashes its train images and compares them with

@@ -1,4 +1,4 @@
-"""Milestones (issue 4, §4): score sealed, never-queried and real-holdout once, for people.
+"""Milestones: score sealed, never-queried and real-holdout once, for people.
 
 A milestone has a name used once; each model scored counts against the quota of the tier
 version (``milestone_quota`` in the win rule). These tiers have no other query path: this is

@@ -1,4 +1,4 @@
-"""Ticket execution: the runner, host-side evidence, and the scheduler (DESIGN.md §4 step 4).
+"""Ticket execution: the runner, host-side evidence, and the scheduler.
 
 Public API (see docs/runner.md)::
 

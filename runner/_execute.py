@@ -1,12 +1,12 @@
 """Executing one ticket: refuse or materialise, train in the sandbox, copy out, compute evidence.
 
-Order (DESIGN.md §4 step 4, trust rule 6): policy checks before anything starts (REFUSED);
+Order: policy checks before anything starts (REFUSED);
 the workspace ``runs/<run>/tickets/<id>/work/`` with ``config.yaml`` (and, for code tickets, a
 copy of the training code); the training manifest from the dataset version the host mounts;
 the worker in the sandbox, admitted by the scheduler and killed past its device-second budget,
 retried at half the batch after an OOM; ``model.onnx`` copied out beneath the workspace; dev
 metrics from the copied model through the confined scorer; then, when a gate is given, the
-submission. Any error after the start is caught here and recorded as FAILED (STYLE.md §6).
+submission. Any error after the start is caught here and recorded as FAILED.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def execute_ticket(
                                  "budget": ticket.budget.model_dump(), "config": config})
     try:
         outcome = _execute(run, config, scorer, gate)
-    except Exception as exc:  # the ticket boundary: a failure is a recorded state (STYLE.md §6)
+    except Exception as exc:  # the ticket boundary: a failure is a recorded state
         outcome = _failed(run, exc)
     outcome = outcome.model_copy(update={"wall_seconds": round(time.monotonic() - started, 3)})
     _write_outcome(ticket_dir, outcome)

@@ -2,7 +2,7 @@
 
 Every error meant for a person derives from ``SegfactoryError``; the CLI prints its message as
 one line on stderr and exits non-zero. Messages say what happened, what was received, and what
-to do (STYLE.md §7).
+to do.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The factory home: where it lives, what it contains, and which profile sized it.
 
-Resolution order (DESIGN.md §3): ``--home``, then ``$SEGFACTORY_HOME``, then
+Resolution order: ``--home``, then ``$SEGFACTORY_HOME``, then
 ``/var/lib/segfactory`` when running as root, else ``$XDG_DATA_HOME/segfactory``
 (``~/.local/share/segfactory``). A home inside the source tree is refused: the sandbox mounts
 package directories from that tree, and the vault must never be reachable from there.

@@ -1,4 +1,4 @@
-"""Profiles size a home (DESIGN.md §3).
+"""Profiles size a home.
 
 ``demo`` is sized so that a whole run fits in 15 minutes on 2 CPU cores (set-up excluded);
 ``default`` is the overnight profile with a 10,000-image sealed tier.

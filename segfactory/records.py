@@ -1,4 +1,4 @@
-"""Typed records that cross every boundary in segfactory (DESIGN.md §5).
+"""Typed records that cross every boundary in segfactory.
 
 This module imports nothing from the rest of segfactory, so any process (the gate's pinned
 copy included) can load it without pulling in agents, runner or sandbox code.

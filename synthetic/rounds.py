@@ -1,4 +1,4 @@
-"""Improvement rounds (issue 11, item 5): weakness -> fix tried -> result, null results included.
+"""Improvement rounds: weakness -> fix tried -> result, null results included.
 
 Round one is a targeted synthetic top-up (``synthetic.topup``). Round two picks the next weakest
 slice from **dev analysis only** (trust rule 9: the round-one model's ``AnalysisReport`` on the

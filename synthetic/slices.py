@@ -1,4 +1,4 @@
-"""Slice constraints for the generator: draw more of one weak slice (issue 11, item 4).
+"""Slice constraints for the generator: draw more of one weak slice.
 
 A recommendation ``targeted_synthetic`` names a slice (``change.synthetic.slice``); a slice
 constraint turns that name into generator parameters that draw voids of that slice only:

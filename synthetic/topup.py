@@ -1,4 +1,4 @@
-"""Targeted synthetic top-up against matched controls (issue 11, item 4).
+"""Targeted synthetic top-up against matched controls.
 
 For each dose ``n`` of a slice ``S`` three arms train with the same budget, epochs and seed:
 

@@ -1,4 +1,4 @@
-"""Data curation: whole images and defect masks, plans, versions and the random control (issue 10).
+"""Data curation: whole images and defect masks, plans, versions and the random control.
 
 Public API (docs/curation.md)::
 

@@ -1,4 +1,4 @@
-"""The ``segfactory`` command line (DESIGN.md §6).
+"""The ``segfactory`` command line.
 
 Each area registers its commands from its own module; heavy libraries (torch, onnxruntime,
 langgraph) are imported inside the command functions that need them, so ``--help`` is fast.

@@ -1,7 +1,7 @@
 """Options and output helpers shared by every CLI module.
 
 Every command takes ``--home``; every command that reports takes ``--json`` and then prints
-exactly one JSON object on stdout (DESIGN.md §6). Human output goes through rich.
+exactly one JSON object on stdout. Human output goes through rich.
 """
 
 from __future__ import annotations

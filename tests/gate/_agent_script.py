@@ -1,4 +1,4 @@
-"""A fixed agent script over real components, for the two-vaults test (issue 4, "Done when").
+"""A fixed agent script over real components, for the two-vaults test.
 
 ``run_script(home, dataset, fake_url, responses)`` drives one home the way a run does, with every
 decision fixed in advance so that two homes can be compared: an LLM proposer (the official
