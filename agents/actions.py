@@ -133,7 +133,8 @@ def load_catalogue(path: Path = ACTIONS_POLICY, rules_path: Path = RECOMMEND_POL
 
 # -- config changes ----------------------------------------------------------------------------
 
-def _get(config: dict[str, Any], dotted: str) -> Any:
+def dotted_get(config: dict[str, Any], dotted: str) -> Any:
+    """``config['optim']['lr']`` for ``optim.lr``; None when any part is missing."""
     node: Any = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -218,7 +219,7 @@ def patch_for(option: dict[str, Any], config: dict[str, Any], rec: Recommendatio
             if field is None:
                 raise _Skip(f"no training augmentation covers the perturbation {perturbation!r}")
             key = key.replace(PERTURBATION_KEY, field)
-        current = _get(config, key)
+        current = dotted_get(config, key)
         value = _apply(op, current, key, perturbation)
         if value != current:
             patch[key] = value
@@ -247,7 +248,7 @@ def realise_config(rule: str, entry: ActionEntry, rec: Recommendation, config: d
         if entry.epochs_with_budget and "epochs" in patch:
             patch["epochs"] = min(int(patch["epochs"]), max_epochs)
             epochs = int(patch["epochs"])
-            if epochs == _get(config, "epochs"):
+            if epochs == dotted_get(config, "epochs"):
                 reasons.append(f"option {index + 1}: epochs are already at the ticket cap {max_epochs}")
                 continue
         return Realised(rule=rule, recommendation_id=rec.id, do="config", kind=TicketKind.CONFIG, change=patch,
@@ -257,4 +258,4 @@ def realise_config(rule: str, entry: ActionEntry, rec: Recommendation, config: d
 
 
 __all__ = ["ACTIONS_POLICY", "ActionEntry", "Catalogue", "NotExecutable", "Realised", "load_catalogue",
-           "load_yaml_policy", "patch_for", "realise_config", "rule_of"]
+           "dotted_get", "load_yaml_policy", "patch_for", "realise_config", "rule_of"]

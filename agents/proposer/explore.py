@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from agents.actions import dotted_get
 from agents.context import ProposerContext, VerdictEntry
 from agents.incumbent import EXPLORATION_EVIDENCE
 from agents.proposer._base import Proposer, Rejected, TicketDraft
@@ -29,15 +30,6 @@ OUTCOME_VALUE = {"WIN": 1.0, "NO_WIN": 0.75, "DEV_LOSS": 0.25, "FAILED": 0.0, "I
 INCUMBENT_VALUE = 0.5  # the incumbent itself: better than a dev loss, worse than a dev win
 MAX_SAMPLES = 32  # samples drawn per call to find drafts that differ from the incumbent and each other
 PREDICTED_GAIN = 0.01  # object F1 an exploration ticket is predicted to gain (the dev rule's order)
-
-
-def _get(config: dict[str, Any], dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 class ExploringProposer(Proposer):
@@ -63,7 +55,7 @@ class ExploringProposer(Proposer):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         distributions = self.space.distributions()
-        base = {k: v for k in distributions if (v := _get(context.incumbent, k)) is not None}
+        base = {k: v for k in distributions if (v := dotted_get(context.incumbent, k)) is not None}
         study = optuna.create_study(direction="maximize",
                                     sampler=optuna.samplers.TPESampler(seed=self.seed + len(context.history),
                                                                        n_startup_trials=4))
