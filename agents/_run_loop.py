@@ -32,7 +32,7 @@ def _usage(home: Any, run_id: str, cap: int) -> Any:
 
 def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults: Any, usage: Any) -> Any:
     from agents.approvals import ApprovalQueue
-    from agents.graph import LoopDeps
+    from agents.graph import DEVICE_LEFT_SHARE, LoopDeps
     from agents.judge import Judge, default_judge, make_reviewer
     from agents.proposer import get_proposer
     from agents.validate import RunCaps, load_budget_policy, ticket_problems
@@ -51,6 +51,7 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
         config = services.incumbent().config  # the change applies to the incumbent's config
         return ticket_problems(ticket, policy, record["profile"], base_config=config) or services.check(ticket)
 
+    fill = bool(record.get("fill_budget"))  # a compare arm: stop only on the budget, as a sweep does
     reviewer = make_reviewer(record.get("judge") or default_judge(record["proposer"]), sink=audit, usage=usage,
                              run_id=record["run_id"])
     deps = LoopDeps(services=services, proposer=proposer, judge=Judge(audit, reviewer=reviewer, run_id=record["run_id"]),
@@ -58,8 +59,9 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
                     caps=RunCaps.model_validate(record["caps"]), usage=usage,
                     check=check, make_seed=lambda: secrets.randbelow(2**31),
                     approvals=ApprovalQueue(req.home.state_db, audit),
-                    plateau_tickets=defaults.plateau.tickets_without_dev_win, default_action=defaults.default_action,
-                    default_budget=defaults.ticket)
+                    plateau_tickets=0 if fill else defaults.plateau.tickets_without_dev_win,
+                    default_action=defaults.default_action, default_budget=defaults.ticket,
+                    device_left_share=0.0 if fill else DEVICE_LEFT_SHARE)
     if record.get("code_agent"):  # code drafts get their files from the code-editing agent first
         from agents.code_arm import with_code_arm
 

@@ -144,6 +144,10 @@ class LoopDeps:
     plateau_tickets: int = 0  # stop after this many tickets in a row without a dev win (0: never)
     default_action: bool = False  # each round on a trained best starts with a fresh-seed re-run (a control)
     default_budget: Budget | None = None  # the budget of that re-run: the proposer's default ticket budget
+    # No new ticket when less than this share of an average ticket's device time is left. 0: a new
+    # ticket starts while any device time is left, as a sweep's trials do (``compare`` sets it so
+    # that every arm stops by the same rule).
+    device_left_share: float = DEVICE_LEFT_SHARE
 
 
 class _Nodes:
@@ -390,9 +394,10 @@ class _Nodes:
         spent = state.get("device_seconds", 0.0)
         if spent >= caps.device_seconds:
             return f"budget: device time {caps.device_seconds:g} s spent"
-        if caps.device_seconds - spent < DEVICE_LEFT_SHARE * spent / done:  # the next ticket would overshoot
+        share = self.d.device_left_share
+        if caps.device_seconds - spent < share * spent / done:  # the next ticket would overshoot
             return (f"budget: device time {caps.device_seconds:g} s: {caps.device_seconds - spent:.0f} s left, "
-                    f"under half a ticket at the average {spent / done:.0f} s")
+                    f"under {share:g} of a ticket at the average {spent / done:.0f} s")
         if state.get("tickets_run", 0) >= caps.tickets:
             return f"budget: {caps.tickets} tickets run"
         if self.d.usage.tokens >= caps.llm_tokens > 0:

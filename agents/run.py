@@ -74,6 +74,10 @@ class RunRequest:
     progress: Callable[[str], None] = lambda line: None
     judge: str | None = None  # rules | llm:<provider spec>; None: agents.judge.default_judge(proposer)
     code_agent: bool = False  # code drafts get their files from the code-editing agent (agents.code_arm)
+    # Stop only on the budget (device, wall, tickets) and start a ticket while any device time is
+    # left, as a sweep does: no plateau rule, no half-ticket rule. ``compare`` sets it so that every
+    # arm stops by the same rule and spends its budget.
+    fill_budget: bool = False
 
 
 def run_caps(req: RunRequest, defaults: RunDefaults) -> Any:
@@ -117,7 +121,8 @@ def _run_record(home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sh
 
     record = {"run_id": run_id, "profile": req.profile, "proposer": req.proposer, "backend": req.backend,
               "caps": caps.model_dump(), "win_rule_sha256": win_rule_sha, "started_at": time.time(),
-              "judge": req.judge or default_judge(req.proposer), "code_agent": req.code_agent}
+              "judge": req.judge or default_judge(req.proposer), "code_agent": req.code_agent,
+              "fill_budget": req.fill_budget}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=True))
     return record

@@ -56,6 +56,20 @@ def test_the_written_plateau_rule_stops_a_run_that_stopped_improving(audit_log: 
     assert state["stop_reason"].startswith("plateau: 3 tickets in a row without a dev win")
 
 
+@pytest.mark.parametrize(("share", "tickets", "reason"), [
+    (0.5, 2, "budget: device time 24 s: 4 s left, under 0.5 of a ticket at the average 10 s"),
+    (0.0, 3, "budget: device time 24 s spent"),  # a compare arm: a ticket starts while any time is left
+])
+def test_the_device_budget_stops_by_the_left_share_rule(share: float, tickets: int, reason: str, audit_log: Log,
+                                                       tmp_path: Path) -> None:
+    services = make_services()
+    services.dev = {k: "dev_loss" for k in services.dev}  # every stub ticket spends 10 device-s
+    deps = _deps_of(services, audit_log, device_left_share=share)
+    deps.caps = RunCaps(wall_seconds=600, device_seconds=24, tickets=20, llm_tokens=0)
+    state = run_loop(build_graph(deps, tmp_path / "share.sqlite"), "run10")
+    assert state["tickets_run"] == tickets and state["stop_reason"] == reason
+
+
 def _deps_of(services: StubFactoryServices, log: Log, **kw: Any) -> LoopDeps:
     policy = load_budget_policy()
     seeds = itertools.count(100)

@@ -205,3 +205,7 @@ def test_the_run_loop_wires_the_recorded_judge_and_code_arm(judge: str, code_age
     if reviewer is not None:
         assert (reviewer.actor, reviewer.provider.model, reviewer.usage) == (Actor.JUDGE, "gpt-4o", deps.usage)
     assert isinstance(deps.proposer, CodeArmProposer) == code_agent
+    assert (deps.device_left_share, deps.plateau_tickets) == (0.5, 8)  # a run's own stop rules
+    filled = _deps(RunRequest(home=home, profile="demo"), {**record, "fill_budget": True}, services, audit_log,
+                   load_run_defaults("demo"), LLMUsage())
+    assert (filled.device_left_share, filled.plateau_tickets) == (0.0, 0)  # a compare arm: only the budget

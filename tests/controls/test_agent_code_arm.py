@@ -29,3 +29,5 @@ def test_the_agent_code_arm_is_a_run_with_the_code_agent(monkeypatch: pytest.Mon
         compare._run_arm(tmp_path / "home", arm, 0, 60.0, "openai:gpt-4o", "demo", "bwrap", lambda line: None)
     assert [(r.proposer, r.code_agent, r.budget_s) for r in asked] == [("openai:gpt-4o", False, 60.0),
                                                                        ("openai:gpt-4o", True, 60.0)]
+    # both stop by the sweeps' rule: only the budget (device time, the profile's wall and ticket caps)
+    assert [(r.fill_budget, r.wall_s) for r in asked] == [(True, 900), (True, 900)]
