@@ -9,6 +9,7 @@ chain at the end and returns a summary. ``policies/run.yaml`` holds the per-prof
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -122,14 +123,29 @@ def _run_record(home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sh
     record = {"run_id": run_id, "profile": req.profile, "proposer": req.proposer, "backend": req.backend,
               "caps": caps.model_dump(), "win_rule_sha256": win_rule_sha, "started_at": time.time(),
               "judge": req.judge or default_judge(req.proposer), "code_agent": req.code_agent,
-              "fill_budget": req.fill_budget}
+              "fill_budget": req.fill_budget, "user": _user()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=True))
     return record
 
 
+def _user() -> str:
+    """Who the orchestrator runs as (``segfactory`` after a drop from root)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
 def verify_sandbox(backend: str, home: Home, progress: Callable[[str], None]) -> None:
+    from gate.users import verified_before_drop
     from sandbox import get_backend
+
+    if verified_before_drop(backend):  # root verified it before dropping (its canary goes into the vault)
+        progress(f"sandbox verify ({backend}): ok, as root before continuing as this user")
+        return
 
     try:
         sandbox = get_backend(backend)

@@ -58,7 +58,10 @@ def confined_command(child: str, packages: tuple[str, ...], args: list[str]) -> 
         raise ConfinementError("bubblewrap (bwrap) is not installed; the gate never parses or scores unconfined")
     base = Path(sys.base_prefix).resolve()
     python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-    cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", *_system_binds()]
+    # --disable-userns: code in the child cannot make a nested user namespace (and with it the
+    # capabilities that reach kernel surface the confinement otherwise keeps out of reach)
+    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--assert-userns-disabled",
+           "--die-with-parent", "--new-session", "--cap-drop", "ALL", *_system_binds()]
     cmd += ["--ro-bind", str(base), str(base), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for package in packages:
         for path in _package_paths(package):

@@ -145,13 +145,26 @@ def user_launcher(paths: list[Path], user: str) -> list[str]:
     return [unshare, "--mount", "--propagation", "private", "--", "sh", "-c", _mount_script(paths, user), user]
 
 
-ORCHESTRATOR_DIRS = ("runs", "audit")  # what the orchestrator writes under the home (with the home root itself)
+# Set by a root parent for the command it re-starts as ``segfactory``: the sandbox backend it has
+# verified (as root, because the verify plants a canary in the vault). Honoured only when not root.
+VERIFIED_ENV = "SEGFACTORY_SANDBOX_VERIFIED"
+
+
+def verified_before_drop(backend: str) -> bool:
+    """In a command re-started as ``segfactory``: root verified ``backend`` before the drop."""
+    return os.geteuid() != 0 and os.environ.get(VERIFIED_ENV) == backend
+
+
+# What the orchestrator writes under the home (with the home root itself): a run writes its
+# records, its audit log and the dataset versions its top-ups and approved data requests create.
+ORCHESTRATOR_DIRS = ("runs", "audit", "datasets")
 ORCHESTRATOR_FILE_PREFIX = "state.sqlite"  # the run state and its WAL and shared-memory files
 
 
 def give_home_to_orchestrator(home_root: Path) -> None:
     """Before dropping to ``segfactory``: the home root, ``runs/``, ``audit/`` and the run state become
-    its own. The vault stays the gate's; dataset versions stay root's (immutable, world-readable)."""
+    its own, and so does ``datasets/``, where a run creates its top-up versions. The vault stays
+    the gate's."""
     entry = pwd.getpwnam(ORCHESTRATOR_USER)
     root = Path(home_root)
     os.chown(root, entry.pw_uid, entry.pw_gid)

@@ -13,8 +13,6 @@ from typing import Any
 from segfactory.errors import GateError
 from segfactory.home import Home
 
-LEDGER_FILE = "ledger.sqlite"
-
 
 def demote_if_best(home: Home, model_sha256: str, reason: str, gate: Any = None) -> str | None:
     """Ask the gate to move the best back past ``model_sha256``; None when that model is not the best.
@@ -25,9 +23,9 @@ def demote_if_best(home: Home, model_sha256: str, reason: str, gate: Any = None)
     if gate is not None:
         moved: str | None = gate.retract(model_sha256, reason)
         return moved
-    if not (home.vault / LEDGER_FILE).is_file():
-        raise GateError(f"no gate ledger at {home.vault / LEDGER_FILE}; run `segfactory init` (a retraction must "
-                        "reach the ledger)")
+    if not home.vault.exists():  # the vault itself is the gate's: only its own folder entry is looked at
+        raise GateError(f"no gate vault at {home.vault}; run `segfactory init` (a retraction must reach the "
+                        "gate's ledger)")
     from gate.client import running_gate
 
     with running_gate(home.root) as client:

@@ -9,11 +9,17 @@ it started and passes the exit code on. The re-started command is not root, so i
 
 This applies only where the users are separated (``init`` as root gave the vault to
 ``segfactory-gate``); otherwise the command runs as it was started.
+
+``run``, ``aa`` and ``compare`` (``drop_for_agents``) also verify the sandbox as root first:
+``sandbox verify`` plants its canary in the vault, which ``segfactory`` cannot write, and the
+re-started command is told so (``gate.users.VERIFIED_ENV``) instead of verifying again. Root gives
+``segfactory`` the sandbox cgroup parents too, so its sandboxes keep their whole-sandbox limits.
+With the docker backend the command keeps root and says why: the docker socket is
+root-equivalent, so a ``segfactory`` that holds it would gain nothing over root.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import subprocess
@@ -25,9 +31,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
-
 GATE_START_S = 60.0  # time for the served gate to answer; past this: HomeError
+DOCKER_KEEPS_ROOT = ("the docker backend needs the docker socket, which is root-equivalent, so this command keeps "
+                     "root after set-up; use --backend bwrap to run it as segfactory")
 
 
 def should_drop(home: Any) -> bool:
@@ -68,9 +74,36 @@ def _served_gate(home: Any) -> Iterator[None]:
             proc.wait()
 
 
-def rerun_as_orchestrator(home: Any) -> int | None:
-    """As root with separated users: run this command again as ``segfactory``; its exit code.
-    None when no drop applies (the caller then runs the command itself)."""
+def drop_for_agents(home: Any, backend: str, progress: Any) -> int | None:
+    """``run``, ``aa``, ``compare`` as root with separated users: verify the sandbox, delegate its
+    cgroups, then continue as ``segfactory``; the exit code. None: run the command in place."""
+    if not should_drop(home):
+        return None
+    if backend == "docker":
+        progress(f"note: {DOCKER_KEEPS_ROOT}")
+        return None
+    from agents.run import verify_sandbox
+    from gate import users
+    from sandbox._cgroup import delegate_v1
+
+    verify_sandbox(backend, home, progress)
+    delegate_v1(*_ids(users.ORCHESTRATOR_USER))
+    return rerun_as_orchestrator(home, env={users.VERIFIED_ENV: backend})
+
+
+def continue_unprivileged(home: Any, backend: str, progress: Any) -> None:
+    """For a command's body: after a drop (``drop_for_agents``) this process exits with the
+    re-started command's code; otherwise it returns and the command runs in place."""
+    import typer
+
+    code = drop_for_agents(home, backend, progress)
+    if code is not None:
+        raise typer.Exit(code)
+
+
+def rerun_as_orchestrator(home: Any, env: dict[str, str] | None = None) -> int | None:
+    """As root with separated users: run this command again as ``segfactory`` (with ``env`` added);
+    its exit code. None when no drop applies (the caller then runs the command itself)."""
     from gate import users
 
     if not should_drop(home):
@@ -80,11 +113,12 @@ def rerun_as_orchestrator(home: Any) -> int | None:
     with tempfile.TemporaryDirectory(prefix="segfactory-user-") as scratch, _served_gate(home):
         os.chown(scratch, *_ids(users.ORCHESTRATOR_USER))
         # unbuffered: the re-started command's output reaches a pipe (a supervisor, a test) as it is written
-        env = {**os.environ, "HOME": scratch, "XDG_CACHE_HOME": scratch, "MPLCONFIGDIR": scratch, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "HOME": scratch, "XDG_CACHE_HOME": scratch, "MPLCONFIGDIR": scratch, "PYTHONUNBUFFERED": "1",
+               **(env or {})}
         launcher = users.user_launcher([Path(sys.base_prefix), Path(sys.prefix), repo, home.root, Path(scratch)],
                                        users.ORCHESTRATOR_USER)
         argv = [*launcher, sys.executable, "-m", "segfactory", *_with_home(sys.argv[1:], home.root)]
-        log.info("continuing as %s after set-up: %s", users.ORCHESTRATOR_USER, " ".join(sys.argv[1:]))
+        sys.stderr.write(f"continuing as {users.ORCHESTRATOR_USER} after set-up\n")
         child = subprocess.Popen(argv, env=env, cwd=scratch)
         previous = signal.signal(signal.SIGINT, lambda *_: child.send_signal(signal.SIGINT))
         try:

@@ -95,6 +95,7 @@ def run_cmd(
         raise UsageError(f"sandbox backend {backend!r} is not registered; known: {', '.join(sorted(BACKENDS))}")
     from agents.proposer import KNOWN_PROPOSERS
     from agents.run import RunRequest, start_run
+    from segfactory.cli._drop import continue_unprivileged
 
     if proposer != "rules" and proposer.split(":", 1)[0] not in {p.split(":")[0] for p in KNOWN_PROPOSERS}:
         raise UsageError(f"proposer {proposer!r} is not registered; known: {', '.join(KNOWN_PROPOSERS)}")
@@ -103,6 +104,7 @@ def run_cmd(
         _check_judge(judge, proposer, code_agent)
     budget_s, wall_s = _seconds(budget, "--budget"), _seconds(wall, "--wall")  # bad input fails before any set-up
     resolved = home_for(home, create=True, profile=profile)
+    continue_unprivileged(resolved, backend, _progress)
     request = RunRequest(home=resolved, profile=_profile_of(resolved, profile), proposer=proposer, backend=backend,
                          budget_s=budget_s, wall_s=wall_s, resume=resume, progress=_progress, judge=judge,
                          code_agent=code_agent)

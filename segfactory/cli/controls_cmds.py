@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from segfactory.cli._common import BackendOpt, HomeOpt, JsonOpt, emit_json, home_for
+from segfactory.cli._drop import continue_unprivileged
 from segfactory.errors import UsageError
 
 PROFILES = ("demo", "default")
@@ -82,7 +83,9 @@ def sweep_cmd(
     from controls.session import new_run_id
 
     _check_common(profile, backend)
-    summary = run_sweep_arm(home, sampler=sampler, budget_s=budget_s, seed=seed, storage=storage, space_path=space,
+    resolved, _ = _home(home, profile)
+    continue_unprivileged(resolved, backend, _progress)
+    summary = run_sweep_arm(resolved.root, sampler=sampler, budget_s=budget_s, seed=seed, storage=storage, space_path=space,
                             profile=profile, backend=backend, run_id=new_run_id(f"sweep-{sampler}-"),
                             max_trials=max_trials, progress=_progress)
     if json_out:
@@ -109,6 +112,7 @@ def aa_cmd(
     from runner.scheduler import Scheduler
 
     resolved, used_profile = _home(home, profile)
+    continue_unprivileged(resolved, backend, _progress)
     run_id = new_run_id("aa-")
     concurrency = Scheduler.for_home(resolved).settings.concurrency  # as many at once as the scheduler admits
     with control_session(resolved, backend=backend, profile=used_profile, run_id=run_id, kind="aa",
@@ -165,7 +169,9 @@ def compare_cmd(
         raise UsageError(f"--budget {budget}: too small for one ticket ({defaults.ticket.device_seconds:g} device-s)")
     from controls.compare import run_compare
 
-    summary = run_compare(home, arms=wanted, seeds=seeds, budget_s=budget_s, proposer=proposer, profile=profile,
+    resolved, _ = _home(home, profile)
+    continue_unprivileged(resolved, backend, _progress)
+    summary = run_compare(resolved.root, arms=wanted, seeds=seeds, budget_s=budget_s, proposer=proposer, profile=profile,
                           backend=backend, progress=_progress)
     if json_out:
         emit_json(summary)

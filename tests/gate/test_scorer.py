@@ -52,3 +52,14 @@ def test_child_sees_no_home_vault_or_network(tmp_path: Path) -> None:
     )
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, preexec_fn=scorer.limit_child)
     assert out.stdout.split() == ["False", "False", "nonet"], out.stderr
+
+
+def test_child_cannot_make_a_user_namespace() -> None:
+    cmd = scorer.bwrap_command()
+    cmd[cmd.index("-c") + 1] = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.unshare(0x10000000), os.strerror(ctypes.get_errno()))\n"  # CLONE_NEWUSER
+    )
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, preexec_fn=scorer.limit_child)
+    assert out.returncode == 0 and out.stdout.split()[0] == "-1", (out.stdout, out.stderr)
