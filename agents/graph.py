@@ -391,11 +391,14 @@ class _Nodes:
             return f"budget: wall time {caps.wall_seconds:g} s spent"
         if elapsed + elapsed / done > caps.wall_seconds:  # the next ticket, at the average pace, would not fit
             return f"budget: wall time {caps.wall_seconds:g} s would be passed by the next ticket"
-        spent = state.get("device_seconds", 0.0)
-        if spent >= caps.device_seconds:
+        spent, share = state.get("device_seconds", 0.0), self.d.device_left_share
+        # A confirm-a WIN's replicate runs even past the device budget: its query is spent, and
+        # without the replicate the win can be neither promoted nor rejected (a sweep's trial
+        # likewise includes its replicate).
+        owed = any(q.get("replicate_of") for q in state.get("queue", []))
+        if spent >= caps.device_seconds and not owed:
             return f"budget: device time {caps.device_seconds:g} s spent"
-        share = self.d.device_left_share
-        if caps.device_seconds - spent < share * spent / done:  # the next ticket would overshoot
+        if caps.device_seconds - spent < share * spent / done and not owed:  # the next ticket would overshoot
             return (f"budget: device time {caps.device_seconds:g} s: {caps.device_seconds - spent:.0f} s left, "
                     f"under {share:g} of a ticket at the average {spent / done:.0f} s")
         if state.get("tickets_run", 0) >= caps.tickets:

@@ -70,6 +70,16 @@ def test_the_device_budget_stops_by_the_left_share_rule(share: float, tickets: i
     assert state["tickets_run"] == tickets and state["stop_reason"] == reason
 
 
+def test_a_replicate_owed_to_a_confirm_win_runs_past_the_device_budget(audit_log: Log, tmp_path: Path) -> None:
+    services = make_services()
+    deps = _deps_of(services, audit_log)
+    deps.caps = RunCaps(wall_seconds=600, device_seconds=10, tickets=20, llm_tokens=0)  # one stub ticket's worth
+    state = run_loop(build_graph(deps, tmp_path / "owed.sqlite"), "run11")
+    assert services.queries == ["run11-t001", "run11-t001-rep"]  # the confirm-a WIN got its replicate
+    assert _summary(state) == [("run11-t001", "replicate"), ("run11-t001", "promote")]
+    assert state["tickets_run"] == 2 and state["stop_reason"] == "budget: device time 10 s spent"
+
+
 def _deps_of(services: StubFactoryServices, log: Log, **kw: Any) -> LoopDeps:
     policy = load_budget_policy()
     seeds = itertools.count(100)

@@ -34,7 +34,7 @@ HOOK = f"\nimport atexit\n\natexit.register(lambda: sys.stderr.write({MARK!r} + 
 FAKE_LIFETIME_S = 1500.0  # the fake outlives init and the run
 RUN_TIMEOUT_S = 1200.0
 DRAFT = {"kind": "code", "hypothesis": "a worker with an exit hook trains exactly as the base does",
-         "change": {"files": [TARGET]}, "budget": {"device_seconds": 120, "epochs": 4},
+         "change": {"files": [TARGET]}, "budget": {"device_seconds": 120, "epochs": 1},  # what it learns is not under test
          "expected_effect": {"metric": "object_f1", "direction": "up", "size": 0.05}}
 
 

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
 
 SMALL_DIAMETER_PX = 6.0  # the planted version's pores start here (the demo's start at 2 px)
 PLANTED_SEED = 20261201  # the planted train split's generator seed
-TICKETS = 6  # base, its replicate, then up to four tickets on the promoted model
+TICKETS = 6  # base, its replicate, then up to four tickets on the promoted model (it ends after the fix)
 
 
 @dataclass
@@ -85,6 +85,10 @@ def _without_small_voids(home_root: Path, tmp: Path) -> Any:
     return create_version(home_root, "synthetic", {"train": out, "dev": None}, parent=base.ref, approve_it=True)
 
 
+def _small_slice(change: dict[str, Any]) -> bool:
+    return str(change.get("synthetic", {}).get("slice", "")).startswith("size<")
+
+
 def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: Path) -> None:
     from agents.context import DevAnalysis
     from agents.graph import LoopDeps, build_graph, run_loop
@@ -122,14 +126,22 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
                         caps=RunCaps(wall_seconds=3600, device_seconds=3000, tickets=TICKETS, llm_tokens=0),
                         check=lambda t: ticket_problems(t, policy, "demo", base_config=services.incumbent().config)
                         or services.check(t), make_seed=lambda: next(seeds))
+        run_ticket = services.run_ticket
+
+        def run_then_end_after_the_fix(ticket: Any) -> Any:
+            outcome = run_ticket(ticket)  # the prediction is scored on dev inside, with the outcome
+            if ticket.kind is TicketKind.DATA and _small_slice(ticket.change):
+                deps.caps = deps.caps.model_copy(update={"tickets": 0})  # what follows is not under test
+            return outcome
+
+        services.run_ticket = run_then_end_after_the_fix  # type: ignore[method-assign]
         state = run_loop(build_graph(deps, tmp_path / "state.sqlite"), run_id)
 
     assert [r["round"] for r in state["rounds"]] == [1, 2], "the promotion must re-analyse the new best"
     promoted = services.incumbent()
     assert promoted.trained and promoted.dataset == planted.ref
     analysis = DevAnalysis.model_validate(state["analysis"])  # the re-analysis of the promoted model
-    small = [r for r in analysis.recommendations if r.kind is TicketKind.DATA
-             and str(r.change.get("synthetic", {}).get("slice", "")).startswith("size<")]
+    small = [r for r in analysis.recommendations if r.kind is TicketKind.DATA and _small_slice(r.change)]
     assert small, f"the analysis did not name a small-size slice: {[r.id for r in analysis.recommendations]}"
     tickets = [json.loads(line) for line in (home.people_dir(run_id) / "tickets.jsonl").read_text().splitlines()]
     fixes = [t for t in tickets if t["kind"] == "data" and t["change"]["synthetic"]["slice"].startswith("size<")]
