@@ -60,3 +60,33 @@ def test_only_a_dropped_process_skips_the_verify(monkeypatch: pytest.MonkeyPatch
     assert not users.verified_before_drop("bwrap")  # root always verifies itself
     monkeypatch.setattr(users.os, "geteuid", lambda: 999)
     assert users.verified_before_drop("bwrap") and not users.verified_before_drop("docker")
+
+
+def test_the_restarted_command_imports_this_source_tree(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import contextlib
+    import os
+
+    from gate import users
+
+    seen: dict[str, Any] = {}
+
+    class Child:
+        def __init__(self, argv: list[str], env: dict[str, str], cwd: str) -> None:
+            seen.update(argv=argv, env=env)
+
+        def wait(self) -> int:
+            return 0
+
+        def poll(self) -> int:
+            return 0
+
+    monkeypatch.setattr(_drop, "should_drop", lambda home: True)
+    monkeypatch.setattr(users, "give_home_to_orchestrator", lambda root: None)
+    monkeypatch.setattr(users, "user_launcher", lambda paths, user: ["launch"])
+    monkeypatch.setattr(_drop, "_served_gate", lambda home: contextlib.nullcontext())
+    monkeypatch.setattr(_drop, "_ids", lambda user: (os.getuid(), os.getgid()))
+    monkeypatch.setattr(_drop.subprocess, "Popen", Child)
+    assert _drop.rerun_as_orchestrator(SimpleNamespace(root=tmp_path), env={"X": "1"}) == 0
+    repo = str(Path(_drop.__file__).resolve().parents[2])
+    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[0] == repo and seen["env"]["X"] == "1"
+    assert seen["argv"][:4] == ["launch", _drop.sys.executable, "-m", "segfactory"]

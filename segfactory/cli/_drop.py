@@ -113,8 +113,11 @@ def rerun_as_orchestrator(home: Any, env: dict[str, str] | None = None) -> int |
     with tempfile.TemporaryDirectory(prefix="segfactory-user-") as scratch, _served_gate(home):
         os.chown(scratch, *_ids(users.ORCHESTRATOR_USER))
         # unbuffered: the re-started command's output reaches a pipe (a supervisor, a test) as it is written
+        # PYTHONPATH: the re-started command imports this very source tree, not whatever tree the
+        # interpreter's editable install points at (the child starts elsewhere, from ``scratch``)
+        path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "HOME": scratch, "XDG_CACHE_HOME": scratch, "MPLCONFIGDIR": scratch, "PYTHONUNBUFFERED": "1",
-               **(env or {})}
+               "PYTHONPATH": path, **(env or {})}
         launcher = users.user_launcher([Path(sys.base_prefix), Path(sys.prefix), repo, home.root, Path(scratch)],
                                        users.ORCHESTRATOR_USER)
         argv = [*launcher, sys.executable, "-m", "segfactory", *_with_home(sys.argv[1:], home.root)]
