@@ -167,6 +167,13 @@ def compare_cmd(
     defaults = _check_common(profile, backend)
     if budget_s < defaults.ticket.device_seconds:
         raise UsageError(f"--budget {budget}: too small for one ticket ({defaults.ticket.device_seconds:g} device-s)")
+    if {"agent", "agent-code"} & set(wanted):  # the agent arm is a run: refused here, before any arm starts
+        from agents.validate import load_budget_policy
+
+        cap = load_budget_policy().for_profile(profile).run.device_seconds
+        if budget_s > cap:
+            raise UsageError(f"--budget {budget}: the agent arm is a run, and {budget_s:g} device-s is above the "
+                             f"{profile} run cap {cap:g} in policies/budgets.yaml; ask for less or raise the cap there")
     from controls.compare import run_compare
 
     resolved, _ = _home(home, profile)

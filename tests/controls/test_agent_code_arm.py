@@ -31,3 +31,12 @@ def test_the_agent_code_arm_is_a_run_with_the_code_agent(monkeypatch: pytest.Mon
                                                                        ("openai:gpt-4o", True, 60.0)]
     # both stop by the sweeps' rule: only the budget (device time, the profile's wall and ticket caps)
     assert [(r.fill_budget, r.wall_s) for r in asked] == [(True, 900), (True, 900)]
+
+
+def test_an_agent_arm_budget_above_the_run_cap_is_refused_before_anything(cli: Callable[..., CliResult],
+                                                                          tmp_home: Path) -> None:
+    result = cli("compare", "--arms", "agent,nnunet", "--budget", "25m", "--home", str(tmp_home))
+    assert result.returncode != 0 and "above the demo run cap 600 in policies/budgets.yaml" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not tmp_home.exists()
+    sweeps = cli("compare", "--arms", "sweep-tpe", "--budget", "25m", "--seeds", "0", "--home", str(tmp_home))
+    assert "--seeds 0" in sweeps.stderr  # without an agent arm the run cap does not apply
