@@ -3,8 +3,13 @@ the real CLI, the real bwrap sandbox, the real gate service and the real audit l
 
 A small ``--budget`` (10 s of device time) stops the loop after its first ticket, so the test
 runs the whole path (verify, gate, baseline analysis, one sandboxed training, the dev rule, the
-milestone, the report, the final anchor) in a few minutes. The home is a throw-away one, so it
-keeps a root-owned vault (``SEGFACTORY_NO_USER_SEPARATION=1``).
+milestone, the report, the final anchor) in a few minutes.
+
+As root (as CI runs), ``init`` separates the users, so the run takes the path a person's root
+start takes (trust rule 1): root verifies the sandbox (its canary goes into the vault, which
+``segfactory`` cannot write), delegates the sandbox cgroups, serves the gate as
+``segfactory-gate`` and re-starts the command as ``segfactory``, which trains the ticket and
+writes the run's records.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from tests.conftest import REPO
 
     home = tmp_path_factory.mktemp("e2e") / "home"
-    env = {**os.environ, "SEGFACTORY_NO_USER_SEPARATION": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "SEGFACTORY_NO_USER_SEPARATION"}
 
     def cli(*args: str) -> CliResult:
         proc = subprocess.run([sys.executable, "-m", "segfactory", *args, "--home", str(home)], capture_output=True,
@@ -69,6 +74,26 @@ def test_the_run_shows_progress_and_writes_the_report(finished_run: dict[str, An
     assert "sealed" in report["milestone"]["tiers"] and "never-queried" in report["milestone"]["tiers"]
 
 
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="user separation needs root")
+def test_started_as_root_the_run_continues_as_segfactory(finished_run: dict[str, Any]) -> None:
+    import pwd
+
+    from gate import users
+
+    home, stderr, run_id = finished_run["home"], finished_run["stderr"], finished_run["summary"]["run_id"]
+    assert users.vault_is_separated(home / "vault")
+    assert "sandbox verify (bwrap): ok," in stderr  # root's verify, with its canary in the vault
+    assert "continuing as segfactory after set-up" in stderr
+    assert "as root before continuing as this user" in stderr  # the re-started command did not verify again
+    record = json.loads((home / "runs" / run_id / "run.json").read_text())
+    assert record["user"] == users.ORCHESTRATOR_USER
+    uid = pwd.getpwnam(users.ORCHESTRATOR_USER).pw_uid
+    written = [p for p in (home / "runs" / run_id).rglob("*") if p.is_file()]
+    assert written and {p.stat().st_uid for p in written} == {uid}  # every record the loop wrote is its own
+    assert (home / "vault").stat().st_uid == pwd.getpwnam(users.GATE_USER).pw_uid
+
+
 def test_the_audit_verifies_with_no_unanchored_window(finished_run: dict[str, Any]) -> None:
     result = finished_run["cli"]("audit", "verify", "--json")
     assert result.returncode == 0, result.stderr
@@ -76,12 +101,16 @@ def test_the_audit_verifies_with_no_unanchored_window(finished_run: dict[str, An
     assert verified["ok"] is True and verified["unanchored_from"] is None
 
 
-def test_the_ledger_holds_queries_only_for_dev_wins(finished_run: dict[str, Any]) -> None:
+def test_the_ledger_holds_queries_only_for_dev_wins(finished_run: dict[str, Any], tmp_path: Path) -> None:
     home, run_id = finished_run["home"], finished_run["summary"]["run_id"]
     rows = [json.loads(line) for line in
             (home / "runs" / run_id / "people" / "dev_comparisons.jsonl").read_text().splitlines()]
     wins = {r["ticket_id"] for r in rows if r["dev_win"]}
-    with sqlite3.connect(home / "vault" / "ledger.sqlite") as db:
+    copy = tmp_path / "ledger"  # a copy: sqlite would leave root-owned -shm/-wal files in the gate's vault
+    copy.mkdir()
+    for part in (home / "vault").glob("ledger.sqlite*"):
+        shutil.copy2(part, copy / part.name)
+    with sqlite3.connect(copy / "ledger.sqlite") as db:
         queried = {r[0] for r in db.execute("SELECT ticket_id FROM queries WHERE run_id = ?", (run_id,))}
     assert queried <= wins | {f"{w}-rep" for w in wins}
     assert len(rows) == 1  # the one ticket was compared on dev by the host
