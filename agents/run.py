@@ -82,17 +82,21 @@ class RunRequest:
 
 
 def run_caps(req: RunRequest, defaults: RunDefaults) -> Any:
-    """budgets.yaml's run caps, tightened by run.yaml, then by --budget/--wall (never loosened)."""
+    """budgets.yaml's run caps, tightened by run.yaml, then by --budget/--wall (never loosened).
+    A compare arm (``fill_budget``) has budgets.yaml's ``compare_arm`` caps, tightened only by its
+    budget: run.yaml's defaults are a person's run, not an arm's."""
     from agents.validate import RunCaps, load_budget_policy
 
-    cap = load_budget_policy().for_profile(req.profile).run
-    wanted = {**defaults.run, **({"device_seconds": req.budget_s} if req.budget_s else {}),
+    budgets = load_budget_policy().for_profile(req.profile)
+    cap = budgets.arm_caps() if req.fill_budget else budgets.run
+    wanted = {**({} if req.fill_budget else defaults.run),
+              **({"device_seconds": req.budget_s} if req.budget_s else {}),
               **({"wall_seconds": req.wall_s} if req.wall_s else {})}
     values = cap.model_dump()
     for key, value in wanted.items():
         if value > values[key]:
-            raise UsageError(f"{key} {value:g} is above the {req.profile} cap {values[key]:g} in "
-                             "policies/budgets.yaml; ask for less or raise the cap there")
+            raise UsageError(f"{key} {value:g} is above the {req.profile} {'compare_arm' if req.fill_budget else 'run'} "
+                             f"cap {values[key]:g} in policies/budgets.yaml; ask for less or raise the cap there")
         values[key] = type(values[key])(value)
     return RunCaps.model_validate(values)
 

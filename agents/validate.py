@@ -46,6 +46,10 @@ class RunCaps(_Strict):
 class ProfileBudgets(_Strict):
     ticket: TicketCaps
     run: RunCaps
+    compare_arm: RunCaps | None = None  # one agent arm-run of ``compare``; absent: the run caps
+
+    def arm_caps(self) -> RunCaps:
+        return self.compare_arm or self.run
 
 
 class BudgetPolicy(_Strict):

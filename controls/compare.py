@@ -100,14 +100,12 @@ def _run_arm(home_path: Path | None, arm: str, seed: int, budget_s: float, propo
     home = Home.resolve(home_path)
     if arm in ("agent", "agent-code"):  # agent-code: the same run, its code tickets written by the code agent
         from agents.run import RunRequest, start_run
-        from agents.validate import load_budget_policy
 
-        # The arm stops by the sweeps' rule (only its budget: device time, or the profile's wall
-        # and ticket caps), so equal budgets mean equal device time spent.
-        wall = load_budget_policy().for_profile(profile).run.wall_seconds
+        # The arm stops by the sweeps' rule (only its budget: device time, or the profile's
+        # compare_arm wall and ticket caps), so equal budgets mean equal device time spent.
         summary = start_run(RunRequest(home=home, profile=profile, proposer=proposer, backend=backend,
-                                       budget_s=budget_s, wall_s=wall, progress=progress,
-                                       code_agent=arm == "agent-code", fill_budget=True))
+                                       budget_s=budget_s, progress=progress, code_agent=arm == "agent-code",
+                                       fill_budget=True))
         return _agent_arm(home, summary["run_id"])
     if arm == "nnunet":
         from controls.nnunet_arm import run_nnunet_arm

@@ -170,10 +170,10 @@ def compare_cmd(
     if {"agent", "agent-code"} & set(wanted):  # the agent arm is a run: refused here, before any arm starts
         from agents.validate import load_budget_policy
 
-        cap = load_budget_policy().for_profile(profile).run.device_seconds
+        cap = load_budget_policy().for_profile(profile).arm_caps().device_seconds
         if budget_s > cap:
-            raise UsageError(f"--budget {budget}: the agent arm is a run, and {budget_s:g} device-s is above the "
-                             f"{profile} run cap {cap:g} in policies/budgets.yaml; ask for less or raise the cap there")
+            raise UsageError(f"--budget {budget}: {budget_s:g} device-s is above the {profile} compare_arm cap "
+                             f"{cap:g} for an agent arm in policies/budgets.yaml; ask for less or raise the cap there")
     from controls.compare import run_compare
 
     resolved, _ = _home(home, profile)
