@@ -15,7 +15,7 @@ demo: setup
 	$(BIN)/segfactory run --profile demo --home "$(DEMO_HOME)"
 
 test: setup lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 test-fast: venv
 	$(BIN)/pytest -q $(PYTEST_FAST)
