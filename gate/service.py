@@ -417,8 +417,8 @@ def _add_people_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
             return JSONResponse({"error": "body must be {\"tier\": str}"}, status_code=400)
 
         def redraw() -> int:
-            with lock:
-                return gate.rotate(str(data["tier"]), build_fresh)
+            with lock:  # one worker: forking this threaded server for the generator can deadlock
+                return gate.rotate(str(data["tier"]), lambda vault, tier: build_fresh(vault, tier, workers=1))
 
         try:
             return JSONResponse({"tier": data["tier"], "version": await run_in_threadpool(redraw)})

@@ -80,8 +80,9 @@ def add_real(gate: Gate, source: Path) -> int:
     return version
 
 
-def build_fresh(vault: Path, tier: str) -> int:
-    """A fresh secret-seeded version of ``tier`` through ``synthetic.tiers`` (a person runs it)."""
+def build_fresh(vault: Path, tier: str, *, workers: int | None = None) -> int:
+    """A fresh secret-seeded version of ``tier`` through ``synthetic.tiers``. ``workers`` as in
+    ``synthetic.generate``: a served gate (a threaded process) passes 1, since forking it can deadlock."""
     from synthetic import tiers as synth_tiers
 
     current = tiers.current_version(vault, tier)
@@ -89,7 +90,7 @@ def build_fresh(vault: Path, tier: str) -> int:
         raise UsageError(f"tier {tier} was never built; `segfactory init` builds it")
     split = read_split(tiers.tier_dir(vault, tier, current), mmap=True)
     size = int(split.images.shape[1])
-    synth_tiers.build_tier(vault, tier, len(split), size)
+    synth_tiers.build_tier(vault, tier, len(split), size, workers=workers)
     version = tiers.current_version(vault, tier)
     assert version is not None
     return version

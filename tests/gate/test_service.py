@@ -397,3 +397,26 @@ def test_tcp_needs_a_token_and_checks_it(served: tuple[GateClient, Path, Path]) 
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_served_rotation_draws_the_tier_without_forking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The served gate runs threads; a generator pool forked from it deadlocked a real compare's
+    replay here (a forked worker stuck on a lock another thread held). It must draw in-process."""
+    from starlette.testclient import TestClient
+
+    from gate.core import Gate
+    from gate.service import create_app
+    from synthetic import tiers as synth_tiers
+
+    home, _ = build_home(tmp_path / "home")
+    gate = Gate(home / "vault", home_root=home)
+    asked: list[int | None] = []
+    real = synth_tiers.build_tier
+    monkeypatch.setattr(synth_tiers, "build_tier", lambda *a, **k: asked.append(k.get("workers")) or real(*a, **k))
+    try:
+        with TestClient(create_app(gate, answer_time_s=0)) as http:
+            answer = http.post("/rotate", json={"tier": "sealed"})
+        assert answer.status_code == 200 and answer.json()["version"] == 2, answer.text
+        assert asked == [1]
+    finally:
+        gate.ledger.close()
