@@ -18,8 +18,10 @@ def home_profile(home: Path | None, asked: str) -> str:
 
 def run_sweep_arm(home: Path | None, *, sampler: str, budget_s: float, seed: int, storage: str | None,
                   space_path: Path | None, profile: str, backend: str, run_id: str,
-                  max_trials: int | None = None, progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-    """Validate everything (nothing is created on bad input), then run one sweep; returns its summary."""
+                  max_trials: int | None = None, progress: Callable[[str], None] = lambda line: None,
+                  on_home: Callable[[Any], None] = lambda home: None) -> dict[str, Any]:
+    """Validate everything (nothing is created on bad input), then run one sweep; returns its summary.
+    ``on_home`` is called with the home once it exists, before the sweep starts (the CLI's drop)."""
     import yaml
 
     from agents.run import REPO, load_run_defaults
@@ -35,6 +37,7 @@ def run_sweep_arm(home: Path | None, *, sampler: str, budget_s: float, seed: int
     plan = check_sweep(sampler, budget_s, seed, storage_url(Home.resolve(home).root, storage),
                        load_space(space_path or SEARCH_SPACE), base, defaults.ticket)
     resolved = home_for(home, create=True, profile=profile)
+    on_home(resolved)
     with control_session(resolved, backend=backend, profile=profile, run_id=run_id, kind="sweep",
                          progress=progress) as s:
         result = run_sweep(plan, s.services, s.judge, run_id=run_id, make_seed=s.make_seed,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from segfactory.cli import _drop, agents_cmds, controls_cmds, main
+from segfactory.cli import _common, _drop, agents_cmds, controls_cmds, main
 
 
 def test_every_agent_command_continues_unprivileged(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -23,6 +23,7 @@ def test_every_agent_command_continues_unprivileged(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(_drop, "drop_for_agents", dropped)
     monkeypatch.setattr(agents_cmds, "home_for", lambda *a, **k: home)
     monkeypatch.setattr(controls_cmds, "home_for", lambda *a, **k: home)
+    monkeypatch.setattr(_common, "home_for", lambda *a, **k: home)  # the sweep's, after its validation
     for argv in (["run", "--budget", "10s"], ["aa", "--runs", "1"], ["compare", "--budget", "3m"],
                  ["sweep", "--budget", "3m"]):
         assert main([*argv, "--backend", "bwrap"]) == 7, argv

@@ -83,11 +83,10 @@ def sweep_cmd(
     from controls.session import new_run_id
 
     _check_common(profile, backend)
-    resolved, _ = _home(home, profile)
-    continue_unprivileged(resolved, backend, _progress)
-    summary = run_sweep_arm(resolved.root, sampler=sampler, budget_s=budget_s, seed=seed, storage=storage, space_path=space,
+    summary = run_sweep_arm(home, sampler=sampler, budget_s=budget_s, seed=seed, storage=storage, space_path=space,
                             profile=profile, backend=backend, run_id=new_run_id(f"sweep-{sampler}-"),
-                            max_trials=max_trials, progress=_progress)
+                            max_trials=max_trials, progress=_progress,
+                            on_home=lambda resolved: continue_unprivileged(resolved, backend, _progress))
     if json_out:
         emit_json(summary)
         return
