@@ -91,3 +91,21 @@ def test_the_restarted_command_imports_this_source_tree(monkeypatch: pytest.Monk
     repo = str(Path(_drop.__file__).resolve().parents[2])
     assert seen["env"]["PYTHONPATH"].split(os.pathsep)[0] == repo and seen["env"]["X"] == "1"
     assert seen["argv"][:4] == ["launch", _drop.sys.executable, "-m", "segfactory"]
+
+
+def test_a_private_checkout_is_staged_readable_for_the_restarted_command(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    repo = tmp_path / "checkout"
+    for rel in ("segfactory/cli.py", "policies/win_rule.yaml", "tests/test_x.py", ".venv/bin/python", "README.md"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("x")
+    os.chmod(repo, 0o755)
+    with _drop._readable_source(repo) as source:
+        assert source == repo  # others may enter it: used in place
+    os.chmod(repo, 0o700)  # a `mktemp -d` checkout: a bind mount would keep this mode
+    with _drop._readable_source(repo) as source:
+        assert source != repo and stat.S_IMODE(source.stat().st_mode) == 0o755
+        assert sorted(p.name for p in source.iterdir()) == ["README.md", "policies", "segfactory"]
+    assert not source.exists()  # removed when the command ends

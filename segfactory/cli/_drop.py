@@ -21,6 +21,7 @@ root-equivalent, so a ``segfactory`` that holds it would gain nothing over root.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,8 +110,8 @@ def rerun_as_orchestrator(home: Any, env: dict[str, str] | None = None) -> int |
     if not should_drop(home):
         return None
     users.give_home_to_orchestrator(home.root)
-    repo = Path(__file__).resolve().parents[2]
-    with tempfile.TemporaryDirectory(prefix="segfactory-user-") as scratch, _served_gate(home):
+    with (tempfile.TemporaryDirectory(prefix="segfactory-user-") as scratch,
+          _readable_source(Path(__file__).resolve().parents[2]) as repo, _served_gate(home)):
         os.chown(scratch, *_ids(users.ORCHESTRATOR_USER))
         # unbuffered: the re-started command's output reaches a pipe (a supervisor, a test) as it is written
         # PYTHONPATH: the re-started command imports this very source tree, not whatever tree the
@@ -131,6 +132,34 @@ def rerun_as_orchestrator(home: Any, env: dict[str, str] | None = None) -> int |
             if child.poll() is None:
                 child.terminate()
                 _reap(child)
+
+
+SOURCE_SKIP = ("tests", "docs", "benchmarks", "test-artifacts")  # not needed to run a command
+
+
+@contextmanager
+def _readable_source(repo: Path) -> Iterator[Path]:
+    """The source tree ``segfactory`` can read: ``repo`` itself when others may enter and list it
+    (private parents are bridged by the launcher's mount namespace), else a root-owned read-only
+    copy of what a command needs (a checkout in a ``mktemp -d`` folder is mode 0700, and a bind
+    mount keeps that mode)."""
+    if repo.stat().st_mode & 0o005 == 0o005:
+        yield repo
+        return
+    staged = Path(tempfile.mkdtemp(prefix="segfactory-src-"))
+    try:
+        for entry in repo.iterdir():
+            if entry.name.startswith(".") or entry.name in SOURCE_SKIP:
+                continue
+            if entry.is_dir():
+                shutil.copytree(entry, staged / entry.name, symlinks=True,
+                                ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(entry, staged / entry.name)
+        os.chmod(staged, 0o755)
+        yield staged
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
 
 
 def _with_home(args: list[str], root: Path) -> list[str]:

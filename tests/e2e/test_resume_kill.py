@@ -109,28 +109,39 @@ def test_a_kill_mid_ticket_loses_nothing_and_leaves_no_sandbox(killed_run: dict[
     assert (home / "runs" / run_id / "tickets" / ticket / "outcome.json").is_file()
 
 
+def _run_tickets(run: dict[str, Any]) -> list[str]:
+    """The run's tickets: the first, and its replicate when confirm-a answered WIN (a replicate
+    owed to a WIN runs even past the device budget)."""
+    ticket = _ticket(run)
+    verdicts = events(run["records"], "gate.verdict", run["run_id"], ticket)
+    won = bool(verdicts) and verdicts[0]["payload"]["verdict"] == "WIN"
+    return [ticket, f"{ticket}-rep"] if won else [ticket]
+
+
 def _finisher(run: dict[str, Any]) -> Any:
     """The invocation that ended the run: the second when no dev win gave the fault point a chance."""
     return run["second"] if run["second"].returncode == 0 else run["third"]
 
 
 def test_the_resumed_run_finished_every_ticket_once(killed_run: dict[str, Any]) -> None:
-    end, run_id, ticket = _finisher(killed_run), killed_run["run_id"], _ticket(killed_run)
+    end, run_id = _finisher(killed_run), killed_run["run_id"]
     assert end.returncode == 0 and killed_run["third"].returncode == 0, end.stderr[-3000:]
     summary = json.loads(end.stdout)
     assert summary["resumed"] is True and summary["stop_reason"].startswith("budget: device time")
-    assert summary["tickets_run"] == 1
+    tickets = _run_tickets(killed_run)
+    assert summary["tickets_run"] == len(tickets)
     records = killed_run["records"]
-    assert [r["payload"]["ticket"] for r in events(records, "ticket_recorded", run_id)] == [ticket]
+    assert [r["payload"]["ticket"] for r in events(records, "ticket_recorded", run_id)] == tickets
     ended = [r for r in records if r["event"] in ("ticket_done", "ticket_failed") and r["actor"] == "runner"]
-    assert [r["payload"]["ticket_id"] for r in ended] == [ticket]  # trained to its end once
+    assert [r["payload"]["ticket_id"] for r in ended] == tickets  # each trained to its end once
     people = killed_run["home"] / "runs" / run_id / "people"
     comparisons = people / "dev_comparisons.jsonl"
     compared = [json.loads(line)["ticket_id"] for line in comparisons.read_text().splitlines()] \
         if comparisons.is_file() else []
-    assert compared == ([ticket] if ended[0]["event"] == "ticket_done" else [])  # compared on dev at most once
+    done = [r["payload"]["ticket_id"] for r in ended if r["event"] == "ticket_done"]
+    assert compared == done  # compared on dev at most once
     report = json.loads((people / "report.json").read_text())
-    assert [t["ticket_id"] for t in report["tickets"]] == [ticket] and report["audit"]["ok"] is True
+    assert [t["ticket_id"] for t in report["tickets"]] == tickets and report["audit"]["ok"] is True
     assert len(events(records, "run_end", run_id)) == 1
 
 
@@ -148,7 +159,8 @@ def test_a_kill_between_verdict_and_checkpoint_spends_the_query_once(killed_run:
     assert len({v["payload"]["verdict"] for v in verdicts}) == 1
     assert len({v["payload"]["queries_left"] for v in verdicts}) == 1  # the replay spent nothing
     queries = ledger_queries(killed_run["home"], run_id)
-    assert [(q[0], q[1]) for q in queries] == [(ticket, "confirm-a")]
+    owed = [(f"{ticket}-rep", "confirm-b")] if len(_run_tickets(killed_run)) == 2 else []  # the WIN's replicate
+    assert [(q[0], q[1]) for q in queries] == [(ticket, "confirm-a"), *owed]
     assert queries[0][2] == verdicts[0]["payload"]["verdict"]
 
 
