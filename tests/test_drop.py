@@ -73,7 +73,8 @@ def test_the_restarted_command_imports_this_source_tree(monkeypatch: pytest.Monk
 
     class Child:
         def __init__(self, argv: list[str], env: dict[str, str], cwd: str) -> None:
-            seen.update(argv=argv, env=env)
+            first = Path(env["PYTHONPATH"].split(os.pathsep)[0])  # the tree itself, or its staged copy
+            seen.update(argv=argv, env=env, source=(first / "segfactory" / "cli" / "_drop.py").read_text())
 
         def wait(self) -> int:
             return 0
@@ -88,8 +89,7 @@ def test_the_restarted_command_imports_this_source_tree(monkeypatch: pytest.Monk
     monkeypatch.setattr(_drop, "_ids", lambda user: (os.getuid(), os.getgid()))
     monkeypatch.setattr(_drop.subprocess, "Popen", Child)
     assert _drop.rerun_as_orchestrator(SimpleNamespace(root=tmp_path), env={"X": "1"}) == 0
-    repo = str(Path(_drop.__file__).resolve().parents[2])
-    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[0] == repo and seen["env"]["X"] == "1"
+    assert seen["source"] == Path(_drop.__file__).read_text() and seen["env"]["X"] == "1"
     assert seen["argv"][:4] == ["launch", _drop.sys.executable, "-m", "segfactory"]
 
 
