@@ -127,14 +127,14 @@ def _run_record(home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sh
     record = {"run_id": run_id, "profile": req.profile, "proposer": req.proposer, "backend": req.backend,
               "caps": caps.model_dump(), "win_rule_sha256": win_rule_sha, "started_at": time.time(),
               "judge": req.judge or default_judge(req.proposer), "code_agent": req.code_agent,
-              "fill_budget": req.fill_budget, "user": _user()}
+              "fill_budget": req.fill_budget, "user": running_user()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=True))
     return record
 
 
-def _user() -> str:
-    """Who the orchestrator runs as (``segfactory`` after a drop from root)."""
+def running_user() -> str:
+    """Who the orchestrator runs as (``segfactory`` after a drop from root), for ``run.json``."""
     import pwd
 
     try:

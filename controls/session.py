@@ -78,7 +78,7 @@ def control_session(home: Home, *, backend: str, profile: str, run_id: str, kind
     import yaml
 
     from agents.judge import Judge
-    from agents.run import DATASET, REPO, load_run_defaults, verify_sandbox
+    from agents.run import DATASET, REPO, load_run_defaults, running_user, verify_sandbox
     from agents.services import RunSetup
     from audit import AuditLog
     from audit.anchor import gate_anchor_store
@@ -96,7 +96,7 @@ def control_session(home: Home, *, backend: str, profile: str, run_id: str, kind
                          base_config=base_path, gate=client, audit=audit, dev_margin=rule.dev_rule.dev_margin,
                          progress=progress)
         record = {"run_id": run_id, "kind": kind, "profile": profile, "backend": backend,
-                  "win_rule_sha256": digest, "started_at": time.time()}
+                  "win_rule_sha256": digest, "started_at": time.time(), "user": running_user()}
         _write(home.runs / run_id / "run.json", record)
         audit.append(Actor.SYSTEM, f"{kind}_start", record, run_id=run_id)
         yield Session(ControlServices(setup), Judge(audit, run_id=run_id), audit, client, defaults.ticket,

@@ -112,8 +112,9 @@ def _blocking_ancestor(path: Path) -> Path | None:
     return None
 
 
-def _mount_script(paths: list[Path], user: str = GATE_USER) -> str:
-    """Shell run as root in a private mount namespace before dropping to ``user``."""
+def _mount_script(paths: list[Path], user: str = GATE_USER, extra_groups: tuple[int, ...] = ()) -> str:
+    """Shell run as root in a private mount namespace before dropping to ``user`` (with its own
+    groups, plus ``extra_groups`` for this process tree only)."""
     groups: dict[Path, list[Path]] = defaultdict(list)
     for path in paths:
         blocker = _blocking_ancestor(path)
@@ -127,7 +128,11 @@ def _mount_script(paths: list[Path], user: str = GATE_USER) -> str:
         for j, path in enumerate(inner):
             lines += [f"mkdir -p {shlex.quote(str(path))}", f"mount --rbind {STAGE_ROOT}/{i}_{j} {shlex.quote(str(path))}"]
     entry = pwd.getpwnam(user)
-    lines.append(f'exec setpriv --reuid={entry.pw_uid} --regid={entry.pw_gid} --init-groups '
+    membership = "--init-groups"
+    if extra_groups:
+        gids = sorted({*os.getgrouplist(user, entry.pw_gid), *extra_groups})
+        membership = "--groups=" + ",".join(str(g) for g in gids)
+    lines.append(f'exec setpriv --reuid={entry.pw_uid} --regid={entry.pw_gid} {membership} '
                  '--inh-caps=-all --bounding-set=-all -- "$@"')
     return "\n".join(lines)
 
@@ -137,12 +142,14 @@ def gate_launcher(paths: list[Path]) -> list[str]:
     return user_launcher(paths, GATE_USER)
 
 
-def user_launcher(paths: list[Path], user: str) -> list[str]:
-    """Command prefix: run the rest of argv as ``user`` in a private mount namespace with ``paths`` reachable."""
+def user_launcher(paths: list[Path], user: str, extra_groups: tuple[int, ...] = ()) -> list[str]:
+    """Command prefix: run the rest of argv as ``user`` in a private mount namespace with ``paths``
+    reachable; ``extra_groups`` are added for that process tree only (``/etc/group`` is unchanged)."""
     unshare = shutil.which("unshare")
     if unshare is None or not is_root():
         raise HomeError(f"starting a process as {user} needs root and util-linux unshare")
-    return [unshare, "--mount", "--propagation", "private", "--", "sh", "-c", _mount_script(paths, user), user]
+    script = _mount_script(paths, user, extra_groups)
+    return [unshare, "--mount", "--propagation", "private", "--", "sh", "-c", script, user]
 
 
 # Set by a root parent for the command it re-starts as ``segfactory``: the sandbox backend it has

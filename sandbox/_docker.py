@@ -3,7 +3,9 @@
 network ``none``, read-only rootfs, tmpfs ``/tmp``, ``cap_drop=ALL``, ``no-new-privileges``, a
 non-root uid, ``init``, pids/memory (memswap = memory)/cpu limits, RLIMIT_FSIZE, no log driver
 (output is streamed through ``attach`` and capped by us, so a flood never reaches the disk).
-Run as root, the workspace is chowned to the sandbox uid so that it can write ``/work``.
+Run as root, the workspace is chowned to the sandbox uid so that it can write ``/work``; run as
+another user (``segfactory`` after the drop, or a developer in the docker group), the container
+runs as that user's own uid, which owns the workspace already.
 Membership of the docker group is root-equivalent: with this backend the user separation of
 trust rule 1 guards against mistakes, not a compromised orchestrator.
 """
@@ -108,7 +110,7 @@ class DockerBackend(SandboxBackend):
                 session.own_workspace(self.policy.uid, self.policy.gid)
             api = self.api()
             container = api.create_container(
-                self.policy.image, command=session.inner_command, user=f"{self.policy.uid}:{self.policy.gid}",
+                self.policy.image, command=session.inner_command, user=self.container_user(),
                 working_dir="/work", environment=session.env, host_config=self._host_config(session),
                 network_disabled=True, labels={LABEL: "1", PID_LABEL: str(os.getpid())}, stdin_open=False, tty=False,
             )
@@ -116,6 +118,12 @@ class DockerBackend(SandboxBackend):
                 return self._run(api, container["Id"], session)
             finally:
                 api.remove_container(container["Id"], force=True)
+
+    def container_user(self) -> str:
+        """``uid:gid`` inside the container: the policy's as root, else the caller's own, never 0."""
+        if os.geteuid() == 0:
+            return f"{self.policy.uid}:{self.policy.gid}"
+        return f"{os.geteuid()}:{os.getegid()}"
 
     def _run(self, api: Any, cid: str, session: Session) -> SandboxResult:
         stream = api.attach(cid, stdout=True, stderr=True, stream=True, demux=True)

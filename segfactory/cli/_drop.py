@@ -14,8 +14,11 @@ This applies only where the users are separated (``init`` as root gave the vault
 ``sandbox verify`` plants its canary in the vault, which ``segfactory`` cannot write, and the
 re-started command is told so (``gate.users.VERIFIED_ENV``) instead of verifying again. Root gives
 ``segfactory`` the sandbox cgroup parents too, so its sandboxes keep their whole-sandbox limits.
-With the docker backend the command keeps root and says why: the docker socket is
-root-equivalent, so a ``segfactory`` that holds it would gain nothing over root.
+With the docker backend the re-started command gets the docker socket's group for its own process
+tree only (``/etc/group`` is not changed) and its containers run as its own uid, so they can
+write the workspaces it owns. The socket is root-equivalent: with docker, the drop keeps host code
+from opening the vault by mistake, not a compromised orchestrator from reaching it. A socket only
+root's group may use cannot be shared that way; then the command keeps root and says why.
 """
 
 from __future__ import annotations
@@ -33,8 +36,13 @@ from pathlib import Path
 from typing import Any
 
 GATE_START_S = 60.0  # time for the served gate to answer; past this: HomeError
-DOCKER_KEEPS_ROOT = ("the docker backend needs the docker socket, which is root-equivalent, so this command keeps "
-                     "root after set-up; use --backend bwrap to run it as segfactory")
+DOCKER_SOCKET = "/var/run/docker.sock"  # docker-py's default when DOCKER_HOST is not set
+
+
+def docker_keeps_root(socket: str) -> str:
+    return (f"the docker socket {socket} can be used only by root (its group is root, or the group may not "
+            "read and write it), so this command keeps root after set-up; start dockerd with a group of "
+            "its own (`dockerd -G docker`) or use --backend bwrap to run it as segfactory")
 
 
 def should_drop(home: Any) -> bool:
@@ -80,16 +88,38 @@ def drop_for_agents(home: Any, backend: str, progress: Any) -> int | None:
     cgroups, then continue as ``segfactory``; the exit code. None: run the command in place."""
     if not should_drop(home):
         return None
+    groups: tuple[int, ...] = ()
     if backend == "docker":
-        progress(f"note: {DOCKER_KEEPS_ROOT}")
-        return None
+        socket, granted = docker_socket_groups()
+        if granted is None:
+            progress(f"note: {docker_keeps_root(socket)}")
+            return None
+        groups = granted
     from agents.run import verify_sandbox
     from gate import users
     from sandbox._cgroup import delegate_v1
 
     verify_sandbox(backend, home, progress)
-    delegate_v1(*_ids(users.ORCHESTRATOR_USER))
-    return rerun_as_orchestrator(home, env={users.VERIFIED_ENV: backend})
+    if backend == "bwrap":  # docker's containers live in the engine's cgroups
+        delegate_v1(*_ids(users.ORCHESTRATOR_USER))
+    return rerun_as_orchestrator(home, env={users.VERIFIED_ENV: backend}, extra_groups=groups)
+
+
+def docker_socket_groups() -> tuple[str, tuple[int, ...] | None]:
+    """(the engine's address, the groups ``segfactory`` needs to use it): its unix socket's group
+    when that group is not root's and may read and write it; () for an engine reached over TCP,
+    where no file permission applies; None when only root can use the socket."""
+    host = os.environ.get("DOCKER_HOST", f"unix://{DOCKER_SOCKET}")
+    if not host.startswith("unix://"):
+        return host, ()
+    path = host.removeprefix("unix://")
+    try:
+        info = os.stat(path)
+    except OSError:
+        return path, None  # verify_sandbox would fail on it anyway; keep the old behaviour and say why
+    if info.st_gid == 0 or info.st_mode & 0o060 != 0o060:
+        return path, None
+    return path, (info.st_gid,)
 
 
 def continue_unprivileged(home: Any, backend: str, progress: Any) -> None:
@@ -102,9 +132,10 @@ def continue_unprivileged(home: Any, backend: str, progress: Any) -> None:
         raise typer.Exit(code)
 
 
-def rerun_as_orchestrator(home: Any, env: dict[str, str] | None = None) -> int | None:
-    """As root with separated users: run this command again as ``segfactory`` (with ``env`` added);
-    its exit code. None when no drop applies (the caller then runs the command itself)."""
+def rerun_as_orchestrator(home: Any, env: dict[str, str] | None = None, extra_groups: tuple[int, ...] = ()) -> int | None:
+    """As root with separated users: run this command again as ``segfactory`` (with ``env`` added,
+    and ``extra_groups`` for its process tree); its exit code. None when no drop applies (the
+    caller then runs the command itself)."""
     from gate import users
 
     if not should_drop(home):
@@ -120,7 +151,7 @@ def rerun_as_orchestrator(home: Any, env: dict[str, str] | None = None) -> int |
         env = {**os.environ, "HOME": scratch, "XDG_CACHE_HOME": scratch, "MPLCONFIGDIR": scratch, "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": path, **(env or {})}
         launcher = users.user_launcher([Path(sys.base_prefix), Path(sys.prefix), repo, home.root, Path(scratch)],
-                                       users.ORCHESTRATOR_USER)
+                                       users.ORCHESTRATOR_USER, extra_groups)
         argv = [*launcher, sys.executable, "-m", "segfactory", *_with_home(sys.argv[1:], home.root)]
         sys.stderr.write(f"continuing as {users.ORCHESTRATOR_USER} after set-up\n")
         child = subprocess.Popen(argv, env=env, cwd=scratch)
