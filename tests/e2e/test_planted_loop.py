@@ -125,8 +125,15 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
                         judge=Judge(audit, run_id=run_id), sink=audit, usage=LLMUsage(),
                         caps=RunCaps(wall_seconds=3600, device_seconds=3000, tickets=TICKETS, llm_tokens=0),
                         check=lambda t: ticket_problems(t, policy, "demo", base_config=services.incumbent().config)
-                        or services.check(t), make_seed=lambda: next(seeds))
+                        or services.check(t) or only_the_fix_once_promoted(t), make_seed=lambda: next(seeds))
         run_ticket = services.run_ticket
+
+        def only_the_fix_once_promoted(ticket: Any) -> list[str]:
+            """On the promoted model only the small-size top-up trains: the others (whichever the
+            analysis ranks first) are not under test, and each would cost a minute of training."""
+            if not services.incumbent().trained or ticket.replicate_of or _small_slice(ticket.change):
+                return []
+            return ["not under test: only the small-size top-up trains on the promoted model"]
 
         def run_then_end_after_the_fix(ticket: Any) -> Any:
             outcome = run_ticket(ticket)  # the prediction is scored on dev inside, with the outcome
