@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from gate.pinned import PINNED_DIR, make_read_only
@@ -48,16 +49,29 @@ def ensure_users() -> None:
     """Create the group and both system users if missing (root only)."""
     if not is_root():
         raise HomeError("creating the segfactory users needs root")
+    _create(lambda: group_exists(GROUP), ["groupadd", "--system", GROUP])
+    _create(lambda: user_exists(ORCHESTRATOR_USER), ["useradd", "--system", "--no-create-home", "--shell", NOLOGIN,
+                                                     "--gid", GROUP, ORCHESTRATOR_USER])
+    _create(lambda: user_exists(GATE_USER), ["useradd", "--system", "--no-create-home", "--shell", NOLOGIN,
+                                             "--user-group", "--groups", GROUP, GATE_USER])
+
+
+def group_exists(name: str) -> bool:
     try:
-        grp.getgrnam(GROUP)
+        grp.getgrnam(name)
     except KeyError:
-        subprocess.run(["groupadd", "--system", GROUP], check=True)
-    if not user_exists(ORCHESTRATOR_USER):
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", NOLOGIN, "--gid", GROUP,
-                        ORCHESTRATOR_USER], check=True)
-    if not user_exists(GATE_USER):
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", NOLOGIN, "--user-group",
-                        "--groups", GROUP, GATE_USER], check=True)
+        return False
+    return True
+
+
+def _create(exists: Callable[[], bool], argv: list[str]) -> None:
+    """Run ``argv`` (groupadd, useradd) unless ``exists()``; a failure is an error only while it
+    still does not exist, since two ``init`` started at once both see it missing and one loses."""
+    if exists():
+        return
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0 and not exists():
+        raise HomeError(f"{argv[0]} {argv[-1]} failed ({proc.returncode}): {proc.stderr.strip()}")
 
 
 def _lock_pinned(pinned_root: Path) -> None:

@@ -184,3 +184,21 @@ def test_gate_serves_as_its_own_user_without_opening_root(separated_home: Path, 
         assert client.status()["pinned_code_ok"] is True
         assert client.submit(model, None, "as-gate-user").verdict.value == "WIN"
     assert os.stat("/root").st_mode == root_mode
+
+
+def test_two_inits_at_once_may_both_try_to_create_a_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loser of a creation race sees useradd fail on a user that now exists: not an error.
+    A failure while the user is still missing is one, with useradd's own message."""
+    from segfactory.errors import HomeError
+
+    made: list[str] = []
+
+    def lost_the_race(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        made.append(argv[-1])  # the other init created it a moment earlier
+        return subprocess.CompletedProcess(argv, 9, "", f"useradd: user '{argv[-1]}' already exists")
+
+    monkeypatch.setattr(users.subprocess, "run", lost_the_race)
+    users._create(lambda: bool(made), ["useradd", "--system", "segfactory"])
+    assert made == ["segfactory"]
+    with pytest.raises(HomeError, match="useradd segfactory failed \\(9\\): useradd: user 'segfactory' already"):
+        users._create(lambda: False, ["useradd", "--system", "segfactory"])
