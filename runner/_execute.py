@@ -249,6 +249,7 @@ def _attempt(run: _Run, config: dict[str, Any], left: float) -> tuple[Any, int |
             command=_workspace.worker_command(run.ticket), workspace=run.work,
             data={"train": run.dataset.train, "dev": run.dataset.dev},
             timeout_s=left + TIMEOUT_MARGIN_S, memory_bytes=run.scheduler.settings.memory_limit_bytes,
+            gpus=run.scheduler.assigned_gpus(),
         )
         return run.launcher.launch(request), estimate
 

@@ -35,6 +35,7 @@ class LaunchRequest(BaseModel):
     timeout_s: float = Field(gt=0)  # wall time; past it the worker is killed from outside
     memory_bytes: int | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
+    gpus: list[int] = Field(default_factory=list)  # device minors the scheduler assigned; the sandbox gets only these
 
 
 class LaunchResult(BaseModel):
@@ -131,7 +132,7 @@ class SandboxLauncher:
             limits = load_policy().defaults.model_copy(update={"memory_bytes": request.memory_bytes})
         spec = SandboxSpec(
             command=request.command, workspace=request.workspace, data=request.data,
-            timeout_s=request.timeout_s, limits=limits, env=request.env, decoys=self.decoys,
+            timeout_s=request.timeout_s, limits=limits, env=request.env, decoys=self.decoys, gpus=request.gpus,
         )
         result = get_backend(self.name).run(spec)
         out, err = result.stdout, result.stderr

@@ -376,3 +376,17 @@ class Scheduler:
 
     def admit(self, estimate_bytes: int) -> AbstractContextManager[None]:
         return self.admission.admit(estimate_bytes, self.settings.admission_wait_s)
+
+    def assigned_gpus(self) -> list[int]:
+        """The GPUs (device minors) a ticket's sandbox gets: none on the CPU; on CUDA the first
+        GPU of this machine, the one the device profile measured (CUDA device 0 in PCI order)."""
+        if self.estimator.device != "cuda":
+            return []
+        from sandbox._gpu import host_gpus
+        from segfactory.errors import PolicyError
+
+        gpus = host_gpus()
+        if not gpus:
+            raise PolicyError("the home's device profile is for CUDA but this machine has no NVIDIA GPU; "
+                              "measure it again with `segfactory device profile`")
+        return [gpus[0].minor]

@@ -60,7 +60,7 @@ class BwrapBackend(SandboxBackend):
         for link, target in USR_LINKS.items():
             args += ["--symlink", target, link]
         args += ["--ro-bind", str(session.tmp / "etc"), "/etc", "--proc", "/proc", "--dev", "/dev",
-                 "--size", str(session.limits.tmp_bytes), "--tmpfs", "/tmp"]
+                 *session.gpu.bwrap_args(), "--size", str(session.limits.tmp_bytes), "--tmpfs", "/tmp"]
         for mount in session.mounts:
             source = staged.get(mount.source, mount.source)
             args += ["--ro-bind" if mount.read_only else "--bind", str(source), mount.target]

@@ -81,6 +81,7 @@ class DockerBackend(SandboxBackend):
         limits = session.limits
         binds = {str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in session.mounts}
         binds["/usr"] = {"bind": "/usr", "mode": "ro"}
+        gpus = {"device_requests": session.gpu.docker_device_requests()} if session.gpu.gpus else {}
         return self.api().create_host_config(
             binds=binds, network_mode="none", read_only=True, init=True,
             tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777"},
@@ -90,6 +91,7 @@ class DockerBackend(SandboxBackend):
             log_config=LogConfig(type=LogConfig.types.NONE),
             ulimits=[Ulimit(name="fsize", soft=limits.file_bytes, hard=limits.file_bytes),
                      Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=NOFILE, hard=NOFILE)],
+            **gpus,
         )
 
     def remove_orphans(self) -> list[str]:
@@ -138,6 +140,10 @@ class DockerBackend(SandboxBackend):
         try:
             api.start(cid)
         except Exception as exc:
+            if session.gpu.gpus and "nvidia" in str(exc).lower():
+                raise SandboxError(f"docker could not pass GPU {session.gpu.minors} to the sandbox: {exc}; install the "
+                                   "NVIDIA container toolkit (nvidia-ctk runtime configure --runtime=docker), or "
+                                   "use --backend bwrap") from exc
             raise SandboxError(f"docker could not start the sandbox from {self.policy.image}: {exc}; "
                                "rebuild it with `segfactory sandbox build`") from exc
         reader = pump(stream, sink)  # type: ignore[arg-type]

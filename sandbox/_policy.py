@@ -6,6 +6,7 @@ A policy with the network on, a writable root, uid 0, or limits above their maxi
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -50,6 +51,18 @@ class SandboxPolicy(BaseModel):
     defaults: Limits
     maxima: Limits
     output: OutputCaps
+    # /dev nodes a sandbox with an assigned GPU gets besides that GPU's /dev/nvidia<minor> (bwrap;
+    # docker's NVIDIA toolkit binds its own set). A GPU node (nvidia<digits>) may not be listed:
+    # which GPU a sandbox gets is the scheduler's assignment, never the policy's.
+    gpu_control_nodes: tuple[str, ...] = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+
+    @model_validator(mode="after")
+    def _only_driver_control_nodes(self) -> SandboxPolicy:
+        for name in self.gpu_control_nodes:
+            if not re.fullmatch(r"nvidia(ctl|-uvm|-uvm-tools|-modeset)", name):
+                raise PolicyError(f"gpu_control_nodes: {name!r} is not an NVIDIA driver control node "
+                                  "(nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset)")
+        return self
 
     @model_validator(mode="after")
     def _defaults_within_maxima(self) -> SandboxPolicy:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sandbox._capture import CappedBuffer
 from sandbox._decoys import create_decoys
+from sandbox._gpu import plan_gpus
 from sandbox._inotify import DecoyWatcher
 from sandbox._layout import EVENTS_TARGET, Mount, runtime_mounts, sandbox_env, write_etc
 from sandbox._paths import check_mountable
@@ -79,10 +80,11 @@ class Session:
             raise PolicyError(f"sandbox timeout {self.timeout_s}s is above the policy maximum {policy.maxima.timeout_s}s")
         self.workspace = self._existing_dir(spec.workspace, "the workspace")
         self.mounts = self._plan_mounts()
+        self.gpu = plan_gpus(spec.gpus, control_nodes=policy.gpu_control_nodes)
         self.events: list[SandboxEvent] = []
         self.stdout = CappedBuffer(policy.output.stdout_bytes)
         self.stderr = CappedBuffer(policy.output.stderr_bytes)
-        self.env = sandbox_env(spec.env)
+        self.env = {**sandbox_env(spec.env), **self.gpu.env()}  # the caller cannot widen what was assigned
         self.tmp = Path(tempfile.mkdtemp(prefix="segfactory-sbx-", dir=_scratch_root()))
         self.events_dir = Path(tempfile.mkdtemp(prefix="segfactory-sbx-events-"))  # on disk: rw inside
         self.watcher: DecoyWatcher | None = None

@@ -113,9 +113,28 @@ def _userns_check(report: dict[str, Any]) -> VerifyCheck:
     return VerifyCheck(name="user_namespaces", ok=ok, detail=userns)
 
 
+def _gpu_check(report: dict[str, Any], assigned: list[int]) -> VerifyCheck:
+    """The GPUs visible inside are exactly those assigned, each named by the driver; with none
+    assigned, none is visible (and the detail says whether this machine has any)."""
+    from sandbox._gpu import host_gpus
+
+    seen = report.get("gpus")
+    if seen is None:  # a probe that did not look proves nothing
+        return VerifyCheck(name="gpus", ok=False, detail={"assigned": assigned, "problem": "the probe did not report"})
+    visible = list(seen.get("visible", []))
+    detail: dict[str, Any] = {"assigned": assigned, "visible": visible, "models": seen.get("models", {}),
+                              "cuda_visible_devices": seen.get("cuda_visible_devices")}
+    if not assigned:
+        here = len(host_gpus())
+        detail["note"] = (f"no GPU was assigned ({here} on this machine)" if here
+                          else "no GPU was assigned: this machine has no NVIDIA GPU")
+    return VerifyCheck(name="gpus", ok=visible == sorted(assigned), detail=detail)
+
+
 def evaluate(report: dict[str, Any], result: SandboxResult, host_limits: dict[str, object],
-             limits: Limits, protected: list[Path]) -> list[VerifyCheck]:
-    """Every check, from the probe's report and the host's own observations."""
+             limits: Limits, protected: list[Path], gpus: list[int] | None = None) -> list[VerifyCheck]:
+    """Every check, from the probe's report and the host's own observations; ``gpus`` are the
+    device minors the spec assigned."""
     decoy_seen = any(e.kind == "protected_read_attempt" and e.path == DECOY_PROBE for e in result.events)
     return [
         check_mounts(report["mountinfo"], protected),
@@ -132,6 +151,7 @@ def evaluate(report: dict[str, Any], result: SandboxResult, host_limits: dict[st
         _userns_check(report),
         VerifyCheck(name="decoy_detection", ok=report["decoy_opened"] and decoy_seen,
                     detail={"opened_inside": report["decoy_opened"], "seen_by_host": decoy_seen}),
+        _gpu_check(report, list(gpus or [])),
     ]
 
 
@@ -150,12 +170,17 @@ def _protected_paths(home_dir: Path | None) -> tuple[list[Path], list[Path]]:
     return protected, vaults
 
 
-def verify_backend(backend: SandboxBackend, home: Path | None = None) -> VerifyReport:
+def verify_backend(backend: SandboxBackend, home: Path | None = None, gpus: list[int] | None = None) -> VerifyReport:
     """Run the probe in a real sandbox of ``backend`` and check everything it reads back.
 
     ``home`` (default: the resolved default home) adds its root to the protected dirs and, when
-    it exists, a canary in its vault for the duration of the check.
+    it exists, a canary in its vault for the duration of the check. ``gpus`` (default: every
+    NVIDIA GPU of this machine, none on a machine without) are assigned to the probe's sandbox,
+    and the check fails unless exactly those are visible inside.
     """
+    from sandbox._gpu import host_gpus
+
+    assigned = [g.minor for g in host_gpus()] if gpus is None else list(gpus)
     start = time.monotonic()
     protected, vaults = _protected_paths(home)
     scratch = Path(tempfile.mkdtemp(prefix="segfactory-verify-"))
@@ -166,23 +191,24 @@ def verify_backend(backend: SandboxBackend, home: Path | None = None) -> VerifyR
         with planted_canaries([scratch / "vault", *vaults]) as (name, content):
             digest = hashlib.sha256(content).hexdigest()
             command = ["python", "-I", f"{INSIDE_TARGET}/probe.py", name, str(len(content)), digest, DECOY_PROBE]
-            spec = SandboxSpec(command=command, workspace=scratch / "work", timeout_s=VERIFY_TIMEOUT_S)
+            spec = SandboxSpec(command=command, workspace=scratch / "work", timeout_s=VERIFY_TIMEOUT_S, gpus=assigned)
             result = backend.run(spec)
-        checks = _checks_from(result, backend, protected)
+        checks = _checks_from(result, backend, protected, assigned)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return VerifyReport(backend=backend.name, ok=all(c.ok for c in checks), checks=checks,
                         duration_s=round(time.monotonic() - start, 3))
 
 
-def _checks_from(result: SandboxResult, backend: SandboxBackend, protected: list[Path]) -> list[VerifyCheck]:
+def _checks_from(result: SandboxResult, backend: SandboxBackend, protected: list[Path],
+                 gpus: list[int]) -> list[VerifyCheck]:
     try:
         report = json.loads(result.stdout.data)
     except ValueError:
         detail = {"exit_code": result.exit_code, "stderr": result.stderr.data[-2000:].decode(errors="replace")}
         return [VerifyCheck(name="probe", ok=False, detail=detail)]
     gaps = [e.model_dump() for e in result.events if e.kind == "monitoring_gap"]
-    checks = evaluate(report, result, backend.limit_evidence(), backend.policy.defaults, protected)
+    checks = evaluate(report, result, backend.limit_evidence(), backend.policy.defaults, protected, gpus)
     return [*checks, VerifyCheck(name="monitoring", ok=not gaps, detail=gaps)]
 
 

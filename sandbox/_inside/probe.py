@@ -108,6 +108,23 @@ def user_namespaces() -> dict:
     return out
 
 
+def gpus() -> dict:
+    """The NVIDIA GPU nodes visible here (by minor), the driver's model for each, and the
+    CUDA_VISIBLE_DEVICES this process was given."""
+    models = {}
+    root = "/proc/driver/nvidia/gpus"
+    for bus in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        try:
+            with open(os.path.join(root, bus, "information")) as handle:
+                fields = dict(line.split(":", 1) for line in handle.read().splitlines() if ":" in line)
+            models[int(fields["Device Minor"].strip())] = fields.get("Model", "?").strip()
+        except (OSError, KeyError, ValueError):
+            continue
+    visible = sorted(int(n[6:]) for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit())
+    return {"visible": visible, "models": {str(m): models.get(m, "?") for m in visible},
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
 def main() -> None:
     name, size, digest, decoy = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     with open("/proc/self/mountinfo") as handle:
@@ -126,6 +143,7 @@ def main() -> None:
         "docker_socket": [p for p in ("/var/run/docker.sock", "/run/docker.sock") if os.path.lexists(p)],
         "rlimits": rlimits(), "cgroup": cgroup_limits(), "decoy_opened": decoy_opened,
         "root_writable": os.access("/", os.W_OK), "cwd": os.getcwd(), "userns": user_namespaces(),
+        "gpus": gpus(),
     }
     sys.stdout.write(json.dumps(report) + "\n")
 

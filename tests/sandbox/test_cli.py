@@ -64,6 +64,7 @@ def _report(**changes: object) -> dict:
         "mountinfo": ["1 0 0:5 / / ro,relatime - tmpfs tmpfs ro", "2 1 0:6 / /work rw - ext4 /dev/x rw"],
         "interfaces": ["lo"], "network": {"1.1.1.1:53": "OSError"}, "docker_socket": [], "root_writable": False,
         "cwd": "/work", "decoy_opened": True, "cgroup": {},
+        "gpus": {"visible": [], "models": {}, "cuda_visible_devices": None},
         "userns": {"unshare_r": {"exit": 1, "stderr": "unshare failed"}, "syscall_ok": False},
         "rlimits": {"RLIMIT_FSIZE": [load_policy().defaults.file_bytes] * 2, "RLIMIT_DATA": [-1, -1]},
     }
@@ -79,6 +80,8 @@ def _report(**changes: object) -> dict:
     ({"userns": {"unshare_r": {"exit": 1, "stderr": ""}, "syscall_ok": True}}, {"user_namespaces", "limits"}),
     ({"userns": {}}, {"user_namespaces", "limits"}),  # a probe that did not try proves nothing
     ({"mountinfo": ["1 0 0:5 / / rw - tmpfs tmpfs rw"]}, {"mounts", "read_only_root", "limits"}),
+    ({"gpus": {"visible": [0], "models": {"0": "NVIDIA H200"}}}, {"gpus", "limits"}),  # one nobody assigned
+    ({"gpus": None}, {"gpus", "limits"}),  # a probe that did not look
 ])
 def test_verify_fails_on_every_deviation(changes: dict, failing: set[str]) -> None:
     report = _report(**changes)
