@@ -79,7 +79,8 @@ class FactoryServices(Protocol):
     """The runner, gate and reporting side, as the graph uses them.
 
     ``run_ticket`` trains one ticket in the sandbox and compares it with the current best on dev
-    (host-computed), and must be idempotent by ticket id (a resumed run may call it again).
+    (host-computed), and must be idempotent by ticket id (a resumed run may call it again); the
+    worker gets at most ``wall_left_s`` of the run's wall time.
     ``submit`` queries the gate (confirm-a, or confirm-b with ``replicate_of``); the gate answers
     a repeated ticket id from its cache without spending twice. ``promote`` moves the global best
     to the ticket's model after the judge's ``promote`` (idempotent: a resumed run may repeat it).
@@ -91,7 +92,7 @@ class FactoryServices(Protocol):
 
     def incumbent(self) -> Incumbent: ...
 
-    def run_ticket(self, ticket: Ticket) -> RunOutcome: ...
+    def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome: ...
 
     def submit(self, ticket: Ticket, model_ref: str, replicate_of: str | None) -> CoarseVerdict: ...
 
@@ -299,7 +300,8 @@ class _Nodes:
         queue = list(state["queue"])
         ticket = Ticket.model_validate(queue.pop(0))
         log.info("running ticket %s: %s", ticket.id, ticket.hypothesis[:80])
-        outcome = self.d.services.run_ticket(ticket)
+        wall_left = self.d.caps.wall_seconds - (self.d.clock() - state["started_at"])
+        outcome = self.d.services.run_ticket(ticket, wall_left_s=wall_left)
         return {"queue": queue, "current": ticket.model_dump(mode="json"), "outcome": outcome.model_dump(mode="json"),
                 "verdict": None, "device_seconds": state.get("device_seconds", 0.0) + outcome.device_seconds,
                 "tickets_run": state.get("tickets_run", 0) + 1}

@@ -300,7 +300,7 @@ class HostServices:
         self.audit("analysis_done", {"model_sha256": best.sha256, "recommendations": len(report.recommendations)})
         return DevAnalysis.from_report(report)
 
-    def run_ticket(self, ticket: Ticket) -> RunOutcome:
+    def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
         from runner import TicketOutcome, TicketStatus
 
         folder = self.home.tickets_dir(self.setup.run_id) / ticket.id
@@ -317,7 +317,7 @@ class HostServices:
                 fh.write(ticket.model_dump_json() + "\n")
             try:
                 lineage = self._start(ticket)
-                outcome = self._execute(ticket, lineage)
+                outcome = self._execute(ticket, lineage, wall_left_s)
             except SegfactoryError as exc:  # e.g. a slice the generator cannot target: a recorded failure
                 self.audit("ticket_failed", {"ticket_id": ticket.id, "reason": str(exc)})
                 self.setup.progress(f"  {ticket.id}: failed: {exc}")
@@ -351,7 +351,7 @@ class HostServices:
         self.audit("ticket_set_aside", {"ticket_id": folder.name, "moved_to": str(aside),
                                         "reason": "folder without outcome.json: the run crashed mid-ticket"})
 
-    def _execute(self, ticket: Ticket, lineage: Lineage) -> Any:
+    def _execute(self, ticket: Ticket, lineage: Lineage, wall_left_s: float | None = None) -> Any:
         from runner import execute_ticket
         from synthetic.versions import resolve
 
@@ -359,7 +359,8 @@ class HostServices:
         parent = self._parent_of(ticket)
         return execute_ticket(self._runnable(ticket, parent), home=s.home,
                               dataset_version=resolve(s.home.root, lineage.dataset), backend=s.backend,
-                              base_config=parent.config, audit=s.audit, run_id=s.run_id, scorer=self._score)
+                              base_config=parent.config, audit=s.audit, run_id=s.run_id, scorer=self._score,
+                              progress=s.progress, wall_left_s=wall_left_s)
 
     def dataset_for(self, ticket: Ticket, parent: Incumbent | None = None) -> Any:
         """The dataset version a ticket trains on: the incumbent's, a version the ticket names

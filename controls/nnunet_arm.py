@@ -58,7 +58,7 @@ class NnunetServices(ControlServices):
     version) with one difference: the budget policy is the arm's, not the profile's per-ticket cap.
     """
 
-    def _execute(self, ticket: Ticket, lineage: Any) -> Any:
+    def _execute(self, ticket: Ticket, lineage: Any, wall_left_s: float | None = None) -> Any:
         from runner import execute_ticket
         from synthetic.versions import resolve
 
@@ -68,7 +68,7 @@ class NnunetServices(ControlServices):
         return execute_ticket(self._runnable(ticket, parent), home=s.home,
                               dataset_version=resolve(s.home.root, lineage.dataset), backend=s.backend,
                               base_config=parent.config, audit=s.audit, run_id=s.run_id, scorer=self._score,
-                              budget_policy=policy)
+                              budget_policy=policy, progress=s.progress, wall_left_s=wall_left_s)
 
 
 def reported_plan(ticket_dir: Path) -> dict[str, Any] | None:

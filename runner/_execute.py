@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 import traceback
@@ -43,6 +44,7 @@ from segfactory.records import Actor, CoarseVerdict, Ticket
 from synthetic.versions import DatasetVersion
 
 TIMEOUT_MARGIN_S = 30.0  # added to the remaining device-second budget per attempt (start-up, export)
+MIN_WALL_S = 30.0  # a ticket is not started with less of the run's wall time left than this
 MODEL_FILE = "model.onnx"
 RESULT_FILE = "result.json"
 
@@ -84,6 +86,8 @@ class _Run:
     attempts: list[Attempt] = field(default_factory=list)
     device_seconds: float = 0.0
     image_size: int = 0  # side of the training images, from the host-computed manifest
+    deadline: float | None = None  # time.monotonic() by which the run's wall ends; None: no wall
+    progress: Callable[[str], None] | None = None  # people's progress lines (the CLI)
 
     @property
     def work(self) -> Path:
@@ -114,8 +118,14 @@ def execute_ticket(
     scheduler: Scheduler | None = None,
     scorer: Scorer = default_scorer,
     budget_policy: BudgetPolicy | None = None,
+    progress: Callable[[str], None] | None = None,
+    wall_left_s: float | None = None,
 ) -> TicketOutcome:
-    """Run ``ticket`` end to end and return its recorded outcome; never raises for a bad ticket."""
+    """Run ``ticket`` end to end and return its recorded outcome; never raises for a bad ticket.
+
+    ``wall_left_s``: what is left of the run's wall time; the worker gets no more than that, and a
+    ticket is not started with less than ``MIN_WALL_S``. ``progress`` receives a line per epoch
+    the worker reports while it trains (the sandbox's claim, for people)."""
     started = time.monotonic()
     policy = budget_policy or load_budget_policy(_profile_of(home))
     config, reason = _checked_config(ticket, dataset_version, base_config, policy)
@@ -126,7 +136,8 @@ def execute_ticket(
         return _refuse(ticket, run_id, audit, reason or "invalid config")
     launcher = _launcher(backend)
     run = _Run(ticket, run_id, dataset_version, launcher, audit,
-               scheduler or Scheduler.for_home(home), ticket_dir)
+               scheduler or Scheduler.for_home(home), ticket_dir,
+               deadline=None if wall_left_s is None else started + wall_left_s, progress=progress)
     run.event("ticket_started", {"backend": launcher.name, "dataset": dataset_version.ref,
                                  "budget": ticket.budget.model_dump(), "config": config})
     try:
@@ -222,7 +233,11 @@ def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
         left = budget - run.device_seconds
         if left <= 0:
             raise TicketFailed(f"device-second budget of {budget:g}s spent after {index} attempts")
-        result, estimate = _attempt(run, config, left)
+        wall = None if run.deadline is None else run.deadline - time.monotonic()
+        if wall is not None and wall < MIN_WALL_S:
+            raise TicketFailed(f"not started: the run has {max(wall, 0.0):.0f} s of wall time left "
+                               f"(a ticket needs at least {MIN_WALL_S:g} s)")
+        result, estimate = _attempt(run, config, left, wall)
         run.device_seconds += result.duration_s
         oom = is_oom(result.exit_code, result.oom_killed, result.stderr_tail)
         attempt = Attempt(index=index, batch_size=int(config["batch_size"]), grad_accum=int(config["grad_accum"]),
@@ -234,12 +249,16 @@ def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
         audit_sandbox_events(run.audit, result.events, ticket_id=run.ticket.id, run_id=run.run_id, attempt=index)
         if result.exit_code == 0 and not result.timed_out:
             return config
+        if result.timed_out and wall is not None and wall < left + TIMEOUT_MARGIN_S:
+            raise TicketFailed(f"killed at the run's wall: {wall:.0f} s of it were left when the worker started")
         config = _next_config(config, result.timed_out, oom, result.exit_code, result.stderr_tail, budget)
     raise TicketFailed(f"out of memory after {len(run.attempts)} attempts "
                        f"(MAX_OOM_RETRIES={run.scheduler.settings.max_oom_retries})")
 
 
-def _attempt(run: _Run, config: dict[str, Any], left: float) -> tuple[Any, int | None]:
+def _attempt(run: _Run, config: dict[str, Any], left: float, wall: float | None) -> tuple[Any, int | None]:
+    from runner._progress import CurveWatcher
+
     estimate = run.scheduler.estimate(config, run.image_size)
     if run.attempts:  # a retry: the last attempt's output is set aside, the config rewritten safely
         _workspace.set_aside_output(run.work, len(run.attempts) - 1)
@@ -248,10 +267,14 @@ def _attempt(run: _Run, config: dict[str, Any], left: float) -> tuple[Any, int |
         request = LaunchRequest(
             command=_workspace.worker_command(run.ticket), workspace=run.work,
             data={"train": run.dataset.train, "dev": run.dataset.dev},
-            timeout_s=left + TIMEOUT_MARGIN_S, memory_bytes=run.scheduler.settings.memory_limit_bytes,
-            gpus=run.scheduler.assigned_gpus(),
+            timeout_s=min(left + TIMEOUT_MARGIN_S, wall if wall is not None else math.inf),
+            memory_bytes=run.scheduler.settings.memory_limit_bytes, gpus=run.scheduler.assigned_gpus(),
         )
-        return run.launcher.launch(request), estimate
+        if run.progress is None:
+            return run.launcher.launch(request), estimate
+        budget = run.ticket.budget.device_seconds
+        with CurveWatcher(run.work, run.ticket.id, int(config["epochs"]), run.device_seconds, budget, run.progress):
+            return run.launcher.launch(request), estimate
 
 
 def _next_config(config: dict[str, Any], timed_out: bool, oom: bool, code: int, stderr: str,

@@ -85,7 +85,7 @@ class StubFactoryServices:
     def incumbent(self) -> Incumbent:
         return Incumbent(sha256="stub-best", model="models/best.onnx", config={"epochs": 1}, dataset="synthetic/v1")
 
-    def run_ticket(self, ticket: Ticket) -> RunOutcome:
+    def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
         if self.on_run is not None:
             self.on_run(ticket)
         self.runs.append(ticket.id)

@@ -22,7 +22,7 @@ class ReplicateLosesOnDev:
     def __getattr__(self, name: str) -> object:
         return getattr(self.stub, name)
 
-    def run_ticket(self, ticket: Ticket) -> RunOutcome:
+    def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
         outcome = self.stub.run_ticket(ticket)
         if ticket.replicate_of is None:
             return outcome
@@ -79,15 +79,24 @@ def test_the_run_stops_when_the_next_ticket_would_pass_the_wall_time(audit_log: 
     from agents.validate import RunCaps, load_budget_policy, ticket_problems
     from segfactory.records import Budget
 
-    policy, ticks = load_budget_policy(), itertools.count(0, 100)  # every clock read: 100 s later
+    policy = load_budget_policy()
     services = make_services()
+    ran = itertools.count(1)
+    tickets_done = [0]
+    train = services.run_ticket
+
+    def a_ticket_takes_100_s(ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
+        tickets_done[0] = next(ran)
+        return train(ticket, wall_left_s=wall_left_s)
+
+    services.run_ticket = a_ticket_takes_100_s  # type: ignore[method-assign]
     deps = LoopDeps(services=services, judge=Judge(audit_log), sink=audit_log, usage=LLMUsage(),
                     proposer=get_proposer("rules", sink=audit_log, usage=LLMUsage(),
                                           default_budget=Budget(device_seconds=60, epochs=2),
                                           caps=Budget(device_seconds=120, epochs=10)),
                     caps=RunCaps(wall_seconds=250, device_seconds=600, tickets=20, llm_tokens=0),
                     check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: 7,
-                    clock=lambda: float(next(ticks)))
+                    clock=lambda: 100.0 * tickets_done[0])
     state = run_loop(build_graph(deps, tmp_path / "state.sqlite"), "w4")
     assert state["tickets_run"] == 2  # 200 s spent at 100 s a ticket: a third would end at 300 > 250
     assert state["stop_reason"] == "budget: wall time 250 s would be passed by the next ticket"

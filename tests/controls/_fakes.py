@@ -27,7 +27,7 @@ class FakeServices:
     promoted: list[str] = field(default_factory=list)
     scores: dict[str, float] = field(default_factory=dict)
 
-    def run_ticket(self, ticket: Ticket) -> RunOutcome:
+    def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
         self.tickets.append(ticket)
         score = self.score_of(ticket)
         if score is None:

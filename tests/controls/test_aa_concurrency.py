@@ -20,7 +20,7 @@ class SlowServices(FakeServices):
         super().__init__(score_of=lambda t: 0.40, best=0.5)
         self.lock, self.running, self.peak = threading.Lock(), 0, 0
 
-    def run_ticket(self, ticket: Ticket) -> RunOutcome:
+    def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
         with self.lock:
             self.running += 1
             self.peak = max(self.peak, self.running)

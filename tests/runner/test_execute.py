@@ -169,3 +169,18 @@ def test_the_gate_is_told_the_training_data_by_its_version_ref_never_a_path(
                   scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32))
     assert outcome.verdict is not None and outcome.verdict.verdict == Verdict.NO_WIN
     assert seen == [dataset.ref]
+
+
+def test_a_ticket_gets_no_more_than_the_runs_wall_and_none_below_the_minimum(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    from runner._execute import MIN_WALL_S, TIMEOUT_MARGIN_S
+
+    launcher = StandinLauncher()
+    late = run(make_ticket("w1"), home, dataset, launcher, audit_log, scheduler, wall_left_s=MIN_WALL_S - 1)
+    assert late.status == TicketStatus.FAILED and launcher.requests == []
+    assert f"not started: the run has {MIN_WALL_S - 1:.0f} s of wall time left" in str(late.reason)
+    bound = run(make_ticket("w2", seconds=60), home, dataset, launcher, audit_log, scheduler, wall_left_s=45)
+    assert bound.status == TicketStatus.DONE, bound.reason
+    assert launcher.requests[0].timeout_s <= 45 < 60 + TIMEOUT_MARGIN_S  # the wall bound it, not the budget
+    free = run(make_ticket("w3", seconds=60), home, dataset, launcher, audit_log, scheduler)
+    assert free.status == TicketStatus.DONE and launcher.requests[1].timeout_s == 60 + TIMEOUT_MARGIN_S
