@@ -53,19 +53,24 @@ class AAResult:
     runs: list[CandidateResult] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
+        """The rates over the runs that reached a decision: a run that failed to train, or whose
+        replicate failed after a confirm-a WIN, could not win, and counting it as a non-win would
+        make the false-win rate look better than it is. ``failed`` and ``undecided`` say how many."""
         n = len(self.runs)
+        decided = [r for r in self.runs if r.status != "failed" and r.replicate_status != "failed"]
         scores = [r.dev_score for r in self.runs if r.dev_score is not None]
-        gate_wins = sum(r.promoted for r in self.runs)
+        gate_wins = sum(r.promoted for r in decided)
         naive_wins = sum(s > self.reference_dev_score for s in scores)
         return {
             "run_id": self.run_id, "runs": n, "failed": sum(r.status == "failed" for r in self.runs),
+            "undecided": sum(r.status != "failed" and r.replicate_status == "failed" for r in self.runs),
             "reference_dev_score": self.reference_dev_score,
             "device_seconds": sum(r.device_seconds for r in self.runs),
             "dev_wins": sum(r.status == "dev_win" for r in self.runs),
             "confirm_a_wins": sum(r.confirm_a is not None and r.confirm_a.value == "WIN" for r in self.runs),
             "replicates": sum(r.replicate_id is not None for r in self.runs),
             "confirm_b_queries": sum(r.confirm_b is not None for r in self.runs),
-            "gate_rule": _rule(gate_wins, n),
+            "gate_rule": _rule(gate_wins, len(decided)),
             "naive_rule": _rule(naive_wins, len(scores)),
             "selection_effect": selection_effect(scores).as_dict() if scores else None,
         }

@@ -134,10 +134,23 @@ def aa_cmd(
                                                indent=2, sort_keys=True))
     if json_out:
         emit_json(summary)
+    else:
+        g, n = summary["gate_rule"], summary["naive_rule"]
+        typer.echo(f"A/A {run_id}: {summary['runs']} runs; gate rule (with replicate) {g['wins']}/{g['runs']} false "
+                   f"wins; naive best-dev rule {n['wins']}/{n['runs']}; ledger {summary['ledger']}; people: {people}")
+    _refuse_failed_runs(summary, result.runs)
+
+
+def _refuse_failed_runs(summary: dict[str, Any], runs: list[Any]) -> None:
+    """An A/A whose runs failed measured less than it was asked to: exit 1 and say so (the
+    summary, printed and kept in ``aa.json``, counts only the runs that reached a decision)."""
+    lost = summary["failed"] + summary["undecided"]
+    if not lost:
         return
-    g, n = summary["gate_rule"], summary["naive_rule"]
-    typer.echo(f"A/A {run_id}: {summary['runs']} runs; gate rule (with replicate) {g['wins']}/{g['runs']} false wins; "
-               f"naive best-dev rule {n['wins']}/{n['runs']}; ledger {summary['ledger']}; people: {people}")
+    first = next((r.reason for r in runs if r.status == "failed" or r.replicate_status == "failed"), "")
+    sys.stderr.write(f"segfactory: error: {lost} of {summary['runs']} A/A runs did not reach a decision "
+                     f"(first: {first[:200]}); the rates count the {summary['gate_rule']['runs']} that did\n")
+    raise typer.Exit(1)
 
 
 def compare_cmd(

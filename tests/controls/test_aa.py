@@ -56,3 +56,26 @@ def test_an_aa_without_a_reference_fails_clearly() -> None:
     with pytest.raises(DataError, match="reference"):
         run_aa(2, services, Judge(ListSink()), run_id="aa", budget=BUDGET, make_seed=lambda: 1,
                set_reference=services.set_reference)
+
+
+def test_runs_that_could_not_win_are_not_counted_as_runs_that_did_not() -> None:
+    """A run that failed to train, or whose replicate failed after a confirm-a WIN, reached no
+    decision: the gate rule's rate counts only the runs that did, and the command exits 1."""
+    import typer
+
+    from segfactory.cli.controls_cmds import _refuse_failed_runs
+
+    scores = {"aa-ref": 0.50, "aa-aa000": 0.49, "aa-aa001": None, "aa-aa002": 0.52, "aa-aa002-rep": None,
+              "aa-aa003": None}
+    services = FakeServices(score_of=lambda t: scores[t.id])
+    result = run_aa(4, services, Judge(ListSink()), run_id="aa", budget=BUDGET, make_seed=lambda: 11,
+                    set_reference=services.set_reference)
+    s = result.summary()
+    assert (s["runs"], s["failed"], s["undecided"]) == (4, 2, 1)
+    assert (s["gate_rule"]["wins"], s["gate_rule"]["runs"]) == (0, 1)  # only aa000 reached a decision
+    assert s["gate_rule"]["wins_per_run"]["n"] == 1  # not 4: failures are not evidence of no false win
+    assert (s["naive_rule"]["wins"], s["naive_rule"]["runs"]) == (1, 2)
+    with pytest.raises(typer.Exit) as exited:
+        _refuse_failed_runs(s, result.runs)
+    assert exited.value.exit_code == 1
+    _refuse_failed_runs({**s, "failed": 0, "undecided": 0}, result.runs)  # nothing lost: no error
