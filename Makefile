@@ -14,8 +14,12 @@ demo: setup
 	$(BIN)/segfactory init --profile demo --home "$(DEMO_HOME)"
 	$(BIN)/segfactory run --profile demo --home "$(DEMO_HOME)"
 
+# Two workers, one test file each at a time (module fixtures stay in one process): most of the
+# suite waits on subprocesses, sandboxes and the gate, so two share the cores well. Tests that
+# assert wall-clock timings (`serial`) run afterwards with nothing else running.
 test: setup lint
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not serial" --durations=25
+	$(BIN)/pytest -q -m serial
 
 test-fast: venv
 	$(BIN)/pytest -q $(PYTEST_FAST)

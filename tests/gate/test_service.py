@@ -131,6 +131,7 @@ def test_the_host_credential_reaches_the_people_surface(served: tuple[GateClient
 
 
 # -- answers ------------------------------------------------------------------------------------
+@pytest.mark.serial
 def test_every_submit_answer_leaves_at_the_one_fixed_time(tmp_path: Path) -> None:
     home, baseline = build_home(tmp_path / "home")
     better = models.save(models.threshold_model(bias=-0.45), tmp_path / "better.onnx")
@@ -157,6 +158,7 @@ def test_every_submit_answer_leaves_at_the_one_fixed_time(tmp_path: Path) -> Non
     assert not off, f"answers away from the fixed time {ANSWER} s: {off}"
 
 
+@pytest.mark.serial
 def test_a_verdict_past_the_answer_time_is_an_invalid_overrun(tmp_path: Path) -> None:
     home, _ = build_home(tmp_path / "home")
     better = models.save(models.threshold_model(bias=-0.45), tmp_path / "better.onnx")

@@ -25,7 +25,10 @@ from tests.conftest import CliResult
 from tests.sandbox.conftest import small_limits
 from tests.sandbox.test_redteam import FORK_BOMB_MEMORY
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+# serial: the delegation test hands the host's sandbox cgroup parents to another user and back,
+# which would take them from a dropped run of another worker
+pytestmark = [pytest.mark.bwrap, pytest.mark.serial,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 REFUSED = "refusing to start a bwrap sandbox without a whole-sandbox memory limit"
 
 
@@ -123,22 +126,25 @@ def test_v1_delegation_lets_an_unprivileged_user_make_and_join_a_run_cgroup() ->
     if os.geteuid() != 0 or not (CGROUP_V1 / "memory" / "memory.limit_in_bytes").exists():
         pytest.skip("needs root on a cgroup v1 host")
     uid = 10001
-    child = CGROUP_V1 / "memory" / PARENT / f"delegated-{uuid.uuid4().hex[:8]}"
+    parent = CGROUP_V1 / "memory" / PARENT
+    owner = (parent.stat().st_uid, parent.stat().st_gid) if parent.is_dir() else (0, 0)  # a dropped run's, maybe
+    child = parent / f"delegated-{uuid.uuid4().hex[:8]}"
     script = (f"mkdir {child} && echo 268435456 > {child}/memory.limit_in_bytes && "
               f"echo $$ > {child}/cgroup.procs && cat {child}/memory.limit_in_bytes")
     as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", "sh", "-c", script]
     try:
+        delegate_v1(0, 0)
         refused = subprocess.run(as_user, capture_output=True, text=True, timeout=30)
         assert refused.returncode != 0  # not delegated yet: the user may not create it
         delegate_v1(uid, uid)
         done = subprocess.run(as_user, capture_output=True, text=True, timeout=30)
         assert done.returncode == 0 and done.stdout.strip() == "268435456", done.stderr
     finally:
-        delegate_v1(0, 0)
+        delegate_v1(*owner)  # as it was: another command running as segfactory may own them
         deadline = 50
         while child.exists() and deadline:
             with contextlib.suppress(OSError):
                 child.rmdir()
             deadline -= 1
             time.sleep(0.02)
-    assert all((CGROUP_V1 / c / PARENT).stat().st_uid == 0 for c in ("memory", "pids", "cpu"))
+    assert all((CGROUP_V1 / c / PARENT).stat().st_uid == owner[0] for c in ("memory", "pids", "cpu"))

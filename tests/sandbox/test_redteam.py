@@ -22,6 +22,8 @@ from sandbox._cgroup import CGROUP_V1, PARENT
 from segfactory.home import SOURCE_ROOT
 from tests.sandbox.conftest import small_limits
 
+# serial: the bombs load the whole host, and the leak checks count every run cgroup on it
+pytestmark = pytest.mark.serial
 Run = Callable[..., SandboxResult]
 STATIC_READER = r"""
 #include <fcntl.h>
