@@ -95,12 +95,20 @@ class DockerBackend(SandboxBackend):
         )
 
     def remove_orphans(self) -> list[str]:
-        """Remove sandbox containers whose host process died (killed before its own cleanup)."""
+        """Remove sandbox containers whose host process died (killed before its own cleanup).
+
+        Another run on this host may be removing the same orphan at the same moment: a container
+        already gone is not an error."""
+        import docker.errors
+
         removed = []
         for item in self.api().containers(all=True, filters={"label": LABEL}):
             pid = int(item.get("Labels", {}).get(PID_LABEL, "0"))
             if pid > 0 and not _alive(pid):
-                self.api().remove_container(item["Id"], force=True)
+                try:
+                    self.api().remove_container(item["Id"], force=True)
+                except docker.errors.NotFound:
+                    continue
                 removed.append(item["Id"])
         return removed
 

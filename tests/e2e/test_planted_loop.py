@@ -135,8 +135,8 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
                 return []
             return ["not under test: only the small-size top-up trains on the promoted model"]
 
-        def run_then_end_after_the_fix(ticket: Any) -> Any:
-            outcome = run_ticket(ticket)  # the prediction is scored on dev inside, with the outcome
+        def run_then_end_after_the_fix(ticket: Any, wall_left_s: float | None = None) -> Any:
+            outcome = run_ticket(ticket, wall_left_s)  # the prediction is scored on dev inside, with the outcome
             if ticket.kind is TicketKind.DATA and _small_slice(ticket.change):
                 deps.caps = deps.caps.model_copy(update={"tickets": 0})  # what follows is not under test
             return outcome

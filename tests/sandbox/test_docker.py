@@ -35,3 +35,21 @@ def test_image_holds_no_secrets_only_mount_points(docker_backend: SandboxBackend
     assert files == {"etc/passwd", "etc/group", "etc/nsswitch.conf", "etc/hosts"}
     image = docker_backend.api().inspect_image(docker_backend.policy.image)  # type: ignore[attr-defined]
     assert image["Config"]["User"] == f"{docker_backend.policy.uid}:{docker_backend.policy.gid}"
+
+
+@pytest.mark.docker
+def test_an_orphan_another_run_removed_first_is_not_an_error(docker_backend: SandboxBackend,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs on one host both clean up orphans before their sandboxes start: the one that
+    comes second finds the container gone, and its ticket must not fail for that."""
+    assert isinstance(docker_backend, DockerBackend)
+    docker_backend.ensure_image()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    api = docker_backend.api()
+    orphan = api.create_container(docker_backend.policy.image, command=["sleep", "100"],
+                                  labels={LABEL: "1", PID_LABEL: str(dead.pid)})["Id"]
+    listed = api.containers(all=True, filters={"label": LABEL})  # what this run saw
+    api.remove_container(orphan, force=True)  # ... before the other run removed it
+    monkeypatch.setattr(api, "containers", lambda **_: listed)
+    assert orphan not in docker_backend.remove_orphans()
