@@ -27,10 +27,33 @@ PING_TIMEOUT_S = 5  # how long the engine has to answer
 API_TIMEOUT_S = 60  # any other engine call
 NOFILE = 4096
 LABEL = "segfactory.sandbox"  # on every sandbox container
-PID_LABEL = "segfactory.host_pid"  # the host process that owns it; dead -> the container is removed
+PID_LABEL = "segfactory.host_pid"  # "<pid namespace>:<pid>" of the process that owns it; dead -> removed
 START_HINT = (
     "start it with `sudo dockerd &` (or `sudo systemctl start docker`), or use --backend bwrap"
 )
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def owner_label() -> str:
+    """This process as a container's owner. A pid means something only in its own PID namespace:
+    a segfactory in a compose worker container sees none of the host's pids, and must not take
+    a host run's sandboxes for orphans (it did, and removed them while they ran)."""
+    return f"{_pid_namespace()}:{os.getpid()}"
+
+
+def orphaned(label: str) -> bool:
+    """True when the owner the label names is a dead process of this PID namespace; a container
+    of another namespace is its own run's to clean up. A bare pid (older label) counts as ours."""
+    namespace, _, pid = label.rpartition(":")
+    if namespace and namespace != str(_pid_namespace()):
+        return False
+    return pid.isdigit() and int(pid) > 0 and not _alive(int(pid))
 
 
 def _alive(pid: int) -> bool:
@@ -103,8 +126,7 @@ class DockerBackend(SandboxBackend):
 
         removed = []
         for item in self.api().containers(all=True, filters={"label": LABEL}):
-            pid = int(item.get("Labels", {}).get(PID_LABEL, "0"))
-            if pid > 0 and not _alive(pid):
+            if orphaned(item.get("Labels", {}).get(PID_LABEL, "0")):
                 try:
                     self.api().remove_container(item["Id"], force=True)
                 except docker.errors.NotFound:
@@ -122,7 +144,7 @@ class DockerBackend(SandboxBackend):
             container = api.create_container(
                 self.policy.image, command=session.inner_command, user=self.container_user(),
                 working_dir="/work", environment=session.env, host_config=self._host_config(session),
-                network_disabled=True, labels={LABEL: "1", PID_LABEL: str(os.getpid())}, stdin_open=False, tty=False,
+                network_disabled=True, labels={LABEL: "1", PID_LABEL: owner_label()}, stdin_open=False, tty=False,
             )
             try:
                 return self._run(api, container["Id"], session)

@@ -53,3 +53,17 @@ def test_an_orphan_another_run_removed_first_is_not_an_error(docker_backend: San
     api.remove_container(orphan, force=True)  # ... before the other run removed it
     monkeypatch.setattr(api, "containers", lambda **_: listed)
     assert orphan not in docker_backend.remove_orphans()
+
+
+def test_a_container_of_another_pid_namespace_is_not_judged_by_this_one() -> None:
+    """A segfactory in a compose worker container and one on the host share the engine: each
+    sees only its own namespace's pids, so only its own containers may be found orphaned."""
+    from sandbox._docker import _pid_namespace, orphaned, owner_label
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    here = _pid_namespace()
+    assert owner_label() == f"{here}:{__import__('os').getpid()}" and not orphaned(owner_label())
+    assert orphaned(f"{here}:{dead.pid}")  # ours, and its process is gone
+    assert not orphaned(f"{here + 1}:{dead.pid}")  # another namespace's: not ours to judge
+    assert orphaned(str(dead.pid)) and not orphaned("0") and not orphaned("junk")  # a bare pid: ours
