@@ -10,17 +10,24 @@ from sandbox import SandboxBackend
 from sandbox._docker import LABEL, PID_LABEL, DockerBackend
 
 
+def _orphan(backend: SandboxBackend) -> str:
+    """A sandbox container whose owner, a process of this PID namespace, has died."""
+    from sandbox._docker import _pid_namespace
+
+    assert isinstance(backend, DockerBackend)
+    backend.ensure_image()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    return str(backend.api().create_container(backend.policy.image, command=["sleep", "100"],
+                                              labels={LABEL: "1", PID_LABEL: f"{_pid_namespace()}:{dead.pid}"})["Id"])
+
+
 @pytest.mark.docker
 def test_containers_of_a_dead_host_process_are_removed(docker_backend: SandboxBackend) -> None:
     assert isinstance(docker_backend, DockerBackend)
-    docker_backend.ensure_image()
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    api = docker_backend.api()
-    orphan = api.create_container(docker_backend.policy.image, command=["sleep", "100"],
-                                  labels={LABEL: "1", PID_LABEL: str(dead.pid)})["Id"]
+    orphan = _orphan(docker_backend)
     assert orphan in docker_backend.remove_orphans()
-    assert not api.containers(all=True, filters={"id": orphan})
+    assert not docker_backend.api().containers(all=True, filters={"id": orphan})
 
 
 @pytest.mark.docker
@@ -43,12 +50,8 @@ def test_an_orphan_another_run_removed_first_is_not_an_error(docker_backend: San
     """Two runs on one host both clean up orphans before their sandboxes start: the one that
     comes second finds the container gone, and its ticket must not fail for that."""
     assert isinstance(docker_backend, DockerBackend)
-    docker_backend.ensure_image()
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+    orphan = _orphan(docker_backend)
     api = docker_backend.api()
-    orphan = api.create_container(docker_backend.policy.image, command=["sleep", "100"],
-                                  labels={LABEL: "1", PID_LABEL: str(dead.pid)})["Id"]
     listed = api.containers(all=True, filters={"label": LABEL})  # what this run saw
     api.remove_container(orphan, force=True)  # ... before the other run removed it
     monkeypatch.setattr(api, "containers", lambda **_: listed)
