@@ -33,6 +33,11 @@ START_HINT = (
 )
 
 
+def engine_address() -> str:
+    """Where the Docker engine answers: ``$DOCKER_HOST``, else docker-py's default unix socket."""
+    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+
 def _pid_namespace() -> int:
     try:
         return os.stat("/proc/self/ns/pid").st_ino
@@ -77,7 +82,7 @@ class DockerBackend(SandboxBackend):
             import docker
 
             try:
-                client = docker.APIClient(base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+                client = docker.APIClient(base_url=engine_address(),
                                           timeout=PING_TIMEOUT_S, version="auto")
                 client.ping()
             except Exception as exc:

@@ -26,7 +26,7 @@ from segfactory.errors import PolicyError
 
 DRIVER_INFO = Path("/proc/driver/nvidia/gpus")  # one folder per GPU (its PCI address), with `information`
 DEV = Path("/dev")
-CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")  # the policy's default (gpu_control_nodes)
+CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")  # bound when present; the policy's default
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class GpuPlan:
         return [DeviceRequest(driver="nvidia", device_ids=[g.uuid for g in self.gpus], capabilities=[["gpu"]])]
 
     def record(self) -> list[dict[str, Any]]:
-        """What was bound, for the sandbox's limit evidence and the audit log."""
+        """What was bound, as plain data (minor, UUID, model per GPU)."""
         return [{"minor": g.minor, "uuid": g.uuid, "model": g.model} for g in self.gpus]
 
 

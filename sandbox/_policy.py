@@ -14,6 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sandbox._gpu import CONTROL_NODES
 from segfactory.errors import PolicyError
 
 POLICY_PATH = Path(__file__).resolve().parent.parent / "policies" / "sandbox.yaml"
@@ -54,7 +55,7 @@ class SandboxPolicy(BaseModel):
     # /dev nodes a sandbox with an assigned GPU gets besides that GPU's /dev/nvidia<minor> (bwrap;
     # docker's NVIDIA toolkit binds its own set). A GPU node (nvidia<digits>) may not be listed:
     # which GPU a sandbox gets is the scheduler's assignment, never the policy's.
-    gpu_control_nodes: tuple[str, ...] = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+    gpu_control_nodes: tuple[str, ...] = CONTROL_NODES
 
     @model_validator(mode="after")
     def _only_driver_control_nodes(self) -> SandboxPolicy:

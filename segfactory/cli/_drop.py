@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 GATE_START_S = 60.0  # time for the served gate to answer; past this: HomeError
-DOCKER_SOCKET = "/var/run/docker.sock"  # docker-py's default when DOCKER_HOST is not set
 
 
 def docker_keeps_root(socket: str) -> str:
@@ -109,7 +108,9 @@ def docker_socket_groups() -> tuple[str, tuple[int, ...] | None]:
     """(the engine's address, the groups ``segfactory`` needs to use it): its unix socket's group
     when that group is not root's and may read and write it; () for an engine reached over TCP,
     where no file permission applies; None when only root can use the socket."""
-    host = os.environ.get("DOCKER_HOST", f"unix://{DOCKER_SOCKET}")
+    from sandbox._docker import engine_address
+
+    host = engine_address()
     if not host.startswith("unix://"):
         return host, ()
     path = host.removeprefix("unix://")
