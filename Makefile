@@ -8,7 +8,7 @@ STAMP    := $(VENV)/.installed
 DEMO_HOME ?= $(or $(SEGFACTORY_HOME),$(or $(XDG_DATA_HOME),$(HOME)/.local/share)/segfactory-demo)
 PYTEST_FAST := -m "not slow"
 
-.PHONY: demo test test-fast lint setup system venv clean bench
+.PHONY: demo test test-fast lint setup system venv clean bench gpu-check
 
 demo: setup
 	$(BIN)/segfactory init --profile demo --home "$(DEMO_HOME)"
@@ -47,6 +47,10 @@ $(STAMP): pyproject.toml
 
 bench: venv
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+# On a machine with an NVIDIA GPU: set-up, GPU tests, sandbox verify, a short default run, bench_gpu.
+gpu-check:
+	bash scripts/gpu-check.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -21,9 +21,13 @@ def render_markdown(r: Any) -> str:
     """The whole report, section by section."""
     lines = [f"# Run {r.run_id}", "",
              f"- profile `{r.profile}`, proposer `{r.proposer}`, sandbox backend `{r.backend}`",
+             *([f"- training config `{r.base_config}`" + (f": {r.sized_note}" if r.sized_note else "")]
+               if r.base_config else []),
              f"- started {_when(r.started_at)}, ended {_when(r.ended_at)}; stopped because: {r.stop_reason or 'done'}",
              f"- win rule sha256 `{(r.win_rule_sha256 or NOT_MEASURED)[:16]}` (pinned at start)",
-             f"- device time spent {r.device_seconds:.0f} s", ""]
+             f"- device time spent {r.device_seconds:.0f} s"
+             + (f"; tickets trained {r.concurrency} at a time, each charged its own sandbox time"
+                if r.concurrency > 1 else ""), ""]
     for section in (_counts, _rounds, _predictions, _tickets, _plots, _milestone, _approvals, _labelling, _audit, _llm, _did_not_do):
         lines += section(r)
     return "\n".join(lines) + "\n"

@@ -61,7 +61,8 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
                     approvals=ApprovalQueue(req.home.state_db, audit),
                     plateau_tickets=0 if fill else defaults.plateau.tickets_without_dev_win,
                     default_action=defaults.default_action, default_budget=defaults.ticket,
-                    device_left_share=0.0 if fill else DEVICE_LEFT_SHARE)
+                    device_left_share=0.0 if fill else DEVICE_LEFT_SHARE,
+                    concurrency=int(record.get("concurrency", 1)))
     if record.get("code_agent"):  # code drafts get their files from the code-editing agent first
         from agents.code_arm import with_code_arm
 
@@ -82,9 +83,10 @@ def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults:
     home, run_id = req.home, record["run_id"]
     rule, _ = load_win_rule()
     setup = RunSetup(home=home, run_id=run_id, backend=record["backend"], dataset=resolve(home.root, DATASET),
-                     base_config=REPO / defaults.base_config, gate=client, audit=audit,
+                     base_config=REPO / record.get("base_config", defaults.base_config), gate=client, audit=audit,
                      dev_margin=rule.dev_rule.dev_margin, progress=req.progress, threshold=rule.threshold,
-                     max_epochs=load_budget_policy().for_profile(record["profile"]).ticket.max_epochs)
+                     max_epochs=load_budget_policy().for_profile(record["profile"]).ticket.max_epochs,
+                     concurrency=int(record.get("concurrency", 1)))
     services = HostServices(setup)
     services.catalogue()  # a catalogue that does not parse stops the run here, naming the file and line
     usage = _usage(home, run_id, int(record["caps"]["llm_tokens"]))
@@ -129,6 +131,8 @@ def _write_report(services: Any, run_id: str, stop_reason: str, record: dict[str
     predictions = write_summary(home, run_id)
     report = rpt.RunReport(
         run_id=run_id, profile=record["profile"], proposer=record["proposer"], backend=record["backend"],
+        base_config=record.get("base_config"), sized_note=record.get("sized_note", ""),
+        concurrency=int(record.get("concurrency", 1)),
         stop_reason=stop_reason, started_at=record.get("started_at"), ended_at=time.time(),
         win_rule_sha256=record.get("win_rule_sha256"), tickets=rows,
         not_run=[{"id": q["id"], "hypothesis": q["hypothesis"]} for q in state.get("queue", [])],

@@ -125,6 +125,7 @@ class FactoryState(TypedDict, total=False):
     rounds: list[dict[str, Any]]  # one per analysis: {"round", "incumbent", "first_ticket"} (no score)
     since_dev_win: int  # tickets in a row without a dev win (the plateau rule)
     held: dict[str, dict[str, Any]]  # escalated ticket id -> {"ticket", "confirm_a", "pending"}
+    trained: list[dict[str, Any]]  # trained alongside the current ticket, not yet judged: {"ticket", "outcome"}
     answered: list[str]  # escalation item ids already acted on
 
 
@@ -149,6 +150,10 @@ class LoopDeps:
     # ticket starts while any device time is left, as a sweep's trials do (``compare`` sets it so
     # that every arm stops by the same rule).
     device_left_share: float = DEVICE_LEFT_SHARE
+    # Tickets trained at once: the run node takes up to this many from the head of the queue and
+    # trains them together (each admitted by the run's one scheduler); they are then gated,
+    # judged and recorded one at a time, in queue order, before the loop re-analyses or proposes.
+    concurrency: int = 1
 
 
 class _Nodes:
@@ -297,14 +302,34 @@ class _Nodes:
         return bool(same)
 
     def run(self, state: FactoryState) -> FactoryState:
+        trained = list(state.get("trained", []))
+        if trained:  # trained together with an earlier ticket: its turn to be gated and judged
+            item = trained.pop(0)
+            return {"trained": trained, "current": item["ticket"], "outcome": item["outcome"], "verdict": None}
         queue = list(state["queue"])
-        ticket = Ticket.model_validate(queue.pop(0))
-        log.info("running ticket %s: %s", ticket.id, ticket.hypothesis[:80])
+        room = max(1, self.d.caps.tickets - state.get("tickets_run", 0))  # a batch never passes the ticket cap
+        batch = [Ticket.model_validate(queue.pop(0)) for _ in range(min(max(1, self.d.concurrency), len(queue), room))]
         wall_left = self.d.caps.wall_seconds - (self.d.clock() - state["started_at"])
-        outcome = self.d.services.run_ticket(ticket, wall_left_s=wall_left)
-        return {"queue": queue, "current": ticket.model_dump(mode="json"), "outcome": outcome.model_dump(mode="json"),
-                "verdict": None, "device_seconds": state.get("device_seconds", 0.0) + outcome.device_seconds,
-                "tickets_run": state.get("tickets_run", 0) + 1}
+        for ticket in batch:
+            log.info("running ticket %s: %s", ticket.id, ticket.hypothesis[:80])
+        outcomes = self._train(state, batch, wall_left)
+        spent = sum(o.device_seconds for o in outcomes)
+        return {"queue": queue, "current": batch[0].model_dump(mode="json"), "outcome": outcomes[0].model_dump(mode="json"),
+                "trained": [{"ticket": t.model_dump(mode="json"), "outcome": o.model_dump(mode="json")}
+                            for t, o in zip(batch[1:], outcomes[1:], strict=True)],
+                "verdict": None, "device_seconds": state.get("device_seconds", 0.0) + spent,
+                "tickets_run": state.get("tickets_run", 0) + len(batch)}
+
+    def _train(self, state: FactoryState, batch: list[Ticket], wall_left: float) -> list[RunOutcome]:
+        """Each ticket of the batch through ``run_ticket``, all at once when there are several."""
+        if len(batch) == 1:
+            return [self.d.services.run_ticket(batch[0], wall_left_s=wall_left)]
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._audit(state, "tickets_trained_together", {"tickets": [t.id for t in batch],
+                                                        "concurrency": self.d.concurrency})
+        with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix="ticket") as pool:
+            return list(pool.map(lambda t: self.d.services.run_ticket(t, wall_left_s=wall_left), batch))
 
     def gate(self, state: FactoryState) -> FactoryState:
         outcome = RunOutcome.model_validate(state["outcome"])
@@ -381,17 +406,18 @@ class _Nodes:
             since = 0 if outcome.status == "dev_win" else since + 1
         update: FactoryState = {"history": [*state.get("history", []), entry.model_dump(mode="json")],
                                 "current": None, "outcome": None, "verdict": None, "since_dev_win": since}
-        spent = self._spent({**state, **update})
-        if spent:
+        spent = "" if state.get("trained") else self._spent({**state, **update})
+        if spent:  # trained tickets waiting to be judged are judged first: their device time is spent
             update["stop_reason"] = spent
         return update
 
     def _spent(self, state: FactoryState) -> str:
         caps = self.d.caps
         elapsed, done = self.d.clock() - state["started_at"], max(1, state.get("tickets_run", 0))
+        batch = max(1, self.d.concurrency)  # tickets the next run step trains together
         if elapsed >= caps.wall_seconds:
             return f"budget: wall time {caps.wall_seconds:g} s spent"
-        if elapsed + elapsed / done > caps.wall_seconds:  # the next ticket, at the average pace, would not fit
+        if elapsed + batch * elapsed / done > caps.wall_seconds:  # the next ticket(s), at the average pace
             return f"budget: wall time {caps.wall_seconds:g} s would be passed by the next ticket"
         spent, share = state.get("device_seconds", 0.0), self.d.device_left_share
         # A confirm-a WIN's replicate runs even past the device budget: its query is spent, and
@@ -400,7 +426,7 @@ class _Nodes:
         owed = any(q.get("replicate_of") for q in state.get("queue", []))
         if spent >= caps.device_seconds and not owed:
             return f"budget: device time {caps.device_seconds:g} s spent"
-        if caps.device_seconds - spent < share * spent / done and not owed:  # the next ticket would overshoot
+        if caps.device_seconds - spent < share * batch * spent / done and not owed:  # the next would overshoot
             return (f"budget: device time {caps.device_seconds:g} s: {caps.device_seconds - spent:.0f} s left, "
                     f"under {share:g} of a ticket at the average {spent / done:.0f} s")
         if state.get("tickets_run", 0) >= caps.tickets:
@@ -438,6 +464,10 @@ def _after_propose(state: FactoryState) -> str:
 def _after_record(state: FactoryState) -> str:
     if state.get("stop_reason"):
         return "milestone"
+    # Tickets trained together with the current one are judged before anything else, even when the
+    # best just moved: their device time is spent, and the gate compares each with its best of now.
+    if state.get("trained"):
+        return "run"
     if state.get("reanalyse"):  # the best moved: its weaknesses, not the old best's, come next
         return "analyse"
     return "run" if state.get("queue") else "propose"

@@ -69,6 +69,9 @@ class RunReport(_Rec):
     profile: str
     proposer: str
     backend: str
+    base_config: str | None = None  # the training config every ticket patched (None: a run before it was recorded)
+    sized_note: str = ""  # why a GPU-sized profile ran its CPU-sized config ("" when it did not)
+    concurrency: int = 1  # tickets trained at once (run --concurrency)
     stop_reason: str
     started_at: float | None
     ended_at: float

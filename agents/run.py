@@ -39,6 +39,14 @@ class Plateau(_Strict):
     tickets_without_dev_win: int = Field(default=0, ge=0)  # 0: never (the budget ends the run)
 
 
+class CpuSizing(_Strict):
+    """What replaces a GPU-sized profile's config and ticket budget on a machine without a GPU."""
+
+    base_config: str
+    ticket: Budget
+    run: dict[str, float] = Field(default_factory=dict)  # replaces the profile's run defaults key by key
+
+
 class RunDefaults(_Strict):
     base_config: str
     ticket: Budget
@@ -46,6 +54,10 @@ class RunDefaults(_Strict):
     plateau: Plateau = Plateau()
     explore: bool = True  # fill the batch with TPE around the incumbent when the analysis has nothing new
     default_action: bool = True  # each round on a trained best starts with a fresh-seed re-run (a control)
+    cpu: CpuSizing | None = None  # the profile is sized for a GPU; this is its CPU-sized variant
+    # Set by ``load_run_defaults``, never in run.yaml: why the CPU-sized variant replaced the profile's
+    # own config ("" when it did not). The run says it at start and the report names the config.
+    sized_note: str = ""
 
 
 class RunPolicy(_Strict):
@@ -53,14 +65,46 @@ class RunPolicy(_Strict):
     profiles: dict[str, RunDefaults]
 
 
-def load_run_defaults(profile: str, path: Path = RUN_POLICY) -> RunDefaults:
-    """One profile of ``policies/run.yaml``; a file that does not parse names the file and line."""
+def load_run_defaults(profile: str, path: Path = RUN_POLICY, *, has_gpu: bool | None = None) -> RunDefaults:
+    """One profile of ``policies/run.yaml`` for this machine; a file that does not parse names the
+    file and line. A profile sized for a GPU (one with a ``cpu`` variant) gets that variant's config
+    and ticket budget where the machine has no NVIDIA GPU (``has_gpu``; None: ask the driver)."""
     from agents.actions import load_yaml_policy
 
     policy: RunPolicy = load_yaml_policy(path, RunPolicy)
     if profile not in policy.profiles:
         raise UsageError(f"{path} has no profile {profile!r}; known: {', '.join(policy.profiles)}")
-    return policy.profiles[profile]
+    defaults = policy.profiles[profile]
+    if defaults.cpu is None:
+        return defaults
+    if has_gpu is None:
+        from segfactory.gpus import host_gpus
+
+        has_gpu = bool(host_gpus())
+    if has_gpu:
+        return defaults
+    cpu = defaults.cpu
+    note = (f"no NVIDIA GPU on this machine: profile {profile!r} uses its CPU-sized config {cpu.base_config} "
+            f"({cpu.ticket.device_seconds:g} device-s, {cpu.ticket.epochs} epochs a ticket) instead of "
+            f"{defaults.base_config}, which is sized for one GPU")
+    return defaults.model_copy(update={"base_config": cpu.base_config, "ticket": cpu.ticket,
+                                       "run": {**defaults.run, **cpu.run}, "cpu": None, "sized_note": note})
+
+
+def check_base_config(defaults: RunDefaults, *, has_gpu: bool | None = None) -> None:
+    """Refuse, before anything starts, a base config that asks for CUDA on a machine without a GPU."""
+    from vision.config import load_config
+
+    config = load_config(REPO / defaults.base_config)
+    if config.device != "cuda":
+        return
+    if has_gpu is None:
+        from segfactory.gpus import host_gpus
+
+        has_gpu = bool(host_gpus())
+    if not has_gpu:
+        raise UsageError(f"{defaults.base_config} asks for device cuda and this machine has no NVIDIA GPU "
+                         "(no /proc/driver/nvidia/gpus); use a config with device auto or cpu")
 
 
 @dataclass(frozen=True)
@@ -79,6 +123,7 @@ class RunRequest:
     # left, as a sweep does: no plateau rule, no half-ticket rule. ``compare`` sets it so that every
     # arm stops by the same rule and spends its budget.
     fill_budget: bool = False
+    concurrency: int = 1  # tickets trained at once under the run's one scheduler (--concurrency)
 
 
 def run_caps(req: RunRequest, defaults: RunDefaults) -> Any:
@@ -113,7 +158,8 @@ def _read_record(home: Home, run_id: str) -> dict[str, Any]:
     return record
 
 
-def _run_record(home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sha: str) -> dict[str, Any]:
+def _run_record(home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sha: str,
+                defaults: RunDefaults) -> dict[str, Any]:
     """Write runs/<id>/run.json at start; on resume read it and refuse a changed win rule."""
     path = home.runs / run_id / RUN_FILE
     if req.resume:
@@ -127,7 +173,8 @@ def _run_record(home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sh
     record = {"run_id": run_id, "profile": req.profile, "proposer": req.proposer, "backend": req.backend,
               "caps": caps.model_dump(), "win_rule_sha256": win_rule_sha, "started_at": time.time(),
               "judge": req.judge or default_judge(req.proposer), "code_agent": req.code_agent,
-              "fill_budget": req.fill_budget, "user": running_user()}
+              "fill_budget": req.fill_budget, "user": running_user(), "base_config": defaults.base_config,
+              "sized_note": defaults.sized_note, "concurrency": req.concurrency}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=True))
     return record
@@ -187,12 +234,19 @@ def start_run(req: RunRequest) -> dict[str, Any]:
         req.progress(f"run {req.resume} already finished; nothing to do")
         return finished_summary(home, req.resume)
     defaults = load_run_defaults(req.profile)
+    if req.resume:  # a resumed run keeps the config it started with, whatever this machine has now
+        started = _read_record(home, req.resume).get("base_config")
+        if started and started != defaults.base_config:
+            defaults = defaults.model_copy(update={"base_config": started, "sized_note": ""})
+    check_base_config(defaults)
+    if defaults.sized_note and not req.resume:
+        req.progress(defaults.sized_note)
     caps = run_caps(req, defaults)
     verify_sandbox(req.backend, home, req.progress)
     with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as audit:  # a served gate, or one started
         client = anchor.client
         run_id = req.resume or new_run_id()
-        record = _run_record(home, req, run_id, caps, check_win_rule(client))
+        record = _run_record(home, req, run_id, caps, check_win_rule(client), defaults)
         summary = execute(req, record, client, audit, defaults)
         audit.close_run(run_id)  # anchors the chain head: no unanchored window after a run
     record["finished_at"] = time.time()
@@ -200,4 +254,4 @@ def start_run(req: RunRequest) -> dict[str, Any]:
     return summary
 
 
-__all__ = ["RUN_FILE", "RunRequest", "load_run_defaults", "new_run_id", "run_caps", "start_run"]
+__all__ = ["RUN_FILE", "RunRequest", "check_base_config", "load_run_defaults", "new_run_id", "run_caps", "start_run"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ class RunSetup:
     threshold: float = 0.5  # policies/win_rule.yaml threshold: dev scores of candidate and best both use it
     max_epochs: int = 10  # policies/budgets.yaml per-ticket epoch cap (an epochs action stays within it)
     refuse_repeats: bool = True  # refuse a ticket that trains exactly its parent's inputs
+    concurrency: int = 1  # tickets the run's one scheduler lets train at once (run --concurrency)
 
 
 DATASET_FILE = "dataset.json"  # in runs/<id>/topups/<ticket>/: the top-up version a data ticket trained on
@@ -108,6 +110,9 @@ class HostServices:
     _best: _Best | None = field(default=None, repr=False)
     _predictions: Predictions | None = field(default=None, repr=False)
     _catalogue: Any = field(default=None, repr=False)
+    _scheduler: Any = field(default=None, repr=False)  # one runner.Scheduler for the whole run
+    # Held by every step of run_ticket except the sandboxed training (tickets train concurrently).
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     # -- helpers ------------------------------------------------------------------------------
     @property
@@ -119,6 +124,16 @@ class HostServices:
         path = self.home.people_dir(self.setup.run_id)
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def scheduler(self) -> Any:
+        """The run's one ``runner.Scheduler``: every ticket of the run is admitted by it, so that
+        concurrent tickets share its memory accounting and split the CPU between them."""
+        with self._lock:
+            if self._scheduler is None:
+                from runner.scheduler import Scheduler, SchedulerSettings
+
+                self._scheduler = Scheduler.for_home(self.home, SchedulerSettings(concurrency=self.setup.concurrency))
+            return self._scheduler
 
     def audit(self, event: str, payload: dict[str, Any]) -> None:
         self.setup.audit.append(Actor.SYSTEM, event, payload, run_id=self.setup.run_id)
@@ -301,35 +316,53 @@ class HostServices:
         return DevAnalysis.from_report(report)
 
     def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
+        """Train ``ticket`` in the sandbox and compare it with the current best on dev.
+
+        Safe to call from several threads at once (the loop trains up to the scheduler's
+        concurrency together): only the sandboxed training runs unlocked; planning, the people's
+        files, the dev comparison and the prediction scoring take the services' lock in turn."""
         from runner import TicketOutcome, TicketStatus
 
         folder = self.home.tickets_dir(self.setup.run_id) / ticket.id
         done = folder / "outcome.json"
-        lineage = self.lineage().get(ticket.id)
-        if done.is_file():  # a resumed run: this ticket finished before the crash
-            outcome = TicketOutcome.model_validate_json(done.read_text())
-            lineage = lineage or self.plan(ticket)
-        else:
-            if folder.exists():
-                self._set_aside(folder)
-            self.setup.progress(f"ticket {ticket.id} ({ticket.kind.value}): {ticket.hypothesis[:70]}")
-            with (self.people / TICKETS_FILE).open("a") as fh:  # for the report: kind, replicate_of, budget
-                fh.write(ticket.model_dump_json() + "\n")
+        with self._lock:
+            lineage = self.lineage().get(ticket.id)
+            resumed = done.is_file()
+            if resumed:  # a resumed run: this ticket finished before the crash
+                outcome = TicketOutcome.model_validate_json(done.read_text())
+                lineage = lineage or self.plan(ticket)
+            else:
+                if folder.exists():
+                    self._set_aside(folder)
+                self.setup.progress(f"ticket {ticket.id} ({ticket.kind.value}): {ticket.hypothesis[:70]}")
+                with (self.people / TICKETS_FILE).open("a") as fh:  # for the report: kind, replicate_of, budget
+                    fh.write(ticket.model_dump_json() + "\n")
+                try:
+                    lineage = self._start(ticket)
+                    parent = self._parent_of(ticket)
+                    runnable = self._runnable(ticket, parent)
+                except SegfactoryError as exc:  # e.g. a slice the generator cannot target: a recorded failure
+                    return self._failed_to_start(ticket, exc)
+        if not resumed:
             try:
-                lineage = self._start(ticket)
-                outcome = self._execute(ticket, lineage, wall_left_s)
-            except SegfactoryError as exc:  # e.g. a slice the generator cannot target: a recorded failure
-                self.audit("ticket_failed", {"ticket_id": ticket.id, "reason": str(exc)})
-                self.setup.progress(f"  {ticket.id}: failed: {exc}")
-                return RunOutcome(ticket_id=ticket.id, status="failed", device_seconds=0.0, reason=str(exc))
-        if outcome.status is not TicketStatus.DONE or outcome.evidence is None:
-            self.setup.progress(f"  {ticket.id}: {outcome.status.value.lower()}: {(outcome.reason or '')[:120]}")
-            return RunOutcome(ticket_id=ticket.id, status="failed", device_seconds=outcome.device_seconds,
-                              reason=outcome.reason or outcome.status.value)
-        metrics = outcome.evidence.dev_metrics
-        if abs(outcome.evidence.threshold - self.setup.threshold) > 1e-12:  # the rule's threshold, for both
-            metrics = self._dev_metrics(folder / "model.onnx")
-        return self._compare(ticket, lineage, metrics, outcome.device_seconds, folder / "model.onnx")
+                outcome = self._execute(runnable, parent, lineage, wall_left_s)
+            except SegfactoryError as exc:
+                with self._lock:
+                    return self._failed_to_start(ticket, exc)
+        with self._lock:
+            if outcome.status is not TicketStatus.DONE or outcome.evidence is None:
+                self.setup.progress(f"  {ticket.id}: {outcome.status.value.lower()}: {(outcome.reason or '')[:120]}")
+                return RunOutcome(ticket_id=ticket.id, status="failed", device_seconds=outcome.device_seconds,
+                                  reason=outcome.reason or outcome.status.value)
+            metrics = outcome.evidence.dev_metrics
+            if abs(outcome.evidence.threshold - self.setup.threshold) > 1e-12:  # the rule's threshold, for both
+                metrics = self._dev_metrics(folder / "model.onnx")
+            return self._compare(ticket, lineage, metrics, outcome.device_seconds, folder / "model.onnx")
+
+    def _failed_to_start(self, ticket: Ticket, exc: SegfactoryError) -> RunOutcome:
+        self.audit("ticket_failed", {"ticket_id": ticket.id, "reason": str(exc)})
+        self.setup.progress(f"  {ticket.id}: failed: {exc}")
+        return RunOutcome(ticket_id=ticket.id, status="failed", device_seconds=0.0, reason=str(exc))
 
     def _start(self, ticket: Ticket) -> Lineage:
         """Plan the ticket, refuse a repeat of its parent, and record its lineage before it trains."""
@@ -351,16 +384,16 @@ class HostServices:
         self.audit("ticket_set_aside", {"ticket_id": folder.name, "moved_to": str(aside),
                                         "reason": "folder without outcome.json: the run crashed mid-ticket"})
 
-    def _execute(self, ticket: Ticket, lineage: Lineage, wall_left_s: float | None = None) -> Any:
+    def _execute(self, runnable: Ticket, parent: Incumbent, lineage: Lineage, wall_left_s: float | None = None) -> Any:
+        """The ticket (patched onto ``parent`` by ``_runnable``) in the sandbox; runs unlocked."""
         from runner import execute_ticket
         from synthetic.versions import resolve
 
         s = self.setup
-        parent = self._parent_of(ticket)
-        return execute_ticket(self._runnable(ticket, parent), home=s.home,
+        return execute_ticket(runnable, home=s.home,
                               dataset_version=resolve(s.home.root, lineage.dataset), backend=s.backend,
                               base_config=parent.config, audit=s.audit, run_id=s.run_id, scorer=self._score,
-                              progress=s.progress, wall_left_s=wall_left_s)
+                              progress=s.progress, wall_left_s=wall_left_s, scheduler=self.scheduler())
 
     def dataset_for(self, ticket: Ticket, parent: Incumbent | None = None) -> Any:
         """The dataset version a ticket trains on: the incumbent's, a version the ticket names

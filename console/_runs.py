@@ -8,6 +8,7 @@ it shows ``runs/<id>/people/`` content (PNG plots, reports).
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -105,7 +106,34 @@ def progress(home: Home, run_id: str) -> dict[str, Any]:
         "history": list(state.get("history", [])),
         "decisions": list(state.get("decisions", [])),
         "taken_approvals": list(state.get("taken_approvals", [])),
+        "training": [] if ended is not None else training(home, run_id),
     }
+
+
+def training(home: Home, run_id: str) -> list[dict[str, Any]]:
+    """Tickets of the run training now (a ``progress.json`` and no ``outcome.json`` yet), with the
+    latest epoch the runner read from the sandbox: the sandbox's own report, not evidence. Only
+    numbers pass (the host wrote the file, but its numbers came from sandboxed code)."""
+    from runner._progress import NOT_EVIDENCE, PROGRESS_FILE
+
+    folder = home.tickets_dir(run_id)
+    if not folder.is_dir():
+        return []
+    rows = []
+    for ticket in sorted(folder.iterdir()):
+        record = ticket / PROGRESS_FILE
+        if not record.is_file() or (ticket / "outcome.json").exists() or not RUN_ID.match(ticket.name):
+            continue
+        try:
+            data = json.loads(record.read_text()[:4096])
+        except (OSError, ValueError):
+            continue
+        row: dict[str, Any] = {"ticket_id": ticket.name, "note": NOT_EVIDENCE}
+        for key in ("epoch", "epochs", "train_loss", "device_seconds_spent", "device_seconds_left", "updated_at"):
+            value = data.get(key) if isinstance(data, dict) else None
+            row[key] = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        rows.append(row)
+    return rows
 
 
 def _ticket_row(ticket: Any) -> dict[str, Any]:

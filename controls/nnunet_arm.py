@@ -58,17 +58,17 @@ class NnunetServices(ControlServices):
     version) with one difference: the budget policy is the arm's, not the profile's per-ticket cap.
     """
 
-    def _execute(self, ticket: Ticket, lineage: Any, wall_left_s: float | None = None) -> Any:
+    def _execute(self, runnable: Ticket, parent: Any, lineage: Any, wall_left_s: float | None = None) -> Any:
         from runner import execute_ticket
         from synthetic.versions import resolve
 
         s = self.setup
-        parent = self._parent_of(ticket)
-        policy = BudgetPolicy(max_device_seconds=ticket.budget.device_seconds, max_epochs=NNUNET_MAX_EPOCHS)
-        return execute_ticket(self._runnable(ticket, parent), home=s.home,
+        policy = BudgetPolicy(max_device_seconds=runnable.budget.device_seconds, max_epochs=NNUNET_MAX_EPOCHS)
+        return execute_ticket(runnable, home=s.home,
                               dataset_version=resolve(s.home.root, lineage.dataset), backend=s.backend,
                               base_config=parent.config, audit=s.audit, run_id=s.run_id, scorer=self._score,
-                              budget_policy=policy, progress=s.progress, wall_left_s=wall_left_s)
+                              budget_policy=policy, progress=s.progress, wall_left_s=wall_left_s,
+                              scheduler=self.scheduler())
 
 
 def reported_plan(ticket_dir: Path) -> dict[str, Any] | None:

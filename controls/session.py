@@ -73,8 +73,9 @@ def new_run_id(prefix: str) -> str:
 
 @contextmanager
 def control_session(home: Home, *, backend: str, profile: str, run_id: str, kind: str,
-                    progress: Callable[[str], None]) -> Iterator[Session]:
-    """Verify the sandbox, start (or reach) the gate, open the audit log; close the run at the end."""
+                    progress: Callable[[str], None], concurrency: int = 1) -> Iterator[Session]:
+    """Verify the sandbox, start (or reach) the gate, open the audit log; close the run at the end.
+    ``concurrency``: tickets the session's one scheduler lets train at once."""
     import yaml
 
     from agents.judge import Judge
@@ -94,9 +95,10 @@ def control_session(home: Home, *, backend: str, profile: str, run_id: str, kind
         rule, _ = load_win_rule()
         setup = RunSetup(home=home, run_id=run_id, backend=backend, dataset=resolve(home.root, DATASET),
                          base_config=base_path, gate=client, audit=audit, dev_margin=rule.dev_rule.dev_margin,
-                         progress=progress)
+                         progress=progress, concurrency=concurrency)
         record = {"run_id": run_id, "kind": kind, "profile": profile, "backend": backend,
-                  "win_rule_sha256": digest, "started_at": time.time(), "user": running_user()}
+                  "win_rule_sha256": digest, "started_at": time.time(), "user": running_user(),
+                  "concurrency": concurrency}
         _write(home.runs / run_id / "run.json", record)
         audit.append(Actor.SYSTEM, f"{kind}_start", record, run_id=run_id)
         yield Session(ControlServices(setup), Judge(audit, run_id=run_id), audit, client, defaults.ticket,

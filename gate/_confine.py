@@ -51,8 +51,10 @@ def _system_binds() -> list[str]:
     return binds
 
 
-def confined_command(child: str, packages: tuple[str, ...], args: list[str]) -> list[str]:
-    """The bwrap invocation running ``child`` (a file path) with ``packages`` importable."""
+def confined_command(child: str, packages: tuple[str, ...], args: list[str],
+                     devices: list[str] | None = None) -> list[str]:
+    """The bwrap invocation running ``child`` (a file path) with ``packages`` importable;
+    ``devices`` are extra bwrap arguments binding device nodes (a GPU's, for the CUDA scorer)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise ConfinementError("bubblewrap (bwrap) is not installed; the gate never parses or scores unconfined")
@@ -62,7 +64,7 @@ def confined_command(child: str, packages: tuple[str, ...], args: list[str]) -> 
     # capabilities that reach kernel surface the confinement otherwise keeps out of reach)
     cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--assert-userns-disabled",
            "--die-with-parent", "--new-session", "--cap-drop", "ALL", *_system_binds()]
-    cmd += ["--ro-bind", str(base), str(base), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    cmd += ["--ro-bind", str(base), str(base), "--proc", "/proc", "--dev", "/dev", *(devices or []), "--tmpfs", "/tmp"]
     for package in packages:
         for path in _package_paths(package):
             cmd += ["--ro-bind", str(path), f"{SITE}/{path.name}"]
@@ -82,6 +84,16 @@ _BOOT = (
 def limit_child() -> None:  # runs in the child between fork and exec
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_BYTES, ADDRESS_SPACE_BYTES))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def limit_cuda_child() -> None:  # runs in the child between fork and exec
+    """``limit_child`` for a child on CUDA: the CUDA driver reserves far more virtual address space
+    than ``ADDRESS_SPACE_BYTES`` at start, so RLIMIT_AS cannot bound it; RLIMIT_DATA (private
+    writable memory) bounds its host memory instead. CPU time, file writes and cores as always."""
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+    resource.setrlimit(resource.RLIMIT_DATA, (ADDRESS_SPACE_BYTES, ADDRESS_SPACE_BYTES))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 

@@ -3,6 +3,8 @@
 This file is self-contained (standard library + numpy + onnxruntime): it is bound alone into a
 bwrap namespace that holds no vault, no home and no network, and started with ``python -I``.
 The wire format is fixed-size little-endian headers and raw float32 bytes; nothing is pickled.
+Arguments: the thread count and the one onnxruntime provider to score with (``gate._provider``);
+a provider that is not available, or a session that falls back to another, is an error frame.
 
     parent -> child   MODEL  b"SFM1" u64 nbytes, then the ONNX bytes (once, first)
     child  -> parent  READY  b"SFOK"
@@ -41,7 +43,7 @@ def _error(out, message: str) -> None:  # type: ignore[no-untyped-def]
     out.flush()
 
 
-def _serve(inp, out, threads: int) -> None:  # type: ignore[no-untyped-def]
+def _serve(inp, out, threads: int, provider: str = "CPUExecutionProvider") -> None:  # type: ignore[no-untyped-def]
     import numpy as np
     import onnxruntime as ort
 
@@ -53,7 +55,12 @@ def _serve(inp, out, threads: int) -> None:  # type: ignore[no-untyped-def]
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    session = ort.InferenceSession(_read_exact(inp, size), options, providers=["CPUExecutionProvider"])
+    model = _read_exact(inp, size)
+    if provider not in ort.get_available_providers():
+        raise ValueError(f"provider {provider} is not available here; this tier version is scored with it only")
+    session = ort.InferenceSession(model, options, providers=[provider])
+    if session.get_providers()[0] != provider:  # never a silent fallback to another provider
+        raise ValueError(f"onnxruntime fell back from {provider} to {session.get_providers()[0]}")
     out.write(MAGIC_READY)
     out.flush()
     while True:
@@ -77,9 +84,10 @@ def _serve(inp, out, threads: int) -> None:  # type: ignore[no-untyped-def]
 
 def main() -> int:
     threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    provider = sys.argv[2] if len(sys.argv) > 2 else "CPUExecutionProvider"
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     try:
-        _serve(inp, out, threads)
+        _serve(inp, out, threads, provider)
     except Exception as exc:  # every failure becomes one error frame, never a traceback
         _error(out, f"{type(exc).__name__}: {exc}")
         return 1

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from gate import tiers
+from gate._provider import ProviderError, Scoring, pinned_scoring
 from gate.intake import (
     CheckedModel,
     IntakeError,
@@ -85,6 +86,16 @@ class Gate:
         self.ledger = Ledger(self.vault / "ledger.sqlite")
         self._prob_cache: dict[tuple[str, str, int], np.ndarray] = {}
         self.integrity_check: Any = None  # set by the service: a callable raising GateError
+        self.pin_providers()
+
+    def pin_providers(self) -> None:
+        """Pin this machine's scoring provider for every built tier version not yet pinned, when
+        the gate starts (and after a rotation), so that no submission is what writes a pin."""
+        for tier, version in tiers.built_tiers(self.vault).items():
+            try:
+                self.scoring(tier, version)
+            except ProviderError:
+                pass  # pinned to CUDA and this machine lacks it: each submission says so
 
     # -- set-up -------------------------------------------------------------------------------
     def pin_win_rule(self) -> str:
@@ -137,6 +148,12 @@ class Gate:
         version = tiers.current_version(self.vault, tier)
         if version is None:
             return self._answer(ticket_id, tier, 0, Verdict.INVALID, f"tier {tier} is not built in {self.vault}")
+        try:  # a tier version pinned to a provider this machine lacks: refused before a query is spent
+            self.scoring(tier, version, pin_it=False)
+        except ProviderError as exc:
+            self.ledger.queue_event("gate.provider_unavailable", {"tier": tier, "tier_version": version,
+                                                                  "reason": str(exc)})
+            return self._answer(ticket_id, tier, version, Verdict.INVALID, str(exc))
         if not self.ledger.reserve_query(ticket_id, tier, version, model_sha, replicate_of, run_id):
             reason = f"budget of {tier} v{version} is spent"
             self.ledger.record_refusal(ticket_id, tier, version, model_sha, Verdict.BUDGET_EXHAUSTED.value, reason)
@@ -273,6 +290,10 @@ class Gate:
             self.ledger.queue_event("gate.quarantine", {"run_id": run_id, "ticket_id": ticket_id, "reason": str(exc)})
             raise GateError(f"leak: {exc}; run quarantined, a person must review and rotate") from None
 
+    def scoring(self, tier: str, version: int, *, pin_it: bool = True) -> Scoring:
+        """The provider a tier version is scored with, pinned at its first score (``gate._provider``)."""
+        return pinned_scoring(tiers.tier_dir(self.vault, tier, version), pin_it=pin_it)
+
     def _compare(self, checked: CheckedModel, tier: str, version: int, rule: WinRule) -> Any:
         best = self.ledger.current_best()
         if best is None:
@@ -281,19 +302,22 @@ class Gate:
         images, masks = np.asarray(split.images), np.asarray(split.masks)
         views = perturbed_views(images, masks, rule)
         stacked = np.concatenate([images, *(v[0] for v in views)])  # one confined pass: clean, then each view
-        best_prob = self._best_prob(best, tier, version, stacked)
-        cand_prob = score_checked(checked, stacked)[:, 0]
+        scoring = self.scoring(tier, version)
+        best_prob = self._best_prob(best, tier, version, stacked, scoring)
+        cand_prob = score_checked(checked, stacked, scoring=scoring)[:, 0]
         n = len(images)
         perturbed = [(best_prob[(i + 1) * n:(i + 2) * n], cand_prob[(i + 1) * n:(i + 2) * n], view_masks)
                      for i, (_, view_masks) in enumerate(views)]
         return decide(best_prob[:n], cand_prob[:n], masks, rule, perturbed)
 
-    def _best_prob(self, best: dict[str, Any], tier: str, version: int, images: np.ndarray) -> np.ndarray:
-        """The best's probabilities on a tier version's clean and perturbed images (cached: the rule is pinned)."""
+    def _best_prob(self, best: dict[str, Any], tier: str, version: int, images: np.ndarray,
+                   scoring: Scoring) -> np.ndarray:
+        """The best's probabilities on a tier version's clean and perturbed images (cached: the rule
+        and the version's provider are pinned)."""
         key = (str(best["model_sha256"]), tier, version)
         if key not in self._prob_cache:
             checked = inspect_model(Path(best["model_path"]))
-            self._prob_cache[key] = score_checked(checked, images)[:, 0]
+            self._prob_cache[key] = score_checked(checked, images, scoring=scoring)[:, 0]
         return self._prob_cache[key]
 
     def _answer(self, ticket_id: str, tier: str, version: int, verdict: Verdict, reason: str,
@@ -344,4 +368,5 @@ class Gate:
         rule, _ = load_win_rule(self.win_rule_path)
         self.ledger.add_tier_version(tier, version, rule.budgets.get(tier, 0))  # type: ignore[call-overload]
         self.ledger.queue_event("gate.rotate", {"tier": tier, "version": version})
+        self.pin_providers()
         return version

@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from gate import tiers
+from gate._provider import ProviderError
 from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
 from gate.ledger import LedgerError
 from gate.scorer import ScoringError, score_checked
@@ -84,14 +85,19 @@ def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -
     from vision.metrics import SIZE_BIN_NAMES, aggregate, object_f1, per_image_metrics
 
     _, split = tiers.read_tier(gate.vault, tier, version)
-    prob = score_checked(model, np.asarray(split.images))[:, 0]
+    try:
+        scoring = gate.scoring(tier, version)
+    except ProviderError as exc:
+        raise GateError(str(exc)) from None
+    prob = score_checked(model, np.asarray(split.images), scoring=scoring)[:, 0]
     per = per_image_metrics(prob, np.asarray(split.masks), threshold=rule.threshold, iou_match=rule.iou_match)
     cmp = rule.comparison
     interval = bootstrap_ci((per.object_tp, per.object_fp, per.object_fn), object_f1,
                             n_boot=cmp.n_boot, seed=cmp.seed, alpha=cmp.alpha)
     scores = aggregate(per)
     slices = slice_recall(per.size_hits, per.size_count, rule.robust.min_support)
-    return {"object_f1": interval.as_dict(), "pixel_iou": scores["pixel_iou"], "dice": scores["dice"],
+    return {"provider": scoring.provider, "object_f1": interval.as_dict(), "pixel_iou": scores["pixel_iou"],
+            "dice": scores["dice"],
             "object_recall": scores["object_recall"], "n_images": len(split),
             "n_detections": int(per.object_tp.sum() + per.object_fp.sum()),
             "n_voids": int(per.object_tp.sum() + per.object_fn.sum()),

@@ -9,11 +9,15 @@ the host for dev metrics and the gate uses it for verdicts.
 
 Limits, enforced on the child: ``CPU_SECONDS`` of CPU time (past it the kernel kills it),
 ``ADDRESS_SPACE_BYTES`` of memory, no file writes (``RLIMIT_FSIZE`` 0), ``THREADS`` compute
-threads, ``WALL_SECONDS`` per answer. Any breach raises ``ScoringError``.
+threads, ``WALL_SECONDS`` per answer. Any breach raises ``ScoringError``. The provider is the
+CPU's unless a ``Scoring`` names CUDA (``gate._provider``); then the child also gets that one
+GPU's device nodes, only it is visible (``CUDA_VISIBLE_DEVICES``), and RLIMIT_DATA replaces
+RLIMIT_AS (``gate._confine.limit_cuda_child``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import select
 import struct
@@ -33,8 +37,15 @@ from gate._confine import (
     child_env,
     confined_command,
     limit_child,
+    limit_cuda_child,
 )
+from gate._provider import CPU, Scoring
 from gate.intake import CheckedModel, IntakeError, inspect_model
+from segfactory.gpus import DEV, GpuPlan
+from vision.tiling import predict_batched
+
+CPU_SCORING = Scoring(CPU)  # the runner's dev scoring, and any tier version pinned to the CPU
+GPU_DEV = DEV  # where the scoring GPU's device nodes are (tests point it at stand-in nodes)
 
 THREADS = 2  # onnxruntime intra-op threads (and OMP/MKL threads) in the child
 WALL_SECONDS = 300.0  # wall time to wait for one answer; past this: killed, ScoringError
@@ -47,23 +58,38 @@ class ScoringError(Exception):
     """The model could not be scored; the message is the reason for people."""
 
 
-def bwrap_command(threads: int = THREADS) -> list[str]:
-    """The bwrap invocation: runtime read-only, nothing else, every namespace unshared."""
+def bwrap_command(threads: int = THREADS, scoring: Scoring = CPU_SCORING) -> list[str]:
+    """The bwrap invocation: runtime read-only, nothing else, every namespace unshared. On CUDA
+    also the scoring GPU's device nodes (and the driver's control nodes) and, where pip installed
+    them, the CUDA libraries (``nvidia``), read-only; never another GPU."""
     try:
-        return confined_command(wire.__file__, SCORER_PACKAGES, [str(threads)])
+        if scoring.provider == CPU:
+            return confined_command(wire.__file__, SCORER_PACKAGES, [str(threads), CPU])
+        assert scoring.gpu is not None
+        packages = (*SCORER_PACKAGES, *(("nvidia",) if importlib.util.find_spec("nvidia") else ()))
+        devices = GpuPlan(gpus=(scoring.gpu,), dev=GPU_DEV).bwrap_args()
+        return confined_command(wire.__file__, packages, [str(threads), scoring.provider], devices=devices)
     except ConfinementError as exc:
         raise ScoringError(str(exc)) from None
+
+
+def scorer_env(threads: int, scoring: Scoring = CPU_SCORING) -> dict[str, str]:
+    """The child's whole environment; on CUDA the scoring GPU's UUID as the only visible device."""
+    gpus = () if scoring.gpu is None else (scoring.gpu,)
+    return {**child_env(threads), **GpuPlan(gpus=gpus).env()}
 
 
 class ConfinedScorer:
     """One confined child holding one checked model; score batches until closed."""
 
-    def __init__(self, model: CheckedModel, threads: int = THREADS, wall_seconds: float = WALL_SECONDS):
+    def __init__(self, model: CheckedModel, threads: int = THREADS, wall_seconds: float = WALL_SECONDS,
+                 scoring: Scoring = CPU_SCORING):
         self.model = model
         self.wall_seconds = wall_seconds
         self._proc = subprocess.Popen(
-            bwrap_command(threads), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=child_env(threads), preexec_fn=limit_child,
+            bwrap_command(threads, scoring), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=scorer_env(threads, scoring),
+            preexec_fn=limit_child if scoring.provider == CPU else limit_cuda_child,
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._in: IO[bytes] = self._proc.stdin
@@ -93,8 +119,10 @@ class ConfinedScorer:
         """Probabilities (N, 1, H, W) float32 for images (N, H, W) in [0, 1]."""
         if images.ndim != 3:
             raise ScoringError(f"images must be (N, H, W); got shape {images.shape}")
-        parts = [self._score_batch(images[i : i + BATCH_IMAGES]) for i in range(0, len(images), BATCH_IMAGES)]
-        return np.concatenate(parts) if parts else np.zeros((0, 1, *images.shape[1:]), np.float32)
+        if not len(images):
+            return np.zeros((0, 1, *images.shape[1:]), np.float32)
+        # pixel-bounded frames, a large image in tiles: the pieces the trainer scores it in too
+        return predict_batched(lambda batch: self._score_batch(batch)[:, 0], images, BATCH_IMAGES)[:, None]
 
     def _score_batch(self, batch: np.ndarray) -> np.ndarray:
         n, h, w = batch.shape
@@ -147,9 +175,11 @@ class ConfinedScorer:
         return b"".join(chunks)
 
 
-def score_checked(model: CheckedModel, images: np.ndarray, threads: int = THREADS) -> np.ndarray:
-    """Score already-checked model bytes on images (N, H, W) -> prob (N, 1, H, W)."""
-    with ConfinedScorer(model, threads=threads) as scorer:
+def score_checked(model: CheckedModel, images: np.ndarray, threads: int = THREADS,
+                  scoring: Scoring = CPU_SCORING) -> np.ndarray:
+    """Score already-checked model bytes on images (N, H, W) -> prob (N, 1, H, W); ``scoring``
+    names the provider (the gate passes the tier version's pin, ``gate._provider``)."""
+    with ConfinedScorer(model, threads=threads, scoring=scoring) as scorer:
         return scorer.score(images)
 
 

@@ -45,6 +45,7 @@ from synthetic.versions import DatasetVersion
 
 TIMEOUT_MARGIN_S = 30.0  # added to the remaining device-second budget per attempt (start-up, export)
 MIN_WALL_S = 30.0  # a ticket is not started with less of the run's wall time left than this
+BYTES_PER_PIXEL = 5  # a split in the worker's memory: a float32 image and a uint8 mask per pixel
 MODEL_FILE = "model.onnx"
 RESULT_FILE = "result.json"
 
@@ -86,6 +87,7 @@ class _Run:
     attempts: list[Attempt] = field(default_factory=list)
     device_seconds: float = 0.0
     image_size: int = 0  # side of the training images, from the host-computed manifest
+    data_bytes: int = 0  # the train and dev splits as the worker holds them (float32 images, uint8 masks)
     deadline: float | None = None  # time.monotonic() by which the run's wall ends; None: no wall
     progress: Callable[[str], None] | None = None  # people's progress lines (the CLI)
 
@@ -138,8 +140,12 @@ def execute_ticket(
     run = _Run(ticket, run_id, dataset_version, launcher, audit,
                scheduler or Scheduler.for_home(home), ticket_dir,
                deadline=None if wall_left_s is None else started + wall_left_s, progress=progress)
+    share = run.scheduler.cpu_share()
+    if share is not None:  # several tickets at once on the CPU: this one trains on its share of the cores
+        config = {**config, "threads": min(int(config.get("threads") or share), share)}
     run.event("ticket_started", {"backend": launcher.name, "dataset": dataset_version.ref,
-                                 "budget": ticket.budget.model_dump(), "config": config})
+                                 "budget": ticket.budget.model_dump(), "config": config,
+                                 **({"cpus": share} if share is not None else {})})
     try:
         outcome = _execute(run, config, scorer, gate)
     except Exception as exc:  # the ticket boundary: a failure is a recorded state
@@ -192,6 +198,7 @@ def _execute(run: _Run, config: dict[str, Any], scorer: Scorer, gate: GateSubmit
     _check_version(run.dataset, manifest)
     write_manifest(manifest, run.ticket_dir / "manifest.json")
     run.image_size = max(manifest.train.shape)
+    run.data_bytes = sum(d.count * d.shape[0] * d.shape[1] * BYTES_PER_PIXEL for d in (manifest.train, manifest.dev))
     config = _train(run, config)
     keep_host_config(run.ticket_dir, config)  # what a challenge re-derives from, never work/config.yaml
     model = copy_out(run.work, f"{OUT_DIR}/{MODEL_FILE}", run.ticket_dir / MODEL_FILE, cap=MAX_MODEL_BYTES)
@@ -257,9 +264,9 @@ def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _attempt(run: _Run, config: dict[str, Any], left: float, wall: float | None) -> tuple[Any, int | None]:
-    from runner._progress import CurveWatcher
+    from runner._progress import PROGRESS_FILE, CurveWatcher
 
-    estimate = run.scheduler.estimate(config, run.image_size)
+    estimate = run.scheduler.estimate(config, run.image_size, run.data_bytes)
     if run.attempts:  # a retry: the last attempt's output is set aside, the config rewritten safely
         _workspace.set_aside_output(run.work, len(run.attempts) - 1)
         _workspace.write_config(run.work, config)
@@ -269,11 +276,11 @@ def _attempt(run: _Run, config: dict[str, Any], left: float, wall: float | None)
             data={"train": run.dataset.train, "dev": run.dataset.dev},
             timeout_s=min(left + TIMEOUT_MARGIN_S, wall if wall is not None else math.inf),
             memory_bytes=run.scheduler.settings.memory_limit_bytes, gpus=run.scheduler.assigned_gpus(),
+            cpus=run.scheduler.cpu_share(),
         )
-        if run.progress is None:
-            return run.launcher.launch(request), estimate
         budget = run.ticket.budget.device_seconds
-        with CurveWatcher(run.work, run.ticket.id, int(config["epochs"]), run.device_seconds, budget, run.progress):
+        with CurveWatcher(run.work, run.ticket.id, int(config["epochs"]), run.device_seconds, budget, run.progress,
+                          record=run.ticket_dir / PROGRESS_FILE):
             return run.launcher.launch(request), estimate
 
 

@@ -36,6 +36,7 @@ class LaunchRequest(BaseModel):
     memory_bytes: int | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     gpus: list[int] = Field(default_factory=list)  # device minors the scheduler assigned; the sandbox gets only these
+    cpus: float | None = Field(default=None, gt=0)  # the scheduler's share of the cores; tightens the policy's only
 
 
 class LaunchResult(BaseModel):
@@ -128,8 +129,14 @@ class SandboxLauncher:
         from sandbox import SandboxSpec, get_backend, load_policy
 
         limits = None
-        if request.memory_bytes is not None:
-            limits = load_policy().defaults.model_copy(update={"memory_bytes": request.memory_bytes})
+        if request.memory_bytes is not None or request.cpus is not None:
+            defaults = load_policy().defaults
+            update: dict[str, float | int] = {}
+            if request.memory_bytes is not None:
+                update["memory_bytes"] = request.memory_bytes
+            if request.cpus is not None:  # a share of the cores never loosens the policy's limit
+                update["cpus"] = min(defaults.cpus, request.cpus)
+            limits = defaults.model_copy(update=update)
         spec = SandboxSpec(
             command=request.command, workspace=request.workspace, data=request.data,
             timeout_s=request.timeout_s, limits=limits, env=request.env, decoys=self.decoys, gpus=request.gpus,

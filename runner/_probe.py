@@ -1,7 +1,7 @@
 """One memory measurement, run as its own process by ``runner.scheduler``.
 
-``python -m runner._probe --preset P --batch-size B --image-size S --device cpu|cuda`` builds the
-preset's model, runs one training step (forward, BCE loss, backward, AdamW step) on a random
+``python -m runner._probe --preset P --batch-size B --image-size S --device cpu|cuda
+[--decoder-width W]`` builds the preset's model (at that decoder width), runs one training step (forward, BCE loss, backward, AdamW step) on a random
 batch and exits. On CPU the parent reads this process's peak RSS from ``os.wait4``; on CUDA the
 probe writes ``{"peak_bytes": torch.cuda.max_memory_allocated()}`` on stdout. This is host code
 measuring itself, not ticket code: it runs outside any sandbox.
@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--image-size", type=int, required=True)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--decoder-width", type=int, default=None)
     args = parser.parse_args(argv)
 
     import torch
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     device = torch.device(args.device)
-    model = build_model(args.preset).to(device)
+    model = build_model(args.preset, args.decoder_width).to(device)
     optimiser = torch.optim.AdamW(model.parameters())
     images = torch.rand(args.batch_size, 1, args.image_size, args.image_size, device=device)  # (B, 1, S, S)
     masks = (torch.rand_like(images) > 0.95).float()

@@ -7,6 +7,10 @@ the run's progress output: epoch, train loss, the device-seconds spent and left 
 The epoch and loss are the sandbox's own claims, and the line says so; nothing here is evidence,
 and only numbers reach the terminal (sandboxed code controls that file, so no text of it is
 printed).
+
+With a ``record`` path (the ticket folder's ``progress.json``, outside the workspace) the watcher
+also keeps the latest of those numbers there, written whole (temp file, rename), for the
+console's run page to show while the ticket trains.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from runner._copyout import read_beneath
 POLL_S = 2.0  # how often the curve is read
 CURVE_CAP_BYTES = 256 * 1024  # read at most this much of the curve (an epoch's line is ~1 KiB)
 CURVE_PATH = "out/learning_curve.jsonl"  # beneath the workspace
+PROGRESS_FILE = "progress.json"  # in the ticket folder: the latest epoch, host-written, for the console
+NOT_EVIDENCE = "epoch and loss: the sandbox's own report, not evidence"
 
 
 def epoch_lines(data: bytes) -> list[tuple[int, float]]:
@@ -44,15 +50,16 @@ class CurveWatcher:
     """Reports new epochs of one attempt while it runs; use as a context manager."""
 
     def __init__(self, work: Path, label: str, epochs: int, spent_before_s: float, budget_s: float,
-                 emit: Callable[[str], None]) -> None:
+                 emit: Callable[[str], None] | None, record: Path | None = None) -> None:
         self.work, self.label, self.epochs = work, label, epochs
-        self.spent_before_s, self.budget_s, self.emit = spent_before_s, budget_s, emit
+        self.spent_before_s, self.budget_s, self.emit, self.record = spent_before_s, budget_s, emit, record
         self._seen = -1
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"progress-{label}", daemon=True)
         self._started = time.monotonic()
 
     def __enter__(self) -> CurveWatcher:
+        self._write(None, None, self.spent_before_s)  # started: no epoch yet
         self._thread.start()
         return self
 
@@ -74,6 +81,22 @@ class CurveWatcher:
             if epoch <= self._seen:
                 continue
             self._seen = epoch
-            self.emit(f"  {self.label}: epoch {epoch + 1}/{self.epochs}, train loss {loss:.4f}; "
-                      f"{spent:.0f} device-s spent, {max(0.0, self.budget_s - spent):.0f} left "
-                      "(epoch and loss: the sandbox's own report, not evidence)")
+            self._write(epoch + 1, loss, spent)
+            if self.emit is not None:
+                self.emit(f"  {self.label}: epoch {epoch + 1}/{self.epochs}, train loss {loss:.4f}; "
+                          f"{spent:.0f} device-s spent, {max(0.0, self.budget_s - spent):.0f} left ({NOT_EVIDENCE})")
+
+    def _write(self, epoch: int | None, loss: float | None, spent: float) -> None:
+        """The latest numbers to ``record`` (numbers only: no text of the sandbox's passes)."""
+        if self.record is None:
+            return
+        body = {"ticket_id": self.label, "epoch": epoch, "epochs": self.epochs, "train_loss": loss,
+                "device_seconds_spent": round(spent, 1),
+                "device_seconds_left": round(max(0.0, self.budget_s - spent), 1),
+                "updated_at": time.time(), "note": NOT_EVIDENCE}
+        tmp = self.record.with_name(f".{self.record.name}.{threading.get_ident()}.tmp")
+        try:
+            tmp.write_text(json.dumps(body, sort_keys=True))
+            tmp.replace(self.record)
+        except OSError:  # progress for people only: a full disk must not fail the ticket
+            tmp.unlink(missing_ok=True)

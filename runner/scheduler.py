@@ -129,10 +129,12 @@ def device_total_bytes(device: DeviceKind) -> tuple[str, int]:
     return f"cpu ({platform.machine()}, {os.cpu_count()} cores)", int(psutil.virtual_memory().total)
 
 
-def measure_peak(preset: str, batch_size: int, image_size: int, device: DeviceKind) -> Measurement:
+def measure_peak(preset: str, batch_size: int, image_size: int, device: DeviceKind,
+                 decoder_width: int | None = None) -> Measurement:
     """Run one probe process and read its peak memory (RSS via wait4 on CPU; CUDA allocator stats)."""
     command = [sys.executable, "-m", "runner._probe", "--preset", preset, "--batch-size", str(batch_size),
-               "--image-size", str(image_size), "--device", device]
+               "--image-size", str(image_size), "--device", device,
+               *(["--decoder-width", str(decoder_width)] if decoder_width is not None else [])]
     start = time.monotonic()
     code, stdout, stderr, rusage = _run_measured(command)
     if code != 0:
@@ -243,7 +245,7 @@ class MemoryEstimator:
             if value is not None:
                 return value
         self.probes += 1
-        measured = measure_peak(preset, batch_size, image_size, self.device)
+        measured = measure_peak(preset, batch_size, image_size, self.device, decoder_width)
         return int(ESTIMATE_SAFETY * measured.peak_bytes)
 
     def _read(self) -> dict[str, int]:
@@ -367,23 +369,40 @@ class Scheduler:
         total = profile.total_bytes if profile else device_total_bytes("cpu")[1]
         return cls(MemoryEstimator(home, profile, device), Admission(device, total, settings), settings)
 
-    def estimate(self, config: dict[str, Any], image_size: int) -> int:
-        """Peak bytes of a validated training config on images of ``image_size`` (or its crop)."""
+    def estimate(self, config: dict[str, Any], image_size: int, data_bytes: int = 0) -> int:
+        """Peak bytes of a worker training a validated config on images of ``image_size``: the
+        larger of a training step on its crops and the dev scoring of whole images (or their
+        tiles, ``vision.tiling``), plus ``data_bytes`` of the dataset it holds in memory. The
+        scoring is bounded by a training step at the scoring batch and side (it keeps no
+        gradients, so the bound errs toward waiting)."""
+        from vision.tiling import DEV_BATCH, TILE_PX, per_batch
+
         model = config.get("model", {})
+        name, width = str(model.get("name")), model.get("decoder_width")
         side = int((config.get("sampling") or {}).get("crop") or image_size)
-        return self.estimator.estimate(str(model.get("name")), int(config["batch_size"]), side,
-                                       model.get("decoder_width"))
+        training = self.estimator.estimate(name, int(config["batch_size"]), side, width)
+        scored = min(image_size, TILE_PX)
+        scoring = self.estimator.estimate(name, per_batch(scored, scored, DEV_BATCH), scored, width)
+        return max(training, scoring) + int(data_bytes)
 
     def admit(self, estimate_bytes: int) -> AbstractContextManager[None]:
         return self.admission.admit(estimate_bytes, self.settings.admission_wait_s)
+
+    def cpu_share(self) -> int | None:
+        """Cores each ticket gets when several run at once on the CPU (the host's cores split
+        evenly, at least one); None when one runs at a time or the device is a GPU, where the
+        sandbox policy's own CPU limit stands."""
+        if self.estimator.device != "cpu" or self.settings.concurrency <= 1:
+            return None
+        return max(1, (os.cpu_count() or 1) // self.settings.concurrency)
 
     def assigned_gpus(self) -> list[int]:
         """The GPUs (device minors) a ticket's sandbox gets: none on the CPU; on CUDA the first
         GPU of this machine, the one the device profile measured (CUDA device 0 in PCI order)."""
         if self.estimator.device != "cuda":
             return []
-        from sandbox._gpu import host_gpus
         from segfactory.errors import PolicyError
+        from segfactory.gpus import host_gpus
 
         gpus = host_gpus()
         if not gpus:

@@ -14,8 +14,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sandbox._gpu import CONTROL_NODES
 from segfactory.errors import PolicyError
+from segfactory.gpus import CONTROL_NODES
 
 POLICY_PATH = Path(__file__).resolve().parent.parent / "policies" / "sandbox.yaml"
 

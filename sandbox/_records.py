@@ -35,7 +35,7 @@ class SandboxSpec(_Record):
     backend starts the run. ``limits=None`` takes the policy defaults; ``timeout_s=None`` takes
     ``limits.timeout_s``. ``env`` is the whole caller-chosen environment: host variables never pass.
     ``gpus`` are the device minors of the GPUs the scheduler assigned; the sandbox gets those and
-    no other (``sandbox._gpu``), and a GPU this machine lacks is refused before anything starts.
+    no other (``segfactory.gpus``), and a GPU this machine lacks is refused before anything starts.
     """
 
     command: list[str] = Field(min_length=1)
@@ -46,7 +46,7 @@ class SandboxSpec(_Record):
     limits: Limits | None = None
     env: dict[str, str] = Field(default_factory=dict)
     decoys: bool = True
-    gpus: list[int] = Field(default_factory=list)  # device minors of the GPUs assigned (sandbox._gpu)
+    gpus: list[int] = Field(default_factory=list)  # device minors of the GPUs assigned (segfactory.gpus)
 
     @field_validator("data")
     @classmethod

@@ -20,13 +20,13 @@ from pathlib import Path
 
 from sandbox._capture import CappedBuffer
 from sandbox._decoys import create_decoys
-from sandbox._gpu import plan_gpus
 from sandbox._inotify import DecoyWatcher
 from sandbox._layout import EVENTS_TARGET, Mount, runtime_mounts, sandbox_env, write_etc
 from sandbox._paths import check_mountable
 from sandbox._policy import Limits, SandboxPolicy, check_within
 from sandbox._records import SandboxEvent, SandboxSpec
 from segfactory.errors import PolicyError
+from segfactory.gpus import plan_gpus
 
 EventHook = Callable[[SandboxEvent], None]
 HOOK_MAX_BYTES = 1024**2  # audit-hook output read back; past it: not read, a monitoring_gap event with the size

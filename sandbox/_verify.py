@@ -116,7 +116,7 @@ def _userns_check(report: dict[str, Any]) -> VerifyCheck:
 def _gpu_check(report: dict[str, Any], assigned: list[int]) -> VerifyCheck:
     """The GPUs visible inside are exactly those assigned, each named by the driver; with none
     assigned, none is visible (and the detail says whether this machine has any)."""
-    from sandbox._gpu import host_gpus
+    from segfactory.gpus import host_gpus
 
     seen = report.get("gpus")
     if seen is None:  # a probe that did not look proves nothing
@@ -178,7 +178,7 @@ def verify_backend(backend: SandboxBackend, home: Path | None = None, gpus: list
     NVIDIA GPU of this machine, none on a machine without) are assigned to the probe's sandbox,
     and the check fails unless exactly those are visible inside.
     """
-    from sandbox._gpu import host_gpus
+    from segfactory.gpus import host_gpus
 
     assigned = [g.minor for g in host_gpus()] if gpus is None else list(gpus)
     start = time.monotonic()

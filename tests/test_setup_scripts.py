@@ -1,4 +1,5 @@
-"""``scripts/check-disk.sh``: `make` refuses, in one line, to start a venv install the disk cannot hold."""
+"""``scripts/check-disk.sh``: `make` refuses, in one line, to start a venv install the disk cannot hold;
+``scripts/gpu-check.sh`` parses and stops at once on a machine without a GPU."""
 
 from __future__ import annotations
 
@@ -36,3 +37,17 @@ def test_the_check_can_be_skipped(tmp_path: Path) -> None:
 
 def _filesystem(path: Path) -> int:
     return os.stat(path).st_dev
+
+
+GPU_CHECK = SCRIPT.parent / "gpu-check.sh"
+
+
+def test_the_gpu_check_parses_and_on_a_machine_without_a_gpu_says_so_before_doing_anything(tmp_path: Path) -> None:
+    assert subprocess.run(["bash", "-n", str(GPU_CHECK)], capture_output=True, timeout=30).returncode == 0
+    if Path("/proc/driver/nvidia/gpus").is_dir():
+        return  # a GPU machine: the check itself is what scripts/gpu-check.sh is for
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(GPU_CHECK)], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "GPU_CHECK_OUT": str(out)}, check=False)
+    assert proc.returncode == 2 and "no NVIDIA driver on this machine" in proc.stderr
+    assert not (out / "setup.log").exists()  # nothing was started

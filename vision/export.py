@@ -49,14 +49,16 @@ def export_onnx(model: nn.Module, path: Path, size: tuple[int, int] = (64, 64)) 
 
 
 def torch_predict(model: nn.Module, images: np.ndarray, batch: int = 64) -> np.ndarray:
-    """Probabilities (N, H, W) from a logits model on the CPU, in float32."""
+    """Probabilities (N, H, W) from a logits model on the CPU, in float32; a large image in tiles."""
+    from vision.tiling import predict_batched
+
     model = model.eval().to("cpu").to(memory_format=torch.contiguous_format)
-    outs = []
+
+    def one(chunk: np.ndarray) -> np.ndarray:
+        return torch.sigmoid(model(torch.from_numpy(np.ascontiguousarray(chunk[:, None]))))[:, 0].numpy()
+
     with torch.no_grad():
-        for start in range(0, images.shape[0], batch):
-            x = torch.from_numpy(np.ascontiguousarray(images[start:start + batch, None]))
-            outs.append(torch.sigmoid(model(x))[:, 0].numpy())
-    return np.concatenate(outs).astype(np.float32)
+        return predict_batched(one, images, batch).astype(np.float32)
 
 
 def parity(model: nn.Module, onnx_path: Path, images: np.ndarray) -> dict[str, float | bool]:

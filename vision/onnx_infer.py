@@ -51,12 +51,15 @@ def predict(model_path: Path | str, images: np.ndarray, batch: int = DEFAULT_BAT
         raise DataError("no images to predict: the dataset is empty")
     if batch < 1:
         raise DataError(f"batch must be >= 1; got {batch}")
+    from vision.tiling import predict_batched
+
     sess = session if session is not None else open_session(model_path)
-    out = np.empty(images.shape, dtype=np.float32)
-    for start in range(0, images.shape[0], batch):
-        chunk = np.ascontiguousarray(images[start:start + batch, None])
+
+    def one(images: np.ndarray) -> np.ndarray:
+        chunk = np.ascontiguousarray(images[:, None])
         (prob,) = sess.run([OUTPUT_NAME], {INPUT_NAME: chunk})
         if prob.shape != chunk.shape:
             raise DataError(f"model output shape {prob.shape} does not match input {chunk.shape}")
-        out[start:start + batch] = prob[:, 0]
-    return out
+        return np.asarray(prob[:, 0], dtype=np.float32)
+
+    return predict_batched(one, images, batch)

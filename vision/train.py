@@ -44,7 +44,6 @@ from vision.models import CLASSICAL, PLAIN_UNET, build_model
 log = logging.getLogger(__name__)
 
 PARITY_IMAGES = 32  # dev images used by the reload and ONNX parity checks
-EVAL_BATCH = 128  # images per forward pass in dev evaluation
 CURVE_FILE = "learning_curve.jsonl"
 RESULT_FILE = "result.json"
 ONNX_FILE = "model.onnx"
@@ -114,16 +113,19 @@ def _autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
 
 
 def predict_probs(model: nn.Module, images: np.ndarray, device: torch.device) -> np.ndarray:
-    """Probabilities (N, H, W) float32 from a logits model."""
+    """Probabilities (N, H, W) float32 from a logits model; a large image in tiles (vision.tiling)."""
+    from vision.tiling import DEV_BATCH, predict_batched
+
     model.eval()
-    outs = []
+
+    def one(chunk: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(np.ascontiguousarray(chunk[:, None])).to(device)
+        if device.type == "cuda":
+            x = x.contiguous(memory_format=torch.channels_last)
+        return torch.sigmoid(model(x).float())[:, 0].cpu().numpy()
+
     with torch.no_grad(), _autocast(device):
-        for start in range(0, images.shape[0], EVAL_BATCH):
-            x = torch.from_numpy(np.ascontiguousarray(images[start:start + EVAL_BATCH, None])).to(device)
-            if device.type == "cuda":
-                x = x.contiguous(memory_format=torch.channels_last)
-            outs.append(torch.sigmoid(model(x).float())[:, 0].cpu().numpy())
-    return np.concatenate(outs)
+        return predict_batched(one, images, DEV_BATCH)
 
 
 def dev_metrics(model: nn.Module, data: DatasetVersion, config: TrainConfig, device: torch.device) -> dict[str, float]:
@@ -305,8 +307,12 @@ class Trainer:
     def final_checks(self, result: TrainResult) -> None:
         """Reload-and-infer (identical outputs) and ONNX parity; both must hold for ``usable``."""
         t0 = time.perf_counter()
-        result.reload_ok, result.parity = reload_and_parity(self.model, self.out,
-                                                            np.asarray(self.data.dev.images[:PARITY_IMAGES]))
+        from vision.tiling import TILE_PX
+
+        # a tile's worth of each image: parity is about the export, and a whole 2048-px radiograph
+        # through both runtimes would need memory that the tiled scoring never does
+        probe = np.asarray(self.data.dev.images[:PARITY_IMAGES])[:, :TILE_PX, :TILE_PX]
+        result.reload_ok, result.parity = reload_and_parity(self.model, self.out, np.ascontiguousarray(probe))
         result.usable = bool(result.reload_ok and result.parity.get("ok"))
         self.timings["checks_s"] = time.perf_counter() - t0
 

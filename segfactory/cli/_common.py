@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
+from segfactory.errors import UsageError
+
 HomeOpt = Annotated[
     Path | None,
     typer.Option("--home", help="Factory home (default: $SEGFACTORY_HOME, else the XDG data dir; /var/lib/segfactory as root)."),
@@ -21,6 +23,15 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON ob
 BackendOpt = Annotated[
     str, typer.Option("--backend", help="Sandbox backend: docker or bwrap.")
 ]
+
+
+MAX_CONCURRENCY = 8  # tickets at once under one scheduler (run, aa --concurrency)
+
+
+def check_concurrency(value: int) -> None:
+    """``--concurrency`` is 1..MAX_CONCURRENCY; anything else is one clear error before set-up."""
+    if not 1 <= value <= MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency {value}: expected 1..{MAX_CONCURRENCY}")
 
 
 def emit_json(obj: dict[str, Any]) -> None:

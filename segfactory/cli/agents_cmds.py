@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, emit_json, home_for
+from segfactory.cli._common import HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
 from segfactory.errors import HomeError, UsageError
 
 approvals_app = typer.Typer(help="Data requests and judge escalations waiting for a person: list, approve, deny.", no_args_is_help=True)
@@ -85,6 +85,9 @@ def run_cmd(
                         "default: rules with the rules proposer, else the proposer's provider.")] = None,
     code_agent: Annotated[bool, typer.Option(
         "--code-agent", help="Code tickets get their files from the code-editing agent (needs an LLM proposer).")] = False,
+    concurrency: Annotated[int, typer.Option(
+        "--concurrency", help="Tickets trained at once under the run's scheduler (on the CPU each gets its share "
+                              "of the cores). Default 1.")] = 1,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -103,11 +106,12 @@ def run_cmd(
     if resume is None:  # a resumed run keeps the judge and code arm recorded in its run.json
         _check_judge(judge, proposer, code_agent)
     budget_s, wall_s = _seconds(budget, "--budget"), _seconds(wall, "--wall")  # bad input fails before any set-up
+    check_concurrency(concurrency)
     resolved = home_for(home, create=True, profile=profile)
     continue_unprivileged(resolved, backend, _progress)
     request = RunRequest(home=resolved, profile=_profile_of(resolved, profile), proposer=proposer, backend=backend,
                          budget_s=budget_s, wall_s=wall_s, resume=resume, progress=_progress, judge=judge,
-                         code_agent=code_agent)
+                         code_agent=code_agent, concurrency=concurrency)
     summary = start_run(request)
     if json_out:
         emit_json(summary)

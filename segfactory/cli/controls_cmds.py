@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import BackendOpt, HomeOpt, JsonOpt, emit_json, home_for
+from segfactory.cli._common import BackendOpt, HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
 from segfactory.cli._drop import continue_unprivileged
 from segfactory.errors import UsageError
 
@@ -99,6 +99,9 @@ def aa_cmd(
     runs: Annotated[int, typer.Option("--runs", help="A/A runs (the default config, new seeds, no-op edits).")] = 20,
     profile: ProfileOpt = "demo",
     backend: BackendOpt = "bwrap",
+    concurrency: Annotated[int, typer.Option(
+        "--concurrency", help="A/A runs trained at once under one scheduler (on the CPU each gets its share of "
+                              "the cores). Default 1.")] = 1,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -106,16 +109,15 @@ def aa_cmd(
     if not AA_RUNS[0] <= runs <= AA_RUNS[1]:
         raise UsageError(f"--runs {runs}: expected {AA_RUNS[0]}..{AA_RUNS[1]}")
     _check_common(profile, backend)
+    check_concurrency(concurrency)
     from controls.aa import run_aa
     from controls.session import control_session, new_run_id, sandbox_runs
-    from runner.scheduler import Scheduler
 
     resolved, used_profile = _home(home, profile)
     continue_unprivileged(resolved, backend, _progress)
     run_id = new_run_id("aa-")
-    concurrency = Scheduler.for_home(resolved).settings.concurrency  # as many at once as the scheduler admits
     with control_session(resolved, backend=backend, profile=used_profile, run_id=run_id, kind="aa",
-                         progress=_progress) as s:
+                         progress=_progress, concurrency=concurrency) as s:
         before = s.spent()
         result = run_aa(runs, s.services, s.judge, run_id=run_id, budget=s.ticket_budget, make_seed=s.make_seed,
                         set_reference=s.services.set_reference, progress=_progress, concurrency=concurrency)

@@ -98,7 +98,7 @@ def test_a_crashed_ticket_folder_is_set_aside_and_the_ticket_runs_once_more(
     (folder / "work").mkdir(parents=True)
     ran: list[str] = []
 
-    def execute(ticket: Ticket, lineage: Lineage, wall_left_s: float | None = None) -> TicketOutcome:
+    def execute(ticket: Ticket, parent: object, lineage: Lineage, wall_left_s: float | None = None) -> TicketOutcome:
         ran.append(ticket.id)
         assert not folder.exists()  # the runner refuses a ticket id that already has a folder
         return TicketOutcome(ticket_id=ticket.id, run_id="s1", status=TicketStatus.FAILED, reason="boom")

@@ -195,6 +195,31 @@ def test_run_page_shows_verdicts_and_plots(client: Any, console_home: ConsoleHom
     assert client.get(f"/api/runs/{RUN}").json()["tickets_run"] == 1
 
 
+def test_a_ticket_training_now_shows_its_latest_epoch_as_numbers_marked_not_evidence(
+        client: Any, console_home: ConsoleHome) -> None:
+    from runner._progress import PROGRESS_FILE, CurveWatcher
+    from tests.console.conftest import HOSTILE
+
+    tickets = console_home.home.tickets_dir(RUN)
+    work = tickets / "r1-t009" / "work"
+    (work / "out").mkdir(parents=True)
+    (work / "out" / "learning_curve.jsonl").write_text(
+        json.dumps({"epoch": 1, "train_loss": 0.4321, "note": HOSTILE}) + "\n")
+    CurveWatcher(work, "r1-t009", 4, 12.0, 120.0, None, record=tickets / "r1-t009" / PROGRESS_FILE).poll()
+    (tickets / "r1-t008").mkdir()  # finished: an outcome beside its last progress is not training
+    (tickets / "r1-t008" / PROGRESS_FILE).write_text(json.dumps({"epoch": 4, "epochs": 4}))
+    (tickets / "r1-t008" / "outcome.json").write_text("{}")
+
+    training = client.get(f"/api/runs/{RUN}").json()["training"]
+    assert [t["ticket_id"] for t in training] == ["r1-t009"]
+    row = training[0]
+    assert (row["epoch"], row["epochs"], row["train_loss"]) == (2, 4, 0.4321) and "not evidence" in row["note"]
+    assert row["device_seconds_spent"] >= 12.0 and row["device_seconds_left"] <= 108.0
+    assert "script" not in json.dumps(training)  # the sandbox's text never reaches the page
+    page = client.get(f"/runs/{RUN}").text
+    assert "r1-t009</code> epoch 2/4, train loss 0.4321" in page
+
+
 def test_a_huge_blob_is_cut_and_says_so(client: Any, console_home: ConsoleHome) -> None:
     from console._audit_view import MAX_BLOB_BYTES
 

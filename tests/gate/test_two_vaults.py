@@ -9,6 +9,7 @@ path (one after the other), so the absolute paths the runner records agree witho
 What legitimately differs, and how it is normalised (nothing else is):
 - gate responses: the ``verdict`` value; the generated id of a malformed submission;
 - ``tickets/<id>/outcome.json``: its ``wall_seconds`` (a wall-clock measurement);
+- ``tickets/<id>/progress.json``: its ``updated_at`` and device-seconds spent and left (clock readings);
 - LLM request blobs: the ``verdict`` values in the verdict history the proposer is shown.
 The runner writes a ticket's folder before the host submits its model (as ``segfactory run``
 does), so no verdict reaches ``tickets/``: those files must agree byte for byte.
@@ -31,6 +32,7 @@ pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 VERDICT_WORDS = rb"NO_WIN|WIN|INVALID|BUDGET_EXHAUSTED"
 CLOCK_KEYS = frozenset({"wall_seconds"})  # wall-clock measurements (the stand-in trainer reports fixed durations)
+PROGRESS_CLOCK_KEYS = frozenset({"updated_at", "device_seconds_spent", "device_seconds_left"})
 
 
 def _masked(body: bytes) -> bytes:
@@ -40,11 +42,11 @@ def _masked(body: bytes) -> bytes:
     return re.sub(rb'"malformed-[0-9a-f]+"', b'"malformed-<id>"', body)
 
 
-def _clock_free(value: Any) -> Any:
+def _clock_free(value: Any, keys: frozenset[str] = CLOCK_KEYS) -> Any:
     if isinstance(value, dict):
-        return {k: ("<clock>" if k in CLOCK_KEYS else _clock_free(v)) for k, v in value.items()}
+        return {k: ("<clock>" if k in keys else _clock_free(v, keys)) for k, v in value.items()}
     if isinstance(value, list):
-        return [_clock_free(v) for v in value]
+        return [_clock_free(v, keys) for v in value]
     return value
 
 
@@ -56,6 +58,8 @@ def _ticket_files(home: Path) -> dict[str, bytes]:
         data = path.read_bytes()
         if path.name == "outcome.json":
             data = json.dumps(_clock_free(json.loads(data)), sort_keys=True).encode()
+        if path.name == "progress.json":
+            data = json.dumps(_clock_free(json.loads(data), PROGRESS_CLOCK_KEYS), sort_keys=True).encode()
         files[str(path.relative_to(root))] = data
     return files
 

@@ -108,3 +108,39 @@ def test_oom_detection_and_shrinking() -> None:
     assert shrink_for_oom({"batch_size": 1, "grad_accum": 8}) is None
     with pytest.raises(ValueError):
         SchedulerSettings(concurrency=0)
+
+
+def test_concurrent_tickets_on_the_cpu_split_its_cores_and_a_gpu_or_one_ticket_keeps_the_policys(
+        home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.scheduler import Scheduler
+
+    def scheduler(device: str, concurrency: int) -> Scheduler:
+        settings = SchedulerSettings(concurrency=concurrency)
+        return Scheduler(MemoryEstimator(home, None, device), Admission(device, PROFILED.total_bytes, settings),
+                         settings)
+
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert [scheduler("cpu", n).cpu_share() for n in (1, 2, 3, 4, 32)] == [None, 8, 5, 4, 1]
+    assert scheduler("cuda", 4).cpu_share() is None
+
+
+def test_a_share_of_the_cores_tightens_the_sandbox_policy_and_never_loosens_it(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path: Any) -> None:
+    import sandbox
+    from runner._launch import LaunchRequest, SandboxLauncher
+    from sandbox import load_policy
+
+    seen: list[Any] = []
+
+    class Recording:
+        def run(self, spec: Any) -> Any:
+            seen.append(spec)
+            raise RuntimeError("recorded")
+
+    monkeypatch.setattr(sandbox, "get_backend", lambda name: Recording())
+    policy_cpus = load_policy().defaults.cpus
+    for cpus in (1.0, policy_cpus * 4, None):
+        request = LaunchRequest(command=["true"], workspace=tmp_path, data={}, timeout_s=10, cpus=cpus)
+        with pytest.raises(RuntimeError, match="recorded"):
+            SandboxLauncher("bwrap").launch(request)
+    assert seen[0].limits.cpus == 1.0 and seen[1].limits.cpus == policy_cpus and seen[2].limits is None

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox._gpu import Gpu, GpuPlan, host_gpus, plan_gpus
 from sandbox._policy import load_policy
 from segfactory.errors import PolicyError
+from segfactory.gpus import Gpu, GpuPlan, host_gpus, plan_gpus
 
 UUID0 = "GPU-0b8c3c52-2a8e-4d8e-9b55-3b8b1e1d0000"
 UUID1 = "GPU-7f1a9e2d-5c4b-4a3e-8f6d-2e9c1a4b1111"
@@ -161,7 +161,7 @@ def test_the_policy_may_name_driver_control_nodes_never_a_gpu(tmp_path: Path) ->
 
 def test_the_scheduler_assigns_no_gpu_on_the_cpu_and_refuses_a_cuda_profile_without_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sandbox._gpu
+    import segfactory.gpus
     from runner.scheduler import Admission, MemoryEstimator, Scheduler, SchedulerSettings
     from segfactory.home import Home
 
@@ -170,9 +170,9 @@ def test_the_scheduler_assigns_no_gpu_on_the_cpu_and_refuses_a_cuda_profile_with
     on_cpu = Scheduler(MemoryEstimator(home, None, "cpu"), Admission("cpu", 2**34, settings), settings)
     assert on_cpu.assigned_gpus() == []
     on_cuda = Scheduler(MemoryEstimator(home, None, "cuda"), Admission("cuda", 2**34, settings), settings)
-    monkeypatch.setattr(sandbox._gpu, "host_gpus", lambda: [Gpu(3, UUID1, "NVIDIA H200", "0000:c1:00.0")])
+    monkeypatch.setattr(segfactory.gpus, "host_gpus", lambda: [Gpu(3, UUID1, "NVIDIA H200", "0000:c1:00.0")])
     assert on_cuda.assigned_gpus() == [3]
-    monkeypatch.setattr(sandbox._gpu, "host_gpus", lambda: [])
+    monkeypatch.setattr(segfactory.gpus, "host_gpus", lambda: [])
     with pytest.raises(PolicyError, match="device profile is for CUDA but this machine has no NVIDIA GPU"):
         on_cuda.assigned_gpus()
 

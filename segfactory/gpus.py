@@ -1,4 +1,7 @@
-"""The GPUs a sandbox may use: those the scheduler assigned to its ticket, and no other.
+"""The host's NVIDIA GPUs, and what a sandbox or the gate's scorer may use: only what it was assigned.
+
+Here on the ground floor because both the sandboxes and the gate (which imports no ``sandbox``
+code) bind GPUs; it reads the driver's files and imports nothing heavy.
 
 A GPU is named by its device minor (``/dev/nvidia<minor>``, the index ``nvidia-smi`` shows on
 most hosts); the driver's ``/proc/driver/nvidia/gpus/*/information`` maps it to the GPU's UUID
