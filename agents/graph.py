@@ -32,7 +32,7 @@ from agents.judge import Decision, Judge, JudgeDecision, JudgeInput, TicketMeta,
 from agents.llm import LLMFailed, LLMUsage
 from agents.proposer import Proposer, propose_valid
 from agents.validate import RunCaps
-from segfactory.errors import LimitExceeded
+from segfactory.errors import GateError, LimitExceeded
 from segfactory.records import (
     Actor,
     Arm,
@@ -354,10 +354,19 @@ class _Nodes:
                                 confirm_a=CoarseVerdict.model_validate(original["confirm_a"]),
                                 replicate_id=ticket.id, confirm_b=verdict)
         decision = self.d.judge.decide(judged)
+        reanalyse = False
+        if decision.decision is Decision.PROMOTE:  # promotion is code: only after both WINs
+            try:
+                self.d.services.promote(decision.ticket_id)
+                reanalyse = True
+            except GateError as exc:  # e.g. its confirm-a WIN was against a best another ticket replaced
+                decision = JudgeDecision(ticket_id=decision.ticket_id, decision=Decision.REJECT, by="rule",
+                                         reason=f"promotion refused by the gate: {exc}")
+                self.d.sink.append(Actor.JUDGE.value, "judge_decision", {"decision": decision.model_dump(mode="json")},
+                                   run_id=state["run_id"])
         update: FactoryState = {"decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
                                 "awaiting_replicate": awaiting}
-        if decision.decision is Decision.PROMOTE:  # promotion is code: only after both WINs
-            self.d.services.promote(decision.ticket_id)
+        if reanalyse:
             update["reanalyse"] = True
         if decision.decision is Decision.REPLICATE:  # a new training seed, chosen by the host
             awaiting[ticket.id] = {"ticket": ticket.model_dump(mode="json"), "confirm_a": verdict.model_dump(mode="json")}

@@ -98,3 +98,26 @@ def test_concurrency_one_trains_one_ticket_at_a_time(audit_log: Log, tmp_path: P
                                                      tmp_path / "one.sqlite"), "o1"))
     assert flight.peak == 1 and not audit_log.events("tickets_trained_together")
     assert state["tickets_run"] == len(services.runs)
+
+
+def test_a_promotion_the_gate_refuses_because_the_best_moved_is_a_recorded_reject(audit_log: Log,
+                                                                                  tmp_path: Path) -> None:
+    """Two tickets win confirm-a against the same best and their replicates train together: the
+    first promotion moves the best, and the gate refuses the second (its confirm-a WIN was against
+    the old best). The loop records a reject with the gate's reason and goes on."""
+    from segfactory.errors import GateError
+
+    class MovingBest(StubFactoryServices):
+        def promote(self, ticket_id: str) -> None:
+            if self.promoted:
+                raise GateError(f"gate POST /promote answered 409: ticket {ticket_id!r} won confirm-a against "
+                                "an earlier best; promotion refused")
+            super().promote(ticket_id)
+
+    base = make_services()
+    services = MovingBest(dev={**base.dev, "epochs": "dev_win"}, gate={**base.gate, "epochs": base.gate["optim.lr"]})
+    state = run_loop(build_graph(_deps(services, audit_log, concurrency=2), tmp_path / "m.sqlite"), "m1")
+    refused = [d for d in state["decisions"] if d["reason"].startswith("promotion refused by the gate")]
+    assert len(services.promoted) == 1 and len(refused) >= 1
+    assert all(d["decision"] == "reject" for d in refused)
+    assert not state.get("stop_reason", "").startswith("proposer failed")
