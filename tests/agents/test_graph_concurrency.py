@@ -3,32 +3,23 @@ once, in queue order, and a batch never passes the run's caps."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from agents.graph import FactoryState, LoopDeps, build_graph, run_loop
-from agents.judge import Judge
-from agents.llm import LLMUsage
-from agents.proposer import get_proposer
-from agents.validate import RunCaps, load_budget_policy, ticket_problems
-from segfactory.records import Budget, Ticket
+from agents.validate import RunCaps
+from segfactory.records import Ticket
 from tests.agents._stubs import StubFactoryServices, make_services
 from tests.agents.conftest import Log
+from tests.agents.test_graph import _deps_of
 
 
 def _deps(services: StubFactoryServices, log: Log, *, concurrency: int, tickets: int = 20) -> LoopDeps:
-    policy = load_budget_policy()
-    seeds = itertools.count(100)
-    return LoopDeps(services=services, judge=Judge(log), sink=log, usage=LLMUsage(),
-                    proposer=get_proposer("rules", sink=log, usage=LLMUsage(),
-                                          default_budget=Budget(device_seconds=60, epochs=2),
-                                          caps=Budget(device_seconds=120, epochs=10)),
-                    caps=RunCaps(wall_seconds=600, device_seconds=600, tickets=tickets, llm_tokens=0),
-                    check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: next(seeds),
-                    concurrency=concurrency)
+    deps = _deps_of(services, log, concurrency=concurrency)
+    deps.caps = RunCaps(wall_seconds=600, device_seconds=600, tickets=tickets, llm_tokens=0)
+    return deps
 
 
 class _InFlight:
