@@ -170,17 +170,19 @@ def test_make_reviewer_builds_an_audited_judge_that_rejects_and_cannot_promote(k
     ("rules", "llm:anthropic:claude-x", "llm:anthropic:claude-x")])
 def test_a_run_records_its_judge_so_a_resume_keeps_it(proposer: str, judge: str | None, recorded: str,
                                                      tmp_path: Any) -> None:
-    from agents.run import RunRequest, _run_record
+    from agents.run import RunRequest, _run_record, load_run_defaults
     from agents.validate import RunCaps
     from segfactory.home import Home
 
     home = Home(tmp_path / "home")
     caps = RunCaps(wall_seconds=60, device_seconds=60, tickets=1, llm_tokens=0)
-    req = RunRequest(home=home, profile="demo", proposer=proposer, judge=judge, code_agent=True)
-    record = _run_record(home, req, "r1", caps, "sha")
+    defaults = load_run_defaults("demo")
+    req = RunRequest(home=home, profile="demo", proposer=proposer, judge=judge, code_agent=True, concurrency=2)
+    record = _run_record(home, req, "r1", caps, "sha", defaults)
     assert (record["judge"], record["code_agent"]) == (recorded, True)
-    resumed = _run_record(home, RunRequest(home=home, profile="demo", resume="r1"), "r1", caps, "sha")
-    assert (resumed["judge"], resumed["code_agent"]) == (recorded, True)
+    assert (record["base_config"], record["concurrency"]) == ("configs/run-demo.yaml", 2)
+    resumed = _run_record(home, RunRequest(home=home, profile="demo", resume="r1"), "r1", caps, "sha", defaults)
+    assert (resumed["judge"], resumed["code_agent"], resumed["concurrency"]) == (recorded, True, 2)
 
 
 @pytest.mark.parametrize(("judge", "code_agent"), [("llm:openai:gpt-4o", True), ("rules", False)])
