@@ -43,6 +43,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
 	$(BIN)/pip install -q -e '.[dev]'
+	bash scripts/pick-onnxruntime.sh $(VENV)
 	touch $(STAMP)
 
 bench: venv

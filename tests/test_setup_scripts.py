@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check-disk.sh"
@@ -51,3 +53,48 @@ def test_the_gpu_check_parses_and_on_a_machine_without_a_gpu_says_so_before_doin
                           env={**os.environ, "GPU_CHECK_OUT": str(out)}, check=False)
     assert proc.returncode == 2 and "no NVIDIA driver on this machine" in proc.stderr
     assert not (out / "setup.log").exists()  # nothing was started
+
+
+PICK_ORT = SCRIPT.parent / "pick-onnxruntime.sh"
+
+
+def _pick(tmp_path: Path, gpus: Path) -> subprocess.CompletedProcess[str]:
+    """The onnxruntime pick, dry, against this test's interpreter (it has the CPU build)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    return subprocess.run(["bash", str(PICK_ORT), str(venv), "--dry-run"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "SEGFACTORY_NVIDIA_GPUS": str(gpus)}, check=False)
+
+
+def test_without_an_nvidia_gpu_set_up_keeps_the_cpu_onnxruntime(tmp_path: Path) -> None:
+    for gpus in (tmp_path / "absent", tmp_path / "empty"):
+        if gpus.name == "empty":
+            gpus.mkdir()
+        proc = _pick(tmp_path, gpus)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def test_with_an_nvidia_gpu_set_up_swaps_in_onnxruntime_gpu_at_the_same_version(tmp_path: Path) -> None:
+    gpus = tmp_path / "gpus"
+    (gpus / "0000:01:00.0").mkdir(parents=True)  # the driver lists one folder per GPU
+    proc = _pick(tmp_path, gpus)
+    assert proc.returncode == 0, proc.stderr
+    version = metadata.version("onnxruntime")
+    pip = tmp_path / "venv" / "bin" / "pip"
+    # both builds go first: they share the `onnxruntime` module, and removing one breaks the other
+    assert proc.stdout.splitlines() == [f"{pip} uninstall -q -y onnxruntime onnxruntime-gpu",
+                                        f"{pip} install -q onnxruntime-gpu=={version}"]
+    assert "onnxruntime-gpu" in proc.stderr
+
+
+def test_make_setup_runs_the_onnxruntime_pick_after_the_python_dependencies() -> None:
+    root = SCRIPT.parents[1]
+    proc = subprocess.run(["make", "-n", "-B", ".venv/.installed"], cwd=root, capture_output=True, text=True,
+                          timeout=30, check=False)
+    lines = proc.stdout.splitlines()
+    deps = next(i for i, line in enumerate(lines) if "pip install -q -e" in line)
+    pick = next(i for i, line in enumerate(lines) if "scripts/pick-onnxruntime.sh .venv" in line)
+    assert deps < pick < next(i for i, line in enumerate(lines) if line.startswith("touch"))
