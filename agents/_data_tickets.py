@@ -50,8 +50,9 @@ def topup_spec(ticket: Ticket) -> dict[str, Any] | None:
     return spec if isinstance(spec, dict) and spec.get("slice") else None
 
 
-def materialise(home_root: Path, base: Any, ticket: Ticket, work: Path) -> Any:
-    """Build the dataset version a targeted-synthetic data ticket trains on (base train + n slice images)."""
+def materialise(home_root: Path, base: Any, ticket: Ticket, work: Path, keep: int | None = None) -> Any:
+    """Build the dataset version a targeted-synthetic data ticket trains on: the base train images
+    the parent trained on (its first ``keep``; all when None) + n slice images."""
     from synthetic.slices import constrain
     from synthetic.splits import read_split
     from synthetic.topup import TopupPlan, base_params, build_arm
@@ -67,4 +68,4 @@ def materialise(home_root: Path, base: Any, ticket: Ticket, work: Path) -> Any:
                      epochs=ticket.budget.epochs, seed=ticket.seed, budget_s=None)
     params = constrain(base_params(read_split(base.train, mmap=True).manifest), constraint)
     work.mkdir(parents=True, exist_ok=True)
-    return build_arm(home_root, base, "synthetic", n, params, plan, work)
+    return build_arm(home_root, base, "synthetic", n, params, plan, work, keep)

@@ -157,14 +157,15 @@ def _image_hashes(split: Path) -> list[str]:
     return [json.loads(r).get("sha256", "") for r in rows if r.strip()]
 
 
-def named_dataset(services: Any, ticket: Any, base: Any) -> Any | None:
+def named_dataset(services: Any, ticket: Any, base: Any, base_images: int | None = None) -> Any | None:
     """The version a ticket names in ``change["dataset"]`` (curation, reviewed labels, approved
-    data), checked: approved, and with the incumbent's dev split. None when it names none."""
+    data), checked: approved, and with the incumbent's dev split. None when it names none.
+    ``base_images``: how many of the base's train images the parent trains on (None: all)."""
     from synthetic.versions import resolve
 
     ref = ticket.change.get("dataset")
     if ticket.kind.value == "data" and ticket.change.get("approved_request"):
-        return approved_data_version(services, ticket, base)
+        return approved_data_version(services, ticket, base, base_images)
     if not ref:
         return None
     version = resolve(services.home.root, str(ref))
@@ -176,9 +177,10 @@ def named_dataset(services: Any, ticket: Any, base: Any) -> Any | None:
     return version
 
 
-def approved_data_version(services: Any, ticket: Any, base: Any) -> Any:
-    """The incumbent's train split plus the approved images: at most the approved count, only those
-    in the approved scope (a slice of the images' voids). Dev stays the incumbent's."""
+def approved_data_version(services: Any, ticket: Any, base: Any, base_images: int | None = None) -> Any:
+    """The incumbent's train split (the first ``base_images``, those a capped config trains on;
+    all when None) plus the approved images: at most the approved count, only those in the
+    approved scope (a slice of the images' voids). Dev stays the incumbent's."""
     from analysis.effects import parse_slice
     from analysis.errortypes import ErrorType
     from analysis.units import defect_units
@@ -213,16 +215,19 @@ def approved_data_version(services: Any, ticket: Any, base: Any) -> Any:
         raise DataError(f"approved data {change['approved_data']} holds no image in scope {scope!r}")
     out = services.home.runs / services.setup.run_id / "approved" / request / "train"
     ids = [str(extra.image_meta[k]["id"]) for k in keep]
-    offset = len(train.image_meta)
-    metas = [*train.image_meta, *({**extra.image_meta[k], "id": offset + n, "source_id": extra.image_meta[k]["id"],
+    offset = len(train.image_meta) if base_images is None else min(base_images, len(train.image_meta))
+    metas = [*train.image_meta[:offset], *({**extra.image_meta[k], "id": offset + n, "source_id": extra.image_meta[k]["id"],
                                    "source": str(change["approved_data"])} for n, k in enumerate(keep))]
     renumber = {old: offset + n for n, old in enumerate(ids)}
-    defects = [*train.defects, *({**d, "image_id": renumber[str(d["image_id"])]} for d in extra.defects
-                                 if str(d["image_id"]) in renumber)]
-    split = write_split(out, np.concatenate([np.asarray(train.images), np.asarray(extra.images)[keep]]),
-                        np.concatenate([np.asarray(train.masks), np.asarray(extra.masks)[keep]]), metas, defects,
-                        {"approved_request": request, "approved_data": str(change["approved_data"]),
-                         "approved_count": len(keep), "approved_scope": scope, "parent": base.content_hash})
+    kept = {str(m["id"]) for m in train.image_meta[:offset]}
+    defects = [*(d for d in train.defects if offset == len(train.image_meta) or str(d["image_id"]) in kept),
+               *({**d, "image_id": renumber[str(d["image_id"])]} for d in extra.defects
+                 if str(d["image_id"]) in renumber)]
+    split = write_split(out, np.concatenate([np.asarray(train.images[:offset]), np.asarray(extra.images)[keep]]),
+                        np.concatenate([np.asarray(train.masks[:offset]), np.asarray(extra.masks)[keep]]), metas,
+                        defects, {"approved_request": request, "approved_data": str(change["approved_data"]),
+                                  "approved_count": len(keep), "approved_scope": scope, "parent": base.content_hash,
+                                  "appended": len(keep), "base_images": offset})
     version = create_version(services.home.root, base.name, {"train": split, "dev": None}, parent=base.ref,
                              approve_it=True)
     record.write_text(json.dumps({"dataset": version.ref, "images_added": len(keep)}) + "\n")

@@ -243,8 +243,8 @@ class HostServices:
         from runner._workspace import ticket_config
 
         parent = self._parent_of(ticket)
-        config = ticket_config(parent.config, self._runnable(ticket, parent))
         dataset = self.dataset_for(ticket, parent)
+        config = ticket_config(_base_config(parent, dataset), self._runnable(ticket, parent))
         code = {**parent.code, **_code_files(ticket)}
         return Lineage(ticket_id=ticket.id, run_id=self.setup.run_id, parent_sha256=parent.sha256,
                        parent_fingerprint=parent.fingerprint, config=config, dataset=dataset.ref,
@@ -390,9 +390,9 @@ class HostServices:
         from synthetic.versions import resolve
 
         s = self.setup
-        return execute_ticket(runnable, home=s.home,
-                              dataset_version=resolve(s.home.root, lineage.dataset), backend=s.backend,
-                              base_config=parent.config, audit=s.audit, run_id=s.run_id, scorer=self._score,
+        dataset = resolve(s.home.root, lineage.dataset)
+        return execute_ticket(runnable, home=s.home, dataset_version=dataset, backend=s.backend,
+                              base_config=_base_config(parent, dataset), audit=s.audit, run_id=s.run_id, scorer=self._score,
                               progress=s.progress, wall_left_s=wall_left_s, scheduler=self.scheduler())
 
     def dataset_for(self, ticket: Ticket, parent: Incumbent | None = None) -> Any:
@@ -411,12 +411,13 @@ class HostServices:
             return resolve(self.home.root, json.loads(record.read_text())["dataset"])
         parent = parent or self._parent_of(ticket)
         base = resolve(self.home.root, parent.dataset)
-        named = _realise.named_dataset(self, ticket, base)
+        trained = parent.config.get("max_train_images")  # the parent's first N images; None: all of them
+        named = _realise.named_dataset(self, ticket, base, trained)
         if named is not None:
             return named
         if topup_spec(ticket) is None:
             return base
-        version = materialise(self.home.root, base, ticket, work)
+        version = materialise(self.home.root, base, ticket, work, trained)
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps({"dataset": version.ref, "parent": base.ref}) + "\n")
         self.audit("topup_dataset_built", {"ticket_id": ticket.id, "dataset": version.ref,
@@ -570,6 +571,19 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
     tmp.replace(path)
+
+
+def _base_config(parent: Incumbent, dataset: Any) -> dict[str, Any]:
+    """The config a ticket patches: its parent's, with the training cap lifted on a version that
+    adds images to those the parent trained on (a top-up, approved data). Such a version holds
+    the parent's first ``max_train_images`` images and then the added ones, which the cap would
+    cut: the ticket would silently train its parent's images again (the runner refuses that)."""
+    from synthetic.splits import appended_images
+
+    added, _ = appended_images(dataset.train)
+    if added and parent.config.get("max_train_images") is not None:
+        return {**parent.config, "max_train_images": None}
+    return parent.config
 
 
 def _code_files(ticket: Ticket) -> dict[str, str]:

@@ -180,9 +180,28 @@ def _checked_config(ticket: Ticket, dataset: DatasetVersion, base: dict[str, Any
     if reason is not None:
         return None, reason
     try:
-        return _workspace.ticket_config(base, ticket), None
+        config = _workspace.ticket_config(base, ticket)
     except Exception as exc:  # UsageError from the config model, or a malformed base config
         return None, f"the ticket's config change is invalid: {exc}"
+    return config, _cut_images(config, dataset)
+
+
+def _cut_images(config: dict[str, Any], dataset: DatasetVersion) -> str | None:
+    """Why a config's training cap would silently drop the images a dataset version adds, or None.
+
+    Training keeps the first ``max_train_images`` images; a top-up or approved-data version puts
+    the added images last, so a cap below its size trains the parent's images and nothing the
+    ticket claims to add."""
+    from synthetic.splits import appended_images
+
+    cap = config.get("max_train_images")
+    added, count = appended_images(dataset.train)
+    if cap is None or not added or cap >= count:
+        return None
+    return (f"max_train_images={cap} would cut {min(added, count - cap)} of the {added} images dataset version "
+            f"{dataset.ref} adds (they come last, after its {count - added} base images); the ticket would "
+            "train its parent's images under another name. Lift the cap, or build the version on the images "
+            "the cap keeps")
 
 
 def _refuse(ticket: Ticket, run_id: str, audit: AuditSink, reason: str) -> TicketOutcome:

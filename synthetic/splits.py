@@ -104,6 +104,17 @@ def read_split(path: Path | str, *, mmap: bool = False) -> Split:
     return split
 
 
+def appended_images(path: Path | str) -> tuple[int, int]:
+    """(images the split adds after its parent's, images in all) from its manifest.
+
+    A split built as a parent's images plus new ones (a targeted top-up, approved data) records
+    ``appended``; top-ups built before that field record their dose as ``topup.n``. Training keeps
+    the first ``max_train_images`` images, so a cap below the split's size cuts exactly these."""
+    manifest = json.loads((Path(path) / "manifest.json").read_text())
+    topup = manifest.get("topup") if isinstance(manifest.get("topup"), dict) else {}
+    return int(manifest.get("appended", topup.get("n", 0)) or 0), int(manifest.get("count", 0))
+
+
 def validate_shapes(split: Split) -> None:
     """Raise DataError unless arrays and metadata agree in shape, dtype and count."""
     images, masks = split.images, split.masks

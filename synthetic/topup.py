@@ -104,20 +104,26 @@ def _augmented(images: np.ndarray, masks: np.ndarray, n: int, rng: np.random.Gen
 
 
 def _extended(base: Any, images: np.ndarray, masks: np.ndarray, metas: list[dict[str, Any]],
-              defects: list[dict[str, Any]], note: dict[str, Any], out: Path) -> Path:
-    n0 = len(base)
+              defects: list[dict[str, Any]], note: dict[str, Any], out: Path, keep: int | None = None) -> Path:
+    """``base``'s first ``keep`` images (all when None), then the new ones. The manifest's
+    ``appended`` counts the new ones: a training cap below the split's size would cut exactly
+    them, and the runner refuses such a ticket (runner/_execute.py)."""
+    n0 = len(base) if keep is None else min(keep, len(base))
+    kept = {str(m["id"]) for m in base.image_meta[:n0]}
+    base_defects = base.defects if n0 == len(base) else [d for d in base.defects if str(d["image_id"]) in kept]
     metas = [{**m, "id": n0 + i} for i, m in enumerate(metas)]
     defects = [{**d, "image_id": n0 + int(d["image_id"])} for d in defects]
     manifest = {"generator": "segfactory.topup", "kind": "synthetic", "parent": base.manifest.get("content_hash"),
-                "topup": note}
-    return write_split(out, np.concatenate([np.asarray(base.images), images]),
-                       np.concatenate([np.asarray(base.masks), masks]),
-                       [*base.image_meta, *metas], [*base.defects, *defects], manifest)
+                "topup": note, "appended": len(images), "base_images": n0}
+    return write_split(out, np.concatenate([np.asarray(base.images[:n0]), images]),
+                       np.concatenate([np.asarray(base.masks[:n0]), masks]),
+                       [*base.image_meta[:n0], *metas], [*base_defects, *defects], manifest)
 
 
 def build_arm(home_root: Path, base: DatasetVersion, arm: str, n: int, params: GenParams, plan: TopupPlan,
-              work: Path) -> DatasetVersion:
-    """The approved dataset version of one arm at one dose (base train + n images)."""
+              work: Path, keep: int | None = None) -> DatasetVersion:
+    """The approved dataset version of one arm at one dose: base train (its first ``keep`` images,
+    the ones a capped training config trains on; all when None) + n images."""
     from synthetic import generate
     from synthetic.splits import image_sha256
 
@@ -129,10 +135,10 @@ def build_arm(home_root: Path, base: DatasetVersion, arm: str, n: int, params: G
         extra = (drawn.images, drawn.masks, drawn.image_meta, drawn.defects)
     else:
         rng = np.random.default_rng(plan.seed * 1_000_003 + n)
-        images, masks, picks = _augmented(np.asarray(split.images), np.asarray(split.masks), n, rng)
+        images, masks, picks = _augmented(np.asarray(split.images[:keep]), np.asarray(split.masks[:keep]), n, rng)
         metas = [{"id": i, "sha256": image_sha256(images[i]), "augmented_from": int(k)} for i, k in enumerate(picks)]
         extra = (images, masks, metas, [])
-    path = _extended(split, *extra, note, work / f"{arm}-n{n}")
+    path = _extended(split, *extra, note, work / f"{arm}-n{n}", keep)
     return create_version(home_root, f"topup-{_slug(plan.slice_name)}-{arm}", {"train": path}, parent=base.ref,
                           approve_it=True)
 

@@ -141,6 +141,32 @@ def test_a_targeted_synthetic_ticket_trains_on_a_topped_up_version(services: Hos
     assert plan.fingerprint != plan.parent_fingerprint
 
 
+def _capped(services: HostServices, tmp_path: Path, cap: int, run_id: str) -> HostServices:
+    """The same home and run set-up, on a base config that trains the first ``cap`` train images."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "configs" / "run-demo.yaml").read_text()) | {"max_train_images": cap}
+    path = tmp_path / f"capped-{cap}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return HostServices(services.setup.__class__(**{**services.setup.__dict__, "base_config": path,
+                                                    "run_id": run_id}))
+
+
+def test_a_top_up_on_a_capped_parent_trains_the_parents_images_and_every_added_one(services: HostServices,
+                                                                                   tmp_path: Path) -> None:
+    """Training keeps the first max_train_images images and a top-up's come last: without care the
+    cap cuts exactly them, and the ticket trains its parent's images under another name."""
+    capped = _capped(services, tmp_path, 16, "k2")  # the parent trains on the first 16 of 24
+    plan = capped.plan(_ticket("k2-t001", TicketKind.DATA, {"synthetic": {"slice": "contrast<0.2", "n": 6}}))
+    base = read_split(resolve(services.home.root, capped.incumbent().dataset).train)
+    train = read_split(resolve(services.home.root, plan.dataset).train)
+    assert len(train) == 16 + 6 and train.manifest["appended"] == 6
+    assert np.array_equal(train.images[:16], base.images[:16])  # the parent's own images, then the new
+    assert not any(np.array_equal(train.images[-1], image) for image in base.images)
+    assert plan.config["max_train_images"] is None  # all 22 are trained on
+    assert plan.fingerprint != plan.parent_fingerprint
+
+
 def test_a_curation_ticket_trains_on_the_applied_plan_or_is_not_executable(services: HostServices,
                                                                            tmp_path: Path) -> None:
     rec = _rec("curation")
@@ -272,3 +298,7 @@ def test_an_approved_request_trains_on_the_approved_images_within_count_and_scop
                                       "change": {**scoped.change, "approved_scope": "thin voids only"}})
     with pytest.raises(UsageError, match="not a slice the factory can apply"):
         HostServices(services.setup.__class__(**{**services.setup.__dict__, "run_id": "k8"})).plan(vague)
+    capped = _capped(services, tmp_path, 16, "k7")  # a parent on the first 16: they and the 3 approved
+    plan = capped.plan(taken[0].model_copy(update={"id": "r0-t003-data-d"}))
+    train = read_split(resolve(services.home.root, plan.dataset).train)
+    assert (len(train), train.manifest["appended"], plan.config["max_train_images"]) == (16 + 3, 3, None)

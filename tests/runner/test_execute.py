@@ -16,9 +16,10 @@ from runner import TicketStatus, execute_ticket
 from runner.scheduler import Scheduler
 from segfactory.home import Home
 from segfactory.records import Ticket
-from synthetic.splits import read_split
-from synthetic.versions import DatasetVersion
+from synthetic.splits import read_split, write_split
+from synthetic.versions import DatasetVersion, create_version
 from tests.runner.conftest import BASE_CONFIG, StandinLauncher
+from tests.vision._data import draw
 from vision.metrics import aggregate, per_image_metrics
 
 MIB = 2**20
@@ -218,3 +219,33 @@ def scheduler_alone(home: Home) -> Scheduler:
 
     settings = SchedulerSettings(reserve_bytes=0)
     return Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings)
+
+
+def test_a_cap_that_would_cut_the_images_a_version_adds_is_refused_before_anything_starts(
+        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, tmp_path: Path) -> None:
+    """A top-up puts its images after the base's; a cap below its size trains the parent's images."""
+    base = read_split(dataset.train)
+    images, masks, meta, defects = draw(6, 32, 5)
+    renamed = {str(m["id"]): f"added-{i}" for i, m in enumerate(meta)}
+    write_split(tmp_path / "topped" / "train", np.concatenate([base.images, images]),
+                np.concatenate([base.masks, masks]), [*base.image_meta, *({**m, "id": renamed[str(m["id"])]} for m in meta)],
+                [*base.defects, *({**d, "image_id": renamed[str(d["image_id"])]} for d in defects)],
+                {"generator": "tests.topup", "appended": 6})
+    topped = create_version(home.root, "discs-topped", {"train": tmp_path / "topped" / "train", "dev": None},
+                            parent=dataset.ref, approve_it=True)
+    launcher = StandinLauncher()
+    capped = execute_ticket(make_ticket("c1"), home=home, dataset_version=topped, backend=launcher,
+                            base_config={**BASE_CONFIG, "max_train_images": len(base)}, audit=audit_log,
+                            run_id="r1", scheduler=scheduler)
+    assert capped.status == TicketStatus.REFUSED and launcher.requests == []
+    assert f"max_train_images={len(base)} would cut 6 of the 6 images dataset version {topped.ref} adds" \
+        in str(capped.reason)
+    lifted = execute_ticket(make_ticket("c2"), home=home, dataset_version=topped, backend=launcher,
+                            base_config={**BASE_CONFIG, "max_train_images": None}, audit=audit_log,
+                            run_id="r1", scheduler=scheduler)
+    assert lifted.status == TicketStatus.DONE, lifted.reason
+    # the same cap on a version that adds nothing is the cap's ordinary use: a quick run on fewer images
+    plain = execute_ticket(make_ticket("c3"), home=home, dataset_version=dataset, backend=launcher,
+                           base_config={**BASE_CONFIG, "max_train_images": 16}, audit=audit_log,
+                           run_id="r1", scheduler=scheduler)
+    assert plain.status == TicketStatus.DONE, plain.reason
