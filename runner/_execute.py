@@ -289,12 +289,12 @@ def _attempt(run: _Run, config: dict[str, Any], left: float, wall: float | None)
     if run.attempts:  # a retry: the last attempt's output is set aside, the config rewritten safely
         _workspace.set_aside_output(run.work, len(run.attempts) - 1)
         _workspace.write_config(run.work, config)
-    with run.scheduler.admit(estimate):
+    with run.scheduler.admit(estimate) as gpus:
         request = LaunchRequest(
             command=_workspace.worker_command(run.ticket), workspace=run.work,
             data={"train": run.dataset.train, "dev": run.dataset.dev},
             timeout_s=min(left + TIMEOUT_MARGIN_S, wall if wall is not None else math.inf),
-            memory_bytes=run.scheduler.settings.memory_limit_bytes, gpus=run.scheduler.assigned_gpus(),
+            memory_bytes=run.scheduler.settings.memory_limit_bytes, gpus=gpus,
             cpus=run.scheduler.cpu_share(),
         )
         budget = run.ticket.budget.device_seconds

@@ -278,6 +278,17 @@ def free_memory(device: DeviceKind) -> int:
     return int(psutil.virtual_memory().available)
 
 
+def gpu_free_bytes(uuid: str) -> int:
+    """Free memory of one GPU, named by UUID, from ``nvidia-smi`` (CUDA's own device numbering
+    need not follow the driver's minors, so the host process does not ask torch)."""
+    proc = subprocess.run(["nvidia-smi", f"--id={uuid}", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, timeout=30, check=False)
+    try:
+        return int(float(proc.stdout.strip().splitlines()[0])) * 2**20  # MiB
+    except (IndexError, ValueError):
+        raise LimitExceeded(f"cannot read the free memory of GPU {uuid}: {proc.stderr.strip()[:200]}") from None
+
+
 class Admission:
     """Admits a ticket when its estimate fits in free memory less the reserve; bounded concurrency.
 
@@ -316,8 +327,25 @@ class Admission:
             self._slots.release()
 
     def fits(self, estimate_bytes: int) -> bool:
-        headroom = self._free() - self.settings.reserve_bytes - self._in_flight
-        return estimate_bytes <= headroom
+        return estimate_bytes <= self.headroom()
+
+    def headroom(self) -> int:
+        """Free memory now, less the reserve and the estimates admitted and not yet released."""
+        return self._free() - self.settings.reserve_bytes - self._in_flight
+
+    def try_reserve(self, estimate_bytes: int) -> bool:
+        """Count ``estimate_bytes`` as in flight if it fits now; no wait, no ticket slot (the
+        scheduler that spreads tickets over several GPUs holds the slots)."""
+        with self._cond:
+            if not self.fits(estimate_bytes):
+                return False
+            self._in_flight += estimate_bytes
+            return True
+
+    def release(self, estimate_bytes: int) -> None:
+        with self._cond:
+            self._in_flight -= estimate_bytes
+            self._cond.notify_all()
 
     def _reserve(self, estimate_bytes: int, wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
@@ -353,12 +381,23 @@ def shrink_for_oom(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 class Scheduler:
-    """Estimates, admits and sizes tickets on one device (see the module docstring)."""
+    """Estimates, admits and sizes tickets on the host's device (see the module docstring).
 
-    def __init__(self, estimator: MemoryEstimator, admission: Admission, settings: SchedulerSettings) -> None:
+    On the CPU, and on a host with one GPU, ``admission`` admits every ticket. With several GPUs
+    each GPU has an ``Admission`` of its own (``gpu_admissions``: device minor -> admission, read
+    from the driver when not given) and a ticket goes to the GPU with the most headroom that fits
+    it, so concurrent tickets spread over the GPUs; ``settings.concurrency`` still bounds the
+    tickets running at once on the host. The memory profile was measured on the first GPU and
+    stands for all of them; each GPU's own free memory is read at admission."""
+
+    def __init__(self, estimator: MemoryEstimator, admission: Admission, settings: SchedulerSettings,
+                 gpu_admissions: dict[int, Admission] | None = None) -> None:
         self.estimator = estimator
         self.admission = admission
         self.settings = settings
+        self._gpu_admissions = gpu_admissions
+        self._slots = threading.Semaphore(settings.concurrency)
+        self._spread = threading.Lock()  # one GPU choice at a time: two tickets never race for one
 
     @classmethod
     def for_home(cls, home: Home, settings: SchedulerSettings | None = None) -> Scheduler:
@@ -385,8 +424,60 @@ class Scheduler:
         scoring = self.estimator.estimate(name, per_batch(scored, scored, DEV_BATCH), scored, width)
         return max(training, scoring) + int(data_bytes)
 
-    def admit(self, estimate_bytes: int) -> AbstractContextManager[None]:
-        return self.admission.admit(estimate_bytes, self.settings.admission_wait_s)
+    def admit(self, estimate_bytes: int) -> AbstractContextManager[list[int]]:
+        """Wait until a ticket of ``estimate_bytes`` may start; yields the GPUs (device minors)
+        its sandbox gets: none on the CPU, one on CUDA."""
+        return self._admit(estimate_bytes)
+
+    @contextmanager
+    def _admit(self, estimate_bytes: int) -> Iterator[list[int]]:
+        if self.estimator.device != "cuda":
+            with self.admission.admit(estimate_bytes, self.settings.admission_wait_s):
+                yield []
+            return
+        admissions = self._per_gpu()
+        if len(admissions) == 1:
+            with self.admission.admit(estimate_bytes, self.settings.admission_wait_s):
+                yield list(admissions)
+            return
+        with self._spread_over(admissions, estimate_bytes) as minor:
+            yield [minor]
+
+    @contextmanager
+    def _spread_over(self, admissions: dict[int, Admission], estimate_bytes: int) -> Iterator[int]:
+        wait_s = self.settings.admission_wait_s
+        capacity = max(a.total_bytes for a in admissions.values()) - self.settings.reserve_bytes
+        if estimate_bytes > capacity:
+            raise LimitExceeded(f"memory estimate {estimate_bytes / 2**20:.0f} MiB exceeds every GPU's "
+                                f"{capacity / 2**20:.0f} MiB (total less the reserve); lower batch_size")
+        if not self._slots.acquire(timeout=wait_s):
+            raise LimitExceeded(f"no free ticket slot (concurrency={self.settings.concurrency}) within {wait_s:g}s")
+        try:
+            deadline = time.monotonic() + wait_s
+            while True:
+                with self._spread:
+                    by_headroom = sorted(admissions.items(), key=lambda item: (-item[1].headroom(), item[0]))
+                    chosen = next((minor for minor, a in by_headroom if a.try_reserve(estimate_bytes)), None)
+                if chosen is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    raise LimitExceeded(f"memory estimate {estimate_bytes / 2**20:.0f} MiB did not fit in the free "
+                                        f"memory of any of {len(admissions)} GPUs within {wait_s:g}s")
+                time.sleep(ADMISSION_POLL_S)
+            try:
+                yield chosen
+            finally:
+                admissions[chosen].release(estimate_bytes)
+        finally:
+            self._slots.release()
+
+    def _per_gpu(self) -> dict[int, Admission]:
+        if self._gpu_admissions is None:
+            total = self.admission.total_bytes
+            self._gpu_admissions = {
+                gpu.minor: Admission("cuda", total, self.settings, free=lambda uuid=gpu.uuid: gpu_free_bytes(uuid))
+                for gpu in self._host_gpus()}
+        return self._gpu_admissions
 
     def cpu_share(self) -> int | None:
         """Cores each ticket gets when several run at once on the CPU (the host's cores split
@@ -396,11 +487,14 @@ class Scheduler:
             return None
         return max(1, (os.cpu_count() or 1) // self.settings.concurrency)
 
-    def assigned_gpus(self) -> list[int]:
-        """The GPUs (device minors) a ticket's sandbox gets: none on the CPU; on CUDA the first
-        GPU of this machine, the one the device profile measured (CUDA device 0 in PCI order)."""
+    def device_gpus(self) -> list[int]:
+        """The GPUs (device minors) this scheduler gives tickets: none on the CPU; on CUDA every
+        GPU of this machine (one ticket's sandbox gets one of them, see ``admit``)."""
         if self.estimator.device != "cuda":
             return []
+        return list(self._per_gpu())
+
+    def _host_gpus(self) -> list[Any]:
         from segfactory.errors import PolicyError
         from segfactory.gpus import host_gpus
 
@@ -408,4 +502,4 @@ class Scheduler:
         if not gpus:
             raise PolicyError("the home's device profile is for CUDA but this machine has no NVIDIA GPU; "
                               "measure it again with `segfactory device profile`")
-        return [gpus[0].minor]
+        return gpus

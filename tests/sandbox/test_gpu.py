@@ -168,13 +168,22 @@ def test_the_scheduler_assigns_no_gpu_on_the_cpu_and_refuses_a_cuda_profile_with
     settings = SchedulerSettings()
     home = Home(tmp_path / "home")
     on_cpu = Scheduler(MemoryEstimator(home, None, "cpu"), Admission("cpu", 2**34, settings), settings)
-    assert on_cpu.assigned_gpus() == []
-    on_cuda = Scheduler(MemoryEstimator(home, None, "cuda"), Admission("cuda", 2**34, settings), settings)
+    assert on_cpu.device_gpus() == []
+    with on_cpu.admit(2**20) as gpus:
+        assert gpus == []
+
+    def on_cuda() -> Scheduler:
+        return Scheduler(MemoryEstimator(home, None, "cuda"), Admission("cuda", 2**34, settings, lambda: 2**34),
+                         settings)
+
     monkeypatch.setattr(segfactory.gpus, "host_gpus", lambda: [Gpu(3, UUID1, "NVIDIA H200", "0000:c1:00.0")])
-    assert on_cuda.assigned_gpus() == [3]
+    one = on_cuda()
+    assert one.device_gpus() == [3]
+    with one.admit(2**20) as gpus:  # one GPU: the one the sandbox gets
+        assert gpus == [3]
     monkeypatch.setattr(segfactory.gpus, "host_gpus", lambda: [])
     with pytest.raises(PolicyError, match="device profile is for CUDA but this machine has no NVIDIA GPU"):
-        on_cuda.assigned_gpus()
+        on_cuda().device_gpus()
 
 
 def test_an_empty_plan_is_the_default() -> None:
