@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -474,9 +475,8 @@ class Scheduler:
     def _per_gpu(self) -> dict[int, Admission]:
         if self._gpu_admissions is None:
             total = self.admission.total_bytes
-            self._gpu_admissions = {
-                gpu.minor: Admission("cuda", total, self.settings, free=lambda uuid=gpu.uuid: gpu_free_bytes(uuid))
-                for gpu in self._host_gpus()}
+            self._gpu_admissions = {gpu.minor: Admission("cuda", total, self.settings, free=partial(gpu_free_bytes, gpu.uuid))
+                                    for gpu in self._host_gpus()}
         return self._gpu_admissions
 
     def cpu_share(self) -> int | None:
