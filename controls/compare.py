@@ -4,7 +4,8 @@ For each seed, each arm gets the same device-second budget: ``agent`` is a ``seg
 (``agents.run.start_run``), ``sweep-tpe`` / ``sweep-random`` a sweep with that sampler seed,
 ``nnunet`` one nnU-Net run (``controls.nnunet_arm``). Every arm-run starts from the incumbent
 the comparison started from (``controls.isolation``): one arm's promotions never move another
-arm's bar, and all arms are scored on the same tiers of the one home. Each arm's best model on
+arm's bar, and no arm's queries spend another's budget (each arm-run meets confirm tiers nobody
+else has queried, with their full budgets). Each arm's best model on
 dev is then scored once on the sealed tier (never-queried is left alone) through one gate
 milestone per seed, within the sealed quota: when the quota is spent the sealed tier is rotated
 to fresh secret seeds first (recorded by the gate). The report ranks the arms by the sealed
@@ -128,16 +129,19 @@ def run_arms(arms: list[str], seeds: int, run_arm: ArmRunner, store: BestStore,
              ) -> tuple[Incumbent, dict[str, list[dict[str, Any]]]]:
     """Every arm-run from the same incumbent (restored when an earlier arm-run moved the best).
 
-    Each result records ``start_best`` (the incumbent it started from) and ``restored_before``
-    (whether the best had to be moved back first); the incumbent is restored after the last run.
+    Each result records ``start_best`` (the incumbent it started from), ``restored_before``
+    (whether the best had to be moved back first) and ``fresh_tiers`` (the queried tiers redrawn
+    for it because an earlier arm-run had queried them, with their new versions); the incumbent
+    is restored after the last run.
     """
     incumbent = store.current()
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     for seed in range(seeds):
         for arm in arms:
             restored = start_from(store, incumbent, f"{arm} seed {seed}")
+            fresh = store.fresh_tiers()
             result = run_arm(arm, seed)
-            result.update(start_best=incumbent.sha256, restored_before=restored)
+            result.update(start_best=incumbent.sha256, restored_before=restored, fresh_tiers=fresh)
             results[arm].append(result)
         after_seed(seed, results)
     start_from(store, incumbent, "the end of the comparison")

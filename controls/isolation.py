@@ -11,6 +11,14 @@ at a time and, after two promotions, steps back onto the later one), and a row i
 restored model, so that the false-win replay pairs each later promotion with the best it really
 replaced. After the last arm-run the incumbent is restored once more: a comparison leaves the
 home's best as it found it.
+
+The query budgets are per tier version, and the arms would otherwise share them: an early arm
+that spends confirm-a's 30 queries leaves the next arm only BUDGET_EXHAUSTED answers, and its
+queries would have told it about the images the next arm is judged on. So before each arm-run
+every queried tier (confirm-a, confirm-b) whose current version has answered anything is drawn
+afresh by the gate (a ``gate.rotate`` event: same generator, size and budget, new secret seeds).
+Every arm-run therefore meets tiers of the same definition with their full budgets, none of it
+seen by another arm; the sealed tier the arms are ranked on stays one version per seed.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any, Protocol
 
 from segfactory.home import Home
 
+QUERIED_TIERS = ("confirm-a", "confirm-b")  # the tiers a submission spends a query of
 RESTORE_SUFFIX = "-restore"  # ticket id suffix of a restore row in promotions.jsonl
 BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # agents.services.BASELINE_MODEL
 
@@ -39,6 +48,19 @@ class BestStore(Protocol):
     def current(self) -> Incumbent: ...
 
     def restore(self, incumbent: Incumbent, reason: str) -> None: ...
+
+    def fresh_tiers(self) -> dict[str, int]:
+        """Redraw each queried tier another arm-run has queried; {tier: new version}."""
+        ...
+
+
+def spent_tiers(tier_versions: list[dict[str, Any]]) -> list[str]:
+    """The queried tiers whose current (highest) version has answered at least one query."""
+    current: dict[str, dict[str, Any]] = {}
+    for row in tier_versions:
+        if row["tier"] in QUERIED_TIERS and row["version"] >= current.get(row["tier"], {}).get("version", -1):
+            current[row["tier"]] = row
+    return [tier for tier in QUERIED_TIERS if tier in current and current[tier]["spent"] > 0]
 
 
 def host_copy(home: Home, sha256: str) -> Path:
@@ -91,6 +113,12 @@ class GateBestStore:
         with (self.home.runs / "promotions.jsonl").open("a") as fh:
             fh.write(json.dumps(row) + "\n")
 
+    def fresh_tiers(self) -> dict[str, int]:
+        def redraw(client: Any) -> dict[str, int]:
+            return {tier: int(client.rotate(tier)) for tier in spent_tiers(client.status().get("tiers", []))}
+
+        return dict(self._call(redraw))
+
 
 def start_from(store: BestStore, incumbent: Incumbent, label: str) -> bool:
     """Move the best back to ``incumbent`` if another arm moved it; True when it had moved."""
@@ -100,4 +128,5 @@ def start_from(store: BestStore, incumbent: Incumbent, label: str) -> bool:
     return True
 
 
-__all__ = ["BestStore", "GateBestStore", "Incumbent", "RESTORE_SUFFIX", "host_copy", "start_from"]
+__all__ = ["BestStore", "GateBestStore", "Incumbent", "QUERIED_TIERS", "RESTORE_SUFFIX", "host_copy", "spent_tiers",
+           "start_from"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from controls.compare import run_arms
-from controls.isolation import RESTORE_SUFFIX, Incumbent, start_from
+from controls.isolation import RESTORE_SUFFIX, Incumbent, spent_tiers, start_from
 from controls.replay import pairs_for
 from gate.ledger import Ledger
 from segfactory.home import Home
@@ -20,9 +20,12 @@ from segfactory.home import Home
 class LedgerStore:
     """``BestStore`` over the gate's ledger itself; ``restore`` records a ``reference`` move as the gate does."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, budget: int = 3) -> None:
         self.ledger = Ledger(path)
         self.ledger.set_best("base", "/m/base.onnx", "init", "baseline")
+        self.budget = budget
+        for tier in ("confirm-a", "confirm-b", "sealed"):
+            self.ledger.add_tier_version(tier, 1, budget)
 
     def current(self) -> Incumbent:
         best = self.ledger.current_best()
@@ -34,6 +37,18 @@ class LedgerStore:
 
     def promote(self, name: str) -> None:
         self.ledger.set_best(name, f"/m/{name}.onnx", "promotion", "WIN + replicate WIN")
+
+    def fresh_tiers(self) -> dict[str, int]:
+        """As the gate's rotation does: a next version of the tier, with the rule's budget."""
+        fresh = {}
+        for tier in spent_tiers(self.ledger.tier_versions()):
+            fresh[tier] = max(r["version"] for r in self.ledger.tier_versions() if r["tier"] == tier) + 1
+            self.ledger.add_tier_version(tier, fresh[tier], self.budget)
+        return fresh
+
+    def query(self, ticket_id: str, tier: str = "confirm-a") -> bool:
+        version = max(r["version"] for r in self.ledger.tier_versions() if r["tier"] == tier)
+        return self.ledger.reserve_query(ticket_id, tier, version, "m")
 
 
 def promoting_arms(store: LedgerStore, promotions: dict[str, int]) -> tuple[Any, list[tuple[str, int, str]]]:
@@ -83,3 +98,32 @@ def test_a_promotion_after_a_restore_is_paired_with_the_incumbent(tmp_path: Path
     (pair,) = pairs_for(home, {"sweep-0"})
     assert pair["previous"] == "/m/base.onnx"  # not the agent arm's promotion: it never was this arm's bar
     assert [p["ticket_id"] for p in pairs_for(home, {"cmp"})] == []  # a restore is not a win
+
+
+def test_no_arm_run_spends_another_arms_query_budget(tmp_path: Path) -> None:
+    store = LedgerStore(tmp_path / "ledger.sqlite", budget=3)
+    answered: dict[str, list[bool]] = {}
+
+    def run_arm(arm: str, seed: int) -> dict[str, Any]:
+        # the first arm-run spends every confirm-a query it has, and asks two more
+        answered[f"{arm}-{seed}"] = [store.query(f"{arm}-{seed}-t{k}") for k in range(5 if arm == "agent" else 1)]
+        return {"run_id": f"{arm}-{seed}"}
+
+    _, results = run_arms(["agent", "sweep-tpe", "nnunet"], 2, run_arm, store)
+    assert answered["agent-0"] == [True, True, True, False, False]  # the budget holds within an arm-run
+    assert all(answered[f"{arm}-{seed}"][0] for arm in ("sweep-tpe", "nnunet", "agent") for seed in (0, 1))
+    assert results["agent"][0]["fresh_tiers"] == {}  # nothing queried yet: the tiers are left as they are
+    assert results["sweep-tpe"][0]["fresh_tiers"] == {"confirm-a": 2}
+    versions = [r["fresh_tiers"]["confirm-a"] for runs in zip(*results.values(), strict=True) for r in runs if r["fresh_tiers"]]
+    assert versions == [2, 3, 4, 5, 6]  # a version of its own for every arm-run after the first
+    assert {r["tier"]: r["version"] for r in store.ledger.tier_versions() if r["tier"] != "confirm-a"} == \
+        {"confirm-b": 1, "sealed": 1}  # unqueried tiers and the sealed tier are never redrawn
+
+
+def test_spent_tiers_reads_only_the_current_version_of_the_queried_tiers() -> None:
+    rows = [{"tier": "confirm-a", "version": 1, "spent": 30}, {"tier": "confirm-a", "version": 2, "spent": 0},
+            {"tier": "confirm-b", "version": 1, "spent": 1}, {"tier": "sealed", "version": 1, "spent": 5},
+            {"tier": "never-queried", "version": 1, "spent": 3}]
+    assert spent_tiers(rows) == ["confirm-b"]
+    assert spent_tiers(rows[:1]) == ["confirm-a"]
+    assert spent_tiers([]) == []

@@ -75,3 +75,18 @@ def test_a_rotation_is_drawn_by_the_gate(served: tuple[GateClient, Path]) -> Non
     version = client.rotate("sealed")
     versions = [t["version"] for t in client.status()["tiers"] if t["tier"] == "sealed"]
     assert version == before["sealed"] + 1 and version in versions
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_a_redrawn_confirm_tier_has_its_full_budget(served: tuple[GateClient, Path], tmp_path: Path) -> None:
+    from controls.isolation import spent_tiers
+
+    client, _ = served
+    model = models.save(models.threshold_model(bias=-0.6), tmp_path / "m.onnx")
+    client.submit(model, None, "t-spends-one")
+    assert spent_tiers(client.status()["tiers"]) == ["confirm-a"]
+    version = client.rotate("confirm-a")
+    current = max((t for t in client.status()["tiers"] if t["tier"] == "confirm-a"), key=lambda t: t["version"])
+    assert current["version"] == version and current["spent"] == 0 and current["left"] == current["budget"] > 0
+    assert spent_tiers(client.status()["tiers"]) == []
