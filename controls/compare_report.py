@@ -102,6 +102,7 @@ def _arm_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "sealed_worst_slice_recall": [_sealed_worst(r) for r in runs],
             "device_seconds": [r["curve"][-1][0] if r["curve"] else 0.0 for r in runs],
             "start_best": [r.get("start_best") for r in runs],
+            "fresh_tiers": [r.get("fresh_tiers", {}) for r in runs],
             "plans": [r["plan"] for r in runs if r.get("plan")],
             "yield": Yield(promoted=sum(int(r["promoted"]) for r in runs), device_seconds=seconds,
                            llm_tokens=tokens, llm_seconds=llm_s).as_dict()}

@@ -96,3 +96,11 @@ def test_one_seed_is_never_called_a_resolved_difference() -> None:
     summary = summarise(one, proposer="rules", budget_s=240, seeds=1)
     assert summary["sweep_minus_agent"]["low"] is None
     assert summary["verdict"].startswith("The sweep wins") and "not a resolved difference" in summary["verdict"]
+
+
+def test_the_tiers_redrawn_for_each_arm_run_are_reported() -> None:
+    measured = results(0.6, 0.6)
+    measured["sweep-tpe"] = [dict(r, fresh_tiers={"confirm-a": 2 + k}) for k, r in enumerate(measured["sweep-tpe"])]
+    arms = summarise(measured, proposer="rules", budget_s=120, seeds=3)["arms"]
+    assert arms["sweep-tpe"]["fresh_tiers"] == [{"confirm-a": 2}, {"confirm-a": 3}, {"confirm-a": 4}]
+    assert arms["agent"]["fresh_tiers"] == [{}, {}, {}]  # a result without the key: nothing was redrawn
