@@ -8,7 +8,7 @@ STAMP    := $(VENV)/.installed
 DEMO_HOME ?= $(or $(SEGFACTORY_HOME),$(or $(XDG_DATA_HOME),$(HOME)/.local/share)/segfactory-demo)
 PYTEST_FAST := -m "not slow"
 
-.PHONY: demo test test-fast lint setup system venv clean bench gpu-check
+.PHONY: demo test test-fast lint lock setup system venv clean bench gpu-check
 
 demo: setup
 	$(BIN)/segfactory init --profile demo --home "$(DEMO_HOME)"
@@ -24,9 +24,14 @@ test: setup lint
 test-fast: venv
 	$(BIN)/pytest -q $(PYTEST_FAST)
 
+# ruff (rules and formatting), mypy, the import layers of docs/architecture.md (.importlinter)
+# and deptry (every imported distribution declared, nothing declared unused).
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/deptry .
 
 setup: system venv
 
@@ -36,15 +41,22 @@ system:
 venv: $(STAMP)
 
 # torch is pinned first and explicitly: on these machines the pinned wheels lie on local disk,
-# and a bare `torch` requirement would pull a multi-GB build from the index.
-$(STAMP): pyproject.toml
+# and a bare `torch` requirement would pull a multi-GB build from the index. Then the exact
+# versions of requirements.lock (gate verdicts depend on numpy, scipy and onnxruntime), then the
+# package itself, whose declared ranges the lock already satisfies.
+$(STAMP): pyproject.toml requirements.lock
 	@bash scripts/check-disk.sh $(VENV)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q -e '.[dev]'
 	bash scripts/pick-onnxruntime.sh $(VENV)
 	touch $(STAMP)
+
+# Re-resolve requirements.lock after a change to pyproject.toml (nothing is installed).
+lock: venv
+	bash scripts/lock.sh $(VENV)
 
 bench: venv
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -53,9 +53,9 @@ def topup_spec(ticket: Ticket) -> dict[str, Any] | None:
 def materialise(home_root: Path, base: Any, ticket: Ticket, work: Path, keep: int | None = None) -> Any:
     """Build the dataset version a targeted-synthetic data ticket trains on: the base train images
     the parent trained on (its first ``keep``; all when None) + n slice images."""
+    from synthetic.extend import base_params, build_arm
     from synthetic.slices import constrain
     from synthetic.splits import read_split
-    from synthetic.topup import TopupPlan, base_params, build_arm
 
     spec = topup_spec(ticket)
     if spec is None:
@@ -64,8 +64,6 @@ def materialise(home_root: Path, base: Any, ticket: Ticket, work: Path, keep: in
     if not 0 < n <= MAX_TOPUP_IMAGES:
         raise UsageError(f"a data ticket may add 1..{MAX_TOPUP_IMAGES} images; got {n}")
     constraint = generator_constraint(str(spec["slice"]))
-    plan = TopupPlan(slice_name=constraint, doses=[n], ticket_seconds=ticket.budget.device_seconds,
-                     epochs=ticket.budget.epochs, seed=ticket.seed, budget_s=None)
     params = constrain(base_params(read_split(base.train, mmap=True).manifest), constraint)
     work.mkdir(parents=True, exist_ok=True)
-    return build_arm(home_root, base, "synthetic", n, params, plan, work, keep)
+    return build_arm(home_root, base, "synthetic", n, params, constraint, ticket.seed, work, keep)

@@ -186,7 +186,7 @@ def summary(home: Home, run_id: str) -> dict[str, Any]:
     rates = hitrate.summary(home, run_id).model_dump(mode="json")
     sealed = [r for r in rows if r.get("stage") == "sealed"]
     scored = [r for r in sealed if r.get("held") is not None]
-    from analysis.stats import wilson_interval
+    from segfactory.stats import wilson_interval
 
     iv = wilson_interval(sum(bool(r["held"]) for r in scored), len(scored))
     rates["sealed"] = {"held": sum(bool(r["held"]) for r in scored), "n": len(scored), "rate": iv.estimate,

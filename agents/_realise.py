@@ -184,7 +184,8 @@ def approved_data_version(services: Any, ticket: Any, base: Any, base_images: in
     from analysis.effects import parse_slice
     from analysis.errortypes import ErrorType
     from analysis.units import defect_units
-    from synthetic.splits import read_split, write_split
+    from synthetic.extend import append_images
+    from synthetic.splits import read_split
     from synthetic.versions import create_version, resolve
 
     change = ticket.change
@@ -214,20 +215,14 @@ def approved_data_version(services: Any, ticket: Any, base: Any, base_images: in
     if not keep:
         raise DataError(f"approved data {change['approved_data']} holds no image in scope {scope!r}")
     out = services.home.runs / services.setup.run_id / "approved" / request / "train"
-    ids = [str(extra.image_meta[k]["id"]) for k in keep]
-    offset = len(train.image_meta) if base_images is None else min(base_images, len(train.image_meta))
-    metas = [*train.image_meta[:offset], *({**extra.image_meta[k], "id": offset + n, "source_id": extra.image_meta[k]["id"],
-                                   "source": str(change["approved_data"])} for n, k in enumerate(keep))]
-    renumber = {old: offset + n for n, old in enumerate(ids)}
-    kept = {str(m["id"]) for m in train.image_meta[:offset]}
-    defects = [*(d for d in train.defects if offset == len(train.image_meta) or str(d["image_id"]) in kept),
-               *({**d, "image_id": renumber[str(d["image_id"])]} for d in extra.defects
-                 if str(d["image_id"]) in renumber)]
-    split = write_split(out, np.concatenate([np.asarray(train.images[:offset]), np.asarray(extra.images)[keep]]),
-                        np.concatenate([np.asarray(train.masks[:offset]), np.asarray(extra.masks)[keep]]), metas,
-                        defects, {"approved_request": request, "approved_data": str(change["approved_data"]),
-                                  "approved_count": len(keep), "approved_scope": scope, "parent": base.content_hash,
-                                  "appended": len(keep), "base_images": offset})
+    position = {str(extra.image_meta[k]["id"]): n for n, k in enumerate(keep)}
+    metas = [{**extra.image_meta[k], "source_id": extra.image_meta[k]["id"], "source": str(change["approved_data"])}
+             for k in keep]
+    defects = [{**d, "image_id": position[str(d["image_id"])]} for d in extra.defects if str(d["image_id"]) in position]
+    split = append_images(train, np.asarray(extra.images)[keep], np.asarray(extra.masks)[keep], metas, defects,
+                          {"approved_request": request, "approved_data": str(change["approved_data"]),
+                           "approved_count": len(keep), "approved_scope": scope, "parent": base.content_hash},
+                          out, base_images)
     version = create_version(services.home.root, base.name, {"train": split, "dev": None}, parent=base.ref,
                              approve_it=True)
     record.write_text(json.dumps({"dataset": version.ref, "images_added": len(keep)}) + "\n")

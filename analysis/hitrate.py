@@ -16,10 +16,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.stats import wilson_interval
 from segfactory.errors import UsageError
 from segfactory.home import Home
 from segfactory.records import Direction, ExpectedEffect
+from segfactory.stats import wilson_interval
 
 OUTCOMES_FILE = "hitrate.jsonl"
 SUMMARY_FILE = "hitrate_summary.json"

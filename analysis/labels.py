@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from analysis.stats import wilson_interval
+from segfactory.stats import wilson_interval
 
 MIN_FLAGGED_PX = 4  # pixels cleanlab must flag in an image for the image to count as flagged
 MAX_LABEL_IMAGES = 256  # images per estimate; past this a seeded sample of this size is used

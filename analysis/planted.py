@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from analysis.report import AnalysisReport, Evaluated, Extras, SplitLike, analyse
-from analysis.stats import Interval, wilson_interval
+from segfactory.stats import Interval, wilson_interval
 
 CauseKind = Literal["none", "placebo", "size", "contrast", "masks", "capacity", "background"]
 NULL_KINDS = ("none", "placebo")  # null runs: nothing planted, or a random share of images removed

@@ -18,10 +18,10 @@ from analysis.labels import LabelEstimate
 from analysis.labels import estimate as label_estimate
 from analysis.recommend import Inputs, Policy, recommend
 from analysis.slices import TABLE_ROWS, SliceReport, SliceRow, Units, find_slices
-from analysis.stats import bootstrap_mean_ci, noise_edge, wilson_interval
 from analysis.units import defect_units, image_units
 from segfactory.errors import DataError
 from segfactory.records import Recommendation
+from segfactory.stats import bootstrap_mean_ci, noise_edge, wilson_interval
 
 N_BOOT_OVERALL = 1000  # resamples for the overall dice interval
 CONFIDENT_FLOOR = 0.1  # probabilities below this count as "no response" in the confidence statistic

@@ -28,12 +28,12 @@ from itertools import combinations
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from analysis.stats import benjamini_hochberg, bootstrap_mean_ci, noise_edge, wilson_interval
+from segfactory.stats import benjamini_hochberg, bootstrap_mean_ci, noise_edge, wilson_interval
 
 MIN_SUPPORT = 30  # units on the discovery half; smaller slices are not tested
 MIN_CONFIRM_SUPPORT = 15  # units on the confirmation half
 MIN_EFFECT = 0.10  # slice minus complement (failure rate or 1 - dice) to count as a finding
-SLICE_NOISE_LEVEL = 0.99  # one-sided prediction level of a slice's seed-noise band (analysis.stats.noise_edge)
+SLICE_NOISE_LEVEL = 0.99  # one-sided prediction level of a slice's seed-noise band (segfactory.stats.noise_edge)
 FDR_Q = 0.10  # Benjamini–Hochberg false discovery rate across slices
 CONFIRM_ALPHA = 0.05  # one-sided level of the confirmation test
 N_QUANTILE_BINS = 4  # numeric attributes are cut at their quartiles

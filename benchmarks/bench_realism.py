@@ -1,6 +1,6 @@
 """All realism statistics for 2,000 synthetic against 2,000 stand-in images (target <= 30 s).
 
-Measures ``synthetic.realism.report.compare`` without the classifier (per-slice void sizes and
+Measures ``analysis.realism.report.compare`` without the classifier (per-slice void sizes and
 contrast, noise power spectra, edge profiles, KS tests, MMD with 200 permutations), then the
 classifier two-sample test on its own (its training time reported separately). The baseline,
 measured in the same run, is a plain per-image, per-void loop (``ndimage.label`` and a ring
@@ -48,10 +48,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--size", type=int, default=64)
     args = parser.parse_args()
+    from analysis.realism._tests import c2st
+    from analysis.realism.report import compare
+    from analysis.realism.standin import stand_in_params
     from synthetic import generate
-    from synthetic.realism._tests import c2st
-    from synthetic.realism.report import compare
-    from synthetic.realism.standin import stand_in_params
 
     out = sys.stdout.write
     out(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores\n")

@@ -57,7 +57,7 @@ def patched(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
 def bare_loop(dataset: Any, config: dict[str, Any], trials: int, root: Path) -> float:
     import optuna
 
-    from controls.space import default_params, load_space
+    from agents.space import default_params, load_space
 
     space = load_space()
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
@@ -73,8 +73,8 @@ def sweep_loop(dataset: Any, config: dict[str, Any], trials: int, root: Path, ho
     """Per trial: the wall time, and the part of it the worker spent in the sandbox (device-seconds)."""
     from agents.judge import Judge
     from agents.services import BASELINE_MODEL, RunSetup
+    from agents.space import load_space
     from controls.session import ControlServices
-    from controls.space import load_space
     from controls.sweep import check_sweep, run_sweep, storage_url
     from segfactory.records import Budget
     from synthetic.splits import sha256_file

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from analysis.planted_vision import VISION_RANGES, VisionTrainer, planted_config, planted_data
     from analysis.report import Evaluated
-    from analysis.stats import wilson_interval
+    from segfactory.stats import wilson_interval
 
     refs = [1] if args.quick else [int(r) for r in args.refs.split(",")]
     null_seeds = list(range(500, 500 + (2 if args.quick else args.null_seeds)))

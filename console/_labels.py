@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import sqlite3
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from agents.labelling.decisions import (  # the finetune reads what people decided here
+    Action,
+    check_ref,
+)
 from segfactory.errors import DataError, UsageError
 from segfactory.home import Home
 from segfactory.records import Actor
@@ -34,8 +37,6 @@ from synthetic.versions import SPLITS, create_version, resolve
 QUEUE_FILE = "label-review.jsonl"
 MAX_QUEUE = 1000  # rows read from one queue file; past this the rest wait for the next review
 MAX_MASK_PNG_BYTES = 4 * 1024**2  # a submitted mask PNG larger than this is refused
-Action = Literal["keep", "fix", "drop"]
-_DATASET_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*/v\d+$")
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS console_labels (
     dataset TEXT NOT NULL, split TEXT NOT NULL, image_id INTEGER NOT NULL, action TEXT NOT NULL,
@@ -57,13 +58,6 @@ class QueueItem(BaseModel):
     reason: str = ""
     action: str | None = None  # the saved decision, if any
     rev: int = 0  # the decision's revision (0: none yet)
-
-
-def check_ref(dataset: str) -> str:
-    """``NAME/vK`` with a plain name (no path tricks); UsageError otherwise."""
-    if not _DATASET_REF.match(dataset):
-        raise UsageError(f"{dataset!r} is not a dataset version; expected NAME/vK, e.g. synthetic/v1")
-    return dataset
 
 
 def queue_datasets(home: Home) -> list[str]:
@@ -225,33 +219,6 @@ def review_stats(home: Home) -> list[dict[str, Any]]:
         return []
     finally:
         conn.close()
-
-
-class Decision(BaseModel):
-    """One saved review decision, as ``label finetune`` reads it (``mask``: the fix, else None)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-    split: str
-    image_id: int
-    action: Action
-    mask: np.ndarray | None  # (H, W) uint8 {0, 1}
-    seconds: float
-
-
-def decisions(home: Home, dataset: str) -> list[Decision]:
-    """Every decision saved on ``dataset`` (NAME/vK), by split and image; [] before any review."""
-    if not home.state_db.is_file():
-        return []
-    conn = sqlite3.connect(f"file:{home.state_db}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT split, image_id, action, mask, seconds FROM console_labels WHERE dataset = ? "
-                            "ORDER BY split, image_id", (check_ref(dataset),)).fetchall()
-    except sqlite3.OperationalError:  # no review table yet
-        return []
-    finally:
-        conn.close()
-    return [Decision(split=r[0], image_id=int(r[1]), action=r[2], mask=np.load(io.BytesIO(r[3])) if r[3] else None,
-                     seconds=float(r[4])) for r in rows]
 
 
 def loop_summary(home: Home) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Pages: ``/blind`` (start a session, list past ones) and ``/blind/{id}`` (one unlabelled crop at a
 time with two buttons, then the accuracy). The JSON API under ``/api/blind`` does the same for
-scripts. ``console.app.create_app`` mounts ``router``. Sessions are ``synthetic.realism.blind``
+scripts. ``console.app.create_app`` mounts ``router``. Sessions are ``analysis.realism.blind``
 records under ``<home>/runs/blind/people/`` (people only). The crop PNG served here is the only
 place a real crop is shown, to the person at the console; it is never logged. Every session start and guess is an audit record (actor ``human``) holding the
 session id, trial number and guess, never pixels.
@@ -36,7 +36,7 @@ def _people(request: Request) -> Path:
 
 
 def _session(request: Request, session_id: str) -> Any:
-    from synthetic.realism import blind
+    from analysis.realism import blind
 
     if not SESSION_ID.match(session_id):
         raise UsageError(f"{session_id!r} is not a blind-test session id (hex, as /blind lists them)")
@@ -54,7 +54,7 @@ def _split_dir(request: Request, ref: str) -> Path:
 
 
 def _start(request: Request, synthetic: str, real: str, n: int) -> Any:
-    from synthetic.realism import blind
+    from analysis.realism import blind
 
     session = blind.new_session(_split_dir(request, synthetic), Path(real), n)
     blind.save(session, _people(request))
@@ -88,7 +88,7 @@ def crop_png(request: Request, session_id: str, k: int) -> Response:
     """Trial ``k``'s crop as an 8-bit PNG, for the person's screen only."""
     from PIL import Image
 
-    from synthetic.realism import blind
+    from analysis.realism import blind
 
     session = _session(request, session_id)
     if not 0 <= k < len(session.trials):
@@ -109,7 +109,7 @@ async def guess(request: Request, session_id: str, k: int) -> JSONResponse:
 
 
 def _guess(request: Request, session_id: str, k: int, choice: str) -> Any:
-    from synthetic.realism import blind
+    from analysis.realism import blind
 
     session = blind.record_guess(_session(request, session_id), k, choice)
     blind.save(session, _people(request))
@@ -120,7 +120,7 @@ def _guess(request: Request, session_id: str, k: int, choice: str) -> Any:
 @router.get("/api/blind/{session_id}/result")
 def result(request: Request, session_id: str) -> JSONResponse:
     """The person's accuracy with a 95% Wilson interval (aggregates only)."""
-    from synthetic.realism import blind
+    from analysis.realism import blind
 
     return JSONResponse(blind.score(_session(request, session_id)))
 
@@ -137,7 +137,7 @@ def _trials(value: Any) -> int:
 @router.get("/blind")
 def blind_page(request: Request) -> Response:
     """Start form and the past sessions' aggregate results (newest first)."""
-    from synthetic.realism import blind
+    from analysis.realism import blind
 
     people = _people(request)
     files = sorted(people.glob("blind-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)[:MAX_LISTED]
@@ -157,7 +157,7 @@ async def blind_start_form(request: Request) -> Response:
 @router.get("/blind/{session_id}")
 def blind_trial_page(request: Request, session_id: str) -> Response:
     """The first unanswered crop (no label anywhere on the page), or the result when all are answered."""
-    from synthetic.realism import blind
+    from analysis.realism import blind
 
     session = _session(request, session_id)
     k = next((i for i, t in enumerate(session.trials) if t.guess is None), None)

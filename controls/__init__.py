@@ -3,7 +3,7 @@
 - ``controls.rates``: false wins, rates with Wilson and Clopper–Pearson intervals, the selection
   effect, yield;
 - ``controls.pipeline``: one candidate through the agents' own run → gate → replicate → judge path;
-- ``controls.space``: ``policies/search_space.yaml``, validated;
+- ``agents.space``: ``policies/search_space.yaml``, validated;
 - ``controls.sweep``: the Optuna sweep; ``controls.aa``: A/A runs; ``controls.compare``: the arms
   at equal device-seconds; ``controls.session``: the host services, gate and audit log they use.
 
@@ -22,7 +22,7 @@ _EXPORTS = {
     "Rate": "controls.rates", "SelectionEffect": "controls.rates", "Yield": "controls.rates",
     "false_win_rate": "controls.rates", "is_false_win": "controls.rates", "rate": "controls.rates",
     "selection_effect": "controls.rates",
-    "SearchSpace": "controls.space", "default_params": "controls.space", "load_space": "controls.space",
+    "SearchSpace": "agents.space", "default_params": "agents.space", "load_space": "agents.space",
     "run_sweep": "controls.sweep", "check_sweep": "controls.sweep", "run_aa": "controls.aa",
     "run_compare": "controls.compare",
 }

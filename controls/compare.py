@@ -150,13 +150,13 @@ def run_arms(arms: list[str], seeds: int, run_arm: ArmRunner, store: BestStore,
 
 def run_compare(home_path: Path | None, *, arms: list[str], seeds: int, budget_s: float, proposer: str,
                 profile: str, backend: str, progress: Callable[[str], None]) -> dict[str, Any]:
+    from controls.arms import existing_home
     from controls.compare_report import summarise, write_plot
     from controls.isolation import GateBestStore
     from controls.replay import replay, sealed_milestone
     from controls.session import new_run_id
-    from segfactory.cli._common import home_for
 
-    home = home_for(home_path, create=True, profile=profile)
+    home = existing_home(home_path, profile)
     compare_id = new_run_id("compare-")
     people = home.people_dir(compare_id)
     people.mkdir(parents=True, exist_ok=True)

@@ -84,14 +84,14 @@ def reported_plan(ticket_dir: Path) -> dict[str, Any] | None:
 def run_nnunet_arm(home: Path | None, *, budget_s: float, profile: str, backend: str, run_id: str,
                    progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Run the arm in a control session; returns its summary (people only: it holds the dev score)."""
+    from controls.arms import existing_home
     from controls.pipeline import run_candidate
     from controls.session import control_session
-    from segfactory.cli._common import home_for
     from segfactory.errors import UsageError
 
     if budget_s < MIN_BUDGET_S:
         raise UsageError(f"the nnunet arm needs at least {MIN_BUDGET_S:g} device-seconds; got {budget_s:g}")
-    resolved = home_for(home, create=True, profile=profile)
+    resolved = existing_home(home, profile)
     with control_session(resolved, backend=backend, profile=profile, run_id=run_id, kind="nnunet",
                          progress=progress) as s:
         services = NnunetServices(s.services.setup)

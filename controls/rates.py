@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.stats import Interval, clopper_pearson_interval, expected_max_of_normals, wilson_interval
+from segfactory.stats import Interval, clopper_pearson_interval, expected_max_of_normals, wilson_interval
 
 RATE_ALPHA = 0.05  # two-sided: every rate here carries a 95 % interval
 SECONDS_PER_HOUR = 3600.0

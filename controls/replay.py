@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analysis.stats import Interval
 from controls.rates import false_win_rate, is_false_win
 from segfactory.errors import GateError
 from segfactory.home import Home
+from segfactory.stats import Interval
 
 SEALED = "sealed"
 PAIRS_PER_MILESTONE = 2  # 2 pairs = at most 4 models, within the sealed quota of 5

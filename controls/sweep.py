@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.space import SearchSpace, default_params
 from controls.pipeline import CandidateResult, CandidateServices, JudgeLike, run_candidate
-from controls.space import SearchSpace, default_params
 from segfactory.errors import DataError, UsageError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 

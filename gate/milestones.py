@@ -80,8 +80,8 @@ def _check_quota(gate: Any, plan: dict[str, int], models: list[CheckedModel], qu
 
 
 def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -> dict[str, Any]:
-    from analysis.stats import bootstrap_ci
     from gate.win_rule import slice_recall
+    from segfactory.stats import bootstrap_ci
     from vision.metrics import SIZE_BIN_NAMES, aggregate, object_f1, per_image_metrics
 
     _, split = tiers.read_tier(gate.vault, tier, version)

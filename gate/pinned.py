@@ -1,7 +1,7 @@
 """The gate's pinned copy: the code that scores, frozen into the vault at init.
 
 ``pin_code(vault)`` copies ``gate/``, ``vision/``, ``analysis/``, ``synthetic/`` and
-``segfactory/{__init__,records,errors,gpus}.py`` into ``vault/gate-pinned/<sha256>/`` with a
+``segfactory/{__init__,records,errors,gpus,stats}.py`` into ``vault/gate-pinned/<sha256>/`` with a
 ``MANIFEST.json`` of file hashes; the directory name is the sha256 of the manifest. The copy is
 made read-only (files 0444, directories 0555; as root, ``gate.users.lock_vault`` also gives it
 to root, so the gate's own user cannot make it writable again).
@@ -28,7 +28,8 @@ from segfactory.records import canonical_json
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 PINNED_PACKAGES = ("gate", "vision", "analysis", "synthetic")
-PINNED_FILES = ("segfactory/__init__.py", "segfactory/records.py", "segfactory/errors.py", "segfactory/gpus.py")
+PINNED_FILES = ("segfactory/__init__.py", "segfactory/records.py", "segfactory/errors.py", "segfactory/gpus.py",
+                "segfactory/stats.py")
 MANIFEST = "MANIFEST.json"
 CURRENT = "CURRENT"  # vault/gate-pinned/CURRENT names the digest the service runs from
 PINNED_DIR = "gate-pinned"

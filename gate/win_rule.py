@@ -153,7 +153,7 @@ def decide(best_prob: np.ndarray, cand_prob: np.ndarray, masks: np.ndarray, rule
 
     ``views`` holds (best prob, candidate prob, masks) on each of ``perturbed_views``, in order.
     """
-    from analysis.stats import paired_bootstrap_diff
+    from segfactory.stats import paired_bootstrap_diff
     from vision.metrics import object_f1, per_image_metrics
 
     if len(views) != len(rule.robust.perturbations):

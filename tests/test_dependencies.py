@@ -46,7 +46,7 @@ def _third_party_imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
-    first_party = {"segfactory", "synthetic", "vision", "analysis", "gate", "runner", "sandbox", "audit",
+    first_party = {"cli", "segfactory", "synthetic", "vision", "analysis", "gate", "runner", "sandbox", "audit",
                    "agents", "console", "controls", "__future__"}
     return {n for n in names if n not in first_party and n not in sys.stdlib_module_names}
 
@@ -57,3 +57,29 @@ def test_the_llm_capture_imports_only_declared_packages() -> None:
     assert imported, "the capture imports no HTTP library at all?"
     missing = {DISTRIBUTION.get(n, n).lower() for n in imported} - declared
     assert not missing, f"agents/_capture.py imports undeclared packages: {sorted(missing)}"
+
+
+def _lock() -> dict[str, str]:
+    rows = [line.split("==", 1) for line in (REPO / "requirements.lock").read_text().splitlines()
+            if line and not line.startswith("#")]
+    return {name.lower(): version for name, version in rows}
+
+
+def test_every_declared_dependency_is_locked_inside_its_range() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    lock = _lock()
+    for text in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
+        req = Requirement(text)
+        name = req.name.lower().replace("_", "-")
+        assert name in lock, f"{req.name} is declared but not in requirements.lock; run `make lock`"
+        assert Version(lock[name]) in req.specifier, f"locked {name}=={lock[name]} is outside {req}"
+
+
+def test_the_scoring_stack_runs_at_its_locked_versions() -> None:
+    # verdicts depend on these: a machine that drifted from the lock scores differently
+    lock = _lock()
+    for name in ("numpy", "scipy", "torch"):
+        assert metadata.version(name).split("+")[0] == lock[name], f"{name} drifted from requirements.lock"
+    runtimes = {d.metadata["Name"].lower(): d.version for d in metadata.distributions()
+                if d.metadata["Name"].lower() in ("onnxruntime", "onnxruntime-gpu")}
+    assert runtimes and all(v == lock["onnxruntime"] for v in runtimes.values()), runtimes

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from segfactory.cli import _common, _drop, agents_cmds, controls_cmds, main
+from cli import _common, _drop, agents_cmds, controls_cmds, main
 
 
 def test_every_agent_command_continues_unprivileged(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def test_a_private_checkout_is_staged_readable_for_the_restarted_command(tmp_pat
     import stat
 
     repo = tmp_path / "checkout"
-    for rel in ("segfactory/cli.py", "policies/win_rule.yaml", "tests/test_x.py", ".venv/bin/python", "README.md"):
+    for rel in ("cli/__init__.py", "policies/win_rule.yaml", "tests/test_x.py", ".venv/bin/python", "README.md"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text("x")
     os.chmod(repo, 0o755)
@@ -208,5 +208,5 @@ def test_a_private_checkout_is_staged_readable_for_the_restarted_command(tmp_pat
     os.chmod(repo, 0o700)  # a `mktemp -d` checkout: a bind mount would keep this mode
     with _drop._readable_source(repo) as source:
         assert source != repo and stat.S_IMODE(source.stat().st_mode) == 0o755
-        assert sorted(p.name for p in source.iterdir()) == ["README.md", "policies", "segfactory"]
+        assert sorted(p.name for p in source.iterdir()) == ["README.md", "cli", "policies"]
     assert not source.exists()  # removed when the command ends

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from segfactory.init import DEV_SEED, TRAIN_SEED
+from cli.init import DEV_SEED, TRAIN_SEED
 from synthetic import generate
 from synthetic.phash import fingerprint, near_duplicates
 from synthetic.splits import read_split, sha256_file

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from analysis.stats import DEFAULT_N_BOOT, bootstrap_ci, paired_bootstrap_diff
 from segfactory.errors import DataError
+from segfactory.stats import DEFAULT_N_BOOT, bootstrap_ci, paired_bootstrap_diff
 from synthetic.check import require_intact
 from synthetic.intensity import split_stats
 from vision.config import AugmentConfig, parse_config

@@ -82,7 +82,7 @@ class FinetuneSetup:
 
 def finetune_round(setup: FinetuneSetup, ref: str) -> LabelRound:
     """Finetune on the reviewed labels of round ``ref``; DataError when nothing survived review."""
-    from console._labels import decisions
+    from agents.labelling.decisions import decisions
 
     home = setup.home
     info = load_round(home, ref)

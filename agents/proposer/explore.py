@@ -18,7 +18,7 @@ from agents.actions import dotted_get
 from agents.context import ProposerContext, VerdictEntry
 from agents.incumbent import EXPLORATION_EVIDENCE
 from agents.proposer._base import Proposer, Rejected, TicketDraft
-from controls.space import SEARCH_SPACE, SearchSpace, load_space
+from agents.space import SEARCH_SPACE, SearchSpace, load_space
 from segfactory.records import Budget, Direction, ExpectedEffect, TicketKind
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import yaml
 from agents.context import DevAnalysis, VerdictEntry, build_context
 from agents.proposer.explore import EVIDENCE, ExploringProposer
 from agents.proposer.rules import RulesProposer
-from controls.space import load_space
+from agents.space import load_space
 from segfactory.records import Arm, Budget
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ import pytest
 
 from analysis.report import Evaluated, Extras, analyse
 from analysis.slices import SLICE_NOISE_LEVEL, Units, find_slices
-from analysis.stats import noise_edge
 from analysis.toy import HistogramTrainer, ToySplit, toy_split
+from segfactory.stats import noise_edge
 
 Fitted = tuple[ToySplit, ToySplit, np.ndarray, np.ndarray]
 

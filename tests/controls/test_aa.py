@@ -63,7 +63,7 @@ def test_runs_that_could_not_win_are_not_counted_as_runs_that_did_not() -> None:
     decision: the gate rule's rate counts only the runs that did, and the command exits 1."""
     import typer
 
-    from segfactory.cli.controls_cmds import _refuse_failed_runs
+    from cli.controls_cmds import _refuse_failed_runs
 
     scores = {"aa-ref": 0.50, "aa-aa000": 0.49, "aa-aa001": None, "aa-aa002": 0.52, "aa-aa002-rep": None,
               "aa-aa003": None}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from scipy.stats import binomtest
 
-from analysis.stats import Interval
 from controls.rates import Yield, false_win_rate, is_false_win, rate, selection_effect
+from segfactory.stats import Interval
 
 CASES = [(0, 1), (0, 20), (1, 20), (3, 7), (10, 20), (19, 20), (20, 20), (5, 300)]
 

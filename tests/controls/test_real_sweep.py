@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
 
 def _docker_drop_possible() -> str | None:
     """Why the sweep cannot take the docker path here (None: it can)."""
-    from segfactory.cli import _drop
+    from cli import _drop
     from tests.sandbox.conftest import docker_problem
 
     if os.geteuid() != 0:
@@ -92,8 +92,8 @@ def test_a_real_sweep_trial_is_the_default_config(sweep: dict[str, Any]) -> None
 @pytest.mark.docker
 @pytest.mark.root
 def test_started_as_root_with_docker_the_sweep_continues_as_segfactory(sweep: dict[str, Any]) -> None:
+    from cli import _drop
     from gate import users
-    from segfactory.cli import _drop
 
     if sweep["why_not_docker"]:
         pytest.skip(sweep["why_not_docker"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis.stats import Interval
 from controls.replay import pairs_for, sealed_f1, unpaired_diff
 from segfactory.home import Home
+from segfactory.stats import Interval
 from synthetic.splits import sha256_file
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from agents.judge import Judge
-from controls.space import load_space
+from agents.space import load_space
 from controls.sweep import check_sweep, run_sweep, storage_url
 from segfactory.errors import DataError, PolicyError, UsageError
 from segfactory.records import Arm, Budget, Ticket

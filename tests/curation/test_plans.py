@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.curation import Action, Plan, PlanItem, apply_plan, compare_plan, control_plan, curate_defects
-from analysis.curation.compare import RunnerExecutor
+from analysis.curation import Action, Plan, PlanItem, apply_plan, curate_defects
 from analysis.curation.images import curate_images
+from controls.curate_compare import RunnerExecutor, compare_plan, control_plan
 from segfactory.errors import DataError
 from segfactory.home import Home
 from segfactory.records import Ticket

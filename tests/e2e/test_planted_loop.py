@@ -73,9 +73,9 @@ def _without_small_voids(home_root: Path, tmp: Path) -> Any:
     """The home's train split drawn again with the generator's pore diameters starting above the
     small range: the same count, parts and other parameters, no void under SMALL_DIAMETER_PX."""
     from synthetic import generate
+    from synthetic.extend import base_params
     from synthetic.params import make_params
     from synthetic.splits import read_split
-    from synthetic.topup import base_params
     from synthetic.versions import create_version, resolve
 
     base = resolve(home_root, "synthetic/v1")

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli.gate_cmds import _fill_ranges, _milestone_md, _outside, _real_set_range
 from gate.core import Gate
 from gate.milestones import MilestoneRequest, run_milestone
 from gate.setup import add_real
-from segfactory.cli.gate_cmds import _fill_ranges, _milestone_md, _outside, _real_set_range
 from synthetic.splits import image_sha256, read_split, write_split
 from tests.gate import models
 from tests.gate.conftest import make_split

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Modules that open the vault in-process: the gate's decision procedure, ledger, set-up and tiers.
 VAULT_MODULES = {"gate.core", "gate.ledger", "gate.setup", "gate.tiers", "gate.leakage"}
 # Outside gate/, only root's set-up and a person's own gate commands may use them.
-ALLOWED = {"segfactory/init.py", "segfactory/cli/gate_cmds.py"}
+ALLOWED = {"cli/init.py", "cli/gate_cmds.py"}
 HOST_PACKAGES = ("agents", "controls", "runner", "audit", "console", "sandbox", "segfactory", "analysis", "vision",
                  "synthetic")
 

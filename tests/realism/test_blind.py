@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from analysis.realism import blind
+from analysis.realism.standin import write_stand_in
 from segfactory.errors import UsageError
 from synthetic import generate
 from synthetic._io import import_real
-from synthetic.realism import blind
-from synthetic.realism.standin import write_stand_in
 
 
 @pytest.fixture(scope="module")

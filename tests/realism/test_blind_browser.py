@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from analysis.realism.standin import write_stand_in
 from audit import AuditLog, MemoryAnchorStore
 from segfactory.home import Home
 from synthetic import generate
 from synthetic._io import import_real
-from synthetic.realism.standin import write_stand_in
 from tests.conftest import REPO
 from tests.console.test_browser import ARTIFACTS, CHROMIUM, page, server  # noqa: F401  (fixtures over our app)
 
@@ -47,7 +47,7 @@ def app(home: Home) -> Iterator[Any]:
 def test_a_person_plays_the_blind_test_in_a_browser(page: Any, home: Home) -> None:  # noqa: F811
     from playwright.sync_api import expect
 
-    from synthetic.realism import blind
+    from analysis.realism import blind
 
     tab, tmp = page, home.root.parent
     tab.click("#nav-blind")

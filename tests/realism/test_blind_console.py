@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from analysis.realism.standin import write_stand_in
 from audit import AuditLog, MemoryAnchorStore
 from segfactory.home import Home
 from synthetic import generate
 from synthetic._io import import_real
-from synthetic.realism.standin import write_stand_in
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def _trial_page(c: Any, sid: str) -> str:
 
 
 def test_the_blind_page_shows_no_label_and_scores_form_guesses(client: tuple[Any, Path, Path, Home]) -> None:
-    from synthetic.realism import blind
+    from analysis.realism import blind
 
     c, syn, real, home = client
     del c.headers["authorization"]  # a browser session: the cookie, and a CSRF token on every form

@@ -135,7 +135,7 @@ def test_the_real_tier_reaches_the_vault_and_a_milestone(run: dict[str, object])
 
 
 def test_round_two_targets_a_dev_slice_with_another_kind_of_fix(run: dict[str, object]) -> None:
-    from synthetic.rounds import read_rounds
+    from controls.rounds import read_rounds
 
     second = json.loads(run["outputs"][5].stdout)["round_two"]  # type: ignore[index]
     assert second["fix_kind"] in ("training", "model") and second["chosen_from"].startswith("dev analysis")

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from analysis.realism import STAND_IN_NOTE, write_stand_in
+from analysis.realism.report import load_real
 from segfactory.errors import DataError, UsageError
 from synthetic._io import MIN_REAL_VOIDS, import_real
-from synthetic.realism import STAND_IN_NOTE, write_stand_in
-from synthetic.realism.report import load_real
 from synthetic.splits import read_split
 from tests.conftest import CliResult
 

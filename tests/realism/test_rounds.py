@@ -10,10 +10,7 @@ import numpy as np
 import pytest
 
 from analysis.slices import SliceRow
-from segfactory.errors import DataError
-from segfactory.records import Direction, ExpectedEffect, Recommendation, TicketKind
-from synthetic import generate
-from synthetic.rounds import (
+from controls.rounds import (
     RoundRecord,
     pick_next,
     read_rounds,
@@ -22,6 +19,9 @@ from synthetic.rounds import (
     round_ticket,
     slice_change,
 )
+from segfactory.errors import DataError
+from segfactory.records import Direction, ExpectedEffect, Recommendation, TicketKind
+from synthetic import generate
 
 
 def _row(name: str, effect: float, n: int = 40, confirmed: bool = False, unit: str = "defect") -> SliceRow:

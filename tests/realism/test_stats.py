@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from synthetic.realism import c2st, mmd_test, set_stats
-from synthetic.realism._stats import EDGE_PX, NPS_BINS
+from analysis.realism import c2st, mmd_test, set_stats
+from analysis.realism._stats import EDGE_PX, NPS_BINS
 
 
 def _discs(n: int, size: int, seed: int, contrast_step: float, noise: float) -> tuple[np.ndarray, np.ndarray]:

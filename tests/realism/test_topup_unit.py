@@ -7,13 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from controls.topup import TopupPlan, make_ticket, parse_doses, summarise, turning_point
 from segfactory.errors import LimitExceeded, UsageError
 from segfactory.records import Arm, TicketKind
 from synthetic import generate
+from synthetic.extend import build_arm
 from synthetic.params import GenParams
 from synthetic.slices import LOW_CONTRAST_MAX
 from synthetic.splits import read_split
-from synthetic.topup import TopupPlan, build_arm, make_ticket, parse_doses, summarise, turning_point
 from synthetic.versions import create_version, resolve
 
 
@@ -45,8 +46,8 @@ def test_arm_versions_add_n_images_and_keep_dev(tmp_path: Path) -> None:
     base = create_version(tmp_path, "synthetic", {s: tmp_path / "src" / s for s in ("train", "dev")}, approve_it=True)
     plan = _plan()
     params = plan.check(GenParams())
-    syn = build_arm(tmp_path, base, "synthetic", 12, params, plan, tmp_path / "work")
-    aug = build_arm(tmp_path, base, "augment", 12, params, plan, tmp_path / "work")
+    syn = build_arm(tmp_path, base, "synthetic", 12, params, plan.slice_name, plan.seed, tmp_path / "work")
+    aug = build_arm(tmp_path, base, "augment", 12, params, plan.slice_name, plan.seed, tmp_path / "work")
     base_train = read_split(base.train)
     for version in (syn, aug):
         assert resolve(tmp_path, version.ref).approved
@@ -83,7 +84,7 @@ def test_dose_response_names_where_more_stops_helping_and_where_it_hurts() -> No
 
 
 def test_rounds_are_recorded_for_people_including_null_results(tmp_path: Path) -> None:
-    from synthetic.rounds import RoundRecord, record_round
+    from controls.rounds import RoundRecord, record_round
 
     for result in ("no dose measurably changed real-slice recall", "helps at n=[250]"):
         record_round(tmp_path, RoundRecord(weakness="thin voids", fix_kind="targeted_synthetic", fix="n=250",
@@ -93,7 +94,7 @@ def test_rounds_are_recorded_for_people_including_null_results(tmp_path: Path) -
 
 
 def test_a_training_cap_is_lifted_for_the_arms_or_refused_when_it_cuts_the_base(tmp_path: Path) -> None:
-    from synthetic.topup import topup_config
+    from controls.topup import topup_config
     from tests.conftest import REPO
 
     generate(12, 16, 1, workers=1).write(tmp_path / "train")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.stats import bootstrap_ci, paired_bootstrap_diff
+from segfactory.stats import bootstrap_ci, paired_bootstrap_diff
 from vision.metrics import object_f1, object_recall
 
 TRUE_RECALL = 0.3

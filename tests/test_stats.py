@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from analysis.stats import (
+from segfactory.stats import (
     benjamini_hochberg,
     bootstrap_ci,
     clopper_pearson_interval,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, emit_json
+from cli._common import HomeOpt, JsonOpt, emit_json
 from segfactory.errors import UsageError
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def _backend(name: str) -> SandboxBackend:
 
 
 def _print_report(report: VerifyReport) -> None:
-    from segfactory.cli._common import console
+    from cli._common import console
 
     out = console()
     for check in report.checks:

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, console, emit_json
+from cli._common import HomeOpt, JsonOpt, console, emit_json
 
 
 def register(app: typer.Typer) -> None:
@@ -37,8 +37,8 @@ def init_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Create the factory home: layout, dataset synthetic/v1, secret-seeded tiers in the vault."""
+    from cli.init import initialise
     from segfactory.home import Home
-    from segfactory.init import initialise
 
     summary = initialise(Home.resolve(home), profile)
     if json_out:

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json
+from cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json
 
 
 def register(app: typer.Typer) -> None:

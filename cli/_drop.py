@@ -143,7 +143,7 @@ def rerun_as_orchestrator(home: Any, env: dict[str, str] | None = None, extra_gr
         return None
     users.give_home_to_orchestrator(home.root)
     with (tempfile.TemporaryDirectory(prefix="segfactory-user-") as scratch,
-          _readable_source(Path(__file__).resolve().parents[2]) as repo, _served_gate(home)):
+          _readable_source(Path(__file__).resolve().parents[1]) as repo, _served_gate(home)):
         os.chown(scratch, *_ids(users.ORCHESTRATOR_USER))
         # unbuffered: the re-started command's output reaches a pipe (a supervisor, a test) as it is written
         # PYTHONPATH: the re-started command imports this very source tree, not whatever tree the

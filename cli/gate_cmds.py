@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
+from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
 
 gate_app = typer.Typer(help="The locked evaluator: serve, status, submit, milestones, tiers.", no_args_is_help=True)
 attack_app = typer.Typer(help="Attacks on evaluators (Blum & Hardt boosting).", no_args_is_help=True)
@@ -263,7 +263,7 @@ def add_real_cmd(
         emit_json({"tier": "real-holdout", "version": version, "training_range": shift,
                    "outside_training_range": shift["outside"]})
     else:
-        from segfactory.cli.vision_cmds import print_training_range
+        from cli.vision_cmds import print_training_range
 
         con = console()
         con.print(f"real-holdout is now v{version}")

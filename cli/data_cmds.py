@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, console, emit_json
+from cli._common import HomeOpt, JsonOpt, console, emit_json
 from segfactory.errors import DataError
 
 data_app = typer.Typer(help="Generate, check, export and import split folders.", no_args_is_help=True)

@@ -95,7 +95,7 @@ def _fit_and_score(x: np.ndarray, y: np.ndarray, train: np.ndarray, held: np.nda
                    steps: int) -> dict[str, Any]:
     import torch
 
-    from analysis.stats import wilson_interval
+    from segfactory.stats import wilson_interval
 
     model = _cnn()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)

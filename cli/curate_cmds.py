@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, emit_json, home_for
+from cli._common import HomeOpt, JsonOpt, emit_json, home_for
 from segfactory.errors import DataError, PolicyError
 
 curate_app = typer.Typer(help="Curate training data: whole images, defect masks, plans and their random control.",
@@ -134,8 +134,8 @@ def compare_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """The curated version against a random control of the same size, as two curation tickets."""
-    from analysis.curation.compare import RunnerExecutor, compare_plan
     from analysis.curation.plan import read_plan
+    from controls.curate_compare import RunnerExecutor, compare_plan
     from segfactory.units import parse_duration
 
     resolved = home_for(home, create=True)

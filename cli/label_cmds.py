@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json
+from cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json
 
 label_app = typer.Typer(help="The labelling loop: auto-label, review, finetune.", no_args_is_help=True)
 

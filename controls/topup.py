@@ -19,7 +19,6 @@ real images. The real-holdout tier is scored only at a gate milestone (``gate mi
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,17 +26,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from controls.rounds import RoundRecord, record_round
 from segfactory.errors import DataError, LimitExceeded, UsageError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
-from synthetic.params import GenParams, make_params
-from synthetic.rounds import RoundRecord, record_round
+from synthetic.extend import base_params, build_arm
+from synthetic.params import GenParams
 from synthetic.slices import constrain, in_slice
-from synthetic.splits import read_split, write_split
-from synthetic.versions import DatasetVersion, create_version, resolve
+from synthetic.splits import read_split
+from synthetic.versions import DatasetVersion, resolve
 
 MAX_DOSE = 100_000  # images added per arm; past this the top-up is refused
-TOPUP_SEED_OFFSET = 7_000_000  # public generator seed of a dose = offset + dose (documented, reproducible)
-AUG_GAIN = (0.95, 1.05)  # gain range of the augmentation arm's re-drawn copies
 N_BOOT = 1000  # paired bootstrap resamples
 
 
@@ -60,7 +58,7 @@ class TopupPlan:
     epochs: int
     seed: int
     budget_s: float | None
-    round_two: bool = False  # one more ticket after the top-up: synthetic.rounds.run_round_two
+    round_two: bool = False  # one more ticket after the top-up: controls.rounds.run_round_two
 
     @property
     def n_tickets(self) -> int:
@@ -83,68 +81,6 @@ def parse_doses(text: str) -> list[int]:
     except ValueError:
         raise UsageError(f"--n must be comma-separated integers such as 0,250,500; got {text!r}") from None
     return doses if 0 in doses else [0, *doses]
-
-
-def base_params(split_manifest: dict[str, Any]) -> GenParams:
-    params = split_manifest.get("params")
-    return make_params(**params) if isinstance(params, dict) else GenParams()
-
-
-def _augmented(images: np.ndarray, masks: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    picks = rng.choice(len(images), n, replace=n > len(images))
-    out_i, out_m = [], []
-    for k in picks:
-        turns, flip = int(rng.integers(4)), bool(rng.integers(2))
-        img, msk = np.rot90(images[k], turns), np.rot90(masks[k], turns)
-        if flip:
-            img, msk = img[:, ::-1], msk[:, ::-1]
-        out_i.append(np.clip(img * rng.uniform(*AUG_GAIN), 0, 1))
-        out_m.append(msk)
-    return np.stack(out_i).astype(np.float32), np.stack(out_m).astype(np.uint8), picks
-
-
-def _extended(base: Any, images: np.ndarray, masks: np.ndarray, metas: list[dict[str, Any]],
-              defects: list[dict[str, Any]], note: dict[str, Any], out: Path, keep: int | None = None) -> Path:
-    """``base``'s first ``keep`` images (all when None), then the new ones. The manifest's
-    ``appended`` counts the new ones: a training cap below the split's size would cut exactly
-    them, and the runner refuses such a ticket (runner/_execute.py)."""
-    n0 = len(base) if keep is None else min(keep, len(base))
-    kept = {str(m["id"]) for m in base.image_meta[:n0]}
-    base_defects = base.defects if n0 == len(base) else [d for d in base.defects if str(d["image_id"]) in kept]
-    metas = [{**m, "id": n0 + i} for i, m in enumerate(metas)]
-    defects = [{**d, "image_id": n0 + int(d["image_id"])} for d in defects]
-    manifest = {"generator": "segfactory.topup", "kind": "synthetic", "parent": base.manifest.get("content_hash"),
-                "topup": note, "appended": len(images), "base_images": n0}
-    return write_split(out, np.concatenate([np.asarray(base.images[:n0]), images]),
-                       np.concatenate([np.asarray(base.masks[:n0]), masks]),
-                       [*base.image_meta[:n0], *metas], [*base_defects, *defects], manifest)
-
-
-def build_arm(home_root: Path, base: DatasetVersion, arm: str, n: int, params: GenParams, plan: TopupPlan,
-              work: Path, keep: int | None = None) -> DatasetVersion:
-    """The approved dataset version of one arm at one dose: base train (its first ``keep`` images,
-    the ones a capped training config trains on; all when None) + n images."""
-    from synthetic import generate
-    from synthetic.splits import image_sha256
-
-    split = read_split(base.train, mmap=True)
-    size = int(split.images.shape[1])
-    note = {"arm": arm, "n": n, "slice": plan.slice_name, "base": base.ref}
-    if arm == "synthetic":
-        drawn = generate(n, size, TOPUP_SEED_OFFSET + n, params, workers=1)
-        extra = (drawn.images, drawn.masks, drawn.image_meta, drawn.defects)
-    else:
-        rng = np.random.default_rng(plan.seed * 1_000_003 + n)
-        images, masks, picks = _augmented(np.asarray(split.images[:keep]), np.asarray(split.masks[:keep]), n, rng)
-        metas = [{"id": i, "sha256": image_sha256(images[i]), "augmented_from": int(k)} for i, k in enumerate(picks)]
-        extra = (images, masks, metas, [])
-    path = _extended(split, *extra, note, work / f"{arm}-n{n}", keep)
-    return create_version(home_root, f"topup-{_slug(plan.slice_name)}-{arm}", {"train": path}, parent=base.ref,
-                          approve_it=True)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
 def topup_config(base_config: Path | dict[str, Any], base_train: Path) -> dict[str, Any]:
@@ -191,7 +127,7 @@ def slice_counts(probs: np.ndarray, real: Any, slice_name: str, threshold: float
 
 
 def load_real_dev(path: Path, slice_name: str) -> Any:
-    from synthetic.realism.report import load_real
+    from analysis.realism.report import load_real
 
     real = load_real(path)
     count = sum(1 for d in real.defects if in_slice(slice_name, d))
@@ -207,7 +143,7 @@ def _recall(arrays: tuple[np.ndarray, ...]) -> float:
 
 def summarise(curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]], doses: list[int], seed: int) -> dict[str, Any]:
     """Dose-response rows with paired-bootstrap intervals and the named turning point."""
-    from analysis.stats import bootstrap_ci, paired_bootstrap_diff
+    from segfactory.stats import bootstrap_ci, paired_bootstrap_diff
 
     nothing = curve["nothing"][0]
     rows = []
@@ -313,7 +249,7 @@ def run_topup(home: Any, plan: TopupPlan, *, base_ref: str, real_path: Path, exe
     tickets: list[dict[str, Any]] = []
     curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {"synthetic": {}, "augment": {}, "nothing": {}}
     with tempfile.TemporaryDirectory(prefix=".topup-", dir=home.root) as work:
-        arms = [("nothing", 0, base)] + [(arm, n, build_arm(home.root, base, arm, n, params, plan, Path(work)))
+        arms = [("nothing", 0, base)] + [(arm, n, build_arm(home.root, base, arm, n, params, plan.slice_name, plan.seed, Path(work)))
                                          for n in plan.doses if n > 0 for arm in ("synthetic", "augment")]
     for arm, n, version in arms:
         ticket = make_ticket(f"{run_id}-{arm}-n{n}", arm, n, version, plan)

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json, home_for
+from cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json, home_for
 
 DEFAULT_TICKET_BUDGET = "60s"  # device time per top-up ticket (every arm gets the same)
 DEFAULT_TOPUP_EPOCHS = 2  # epochs per top-up ticket (every arm gets the same)
@@ -47,7 +47,7 @@ def realism_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Realism checks of a synthetic set against a real-dev set: aggregates only, not the test that counts."""
-    from synthetic.realism import realism_report
+    from analysis.realism import realism_report
 
     syn_dir = _synthetic_split(home, synthetic)
     folder = out or home_for(home).people_dir(f"realism-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -81,8 +81,8 @@ def topup_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Targeted synthetic top-up against plain augmentation and nothing, measured on a real slice."""
+    from controls.topup import RunnerExecutor, TopupPlan, parse_doses, run_topup, topup_config
     from segfactory.units import parse_duration
-    from synthetic.topup import RunnerExecutor, TopupPlan, parse_doses, run_topup, topup_config
     from synthetic.versions import resolve
 
     resolved = home_for(home, create=True)
@@ -94,7 +94,7 @@ def topup_cmd(
     executor = RunnerExecutor(resolved, backend=backend, base_config=base_config, run_id=rid)
     report = run_topup(resolved, plan, base_ref=data, real_path=real, executor=executor, run_id=rid)
     if round_two:
-        from synthetic.rounds import run_round_two
+        from controls.rounds import run_round_two
 
         report["round_two"] = run_round_two(resolved, report, executor=executor, run_id=rid)
     if json_out:
@@ -126,9 +126,9 @@ def round_two_cmd(
     """Round two after a top-up: the next weakest dev slice and a different kind of fix, recorded."""
     import json
 
+    from controls.rounds import run_round_two
+    from controls.topup import RunnerExecutor, topup_config
     from segfactory.errors import UsageError
-    from synthetic.rounds import run_round_two
-    from synthetic.topup import RunnerExecutor, topup_config
     from synthetic.versions import resolve
 
     resolved = home_for(home)
@@ -155,8 +155,8 @@ def stand_in_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Write a shifted-domain synthetic stand-in for real data (NOT real data) in the import layout."""
+    from analysis.realism import write_stand_in
     from segfactory.errors import DataError
-    from synthetic.realism import write_stand_in
 
     if out.exists():
         raise DataError(f"{out} already exists; choose a new --out")

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, console, emit_json
+from cli._common import HomeOpt, JsonOpt, console, emit_json
 
 device_app = typer.Typer(help="The device the scheduler plans with: its measured memory profile.",
                          no_args_is_help=True)

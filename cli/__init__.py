@@ -6,13 +6,11 @@ langgraph) are imported inside the command functions that need them, so ``--help
 
 from __future__ import annotations
 
-import logging
-import os
 import sys
 
 import typer
 
-from segfactory.cli import (
+from cli import (
     agents_cmds,
     analysis_cmds,
     audit_cmds,
@@ -59,15 +57,22 @@ for module in (
     module.register(app)
 
 
-def _configure_logging() -> None:
-    """Logs go to stderr (stdout carries `--json` objects); level from SEGFACTORY_LOG_LEVEL."""
-    level = os.environ.get("SEGFACTORY_LOG_LEVEL", "WARNING").upper()
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(levelname)s %(name)s: %(message)s")
+@app.callback()
+def _global(
+    log_json: bool = typer.Option(False, "--log-json", help="Logs on stderr as one JSON object a line."),
+) -> None:
+    """An experiment factory for segmentation models whose improvements can be trusted."""
+    if log_json:
+        from segfactory.logs import configure
+
+        configure(json_lines=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; a SegfactoryError becomes one line on stderr and its exit code."""
-    _configure_logging()
+    from segfactory.logs import configure
+
+    configure()  # readable, or JSON lines when SEGFACTORY_LOG_JSON is set; --log-json switches later
     try:
         code = app(args=argv, standalone_mode=False)
         if isinstance(code, int) and code:  # click returns `typer.Exit(code)` here instead of raising

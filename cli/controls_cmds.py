@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import BackendOpt, HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
-from segfactory.cli._drop import continue_unprivileged
+from cli._common import BackendOpt, HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
+from cli._drop import continue_unprivileged
 from segfactory.errors import UsageError
 
 PROFILES = ("demo", "default")
@@ -86,7 +86,8 @@ def sweep_cmd(
     summary = run_sweep_arm(home, sampler=sampler, budget_s=budget_s, seed=seed, storage=storage, space_path=space,
                             profile=profile, backend=backend, run_id=new_run_id(f"sweep-{sampler}-"),
                             max_trials=max_trials, progress=_progress,
-                            on_home=lambda resolved: continue_unprivileged(resolved, backend, _progress))
+                            on_home=lambda resolved: continue_unprivileged(resolved, backend, _progress),
+                            open_home=lambda path, asked: home_for(path, create=True, profile=asked))
     if json_out:
         emit_json(summary)
         return

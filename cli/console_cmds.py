@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, home_for
+from cli._common import HomeOpt, home_for
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def console_cmd(
     from console._interpret import make_interpreter
 
     resolved = home_for(home)
-    from segfactory.cli._drop import rerun_as_orchestrator
+    from cli._drop import rerun_as_orchestrator
 
     dropped = rerun_as_orchestrator(resolved)  # started as root: the console serves as `segfactory`
     if dropped is not None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
+from cli._common import HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
 from segfactory.errors import HomeError, UsageError
 
 approvals_app = typer.Typer(help="Data requests and judge escalations waiting for a person: list, approve, deny.", no_args_is_help=True)
@@ -98,7 +98,7 @@ def run_cmd(
         raise UsageError(f"sandbox backend {backend!r} is not registered; known: {', '.join(sorted(BACKENDS))}")
     from agents.proposer import KNOWN_PROPOSERS
     from agents.run import RunRequest, start_run
-    from segfactory.cli._drop import continue_unprivileged
+    from cli._drop import continue_unprivileged
 
     if proposer != "rules" and proposer.split(":", 1)[0] not in {p.split(":")[0] for p in KNOWN_PROPOSERS}:
         raise UsageError(f"proposer {proposer!r} is not registered; known: {', '.join(KNOWN_PROPOSERS)}")

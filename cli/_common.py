@@ -53,7 +53,7 @@ def home_for(home: Path | None, *, create: bool = False, profile: str = "default
 
     resolved = Home.resolve(home)
     if create and not resolved.exists():
-        from segfactory.init import initialise
+        from cli.init import initialise
 
         sys.stderr.write(f"no home at {resolved.root}; creating one with the {profile} profile\n")
         initialise(resolved, profile=profile)

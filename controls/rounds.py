@@ -1,6 +1,6 @@
 """Improvement rounds: weakness -> fix tried -> result, null results included.
 
-Round one is a targeted synthetic top-up (``synthetic.topup``). Round two picks the next weakest
+Round one is a targeted synthetic top-up (``controls.topup``). Round two picks the next weakest
 slice from **dev analysis only** (trust rule 9: the round-one model's ``AnalysisReport`` on the
 dev split; never real-dev, a vault tier or a people-only report) and a *different kind* of fix,
 a training or a model change, run as one config ticket with the round-one budget and seed. Its
@@ -121,8 +121,8 @@ def slice_change(dev: Any, base_prob: np.ndarray, new_prob: np.ndarray, slice_na
     """New minus baseline miss rate over the dev voids of ``slice_name`` (paired, bootstrap over voids)."""
     from analysis.report import Evaluated
     from analysis.slices import one_way_slices, slice_masks, two_way_slices
-    from analysis.stats import bootstrap_mean_ci
     from analysis.units import defect_units
+    from segfactory.stats import bootstrap_mean_ci
 
     base = Evaluated(dev, base_prob).errors(threshold).defect_outcome
     new = Evaluated(dev, new_prob).errors(threshold).defect_outcome

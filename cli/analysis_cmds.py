@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, emit_json, home_for
+from cli._common import HomeOpt, JsonOpt, emit_json, home_for
 
 TRAIN_SAMPLE_IMAGES = 256  # train images scored for the train-dev gap and the train label estimate
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
+from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
 
 TrainDataOpt = Annotated[
     str | None,

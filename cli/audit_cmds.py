@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from segfactory.cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
+from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
 from segfactory.errors import UsageError
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from analysis.realism._stats import EDGE_PX, SetStats, set_stats
+from analysis.realism._tests import c2st, mmd_test
 from segfactory.errors import DataError, UsageError
-from synthetic.realism._stats import EDGE_PX, SetStats, set_stats
-from synthetic.realism._tests import c2st, mmd_test
 from synthetic.splits import read_split
 from vision.metrics import SIZE_BIN_NAMES
 
