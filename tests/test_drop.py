@@ -175,7 +175,7 @@ def test_the_restarted_command_imports_this_source_tree(monkeypatch: pytest.Monk
     class Child:
         def __init__(self, argv: list[str], env: dict[str, str], cwd: str) -> None:
             first = Path(env["PYTHONPATH"].split(os.pathsep)[0])  # the tree itself, or its staged copy
-            seen.update(argv=argv, env=env, source=(first / "segfactory" / "cli" / "_drop.py").read_text())
+            seen.update(argv=argv, env=env, source=(first / "cli" / "_drop.py").read_text())
 
         def wait(self) -> int:
             return 0

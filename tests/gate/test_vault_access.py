@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 VAULT_MODULES = {"gate.core", "gate.ledger", "gate.setup", "gate.tiers", "gate.leakage"}
 # Outside gate/, only root's set-up and a person's own gate commands may use them.
 ALLOWED = {"cli/init.py", "cli/gate_cmds.py"}
-HOST_PACKAGES = ("agents", "controls", "runner", "audit", "console", "sandbox", "segfactory", "analysis", "vision",
+HOST_PACKAGES = ("cli", "agents", "controls", "runner", "audit", "console", "sandbox", "segfactory", "analysis", "vision",
                  "synthetic")
 
 
