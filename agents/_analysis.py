@@ -39,8 +39,14 @@ def analyse_best(services: Any, model: Path, sha256: str) -> Any:
     dev = Evaluated(dev_split, np.asarray(services._score(model, dev_split.images))[:, 0])
     train = _train_sample(services, model, read_split(dataset.train))
     drops = perturbation_drops(services, model, dev_split)
-    report, errors = analyse(dev, model_sha256=sha256, data=dev_split.content_hash or dataset.ref,
-                             threshold=0.5, seed=ANALYSIS_SEED, extras=Extras(train=train, perturbations=drops))
+    report, errors = analyse(
+        dev,
+        model_sha256=sha256,
+        data=dev_split.content_hash or dataset.ref,
+        threshold=0.5,
+        seed=ANALYSIS_SEED,
+        extras=Extras(train=train, perturbations=drops),
+    )
     return write_report(report, dev, errors, out)
 
 
@@ -50,9 +56,12 @@ def _train_sample(services: Any, model: Path, train: Any) -> Any:
 
     take = np.sort(np.random.default_rng(ANALYSIS_SEED).permutation(len(train))[:TRAIN_SAMPLE_IMAGES])
     ids = {str(train.image_meta[int(k)].get("id")) for k in take}
-    sample = ToySplit(np.asarray(train.images[take]), np.asarray(train.masks[take]),
-                      [train.image_meta[int(k)] for k in take],
-                      [d for d in train.defects if str(d.get("image_id")) in ids])
+    sample = ToySplit(
+        np.asarray(train.images[take]),
+        np.asarray(train.masks[take]),
+        [train.image_meta[int(k)] for k in take],
+        [d for d in train.defects if str(d.get("image_id")) in ids],
+    )
     return Evaluated(sample, np.asarray(services._score(model, sample.images))[:, 0])
 
 
@@ -66,10 +75,13 @@ def perturbation_drops(services: Any, model: Path, dev: Any) -> dict[str, float]
     from vision.perturb import PERTURBATIONS, perturb
 
     images, masks = np.asarray(dev.images), np.asarray(dev.masks)
-    sets = [(images, masks)] + [perturb(name, PERTURBATION_SEVERITY, images, masks, ANALYSIS_SEED)
-                                for name in PERTURBATIONS]
+    sets = [(images, masks)] + [
+        perturb(name, PERTURBATION_SEVERITY, images, masks, ANALYSIS_SEED) for name in PERTURBATIONS
+    ]
     prob = np.asarray(services._score(model, np.concatenate([x for x, _ in sets])))[:, 0]
     n = len(images)
-    dice = [float(aggregate(per_image_metrics(prob[k * n:(k + 1) * n], y, threshold=0.5))["dice"])
-            for k, (_, y) in enumerate(sets)]
+    dice = [
+        float(aggregate(per_image_metrics(prob[k * n : (k + 1) * n], y, threshold=0.5))["dice"])
+        for k, (_, y) in enumerate(sets)
+    ]
     return {name: round(dice[0] - dice[k + 1], 4) for k, name in enumerate(PERTURBATIONS)}

@@ -19,8 +19,6 @@ class AuditSink(Protocol):
     writer's own errors; agents let them propagate, since an unaudited call must not proceed.
     """
 
-    def append(
-        self, actor: Any, event: str, payload: dict[str, Any], run_id: str | None = None
-    ) -> Any: ...
+    def append(self, actor: Any, event: str, payload: dict[str, Any], run_id: str | None = None) -> Any: ...
 
     def put_blob(self, data: bytes) -> str: ...

@@ -32,8 +32,14 @@ class CapturingTransport(httpx2.BaseTransport):
     ``llm_http_error`` and re-raised unchanged so the SDK maps them to its own exceptions.
     """
 
-    def __init__(self, sink: AuditSink, actor: Actor, *, run_id: str | None = None,
-                 inner: httpx2.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        sink: AuditSink,
+        actor: Actor,
+        *,
+        run_id: str | None = None,
+        inner: httpx2.BaseTransport | None = None,
+    ) -> None:
         self._sink = sink
         self._actor = actor
         self._run_id = run_id
@@ -48,25 +54,49 @@ class CapturingTransport(httpx2.BaseTransport):
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         body = request.read()
         self.last_request_blob = self._sink.put_blob(body)
-        self._append("llm_http_request", {"method": request.method, "url": str(request.url),
-                                          "headers": _headers(request.headers),
-                                          "body": self.last_request_blob, "bytes": len(body)})
+        self._append(
+            "llm_http_request",
+            {
+                "method": request.method,
+                "url": str(request.url),
+                "headers": _headers(request.headers),
+                "body": self.last_request_blob,
+                "bytes": len(body),
+            },
+        )
         started = time.monotonic()
         try:
             response = self._inner.handle_request(request)
             raw = b"".join(response.iter_raw())  # undecoded, exactly as received
             response.close()
         except httpx2.HTTPError as exc:
-            self._append("llm_http_error", {"error": type(exc).__name__, "detail": str(exc)[:500],
-                                            "latency_s": round(time.monotonic() - started, 4)})
+            self._append(
+                "llm_http_error",
+                {
+                    "error": type(exc).__name__,
+                    "detail": str(exc)[:500],
+                    "latency_s": round(time.monotonic() - started, 4),
+                },
+            )
             raise
         self.last_response_blob = self._sink.put_blob(raw)
-        self._append("llm_http_response", {"status": response.status_code,
-                                           "headers": _headers(response.headers),
-                                           "body": self.last_response_blob, "bytes": len(raw),
-                                           "latency_s": round(time.monotonic() - started, 4)})
-        return httpx2.Response(response.status_code, headers=response.headers, content=raw,
-                               request=request, extensions=response.extensions)
+        self._append(
+            "llm_http_response",
+            {
+                "status": response.status_code,
+                "headers": _headers(response.headers),
+                "body": self.last_response_blob,
+                "bytes": len(raw),
+                "latency_s": round(time.monotonic() - started, 4),
+            },
+        )
+        return httpx2.Response(
+            response.status_code,
+            headers=response.headers,
+            content=raw,
+            request=request,
+            extensions=response.extensions,
+        )
 
     def close(self) -> None:
         self._inner.close()

@@ -33,8 +33,10 @@ def _term(term: str) -> str:
         return "tiny"
     if term.startswith("shape=shrinkage"):
         return "thin"
-    raise UsageError(f"the generator cannot target the slice term {term!r}; it can target contrast<x, "
-                     "background=NAME, diameter<x (tiny) and shape=shrinkage (thin)")
+    raise UsageError(
+        f"the generator cannot target the slice term {term!r}; it can target contrast<x, "
+        "background=NAME, diameter<x (tiny) and shape=shrinkage (thin)"
+    )
 
 
 def generator_constraint(slice_name: str) -> str:

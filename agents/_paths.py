@@ -17,10 +17,24 @@ from segfactory.home import SOURCE_ROOT
 POLICY_DIR = SOURCE_ROOT / "policies"
 
 # A path with any of these components is protected wherever it appears (relative or absolute).
-PROTECTED_COMPONENTS: frozenset[str] = frozenset({
-    "vault", "people", "audit", "gate-pinned", "ledger.sqlite", "state.sqlite", ".git",
-    "environ", "docker.sock", "home.json", "confirm-a", "confirm-b", "never-queried", "real-holdout",
-})
+PROTECTED_COMPONENTS: frozenset[str] = frozenset(
+    {
+        "vault",
+        "people",
+        "audit",
+        "gate-pinned",
+        "ledger.sqlite",
+        "state.sqlite",
+        ".git",
+        "environ",
+        "docker.sock",
+        "home.json",
+        "confirm-a",
+        "confirm-b",
+        "never-queried",
+        "real-holdout",
+    }
+)
 
 
 @lru_cache(maxsize=8)

@@ -34,16 +34,21 @@ PREDICTIONS_FILE = "predictions.jsonl"  # people/: one row per scored prediction
 RECOMMENDATION_PREFIX = "recommendation:"
 # Sealed milestone metrics that can measure a prediction on the whole tier: metric -> (key, sign).
 # miss_rate on all voids is 1 - object recall.
-SEALED_METRICS = {"object_f1": ("object_f1", 1.0), "dice": ("dice", 1.0), "pixel_iou": ("pixel_iou", 1.0),
-                  "object_recall": ("object_recall", 1.0), "miss_rate": ("object_recall", -1.0),
-                  "one_minus_dice": ("dice", -1.0)}
+SEALED_METRICS = {
+    "object_f1": ("object_f1", 1.0),
+    "dice": ("dice", 1.0),
+    "pixel_iou": ("pixel_iou", 1.0),
+    "object_recall": ("object_recall", 1.0),
+    "miss_rate": ("object_recall", -1.0),
+    "one_minus_dice": ("dice", -1.0),
+}
 
 
 def recommendation_of(ticket: Ticket) -> str | None:
     """The recommendation id a ticket executes (its evidence), or None."""
     for item in ticket.evidence:
         if item.startswith(RECOMMENDATION_PREFIX):
-            return item[len(RECOMMENDATION_PREFIX):]
+            return item[len(RECOMMENDATION_PREFIX) :]
     return None
 
 
@@ -71,9 +76,14 @@ class Predictions:
     def rows(self) -> list[dict[str, Any]]:
         return read_jsonl(self.file)
 
-    def after_ticket(self, ticket: Ticket, lineage: Lineage, model: Path, parent_model: Path) -> dict[str, Any] | None:
+    def after_ticket(
+        self, ticket: Ticket, lineage: Lineage, model: Path, parent_model: Path
+    ) -> dict[str, Any] | None:
         """Score a finished ticket: its own prediction, or (a default-action control) those of its round."""
-        if ticket.evidence in ([DEFAULT_ACTION_EVIDENCE], [BASE_CONFIG_EVIDENCE]) and ticket.replicate_of is None:
+        if (
+            ticket.evidence in ([DEFAULT_ACTION_EVIDENCE], [BASE_CONFIG_EVIDENCE])
+            and ticket.replicate_of is None
+        ):
             # the control of its round: the best retrained with a fresh seed, or, on the classical
             # baseline (which no config trained), the base config that every ticket of the round patches
             self._record_control(ticket.id, lineage, model, parent_model)
@@ -85,21 +95,41 @@ class Predictions:
         parent = self.evaluated(lineage.parent_sha256, parent_model)
         return self._dev(ticket, rec, lineage, candidate, parent)
 
-    def _dev(self, ticket: Ticket, rec: str, lineage: Lineage, candidate: Evaluated,
-             parent: Evaluated) -> dict[str, Any]:
+    def _dev(
+        self, ticket: Ticket, rec: str, lineage: Lineage, candidate: Evaluated, parent: Evaluated
+    ) -> dict[str, Any]:
         effect = ticket.expected_effect
         got, base = measure(effect, candidate, self.threshold), measure(effect, parent, self.threshold)
-        row: dict[str, Any] = {"stage": "dev", "ticket_id": ticket.id, "recommendation_id": rec,
-                               "parent_sha256": lineage.parent_sha256, "predicted": effect.model_dump(mode="json"),
-                               "change": ticket.change, "candidate": None, "parent": None, "observed_change": None,
-                               "held": None, "n": 0, "default": None}
+        row: dict[str, Any] = {
+            "stage": "dev",
+            "ticket_id": ticket.id,
+            "recommendation_id": rec,
+            "parent_sha256": lineage.parent_sha256,
+            "predicted": effect.model_dump(mode="json"),
+            "change": ticket.change,
+            "candidate": None,
+            "parent": None,
+            "observed_change": None,
+            "held": None,
+            "n": 0,
+            "default": None,
+        }
         if got is None or base is None:
             row["reason"] = f"{effect.metric} on slice {effect.slice!r} cannot be measured on dev"
         else:
             change = got.value - base.value
-            outcome = hitrate.mark(self.home, self.run_id, arm="recommendation", recommendation_id=rec,
-                                   ticket_id=ticket.id, predicted=effect, observed_change=change)
-            row.update(candidate=got.value, parent=base.value, observed_change=change, held=outcome.held, n=got.n)
+            outcome = hitrate.mark(
+                self.home,
+                self.run_id,
+                arm="recommendation",
+                recommendation_id=rec,
+                ticket_id=ticket.id,
+                predicted=effect,
+                observed_change=change,
+            )
+            row.update(
+                candidate=got.value, parent=base.value, observed_change=change, held=outcome.held, n=got.n
+            )
             control = self._control_for(lineage.parent_sha256)
             if control is not None:
                 row["default"] = self._default_outcome(effect, rec, control, parent)
@@ -112,22 +142,37 @@ class Predictions:
                 return row["ticket_id"], self.evaluated(row["ticket_id"], Path(row["model"]))
         return None
 
-    def _default_outcome(self, effect: ExpectedEffect, rec: str, control: tuple[str, Evaluated],
-                         parent: Evaluated) -> dict[str, Any] | None:
+    def _default_outcome(
+        self, effect: ExpectedEffect, rec: str, control: tuple[str, Evaluated], parent: Evaluated
+    ) -> dict[str, Any] | None:
         ticket_id, evaluated = control
         got, base = measure(effect, evaluated, self.threshold), measure(effect, parent, self.threshold)
         if got is None or base is None:
             return None
         change = got.value - base.value
-        outcome = hitrate.mark(self.home, self.run_id, arm="default", recommendation_id=rec, ticket_id=ticket_id,
-                               predicted=effect, observed_change=change)
+        outcome = hitrate.mark(
+            self.home,
+            self.run_id,
+            arm="default",
+            recommendation_id=rec,
+            ticket_id=ticket_id,
+            predicted=effect,
+            observed_change=change,
+        )
         return {"ticket_id": ticket_id, "observed_change": change, "held": outcome.held}
 
     def _waiting_for_default(self, parent_sha: str) -> list[dict[str, Any]]:
         rows = read_jsonl(self.file)
         done = {r["ticket_id"] for r in rows if r.get("stage") == "default"}
-        return [r for r in rows if r.get("stage") == "dev" and r.get("parent_sha256") == parent_sha
-                and r.get("held") is not None and r.get("default") is None and r["ticket_id"] not in done]
+        return [
+            r
+            for r in rows
+            if r.get("stage") == "dev"
+            and r.get("parent_sha256") == parent_sha
+            and r.get("held") is not None
+            and r.get("default") is None
+            and r["ticket_id"] not in done
+        ]
 
     def _default(self, row: dict[str, Any], control_id: str, control: Evaluated, parent: Evaluated) -> None:
         effect = ExpectedEffect.model_validate(row["predicted"])
@@ -139,8 +184,15 @@ class Predictions:
         control = self.evaluated(ticket_id, model)
         parent = self.evaluated(lineage.parent_sha256, parent_model)
         waiting = self._waiting_for_default(lineage.parent_sha256)
-        append_jsonl(self.file, {"stage": "control", "ticket_id": ticket_id, "parent_sha256": lineage.parent_sha256,
-                                 "model": str(model)})
+        append_jsonl(
+            self.file,
+            {
+                "stage": "control",
+                "ticket_id": ticket_id,
+                "parent_sha256": lineage.parent_sha256,
+                "model": str(model),
+            },
+        )
         for row in waiting:
             self._default(row, ticket_id, control, parent)
 
@@ -158,14 +210,24 @@ class Predictions:
             append_jsonl(self.file, item)
         return out
 
-    def _sealed_row(self, row: dict[str, Any], child: dict[str, Any] | None,
-                    parent: dict[str, Any] | None) -> dict[str, Any]:
+    def _sealed_row(
+        self, row: dict[str, Any], child: dict[str, Any] | None, parent: dict[str, Any] | None
+    ) -> dict[str, Any]:
         effect = ExpectedEffect.model_validate(row["predicted"])
-        base = {"stage": "sealed", "ticket_id": row["ticket_id"], "recommendation_id": row["recommendation_id"],
-                "predicted": row["predicted"], "observed_change": None, "held": None}
+        base = {
+            "stage": "sealed",
+            "ticket_id": row["ticket_id"],
+            "recommendation_id": row["recommendation_id"],
+            "predicted": row["predicted"],
+            "observed_change": None,
+            "held": None,
+        }
         metric = SEALED_METRICS.get(effect.metric)
         if effect.slice != ALL or metric is None:
-            return {**base, "reason": f"the sealed milestone reports no {effect.metric} on slice {effect.slice!r}"}
+            return {
+                **base,
+                "reason": f"the sealed milestone reports no {effect.metric} on slice {effect.slice!r}",
+            }
         if child is None or parent is None:
             return {**base, "reason": "the milestone did not score both the model and its parent on sealed"}
         key, sign = metric
@@ -181,16 +243,25 @@ def summary(home: Home, run_id: str) -> dict[str, Any]:
     """Predicted against measured, per executed recommendation, and both hit rates with intervals."""
     rows = read_jsonl(home.people_dir(run_id) / PREDICTIONS_FILE)
     later_default = {r["ticket_id"]: r["control"] for r in rows if r.get("stage") == "default"}
-    rows = [{**r, "default": later_default.get(r["ticket_id"], r.get("default"))} if r.get("stage") == "dev" else r
-            for r in rows]
+    rows = [
+        {**r, "default": later_default.get(r["ticket_id"], r.get("default"))}
+        if r.get("stage") == "dev"
+        else r
+        for r in rows
+    ]
     rates = hitrate.summary(home, run_id).model_dump(mode="json")
     sealed = [r for r in rows if r.get("stage") == "sealed"]
     scored = [r for r in sealed if r.get("held") is not None]
     from segfactory.stats import wilson_interval
 
     iv = wilson_interval(sum(bool(r["held"]) for r in scored), len(scored))
-    rates["sealed"] = {"held": sum(bool(r["held"]) for r in scored), "n": len(scored), "rate": iv.estimate,
-                       "low": iv.low, "high": iv.high}
+    rates["sealed"] = {
+        "held": sum(bool(r["held"]) for r in scored),
+        "n": len(scored),
+        "rate": iv.estimate,
+        "low": iv.low,
+        "high": iv.high,
+    }
     return {"rows": [r for r in rows if r.get("stage") in ("dev", "sealed")], "hit_rate": rates}
 
 

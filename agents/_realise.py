@@ -21,11 +21,14 @@ from segfactory.errors import DataError, UsageError
 from segfactory.records import Recommendation, TicketKind
 
 NOT_EXECUTABLE_FILE = "not_executable.jsonl"  # people/: recommendations that became no ticket, and why
-REVIEWED_VERSIONS_NOTE = "a reviewed version: same train images and dev split as its parent, other train masks"
+REVIEWED_VERSIONS_NOTE = (
+    "a reviewed version: same train images and dev split as its parent, other train masks"
+)
 
 
-def realise_all(services: Any, recs: tuple[Recommendation, ...], incumbent: Incumbent,
-                tried: set[str]) -> tuple[list[Recommendation], list[NotExecutable]]:
+def realise_all(
+    services: Any, recs: tuple[Recommendation, ...], incumbent: Incumbent, tried: set[str]
+) -> tuple[list[Recommendation], list[NotExecutable]]:
     """Concrete recommendations (change, kind and epochs from the catalogue) and the refused ones."""
     catalogue = services.catalogue() if hasattr(services, "catalogue") else load_catalogue()
     realised, refused = [], []
@@ -38,8 +41,11 @@ def realise_all(services: Any, recs: tuple[Recommendation, ...], incumbent: Incu
         evidence = {**rec.evidence, "catalogue_action": got.rule, "catalogue_option": got.option}
         if got.epochs is not None:
             evidence["epochs"] = got.epochs
-        realised.append(rec.model_copy(update={"kind": got.kind, "change": change, "evidence": evidence,
-                                               "action": describe(got)}))
+        realised.append(
+            rec.model_copy(
+                update={"kind": got.kind, "change": change, "evidence": evidence, "action": describe(got)}
+            )
+        )
     return realised, refused
 
 
@@ -56,43 +62,68 @@ def describe(got: Realised) -> str:
     return text if len(text) <= MAX_DESCRIBED_CHARS else text[: MAX_DESCRIBED_CHARS - 3] + "..."
 
 
-def realise(services: Any, catalogue: Catalogue, rec: Recommendation, incumbent: Incumbent,
-            tried: set[str]) -> Realised | NotExecutable:
+def realise(
+    services: Any, catalogue: Catalogue, rec: Recommendation, incumbent: Incumbent, tried: set[str]
+) -> Realised | NotExecutable:
     rule = rule_of(rec)
     entry = catalogue.actions.get(rule)
     if entry is None:
-        return NotExecutable(rule=rule, recommendation_id=rec.id, reason=f"no catalogue action for rule {rule!r}")
+        return NotExecutable(
+            rule=rule, recommendation_id=rec.id, reason=f"no catalogue action for rule {rule!r}"
+        )
     if entry.do == "config":
         return realise_config(rule, entry, rec, incumbent.config, tried, max_epochs=services.setup.max_epochs)
     if entry.do == "topup":
         spec = rec.change.get("synthetic")
         if not isinstance(spec, dict) or not spec.get("slice"):
-            return NotExecutable(rule=rule, recommendation_id=rec.id, reason="the recommendation names no slice")
-        return _unless_tried(Realised(rule=rule, recommendation_id=rec.id, do="topup", kind=TicketKind.DATA,
-                                      change={"synthetic": dict(spec)}), tried)
+            return NotExecutable(
+                rule=rule, recommendation_id=rec.id, reason="the recommendation names no slice"
+            )
+        return _unless_tried(
+            Realised(
+                rule=rule,
+                recommendation_id=rec.id,
+                do="topup",
+                kind=TicketKind.DATA,
+                change={"synthetic": dict(spec)},
+            ),
+            tried,
+        )
     if entry.do == "data_request":
         change = {k: v for k, v in rec.change.items() if k != "action"}
-        return Realised(rule=rule, recommendation_id=rec.id, do="data_request", kind=TicketKind.DATA_REQUEST,
-                        change=change)
+        return Realised(
+            rule=rule,
+            recommendation_id=rec.id,
+            do="data_request",
+            kind=TicketKind.DATA_REQUEST,
+            change=change,
+        )
     if entry.do == "curation":
         return _curation(services, rule, rec, incumbent, tried)
     if entry.do == "label_review":
         return _label_review(services, rule, rec, incumbent, tried)
-    return NotExecutable(rule=rule, recommendation_id=rec.id,
-                         reason="the analysis found nothing to change (leave it): no ticket")
+    return NotExecutable(
+        rule=rule,
+        recommendation_id=rec.id,
+        reason="the analysis found nothing to change (leave it): no ticket",
+    )
 
 
 def _unless_tried(got: Realised, tried: set[str]) -> Realised | NotExecutable:
     from segfactory.records import canonical_json
 
     if canonical_json(got.change).decode() in tried:
-        return NotExecutable(rule=got.rule, recommendation_id=got.recommendation_id,
-                             reason=f"{got.change} was already tried on this incumbent")
+        return NotExecutable(
+            rule=got.rule,
+            recommendation_id=got.recommendation_id,
+            reason=f"{got.change} was already tried on this incumbent",
+        )
     return got
 
 
-def _curation(services: Any, rule: str, rec: Recommendation, incumbent: Incumbent,
-              tried: set[str]) -> Realised | NotExecutable:
+def _curation(
+    services: Any, rule: str, rec: Recommendation, incumbent: Incumbent, tried: set[str]
+) -> Realised | NotExecutable:
     """The version ``curate apply`` makes from the incumbent data's image plan (train items only:
     dev stays the incumbent's, so the dev score compares like with like)."""
     from analysis.curation import Plan, apply_plan, curate_images
@@ -102,37 +133,70 @@ def _curation(services: Any, rule: str, rec: Recommendation, incumbent: Incumben
 
     home_root = services.home.root
     base = resolve(home_root, incumbent.dataset)
-    _, plan = curate_images(read_split(base.train, mmap=True), read_split(base.dev, mmap=True), dataset=base.ref,
-                            content_hash=base.content_hash)
+    _, plan = curate_images(
+        read_split(base.train, mmap=True),
+        read_split(base.dev, mmap=True),
+        dataset=base.ref,
+        content_hash=base.content_hash,
+    )
     items = [it for it in plan.items if it.split == "train"]
     if not items:
-        return NotExecutable(rule=rule, recommendation_id=rec.id,
-                             reason=f"the curation plan for {base.ref} is empty (no duplicate, overlapping or "
-                                    "unusable train image): nothing to curate")
+        return NotExecutable(
+            rule=rule,
+            recommendation_id=rec.id,
+            reason=f"the curation plan for {base.ref} is empty (no duplicate, overlapping or "
+            "unusable train image): nothing to curate",
+        )
     plan = Plan(kind=plan.kind, dataset=plan.dataset, content_hash=plan.content_hash, items=items)
     made = _applied(home_root, base.name).get(plan.plan_hash)
     version = resolve(home_root, made) if made else apply_plan(home_root, plan)[0]
     if not version.approved:
-        return NotExecutable(rule=rule, recommendation_id=rec.id,
-                             reason=f"the curated version {version.ref} changes labels and waits for approval "
-                                    "(`segfactory approvals`)")
-    return _unless_tried(Realised(rule=rule, recommendation_id=rec.id, do="curation", kind=TicketKind.CURATION,
-                                  change={"dataset": version.ref, "curation_plan": plan.plan_hash,
-                                          "removed_or_oversampled": len(items)}), tried)
+        return NotExecutable(
+            rule=rule,
+            recommendation_id=rec.id,
+            reason=f"the curated version {version.ref} changes labels and waits for approval "
+            "(`segfactory approvals`)",
+        )
+    return _unless_tried(
+        Realised(
+            rule=rule,
+            recommendation_id=rec.id,
+            do="curation",
+            kind=TicketKind.CURATION,
+            change={
+                "dataset": version.ref,
+                "curation_plan": plan.plan_hash,
+                "removed_or_oversampled": len(items),
+            },
+        ),
+        tried,
+    )
 
 
-def _label_review(services: Any, rule: str, rec: Recommendation, incumbent: Incumbent,
-                  tried: set[str]) -> Realised | NotExecutable:
+def _label_review(
+    services: Any, rule: str, rec: Recommendation, incumbent: Incumbent, tried: set[str]
+) -> Realised | NotExecutable:
     """Train on the reviewed labels once a person has made them; until then, say that it waits."""
     reviewed = reviewed_versions(services.home.root, incumbent.dataset)
     if not reviewed:
         services.audit("label_review_waiting", {"recommendation": rec.id, "dataset": incumbent.dataset})
-        return NotExecutable(rule=rule, recommendation_id=rec.id,
-                             reason=f"waits for a reviewed version of {incumbent.dataset}'s train labels "
-                                    "(review them with `segfactory curate defects` and the console, then apply "
-                                    "and approve the plan); the loop goes on meanwhile")
-    return _unless_tried(Realised(rule=rule, recommendation_id=rec.id, do="label_review", kind=TicketKind.CURATION,
-                                  change={"dataset": reviewed[-1], "label_review": True}), tried)
+        return NotExecutable(
+            rule=rule,
+            recommendation_id=rec.id,
+            reason=f"waits for a reviewed version of {incumbent.dataset}'s train labels "
+            "(review them with `segfactory curate defects` and the console, then apply "
+            "and approve the plan); the loop goes on meanwhile",
+        )
+    return _unless_tried(
+        Realised(
+            rule=rule,
+            recommendation_id=rec.id,
+            do="label_review",
+            kind=TicketKind.CURATION,
+            change={"dataset": reviewed[-1], "label_review": True},
+        ),
+        tried,
+    )
 
 
 def reviewed_versions(home_root: Path, parent_ref: str) -> list[str]:
@@ -146,8 +210,9 @@ def reviewed_versions(home_root: Path, parent_ref: str) -> list[str]:
             continue
         if version.split_hashes.get("dev") != parent.split_hashes.get("dev"):
             continue
-        if _image_hashes(version.train) == _image_hashes(parent.train) and \
-                version.split_hashes.get("train") != parent.split_hashes.get("train"):
+        if _image_hashes(version.train) == _image_hashes(parent.train) and version.split_hashes.get(
+            "train"
+        ) != parent.split_hashes.get("train"):
             out.append(version.ref)
     return out
 
@@ -172,8 +237,10 @@ def named_dataset(services: Any, ticket: Any, base: Any, base_images: int | None
     if not version.approved:
         raise DataError(f"ticket {ticket.id} names dataset version {version.ref}, which is not approved")
     if version.split_hashes.get("dev") != base.split_hashes.get("dev"):
-        raise DataError(f"ticket {ticket.id} names {version.ref}, whose dev split differs from the incumbent's "
-                        f"{base.ref}; a dev comparison needs the same dev images")
+        raise DataError(
+            f"ticket {ticket.id} names {version.ref}, whose dev split differs from the incumbent's "
+            f"{base.ref}; a dev comparison needs the same dev images"
+        )
     return version
 
 
@@ -191,23 +258,29 @@ def approved_data_version(services: Any, ticket: Any, base: Any, base_images: in
     change = ticket.change
     request = change["approved_request"]
     if not change.get("approved_data"):
-        raise UsageError(f"approved request {request} names no dataset version to train on; import the data "
-                         "(`segfactory data import`) and approve the request with `--data NAME/vK`")
+        raise UsageError(
+            f"approved request {request} names no dataset version to train on; import the data "
+            "(`segfactory data import`) and approve the request with `--data NAME/vK`"
+        )
     record = services.home.runs / services.setup.run_id / "approved" / request / "dataset.json"
     if record.is_file():
         return resolve(services.home.root, json.loads(record.read_text())["dataset"])
     extra = read_split(resolve(services.home.root, str(change["approved_data"])).train)
     train = read_split(base.train)
     if extra.images.shape[1:] != train.images.shape[1:]:
-        raise DataError(f"approved data {change['approved_data']} has images of {extra.images.shape[1:]}, the "
-                        f"incumbent's {base.ref} of {train.images.shape[1:]}; import it at that size")
+        raise DataError(
+            f"approved data {change['approved_data']} has images of {extra.images.shape[1:]}, the "
+            f"incumbent's {base.ref} of {train.images.shape[1:]}; import it at that size"
+        )
     keep = list(range(len(extra.image_meta)))
     scope = change.get("approved_scope")
     if scope:
         predicate = parse_slice(str(scope))
         if predicate is None:
-            raise UsageError(f"approved scope {scope!r} of request {request} is not a slice the factory can apply "
-                             "(e.g. shape=shrinkage, size<12); approve it again with such a scope, or none")
+            raise UsageError(
+                f"approved scope {scope!r} of request {request} is not a slice the factory can apply "
+                "(e.g. shape=shrinkage, size<12); approve it again with such a scope, or none"
+            )
         units = defect_units(extra.image_meta, extra.defects, [ErrorType.MISSED.value] * len(extra.defects))
         inside = {int(units.image[k]) for k in np.flatnonzero(predicate(units))}
         keep = [k for k in keep if k in inside]
@@ -216,19 +289,57 @@ def approved_data_version(services: Any, ticket: Any, base: Any, base_images: in
         raise DataError(f"approved data {change['approved_data']} holds no image in scope {scope!r}")
     out = services.home.runs / services.setup.run_id / "approved" / request / "train"
     position = {str(extra.image_meta[k]["id"]): n for n, k in enumerate(keep)}
-    metas = [{**extra.image_meta[k], "source_id": extra.image_meta[k]["id"], "source": str(change["approved_data"])}
-             for k in keep]
-    defects = [{**d, "image_id": position[str(d["image_id"])]} for d in extra.defects if str(d["image_id"]) in position]
-    split = append_images(train, np.asarray(extra.images)[keep], np.asarray(extra.masks)[keep], metas, defects,
-                          {"approved_request": request, "approved_data": str(change["approved_data"]),
-                           "approved_count": len(keep), "approved_scope": scope, "parent": base.content_hash},
-                          out, base_images)
-    version = create_version(services.home.root, base.name, {"train": split, "dev": None}, parent=base.ref,
-                             approve_it=True)
+    metas = [
+        {
+            **extra.image_meta[k],
+            "source_id": extra.image_meta[k]["id"],
+            "source": str(change["approved_data"]),
+        }
+        for k in keep
+    ]
+    defects = [
+        {**d, "image_id": position[str(d["image_id"])]}
+        for d in extra.defects
+        if str(d["image_id"]) in position
+    ]
+    split = append_images(
+        train,
+        np.asarray(extra.images)[keep],
+        np.asarray(extra.masks)[keep],
+        metas,
+        defects,
+        {
+            "approved_request": request,
+            "approved_data": str(change["approved_data"]),
+            "approved_count": len(keep),
+            "approved_scope": scope,
+            "parent": base.content_hash,
+        },
+        out,
+        base_images,
+    )
+    version = create_version(
+        services.home.root, base.name, {"train": split, "dev": None}, parent=base.ref, approve_it=True
+    )
     record.write_text(json.dumps({"dataset": version.ref, "images_added": len(keep)}) + "\n")
-    services.audit("approved_data_version", {"ticket_id": ticket.id, "request": request, "dataset": version.ref,
-                                             "images_added": len(keep), "scope": scope})
+    services.audit(
+        "approved_data_version",
+        {
+            "ticket_id": ticket.id,
+            "request": request,
+            "dataset": version.ref,
+            "images_added": len(keep),
+            "scope": scope,
+        },
+    )
     return version
 
 
-__all__ = ["NOT_EXECUTABLE_FILE", "approved_data_version", "named_dataset", "realise", "realise_all", "reviewed_versions"]
+__all__ = [
+    "NOT_EXECUTABLE_FILE",
+    "approved_data_version",
+    "named_dataset",
+    "realise",
+    "realise_all",
+    "reviewed_versions",
+]

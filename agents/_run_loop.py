@@ -41,33 +41,59 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
     ticket_caps = policy.for_profile(record["profile"]).ticket
     from agents.proposer.explore import ExploringProposer
 
-    proposer = get_proposer(record["proposer"], sink=audit, usage=usage, default_budget=defaults.ticket,
-                            caps=Budget(device_seconds=ticket_caps.max_device_seconds, epochs=ticket_caps.max_epochs),
-                            run_id=record["run_id"], base_first=not services.incumbent().trained)
+    proposer = get_proposer(
+        record["proposer"],
+        sink=audit,
+        usage=usage,
+        default_budget=defaults.ticket,
+        caps=Budget(device_seconds=ticket_caps.max_device_seconds, epochs=ticket_caps.max_epochs),
+        run_id=record["run_id"],
+        base_first=not services.incumbent().trained,
+    )
     if defaults.explore:  # when the analysis has nothing new, TPE around the incumbent fills the batch
-        proposer = ExploringProposer(proposer, defaults.ticket, seed=int(record["run_id"].encode().hex()[-6:], 16))
+        proposer = ExploringProposer(
+            proposer, defaults.ticket, seed=int(record["run_id"].encode().hex()[-6:], 16)
+        )
 
     def check(ticket: Any) -> list[str]:
         config = services.incumbent().config  # the change applies to the incumbent's config
-        return ticket_problems(ticket, policy, record["profile"], base_config=config) or services.check(ticket)
+        return ticket_problems(ticket, policy, record["profile"], base_config=config) or services.check(
+            ticket
+        )
 
     fill = bool(record.get("fill_budget"))  # a compare arm: stop only on the budget, as a sweep does
-    reviewer = make_reviewer(record.get("judge") or default_judge(record["proposer"]), sink=audit, usage=usage,
-                             run_id=record["run_id"])
-    deps = LoopDeps(services=services, proposer=proposer, judge=Judge(audit, reviewer=reviewer, run_id=record["run_id"]),
-                    sink=audit,
-                    caps=RunCaps.model_validate(record["caps"]), usage=usage,
-                    check=check, make_seed=lambda: secrets.randbelow(2**31),
-                    approvals=ApprovalQueue(req.home.state_db, audit),
-                    plateau_tickets=0 if fill else defaults.plateau.tickets_without_dev_win,
-                    default_action=defaults.default_action, default_budget=defaults.ticket,
-                    device_left_share=0.0 if fill else DEVICE_LEFT_SHARE,
-                    concurrency=int(record.get("concurrency", 1)))
+    reviewer = make_reviewer(
+        record.get("judge") or default_judge(record["proposer"]),
+        sink=audit,
+        usage=usage,
+        run_id=record["run_id"],
+    )
+    deps = LoopDeps(
+        services=services,
+        proposer=proposer,
+        judge=Judge(audit, reviewer=reviewer, run_id=record["run_id"]),
+        sink=audit,
+        caps=RunCaps.model_validate(record["caps"]),
+        usage=usage,
+        check=check,
+        make_seed=lambda: secrets.randbelow(2**31),
+        approvals=ApprovalQueue(req.home.state_db, audit),
+        plateau_tickets=0 if fill else defaults.plateau.tickets_without_dev_win,
+        default_action=defaults.default_action,
+        default_budget=defaults.ticket,
+        device_left_share=0.0 if fill else DEVICE_LEFT_SHARE,
+        concurrency=int(record.get("concurrency", 1)),
+    )
     if record.get("code_agent"):  # code drafts get their files from the code-editing agent first
         from agents.code_arm import with_code_arm
 
-        deps.proposer = with_code_arm(deps, proposer=record["proposer"], backend=record["backend"], home=req.home,
-                                      run_id=record["run_id"])
+        deps.proposer = with_code_arm(
+            deps,
+            proposer=record["proposer"],
+            backend=record["backend"],
+            home=req.home,
+            run_id=record["run_id"],
+        )
     return deps
 
 
@@ -82,11 +108,20 @@ def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults:
 
     home, run_id = req.home, record["run_id"]
     rule, _ = load_win_rule()
-    setup = RunSetup(home=home, run_id=run_id, backend=record["backend"], dataset=resolve(home.root, DATASET),
-                     base_config=REPO / record.get("base_config", defaults.base_config), gate=client, audit=audit,
-                     dev_margin=rule.dev_rule.dev_margin, progress=req.progress, threshold=rule.threshold,
-                     max_epochs=load_budget_policy().for_profile(record["profile"]).ticket.max_epochs,
-                     concurrency=int(record.get("concurrency", 1)))
+    setup = RunSetup(
+        home=home,
+        run_id=run_id,
+        backend=record["backend"],
+        dataset=resolve(home.root, DATASET),
+        base_config=REPO / record.get("base_config", defaults.base_config),
+        gate=client,
+        audit=audit,
+        dev_margin=rule.dev_rule.dev_margin,
+        progress=req.progress,
+        threshold=rule.threshold,
+        max_epochs=load_budget_policy().for_profile(record["profile"]).ticket.max_epochs,
+        concurrency=int(record.get("concurrency", 1)),
+    )
     services = HostServices(setup)
     services.catalogue()  # a catalogue that does not parse stops the run here, naming the file and line
     usage = _usage(home, run_id, int(record["caps"]["llm_tokens"]))
@@ -100,8 +135,10 @@ def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults:
     services.state_reader = lambda: graph.get_state(_config(run_id)).values
     services.report_writer = lambda svc, rid, stop: _write_report(svc, rid, stop, record, usage, client, deps)
     audit.append(Actor.SYSTEM, "run_resumed" if resume else "run_start", dict(record), run_id=run_id)
-    req.progress(f"run {run_id}: {'resuming' if resume else 'starting'} (profile {record['profile']}, "
-                 f"proposer {record['proposer']}, caps {record['caps']})")
+    req.progress(
+        f"run {run_id}: {'resuming' if resume else 'starting'} (profile {record['profile']}, "
+        f"proposer {record['proposer']}, caps {record['caps']})"
+    )
     pull(client, audit)
     state = run_loop(graph, run_id, resume=resume)
     pull(client, audit)
@@ -109,8 +146,9 @@ def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults:
     return _summary(home, run_id, dict(state), resumed=resume, already_finished=False)
 
 
-def _write_report(services: Any, run_id: str, stop_reason: str, record: dict[str, Any], usage: Any,
-                  client: Any, deps: Any) -> None:
+def _write_report(
+    services: Any, run_id: str, stop_reason: str, record: dict[str, Any], usage: Any, client: Any, deps: Any
+) -> None:
     from agents import report as rpt
     from agents.services import DEV_COMPARISONS, TICKETS_FILE
     from audit.anchor import anchor_from_reply
@@ -120,8 +158,11 @@ def _write_report(services: Any, run_id: str, stop_reason: str, record: dict[str
     state = services.state_reader()
     tickets = {t["id"]: t for t in rpt.read_jsonl(people / TICKETS_FILE)}
     rows = rpt.ticket_rows(state, home.tickets_dir(run_id), rpt.read_jsonl(people / DEV_COMPARISONS), tickets)
-    approvals = [{"id": a.id, "status": a.status, "hypothesis": a.ticket.hypothesis}
-                 for a in deps.approvals.requests() if a.run_id == run_id]
+    approvals = [
+        {"id": a.id, "status": a.status, "hypothesis": a.ticket.hypothesis}
+        for a in deps.approvals.requests()
+        if a.run_id == run_id
+    ]
     milestone_file = people / "milestones" / f"{run_id}-final.json"
     analyses = sorted((home.runs / run_id / "analysis").glob("*/report.json"))
     from agents._predictions import write_summary
@@ -130,20 +171,33 @@ def _write_report(services: Any, run_id: str, stop_reason: str, record: dict[str
 
     predictions = write_summary(home, run_id)
     report = rpt.RunReport(
-        run_id=run_id, profile=record["profile"], proposer=record["proposer"], backend=record["backend"],
-        base_config=record.get("base_config"), sized_note=record.get("sized_note", ""),
+        run_id=run_id,
+        profile=record["profile"],
+        proposer=record["proposer"],
+        backend=record["backend"],
+        base_config=record.get("base_config"),
+        sized_note=record.get("sized_note", ""),
         concurrency=int(record.get("concurrency", 1)),
-        stop_reason=stop_reason, started_at=record.get("started_at"), ended_at=time.time(),
-        win_rule_sha256=record.get("win_rule_sha256"), tickets=rows,
+        stop_reason=stop_reason,
+        started_at=record.get("started_at"),
+        ended_at=time.time(),
+        win_rule_sha256=record.get("win_rule_sha256"),
+        tickets=rows,
         not_run=[{"id": q["id"], "hypothesis": q["hypothesis"]} for q in state.get("queue", [])],
-        approvals=approvals, counts=rpt.counts(rows, state), device_seconds=float(state.get("device_seconds", 0.0)),
+        approvals=approvals,
+        counts=rpt.counts(rows, state),
+        device_seconds=float(state.get("device_seconds", 0.0)),
         milestone=json.loads(milestone_file.read_text()) if milestone_file.is_file() else None,
         audit=rpt.audit_summary(home, run_id, anchor_from_reply(client.get_anchor()), anchor_checked=True),
         llm_usage=usage.model_dump(mode="json"),
-        analysis_dir=str(analyses[0].parent) if analyses else None, refused=rpt.refused_drafts(home, run_id),
-        rounds=rpt.loop_rounds(home, run_id, state), predictions=predictions["rows"],
-        hit_rate=predictions["hit_rate"], not_executable=read_jsonl(people / NOT_EXECUTABLE_FILE),
-        **rpt.home_records(home))
+        analysis_dir=str(analyses[0].parent) if analyses else None,
+        refused=rpt.refused_drafts(home, run_id),
+        rounds=rpt.loop_rounds(home, run_id, state),
+        predictions=predictions["rows"],
+        hit_rate=predictions["hit_rate"],
+        not_executable=read_jsonl(people / NOT_EXECUTABLE_FILE),
+        **rpt.home_records(home),
+    )
     paths = rpt.write(report, people, home.tickets_dir(run_id))
     services.setup.progress(f"report: {paths['md']} and {paths['html']}")
 
@@ -152,20 +206,34 @@ def finished_summary(home: Any, run_id: str) -> dict[str, Any]:
     """The summary of a run that already ended (``--resume`` of it is a no-op)."""
     people = home.people_dir(run_id)
     data = json.loads((people / "report.json").read_text()) if (people / "report.json").is_file() else {}
-    state = {"stop_reason": data.get("stop_reason", ""), "tickets_run": data.get("counts", {}).get("tickets", 0),
-             "device_seconds": data.get("device_seconds", 0.0)}
+    state = {
+        "stop_reason": data.get("stop_reason", ""),
+        "tickets_run": data.get("counts", {}).get("tickets", 0),
+        "device_seconds": data.get("device_seconds", 0.0),
+    }
     return _summary(home, run_id, state, resumed=False, already_finished=True)
 
 
-def _summary(home: Any, run_id: str, state: dict[str, Any], *, resumed: bool, already_finished: bool) -> dict[str, Any]:
+def _summary(
+    home: Any, run_id: str, state: dict[str, Any], *, resumed: bool, already_finished: bool
+) -> dict[str, Any]:
     people = home.people_dir(run_id)
     counts: dict[str, Any] = {}
     report: dict[str, Any] = {}
     if (people / "report.json").is_file():
         report = json.loads((people / "report.json").read_text())
         counts = report.get("counts", {})
-    return {"run_id": run_id, "hit_rate": report.get("hit_rate", {}), "predictions": report.get("predictions", []),
-            "rounds": len(report.get("rounds", [])), "resumed": resumed, "already_finished": already_finished,
-            "stop_reason": state.get("stop_reason", ""), "tickets_run": state.get("tickets_run", 0),
-            "device_seconds": state.get("device_seconds", 0.0), "counts": counts,
-            "report_md": str(people / "report.md"), "report_html": str(people / "report.html")}
+    return {
+        "run_id": run_id,
+        "hit_rate": report.get("hit_rate", {}),
+        "predictions": report.get("predictions", []),
+        "rounds": len(report.get("rounds", [])),
+        "resumed": resumed,
+        "already_finished": already_finished,
+        "stop_reason": state.get("stop_reason", ""),
+        "tickets_run": state.get("tickets_run", 0),
+        "device_seconds": state.get("device_seconds", 0.0),
+        "counts": counts,
+        "report_md": str(people / "report.md"),
+        "report_html": str(people / "report.html"),
+    }

@@ -72,6 +72,7 @@ def rule_of(rec: Recommendation) -> str:
 
 # -- loading -----------------------------------------------------------------------------------
 
+
 def _line_of(path: Path, text: str, loc: tuple[Any, ...]) -> int | None:
     """The 1-based line of the YAML node at ``loc`` (the deepest one that exists)."""
     try:
@@ -112,8 +113,9 @@ def load_yaml_policy(path: Path, model: type[BaseModel]) -> Any:
         loc = tuple(err["loc"])
         line = _line_of(path, text, loc)
         where = f"{path}:{line}" if line else str(path)
-        raise PolicyError(f"{where}: {'.'.join(str(p) for p in loc) or '(top level)'}: {err['msg']}; "
-                          "fix the file") from None
+        raise PolicyError(
+            f"{where}: {'.'.join(str(p) for p in loc) or '(top level)'}: {err['msg']}; fix the file"
+        ) from None
 
 
 def load_catalogue(path: Path = ACTIONS_POLICY, rules_path: Path = RECOMMEND_POLICY) -> Catalogue:
@@ -122,16 +124,21 @@ def load_catalogue(path: Path = ACTIONS_POLICY, rules_path: Path = RECOMMEND_POL
     rules = yaml.safe_load(rules_path.read_text()).get("rules", [])
     missing = [r["id"] for r in rules if r.get("id") not in catalogue.actions]
     if missing:
-        raise PolicyError(f"{path}: no action for the recommendation rule(s) {missing} of {rules_path}; "
-                          "add an entry (do: none, if it is not executable)")
+        raise PolicyError(
+            f"{path}: no action for the recommendation rule(s) {missing} of {rules_path}; "
+            "add an entry (do: none, if it is not executable)"
+        )
     for name, entry in catalogue.actions.items():
         if entry.do == "config" and not entry.options:
-            raise PolicyError(f"{path}:{_line_of(path, path.read_text(), ('actions', name))}: "
-                              f"action {name!r} changes the config but lists no options")
+            raise PolicyError(
+                f"{path}:{_line_of(path, path.read_text(), ('actions', name))}: "
+                f"action {name!r} changes the config but lists no options"
+            )
     return catalogue
 
 
 # -- config changes ----------------------------------------------------------------------------
+
 
 def dotted_get(config: dict[str, Any], dotted: str) -> Any:
     """``config['optim']['lr']`` for ``optim.lr``; None when any part is missing."""
@@ -155,14 +162,21 @@ def _widen(current: Any, factor: float, field: str, perturbation: str | None) ->
     from vision.perturb import PERTURBATIONS
 
     ident = _identity(field)
-    low, high = (float(current["low"]), float(current["high"])) if isinstance(current, dict) else (ident, ident)
+    low, high = (
+        (float(current["low"]), float(current["high"])) if isinstance(current, dict) else (ident, ident)
+    )
     if low == high == ident:  # nothing yet: start from the perturbation's value at a matching severity
         if perturbation is None or perturbation not in PERTURBATIONS:
             raise _Skip(f"augment.{field} is not augmented yet and no perturbation says how far to widen it")
         values = PERTURBATIONS[perturbation].values
-        value = float(values[min(int(factor) + 1, len(values)) - 1])  # widen 2: severity 3, widen 4: severity 5
+        value = float(
+            values[min(int(factor) + 1, len(values)) - 1]
+        )  # widen 2: severity 3, widen 4: severity 5
         return {"low": min(ident, value), "high": max(ident, value)}
-    return {"low": round(ident - factor * (ident - low), 6), "high": round(ident + factor * (high - ident), 6)}
+    return {
+        "low": round(ident - factor * (ident - low), 6),
+        "high": round(ident + factor * (high - ident), 6),
+    }
 
 
 def _apply(op: Any, current: Any, key: str, perturbation: str | None) -> Any:
@@ -180,7 +194,7 @@ def _apply(op: Any, current: Any, key: str, perturbation: str | None) -> Any:
         choices = list(op["next"])
         later = [c for c in choices if current is None or (isinstance(c, int | float) and c > current)]
         if current in choices:
-            later = choices[choices.index(current) + 1:]
+            later = choices[choices.index(current) + 1 :]
         if not later:
             raise _Skip(f"{key} is already {current}, the last of {choices}")
         return later[0]
@@ -226,8 +240,15 @@ def patch_for(option: dict[str, Any], config: dict[str, Any], rec: Recommendatio
     return patch
 
 
-def realise_config(rule: str, entry: ActionEntry, rec: Recommendation, config: dict[str, Any],
-                   tried: set[str], *, max_epochs: int) -> Realised | NotExecutable:
+def realise_config(
+    rule: str,
+    entry: ActionEntry,
+    rec: Recommendation,
+    config: dict[str, Any],
+    tried: set[str],
+    *,
+    max_epochs: int,
+) -> Realised | NotExecutable:
     """The first option that changes ``config`` and whose patch is not in ``tried`` (canonical JSON)."""
     from segfactory.records import canonical_json
 
@@ -251,11 +272,32 @@ def realise_config(rule: str, entry: ActionEntry, rec: Recommendation, config: d
             if epochs == dotted_get(config, "epochs"):
                 reasons.append(f"option {index + 1}: epochs are already at the ticket cap {max_epochs}")
                 continue
-        return Realised(rule=rule, recommendation_id=rec.id, do="config", kind=TicketKind.CONFIG, change=patch,
-                        option=index, epochs=epochs)
-    return NotExecutable(rule=rule, recommendation_id=rec.id,
-                         reason="no catalogue option changes the incumbent: " + "; ".join(reasons))
+        return Realised(
+            rule=rule,
+            recommendation_id=rec.id,
+            do="config",
+            kind=TicketKind.CONFIG,
+            change=patch,
+            option=index,
+            epochs=epochs,
+        )
+    return NotExecutable(
+        rule=rule,
+        recommendation_id=rec.id,
+        reason="no catalogue option changes the incumbent: " + "; ".join(reasons),
+    )
 
 
-__all__ = ["ACTIONS_POLICY", "ActionEntry", "Catalogue", "NotExecutable", "Realised", "load_catalogue",
-           "dotted_get", "load_yaml_policy", "patch_for", "realise_config", "rule_of"]
+__all__ = [
+    "ACTIONS_POLICY",
+    "ActionEntry",
+    "Catalogue",
+    "NotExecutable",
+    "Realised",
+    "load_catalogue",
+    "dotted_get",
+    "load_yaml_policy",
+    "patch_for",
+    "realise_config",
+    "rule_of",
+]

@@ -127,8 +127,10 @@ class ApprovalQueue:
         decision: dict[str, Any] = interrupt({"approval": state["id"]})
         status = "approved" if decision["approve"] else "denied"
         with self._table() as table:
-            table.execute("UPDATE approvals SET status = ?, decided_by = ?, reason = ? WHERE id = ?",
-                          (status, decision["by"], decision.get("reason", ""), state["id"]))
+            table.execute(
+                "UPDATE approvals SET status = ?, decided_by = ?, reason = ? WHERE id = ?",
+                (status, decision["by"], decision.get("reason", ""), state["id"]),
+            )
         return {"decision": decision}
 
     @staticmethod
@@ -140,27 +142,55 @@ class ApprovalQueue:
         if ticket.kind is not TicketKind.DATA_REQUEST:
             raise ValueError(f"only data_request tickets need approval, got {ticket.kind.value}")
         with self._table() as table:
-            table.execute("INSERT OR IGNORE INTO approvals (id, run_id, ticket, requested_at, status) "
-                          "VALUES (?, ?, ?, ?, 'pending')", (ticket.id, run_id, ticket.model_dump_json(), time.time()))
+            table.execute(
+                "INSERT OR IGNORE INTO approvals (id, run_id, ticket, requested_at, status) "
+                "VALUES (?, ?, ?, ?, 'pending')",
+                (ticket.id, run_id, ticket.model_dump_json(), time.time()),
+            )
         self.graph.invoke({"id": ticket.id}, self._config(ticket.id), durability="sync")
-        self.sink.append(Actor.SYSTEM.value, "approval_requested", {"id": ticket.id, "hypothesis": ticket.hypothesis},
-                         run_id=run_id)
+        self.sink.append(
+            Actor.SYSTEM.value,
+            "approval_requested",
+            {"id": ticket.id, "hypothesis": ticket.hypothesis},
+            run_id=run_id,
+        )
         return ticket.id
 
     def requests(self, status: str | None = None) -> list[ApprovalRequest]:
         with self._table() as table:
-            rows = table.execute("SELECT id, run_id, ticket, requested_at, status, decided_by, reason "
-                                 "FROM approvals ORDER BY requested_at").fetchall()
-        requests = [ApprovalRequest(id=r[0], run_id=r[1], ticket=Ticket.model_validate_json(r[2]), requested_at=r[3],
-                                    status=r[4], decided_by=r[5], reason=r[6]) for r in rows]
+            rows = table.execute(
+                "SELECT id, run_id, ticket, requested_at, status, decided_by, reason "
+                "FROM approvals ORDER BY requested_at"
+            ).fetchall()
+        requests = [
+            ApprovalRequest(
+                id=r[0],
+                run_id=r[1],
+                ticket=Ticket.model_validate_json(r[2]),
+                requested_at=r[3],
+                status=r[4],
+                decided_by=r[5],
+                reason=r[6],
+            )
+            for r in rows
+        ]
         return [r for r in requests if status is None or r.status == status]
 
     def items(self, status: str | None = None) -> list[ApprovalRequest]:
         """Everything a person decides, both kinds, oldest first."""
         return sorted([*self.requests(status), *self.escalations(status)], key=lambda r: r.requested_at)
 
-    def decide(self, request_id: str, *, approve: bool, by: str, reason: str = "", data: str | None = None,
-               count: int | None = None, scope: str | None = None) -> ApprovalRequest:
+    def decide(
+        self,
+        request_id: str,
+        *,
+        approve: bool,
+        by: str,
+        reason: str = "",
+        data: str | None = None,
+        count: int | None = None,
+        scope: str | None = None,
+    ) -> ApprovalRequest:
         """Decide a data request (resuming its own thread) or an escalation; each is decided once.
 
         Approving a data request may grant ``data`` (a dataset version ref with the images), a
@@ -179,22 +209,42 @@ class ApprovalQueue:
         from langgraph.types import Command
 
         decided = found[0]
-        for _ in range(MAX_RESUME_ATTEMPTS):  # a resume that did not reach the interrupt is retried, boundedly
-            self.graph.invoke(Command(resume={"approve": approve, "by": by, "reason": reason}),
-                              self._config(request_id), durability="sync")
+        for _ in range(
+            MAX_RESUME_ATTEMPTS
+        ):  # a resume that did not reach the interrupt is retried, boundedly
+            self.graph.invoke(
+                Command(resume={"approve": approve, "by": by, "reason": reason}),
+                self._config(request_id),
+                durability="sync",
+            )
             decided = [r for r in self.requests() if r.id == request_id][0]
             if decided.status != "pending":
                 break
         if decided.status == "pending":
-            raise UsageError(f"approval request {request_id!r}: its thread did not take the decision after "
-                             f"{MAX_RESUME_ATTEMPTS} attempts; nothing was decided, try again")
+            raise UsageError(
+                f"approval request {request_id!r}: its thread did not take the decision after "
+                f"{MAX_RESUME_ATTEMPTS} attempts; nothing was decided, try again"
+            )
         if decided.status == "approved" and (data or count or scope):
             with self._table() as table:
-                table.execute("UPDATE approvals SET data_ref = ?, count = ?, scope = ? WHERE id = ?",
-                              (data, count, scope, request_id))
-        self.sink.append(Actor.HUMAN.value, "approval_decided",
-                         {"id": request_id, "status": decided.status, "by": by, "reason": reason, "data": data,
-                          "count": count, "scope": scope}, run_id=decided.run_id)
+                table.execute(
+                    "UPDATE approvals SET data_ref = ?, count = ?, scope = ? WHERE id = ?",
+                    (data, count, scope, request_id),
+                )
+        self.sink.append(
+            Actor.HUMAN.value,
+            "approval_decided",
+            {
+                "id": request_id,
+                "status": decided.status,
+                "by": by,
+                "reason": reason,
+                "data": data,
+                "count": count,
+                "scope": scope,
+            },
+            run_id=decided.run_id,
+        )
         return decided
 
     def approved(self, run_id: str) -> list[Ticket]:
@@ -205,9 +255,11 @@ class ApprovalQueue:
         :meth:`take` marks a request as taken by one run, so none is queued twice.
         """
         with self._table() as table:
-            rows = table.execute("SELECT ticket, data_ref, count, scope FROM approvals WHERE status = 'approved' "
-                                 "AND (run_id = ? OR taken_by IS NULL OR taken_by = ?) ORDER BY requested_at",
-                                 (run_id, run_id)).fetchall()
+            rows = table.execute(
+                "SELECT ticket, data_ref, count, scope FROM approvals WHERE status = 'approved' "
+                "AND (run_id = ? OR taken_by IS NULL OR taken_by = ?) ORDER BY requested_at",
+                (run_id, run_id),
+            ).fetchall()
             taken = {r[0]: r[1] for r in table.execute("SELECT id, taken_by FROM approvals").fetchall()}
         tickets = [_as_data_ticket(Ticket.model_validate_json(r[0]), r[1], r[2], r[3]) for r in rows]
         return [t for t in tickets if taken.get(t.change["approved_request"]) in (None, run_id)]
@@ -215,7 +267,9 @@ class ApprovalQueue:
     def take(self, request_id: str, run_id: str) -> bool:
         """Mark an approved request as taken up by ``run_id``; False when another run has it."""
         with self._table() as table:
-            table.execute("UPDATE approvals SET taken_by = ? WHERE id = ? AND taken_by IS NULL", (run_id, request_id))
+            table.execute(
+                "UPDATE approvals SET taken_by = ? WHERE id = ? AND taken_by IS NULL", (run_id, request_id)
+            )
             row = table.execute("SELECT taken_by FROM approvals WHERE id = ?", (request_id,)).fetchone()
         return row is not None and row[0] == run_id
 
@@ -231,65 +285,132 @@ class ApprovalQueue:
         if pending not in ("promote", "replicate"):
             raise ValueError(f"pending must be 'promote' or 'replicate', got {pending!r}")
         if decision.decision is not Decision.ESCALATE or decision.ticket_id != ticket.id:
-            raise ValueError(f"escalate needs the judge's escalate decision for ticket {ticket.id!r}, got "
-                             f"{decision.decision.value} for {decision.ticket_id!r}")
+            raise ValueError(
+                f"escalate needs the judge's escalate decision for ticket {ticket.id!r}, got "
+                f"{decision.decision.value} for {decision.ticket_id!r}"
+            )
         with self._table() as table:
-            row = table.execute("SELECT id FROM escalations WHERE run_id = ? AND ticket_id = ?",
-                                (run_id, ticket.id)).fetchone()
+            row = table.execute(
+                "SELECT id FROM escalations WHERE run_id = ? AND ticket_id = ?", (run_id, ticket.id)
+            ).fetchone()
             if row is not None:
                 return str(row[0])
             item_id = _escalation_id(table, run_id, ticket.id)
-            table.execute("INSERT INTO escalations (id, run_id, ticket_id, ticket, decision, pending, requested_at, "
-                          "status) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')",
-                          (item_id, run_id, ticket.id, ticket.model_dump_json(), decision.model_dump_json(), pending,
-                           time.time()))
-        self.sink.append(Actor.JUDGE.value, "escalation_requested",
-                         {"id": item_id, "ticket": ticket.id, "pending": pending,
-                          "decision": decision.model_dump(mode="json")}, run_id=run_id)
+            table.execute(
+                "INSERT INTO escalations (id, run_id, ticket_id, ticket, decision, pending, requested_at, "
+                "status) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')",
+                (
+                    item_id,
+                    run_id,
+                    ticket.id,
+                    ticket.model_dump_json(),
+                    decision.model_dump_json(),
+                    pending,
+                    time.time(),
+                ),
+            )
+        self.sink.append(
+            Actor.JUDGE.value,
+            "escalation_requested",
+            {
+                "id": item_id,
+                "ticket": ticket.id,
+                "pending": pending,
+                "decision": decision.model_dump(mode="json"),
+            },
+            run_id=run_id,
+        )
         return item_id
 
     def escalations(self, status: str | None = None) -> list[ApprovalRequest]:
         with self._table() as table:
-            rows = table.execute("SELECT id, run_id, ticket, decision, pending, requested_at, status, decided_by, "
-                                 "reason FROM escalations ORDER BY requested_at").fetchall()
-        items = [ApprovalRequest(id=r[0], run_id=r[1], ticket=Ticket.model_validate_json(r[2]), kind="escalation",
-                                 judge_reason=JudgeDecision.model_validate_json(r[3]).reason, pending=r[4],
-                                 requested_at=r[5], status=r[6], decided_by=r[7], reason=r[8]) for r in rows]
+            rows = table.execute(
+                "SELECT id, run_id, ticket, decision, pending, requested_at, status, decided_by, "
+                "reason FROM escalations ORDER BY requested_at"
+            ).fetchall()
+        items = [
+            ApprovalRequest(
+                id=r[0],
+                run_id=r[1],
+                ticket=Ticket.model_validate_json(r[2]),
+                kind="escalation",
+                judge_reason=JudgeDecision.model_validate_json(r[3]).reason,
+                pending=r[4],
+                requested_at=r[5],
+                status=r[6],
+                decided_by=r[7],
+                reason=r[8],
+            )
+            for r in rows
+        ]
         return [e for e in items if status is None or e.status == status]
 
     def answered_escalations(self, run_id: str) -> list[EscalationAnswer]:
         """The answered escalations of ``run_id``, oldest first (the caller takes each once)."""
-        return [EscalationAnswer(id=e.id, ticket_id=e.ticket.id, pending=e.pending or "promote",
-                                 approved=e.status == "approved", by=e.decided_by or "", reason=e.reason or "")
-                for e in self.escalations() if e.run_id == run_id and e.status != "pending"]
+        return [
+            EscalationAnswer(
+                id=e.id,
+                ticket_id=e.ticket.id,
+                pending=e.pending or "promote",
+                approved=e.status == "approved",
+                by=e.decided_by or "",
+                reason=e.reason or "",
+            )
+            for e in self.escalations()
+            if e.run_id == run_id and e.status != "pending"
+        ]
 
     def _decide_escalation(self, item_id: str, *, approve: bool, by: str, reason: str) -> ApprovalRequest:
         status = "approved" if approve else "denied"
         with self._table() as table:
-            changed = table.execute("UPDATE escalations SET status = ?, decided_by = ?, reason = ? "
-                                    "WHERE id = ? AND status = 'pending'", (status, by, reason, item_id)).rowcount
+            changed = table.execute(
+                "UPDATE escalations SET status = ?, decided_by = ?, reason = ? "
+                "WHERE id = ? AND status = 'pending'",
+                (status, by, reason, item_id),
+            ).rowcount
         decided = [e for e in self.escalations() if e.id == item_id][0]
         if not changed:
             raise UsageError(f"escalation {item_id!r} was already {decided.status}")
-        self.sink.append(Actor.HUMAN.value, "approval_decided",
-                         {"id": item_id, "kind": "escalation", "ticket": decided.ticket.id, "pending": decided.pending,
-                          "status": status, "by": by, "reason": reason}, run_id=decided.run_id)
+        self.sink.append(
+            Actor.HUMAN.value,
+            "approval_decided",
+            {
+                "id": item_id,
+                "kind": "escalation",
+                "ticket": decided.ticket.id,
+                "pending": decided.pending,
+                "status": status,
+                "by": by,
+                "reason": reason,
+            },
+            run_id=decided.run_id,
+        )
         return decided
 
 
 def _escalation_id(table: sqlite3.Connection, run_id: str, ticket_id: str) -> str:
     """``<ticket id>-esc``, unless another run already holds that id (ticket ids are per run)."""
     item_id = f"{ticket_id}{ESCALATION_SUFFIX}"
-    taken = table.execute("SELECT 1 FROM escalations WHERE id = ? UNION SELECT 1 FROM approvals WHERE id = ?",
-                          (item_id, item_id)).fetchone()
+    taken = table.execute(
+        "SELECT 1 FROM escalations WHERE id = ? UNION SELECT 1 FROM approvals WHERE id = ?",
+        (item_id, item_id),
+    ).fetchone()
     return f"{run_id}-{item_id}" if taken else item_id
 
 
-def _as_data_ticket(request: Ticket, data: str | None = None, count: int | None = None,
-                    scope: str | None = None) -> Ticket:
-    grant = {k: v for k, v in (("approved_data", data), ("approved_count", count), ("approved_scope", scope)) if v}
-    return request.model_copy(update={"id": f"{request.id}-data", "kind": TicketKind.DATA,
-                                      "change": {**request.change, "approved_request": request.id, **grant}})
+def _as_data_ticket(
+    request: Ticket, data: str | None = None, count: int | None = None, scope: str | None = None
+) -> Ticket:
+    grant = {
+        k: v for k, v in (("approved_data", data), ("approved_count", count), ("approved_scope", scope)) if v
+    }
+    return request.model_copy(
+        update={
+            "id": f"{request.id}-data",
+            "kind": TicketKind.DATA,
+            "change": {**request.change, "approved_request": request.id, **grant},
+        }
+    )
 
 
 __all__ = ["ApprovalQueue", "ApprovalRequest", "EscalationAnswer"]

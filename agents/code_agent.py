@@ -47,10 +47,16 @@ def sandbox_runner(backend: str) -> CommandRunner:
     def run(command: list[str], workspace: Path, timeout_s: float) -> CommandResult:
         from sandbox import SandboxSpec, get_backend  # type: ignore[attr-defined,unused-ignore]
 
-        result = get_backend(backend).run(SandboxSpec(command=command, workspace=workspace, timeout_s=timeout_s))
-        return CommandResult(exit_code=result.exit_code, stdout=_text(result.stdout), stderr=_text(result.stderr),
-                             timed_out=bool(result.timed_out),
-                             events=[e.model_dump(mode="json") for e in result.events])
+        result = get_backend(backend).run(
+            SandboxSpec(command=command, workspace=workspace, timeout_s=timeout_s)
+        )
+        return CommandResult(
+            exit_code=result.exit_code,
+            stdout=_text(result.stdout),
+            stderr=_text(result.stderr),
+            timed_out=bool(result.timed_out),
+            events=[e.model_dump(mode="json") for e in result.events],
+        )
 
     return run
 
@@ -94,14 +100,23 @@ _TOOLS: dict[str, tuple[type[_Args], str]] = {
     "run": (RunArgs, "Run a command (argv list) in the sandbox; the workspace is /work."),
     "submit": (SubmitArgs, "Finish: the host trains and evaluates the code as it is now."),
 }
-TOOL_SPECS = tuple(ToolSpec(name=n, description=d, parameters=m.model_json_schema()) for n, (m, d) in _TOOLS.items())
+TOOL_SPECS = tuple(
+    ToolSpec(name=n, description=d, parameters=m.model_json_schema()) for n, (m, d) in _TOOLS.items()
+)
 
 
 class CodeTools:
     """The tools, bound to one workspace, one runner and the audit sink."""
 
-    def __init__(self, workspace: Workspace, runner: CommandRunner, sink: AuditSink, *,
-                 run_id: str | None = None, ticket_id: str | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        runner: CommandRunner,
+        sink: AuditSink,
+        *,
+        run_id: str | None = None,
+        ticket_id: str | None = None,
+    ) -> None:
         self.workspace = workspace
         self.runner = runner
         self.sink = sink
@@ -110,7 +125,9 @@ class CodeTools:
         self.submitted: str | None = None
 
     def _audit(self, event: str, payload: dict[str, Any]) -> None:
-        self.sink.append(Actor.CODE_AGENT.value, event, {"ticket": self.ticket_id, **payload}, run_id=self.run_id)
+        self.sink.append(
+            Actor.CODE_AGENT.value, event, {"ticket": self.ticket_id, **payload}, run_id=self.run_id
+        )
 
     def call(self, name: str, arguments: str) -> str:
         """Run one tool call and return the message for the model; audits everything."""
@@ -125,8 +142,17 @@ class CodeTools:
         # The record keeps the arguments whole (a large one goes to a blob, which `audit check`
         # opens) and the result as the model got it, with its original length when that was cut.
         shown = _cap(result)
-        self._audit("tool_call", {"tool": name, "arguments": arguments, "ok": ok, "result": shown,
-                                  "result_chars": len(result), "result_truncated": shown != result})
+        self._audit(
+            "tool_call",
+            {
+                "tool": name,
+                "arguments": arguments,
+                "ok": ok,
+                "result": shown,
+                "result_chars": len(result),
+                "result_truncated": shown != result,
+            },
+        )
         return shown
 
     def _dispatch(self, name: str, arguments: str) -> str:
@@ -153,8 +179,10 @@ class CodeTools:
 
     def _run(self, args: RunArgs) -> str:
         result = self.runner(args.command, self.workspace.root, args.timeout_s)
-        self._audit("sandbox_exec", {"command": args.command, "exit_code": result.exit_code,
-                                     "timed_out": result.timed_out})
+        self._audit(
+            "sandbox_exec",
+            {"command": args.command, "exit_code": result.exit_code, "timed_out": result.timed_out},
+        )
         for event in result.events:
             self._audit(str(event.get("kind", "sandbox_event")), {"tool": "run", **event})
         return result.model_dump_json(exclude={"events"})
@@ -199,14 +227,19 @@ class CodeAgent:
             try:
                 reply = self.caller.chat(self.system, turns, TOOL_SPECS)
             except (LLMFailed, LimitExceeded) as exc:
-                return self._end(False, str(exc), step, "llm_failed" if isinstance(exc, LLMFailed) else "token_budget")
+                return self._end(
+                    False, str(exc), step, "llm_failed" if isinstance(exc, LLMFailed) else "token_budget"
+                )
             turns.append(reply.as_turn())
             if not reply.tool_calls:
                 turns.append(UserTurn(text="Call exactly one of the tools; finish with `submit`."))
                 continue
             for call in reply.tool_calls:
-                turns.append(ToolResultTurn(call_id=call.id, name=call.name,
-                                            content=self.tools.call(call.name, call.arguments)))
+                turns.append(
+                    ToolResultTurn(
+                        call_id=call.id, name=call.name, content=self.tools.call(call.name, call.arguments)
+                    )
+                )
             if self.tools.submitted is not None:
                 return self._end(True, self.tools.submitted, step, "submit")
         return self._end(False, f"no submit within {self.max_steps} steps", self.max_steps, "step_cap")

@@ -44,7 +44,9 @@ from segfactory.records import Actor, TicketKind, canonical_json
 
 ARM_DIR = "code-agent"  # runs/<run>/code-agent/<draft key>/: the agent's workspace and result (agent-visible)
 CODE_DIR = "code"  # the training-code copy inside the agent's workspace, as validation names it
-RESULT_FILE = "result.json"  # beside the workspace: the agent's files or its failure, for replicates and resumes
+RESULT_FILE = (
+    "result.json"  # beside the workspace: the agent's files or its failure, for replicates and resumes
+)
 MAX_CHANGED_FILES = 20  # past this: the draft is dropped, with the counts on record
 MAX_CHANGED_BYTES = 512 * 1024  # all changed files together; past this: the draft is dropped
 _SKIPPED = ("__pycache__",)  # left by the agent's own `run` of python; not part of the change
@@ -74,8 +76,17 @@ class CodeArm:
     of its canonical JSON, so the same draft (a resumed run asking again) reuses its result.
     """
 
-    def __init__(self, caller: LLMCaller, runner: CommandRunner, sink: AuditSink, *, root: Path, run_id: str,
-                 home: Path | None = None, max_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        caller: LLMCaller,
+        runner: CommandRunner,
+        sink: AuditSink,
+        *,
+        root: Path,
+        run_id: str,
+        home: Path | None = None,
+        max_steps: int | None = None,
+    ) -> None:
         self.caller, self.runner, self.sink = caller, runner, sink
         self.root, self.run_id, self.home = root, run_id, home
         self.max_steps = max_steps
@@ -103,7 +114,7 @@ class CodeArm:
         _fresh(work)
         workspace = Workspace(work, writable=CODE_DIR, home=self.home)
         drafted = draft.change.get("files")
-        for name, text in (drafted.items() if isinstance(drafted, dict) else ()):  # the proposer's own draft
+        for name, text in drafted.items() if isinstance(drafted, dict) else ():  # the proposer's own draft
             try:
                 workspace.write(str(name), str(text))
             except (PathRefused, OSError, ValueError) as exc:
@@ -117,15 +128,27 @@ class CodeArm:
         except SegfactoryError as exc:  # e.g. the sandbox behind the run tool failed: this draft, not the run
             return ArmResult(error=f"the code agent's session failed: {exc}", stopped_by="error")
         if not outcome.submitted:
-            return ArmResult(error=f"the code agent did not submit ({outcome.stopped_by}: {outcome.summary})",
-                             steps=outcome.steps, stopped_by=outcome.stopped_by)
+            return ArmResult(
+                error=f"the code agent did not submit ({outcome.stopped_by}: {outcome.summary})",
+                steps=outcome.steps,
+                stopped_by=outcome.stopped_by,
+            )
         try:
             files = changed_files(workspace)
         except CodeArmFailed as exc:
-            return ArmResult(error=str(exc), summary=outcome.summary, steps=outcome.steps, stopped_by="submit")
-        self._audit("code_agent_files", {"draft": key, "files": {
-            name: {"bytes": len(text.encode()), "sha256": hashlib.sha256(text.encode()).hexdigest()}
-            for name, text in files.items()}})
+            return ArmResult(
+                error=str(exc), summary=outcome.summary, steps=outcome.steps, stopped_by="submit"
+            )
+        self._audit(
+            "code_agent_files",
+            {
+                "draft": key,
+                "files": {
+                    name: {"bytes": len(text.encode()), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+                    for name, text in files.items()
+                },
+            },
+        )
         return ArmResult(files=files, summary=outcome.summary, steps=outcome.steps, stopped_by="submit")
 
 
@@ -140,12 +163,14 @@ def task_text(draft: TicketDraft) -> str:
     names = sorted(map(str, planned)) if isinstance(planned, dict | list) else []
     rest = {k: v for k, v in draft.change.items() if k != "files"}
     effect = draft.expected_effect
-    lines = [f"Hypothesis: {draft.hypothesis}",
-             f"Expected effect: {effect.metric} on {effect.slice}, {effect.direction.value}.",
-             f"Files the proposer means to change: {', '.join(names) or '(not named)'}.",
-             f"The rest of its change: {json.dumps(rest, sort_keys=True)}" if rest else "",
-             f"The training code (the `vision` package) is in {CODE_DIR}/. Edit it so the hypothesis is tested "
-             "and training still runs; keep the change small. Then call submit with a one-line summary."]
+    lines = [
+        f"Hypothesis: {draft.hypothesis}",
+        f"Expected effect: {effect.metric} on {effect.slice}, {effect.direction.value}.",
+        f"Files the proposer means to change: {', '.join(names) or '(not named)'}.",
+        f"The rest of its change: {json.dumps(rest, sort_keys=True)}" if rest else "",
+        f"The training code (the `vision` package) is in {CODE_DIR}/. Edit it so the hypothesis is tested "
+        "and training still runs; keep the change small. Then call submit with a one-line summary.",
+    ]
     return "\n".join(line for line in lines if line)
 
 
@@ -156,8 +181,12 @@ def _fresh(work: Path) -> None:
         aside.parent.mkdir(parents=True, exist_ok=True)
         work.rename(aside)
     for package in TRAINING_PACKAGES:
-        shutil.copytree(SOURCE_ROOT / package, work / CODE_DIR / package, symlinks=False,
-                        ignore=shutil.ignore_patterns(*_SKIPPED, *(f"*{s}" for s in _SKIPPED_SUFFIXES)))
+        shutil.copytree(
+            SOURCE_ROOT / package,
+            work / CODE_DIR / package,
+            symlinks=False,
+            ignore=shutil.ignore_patterns(*_SKIPPED, *(f"*{s}" for s in _SKIPPED_SUFFIXES)),
+        )
 
 
 def changed_files(workspace: Workspace) -> dict[str, str]:
@@ -178,21 +207,28 @@ def changed_files(workspace: Workspace) -> dict[str, str]:
             files[name] = text
     deleted = sorted(n for n in _source_files() if n not in seen)
     if deleted:
-        raise CodeArmFailed(f"the code agent deleted {', '.join(deleted[:5])}; a code ticket can only change "
-                            "or add files")
+        raise CodeArmFailed(
+            f"the code agent deleted {', '.join(deleted[:5])}; a code ticket can only change or add files"
+        )
     if not files:
-        raise CodeArmFailed("the code agent submitted without changing any file; nothing differs from the parent")
+        raise CodeArmFailed(
+            "the code agent submitted without changing any file; nothing differs from the parent"
+        )
     total = sum(len(t.encode()) for t in files.values())
     if len(files) > MAX_CHANGED_FILES or total > MAX_CHANGED_BYTES:
-        raise CodeArmFailed(f"the code agent changed {len(files)} files, {total} bytes; at most "
-                            f"MAX_CHANGED_FILES={MAX_CHANGED_FILES} and MAX_CHANGED_BYTES={MAX_CHANGED_BYTES}")
+        raise CodeArmFailed(
+            f"the code agent changed {len(files)} files, {total} bytes; at most "
+            f"MAX_CHANGED_FILES={MAX_CHANGED_FILES} and MAX_CHANGED_BYTES={MAX_CHANGED_BYTES}"
+        )
     return files
 
 
 def _walk(workspace: Workspace, folder: str) -> list[str]:
     entries, truncated = workspace.list(folder)
     if truncated:
-        raise CodeArmFailed(f"{folder} holds too many entries to read back; the code agent's change is refused")
+        raise CodeArmFailed(
+            f"{folder} holds too many entries to read back; the code agent's change is refused"
+        )
     names: list[str] = []
     for entry in entries:
         name, kind = f"{folder}/{entry['name']}", entry["type"]
@@ -203,7 +239,9 @@ def _walk(workspace: Workspace, folder: str) -> list[str]:
         elif kind == "file":
             names.append(name)
         else:
-            raise CodeArmFailed(f"the code agent left a {kind} at {name}; only regular files can be a code change")
+            raise CodeArmFailed(
+                f"the code agent left a {kind} at {name}; only regular files can be a code change"
+            )
     return names
 
 
@@ -213,7 +251,9 @@ def _source_files() -> list[str]:
         for dirpath, dirnames, filenames in os.walk(SOURCE_ROOT / package):
             dirnames[:] = [d for d in dirnames if d not in _SKIPPED]
             rel = Path(dirpath).relative_to(SOURCE_ROOT)
-            out += [f"{CODE_DIR}/{(rel / f).as_posix()}" for f in filenames if not f.endswith(_SKIPPED_SUFFIXES)]
+            out += [
+                f"{CODE_DIR}/{(rel / f).as_posix()}" for f in filenames if not f.endswith(_SKIPPED_SUFFIXES)
+            ]
     return out
 
 
@@ -232,7 +272,9 @@ class CodeArmProposer(Proposer):
         self.name = inner.name
         self.failed: list[Rejected] = []
 
-    def propose(self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()) -> list[TicketDraft]:
+    def propose(
+        self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()
+    ) -> list[TicketDraft]:
         drafts = self.inner.propose(context, n, [*rejected, *self.failed])
         out = []
         for draft in drafts:
@@ -242,9 +284,12 @@ class CodeArmProposer(Proposer):
             try:
                 out.append(self.arm.write(draft))
             except CodeArmFailed as exc:
-                self.arm.sink.append(Actor.CODE_AGENT.value, "code_agent_failed",
-                                     {"draft": draft.model_dump(mode="json"), "reason": str(exc)},
-                                     run_id=self.arm.run_id)
+                self.arm.sink.append(
+                    Actor.CODE_AGENT.value,
+                    "code_agent_failed",
+                    {"draft": draft.model_dump(mode="json"), "reason": str(exc)},
+                    run_id=self.arm.run_id,
+                )
                 self.failed.append(Rejected(draft=draft, reasons=[f"the code-editing agent: {exc}"]))
         return out
 
@@ -254,13 +299,30 @@ def with_code_arm(deps: LoopDeps, *, proposer: str, backend: str, home: Home, ru
     (actor ``code-agent``, tokens on the run's meter) and runs commands in the ``backend``
     sandbox. A run with the rules proposer has no LLM for the agent, so it is refused here."""
     if proposer == "rules":
-        raise UsageError("--code-agent needs an LLM proposer (--proposer openai:MODEL, anthropic:MODEL or "
-                         "local:URL): the code-editing agent uses the proposer's provider")
+        raise UsageError(
+            "--code-agent needs an LLM proposer (--proposer openai:MODEL, anthropic:MODEL or "
+            "local:URL): the code-editing agent uses the proposer's provider"
+        )
     provider = make_provider(proposer, deps.sink, Actor.CODE_AGENT, run_id=run_id)
     caller = LLMCaller(provider, deps.sink, deps.usage, Actor.CODE_AGENT, run_id=run_id)
-    arm = CodeArm(caller, sandbox_runner(backend), deps.sink, root=home.runs / run_id / ARM_DIR, run_id=run_id,
-                  home=home.root)
+    arm = CodeArm(
+        caller,
+        sandbox_runner(backend),
+        deps.sink,
+        root=home.runs / run_id / ARM_DIR,
+        run_id=run_id,
+        home=home.root,
+    )
     return CodeArmProposer(deps.proposer, arm)
 
 
-__all__ = ["ArmResult", "CodeArm", "CodeArmFailed", "CodeArmProposer", "draft_key", "changed_files", "task_text", "with_code_arm"]
+__all__ = [
+    "ArmResult",
+    "CodeArm",
+    "CodeArmFailed",
+    "CodeArmProposer",
+    "draft_key",
+    "changed_files",
+    "task_text",
+    "with_code_arm",
+]

@@ -38,7 +38,9 @@ class DevAnalysis(_Frozen):
 
         if not isinstance(report, AnalysisReport):
             raise TypeError(f"expected analysis.report.AnalysisReport, got {type(report).__name__}")
-        return cls(summary=_summary(report)[:MAX_SUMMARY_CHARS], recommendations=tuple(report.recommendations))
+        return cls(
+            summary=_summary(report)[:MAX_SUMMARY_CHARS], recommendations=tuple(report.recommendations)
+        )
 
 
 SUMMARY_ROWS = 5  # problems, confirmed slices and notes quoted in the summary, each
@@ -49,8 +51,10 @@ def _summary(report: Any) -> str:
     overall = ", ".join(f"{k}={v:.3f}" for k, v in sorted(report.overall.items()))
     lines = [f"dev: {report.n_images} images, {report.n_defects} voids; overall {overall}"]
     lines += [f"problem: {p.text}" for p in report.problems[:SUMMARY_ROWS]]
-    lines += [f"slice {f.name}: n={f.n}, score {f.score:.3f} vs {f.complement:.3f} elsewhere"
-              for f in report.findings[:SUMMARY_ROWS]]
+    lines += [
+        f"slice {f.name}: n={f.n}, score {f.score:.3f} vs {f.complement:.3f} elsewhere"
+        for f in report.findings[:SUMMARY_ROWS]
+    ]
     if report.train_dev_gap is not None:
         lines.append(f"train-dev gap: {report.train_dev_gap:.3f}")
     lines += [f"note: {n}" for n in report.notes[:SUMMARY_ROWS]]
@@ -76,13 +80,25 @@ class VerdictEntry(_Frozen):
     def from_verdict(cls, ticket: Ticket, verdict: CoarseVerdict) -> VerdictEntry:
         if not isinstance(ticket, Ticket) or not isinstance(verdict, CoarseVerdict):
             raise TypeError("VerdictEntry.from_verdict takes a Ticket and a CoarseVerdict")
-        return cls(ticket_id=ticket.id, arm=ticket.arm, hypothesis=ticket.hypothesis,
-                   change=ticket.change, tier=verdict.tier, verdict=verdict.verdict)
+        return cls(
+            ticket_id=ticket.id,
+            arm=ticket.arm,
+            hypothesis=ticket.hypothesis,
+            change=ticket.change,
+            tier=verdict.tier,
+            verdict=verdict.verdict,
+        )
 
     @classmethod
     def not_submitted(cls, ticket: Ticket, outcome: Literal["DEV_LOSS", "FAILED", "CONTROL"]) -> VerdictEntry:
-        return cls(ticket_id=ticket.id, arm=ticket.arm, hypothesis=ticket.hypothesis,
-                   change=ticket.change, tier=None, verdict=outcome)
+        return cls(
+            ticket_id=ticket.id,
+            arm=ticket.arm,
+            hypothesis=ticket.hypothesis,
+            change=ticket.change,
+            tier=None,
+            verdict=outcome,
+        )
 
 
 class ProposerContext(_Frozen):
@@ -94,8 +110,9 @@ class ProposerContext(_Frozen):
     incumbent: dict[str, Any] = Field(default_factory=dict)  # the current best's training config: no score
 
 
-def build_context(analysis: DevAnalysis, history: Sequence[VerdictEntry],
-                  incumbent: dict[str, Any] | None = None) -> ProposerContext:
+def build_context(
+    analysis: DevAnalysis, history: Sequence[VerdictEntry], incumbent: dict[str, Any] | None = None
+) -> ProposerContext:
     """The one way to make a proposer context; any other input type is a ``TypeError``.
 
     ``incumbent`` is the training config every ticket patches (what it is changed from); a config
@@ -108,8 +125,12 @@ def build_context(analysis: DevAnalysis, history: Sequence[VerdictEntry],
         if type(entry) is not VerdictEntry:
             raise TypeError(f"proposer history takes VerdictEntry items, got {type(entry).__name__}")
     truncated = len(entries) > MAX_HISTORY_ENTRIES
-    return ProposerContext(analysis=analysis, history=entries[-MAX_HISTORY_ENTRIES:],
-                           history_truncated=truncated, incumbent=_config_only(incumbent or {}))
+    return ProposerContext(
+        analysis=analysis,
+        history=entries[-MAX_HISTORY_ENTRIES:],
+        history_truncated=truncated,
+        incumbent=_config_only(incumbent or {}),
+    )
 
 
 MAX_INCUMBENT_CHARS = 8000  # the incumbent config as JSON; past this: ValueError (a config is small)

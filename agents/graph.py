@@ -69,7 +69,9 @@ class RunOutcome(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     ticket_id: str
-    status: Literal["dev_win", "dev_loss", "failed", "control"]  # control: a default-action re-run, never submitted
+    status: Literal[
+        "dev_win", "dev_loss", "failed", "control"
+    ]  # control: a default-action re-run, never submitted
     device_seconds: float = Field(ge=0)  # spent, for the budget
     model_ref: str | None = None  # where the host put model.onnx; None unless it trained
     reason: str = ""
@@ -125,7 +127,9 @@ class FactoryState(TypedDict, total=False):
     rounds: list[dict[str, Any]]  # one per analysis: {"round", "incumbent", "first_ticket"} (no score)
     since_dev_win: int  # tickets in a row without a dev win (the plateau rule)
     held: dict[str, dict[str, Any]]  # escalated ticket id -> {"ticket", "confirm_a", "pending"}
-    trained: list[dict[str, Any]]  # trained alongside the current ticket, not yet judged: {"ticket", "outcome"}
+    trained: list[
+        dict[str, Any]
+    ]  # trained alongside the current ticket, not yet judged: {"ticket", "outcome"}
     answered: list[str]  # escalation item ids already acted on
 
 
@@ -167,15 +171,31 @@ class _Nodes:
         """Analyse the current best; after a promotion, tickets queued for the old best are dropped."""
         analysis = self.d.services.analyse()
         rounds = list(state.get("rounds", []))
-        rounds.append({"round": len(rounds) + 1, "first_ticket": state.get("tickets_run", 0) + 1,
-                       "incumbent": self._incumbent_ref()})
+        rounds.append(
+            {
+                "round": len(rounds) + 1,
+                "first_ticket": state.get("tickets_run", 0) + 1,
+                "incumbent": self._incumbent_ref(),
+            }
+        )
         queue = [q for q in state.get("queue", []) if q.get("replicate_of")]
         dropped = [q["id"] for q in state.get("queue", []) if not q.get("replicate_of")]
         if dropped:
-            self._audit(state, "tickets_superseded", {"tickets": dropped, "reason": "the best moved; re-analysed"})
-        update: FactoryState = {"analysis": analysis.model_dump(mode="json"), "rounds": rounds, "reanalyse": False,
-                                "started_at": state.get("started_at") or self.d.clock(), "queue": queue}
-        if self.d.default_action and self.d.services.incumbent().trained and self.d.default_budget is not None:
+            self._audit(
+                state, "tickets_superseded", {"tickets": dropped, "reason": "the best moved; re-analysed"}
+            )
+        update: FactoryState = {
+            "analysis": analysis.model_dump(mode="json"),
+            "rounds": rounds,
+            "reanalyse": False,
+            "started_at": state.get("started_at") or self.d.clock(),
+            "queue": queue,
+        }
+        if (
+            self.d.default_action
+            and self.d.services.incumbent().trained
+            and self.d.default_budget is not None
+        ):
             queue.append(self._default_ticket(state, self.d.default_budget).model_dump(mode="json"))
             update["next_id"] = state.get("next_id", 1) + 1
         return update
@@ -185,11 +205,18 @@ class _Nodes:
 
     def _default_ticket(self, state: FactoryState, budget: Budget) -> Ticket:
         """The default action at the same cost: the incumbent retrained with a fresh host-chosen seed."""
-        return Ticket(id=f"{state['run_id']}-t{state.get('next_id', 1):03d}", arm=Arm.AGENT, kind=TicketKind.CONFIG,
-                      hypothesis="default action: the current best retrained with a fresh seed (the control that "
-                                 "scores this round's predictions)", change={}, budget=budget,
-                      expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.NONE, size=0.0),
-                      evidence=[DEFAULT_ACTION_EVIDENCE], seed=self.d.make_seed())
+        return Ticket(
+            id=f"{state['run_id']}-t{state.get('next_id', 1):03d}",
+            arm=Arm.AGENT,
+            kind=TicketKind.CONFIG,
+            hypothesis="default action: the current best retrained with a fresh seed (the control that "
+            "scores this round's predictions)",
+            change={},
+            budget=budget,
+            expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.NONE, size=0.0),
+            evidence=[DEFAULT_ACTION_EVIDENCE],
+            seed=self.d.make_seed(),
+        )
 
     def propose(self, state: FactoryState) -> FactoryState:
         answered = self._take_escalations(state)
@@ -198,10 +225,14 @@ class _Nodes:
         approved = self._approved(state)
         if approved:  # approved data requests go first, each once; invalid ones are recorded, not run
             assert self.d.approvals is not None
-            approved = [t for t in approved if self.d.approvals.take(t.change["approved_request"], state["run_id"])]
+            approved = [
+                t for t in approved if self.d.approvals.take(t.change["approved_request"], state["run_id"])
+            ]
             valid = [t for t in approved if not self._invalid(state, t)]
-            return {"queue": [*state.get("queue", []), *(t.model_dump(mode="json") for t in valid)],
-                    "taken_approvals": [*state.get("taken_approvals", []), *(t.id for t in approved)]}
+            return {
+                "queue": [*state.get("queue", []), *(t.model_dump(mode="json") for t in valid)],
+                "taken_approvals": [*state.get("taken_approvals", []), *(t.id for t in approved)],
+            }
         if state.get("queue"):
             return {}
         counter = [state.get("next_id", 1)]
@@ -211,11 +242,22 @@ class _Nodes:
             return f"{state['run_id']}-t{counter[0] - 1:03d}"
 
         analysis = self.d.services.realise(DevAnalysis.model_validate(state["analysis"]))
-        context = build_context(analysis, [VerdictEntry.model_validate(h) for h in state.get("history", [])],
-                                incumbent=self.d.services.incumbent().config)
+        context = build_context(
+            analysis,
+            [VerdictEntry.model_validate(h) for h in state.get("history", [])],
+            incumbent=self.d.services.incumbent().config,
+        )
         try:
-            tickets = propose_valid(self.d.proposer, context, PROPOSE_BATCH, check=self.d.check, make_id=make_id,
-                                    make_seed=self.d.make_seed, sink=self.d.sink, run_id=state["run_id"])
+            tickets = propose_valid(
+                self.d.proposer,
+                context,
+                PROPOSE_BATCH,
+                check=self.d.check,
+                make_id=make_id,
+                make_seed=self.d.make_seed,
+                sink=self.d.sink,
+                run_id=state["run_id"],
+            )
         except LimitExceeded as exc:
             return {"stop_reason": f"budget: {exc}"}
         except LLMFailed as exc:  # bounded retries spent: stop cleanly, the state stays resumable
@@ -252,19 +294,34 @@ class _Nodes:
                 queue.insert(0, self._replicate(ticket).model_dump(mode="json"))
                 awaiting[ticket.id] = {"ticket": item["ticket"], "confirm_a": item["confirm_a"]}
                 decision = Decision.REPLICATE
-            record = JudgeDecision(ticket_id=answer.ticket_id, decision=decision, by="rule",
-                                   reason=f"a person ({answer.by}) answered escalation {answer.id}: "
-                                          f"{'approved' if answer.approved else 'denied'} {answer.pending}"
-                                          + (f" ({answer.reason})" if answer.reason else ""))
-            self.d.sink.append(Actor.JUDGE.value, "judge_decision", {"decision": record.model_dump(mode="json")},
-                               run_id=state["run_id"])
+            record = JudgeDecision(
+                ticket_id=answer.ticket_id,
+                decision=decision,
+                by="rule",
+                reason=f"a person ({answer.by}) answered escalation {answer.id}: "
+                f"{'approved' if answer.approved else 'denied'} {answer.pending}"
+                + (f" ({answer.reason})" if answer.reason else ""),
+            )
+            self.d.sink.append(
+                Actor.JUDGE.value,
+                "judge_decision",
+                {"decision": record.model_dump(mode="json")},
+                run_id=state["run_id"],
+            )
             decisions.append(record.model_dump(mode="json"))
-        return {**update, "held": held, "queue": queue, "awaiting_replicate": awaiting, "decisions": decisions,
-                "answered": [*done, *(a.id for a in answers)]}
+        return {
+            **update,
+            "held": held,
+            "queue": queue,
+            "awaiting_replicate": awaiting,
+            "decisions": decisions,
+            "answered": [*done, *(a.id for a in answers)],
+        }
 
     def _replicate(self, ticket: Ticket) -> Ticket:
-        return ticket.model_copy(update={"id": f"{ticket.id}-rep", "replicate_of": ticket.id,
-                                         "seed": self.d.make_seed()})
+        return ticket.model_copy(
+            update={"id": f"{ticket.id}-rep", "replicate_of": ticket.id, "seed": self.d.make_seed()}
+        )
 
     def _approved(self, state: FactoryState) -> list[Ticket]:
         if self.d.approvals is None:
@@ -275,7 +332,9 @@ class _Nodes:
     def _invalid(self, state: FactoryState, ticket: Ticket) -> bool:
         problems = self.d.check(ticket)
         if problems:
-            self._audit(state, "ticket_invalid", {"ticket": ticket.model_dump(mode="json"), "reasons": problems})
+            self._audit(
+                state, "ticket_invalid", {"ticket": ticket.model_dump(mode="json"), "reasons": problems}
+            )
         return bool(problems)
 
     def _route_requests(self, state: FactoryState, tickets: list[Ticket]) -> list[Ticket]:
@@ -288,15 +347,21 @@ class _Nodes:
                 if not self._requested_before(state, ticket):
                     self.d.approvals.request(ticket, state["run_id"])
             else:
-                self._audit(state, "data_request_dropped", {"ticket": ticket.id, "reason": "no approvals queue"})
+                self._audit(
+                    state, "data_request_dropped", {"ticket": ticket.id, "reason": "no approvals queue"}
+                )
         return runnable
 
     def _requested_before(self, state: FactoryState, ticket: Ticket) -> bool:
         """The same request (hypothesis and change) already waits or was decided in this run."""
         if self.d.approvals is None:
             return False
-        same = [r.id for r in self.d.approvals.requests() if r.run_id == state["run_id"]
-                and (r.ticket.hypothesis, r.ticket.change) == (ticket.hypothesis, ticket.change)]
+        same = [
+            r.id
+            for r in self.d.approvals.requests()
+            if r.run_id == state["run_id"]
+            and (r.ticket.hypothesis, r.ticket.change) == (ticket.hypothesis, ticket.change)
+        ]
         if same:
             self._audit(state, "data_request_duplicate", {"ticket": ticket.id, "same_as": same[0]})
         return bool(same)
@@ -305,20 +370,37 @@ class _Nodes:
         trained = list(state.get("trained", []))
         if trained:  # trained together with an earlier ticket: its turn to be gated and judged
             item = trained.pop(0)
-            return {"trained": trained, "current": item["ticket"], "outcome": item["outcome"], "verdict": None}
+            return {
+                "trained": trained,
+                "current": item["ticket"],
+                "outcome": item["outcome"],
+                "verdict": None,
+            }
         queue = list(state["queue"])
-        room = max(1, self.d.caps.tickets - state.get("tickets_run", 0))  # a batch never passes the ticket cap
-        batch = [Ticket.model_validate(queue.pop(0)) for _ in range(min(max(1, self.d.concurrency), len(queue), room))]
+        room = max(
+            1, self.d.caps.tickets - state.get("tickets_run", 0)
+        )  # a batch never passes the ticket cap
+        batch = [
+            Ticket.model_validate(queue.pop(0))
+            for _ in range(min(max(1, self.d.concurrency), len(queue), room))
+        ]
         wall_left = self.d.caps.wall_seconds - (self.d.clock() - state["started_at"])
         for ticket in batch:
             log.info("running ticket %s: %s", ticket.id, ticket.hypothesis[:80])
         outcomes = self._train(state, batch, wall_left)
         spent = sum(o.device_seconds for o in outcomes)
-        return {"queue": queue, "current": batch[0].model_dump(mode="json"), "outcome": outcomes[0].model_dump(mode="json"),
-                "trained": [{"ticket": t.model_dump(mode="json"), "outcome": o.model_dump(mode="json")}
-                            for t, o in zip(batch[1:], outcomes[1:], strict=True)],
-                "verdict": None, "device_seconds": state.get("device_seconds", 0.0) + spent,
-                "tickets_run": state.get("tickets_run", 0) + len(batch)}
+        return {
+            "queue": queue,
+            "current": batch[0].model_dump(mode="json"),
+            "outcome": outcomes[0].model_dump(mode="json"),
+            "trained": [
+                {"ticket": t.model_dump(mode="json"), "outcome": o.model_dump(mode="json")}
+                for t, o in zip(batch[1:], outcomes[1:], strict=True)
+            ],
+            "verdict": None,
+            "device_seconds": state.get("device_seconds", 0.0) + spent,
+            "tickets_run": state.get("tickets_run", 0) + len(batch),
+        }
 
     def _train(self, state: FactoryState, batch: list[Ticket], wall_left: float) -> list[RunOutcome]:
         """Each ticket of the batch through ``run_ticket``, all at once when there are several."""
@@ -326,8 +408,11 @@ class _Nodes:
             return [self.d.services.run_ticket(batch[0], wall_left_s=wall_left)]
         from concurrent.futures import ThreadPoolExecutor
 
-        self._audit(state, "tickets_trained_together", {"tickets": [t.id for t in batch],
-                                                        "concurrency": self.d.concurrency})
+        self._audit(
+            state,
+            "tickets_trained_together",
+            {"tickets": [t.id for t in batch], "concurrency": self.d.concurrency},
+        )
         with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix="ticket") as pool:
             return list(pool.map(lambda t: self.d.services.run_ticket(t, wall_left_s=wall_left), batch))
 
@@ -350,9 +435,12 @@ class _Nodes:
             judged = JudgeInput(ticket=TicketMeta.of(ticket), confirm_a=verdict)
         else:
             original = awaiting.pop(ticket.replicate_of)
-            judged = JudgeInput(ticket=TicketMeta.of(Ticket.model_validate(original["ticket"])),
-                                confirm_a=CoarseVerdict.model_validate(original["confirm_a"]),
-                                replicate_id=ticket.id, confirm_b=verdict)
+            judged = JudgeInput(
+                ticket=TicketMeta.of(Ticket.model_validate(original["ticket"])),
+                confirm_a=CoarseVerdict.model_validate(original["confirm_a"]),
+                replicate_id=ticket.id,
+                confirm_b=verdict,
+            )
         decision = self.d.judge.decide(judged)
         reanalyse = False
         if decision.decision is Decision.PROMOTE:  # promotion is code: only after both WINs
@@ -360,16 +448,29 @@ class _Nodes:
                 self.d.services.promote(decision.ticket_id)
                 reanalyse = True
             except GateError as exc:  # e.g. its confirm-a WIN was against a best another ticket replaced
-                decision = JudgeDecision(ticket_id=decision.ticket_id, decision=Decision.REJECT, by="rule",
-                                         reason=f"promotion refused by the gate: {exc}")
-                self.d.sink.append(Actor.JUDGE.value, "judge_decision", {"decision": decision.model_dump(mode="json")},
-                                   run_id=state["run_id"])
-        update: FactoryState = {"decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
-                                "awaiting_replicate": awaiting}
+                decision = JudgeDecision(
+                    ticket_id=decision.ticket_id,
+                    decision=Decision.REJECT,
+                    by="rule",
+                    reason=f"promotion refused by the gate: {exc}",
+                )
+                self.d.sink.append(
+                    Actor.JUDGE.value,
+                    "judge_decision",
+                    {"decision": decision.model_dump(mode="json")},
+                    run_id=state["run_id"],
+                )
+        update: FactoryState = {
+            "decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
+            "awaiting_replicate": awaiting,
+        }
         if reanalyse:
             update["reanalyse"] = True
         if decision.decision is Decision.REPLICATE:  # a new training seed, chosen by the host
-            awaiting[ticket.id] = {"ticket": ticket.model_dump(mode="json"), "confirm_a": verdict.model_dump(mode="json")}
+            awaiting[ticket.id] = {
+                "ticket": ticket.model_dump(mode="json"),
+                "confirm_a": verdict.model_dump(mode="json"),
+            }
             update["queue"] = [self._replicate(ticket).model_dump(mode="json"), *state.get("queue", [])]
         if decision.decision is Decision.ESCALATE:
             update.update(self._escalate(state, judged, decision))
@@ -382,11 +483,17 @@ class _Nodes:
             return {}  # e.g. a spent tier: a person rotates it; nothing is held
         original = judged.ticket.id
         item = (state.get("awaiting_replicate", {}) or {}).get(original) or {
-            "ticket": state["current"], "confirm_a": judged.confirm_a.model_dump(mode="json")}
+            "ticket": state["current"],
+            "confirm_a": judged.confirm_a.model_dump(mode="json"),
+        }
         ticket = Ticket.model_validate(item["ticket"])
         item_id = self.d.approvals.escalate(ticket, decision, state["run_id"], pending=coded.value)
-        self.d.sink.append(Actor.JUDGE.value, "ticket_held", {"ticket": original, "escalation": item_id,
-                                                              "pending": coded.value}, run_id=state["run_id"])
+        self.d.sink.append(
+            Actor.JUDGE.value,
+            "ticket_held",
+            {"ticket": original, "escalation": item_id, "pending": coded.value},
+            run_id=state["run_id"],
+        )
         return {"held": {**state.get("held", {}), original: {**item, "pending": coded.value}}}
 
     def _replicate_lost_on_dev(self, state: FactoryState, ticket: Ticket) -> FactoryState:
@@ -395,12 +502,22 @@ class _Nodes:
         if ticket.replicate_of is None or ticket.replicate_of not in awaiting:
             return {}
         awaiting.pop(ticket.replicate_of)
-        decision = JudgeDecision(ticket_id=ticket.replicate_of, decision=Decision.REJECT, by="rule",
-                                 reason=f"the replicate {ticket.id} did not win on dev; no confirm-b query spent")
-        self.d.sink.append(Actor.JUDGE.value, "judge_decision", {"decision": decision.model_dump(mode="json")},
-                           run_id=state["run_id"])
-        return {"decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
-                "awaiting_replicate": awaiting}
+        decision = JudgeDecision(
+            ticket_id=ticket.replicate_of,
+            decision=Decision.REJECT,
+            by="rule",
+            reason=f"the replicate {ticket.id} did not win on dev; no confirm-b query spent",
+        )
+        self.d.sink.append(
+            Actor.JUDGE.value,
+            "judge_decision",
+            {"decision": decision.model_dump(mode="json")},
+            run_id=state["run_id"],
+        )
+        return {
+            "decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
+            "awaiting_replicate": awaiting,
+        }
 
     def record(self, state: FactoryState) -> FactoryState:
         ticket = Ticket.model_validate(state["current"])
@@ -409,12 +526,19 @@ class _Nodes:
             entry = VerdictEntry.from_verdict(ticket, CoarseVerdict.model_validate(state["verdict"]))
         else:
             entry = VerdictEntry.not_submitted(ticket, _NOT_SUBMITTED.get(outcome.status, "FAILED"))
-        self._audit(state, "ticket_recorded", {"ticket": ticket.id, "verdict": entry.verdict, "tier": entry.tier})
+        self._audit(
+            state, "ticket_recorded", {"ticket": ticket.id, "verdict": entry.verdict, "tier": entry.tier}
+        )
         since = state.get("since_dev_win", 0)
         if ticket.replicate_of is None and outcome.status != "control":
             since = 0 if outcome.status == "dev_win" else since + 1
-        update: FactoryState = {"history": [*state.get("history", []), entry.model_dump(mode="json")],
-                                "current": None, "outcome": None, "verdict": None, "since_dev_win": since}
+        update: FactoryState = {
+            "history": [*state.get("history", []), entry.model_dump(mode="json")],
+            "current": None,
+            "outcome": None,
+            "verdict": None,
+            "since_dev_win": since,
+        }
         spent = "" if state.get("trained") else self._spent({**state, **update})
         if spent:  # trained tickets waiting to be judged are judged first: their device time is spent
             update["stop_reason"] = spent
@@ -435,16 +559,22 @@ class _Nodes:
         owed = any(q.get("replicate_of") for q in state.get("queue", []))
         if spent >= caps.device_seconds and not owed:
             return f"budget: device time {caps.device_seconds:g} s spent"
-        if caps.device_seconds - spent < share * batch * spent / done and not owed:  # the next would overshoot
-            return (f"budget: device time {caps.device_seconds:g} s: {caps.device_seconds - spent:.0f} s left, "
-                    f"under {share:g} of a ticket at the average {spent / done:.0f} s")
+        if (
+            caps.device_seconds - spent < share * batch * spent / done and not owed
+        ):  # the next would overshoot
+            return (
+                f"budget: device time {caps.device_seconds:g} s: {caps.device_seconds - spent:.0f} s left, "
+                f"under {share:g} of a ticket at the average {spent / done:.0f} s"
+            )
         if state.get("tickets_run", 0) >= caps.tickets:
             return f"budget: {caps.tickets} tickets run"
         if self.d.usage.tokens >= caps.llm_tokens > 0:
             return f"budget: {caps.llm_tokens} LLM tokens spent"
         if 0 < self.d.plateau_tickets <= state.get("since_dev_win", 0):
-            return (f"plateau: {self.d.plateau_tickets} tickets in a row without a dev win "
-                    "(policies/run.yaml plateau.tickets_without_dev_win)")
+            return (
+                f"plateau: {self.d.plateau_tickets} tickets in a row without a dev win "
+                "(policies/run.yaml plateau.tickets_without_dev_win)"
+            )
         return ""
 
     def milestone(self, state: FactoryState) -> FactoryState:
@@ -453,13 +583,19 @@ class _Nodes:
 
     def report(self, state: FactoryState) -> FactoryState:
         self.d.services.report(state["run_id"], state.get("stop_reason", ""))
-        self._audit(state, "run_end", {"stop_reason": state.get("stop_reason", ""),
-                                       "tickets_run": state.get("tickets_run", 0)})
+        self._audit(
+            state,
+            "run_end",
+            {"stop_reason": state.get("stop_reason", ""), "tickets_run": state.get("tickets_run", 0)},
+        )
         return {}
 
 
 _NOT_SUBMITTED: dict[str, Literal["DEV_LOSS", "FAILED", "CONTROL"]] = {
-    "dev_loss": "DEV_LOSS", "failed": "FAILED", "control": "CONTROL"}
+    "dev_loss": "DEV_LOSS",
+    "failed": "FAILED",
+    "control": "CONTROL",
+}
 
 
 def _after_propose(state: FactoryState) -> str:

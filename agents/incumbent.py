@@ -73,9 +73,11 @@ class Lineage(_Strict):
 
 def fingerprint(config: dict[str, Any], dataset_hash: str, code: dict[str, str]) -> str:
     """SHA-256 of the training inputs: config (seed left out), data content hash, code overlay."""
-    body = {"config": {k: v for k, v in config.items() if k not in NOT_FINGERPRINTED},
-            "data": dataset_hash,
-            "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(code.items())}}
+    body = {
+        "config": {k: v for k, v in config.items() if k not in NOT_FINGERPRINTED},
+        "data": dataset_hash,
+        "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(code.items())},
+    }
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
@@ -97,9 +99,11 @@ def repeat_kind(ticket: Ticket) -> RepeatKind | None:
 def same_as_parent(row: Lineage) -> str | None:
     """The refusal reason when a non-repeat ticket would train exactly its parent's inputs."""
     if row.repeat is None and row.fingerprint == row.parent_fingerprint:
-        return (f"ticket {row.ticket_id} trains exactly what its parent {row.parent_sha256[:12]} trained "
-                f"(training-input fingerprint {row.fingerprint[:12]}: same config, data {row.dataset} and "
-                "code); a change must change something")
+        return (
+            f"ticket {row.ticket_id} trains exactly what its parent {row.parent_sha256[:12]} trained "
+            f"(training-input fingerprint {row.fingerprint[:12]}: same config, data {row.dataset} and "
+            "code); a change must change something"
+        )
     return None
 
 
@@ -129,5 +133,16 @@ def read_lineage(run_dir: Path) -> dict[str, Lineage]:
     return {r["ticket_id"]: Lineage.model_validate(r) for r in read_jsonl(run_dir / LINEAGE_FILE)}
 
 
-__all__ = ["DEFAULT_ACTION_EVIDENCE", "EXPLORATION_EVIDENCE", "Incumbent", "LINEAGE_FILE", "Lineage",
-           "append_jsonl", "fingerprint", "read_jsonl", "read_lineage", "repeat_kind", "same_as_parent"]
+__all__ = [
+    "DEFAULT_ACTION_EVIDENCE",
+    "EXPLORATION_EVIDENCE",
+    "Incumbent",
+    "LINEAGE_FILE",
+    "Lineage",
+    "append_jsonl",
+    "fingerprint",
+    "read_jsonl",
+    "read_lineage",
+    "repeat_kind",
+    "same_as_parent",
+]

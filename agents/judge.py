@@ -44,8 +44,14 @@ class TicketMeta(_Frozen):
     @classmethod
     def of(cls, ticket: Ticket) -> TicketMeta:
         text = canonical_json(ticket.change).decode()
-        return cls(id=ticket.id, arm=ticket.arm, kind=ticket.kind, hypothesis=ticket.hypothesis,
-                   change=text[:MAX_CHANGE_CHARS], change_truncated=len(text) > MAX_CHANGE_CHARS)
+        return cls(
+            id=ticket.id,
+            arm=ticket.arm,
+            kind=ticket.kind,
+            hypothesis=ticket.hypothesis,
+            change=text[:MAX_CHANGE_CHARS],
+            change_truncated=len(text) > MAX_CHANGE_CHARS,
+        )
 
 
 class JudgeInput(_Frozen):
@@ -60,8 +66,9 @@ class JudgeInput(_Frozen):
     def _consistent(self) -> JudgeInput:
         if self.confirm_a.tier != "confirm-a" or self.confirm_a.ticket_id != self.ticket.id:
             raise ValueError("confirm_a must be the ticket's own confirm-a verdict")
-        if self.confirm_b is not None and (self.confirm_b.tier != "confirm-b"
-                                           or self.confirm_b.ticket_id != self.replicate_id):
+        if self.confirm_b is not None and (
+            self.confirm_b.tier != "confirm-b" or self.confirm_b.ticket_id != self.replicate_id
+        ):
             raise ValueError("confirm_b must be the replicate's confirm-b verdict (ticket id = replicate_id)")
         return self
 
@@ -87,11 +94,17 @@ class Review(_Frozen):
     reason: str = Field(min_length=1, max_length=2000)
 
 
-REVIEW_TOOL = ToolSpec(name="review", description="Review the coded judge decision for this ticket.",
-                       parameters=Review.model_json_schema())
+REVIEW_TOOL = ToolSpec(
+    name="review",
+    description="Review the coded judge decision for this ticket.",
+    parameters=Review.model_json_schema(),
+)
 
-_TERMINAL = {Verdict.NO_WIN: Decision.REJECT, Verdict.INVALID: Decision.REJECT,
-             Verdict.BUDGET_EXHAUSTED: Decision.ESCALATE}
+_TERMINAL = {
+    Verdict.NO_WIN: Decision.REJECT,
+    Verdict.INVALID: Decision.REJECT,
+    Verdict.BUDGET_EXHAUSTED: Decision.ESCALATE,
+}
 
 
 def rule_decision(judged: JudgeInput) -> JudgeDecision:
@@ -101,13 +114,25 @@ def rule_decision(judged: JudgeInput) -> JudgeDecision:
     if a is not Verdict.WIN:
         return JudgeDecision(ticket_id=tid, decision=_TERMINAL[a], reason=f"confirm-a: {a.value}", by="rule")
     if b is None:
-        return JudgeDecision(ticket_id=tid, decision=Decision.REPLICATE,
-                             reason="confirm-a: WIN; a replicate with a host-chosen seed goes to confirm-b", by="rule")
+        return JudgeDecision(
+            ticket_id=tid,
+            decision=Decision.REPLICATE,
+            reason="confirm-a: WIN; a replicate with a host-chosen seed goes to confirm-b",
+            by="rule",
+        )
     if b is Verdict.WIN:
-        return JudgeDecision(ticket_id=tid, decision=Decision.PROMOTE,
-                             reason="confirm-a: WIN and replicate confirm-b: WIN", by="rule")
-    return JudgeDecision(ticket_id=tid, decision=_TERMINAL[b], reason=f"confirm-a: WIN, replicate confirm-b: {b.value}",
-                         by="rule")
+        return JudgeDecision(
+            ticket_id=tid,
+            decision=Decision.PROMOTE,
+            reason="confirm-a: WIN and replicate confirm-b: WIN",
+            by="rule",
+        )
+    return JudgeDecision(
+        ticket_id=tid,
+        decision=_TERMINAL[b],
+        reason=f"confirm-a: WIN, replicate confirm-b: {b.value}",
+        by="rule",
+    )
 
 
 class Judge:
@@ -117,7 +142,9 @@ class Judge:
     retries spent, or the token budget), the decision is escalated, not promoted.
     """
 
-    def __init__(self, sink: AuditSink, *, reviewer: LLMCaller | None = None, run_id: str | None = None) -> None:
+    def __init__(
+        self, sink: AuditSink, *, reviewer: LLMCaller | None = None, run_id: str | None = None
+    ) -> None:
         self.sink = sink
         self.reviewer = reviewer
         self.run_id = run_id
@@ -127,19 +154,29 @@ class Judge:
         decision = rule_decision(judged)
         if self.reviewer is not None and decision.decision in {Decision.PROMOTE, Decision.REPLICATE}:
             decision = self._review(judged, decision)
-        self.sink.append(Actor.JUDGE.value, "judge_decision",
-                         {"input": judged.model_dump(mode="json"), "decision": decision.model_dump(mode="json")},
-                         run_id=self.run_id)
+        self.sink.append(
+            Actor.JUDGE.value,
+            "judge_decision",
+            {"input": judged.model_dump(mode="json"), "decision": decision.model_dump(mode="json")},
+            run_id=self.run_id,
+        )
         return decision
 
     def _review(self, judged: JudgeInput, decision: JudgeDecision) -> JudgeDecision:
         assert self.reviewer is not None
-        prompt = json.dumps({"coded_decision": decision.decision.value, "input": judged.model_dump(mode="json")})
+        prompt = json.dumps(
+            {"coded_decision": decision.decision.value, "input": judged.model_dump(mode="json")}
+        )
         try:
             review = self.reviewer.structured(self.system, UserTurn(text=prompt), REVIEW_TOOL, Review)
         except (LLMFailed, LimitExceeded) as exc:
-            return decision.model_copy(update={"decision": Decision.ESCALATE, "by": "llm",
-                                               "reason": f"LLM reviewer failed ({exc}); a person decides"})
+            return decision.model_copy(
+                update={
+                    "decision": Decision.ESCALATE,
+                    "by": "llm",
+                    "reason": f"LLM reviewer failed ({exc}); a person decides",
+                }
+            )
         if review.decision == "agree":
             return decision
         new = Decision.REJECT if review.decision == "reject" else Decision.ESCALATE
@@ -155,14 +192,18 @@ def default_judge(proposer: str) -> str:
 def check_judge_spec(spec: str) -> str:
     """``spec`` when it names a known judge; else a ``UsageError`` listing the known ones."""
     provider = spec.removeprefix("llm:")
-    if spec == "rules" or (spec.startswith("llm:") and ":" in provider
-                           and provider.split(":", 1)[0] in {p.split(":")[0] for p in KNOWN_PROVIDERS}):
+    if spec == "rules" or (
+        spec.startswith("llm:")
+        and ":" in provider
+        and provider.split(":", 1)[0] in {p.split(":")[0] for p in KNOWN_PROVIDERS}
+    ):
         return spec
     raise UsageError(f"judge {spec!r} is not registered; known: {', '.join(KNOWN_JUDGES)}")
 
 
-def make_reviewer(spec: str, *, sink: AuditSink, usage: LLMUsage, run_id: str | None,
-                  base_url: str | None = None) -> LLMCaller | None:
+def make_reviewer(
+    spec: str, *, sink: AuditSink, usage: LLMUsage, run_id: str | None, base_url: str | None = None
+) -> LLMCaller | None:
     """The LLM reviewer for ``--judge spec``: None for ``rules``, else an audited caller (actor judge).
 
     ``llm:<provider spec>`` takes the same provider grammar as ``--proposer`` (``llm:openai:MODEL``,

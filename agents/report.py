@@ -69,7 +69,9 @@ class RunReport(_Rec):
     profile: str
     proposer: str
     backend: str
-    base_config: str | None = None  # the training config every ticket patched (None: a run before it was recorded)
+    base_config: str | None = (
+        None  # the training config every ticket patched (None: a run before it was recorded)
+    )
     sized_note: str = ""  # why a GPU-sized profile ran its CPU-sized config ("" when it did not)
     concurrency: int = 1  # tickets trained at once (run --concurrency)
     stop_reason: str
@@ -90,9 +92,15 @@ class RunReport(_Rec):
     retractions: list[dict[str, Any]] = Field(default_factory=list)  # the home's retracted claims so far
     refused: list[dict[str, Any]] = Field(default_factory=list)  # drafts validation refused before queueing
     rounds: list[dict[str, Any]] = Field(default_factory=list)  # weakness, fixes tried on that best, results
-    predictions: list[dict[str, Any]] = Field(default_factory=list)  # each executed recommendation: predicted, measured
-    hit_rate: dict[str, Any] = Field(default_factory=dict)  # recommendation vs default action, Wilson intervals
-    not_executable: list[dict[str, Any]] = Field(default_factory=list)  # recommendations that became no ticket
+    predictions: list[dict[str, Any]] = Field(
+        default_factory=list
+    )  # each executed recommendation: predicted, measured
+    hit_rate: dict[str, Any] = Field(
+        default_factory=dict
+    )  # recommendation vs default action, Wilson intervals
+    not_executable: list[dict[str, Any]] = Field(
+        default_factory=list
+    )  # recommendations that became no ticket
 
 
 def home_records(home: Any) -> dict[str, list[dict[str, Any]]]:
@@ -100,13 +108,34 @@ def home_records(home: Any) -> dict[str, list[dict[str, Any]]]:
     from agents.challenge import retractions
     from agents.labelling import label_rounds
 
-    rounds = [{"round": r.round, "reviewed": r.reviewed, "kept": r.kept, "fixed": r.fixed, "dropped": r.dropped,
-               "precision": r.precision, "human_minutes_per_image": r.human_minutes_per_image,
-               "labels_per_hour": r.labels_per_hour, "dev_object_f1": r.dev_object_f1, "dev_gain": r.dev_gain,
-               "gate_verdict": r.gate_verdict, "status": r.status} for r in label_rounds(home)]
-    retracted = [{"challenge_id": c.challenge_id, "ticket_id": c.claim.ticket_id, "run_id": c.claim.run_id,
-                  "claim": c.claim.kind.value, "reason": c.reasons[0] if c.reasons else "", "demoted": c.demoted}
-                 for c in retractions(home)]
+    rounds = [
+        {
+            "round": r.round,
+            "reviewed": r.reviewed,
+            "kept": r.kept,
+            "fixed": r.fixed,
+            "dropped": r.dropped,
+            "precision": r.precision,
+            "human_minutes_per_image": r.human_minutes_per_image,
+            "labels_per_hour": r.labels_per_hour,
+            "dev_object_f1": r.dev_object_f1,
+            "dev_gain": r.dev_gain,
+            "gate_verdict": r.gate_verdict,
+            "status": r.status,
+        }
+        for r in label_rounds(home)
+    ]
+    retracted = [
+        {
+            "challenge_id": c.challenge_id,
+            "ticket_id": c.claim.ticket_id,
+            "run_id": c.claim.run_id,
+            "claim": c.claim.kind.value,
+            "reason": c.reasons[0] if c.reasons else "",
+            "demoted": c.demoted,
+        }
+        for c in retractions(home)
+    ]
     return {"label_rounds": rounds, "retractions": retracted}
 
 
@@ -121,8 +150,12 @@ def _outcome(tickets_dir: Path, ticket_id: str) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def ticket_rows(state: dict[str, Any], tickets_dir: Path, comparisons: list[dict[str, Any]],
-                tickets: dict[str, dict[str, Any]]) -> list[TicketRow]:
+def ticket_rows(
+    state: dict[str, Any],
+    tickets_dir: Path,
+    comparisons: list[dict[str, Any]],
+    tickets: dict[str, dict[str, Any]],
+) -> list[TicketRow]:
     """Every ticket the run ran, in order, with its verdict and the judge's decision."""
     decisions = {d["ticket_id"]: d for d in state.get("decisions", [])}
     compared = {c["ticket_id"]: c for c in comparisons}
@@ -132,14 +165,26 @@ def ticket_rows(state: dict[str, Any], tickets_dir: Path, comparisons: list[dict
         outcome, cmp, ticket = _outcome(tickets_dir, tid), compared.get(tid, {}), tickets.get(tid, {})
         decision = decisions.get(tid) if not ticket.get("replicate_of") else None
         evidence = outcome.get("evidence") or {}
-        rows.append(TicketRow(
-            ticket_id=tid, arm=entry["arm"], kind=ticket.get("kind", "?"), replicate_of=ticket.get("replicate_of"),
-            hypothesis=entry["hypothesis"], change=entry.get("change", {}), status=outcome.get("status", "not run"),
-            reason=outcome.get("reason"), device_seconds=float(outcome.get("device_seconds", 0.0)),
-            dev_metrics=evidence.get("dev_metrics", {}), best_dev_object_f1=cmp.get("best_object_f1"),
-            dev_win=cmp.get("dev_win"), verdict=entry["verdict"], tier=entry.get("tier"),
-            decision=decision["decision"] if decision else None,
-            decision_reason=decision["reason"] if decision else None))
+        rows.append(
+            TicketRow(
+                ticket_id=tid,
+                arm=entry["arm"],
+                kind=ticket.get("kind", "?"),
+                replicate_of=ticket.get("replicate_of"),
+                hypothesis=entry["hypothesis"],
+                change=entry.get("change", {}),
+                status=outcome.get("status", "not run"),
+                reason=outcome.get("reason"),
+                device_seconds=float(outcome.get("device_seconds", 0.0)),
+                dev_metrics=evidence.get("dev_metrics", {}),
+                best_dev_object_f1=cmp.get("best_object_f1"),
+                dev_win=cmp.get("dev_win"),
+                verdict=entry["verdict"],
+                tier=entry.get("tier"),
+                decision=decision["decision"] if decision else None,
+                decision_reason=decision["reason"] if decision else None,
+            )
+        )
     return rows
 
 
@@ -147,12 +192,14 @@ def counts(rows: list[TicketRow], state: dict[str, Any]) -> dict[str, int]:
     originals = [r for r in rows if r.replicate_of is None]
     promoted = [d for d in state.get("decisions", []) if d["decision"] == "promote"]
     return {
-        "tickets": len(rows), "dev_wins": sum(1 for r in originals if r.dev_win),
+        "tickets": len(rows),
+        "dev_wins": sum(1 for r in originals if r.dev_win),
         "dev_losses": sum(1 for r in rows if r.verdict == "DEV_LOSS"),
         "failed": sum(1 for r in rows if r.verdict == "FAILED"),
         "gate_queries": sum(1 for r in rows if r.tier is not None),
         "survived_confirm_a": sum(1 for r in originals if r.verdict == "WIN"),
-        "replicates": len(rows) - len(originals), "promoted": len(promoted),
+        "replicates": len(rows) - len(originals),
+        "promoted": len(promoted),
     }
 
 
@@ -165,9 +212,16 @@ def refused_drafts(home: Any, run_id: str) -> list[dict[str, Any]]:
     for record in iter_records(home.audit / "log.jsonl"):
         if record.run_id == run_id and record.event == "ticket_invalid":
             ticket = record.payload.get("ticket")
-            ticket = ticket if isinstance(ticket, dict) else {"hypothesis": "(the draft is stored as an audit blob)"}
-            row = {"hypothesis": str(ticket.get("hypothesis", "")), "kind": str(ticket.get("kind", "")),
-                   "reasons": [str(r) for r in record.payload.get("reasons", [])]}
+            ticket = (
+                ticket
+                if isinstance(ticket, dict)
+                else {"hypothesis": "(the draft is stored as an audit blob)"}
+            )
+            row = {
+                "hypothesis": str(ticket.get("hypothesis", "")),
+                "kind": str(ticket.get("kind", "")),
+                "reasons": [str(r) for r in record.payload.get("reasons", [])],
+            }
             if row not in out:  # the same draft refused at several propose steps is listed once
                 out.append(row)
     return out
@@ -181,11 +235,17 @@ def audit_summary(home: Any, run_id: str, anchor: Any, anchor_checked: bool) -> 
     records = list(iter_records(home.audit / "log.jsonl"))
     findings = check_records(records, load_policy(), home.root)
     return AuditSummary(
-        ok=verified.ok, records=verified.records, run_records=sum(1 for r in records if r.run_id == run_id),
-        head_seq=verified.head_seq, anchor_seq=verified.anchor.seq if verified.anchor else None,
-        unanchored_from=verified.unanchored_from, problems=verified.problems,
+        ok=verified.ok,
+        records=verified.records,
+        run_records=sum(1 for r in records if r.run_id == run_id),
+        head_seq=verified.head_seq,
+        anchor_seq=verified.anchor.seq if verified.anchor else None,
+        unanchored_from=verified.unanchored_from,
+        problems=verified.problems,
         protected_read_attempts=sum(1 for r in records if r.event == "protected_read_attempt"),
-        path_escape_attempts=sum(1 for r in records if r.event == "path_escape_attempt"), findings=len(findings))
+        path_escape_attempts=sum(1 for r in records if r.event == "path_escape_attempt"),
+        findings=len(findings),
+    )
 
 
 def dev_plot(rows: list[TicketRow], out: Path) -> bool:
@@ -248,8 +308,12 @@ def curves_plot(rows: list[TicketRow], tickets_dir: Path, out: Path) -> bool:
 
     fig, ax = plt.subplots(figsize=(5.0, 3.2))
     for tid, curve in curves.items():
-        ax.plot([c.get("epoch", k) for k, c in enumerate(curve)], [c["train_loss"] for c in curve], "o-",
-                label=tid.rsplit("-", 1)[-1])
+        ax.plot(
+            [c.get("epoch", k) for k, c in enumerate(curve)],
+            [c["train_loss"] for c in curve],
+            "o-",
+            label=tid.rsplit("-", 1)[-1],
+        )
     ax.set_xlabel("epoch")
     ax.set_ylabel("train loss (sandbox-reported)")
     ax.legend(fontsize=7)
@@ -286,13 +350,27 @@ def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> d
     paths = {"json": people / REPORT_JSON, "md": people / REPORT_MD, "html": people / REPORT_HTML}
     paths["json"].write_text(report.model_dump_json(indent=2) + "\n")
     paths["md"].write_text(md)
-    page = to_html(md).replace("<title>segfactory analysis</title>", f"<title>segfactory run {report.run_id}</title>")
+    page = to_html(md).replace(
+        "<title>segfactory analysis</title>", f"<title>segfactory run {report.run_id}</title>"
+    )
     paths["html"].write_text(page.replace("<p>- ", "<p>&bull; "))
     return paths
 
 
-__all__ = ["REPORT_HTML", "REPORT_JSON", "REPORT_MD", "AuditSummary", "RunReport", "TicketRow", "audit_summary",
-           "counts", "home_records", "read_jsonl", "ticket_rows", "write"]
+__all__ = [
+    "REPORT_HTML",
+    "REPORT_JSON",
+    "REPORT_MD",
+    "AuditSummary",
+    "RunReport",
+    "TicketRow",
+    "audit_summary",
+    "counts",
+    "home_records",
+    "read_jsonl",
+    "ticket_rows",
+    "write",
+]
 
 
 def loop_rounds(home: Any, run_id: str, state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -323,11 +401,18 @@ def loop_rounds(home: Any, run_id: str, state: dict[str, Any]) -> list[dict[str,
             if lin.parent_sha256 != sha or tid not in tickets:
                 continue
             pred = predicted.get(tid, {})
-            tried.append({"ticket_id": tid, "hypothesis": tickets[tid]["hypothesis"][:120],
-                          "change": tickets[tid]["change"], "verdict": verdicts.get(tid, "not recorded"),
-                          "dev_object_f1": (dev.get(tid) or {}).get("object_f1"),
-                          "best_dev_object_f1": (dev.get(tid) or {}).get("best_object_f1"),
-                          "predicted": pred.get("predicted"), "observed_change": pred.get("observed_change"),
-                          "held": pred.get("held")})
+            tried.append(
+                {
+                    "ticket_id": tid,
+                    "hypothesis": tickets[tid]["hypothesis"][:120],
+                    "change": tickets[tid]["change"],
+                    "verdict": verdicts.get(tid, "not recorded"),
+                    "dev_object_f1": (dev.get(tid) or {}).get("object_f1"),
+                    "best_dev_object_f1": (dev.get(tid) or {}).get("best_object_f1"),
+                    "predicted": pred.get("predicted"),
+                    "observed_change": pred.get("observed_change"),
+                    "held": pred.get("held"),
+                }
+            )
         out.append({"round": row["round"], "incumbent": sha, "weakness": weakness, "tried": tried})
     return out

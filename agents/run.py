@@ -84,11 +84,20 @@ def load_run_defaults(profile: str, path: Path = RUN_POLICY, *, has_gpu: bool | 
     if has_gpu:
         return defaults
     cpu = defaults.cpu
-    note = (f"no NVIDIA GPU on this machine: profile {profile!r} uses its CPU-sized config {cpu.base_config} "
-            f"({cpu.ticket.device_seconds:g} device-s, {cpu.ticket.epochs} epochs a ticket) instead of "
-            f"{defaults.base_config}, which is sized for one GPU")
-    return defaults.model_copy(update={"base_config": cpu.base_config, "ticket": cpu.ticket,
-                                       "run": {**defaults.run, **cpu.run}, "cpu": None, "sized_note": note})
+    note = (
+        f"no NVIDIA GPU on this machine: profile {profile!r} uses its CPU-sized config {cpu.base_config} "
+        f"({cpu.ticket.device_seconds:g} device-s, {cpu.ticket.epochs} epochs a ticket) instead of "
+        f"{defaults.base_config}, which is sized for one GPU"
+    )
+    return defaults.model_copy(
+        update={
+            "base_config": cpu.base_config,
+            "ticket": cpu.ticket,
+            "run": {**defaults.run, **cpu.run},
+            "cpu": None,
+            "sized_note": note,
+        }
+    )
 
 
 def check_base_config(defaults: RunDefaults, *, has_gpu: bool | None = None) -> None:
@@ -103,8 +112,10 @@ def check_base_config(defaults: RunDefaults, *, has_gpu: bool | None = None) -> 
 
         has_gpu = bool(host_gpus())
     if not has_gpu:
-        raise UsageError(f"{defaults.base_config} asks for device cuda and this machine has no NVIDIA GPU "
-                         "(no /proc/driver/nvidia/gpus); use a config with device auto or cpu")
+        raise UsageError(
+            f"{defaults.base_config} asks for device cuda and this machine has no NVIDIA GPU "
+            "(no /proc/driver/nvidia/gpus); use a config with device auto or cpu"
+        )
 
 
 @dataclass(frozen=True)
@@ -134,14 +145,18 @@ def run_caps(req: RunRequest, defaults: RunDefaults) -> Any:
 
     budgets = load_budget_policy().for_profile(req.profile)
     cap = budgets.arm_caps() if req.fill_budget else budgets.run
-    wanted = {**({} if req.fill_budget else defaults.run),
-              **({"device_seconds": req.budget_s} if req.budget_s else {}),
-              **({"wall_seconds": req.wall_s} if req.wall_s else {})}
+    wanted = {
+        **({} if req.fill_budget else defaults.run),
+        **({"device_seconds": req.budget_s} if req.budget_s else {}),
+        **({"wall_seconds": req.wall_s} if req.wall_s else {}),
+    }
     values = cap.model_dump()
     for key, value in wanted.items():
         if value > values[key]:
-            raise UsageError(f"{key} {value:g} is above the {req.profile} {'compare_arm' if req.fill_budget else 'run'} "
-                             f"cap {values[key]:g} in policies/budgets.yaml; ask for less or raise the cap there")
+            raise UsageError(
+                f"{key} {value:g} is above the {req.profile} {'compare_arm' if req.fill_budget else 'run'} "
+                f"cap {values[key]:g} in policies/budgets.yaml; ask for less or raise the cap there"
+            )
         values[key] = type(values[key])(value)
     return RunCaps.model_validate(values)
 
@@ -158,23 +173,37 @@ def _read_record(home: Home, run_id: str) -> dict[str, Any]:
     return record
 
 
-def _run_record(home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sha: str,
-                defaults: RunDefaults) -> dict[str, Any]:
+def _run_record(
+    home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sha: str, defaults: RunDefaults
+) -> dict[str, Any]:
     """Write runs/<id>/run.json at start; on resume read it and refuse a changed win rule."""
     path = home.runs / run_id / RUN_FILE
     if req.resume:
         record = _read_record(home, run_id)
         if record["win_rule_sha256"] != win_rule_sha:
-            raise PolicyError(f"the win rule changed since run {run_id} started (recorded "
-                              f"{record['win_rule_sha256'][:12]}…, now {win_rule_sha[:12]}…); start a new run")
+            raise PolicyError(
+                f"the win rule changed since run {run_id} started (recorded "
+                f"{record['win_rule_sha256'][:12]}…, now {win_rule_sha[:12]}…); start a new run"
+            )
         return record
     from agents.judge import default_judge
 
-    record = {"run_id": run_id, "profile": req.profile, "proposer": req.proposer, "backend": req.backend,
-              "caps": caps.model_dump(), "win_rule_sha256": win_rule_sha, "started_at": time.time(),
-              "judge": req.judge or default_judge(req.proposer), "code_agent": req.code_agent,
-              "fill_budget": req.fill_budget, "user": running_user(), "base_config": defaults.base_config,
-              "sized_note": defaults.sized_note, "concurrency": req.concurrency}
+    record = {
+        "run_id": run_id,
+        "profile": req.profile,
+        "proposer": req.proposer,
+        "backend": req.backend,
+        "caps": caps.model_dump(),
+        "win_rule_sha256": win_rule_sha,
+        "started_at": time.time(),
+        "judge": req.judge or default_judge(req.proposer),
+        "code_agent": req.code_agent,
+        "fill_budget": req.fill_budget,
+        "user": running_user(),
+        "base_config": defaults.base_config,
+        "sized_note": defaults.sized_note,
+        "concurrency": req.concurrency,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=True))
     return record
@@ -206,8 +235,10 @@ def verify_sandbox(backend: str, home: Home, progress: Callable[[str], None]) ->
     report = sandbox.verify(home.root)
     failed = [c.name for c in report.checks if not c.ok]
     if not report.ok:
-        raise SandboxError(f"sandbox verify ({backend}) failed: {', '.join(failed)}; "
-                           f"see `segfactory sandbox verify --backend {backend}`")
+        raise SandboxError(
+            f"sandbox verify ({backend}) failed: {', '.join(failed)}; "
+            f"see `segfactory sandbox verify --backend {backend}`"
+        )
     progress(f"sandbox verify ({backend}): ok, {len(report.checks)} checks in {report.duration_s:.1f} s")
 
 
@@ -218,8 +249,10 @@ def check_win_rule(client: Any) -> str:
     status = client.status()
     _, digest = load_win_rule()
     if not status.get("win_rule_ok") or status.get("win_rule_sha256") != digest:
-        raise PolicyError("the gate's pinned win rule does not match policies/win_rule.yaml; queries are "
-                          "stopped until a person re-pins it")
+        raise PolicyError(
+            "the gate's pinned win rule does not match policies/win_rule.yaml; queries are "
+            "stopped until a person re-pins it"
+        )
     return digest
 
 
@@ -254,4 +287,12 @@ def start_run(req: RunRequest) -> dict[str, Any]:
     return summary
 
 
-__all__ = ["RUN_FILE", "RunRequest", "check_base_config", "load_run_defaults", "new_run_id", "run_caps", "start_run"]
+__all__ = [
+    "RUN_FILE",
+    "RunRequest",
+    "check_base_config",
+    "load_run_defaults",
+    "new_run_id",
+    "run_caps",
+    "start_run",
+]

@@ -83,7 +83,9 @@ TABLE_KEYS = ("object_f1", "object_recall", "object_precision", "pixel_iou", "di
 
 def metrics_table(candidate: dict[str, float], best: dict[str, float], best_name: str) -> list[str]:
     """Host-computed dev metrics of a ticket next to the current best's, recall by size bin included."""
-    keys = [k for k in TABLE_KEYS if k in candidate] + sorted(k for k in candidate if k.startswith("recall_size_"))
+    keys = [k for k in TABLE_KEYS if k in candidate] + sorted(
+        k for k in candidate if k.startswith("recall_size_")
+    )
     lines = [f"    {'dev metric':<28}{'ticket':>9}{'best ' + best_name:>22}"]
     for key in keys:
         other = best.get(key)
@@ -132,7 +134,9 @@ class HostServices:
             if self._scheduler is None:
                 from runner.scheduler import Scheduler, SchedulerSettings
 
-                self._scheduler = Scheduler.for_home(self.home, SchedulerSettings(concurrency=self.setup.concurrency))
+                self._scheduler = Scheduler.for_home(
+                    self.home, SchedulerSettings(concurrency=self.setup.concurrency)
+                )
             return self._scheduler
 
     def audit(self, event: str, payload: dict[str, Any]) -> None:
@@ -158,8 +162,10 @@ class HostServices:
         for candidate in self._known_models():
             if candidate.is_file() and _sha256(candidate) == sha:
                 return str(sha), candidate
-        raise DataError(f"the current best {sha[:12]}… has no host copy (baseline or {PROMOTIONS_FILE}); "
-                        "re-run `segfactory init` on a fresh home or restore runs/")
+        raise DataError(
+            f"the current best {sha[:12]}… has no host copy (baseline or {PROMOTIONS_FILE}); "
+            "re-run `segfactory init` on a fresh home or restore runs/"
+        )
 
     def _known_models(self) -> list[Path]:
         paths = []
@@ -186,8 +192,10 @@ class HostServices:
 
         dev = self._dev()
         prob = np.asarray(self._score(model, dev.images))[:, 0]
-        return {k: float(v) for k, v in aggregate(per_image_metrics(prob, dev.masks,
-                                                                     threshold=self.setup.threshold)).items()}
+        return {
+            k: float(v)
+            for k, v in aggregate(per_image_metrics(prob, dev.masks, threshold=self.setup.threshold)).items()
+        }
 
     # -- the incumbent ------------------------------------------------------------------------
     def base_config(self) -> dict[str, Any]:
@@ -207,13 +215,25 @@ class HostServices:
         sha, path = self.best_model()
         for row in reversed(read_jsonl(self.home.runs / PROMOTIONS_FILE)):
             if row.get("sha256") == sha and row.get("config"):
-                return Incumbent(sha256=sha, model=str(path), config=row["config"], dataset=row["dataset"],
-                                 dataset_hash=row.get("dataset_hash", ""), code=row.get("code") or {},
-                                 fingerprint=row.get("fingerprint", ""), ticket_id=row.get("ticket_id"),
-                                 run_id=row.get("run_id"))
+                return Incumbent(
+                    sha256=sha,
+                    model=str(path),
+                    config=row["config"],
+                    dataset=row["dataset"],
+                    dataset_hash=row.get("dataset_hash", ""),
+                    code=row.get("code") or {},
+                    fingerprint=row.get("fingerprint", ""),
+                    ticket_id=row.get("ticket_id"),
+                    run_id=row.get("run_id"),
+                )
         dataset = self.setup.dataset
-        return Incumbent(sha256=sha, model=str(path), config=self.base_config(), dataset=dataset.ref,
-                         dataset_hash=getattr(dataset, "content_hash", ""))
+        return Incumbent(
+            sha256=sha,
+            model=str(path),
+            config=self.base_config(),
+            dataset=dataset.ref,
+            dataset_hash=getattr(dataset, "content_hash", ""),
+        )
 
     def lineage(self) -> dict[str, Lineage]:
         return read_lineage(self.home.runs / self.setup.run_id)
@@ -232,10 +252,17 @@ class HostServices:
             return current
         for promo in read_jsonl(self.home.runs / PROMOTIONS_FILE):
             if promo.get("sha256") == row.parent_sha256 and promo.get("config"):
-                return Incumbent(sha256=promo["sha256"], model=promo["model"], config=promo["config"],
-                                 dataset=promo["dataset"], dataset_hash=promo.get("dataset_hash", ""),
-                                 code=promo.get("code") or {}, fingerprint=promo.get("fingerprint", ""),
-                                 ticket_id=promo.get("ticket_id"), run_id=promo.get("run_id"))
+                return Incumbent(
+                    sha256=promo["sha256"],
+                    model=promo["model"],
+                    config=promo["config"],
+                    dataset=promo["dataset"],
+                    dataset_hash=promo.get("dataset_hash", ""),
+                    code=promo.get("code") or {},
+                    fingerprint=promo.get("fingerprint", ""),
+                    ticket_id=promo.get("ticket_id"),
+                    run_id=promo.get("run_id"),
+                )
         return current
 
     def plan(self, ticket: Ticket) -> Lineage:
@@ -246,10 +273,18 @@ class HostServices:
         dataset = self.dataset_for(ticket, parent)
         config = ticket_config(_base_config(parent, dataset), self._runnable(ticket, parent))
         code = {**parent.code, **_code_files(ticket)}
-        return Lineage(ticket_id=ticket.id, run_id=self.setup.run_id, parent_sha256=parent.sha256,
-                       parent_fingerprint=parent.fingerprint, config=config, dataset=dataset.ref,
-                       dataset_hash=dataset.content_hash, code=code,
-                       fingerprint=fingerprint(config, dataset.content_hash, code), repeat=repeat_kind(ticket))
+        return Lineage(
+            ticket_id=ticket.id,
+            run_id=self.setup.run_id,
+            parent_sha256=parent.sha256,
+            parent_fingerprint=parent.fingerprint,
+            config=config,
+            dataset=dataset.ref,
+            dataset_hash=dataset.content_hash,
+            code=code,
+            fingerprint=fingerprint(config, dataset.content_hash, code),
+            repeat=repeat_kind(ticket),
+        )
 
     def check(self, ticket: Ticket) -> list[str]:
         """Host-side refusals before a ticket is queued: one that would train its parent again."""
@@ -265,12 +300,16 @@ class HostServices:
         """The ticket as the runner executes it: on a code incumbent, its code overlay comes along."""
         if not parent.code or ticket.kind is TicketKind.CODE:
             if ticket.kind is TicketKind.CODE and parent.code:
-                return ticket.model_copy(update={"change": {**ticket.change,
-                                                            "files": {**parent.code, **_code_files(ticket)}}})
+                return ticket.model_copy(
+                    update={"change": {**ticket.change, "files": {**parent.code, **_code_files(ticket)}}}
+                )
             return ticket
-        patch = dict(ticket.change) if ticket.kind is TicketKind.CONFIG else dict(ticket.change.get("config", {}))
-        return ticket.model_copy(update={"kind": TicketKind.CODE, "change": {"files": dict(parent.code),
-                                                                              "config": patch}})
+        patch = (
+            dict(ticket.change) if ticket.kind is TicketKind.CONFIG else dict(ticket.change.get("config", {}))
+        )
+        return ticket.model_copy(
+            update={"kind": TicketKind.CODE, "change": {"files": dict(parent.code), "config": patch}}
+        )
 
     # -- realising recommendations ------------------------------------------------------------
     def catalogue(self) -> Any:
@@ -285,8 +324,11 @@ class HostServices:
         are recorded as not executable (``people/not_executable.jsonl`` and the audit log)."""
         incumbent = self.incumbent()
         on_it = {tid for tid, row in self.lineage().items() if row.parent_sha256 == incumbent.sha256}
-        tried = {canonical_json(t["change"]).decode() for t in read_jsonl(self.people / TICKETS_FILE)
-                 if t.get("id") in on_it}
+        tried = {
+            canonical_json(t["change"]).decode()
+            for t in read_jsonl(self.people / TICKETS_FILE)
+            if t.get("id") in on_it
+        }
         realised, refused = _realise.realise_all(self, analysis.recommendations, incumbent, tried)
         for item in refused:
             self._not_executable(item)
@@ -306,13 +348,17 @@ class HostServices:
         from agents._analysis import analyse_best
 
         best = self.best()
-        self.setup.progress(f"analysing the current best {best.sha256[:12]} on dev (object F1 {best.dev_f1:.3f})")
+        self.setup.progress(
+            f"analysing the current best {best.sha256[:12]} on dev (object F1 {best.dev_f1:.3f})"
+        )
         report = analyse_best(self, best.path, best.sha256)
         from analysis.report import summary_lines
 
         for n, line in enumerate(summary_lines(report, TOP_RECOMMENDATIONS), 1):
             self.setup.progress(f"  recommendation {n}: {line}")
-        self.audit("analysis_done", {"model_sha256": best.sha256, "recommendations": len(report.recommendations)})
+        self.audit(
+            "analysis_done", {"model_sha256": best.sha256, "recommendations": len(report.recommendations)}
+        )
         return DevAnalysis.from_report(report)
 
     def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
@@ -335,7 +381,9 @@ class HostServices:
                 if folder.exists():
                     self._set_aside(folder)
                 self.setup.progress(f"ticket {ticket.id} ({ticket.kind.value}): {ticket.hypothesis[:70]}")
-                with (self.people / TICKETS_FILE).open("a") as fh:  # for the report: kind, replicate_of, budget
+                with (self.people / TICKETS_FILE).open(
+                    "a"
+                ) as fh:  # for the report: kind, replicate_of, budget
                     fh.write(ticket.model_dump_json() + "\n")
                 try:
                     lineage = self._start(ticket)
@@ -351,11 +399,19 @@ class HostServices:
                     return self._failed_to_start(ticket, exc)
         with self._lock:
             if outcome.status is not TicketStatus.DONE or outcome.evidence is None:
-                self.setup.progress(f"  {ticket.id}: {outcome.status.value.lower()}: {(outcome.reason or '')[:120]}")
-                return RunOutcome(ticket_id=ticket.id, status="failed", device_seconds=outcome.device_seconds,
-                                  reason=outcome.reason or outcome.status.value)
+                self.setup.progress(
+                    f"  {ticket.id}: {outcome.status.value.lower()}: {(outcome.reason or '')[:120]}"
+                )
+                return RunOutcome(
+                    ticket_id=ticket.id,
+                    status="failed",
+                    device_seconds=outcome.device_seconds,
+                    reason=outcome.reason or outcome.status.value,
+                )
             metrics = outcome.evidence.dev_metrics
-            if abs(outcome.evidence.threshold - self.setup.threshold) > 1e-12:  # the rule's threshold, for both
+            if (
+                abs(outcome.evidence.threshold - self.setup.threshold) > 1e-12
+            ):  # the rule's threshold, for both
                 metrics = self._dev_metrics(folder / "model.onnx")
             return self._compare(ticket, lineage, metrics, outcome.device_seconds, folder / "model.onnx")
 
@@ -369,8 +425,10 @@ class HostServices:
         row = self.plan(ticket)
         reason = same_as_parent(row) if self.setup.refuse_repeats else None
         if reason:
-            self.audit("ticket_refused_repeat", {"ticket_id": ticket.id, "fingerprint": row.fingerprint,
-                                                 "parent_sha256": row.parent_sha256})
+            self.audit(
+                "ticket_refused_repeat",
+                {"ticket_id": ticket.id, "fingerprint": row.fingerprint, "parent_sha256": row.parent_sha256},
+            )
             raise UsageError(reason)
         existing = self.lineage().get(ticket.id)
         if existing is None:
@@ -381,19 +439,37 @@ class HostServices:
         aside = folder.parent / ".crashed" / f"{folder.name}-{int(time.time())}"
         aside.parent.mkdir(parents=True, exist_ok=True)
         folder.rename(aside)
-        self.audit("ticket_set_aside", {"ticket_id": folder.name, "moved_to": str(aside),
-                                        "reason": "folder without outcome.json: the run crashed mid-ticket"})
+        self.audit(
+            "ticket_set_aside",
+            {
+                "ticket_id": folder.name,
+                "moved_to": str(aside),
+                "reason": "folder without outcome.json: the run crashed mid-ticket",
+            },
+        )
 
-    def _execute(self, runnable: Ticket, parent: Incumbent, lineage: Lineage, wall_left_s: float | None = None) -> Any:
+    def _execute(
+        self, runnable: Ticket, parent: Incumbent, lineage: Lineage, wall_left_s: float | None = None
+    ) -> Any:
         """The ticket (patched onto ``parent`` by ``_runnable``) in the sandbox; runs unlocked."""
         from runner import execute_ticket
         from synthetic.versions import resolve
 
         s = self.setup
         dataset = resolve(s.home.root, lineage.dataset)
-        return execute_ticket(runnable, home=s.home, dataset_version=dataset, backend=s.backend,
-                              base_config=_base_config(parent, dataset), audit=s.audit, run_id=s.run_id, scorer=self._score,
-                              progress=s.progress, wall_left_s=wall_left_s, scheduler=self.scheduler())
+        return execute_ticket(
+            runnable,
+            home=s.home,
+            dataset_version=dataset,
+            backend=s.backend,
+            base_config=_base_config(parent, dataset),
+            audit=s.audit,
+            run_id=s.run_id,
+            scorer=self._score,
+            progress=s.progress,
+            wall_left_s=wall_left_s,
+            scheduler=self.scheduler(),
+        )
 
     def dataset_for(self, ticket: Ticket, parent: Incumbent | None = None) -> Any:
         """The dataset version a ticket trains on: the incumbent's, a version the ticket names
@@ -420,19 +496,32 @@ class HostServices:
         version = materialise(self.home.root, base, ticket, work, trained)
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps({"dataset": version.ref, "parent": base.ref}) + "\n")
-        self.audit("topup_dataset_built", {"ticket_id": ticket.id, "dataset": version.ref,
-                                           "parent": base.ref, "change": ticket.change})
-        self.setup.progress(f"  {ticket.id}: trains on {version.ref} (targeted synthetic top-up of {base.ref})")
+        self.audit(
+            "topup_dataset_built",
+            {"ticket_id": ticket.id, "dataset": version.ref, "parent": base.ref, "change": ticket.change},
+        )
+        self.setup.progress(
+            f"  {ticket.id}: trains on {version.ref} (targeted synthetic top-up of {base.ref})"
+        )
         return version
 
-    def _compare(self, ticket: Ticket, lineage: Lineage, metrics: dict[str, float], seconds: float,
-                 model: Path) -> RunOutcome:
+    def _compare(
+        self, ticket: Ticket, lineage: Lineage, metrics: dict[str, float], seconds: float, model: Path
+    ) -> RunOutcome:
         best = self.best()
         f1 = float(metrics["object_f1"])
         win = f1 - best.dev_f1 >= self.setup.dev_margin
-        row = {"ticket_id": ticket.id, "object_f1": f1, "best_object_f1": best.dev_f1, "best_sha256": best.sha256,
-               "dev_margin": self.setup.dev_margin, "dev_win": win, "metrics": metrics,
-               "threshold": self.setup.threshold, "parent_sha256": lineage.parent_sha256}
+        row = {
+            "ticket_id": ticket.id,
+            "object_f1": f1,
+            "best_object_f1": best.dev_f1,
+            "best_sha256": best.sha256,
+            "dev_margin": self.setup.dev_margin,
+            "dev_win": win,
+            "metrics": metrics,
+            "threshold": self.setup.threshold,
+            "parent_sha256": lineage.parent_sha256,
+        }
         with (self.people / DEV_COMPARISONS).open("a") as fh:  # people only: never in an agent's context
             fh.write(json.dumps(row, sort_keys=True) + "\n")
         name = "classical" if best.path == self.home.root / BASELINE_MODEL else best.sha256[:12]
@@ -441,19 +530,30 @@ class HostServices:
         if model.is_file():
             self._score_prediction(ticket, lineage, model)
         if ticket.evidence == [DEFAULT_ACTION_EVIDENCE]:
-            self.setup.progress(f"  {ticket.id}: default-action control: dev object F1 {f1:.3f} vs best "
-                                f"{best.dev_f1:.3f} (a control: not sent to the gate)")
-            return RunOutcome(ticket_id=ticket.id, status="control", device_seconds=seconds, model_ref=str(model))
+            self.setup.progress(
+                f"  {ticket.id}: default-action control: dev object F1 {f1:.3f} vs best "
+                f"{best.dev_f1:.3f} (a control: not sent to the gate)"
+            )
+            return RunOutcome(
+                ticket_id=ticket.id, status="control", device_seconds=seconds, model_ref=str(model)
+            )
         word = "dev win" if win else "dev loss"
-        self.setup.progress(f"  {ticket.id}: dev object F1 {f1:.3f} vs best {best.dev_f1:.3f} -> {word} "
-                            f"({seconds:.0f} device-s)")
-        return RunOutcome(ticket_id=ticket.id, status="dev_win" if win else "dev_loss", device_seconds=seconds,
-                          model_ref=str(model))
+        self.setup.progress(
+            f"  {ticket.id}: dev object F1 {f1:.3f} vs best {best.dev_f1:.3f} -> {word} "
+            f"({seconds:.0f} device-s)"
+        )
+        return RunOutcome(
+            ticket_id=ticket.id,
+            status="dev_win" if win else "dev_loss",
+            device_seconds=seconds,
+            model_ref=str(model),
+        )
 
     def predictions(self) -> Predictions:
         if self._predictions is None:
-            self._predictions = Predictions(self.home, self.setup.run_id, self._dev(), self.setup.threshold,
-                                            self._score)
+            self._predictions = Predictions(
+                self.home, self.setup.run_id, self._dev(), self.setup.threshold, self._score
+            )
         return self._predictions
 
     def _score_prediction(self, ticket: Ticket, lineage: Lineage, model: Path) -> None:
@@ -467,19 +567,23 @@ class HostServices:
             return
         if row is not None and row.get("held") is not None:
             effect = ticket.expected_effect
-            self.setup.progress(f"  {ticket.id}: predicted {effect.metric} on {effect.slice} {effect.direction.value} "
-                                f"{effect.size:.3f}; measured {row['observed_change']:+.3f} -> "
-                                f"{'held' if row['held'] else 'did not hold'}")
+            self.setup.progress(
+                f"  {ticket.id}: predicted {effect.metric} on {effect.slice} {effect.direction.value} "
+                f"{effect.size:.3f}; measured {row['observed_change']:+.3f} -> "
+                f"{'held' if row['held'] else 'did not hold'}"
+            )
 
     def submit(self, ticket: Ticket, model_ref: str, replicate_of: str | None) -> CoarseVerdict:
         from audit.gate_events import pull
 
         s = self.setup
-        verdict: CoarseVerdict = s.gate.submit(model_ref, self.dataset_for(ticket).ref, ticket.id,
-                                               replicate_of=replicate_of, run_id=s.run_id)
+        verdict: CoarseVerdict = s.gate.submit(
+            model_ref, self.dataset_for(ticket).ref, ticket.id, replicate_of=replicate_of, run_id=s.run_id
+        )
         pull(s.gate, s.audit)
-        self.setup.progress(f"  {ticket.id}: {verdict.tier} {verdict.verdict.value} "
-                            f"({verdict.queries_left} queries left)")
+        self.setup.progress(
+            f"  {ticket.id}: {verdict.tier} {verdict.verdict.value} ({verdict.queries_left} queries left)"
+        )
         return verdict
 
     def promote(self, ticket_id: str) -> None:
@@ -497,20 +601,41 @@ class HostServices:
         already = any(row.get("sha256") == sha for row in read_jsonl(record))
         promoted = self.setup.gate.promote(ticket_id)
         if promoted != sha:
-            raise GateError(f"gate promoted model {promoted[:12]} for {ticket_id}, but the host copy is {sha[:12]}")
+            raise GateError(
+                f"gate promoted model {promoted[:12]} for {ticket_id}, but the host copy is {sha[:12]}"
+            )
         if not already:
             lineage = self.lineage().get(ticket_id)
-            extra = {} if lineage is None else {
-                "config": lineage.config, "dataset": lineage.dataset, "dataset_hash": lineage.dataset_hash,
-                "code": lineage.code, "fingerprint": lineage.fingerprint, "parent_sha256": lineage.parent_sha256}
-            append_jsonl(record, {"model": str(model), "sha256": sha, "run_id": self.setup.run_id,
-                                  "ticket_id": ticket_id, **extra})
+            extra = (
+                {}
+                if lineage is None
+                else {
+                    "config": lineage.config,
+                    "dataset": lineage.dataset,
+                    "dataset_hash": lineage.dataset_hash,
+                    "code": lineage.code,
+                    "fingerprint": lineage.fingerprint,
+                    "parent_sha256": lineage.parent_sha256,
+                }
+            )
+            append_jsonl(
+                record,
+                {
+                    "model": str(model),
+                    "sha256": sha,
+                    "run_id": self.setup.run_id,
+                    "ticket_id": ticket_id,
+                    **extra,
+                },
+            )
             self.audit("best_promoted", {"ticket_id": ticket_id, "model_sha256": sha})
             self.setup.progress(f"  {ticket_id}: PROMOTED, the new current best is {sha[:12]}")
         pull(self.setup.gate, self.setup.audit)
 
     def promoted_in_run(self) -> list[dict[str, Any]]:
-        return [r for r in read_jsonl(self.home.runs / PROMOTIONS_FILE) if r.get("run_id") == self.setup.run_id]
+        return [
+            r for r in read_jsonl(self.home.runs / PROMOTIONS_FILE) if r.get("run_id") == self.setup.run_id
+        ]
 
     def milestone(self, run_id: str) -> None:
         out = self.people / "milestones"

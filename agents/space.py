@@ -108,16 +108,20 @@ def load_space(path: Path = SEARCH_SPACE) -> SearchSpace:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise PolicyError(f"search space {path}: invalid at {where or 'top level'}: {first['msg']}; "
-                          "see docs/controls.md for the format") from None
+        raise PolicyError(
+            f"search space {path}: invalid at {where or 'top level'}: {first['msg']}; "
+            "see docs/controls.md for the format"
+        ) from None
 
 
 def _lookup(config: dict[str, Any], dotted: str) -> Any:
     node: Any = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise PolicyError(f"search space key {dotted!r} is not set in the base config; "
-                              "set it there so the default trial is well defined")
+            raise PolicyError(
+                f"search space key {dotted!r} is not set in the base config; "
+                "set it there so the default trial is well defined"
+            )
         node = node[part]
     return node
 
@@ -127,11 +131,16 @@ def default_params(space: SearchSpace, base_config: dict[str, Any]) -> dict[str,
     params = {}
     for key, p in space.params.items():
         value = _lookup(base_config, key)
-        inside = (value in p.choices) if isinstance(p, CategoricalParam) else (
-            isinstance(value, int | float) and p.low <= value <= p.high)
+        inside = (
+            (value in p.choices)
+            if isinstance(p, CategoricalParam)
+            else (isinstance(value, int | float) and p.low <= value <= p.high)
+        )
         if not inside:
-            raise PolicyError(f"the base config's {key} = {value!r} lies outside the search space "
-                              f"({p.model_dump(exclude={'type'})}); widen the space so trial 0 is the default")
+            raise PolicyError(
+                f"the base config's {key} = {value!r} lies outside the search space "
+                f"({p.model_dump(exclude={'type'})}); widen the space so trial 0 is the default"
+            )
         params[key] = value
     return params
 

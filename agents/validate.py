@@ -62,7 +62,9 @@ class BudgetPolicy(_Strict):
 
     def for_profile(self, profile: str) -> ProfileBudgets:
         if profile not in self.profiles:
-            raise PolicyError(f"budgets.yaml has no profile {profile!r}; known: {', '.join(sorted(self.profiles))}")
+            raise PolicyError(
+                f"budgets.yaml has no profile {profile!r}; known: {', '.join(sorted(self.profiles))}"
+            )
         return self.profiles[profile]
 
 
@@ -75,8 +77,14 @@ def load_budget_policy(path: Path = BUDGETS_POLICY) -> BudgetPolicy:
         raise PolicyError(f"invalid budget policy {path}: {exc}; fix the file and retry") from exc
 
 
-def ticket_problems(ticket: Ticket, policy: BudgetPolicy, profile: str, *,
-                    device_seconds_left: float | None = None, base_config: dict[str, Any] | None = None) -> list[str]:
+def ticket_problems(
+    ticket: Ticket,
+    policy: BudgetPolicy,
+    profile: str,
+    *,
+    device_seconds_left: float | None = None,
+    base_config: dict[str, Any] | None = None,
+) -> list[str]:
     """Every reason ``ticket`` may not run, in words an operator (and a proposer) can act on.
 
     ``base_config`` is the training config the change applies to (the current best's); without
@@ -84,7 +92,9 @@ def ticket_problems(ticket: Ticket, policy: BudgetPolicy, profile: str, *,
     """
     caps = policy.for_profile(profile).ticket
     problems = _budget_problems(ticket, caps, device_seconds_left)
-    if ticket.kind is TicketKind.CONFIG and not (ticket.change == {} and ticket.evidence == [BASE_CONFIG_EVIDENCE]):
+    if ticket.kind is TicketKind.CONFIG and not (
+        ticket.change == {} and ticket.evidence == [BASE_CONFIG_EVIDENCE]
+    ):
         problems += config_problems(ticket.change, policy, base_config)
     elif ticket.kind is TicketKind.CODE:
         problems += code_problems(ticket.change, policy.code_root)
@@ -111,13 +121,17 @@ def data_problems(ticket: Ticket) -> list[str]:
 def _budget_problems(ticket: Ticket, caps: TicketCaps, left: float | None) -> list[str]:
     problems = []
     if ticket.budget.device_seconds > caps.max_device_seconds:
-        problems.append(f"budget.device_seconds {ticket.budget.device_seconds:g} exceeds the per-ticket cap "
-                        f"{caps.max_device_seconds:g}; ask for at most that")
+        problems.append(
+            f"budget.device_seconds {ticket.budget.device_seconds:g} exceeds the per-ticket cap "
+            f"{caps.max_device_seconds:g}; ask for at most that"
+        )
     if ticket.budget.epochs > caps.max_epochs:
         problems.append(f"budget.epochs {ticket.budget.epochs} exceeds the per-ticket cap {caps.max_epochs}")
     if left is not None and ticket.budget.device_seconds > left:
-        problems.append(f"budget.device_seconds {ticket.budget.device_seconds:g} exceeds the "
-                        f"{left:g} device-seconds left in this run")
+        problems.append(
+            f"budget.device_seconds {ticket.budget.device_seconds:g} exceeds the "
+            f"{left:g} device-seconds left in this run"
+        )
     return problems
 
 
@@ -149,11 +163,14 @@ def _nest(change: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
-BASE_CONFIG_EVIDENCE = "base-config"  # the one config ticket allowed an empty change: the base config as it is
+BASE_CONFIG_EVIDENCE = (
+    "base-config"  # the one config ticket allowed an empty change: the base config as it is
+)
 
 
-def config_problems(change: dict[str, Any], policy: BudgetPolicy,
-                    base_config: dict[str, Any] | None = None) -> list[str]:
+def config_problems(
+    change: dict[str, Any], policy: BudgetPolicy, base_config: dict[str, Any] | None = None
+) -> list[str]:
     """Keys outside the allowlist, or a change the training config model refuses."""
     if not change:
         return ["a config ticket must change at least one key"]
@@ -163,8 +180,10 @@ def config_problems(change: dict[str, Any], policy: BudgetPolicy,
     allowed = fields - HOST_OWNED_CONFIG_KEYS
     unknown = sorted(set(patch) - allowed)
     if unknown:
-        return [f"config keys {unknown} are not changeable training-config fields; allowed: {sorted(allowed)} "
-                "(nested fields as 'optim.lr' or {'optim': {'lr': ...}})"]
+        return [
+            f"config keys {unknown} are not changeable training-config fields; allowed: {sorted(allowed)} "
+            "(nested fields as 'optim.lr' or {'optim': {'lr': ...}})"
+        ]
     if model is None:
         return []
     try:

@@ -28,8 +28,10 @@ class PathRefused(Exception):
     """A path the agent may not use. ``kind``: path_escape_attempt or protected_read_attempt."""
 
     def __init__(self, kind: str, path: str, why: str) -> None:
-        super().__init__(f"refused {path!r}: {why}. Use a relative path inside the workspace, "
-                         "without '..' or symlinks; protected locations are off limits.")
+        super().__init__(
+            f"refused {path!r}: {why}. Use a relative path inside the workspace, "
+            "without '..' or symlinks; protected locations are off limits."
+        )
         self.kind = kind
         self.path = path
 
@@ -83,7 +85,9 @@ class Workspace:
             except OSError:
                 is_link = False
             if is_link or exc.errno != errno.ENOTDIR:
-                return PathRefused("path_escape_attempt", path, "a symlink is on the path; symlinks are not followed")
+                return PathRefused(
+                    "path_escape_attempt", path, "a symlink is on the path; symlinks are not followed"
+                )
             return NotADirectoryError(f"{path!r}: a component is not a directory")
         return exc
 

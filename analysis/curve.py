@@ -15,8 +15,15 @@ from analysis.report import SplitLike
 FRACTIONS = (0.25, 0.5, 1.0)  # shares of the training images
 
 
-def learning_curve(trainer: Trainer, train: SplitLike, dev: SplitLike, *, seed: int = 0,
-                   fractions: tuple[float, ...] = FRACTIONS, threshold: float = 0.5) -> dict[str, float]:
+def learning_curve(
+    trainer: Trainer,
+    train: SplitLike,
+    dev: SplitLike,
+    *,
+    seed: int = 0,
+    fractions: tuple[float, ...] = FRACTIONS,
+    threshold: float = 0.5,
+) -> dict[str, float]:
     """``{"0.25": dice, "0.5": dice, "1.0": dice}``: mean dev dice per training share (nested subsets)."""
     order = np.random.default_rng(seed).permutation(train.images.shape[0])
     curve = {}

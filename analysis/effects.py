@@ -49,7 +49,9 @@ def _term(term: str) -> UnitPredicate | None:
         return lambda u: (_num(u, attr) >= low) & (_num(u, attr) < high)
     if m := _CATEGORY.match(term):
         name, category = m["attr"], m["value"].strip()
-        return lambda u: np.array([v is not None and str(v) == category for v in u.columns.get(name, [])], dtype=bool)
+        return lambda u: np.array(
+            [v is not None and str(v) == category for v in u.columns.get(name, [])], dtype=bool
+        )
     return None
 
 

@@ -75,7 +75,9 @@ class ErrorAnalysis:
                 table[comp.outcome][size_bin(comp.area)] += 1
         bins = np.searchsorted(SIZE_BINS_PX, self.false_alarm_area, side="right") - 1
         per_bin = np.bincount(np.clip(bins, 0, None), minlength=len(SIZE_BIN_NAMES))
-        table[ErrorType.FALSE_ALARM.value] = {name: int(c) for name, c in zip(SIZE_BIN_NAMES, per_bin, strict=True)}
+        table[ErrorType.FALSE_ALARM.value] = {
+            name: int(c) for name, c in zip(SIZE_BIN_NAMES, per_bin, strict=True)
+        }
         return table
 
 
@@ -99,7 +101,9 @@ def _gt_outcome(g: int, touch: np.ndarray, areas_gt: np.ndarray, areas_pr: np.nd
     return (OK if iou >= BOUNDARY_IOU else ErrorType.WRONG_BOUNDARY.value), iou
 
 
-def type_image(index: int, pred: np.ndarray, gt: np.ndarray) -> tuple[list[Component], np.ndarray, np.ndarray]:
+def type_image(
+    index: int, pred: np.ndarray, gt: np.ndarray
+) -> tuple[list[Component], np.ndarray, np.ndarray]:
     """Type the errors of one image; returns (gt components, false-alarm areas, gt label image)."""
     gt_lab, n_gt = ndimage.label(gt, structure=EIGHT_CONNECTED)
     pr_lab, n_pr = ndimage.label(pred, structure=EIGHT_CONNECTED)
@@ -121,7 +125,7 @@ def _dice(pred: np.ndarray, gt: np.ndarray) -> float:
 def _defect_label(gt_lab: np.ndarray, bbox: Sequence[int]) -> int:
     """The gt component a defect row belongs to: the most common non-zero label in its bbox."""
     y0, x0, y1, x1 = (int(v) for v in bbox)
-    window = gt_lab[max(y0, 0):y1, max(x0, 0):x1]
+    window = gt_lab[max(y0, 0) : y1, max(x0, 0) : x1]
     counts = np.bincount(window.ravel())
     return int(np.argmax(counts[1:]) + 1) if counts.size > 1 and counts[1:].any() else 0
 

@@ -77,12 +77,26 @@ def _people(home: Home, run_id: str) -> Path:
     return folder
 
 
-def mark(home: Home, run_id: str, *, arm: Arm, recommendation_id: str, ticket_id: str,
-         predicted: ExpectedEffect, observed_change: float) -> HitOutcome:
+def mark(
+    home: Home,
+    run_id: str,
+    *,
+    arm: Arm,
+    recommendation_id: str,
+    ticket_id: str,
+    predicted: ExpectedEffect,
+    observed_change: float,
+) -> HitOutcome:
     """Record one scored prediction under ``runs/<run_id>/people/`` and return it."""
-    outcome = HitOutcome(run_id=run_id, arm=arm, recommendation_id=recommendation_id, ticket_id=ticket_id,
-                         predicted=predicted, observed_change=observed_change,
-                         held=held(predicted, observed_change))
+    outcome = HitOutcome(
+        run_id=run_id,
+        arm=arm,
+        recommendation_id=recommendation_id,
+        ticket_id=ticket_id,
+        predicted=predicted,
+        observed_change=observed_change,
+        held=held(predicted, observed_change),
+    )
     with open(_people(home, run_id) / OUTCOMES_FILE, "a", encoding="utf-8") as handle:
         handle.write(outcome.model_dump_json() + "\n")
     return outcome
@@ -104,7 +118,10 @@ def _rate(rows: list[HitOutcome]) -> ArmRate:
 def summary(home: Home, run_id: str) -> HitRateSummary:
     """Both hit rates with Wilson intervals; also written to ``people/hitrate_summary.json``."""
     rows = outcomes(home, run_id)
-    result = HitRateSummary(run_id=run_id, recommendation=_rate([r for r in rows if r.arm == "recommendation"]),
-                            default=_rate([r for r in rows if r.arm == "default"]))
+    result = HitRateSummary(
+        run_id=run_id,
+        recommendation=_rate([r for r in rows if r.arm == "recommendation"]),
+        default=_rate([r for r in rows if r.arm == "default"]),
+    )
     (_people(home, run_id) / SUMMARY_FILE).write_text(json.dumps(result.model_dump(), indent=2) + "\n")
     return result

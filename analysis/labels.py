@@ -49,6 +49,13 @@ def estimate(split: str, prob: np.ndarray, masks: np.ndarray, ids: list[str], se
         take = np.sort(np.random.default_rng(seed).choice(n, MAX_LABEL_IMAGES, replace=False))
     flags = flagged_images(prob[take], masks[take]) if take.size else np.zeros(0, dtype=bool)
     iv = wilson_interval(int(flags.sum()), int(take.size))
-    return LabelEstimate(split=split, n_images=int(take.size), flagged=int(flags.sum()), rate=iv.estimate,
-                         low=iv.low, high=iv.high, sampled=n > MAX_LABEL_IMAGES,
-                         flagged_ids=[ids[int(i)] for i in take[flags]][:50])
+    return LabelEstimate(
+        split=split,
+        n_images=int(take.size),
+        flagged=int(flags.sum()),
+        rate=iv.estimate,
+        low=iv.low,
+        high=iv.high,
+        sampled=n > MAX_LABEL_IMAGES,
+        flagged_ids=[ids[int(i)] for i in take[flags]][:50],
+    )

@@ -45,7 +45,9 @@ class Predictor(Protocol):
 class Trainer(Protocol):
     """Trains a Predictor; ``capacity`` in (0, 1] scales model size, 1.0 being the reference."""
 
-    def fit(self, images: np.ndarray, masks: np.ndarray, *, capacity: float = 1.0, seed: int = 0) -> Predictor: ...
+    def fit(
+        self, images: np.ndarray, masks: np.ndarray, *, capacity: float = 1.0, seed: int = 0
+    ) -> Predictor: ...
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,19 @@ class Planted:
 
 
 Ranges = dict[str, tuple[float, float]]
-RANGES: Ranges = {"size": SIZE_QUANTILES, "contrast": CONTRAST_QUANTILES, "masks": MASK_SHARES,
-                  "capacity": CAPACITY_SHARES, "background": (0.0, 1.0),  # background: picks the type dropped
-                  "placebo": PLACEBO_SHARES}
+RANGES: Ranges = {
+    "size": SIZE_QUANTILES,
+    "contrast": CONTRAST_QUANTILES,
+    "masks": MASK_SHARES,
+    "capacity": CAPACITY_SHARES,
+    "background": (0.0, 1.0),  # background: picks the type dropped
+    "placebo": PLACEBO_SHARES,
+}
 
 
-def draw_cause(rng: np.random.Generator, kind: CauseKind | None = None, ranges: Ranges | None = None) -> PlantedCause:
+def draw_cause(
+    rng: np.random.Generator, kind: CauseKind | None = None, ranges: Ranges | None = None
+) -> PlantedCause:
     """A random cause (or the given kind) with a magnitude drawn uniformly from its range."""
     if kind is None:
         kind = "none" if rng.random() < NULL_SHARE else CAUSES[int(rng.integers(len(CAUSES)))]
@@ -117,7 +126,10 @@ def plant(cause: PlantedCause, train: SplitLike, rng: np.random.Generator) -> Pl
         cut = float(np.quantile(values, cause.magnitude))
         keep = ~_images_with(train, key, cut, sign)
         images, masks = images[keep], masks[keep]
-        detail = {key + (" below" if sign > 0 else " above"): sign * cut, "images_removed": int((~keep).sum())}
+        detail = {
+            key + (" below" if sign > 0 else " above"): sign * cut,
+            "images_removed": int((~keep).sum()),
+        }
     elif cause.kind == "background":
         kinds = sorted({str(m.get("background")) for m in train.image_meta})
         gone = kinds[int(cause.magnitude * len(kinds)) % len(kinds)]
@@ -173,42 +185,75 @@ class PlantedResult(BaseModel):
     n_findings: int
 
 
-def fit_predict(trainer: Trainer, images: np.ndarray, masks: np.ndarray, capacity: float, seed: int,
-                targets: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+def fit_predict(
+    trainer: Trainer,
+    images: np.ndarray,
+    masks: np.ndarray,
+    capacity: float,
+    seed: int,
+    targets: tuple[np.ndarray, ...],
+) -> list[np.ndarray]:
     """Train one model and return its probabilities on each of ``targets`` (module level, so a
     process pool can run it: a trained model never leaves its worker, only its predictions)."""
     model = trainer.fit(images, masks, capacity=capacity, seed=seed)
     return [model.predict(t) for t in targets]
 
 
-def analyse_planted(planted: Planted, cand_dev: np.ndarray, cand_train: np.ndarray, dev: SplitLike,
-                    reference: Evaluated, *, seed: int, reference_train: Evaluated | None = None,
-                    seed_reference: Evaluated | None = None, seed_reference_train: Evaluated | None = None,
-                    more_seed_references: list[tuple[Evaluated, Evaluated]] | None = None,
-                    ) -> tuple[PlantedResult, AnalysisReport]:
+def analyse_planted(
+    planted: Planted,
+    cand_dev: np.ndarray,
+    cand_train: np.ndarray,
+    dev: SplitLike,
+    reference: Evaluated,
+    *,
+    seed: int,
+    reference_train: Evaluated | None = None,
+    seed_reference: Evaluated | None = None,
+    seed_reference_train: Evaluated | None = None,
+    more_seed_references: list[tuple[Evaluated, Evaluated]] | None = None,
+) -> tuple[PlantedResult, AnalysisReport]:
     """Analyse a candidate trained on ``planted`` (its probabilities on dev and on the planted
     training images) against the reference and the seed-noise twins; see ``run_planted``."""
     cause = planted.cause
-    extras = Extras(reference=reference, reference_train=reference_train, train=Evaluated(planted, cand_train),
-                    seed_reference=seed_reference, seed_reference_train=seed_reference_train, label_estimate=False,
-                    more_seed_references=[d for d, _ in more_seed_references or []],
-                    more_seed_references_train=[t for _, t in more_seed_references or []])
+    extras = Extras(
+        reference=reference,
+        reference_train=reference_train,
+        train=Evaluated(planted, cand_train),
+        seed_reference=seed_reference,
+        seed_reference_train=seed_reference_train,
+        label_estimate=False,
+        more_seed_references=[d for d, _ in more_seed_references or []],
+        more_seed_references_train=[t for _, t in more_seed_references or []],
+    )
     report, _ = analyse(Evaluated(dev, cand_dev), seed=seed, extras=extras)
     named, top = named_cause(report), top_finding_cause(report)
     if cause.kind in NULL_KINDS:  # a null run: nothing above threshold, so "leave it" and no finding
         recovered = named == "none" and not report.findings
     else:  # the issue's criterion: the cause is the top finding or the top recommendation
         recovered = cause.kind in (named, top)
-    return PlantedResult(seed=seed, cause=cause, named=named, top_finding=top, recovered=recovered,
-                         n_findings=len(report.findings)), report
+    return PlantedResult(
+        seed=seed,
+        cause=cause,
+        named=named,
+        top_finding=top,
+        recovered=recovered,
+        n_findings=len(report.findings),
+    ), report
 
 
-def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: SplitLike,
-                reference: Evaluated, *, seed: int, reference_train: Evaluated | None = None,
-                seed_reference: Evaluated | None = None,
-                seed_reference_train: Evaluated | None = None,
-                more_seed_references: list[tuple[Evaluated, Evaluated]] | None = None,
-                ) -> tuple[PlantedResult, AnalysisReport]:
+def run_planted(
+    cause: PlantedCause,
+    trainer: Trainer,
+    train: SplitLike,
+    dev: SplitLike,
+    reference: Evaluated,
+    *,
+    seed: int,
+    reference_train: Evaluated | None = None,
+    seed_reference: Evaluated | None = None,
+    seed_reference_train: Evaluated | None = None,
+    more_seed_references: list[tuple[Evaluated, Evaluated]] | None = None,
+) -> tuple[PlantedResult, AnalysisReport]:
     """Train a candidate on the planted data and analyse it against the reference on dev.
 
     ``reference`` is the unplanted model (same seed) on ``dev``; ``reference_train`` the same
@@ -219,19 +264,31 @@ def run_planted(cause: PlantedCause, trainer: Trainer, train: SplitLike, dev: Sp
     further unplanted seeds as (dev, train) pairs: the band is the largest any seed shows.
     """
     planted = plant(cause, train, np.random.default_rng(seed))
-    cand_dev, cand_train = fit_predict(trainer, planted.images, planted.masks, planted.capacity, seed,
-                                       (dev.images, planted.images))
-    return analyse_planted(planted, cand_dev, cand_train, dev, reference, seed=seed, reference_train=reference_train,
-                           seed_reference=seed_reference, seed_reference_train=seed_reference_train,
-                           more_seed_references=more_seed_references)
+    cand_dev, cand_train = fit_predict(
+        trainer, planted.images, planted.masks, planted.capacity, seed, (dev.images, planted.images)
+    )
+    return analyse_planted(
+        planted,
+        cand_dev,
+        cand_train,
+        dev,
+        reference,
+        seed=seed,
+        reference_train=reference_train,
+        seed_reference=seed_reference,
+        seed_reference_train=seed_reference_train,
+        more_seed_references=more_seed_references,
+    )
 
 
 def rates(results: list[PlantedResult]) -> dict[str, Interval]:
     """Recovery rate over planted runs and false-finding rate over null runs, with Wilson intervals."""
     planted = [r for r in results if r.cause.kind not in NULL_KINDS]
     null = [r for r in results if r.cause.kind in NULL_KINDS]
-    return {"recovery": wilson_interval(sum(r.recovered for r in planted), len(planted)),
-            "false_finding": wilson_interval(sum(not r.recovered for r in null), len(null))}
+    return {
+        "recovery": wilson_interval(sum(r.recovered for r in planted), len(planted)),
+        "false_finding": wilson_interval(sum(not r.recovered for r in null), len(null)),
+    }
 
 
 @dataclass(frozen=True)
@@ -249,7 +306,9 @@ class MixRun:
     draw_seed: int  # seeds the magnitude (and the masks a corruption erases)
 
 
-FitJob = tuple[np.ndarray, np.ndarray, float, int, tuple[np.ndarray, ...]]  # images, masks, capacity, seed, targets
+FitJob = tuple[
+    np.ndarray, np.ndarray, float, int, tuple[np.ndarray, ...]
+]  # images, masks, capacity, seed, targets
 
 
 def fit_all(trainer: Trainer, jobs: list[FitJob], workers: int) -> list[list[np.ndarray]]:
@@ -265,9 +324,16 @@ def fit_all(trainer: Trainer, jobs: list[FitJob], workers: int) -> list[list[np.
         return [f.result() for f in futures]
 
 
-def run_mix(mix: list[MixRun], trainer: Trainer, train: SplitLike, dev: SplitLike, *,
-            noise_offset: int | tuple[int, ...], ranges: Ranges | None = None, workers: int = 1,
-            ) -> list[tuple[PlantedResult, AnalysisReport]]:
+def run_mix(
+    mix: list[MixRun],
+    trainer: Trainer,
+    train: SplitLike,
+    dev: SplitLike,
+    *,
+    noise_offset: int | tuple[int, ...],
+    ranges: Ranges | None = None,
+    workers: int = 1,
+) -> list[tuple[PlantedResult, AnalysisReport]]:
     """Every run of ``mix``, each analysed against the unplanted reference of its ``ref_seed``
     and the seed-noise band of the unplanted seeds ``ref_seed + o`` for each offset ``o`` in
     ``noise_offset``; every unplanted model is trained once and shared by the runs of its seed.
@@ -275,27 +341,49 @@ def run_mix(mix: list[MixRun], trainer: Trainer, train: SplitLike, dev: SplitLik
     pickle); the analyses run here afterwards."""
     offsets = (noise_offset,) if isinstance(noise_offset, int) else noise_offset
     seeds = sorted({run.ref_seed + o for run in mix for o in (0, *offsets)})
-    planted = [plant(draw_cause(np.random.default_rng(run.draw_seed), run.kind, ranges), train,
-                     np.random.default_rng(run.train_seed)) for run in mix]
+    planted = [
+        plant(
+            draw_cause(np.random.default_rng(run.draw_seed), run.kind, ranges),
+            train,
+            np.random.default_rng(run.train_seed),
+        )
+        for run in mix
+    ]
     jobs: list[FitJob] = [(train.images, train.masks, 1.0, s, (dev.images, train.images)) for s in seeds]
-    jobs += [(p.images, p.masks, p.capacity, run.train_seed, (dev.images, p.images))
-             for run, p in zip(mix, planted, strict=True)]
+    jobs += [
+        (p.images, p.masks, p.capacity, run.train_seed, (dev.images, p.images))
+        for run, p in zip(mix, planted, strict=True)
+    ]
     probs = fit_all(trainer, jobs, workers)
     unplanted = {s: (Evaluated(dev, d), Evaluated(train, t)) for s, (d, t) in zip(seeds, probs, strict=False)}
     out = []
-    for run, p, (cand_dev, cand_train) in zip(mix, planted, probs[len(seeds):], strict=True):
+    for run, p, (cand_dev, cand_train) in zip(mix, planted, probs[len(seeds) :], strict=True):
         ref_dev, ref_train = unplanted[run.ref_seed]
         (twin_dev, twin_train), *more = [unplanted[run.ref_seed + o] for o in offsets]
-        out.append(analyse_planted(p, cand_dev, cand_train, dev, ref_dev, seed=run.train_seed,
-                                   reference_train=ref_train, seed_reference=twin_dev,
-                                   seed_reference_train=twin_train, more_seed_references=more))
+        out.append(
+            analyse_planted(
+                p,
+                cand_dev,
+                cand_train,
+                dev,
+                ref_dev,
+                seed=run.train_seed,
+                reference_train=ref_train,
+                seed_reference=twin_dev,
+                seed_reference_train=twin_train,
+                more_seed_references=more,
+            )
+        )
     return out
 
 
 def rate_lines(results: list[PlantedResult]) -> list[str]:
     """People-facing lines: each run, then the recovery and false-finding rates with intervals."""
-    lines = [f"{r.cause.kind} ({r.cause.magnitude}, seed {r.seed}) -> top recommendation {r.named}, top finding "
-             f"{r.top_finding}, {r.n_findings} finding(s): {'ok' if r.recovered else 'MISSED'}" for r in results]
+    lines = [
+        f"{r.cause.kind} ({r.cause.magnitude}, seed {r.seed}) -> top recommendation {r.named}, top finding "
+        f"{r.top_finding}, {r.n_findings} finding(s): {'ok' if r.recovered else 'MISSED'}"
+        for r in results
+    ]
     for name, iv in rates(results).items():
         lines.append(f"{name} rate {iv.estimate:.2f} [{iv.low:.2f}, {iv.high:.2f}] (Wilson 95%)")
     return lines

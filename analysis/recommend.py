@@ -22,8 +22,20 @@ from segfactory.records import Direction, ExpectedEffect, Recommendation, Ticket
 
 POLICY_PATH = Path(__file__).resolve().parent.parent / "policies" / "recommend.yaml"
 TOPUP_IMAGES = 250  # images of targeted synthetic data a slice recommendation asks for
-InputName = Literal["train_label_excess", "label_shift", "empty_label_hits", "underfit", "collapse", "overall_drop", "slice_finding", "learning_curve_gain",
-                    "train_dev_gap", "perturbation_drop", "dev_label_rate", "always"]
+InputName = Literal[
+    "train_label_excess",
+    "label_shift",
+    "empty_label_hits",
+    "underfit",
+    "collapse",
+    "overall_drop",
+    "slice_finding",
+    "learning_curve_gain",
+    "train_dev_gap",
+    "perturbation_drop",
+    "dev_label_rate",
+    "always",
+]
 
 
 class Rule(BaseModel):
@@ -62,16 +74,24 @@ class Inputs:
 
     findings: list[SliceRow] = field(default_factory=list)  # confirmed slices only
     overall_drop: float | None = None  # candidate minus reference defect miss rate
-    label_shift: float | None = None  # median relative change of confidence on true dev voids vs the reference
-    underfit: float | None = None  # reference train dice minus candidate train dice (each on its own train set)
+    label_shift: float | None = (
+        None  # median relative change of confidence on true dev voids vs the reference
+    )
+    underfit: float | None = (
+        None  # reference train dice minus candidate train dice (each on its own train set)
+    )
     train_dev_gap: float | None = None
     learning_curve: dict[str, float] | None = None  # "0.25"/"0.5"/"1.0" -> dev dice
     dev_labels: LabelEstimate | None = None
     train_labels: LabelEstimate | None = None
     perturbations: dict[str, float] | None = None  # perturbation -> dev dice drop
     model_dice: float | None = None  # the model's mean dev dice (rules may need a competent model)
-    collapse: float | None = None  # 1 - candidate positive dev pixels / unplanted models' median (relative runs)
-    empty_hits: tuple[float, int, float, int] | None = None  # train rate, n, dev rate, n: images labelled empty
+    collapse: float | None = (
+        None  # 1 - candidate positive dev pixels / unplanted models' median (relative runs)
+    )
+    empty_hits: tuple[float, int, float, int] | None = (
+        None  # train rate, n, dev rate, n: images labelled empty
+    )
     # where the model finds a void (a false-alarm component), on the train split and on dev
 
     def strongest(self) -> list[SliceRow]:
@@ -83,22 +103,30 @@ def _scalar(rule: Rule, inputs: Inputs) -> tuple[float | None, dict[str, Any]]:
     """The rule's input value and its evidence, or (None, {}) when it was not measured."""
     if rule.input == "train_label_excess" and inputs.dev_labels and inputs.train_labels:
         tr, dv = inputs.train_labels, inputs.dev_labels
-        return tr.rate - dv.rate, {"train_labels": tr.model_dump(exclude={"flagged_ids"}),
-                                   "dev_labels": dv.model_dump(exclude={"flagged_ids"})}
+        return tr.rate - dv.rate, {
+            "train_labels": tr.model_dump(exclude={"flagged_ids"}),
+            "dev_labels": dv.model_dump(exclude={"flagged_ids"}),
+        }
     if rule.input == "overall_drop" and inputs.overall_drop is not None:
         evidence: dict[str, Any] = {"overall_miss_rate_increase": inputs.overall_drop}
         if inputs.findings:  # a drop concentrated in one slice is that slice's, not the model's
             top = inputs.strongest()[0]
             if top.complement < rule.min_ratio_to_slice * top.score:
                 return None, {}
-            evidence.update(top_slice=top.name, top_slice_score=top.score, top_slice_complement=top.complement)
+            evidence.update(
+                top_slice=top.name, top_slice_score=top.score, top_slice_complement=top.complement
+            )
         return inputs.overall_drop, evidence
     if rule.input == "label_shift" and inputs.label_shift is not None:
         return abs(inputs.label_shift), {"confidence_shift_vs_reference": inputs.label_shift}
     if rule.input == "empty_label_hits" and inputs.empty_hits is not None:
         train_rate, n_train, dev_rate, n_dev = inputs.empty_hits
-        return train_rate - dev_rate, {"train_empty_images_with_a_void_found": train_rate, "train_empty_images": n_train,
-                                       "dev_empty_images_with_a_void_found": dev_rate, "dev_empty_images": n_dev}
+        return train_rate - dev_rate, {
+            "train_empty_images_with_a_void_found": train_rate,
+            "train_empty_images": n_train,
+            "dev_empty_images_with_a_void_found": dev_rate,
+            "dev_empty_images": n_dev,
+        }
     if rule.input == "collapse" and inputs.collapse is not None:
         return inputs.collapse, {"positive_pixels_lost_vs_unplanted": inputs.collapse}
     if rule.input == "underfit" and inputs.underfit is not None:
@@ -121,42 +149,73 @@ def _change(rule: Rule, slice_row: SliceRow | None) -> dict[str, Any]:
     if slice_row is None:
         return {"action": rule.action}
     if rule.action == "data_request":
-        return {"action": rule.action, "request": f"real images of the kind '{slice_row.name}'",
-                "slice": slice_row.name}
-    return {"action": rule.action, "synthetic": {"slice": slice_row.name, "attributes": slice_row.attributes,
-                                                 "n": TOPUP_IMAGES}}
+        return {
+            "action": rule.action,
+            "request": f"real images of the kind '{slice_row.name}'",
+            "slice": slice_row.name,
+        }
+    return {
+        "action": rule.action,
+        "synthetic": {"slice": slice_row.name, "attributes": slice_row.attributes, "n": TOPUP_IMAGES},
+    }
 
 
 def _from_slice(rule: Rule, row: SliceRow, k: int) -> Recommendation:
-    evidence = {"slice": row.name, "unit": row.unit, "n": row.n, "score": row.score,
-                "interval": [row.low, row.high], "complement": row.complement, "effect": row.effect,
-                "q_value": row.q_value, "confirm_n": row.confirm_n, "confirm_effect": row.confirm_effect,
-                "confirm_p": row.confirm_p}
+    evidence = {
+        "slice": row.name,
+        "unit": row.unit,
+        "n": row.n,
+        "score": row.score,
+        "interval": [row.low, row.high],
+        "complement": row.complement,
+        "effect": row.effect,
+        "q_value": row.q_value,
+        "confirm_n": row.confirm_n,
+        "confirm_effect": row.confirm_effect,
+        "confirm_p": row.confirm_p,
+    }
     metric = "miss_rate" if row.unit == "defect" else "one_minus_dice"
-    effect = ExpectedEffect(metric=metric, slice=row.name, direction=Direction.DOWN,
-                            size=round(rule.effect_share * row.effect, 4))
-    return Recommendation(id=f"{rule.id}-{k}", evidence=evidence, action=rule.action, kind=rule.kind,
-                          change=_change(rule, row), predicted_effect=effect,
-                          rationale=f"{row.name}: {row.unit} failure {row.score:.2f} vs {row.complement:.2f} "
-                                    f"elsewhere (n={row.n}), reproduced on held-out half")
+    effect = ExpectedEffect(
+        metric=metric, slice=row.name, direction=Direction.DOWN, size=round(rule.effect_share * row.effect, 4)
+    )
+    return Recommendation(
+        id=f"{rule.id}-{k}",
+        evidence=evidence,
+        action=rule.action,
+        kind=rule.kind,
+        change=_change(rule, row),
+        predicted_effect=effect,
+        rationale=f"{row.name}: {row.unit} failure {row.score:.2f} vs {row.complement:.2f} "
+        f"elsewhere (n={row.n}), reproduced on held-out half",
+    )
 
 
 def _from_scalar(rule: Rule, value: float, evidence: dict[str, Any]) -> Recommendation:
     down = rule.metric == "miss_rate"
     direction = Direction.NONE if rule.effect_share == 0 else (Direction.DOWN if down else Direction.UP)
-    effect = ExpectedEffect(metric=rule.metric, slice="all", direction=direction,
-                            size=round(rule.effect_share * abs(value), 4))
-    return Recommendation(id=f"{rule.id}-0", evidence={"value": value, **evidence}, action=rule.action,
-                          kind=rule.kind, change=_change(rule, None), predicted_effect=effect,
-                          rationale=f"{rule.input} = {value:.3f} (threshold {rule.min_value})")
+    effect = ExpectedEffect(
+        metric=rule.metric, slice="all", direction=direction, size=round(rule.effect_share * abs(value), 4)
+    )
+    return Recommendation(
+        id=f"{rule.id}-0",
+        evidence={"value": value, **evidence},
+        action=rule.action,
+        kind=rule.kind,
+        change=_change(rule, None),
+        predicted_effect=effect,
+        rationale=f"{rule.input} = {value:.3f} (threshold {rule.min_value})",
+    )
 
 
 def _fire(rule: Rule, inputs: Inputs) -> list[Recommendation]:
     if rule.min_model_dice > 0 and (inputs.model_dice is None or inputs.model_dice < rule.min_model_dice):
         return []
     if rule.input == "slice_finding":
-        rows = [r for r in inputs.strongest()
-                if r.effect >= rule.min_value and any(a in rule.attributes for a in r.attributes)]
+        rows = [
+            r
+            for r in inputs.strongest()
+            if r.effect >= rule.min_value and any(a in rule.attributes for a in r.attributes)
+        ]
         return [_from_slice(rule, r, k) for k, r in enumerate(rows[: rule.max_per_rule])]
     value, evidence = _scalar(rule, inputs)
     if value is None or value < rule.min_value:

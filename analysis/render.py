@@ -113,35 +113,57 @@ def crops(dev: Evaluated, errors: ErrorAnalysis, threshold: float, folder: Path)
 
 def markdown(report: AnalysisReport, plots: dict[str, str]) -> str:
     o = report.overall
-    lines = ["# Analysis report (dev only)", "",
-             f"{report.n_images} images, {report.n_defects} defect rows, threshold {report.threshold}.", "",
-             f"- dice {o['dice']:.3f} [{o['dice_low']:.3f}, {o['dice_high']:.3f}]",
-             f"- void miss rate {o['miss_rate']:.3f} [{o['miss_rate_low']:.3f}, {o['miss_rate_high']:.3f}]"
-             f" over {int(o['voids'])} voids",
-             f"- false alarms per image {o['false_alarms_per_image']:.2f}", ""]
+    lines = [
+        "# Analysis report (dev only)",
+        "",
+        f"{report.n_images} images, {report.n_defects} defect rows, threshold {report.threshold}.",
+        "",
+        f"- dice {o['dice']:.3f} [{o['dice_low']:.3f}, {o['dice_high']:.3f}]",
+        f"- void miss rate {o['miss_rate']:.3f} [{o['miss_rate_low']:.3f}, {o['miss_rate_high']:.3f}]"
+        f" over {int(o['voids'])} voids",
+        f"- false alarms per image {o['false_alarms_per_image']:.2f}",
+        "",
+    ]
     if report.notes:
         lines += ["## Notes on the input", ""] + [f"- {n}" for n in report.notes] + [""]
     lines += ["## Recommendations", ""]
     for r in report.recommendations:
         e = r.predicted_effect
-        lines.append(f"- **{r.action}** ({r.kind.value}): {r.rationale}; predicts {e.metric} on "
-                     f"`{e.slice}` {e.direction.value} by {e.size}")
-    lines += ["", "## What goes wrong (ranked)", ""] + [f"{k + 1}. {p.text}" for k, p in enumerate(report.problems)]
-    lines += ["", f"![errors]({plots['errors']})", "", "## Slices", "",
-              f"{report.n_slices_tested} slices tested, {report.n_slices_below_support} below minimum support; "
-              f"{len(report.findings)} confirmed on the held-out half.", "",
-              "| slice | unit | n | failure | interval | rest | discovered | confirmed |",
-              "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"- **{r.action}** ({r.kind.value}): {r.rationale}; predicts {e.metric} on "
+            f"`{e.slice}` {e.direction.value} by {e.size}"
+        )
+    lines += ["", "## What goes wrong (ranked)", ""] + [
+        f"{k + 1}. {p.text}" for k, p in enumerate(report.problems)
+    ]
+    lines += [
+        "",
+        f"![errors]({plots['errors']})",
+        "",
+        "## Slices",
+        "",
+        f"{report.n_slices_tested} slices tested, {report.n_slices_below_support} below minimum support; "
+        f"{len(report.findings)} confirmed on the held-out half.",
+        "",
+        "| slice | unit | n | failure | interval | rest | discovered | confirmed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for s in report.slices:
-        lines.append(f"| {s.name} | {s.unit} | {s.n} | {s.score:.3f} | [{s.low:.3f}, {s.high:.3f}] | "
-                     f"{s.complement:.3f} | {'yes' if s.discovered else 'no'} | {'yes' if s.confirmed else 'no'} |")
+        lines.append(
+            f"| {s.name} | {s.unit} | {s.n} | {s.score:.3f} | [{s.low:.3f}, {s.high:.3f}] | "
+            f"{s.complement:.3f} | {'yes' if s.discovered else 'no'} | {'yes' if s.confirmed else 'no'} |"
+        )
     lines += ["", f"![slices]({plots['slices']})", ""]
     if "learning_curve" in plots:
         lines += ["## Learning curve", "", f"![learning curve]({plots['learning_curve']})", ""]
     if report.dev_labels is not None:
         d = report.dev_labels
-        lines += ["## Label-error estimate (cleanlab)", "",
-                  f"dev: {d.flagged}/{d.n_images} images flagged ({d.rate:.2f} [{d.low:.2f}, {d.high:.2f}])", ""]
+        lines += [
+            "## Label-error estimate (cleanlab)",
+            "",
+            f"dev: {d.flagged}/{d.n_images} images flagged ({d.rate:.2f} [{d.low:.2f}, {d.high:.2f}])",
+            "",
+        ]
     if report.crops:
         lines += ["## Worst cases (green: missed, red: false alarm, yellow: hit)", ""]
         lines += [f"![{c}]({c})" for c in report.crops] + [""]
@@ -150,9 +172,11 @@ def markdown(report: AnalysisReport, plots: dict[str, str]) -> str:
 
 def to_html(md: str) -> str:
     """A small Markdown-to-HTML for exactly what ``markdown`` emits (headings, lists, tables, images)."""
-    out = ["<!doctype html><html><head><meta charset='utf-8'><title>segfactory analysis</title>",
-           "<style>body{font-family:sans-serif;max-width:980px;margin:auto}td,th{border:1px solid #ccc;"
-           "padding:2px 6px}table{border-collapse:collapse}</style></head><body>"]
+    out = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>segfactory analysis</title>",
+        "<style>body{font-family:sans-serif;max-width:980px;margin:auto}td,th{border:1px solid #ccc;"
+        "padding:2px 6px}table{border-collapse:collapse}</style></head><body>",
+    ]
     in_table = False
     for line in md.splitlines():
         text = html.escape(line)
@@ -160,14 +184,19 @@ def to_html(md: str) -> str:
             cells = [c.strip() for c in line.strip("|").split("|")]
             if set("".join(cells)) <= {"-"}:
                 continue
-            out.append(("<table>" if not in_table else "") + "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+            out.append(
+                ("<table>" if not in_table else "")
+                + "<tr>"
+                + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+                + "</tr>"
+            )
             in_table = True
             continue
         if in_table:
             out.append("</table>")
             in_table = False
         if line.startswith("!["):
-            src = line[line.index("(") + 1: line.rindex(")")]
+            src = line[line.index("(") + 1 : line.rindex(")")]
             out.append(f"<p><img src='{html.escape(src)}'></p>")
         elif line.startswith("#"):
             level = len(line) - len(line.lstrip("#"))

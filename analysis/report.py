@@ -92,7 +92,12 @@ class Evaluated:
         cached = self._errors.get(threshold)
         if cached is None:
             cached = self._errors[threshold] = analyse_errors(
-                self.prob, self.split.masks, threshold=threshold, defects=self.split.defects, image_ids=self.ids)
+                self.prob,
+                self.split.masks,
+                threshold=threshold,
+                defects=self.split.defects,
+                image_ids=self.ids,
+            )
         return cached
 
 
@@ -101,9 +106,16 @@ def _overall(errors: ErrorAnalysis, seed: int) -> dict[str, float]:
     n_gt = len(errors.gt)
     missed = sum(c.outcome == ErrorType.MISSED.value for c in errors.gt)
     miss = wilson_interval(missed, n_gt)
-    return {"dice": dice.estimate, "dice_low": dice.low, "dice_high": dice.high,
-            "miss_rate": miss.estimate, "miss_rate_low": miss.low, "miss_rate_high": miss.high,
-            "voids": float(n_gt), "false_alarms_per_image": errors.false_alarm_area.size / max(errors.n_images, 1)}
+    return {
+        "dice": dice.estimate,
+        "dice_low": dice.low,
+        "dice_high": dice.high,
+        "miss_rate": miss.estimate,
+        "miss_rate_low": miss.low,
+        "miss_rate_high": miss.high,
+        "voids": float(n_gt),
+        "false_alarms_per_image": errors.false_alarm_area.size / max(errors.n_images, 1),
+    }
 
 
 def _input_notes(dev: Evaluated, threshold: float) -> list[str]:
@@ -135,21 +147,24 @@ class Extras:
 def _twins(extras: Extras) -> list[tuple[Evaluated, Evaluated | None]]:
     """Every unplanted seed-noise model (on dev, and on the training data where given)."""
     dev = ([extras.seed_reference] if extras.seed_reference else []) + extras.more_seed_references
-    train: list[Evaluated | None] = ([extras.seed_reference_train] if extras.seed_reference else [])
+    train: list[Evaluated | None] = [extras.seed_reference_train] if extras.seed_reference else []
     train += extras.more_seed_references_train
     train += [None] * (len(dev) - len(train))
     return list(zip(dev, train, strict=True))
 
 
-def _image_units(meta: list[dict[str, Any]], defects: list[dict[str, Any]], dice: np.ndarray,
-                 ref_dice: np.ndarray | None) -> Units:
+def _image_units(
+    meta: list[dict[str, Any]], defects: list[dict[str, Any]], dice: np.ndarray, ref_dice: np.ndarray | None
+) -> Units:
     units = image_units(meta, defects, dice, ref_dice)
     if ref_dice is not None:  # a uniform per-void drop costs more dice where there are more voids, so a
         units.columns.pop("count")  # relative image-level count slice is mechanical (defect units keep count)
     return units
 
 
-def _slices(dev: Evaluated, errs: ErrorAnalysis, extras: Extras, threshold: float, seed: int) -> list[SliceReport]:
+def _slices(
+    dev: Evaluated, errs: ErrorAnalysis, extras: Extras, threshold: float, seed: int
+) -> list[SliceReport]:
     meta, defects = dev.split.image_meta, dev.split.defects
     ref = extras.reference.errors(threshold) if extras.reference else None
     units_d = defect_units(meta, defects, errs.defect_outcome, ref.defect_outcome if ref else None)
@@ -159,15 +174,19 @@ def _slices(dev: Evaluated, errs: ErrorAnalysis, extras: Extras, threshold: floa
     if ref is not None and _twins(extras):
         others = [twin.errors(threshold) for twin, _ in _twins(extras)]
         noise_d = [defect_units(meta, defects, o.defect_outcome, ref.defect_outcome).outcome for o in others]
-        noise_i = [_image_units(meta, defects, o.per_image["dice"], ref.per_image["dice"]).outcome for o in others]
+        noise_i = [
+            _image_units(meta, defects, o.per_image["dice"], ref.per_image["dice"]).outcome for o in others
+        ]
     conf_d = conf_i = None
     if extras.confirm is not None and extras.reference is None:
         c = extras.confirm
         cerr = c.errors(threshold)
         conf_d = defect_units(c.split.image_meta, c.split.defects, cerr.defect_outcome)
         conf_i = image_units(c.split.image_meta, c.split.defects, cerr.per_image["dice"])
-    return [find_slices(units_d, seed=seed, confirm=conf_d, noise=noise_d),
-            find_slices(units_i, seed=seed, confirm=conf_i, noise=noise_i)]
+    return [
+        find_slices(units_d, seed=seed, confirm=conf_d, noise=noise_d),
+        find_slices(units_i, seed=seed, confirm=conf_i, noise=noise_i),
+    ]
 
 
 def _reference_drop(dev: Evaluated, errs: ErrorAnalysis, extras: Extras, threshold: float) -> float | None:
@@ -216,7 +235,9 @@ def _net_of_seed_noise(inputs: Inputs, ref: Evaluated, extras: Extras, threshold
     trains = [t for _, t in twins if t is not None]
     noise: dict[str, list[float]] = {
         "overall_drop": [_reference_drop(t, t.errors(threshold), extras, threshold) or 0.0 for t, _ in twins],
-        "label_shift": [_confidence_shift(t, ref) for t, _ in twins], "underfit": []}
+        "label_shift": [_confidence_shift(t, ref) for t, _ in twins],
+        "underfit": [],
+    }
     if extras.reference_train is not None and trains:
         ref_train = _mean_dice(extras.reference_train, threshold)
         noise["underfit"] = [ref_train - _mean_dice(t, threshold) for t in trains]
@@ -224,8 +245,10 @@ def _net_of_seed_noise(inputs: Inputs, ref: Evaluated, extras: Extras, threshold
     inputs.label_shift = _beyond(inputs.label_shift, noise["label_shift"])
     inputs.underfit = _beyond(inputs.underfit, noise["underfit"])
     shown = ", ".join(f"{k} [{min(v):+.3f}, {max(v):+.3f}]" for k, v in noise.items() if v)
-    return (f"relative inputs are net of the seed-noise band ({len(twins)} further unplanted seed(s) differ "
-            f"from the reference by {shown})")
+    return (
+        f"relative inputs are net of the seed-noise band ({len(twins)} further unplanted seed(s) differ "
+        f"from the reference by {shown})"
+    )
 
 
 def _empty_hit_rate(ev: Evaluated, threshold: float) -> tuple[float, int] | None:
@@ -239,7 +262,9 @@ def _empty_hit_rate(ev: Evaluated, threshold: float) -> tuple[float, int] | None
     return float(hits.mean()), int(empty.sum())
 
 
-def _empty_hits(dev: Evaluated, train: Evaluated | None, threshold: float) -> tuple[float, int, float, int] | None:
+def _empty_hits(
+    dev: Evaluated, train: Evaluated | None, threshold: float
+) -> tuple[float, int, float, int] | None:
     """The empty-label hit rate on train and on dev (both needed). A within-model contrast: the
     model is compared with itself on two splits, so no reference is needed to cancel what every
     model does (finding faint voids in some images labelled empty, say)."""
@@ -260,8 +285,9 @@ def _collapse(dev: Evaluated, unplanted: list[Evaluated], threshold: float) -> f
     return max(0.0, 1.0 - int((dev.prob >= threshold).sum()) / typical)
 
 
-def _unless_collapsed(inputs: Inputs, dev: Evaluated, unplanted: list[Evaluated], threshold: float,
-                      notes: list[str]) -> list[SliceRow]:
+def _unless_collapsed(
+    inputs: Inputs, dev: Evaluated, unplanted: list[Evaluated], threshold: float, notes: list[str]
+) -> list[SliceRow]:
     """A collapsed candidate (predicts nearly nothing where the reference responds) is worse in
     every slice by the reference's own hit rate there, so slices and the confidence shift say
     nothing about a cause; they are withdrawn and the collapse itself becomes the input."""
@@ -269,14 +295,24 @@ def _unless_collapsed(inputs: Inputs, dev: Evaluated, unplanted: list[Evaluated]
     inputs.collapse = collapse
     if collapse < 1.0 - COLLAPSE_SHARE:
         return inputs.findings
-    notes.append(f"the candidate collapsed: {1.0 - collapse:.1%} of the unplanted models' positive dev pixels; "
-                 f"slice findings ({len(inputs.findings)}) and the confidence shift are withdrawn")
+    notes.append(
+        f"the candidate collapsed: {1.0 - collapse:.1%} of the unplanted models' positive dev pixels; "
+        f"slice findings ({len(inputs.findings)}) and the confidence shift are withdrawn"
+    )
     inputs.findings, inputs.label_shift = [], None
     return []
 
 
-def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold: float = 0.5, seed: int = 0,
-            extras: Extras | None = None, policy: Policy | None = None) -> tuple[AnalysisReport, ErrorAnalysis]:
+def analyse(
+    dev: Evaluated,
+    *,
+    model_sha256: str = "",
+    data: str = "",
+    threshold: float = 0.5,
+    seed: int = 0,
+    extras: Extras | None = None,
+    policy: Policy | None = None,
+) -> tuple[AnalysisReport, ErrorAnalysis]:
     """Analyse ``dev`` predictions; returns the report and the per-component error analysis."""
     extras = extras or Extras()
     if dev.prob.shape[0] == 0:
@@ -284,8 +320,10 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
     errs = dev.errors(threshold)
     notes = _input_notes(dev, threshold)
     slice_reports = _slices(dev, errs, extras, threshold, seed)
-    rows = sorted((r for rep in slice_reports for r in rep.rows),
-                  key=lambda r: (not r.confirmed, not r.discovered, -r.effect, r.name))
+    rows = sorted(
+        (r for rep in slice_reports for r in rep.rows),
+        key=lambda r: (not r.confirmed, not r.discovered, -r.effect, r.name),
+    )
     for rep in slice_reports:
         notes.extend(rep.notes)
     dev_labels = train_labels = None
@@ -299,34 +337,64 @@ def analyse(dev: Evaluated, *, model_sha256: str = "", data: str = "", threshold
         gap = _mean_dice(extras.train, threshold) - float(errs.per_image["dice"].mean())
     findings = [r for r in rows if r.confirmed]
     drop = _reference_drop(dev, errs, extras, threshold)
-    inputs = Inputs(findings=findings, overall_drop=drop, train_dev_gap=gap, learning_curve=extras.learning_curve,
-                    dev_labels=dev_labels, train_labels=train_labels, perturbations=extras.perturbations,
-                    model_dice=float(errs.per_image["dice"].mean()),
-                    empty_hits=_empty_hits(dev, extras.train, threshold))
+    inputs = Inputs(
+        findings=findings,
+        overall_drop=drop,
+        train_dev_gap=gap,
+        learning_curve=extras.learning_curve,
+        dev_labels=dev_labels,
+        train_labels=train_labels,
+        perturbations=extras.perturbations,
+        model_dice=float(errs.per_image["dice"].mean()),
+        empty_hits=_empty_hits(dev, extras.train, threshold),
+    )
     if inputs.empty_hits is not None:
         on_train, n_train, on_dev, n_dev = inputs.empty_hits
-        notes.append(f"images labelled empty where the model finds a void: {on_train:.1%} of {n_train} on train, "
-                     f"{on_dev:.1%} of {n_dev} on dev (labels-miss-voids compares the two)")
-    if extras.reference is not None:  # relative run: absolute label and gap inputs say nothing about the cause
+        notes.append(
+            f"images labelled empty where the model finds a void: {on_train:.1%} of {n_train} on train, "
+            f"{on_dev:.1%} of {n_dev} on dev (labels-miss-voids compares the two)"
+        )
+    if (
+        extras.reference is not None
+    ):  # relative run: absolute label and gap inputs say nothing about the cause
         inputs.dev_labels, inputs.train_dev_gap = None, None
         inputs.label_shift = _confidence_shift(dev, extras.reference)
         if extras.train is not None and extras.reference_train is not None:
-            inputs.underfit = _mean_dice(extras.reference_train, threshold) - _mean_dice(extras.train, threshold)
+            inputs.underfit = _mean_dice(extras.reference_train, threshold) - _mean_dice(
+                extras.train, threshold
+            )
         if _twins(extras):
             notes.append(_net_of_seed_noise(inputs, extras.reference, extras, threshold))
         unplanted = [extras.reference] + [t for t, _ in _twins(extras)]
         findings = _unless_collapsed(inputs, dev, unplanted, threshold, notes)
     counts = errs.counts()
     report = AnalysisReport(
-        model_sha256=model_sha256, data=data, n_images=int(dev.prob.shape[0]), n_defects=len(dev.split.defects),
-        threshold=threshold, overall=_overall(errs, seed), error_counts=counts,
-        problems=[ProblemRow(error_type=p.error_type, size_bin=p.size_bin, count=p.count, share=p.share,
-                             text=p.describe()) for p in rank_problems(counts)],
-        slices=rows[:TABLE_ROWS], n_slices_tested=sum(r.n_tested for r in slice_reports),
-        n_slices_below_support=sum(r.n_below_support for r in slice_reports), findings=findings,
-        dev_labels=dev_labels, train_labels=train_labels, train_dev_gap=gap,
-        learning_curve=extras.learning_curve, perturbations=extras.perturbations,
-        reference_miss_rate_increase=drop, recommendations=recommend(inputs, policy), notes=notes)
+        model_sha256=model_sha256,
+        data=data,
+        n_images=int(dev.prob.shape[0]),
+        n_defects=len(dev.split.defects),
+        threshold=threshold,
+        overall=_overall(errs, seed),
+        error_counts=counts,
+        problems=[
+            ProblemRow(
+                error_type=p.error_type, size_bin=p.size_bin, count=p.count, share=p.share, text=p.describe()
+            )
+            for p in rank_problems(counts)
+        ],
+        slices=rows[:TABLE_ROWS],
+        n_slices_tested=sum(r.n_tested for r in slice_reports),
+        n_slices_below_support=sum(r.n_below_support for r in slice_reports),
+        findings=findings,
+        dev_labels=dev_labels,
+        train_labels=train_labels,
+        train_dev_gap=gap,
+        learning_curve=extras.learning_curve,
+        perturbations=extras.perturbations,
+        reference_miss_rate_increase=drop,
+        recommendations=recommend(inputs, policy),
+        notes=notes,
+    )
     return report, errs
 
 
@@ -335,6 +403,8 @@ def summary_lines(report: AnalysisReport, k: int = 3) -> list[str]:
     lines = []
     for r in report.recommendations[:k]:
         e = r.predicted_effect
-        lines.append(f"{r.id}: {r.action} ({r.kind.value}) - {r.rationale}; predicts {e.metric} on "
-                     f"{e.slice} {e.direction.value} by {e.size}")
+        lines.append(
+            f"{r.id}: {r.action} ({r.kind.value}) - {r.rationale}; predicts {e.metric} on "
+            f"{e.slice} {e.direction.value} by {e.size}"
+        )
     return lines

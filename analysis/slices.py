@@ -33,7 +33,9 @@ from segfactory.stats import benjamini_hochberg, bootstrap_mean_ci, noise_edge, 
 MIN_SUPPORT = 30  # units on the discovery half; smaller slices are not tested
 MIN_CONFIRM_SUPPORT = 15  # units on the confirmation half
 MIN_EFFECT = 0.10  # slice minus complement (failure rate or 1 - dice) to count as a finding
-SLICE_NOISE_LEVEL = 0.99  # one-sided prediction level of a slice's seed-noise band (segfactory.stats.noise_edge)
+SLICE_NOISE_LEVEL = (
+    0.99  # one-sided prediction level of a slice's seed-noise band (segfactory.stats.noise_edge)
+)
 FDR_Q = 0.10  # Benjamini–Hochberg false discovery rate across slices
 CONFIRM_ALPHA = 0.05  # one-sided level of the confirmation test
 N_QUANTILE_BINS = 4  # numeric attributes are cut at their quartiles
@@ -60,7 +62,9 @@ class Units:
     def numeric(self, attr: str) -> np.ndarray:
         """The column as float64, NaN where a value is missing or not a number (cached)."""
         if attr not in self._numeric:
-            self._numeric[attr] = np.array([float(v) if _is_number(v) else np.nan for v in self.columns[attr]])
+            self._numeric[attr] = np.array(
+                [float(v) if _is_number(v) else np.nan for v in self.columns[attr]]
+            )
         return self._numeric[attr]
 
 
@@ -85,7 +89,9 @@ class SliceRow(BaseModel):
     confirm_n: int = 0
     confirm_effect: float = 0.0
     confirm_p: float = 1.0
-    noise_effect: float = 0.0  # edge of the slice's seed-noise band: its effect between unplanted seeds (0: not measured)
+    noise_effect: float = (
+        0.0  # edge of the slice's seed-noise band: its effect between unplanted seeds (0: not measured)
+    )
     confirmed: bool = False
 
 
@@ -120,11 +126,17 @@ def _numeric_bins(attr: str, values: np.ndarray) -> list[SliceDef]:
     bounds = [-np.inf, *edges.tolist(), np.inf]
     defs = []
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+
         def pred(units: Units, lo: float = lo, hi: float = hi) -> np.ndarray:
             num = units.numeric(attr)
             with np.errstate(invalid="ignore"):
                 return (num >= lo) & (num < hi)
-        label = f"{attr}<{hi:.3g}" if lo == -np.inf else (f"{attr}>={lo:.3g}" if hi == np.inf else f"{attr}∈[{lo:.3g},{hi:.3g})")
+
+        label = (
+            f"{attr}<{hi:.3g}"
+            if lo == -np.inf
+            else (f"{attr}>={lo:.3g}" if hi == np.inf else f"{attr}∈[{lo:.3g},{hi:.3g})")
+        )
         defs.append(SliceDef(label, (attr,), pred))
     return defs
 
@@ -133,8 +145,10 @@ def _category_bins(attr: str, values: np.ndarray) -> list[SliceDef]:
     cats = sorted({str(v) for v in values if v is not None})
     defs = []
     for cat in cats:
+
         def pred(units: Units, cat: str = cat) -> np.ndarray:
             return np.array([v is not None and str(v) == cat for v in units.columns[attr]], dtype=bool)
+
         defs.append(SliceDef(f"{attr}={cat}", (attr,), pred))
     return defs
 
@@ -163,8 +177,10 @@ def two_way_slices(defs: list[SliceDef]) -> list[SliceDef]:
     for a, b in combinations(defs, 2):
         if a.attributes == b.attributes:
             continue
+
         def pred(units: Units, a: SliceDef = a, b: SliceDef = b) -> np.ndarray:
             return a.predicate(units) & b.predicate(units)
+
         out.append(SliceDef(f"{a.name} & {b.name}", a.attributes + b.attributes, pred, (a.name, b.name)))
     return out
 
@@ -215,8 +231,13 @@ def halves(units: Units, seed: int) -> np.ndarray:
     return np.isin(units.image, chosen)
 
 
-def find_slices(units: Units, *, seed: int = 0, confirm: Units | None = None,
-                noise: np.ndarray | list[np.ndarray] | None = None) -> SliceReport:
+def find_slices(
+    units: Units,
+    *,
+    seed: int = 0,
+    confirm: Units | None = None,
+    noise: np.ndarray | list[np.ndarray] | None = None,
+) -> SliceReport:
     """Score every slice; discover on one half of ``units`` and confirm on the other
     (or on ``confirm``, a fresh set with the same attributes, when given).
 
@@ -251,13 +272,22 @@ def find_slices(units: Units, *, seed: int = 0, confirm: Units | None = None,
         notes.append(f"no {units.kind} slice reached the minimum support of {MIN_SUPPORT}")
         return SliceReport([], 0, below, notes)
     rejected, adjusted = benjamini_hochberg([t[4] for t in tested], q=FDR_Q)
-    rows = [_row(units, t, bool(r), float(q), conf_units.outcome[conf_mask], conf_masks[t[0].name][conf_mask])
-            for t, r, q in zip(tested, rejected, adjusted, strict=True)]
+    rows = [
+        _row(units, t, bool(r), float(q), conf_units.outcome[conf_mask], conf_masks[t[0].name][conf_mask])
+        for t, r, q in zip(tested, rejected, adjusted, strict=True)
+    ]
     bands = [] if noise is None else [noise] if isinstance(noise, np.ndarray) else noise
     if bands:
-        rows = [r.model_copy(update={"noise_effect": noise_edge([_effect(b, masks[r.name])[1] for b in bands],
-                                                                upper=True, level=SLICE_NOISE_LEVEL)})
-                for r in rows]
+        rows = [
+            r.model_copy(
+                update={
+                    "noise_effect": noise_edge(
+                        [_effect(b, masks[r.name])[1] for b in bands], upper=True, level=SLICE_NOISE_LEVEL
+                    )
+                }
+            )
+            for r in rows
+        ]
     rows = _confirm(rows)
     rows.sort(key=lambda r: (not r.confirmed, not r.discovered, -r.effect, r.name))
     kept = [_with_interval(r, units.outcome[masks[r.name]], seed) for r in rows[:TABLE_ROWS]]
@@ -281,14 +311,24 @@ def _confirm(rows: list[SliceRow]) -> list[SliceRow]:
     out = list(rows)
     for k, ok in zip(idx, passed, strict=True):
         r = rows[k]
-        confirmed = (bool(ok) and r.confirm_n >= MIN_CONFIRM_SUPPORT and r.confirm_effect >= MIN_EFFECT
-                     and r.effect - max(r.noise_effect, 0.0) >= MIN_EFFECT)
+        confirmed = (
+            bool(ok)
+            and r.confirm_n >= MIN_CONFIRM_SUPPORT
+            and r.confirm_effect >= MIN_EFFECT
+            and r.effect - max(r.noise_effect, 0.0) >= MIN_EFFECT
+        )
         out[k] = r.model_copy(update={"confirmed": confirmed})
     return out
 
 
-def _row(units: Units, tested: tuple[SliceDef, np.ndarray, int, float, float], rejected: bool, q: float,
-         conf_outcome: np.ndarray, conf_in_slice: np.ndarray) -> SliceRow:
+def _row(
+    units: Units,
+    tested: tuple[SliceDef, np.ndarray, int, float, float],
+    rejected: bool,
+    q: float,
+    conf_outcome: np.ndarray,
+    conf_in_slice: np.ndarray,
+) -> SliceRow:
     """A slice's row; its interval is filled in by ``_with_interval`` for the rows a report keeps."""
     d, mask, n_disc, eff_disc, p_disc = tested
     score = float(units.outcome[mask].mean())
@@ -298,7 +338,22 @@ def _row(units: Units, tested: tuple[SliceDef, np.ndarray, int, float, float], r
     conf_n, conf_eff, conf_p = 0, 0.0, 1.0
     if discovered:
         conf_n, conf_eff, conf_p = _effect(conf_outcome, conf_in_slice)
-    return SliceRow(name=d.name, unit=units.kind, attributes=list(d.attributes), n=int(mask.sum()),
-                    score=score, low=low, high=high, complement=complement, effect=score - complement,
-                    discovery_n=n_disc, discovery_effect=eff_disc, p_value=p_disc, q_value=q,
-                    discovered=discovered, confirm_n=conf_n, confirm_effect=conf_eff, confirm_p=conf_p)
+    return SliceRow(
+        name=d.name,
+        unit=units.kind,
+        attributes=list(d.attributes),
+        n=int(mask.sum()),
+        score=score,
+        low=low,
+        high=high,
+        complement=complement,
+        effect=score - complement,
+        discovery_n=n_disc,
+        discovery_effect=eff_disc,
+        p_value=p_disc,
+        q_value=q,
+        discovered=discovered,
+        confirm_n=conf_n,
+        confirm_effect=conf_eff,
+        confirm_p=conf_p,
+    )

@@ -65,9 +65,15 @@ def _void(size: int, rng: np.random.Generator, prefix: str) -> tuple[np.ndarray,
         blob[int(cy), int(cx)] = True
     ys, xs = np.nonzero(blob)
     bbox = [int(ys.min()), int(xs.min()), int(ys.max()) + 1, int(xs.max()) + 1]
-    row = {"image_id": prefix, "area": int(blob.sum()), "diameter": round(diameter, 3),
-           "contrast": round(float(rng.uniform(*CONTRAST_RANGE)), 4), "shape": shape, "bbox": bbox,
-           "edge": bool(bbox[0] == 0 or bbox[1] == 0 or bbox[2] == size or bbox[3] == size)}
+    row = {
+        "image_id": prefix,
+        "area": int(blob.sum()),
+        "diameter": round(diameter, 3),
+        "contrast": round(float(rng.uniform(*CONTRAST_RANGE)), 4),
+        "shape": shape,
+        "bbox": bbox,
+        "edge": bool(bbox[0] == 0 or bbox[1] == 0 or bbox[2] == size or bbox[3] == size),
+    }
     return blob, row
 
 
@@ -90,8 +96,16 @@ def toy_split(n: int, size: int = 40, seed: int = 0) -> ToySplit:
             defects.append(row)
         noisy = signal + rng.normal(0, 0.04 / np.sqrt(dose), (size, size))
         images[k] = np.clip(noisy, 0, 1).astype(np.float32)
-        meta.append({"id": image_id, "sha256": image_sha256(images[k]), "dose": round(dose, 3),
-                     "background": background, "thickness": round(thickness, 3), "part": "toy"})
+        meta.append(
+            {
+                "id": image_id,
+                "sha256": image_sha256(images[k]),
+                "dose": round(dose, 3),
+                "background": background,
+                "thickness": round(thickness, 3),
+                "part": "toy",
+            }
+        )
     return ToySplit(images, masks, meta, defects)
 
 
@@ -123,14 +137,30 @@ class Candidates:
 
 def candidates(images: np.ndarray) -> Candidates:
     contrast = _contrast(images)
-    labels, n_regions = ndimage.label(contrast > CANDIDATE_CONTRAST, structure=np.array(
-        [[[0, 0, 0], [0, 0, 0], [0, 0, 0]], [[0, 1, 0], [1, 1, 1], [0, 1, 0]], [[0, 0, 0], [0, 0, 0], [0, 0, 0]]]))
+    labels, n_regions = ndimage.label(
+        contrast > CANDIDATE_CONTRAST,
+        structure=np.array(
+            [
+                [[0, 0, 0], [0, 0, 0], [0, 0, 0]],
+                [[0, 1, 0], [1, 1, 1], [0, 1, 0]],
+                [[0, 0, 0], [0, 0, 0], [0, 0, 0]],
+            ]
+        ),
+    )
     ids = np.arange(1, n_regions + 1)
     area = np.bincount(labels.ravel(), minlength=n_regions + 1)[1:].astype(float)
     peak = np.asarray(ndimage.maximum(contrast, labels, ids)) if n_regions else np.zeros(0)
-    owner = np.asarray(ndimage.minimum(np.indices(labels.shape)[0], labels, ids)).astype(int) if n_regions else np.zeros(0, int)
+    owner = (
+        np.asarray(ndimage.minimum(np.indices(labels.shape)[0], labels, ids)).astype(int)
+        if n_regions
+        else np.zeros(0, int)
+    )
     per_image = _image_features(images)
-    feats = np.column_stack([np.log2(area), peak, per_image[owner, 0], per_image[owner, 1]]) if n_regions else np.zeros((0, N_FEATURES))
+    feats = (
+        np.column_stack([np.log2(area), peak, per_image[owner, 0], per_image[owner, 1]])
+        if n_regions
+        else np.zeros((0, N_FEATURES))
+    )
     return Candidates(labels, feats)
 
 
@@ -158,8 +188,11 @@ class HistogramPredictor:
     table: np.ndarray  # (area bins, contrast bins, 3) P(void)
 
     def cells(self, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return (np.searchsorted(self.area_edges, feats[:, 0]), np.searchsorted(self.contrast_edges, feats[:, 1]),
-                _background_class(feats[:, 2:4]))
+        return (
+            np.searchsorted(self.area_edges, feats[:, 0]),
+            np.searchsorted(self.contrast_edges, feats[:, 1]),
+            _background_class(feats[:, 2:4]),
+        )
 
     def predict(self, images: np.ndarray) -> np.ndarray:
         cand = candidates(images)
@@ -170,17 +203,22 @@ class HistogramPredictor:
 class HistogramTrainer:
     """Fits a ``HistogramPredictor``; ``capacity`` in (0, 1] keeps that share of the bin edges."""
 
-    def fit(self, images: np.ndarray, masks: np.ndarray, *, capacity: float = 1.0, seed: int = 0) -> HistogramPredictor:
+    def fit(
+        self, images: np.ndarray, masks: np.ndarray, *, capacity: float = 1.0, seed: int = 0
+    ) -> HistogramPredictor:
         rng = np.random.default_rng(seed)
         keep = rng.random(images.shape[0]) < SUBSAMPLE  # training noise: each seed sees a different subset
         images, masks = images[keep], masks[keep]
         cand = candidates(images)
         n_regions = cand.feats.shape[0]
-        hits = np.bincount(cand.labels.ravel(), weights=masks.ravel().astype(float), minlength=n_regions + 1)[1:]
+        hits = np.bincount(cand.labels.ravel(), weights=masks.ravel().astype(float), minlength=n_regions + 1)[
+            1:
+        ]
         area = np.bincount(cand.labels.ravel(), minlength=n_regions + 1)[1:]
         is_void = (hits >= 0.5 * np.maximum(area, 1)).astype(float)
-        model = HistogramPredictor(_keep_edges(AREA_EDGES_LOG2, capacity),
-                                   _keep_edges(CONTRAST_EDGES, capacity), np.zeros(1))
+        model = HistogramPredictor(
+            _keep_edges(AREA_EDGES_LOG2, capacity), _keep_edges(CONTRAST_EDGES, capacity), np.zeros(1)
+        )
         shape = (model.area_edges.size + 1, model.contrast_edges.size + 1, 3)
         flat = np.ravel_multi_index(model.cells(cand.feats), shape) if n_regions else np.zeros(0, int)
         size = int(np.prod(shape))
@@ -198,8 +236,9 @@ def contrast_onnx(path: Path, gain: float = 40.0) -> Path:
     from onnx import TensorProto, helper
 
     nodes = [
-        helper.make_node("AveragePool", ["image"], ["mean"], kernel_shape=[9, 9], pads=[4, 4, 4, 4],
-                         count_include_pad=0),
+        helper.make_node(
+            "AveragePool", ["image"], ["mean"], kernel_shape=[9, 9], pads=[4, 4, 4, 4], count_include_pad=0
+        ),
         helper.make_node("Sub", ["image", "mean"], ["diff"]),
         helper.make_node("Mul", ["diff", "gain"], ["scaled"]),
         helper.make_node("Sub", ["scaled", "two"], ["logit"]),
@@ -207,10 +246,15 @@ def contrast_onnx(path: Path, gain: float = 40.0) -> Path:
     ]
     shape: list[str | int] = ["N", 1, "H", "W"]
     graph = helper.make_graph(
-        nodes, "contrast", [helper.make_tensor_value_info("image", TensorProto.FLOAT, shape)],
+        nodes,
+        "contrast",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("prob", TensorProto.FLOAT, shape)],
-        [helper.make_tensor("gain", TensorProto.FLOAT, [], [gain]),
-         helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+        [
+            helper.make_tensor("gain", TensorProto.FLOAT, [], [gain]),
+            helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

@@ -18,8 +18,14 @@ from analysis.errortypes import ErrorType
 from analysis.slices import Units
 
 # slice attribute -> metadata key; defect keys are looked up on the defect row first, then its image
-DEFECT_ATTRIBUTES = {"size": "area", "contrast": "contrast", "shape": "shape", "thickness": "thickness",
-                     "dose": "dose", "background": "background"}
+DEFECT_ATTRIBUTES = {
+    "size": "area",
+    "contrast": "contrast",
+    "shape": "shape",
+    "thickness": "thickness",
+    "dose": "dose",
+    "background": "background",
+}
 IMAGE_ATTRIBUTES = {"dose": "dose", "background": "background", "thickness": "thickness"}
 UNLABELLED = "unlabelled"
 
@@ -45,9 +51,13 @@ def defect_units(
     """Units over defect rows; rows whose void could not be located are left out."""
     ids = [str(m.get("id")) for m in image_meta]
     index_of = {i: k for k, i in enumerate(ids)}
-    keep = [k for k, d in enumerate(defects)
-            if outcome[k] != UNLABELLED and str(d.get("image_id")) in index_of
-            and (reference is None or reference[k] != UNLABELLED)]
+    keep = [
+        k
+        for k, d in enumerate(defects)
+        if outcome[k] != UNLABELLED
+        and str(d.get("image_id")) in index_of
+        and (reference is None or reference[k] != UNLABELLED)
+    ]
     rows = [defects[k] for k in keep]
     image = np.array([index_of[str(d.get("image_id"))] for d in rows], dtype=int)
     merged = [{**image_meta[i], **d} for i, d in zip(image, rows, strict=True)]

@@ -58,8 +58,10 @@ class AnchorStore(Protocol):
 def check_not_behind(latest: Anchor | None, seq: int, hash: str) -> None:
     """Raise DataError when (seq, hash) is behind ``latest`` (what the gate's ledger also refuses)."""
     if latest is not None and (seq < latest.seq or (seq == latest.seq and hash != latest.hash)):
-        raise DataError(f"anchor refused: seq {seq} is behind the latest anchor seq {latest.seq}; "
-                        "the audit log was cut or rewritten. Keep it for review.")
+        raise DataError(
+            f"anchor refused: seq {seq} is behind the latest anchor seq {latest.seq}; "
+            "the audit log was cut or rewritten. Keep it for review."
+        )
 
 
 class MemoryAnchorStore:
@@ -119,7 +121,9 @@ class FileAnchorStore:
         try:
             return Anchor.model_validate_json(text)
         except ValueError as exc:
-            raise DataError(f"anchor file {self.path} is not an anchor: {exc}; restore it or remove it") from exc
+            raise DataError(
+                f"anchor file {self.path} is not an anchor: {exc}; restore it or remove it"
+            ) from exc
 
     def history(self) -> list[Anchor]:
         try:
@@ -178,7 +182,6 @@ def anchor_from_reply(reply: Any) -> Anchor | None:
     return Anchor.model_validate(fields)
 
 
-
 @contextmanager
 def gate_anchor_store(home: Home) -> Iterator[GateAnchorStore]:
     """The gate's anchor for ``home``: the served gate on ``<home>/gate-run/gate.sock`` when it
@@ -199,6 +202,8 @@ def gate_anchor_store(home: Home) -> Iterator[GateAnchorStore]:
                 client.close()
             return
     if not home.exists():
-        raise HomeError(f"no segfactory home at {home.root}, so no gate holds its anchor; run `segfactory init`")
+        raise HomeError(
+            f"no segfactory home at {home.root}, so no gate holds its anchor; run `segfactory init`"
+        )
     with running_gate(home.root) as started:
         yield GateAnchorStore(started)

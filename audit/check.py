@@ -49,8 +49,9 @@ class ProtectedPaths(BaseModel):
     finding_events: list[str] = Field(min_length=1)
     patterns: list[str] = Field(min_length=1)
     # events whose blobs are LLM traffic (bytes as sent and received): not opened by the scan
-    opaque_blob_events: list[str] = Field(default_factory=lambda: ["llm_http_request", "llm_http_response",
-                                                                   "llm_attempt"])
+    opaque_blob_events: list[str] = Field(
+        default_factory=lambda: ["llm_http_request", "llm_http_response", "llm_attempt"]
+    )
 
     def for_home(self, home: Path) -> list[str]:
         """The patterns with ``{home}`` replaced by the home's absolute path."""
@@ -68,7 +69,9 @@ class Finding(BaseModel):
     run_id: str | None
     actor: str
     event: str
-    kind: str  # "event": a decoy hit or the like; "argument": a path in a payload; "unscanned": a blob not read
+    kind: (
+        str  # "event": a decoy hit or the like; "argument": a path in a payload; "unscanned": a blob not read
+    )
     path: str
     pattern: str | None
 
@@ -85,8 +88,9 @@ def load_policy(path: Path | None = None) -> ProtectedPaths:
         raise PolicyError(f"protected-path policy {source} is invalid: {exc}") from exc
 
 
-def check_records(records: Iterable[AuditRecord], policy: ProtectedPaths, home: Path,
-                  blobs: BlobStore | None = None) -> list[Finding]:
+def check_records(
+    records: Iterable[AuditRecord], policy: ProtectedPaths, home: Path, blobs: BlobStore | None = None
+) -> list[Finding]:
     """Every protected-path finding in ``records``, in log order.
 
     ``blobs`` holds the payloads moved out of the records (default: the home's ``audit/blobs``).
@@ -103,17 +107,23 @@ def check_records(records: Iterable[AuditRecord], policy: ProtectedPaths, home: 
 def _record_findings(
     record: AuditRecord, scanner: _Scanner, scan: set[str], finding_events: set[str], opaque: set[str]
 ) -> list[Finding]:
-    base = dict(seq=record.seq, ts=record.ts, run_id=record.run_id, actor=record.actor.value, event=record.event)
+    base = dict(
+        seq=record.seq, ts=record.ts, run_id=record.run_id, actor=record.actor.value, event=record.event
+    )
     if record.event in finding_events:
-        hits = [h for h in dict.fromkeys(scanner.paths(record.payload, open_blobs=True)) if h[1] != _UNSCANNED]
+        hits = [
+            h for h in dict.fromkeys(scanner.paths(record.payload, open_blobs=True)) if h[1] != _UNSCANNED
+        ]
         path = str(record.payload.get("path", "")) or (hits[0][0] if hits else "")
         pattern = hits[0][1] if hits else None
         return [Finding(**base, kind="event", path=path, pattern=pattern)]
     if record.actor.value not in scan:
         return []
     hits = list(dict.fromkeys(scanner.paths(record.payload, open_blobs=record.event not in opaque)))
-    return [Finding(**base, kind=kind, path=p, pattern=pat) for p, pat, kind in
-            ((p, pat, "unscanned" if pat == _UNSCANNED else "argument") for p, pat in hits)]
+    return [
+        Finding(**base, kind=kind, path=p, pattern=pat)
+        for p, pat, kind in ((p, pat, "unscanned" if pat == _UNSCANNED else "argument") for p, pat in hits)
+    ]
 
 
 _UNSCANNED = "<blob not scanned>"

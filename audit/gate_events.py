@@ -60,7 +60,9 @@ def pull(client: GateEventsClient, log: AuditLog) -> int:
         cursor, acked = _cursor(state, log)
         appended = 0
         for _ in range(MAX_PULL_ROUNDS):
-            events = sorted((e for e in _events(client.pull_events(cursor)) if e.id > cursor), key=lambda e: e.id)
+            events = sorted(
+                (e for e in _events(client.pull_events(cursor)) if e.id > cursor), key=lambda e: e.id
+            )
             if not events:
                 break
             if appended == 0:
@@ -68,7 +70,9 @@ def pull(client: GateEventsClient, log: AuditLog) -> int:
             for event in events:
                 run_id = event.payload.get("run_id")
                 payload = {**event.payload, "gate_event_id": event.id, "gate_ts": event.ts}
-                log.append(Actor.GATE, event.event, payload, run_id=run_id if isinstance(run_id, str) else None)
+                log.append(
+                    Actor.GATE, event.event, payload, run_id=run_id if isinstance(run_id, str) else None
+                )
                 appended += 1
             cursor = events[-1].id
         if appended:

@@ -176,7 +176,14 @@ class AuditLog:
         self, seq: int, prev: str, actor: Actor, event: str, payload: dict[str, Any], run_id: str | None
     ) -> AuditRecord:
         probe = AuditRecord(
-            seq=seq, ts=time.time(), run_id=run_id, actor=actor, event=event, payload=payload, prev=prev, hash=""
+            seq=seq,
+            ts=time.time(),
+            run_id=run_id,
+            actor=actor,
+            event=event,
+            payload=payload,
+            prev=prev,
+            hash="",
         )
         record = probe.model_copy(update={"hash": probe.computed_hash()})
         digest = record.hash
@@ -205,9 +212,15 @@ class AuditLog:
             os.fsync(out.fileno())
         os.ftruncate(self._fd, cut)
         os.fsync(self._fd)
-        log.warning("audit log %s had a torn last record (%d bytes); moved to %s", self.path, len(torn), target)
-        payload = {"torn_sha256": digest, "torn_bytes": len(torn), "offset": cut,
-                   "moved_to": str(target.relative_to(self.dir))}
+        log.warning(
+            "audit log %s had a torn last record (%d bytes); moved to %s", self.path, len(torn), target
+        )
+        payload = {
+            "torn_sha256": digest,
+            "torn_bytes": len(torn),
+            "offset": cut,
+            "moved_to": str(target.relative_to(self.dir)),
+        }
         self._write(seq + 1, head, Actor.SYSTEM, "log_recovered", payload, None)
         self._pending += 1
 

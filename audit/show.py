@@ -17,7 +17,9 @@ def parse_time(text: str, now: float | None = None) -> float:
         try:
             moment = datetime.fromisoformat(text)
         except ValueError as exc:
-            raise UsageError(f"cannot read time {text!r}; use ISO 8601 (2026-11-30T12:00) or a duration ago (10m)") from exc
+            raise UsageError(
+                f"cannot read time {text!r}; use ISO 8601 (2026-11-30T12:00) or a duration ago (10m)"
+            ) from exc
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
         return moment.timestamp()

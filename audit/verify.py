@@ -60,7 +60,11 @@ class _Problems(list[str]):
 
 
 def verify_log(
-    audit_dir: Path, anchor: Anchor | None, *, anchor_checked: bool = True, strict: bool = False,
+    audit_dir: Path,
+    anchor: Anchor | None,
+    *,
+    anchor_checked: bool = True,
+    strict: bool = False,
     history: Sequence[Anchor] = (),
 ) -> VerifyReport:
     """Check the log in ``audit_dir`` against ``anchor`` (None: nothing was ever anchored).
@@ -88,17 +92,26 @@ def verify_log(
         _check_anchor(anchor, hashes, problems)
         failures = [r.record.seq for r in lines if r.record is not None and r.record.event == "anchor_failed"]
         if failures:
-            warnings.append(f"anchoring failed at {len(failures)} point(s) (anchor_failed records at seq "
-                            f"{', '.join(map(str, failures[:10]))}); see `audit show --event anchor_failed`")
+            warnings.append(
+                f"anchoring failed at {len(failures)} point(s) (anchor_failed records at seq "
+                f"{', '.join(map(str, failures[:10]))}); see `audit show --event anchor_failed`"
+            )
     else:
         warnings.append("no anchor store consulted: a fully re-hashed chain or a cut tail would pass")
     unanchored_from = _unanchored_from(anchor, head_seq) if anchor_checked else None
     if strict and unanchored_from is not None:
         problems.add(f"unanchored window: records {unanchored_from}..{head_seq} are not anchored")
     return VerifyReport(
-        ok=not problems, records=len(lines), head_seq=head_seq, head_hash=head_hash, anchor=anchor,
-        anchor_checked=anchor_checked, unanchored_from=unanchored_from, problems=list(problems),
-        warnings=warnings, torn_tail=torn,
+        ok=not problems,
+        records=len(lines),
+        head_seq=head_seq,
+        head_hash=head_hash,
+        anchor=anchor,
+        anchor_checked=anchor_checked,
+        unanchored_from=unanchored_from,
+        problems=list(problems),
+        warnings=warnings,
+        torn_tail=torn,
     )
 
 

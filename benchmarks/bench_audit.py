@@ -22,7 +22,11 @@ from segfactory.home import Home  # noqa: E402
 
 N_DEFAULT = 2000
 ROUNDS = 10  # audit and bare chunks alternate, so disk contention from other tenants hits both alike
-PAYLOAD = {"tool": "run", "args": {"cmd": "python -m vision.train --config /work/config.yaml"}, "ticket": "t-001"}
+PAYLOAD = {
+    "tool": "run",
+    "args": {"cmd": "python -m vision.train --config /work/config.yaml"},
+    "ticket": "t-001",
+}
 
 
 def audit_chunk(log: AuditLog, start: int, n: int) -> float:
@@ -58,7 +62,9 @@ def main() -> None:
         os.close(fd)
         log.close()
     total = chunk * ROUNDS
-    print(f"audit appends: {total / audit_s:,.0f}/s ({audit_s / total * 1e6:.0f} us each, {line_size} B lines, fsync each)")
+    print(
+        f"audit appends: {total / audit_s:,.0f}/s ({audit_s / total * 1e6:.0f} us each, {line_size} B lines, fsync each)"
+    )
     print(f"bare append+fsync: {total / bare_s:,.0f}/s ({bare_s / total * 1e6:.0f} us each)")
     print(f"ratio audit/bare time per record: {audit_s / bare_s:.2f}")
 

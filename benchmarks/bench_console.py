@@ -31,10 +31,16 @@ from segfactory.home import Home  # noqa: E402
 def _fill(log: AuditLog, n: int) -> None:
     for i in range(n):
         if i % 50 == 0:
-            log.append("sandbox", "protected_read_attempt", {"path": "/vault/confirm-a/labels.npy"}, run_id="r1")
+            log.append(
+                "sandbox", "protected_read_attempt", {"path": "/vault/confirm-a/labels.npy"}, run_id="r1"
+            )
         else:
-            log.append("runner", "ticket_progress", {"ticket_id": f"r1-t{i:04d}", "epoch": i % 7,
-                                                     "note": "<b>x</b> \x1b[31m"}, run_id="r1")
+            log.append(
+                "runner",
+                "ticket_progress",
+                {"ticket_id": f"r1-t{i:04d}", "epoch": i % 7, "note": "<b>x</b> \x1b[31m"},
+                run_id="r1",
+            )
 
 
 def _median(fn: Callable[[], object], reps: int) -> float:
@@ -67,10 +73,12 @@ def main(n: int, reps: int) -> None:
                 base = _median(baseline, reps)
                 page = _median(lambda: client.get("/audit"), reps)
                 filtered = _median(lambda: client.get("/audit", params={"actor": "sandbox"}), reps)
-    sys.stdout.write(f"records {n}, median of {reps}\n"
-                     f"baseline (parse + select + check + serialise): {base * 1000:.1f} ms\n"
-                     f"GET /audit (500 rows shown): {page * 1000:.1f} ms  ratio {page / base:.2f}x\n"
-                     f"GET /audit?actor=sandbox: {filtered * 1000:.1f} ms  ratio {filtered / base:.2f}x\n")
+    sys.stdout.write(
+        f"records {n}, median of {reps}\n"
+        f"baseline (parse + select + check + serialise): {base * 1000:.1f} ms\n"
+        f"GET /audit (500 rows shown): {page * 1000:.1f} ms  ratio {page / base:.2f}x\n"
+        f"GET /audit?actor=sandbox: {filtered * 1000:.1f} ms  ratio {filtered / base:.2f}x\n"
+    )
 
 
 if __name__ == "__main__":

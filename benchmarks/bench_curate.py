@@ -111,16 +111,25 @@ def search(path: Path, planted_path: Path) -> dict[str, float]:
     got_hash, got_emb = candidate_pairs(sub).as_set(), embedding_pairs(sub).as_set()
     reference = ref_hash | ref_emb
     recall = len(reference & (got_hash | got_emb)) / len(reference) if reference else 1.0
-    return {"n": int(images.shape[0]), "seconds": t_total, "fingerprint_seconds": t_print, "hash_seconds": t_hash,
-            "peak_anon_bytes": float(peak[0]), "anon_at_start_bytes": float(base_anon),
-            "vm_hwm_bytes": float(_read_status("VmHWM")), "pairs": float(len(found)),
-            "planted_recall": len(planted & found) / len(planted),
-            "subset_pairs": float(len(reference)), "subset_recall": recall,
-            "subset_hash_pairs": float(len(ref_hash)), "subset_embedding_pairs": float(len(ref_emb)),
-            "subset_hash_recall": len(ref_hash & got_hash) / len(ref_hash) if ref_hash else 1.0,
-            "subset_embedding_recall": len(ref_emb & got_emb) / len(ref_emb) if ref_emb else 1.0,
-            "allpairs_subset_seconds": t_ref,
-            "allpairs_extrapolated_seconds": t_ref * (images.shape[0] / SUBSET) ** 2}
+    return {
+        "n": int(images.shape[0]),
+        "seconds": t_total,
+        "fingerprint_seconds": t_print,
+        "hash_seconds": t_hash,
+        "peak_anon_bytes": float(peak[0]),
+        "anon_at_start_bytes": float(base_anon),
+        "vm_hwm_bytes": float(_read_status("VmHWM")),
+        "pairs": float(len(found)),
+        "planted_recall": len(planted & found) / len(planted),
+        "subset_pairs": float(len(reference)),
+        "subset_recall": recall,
+        "subset_hash_pairs": float(len(ref_hash)),
+        "subset_embedding_pairs": float(len(ref_emb)),
+        "subset_hash_recall": len(ref_hash & got_hash) / len(ref_hash) if ref_hash else 1.0,
+        "subset_embedding_recall": len(ref_emb & got_emb) / len(ref_emb) if ref_emb else 1.0,
+        "allpairs_subset_seconds": t_ref,
+        "allpairs_extrapolated_seconds": t_ref * (images.shape[0] / SUBSET) ** 2,
+    }
 
 
 def main() -> None:
@@ -140,10 +149,14 @@ def main() -> None:
         np.save(planted, generate(images, args.n))
         sys.stdout.write(f"generated {args.n} images at {SIZE}x{SIZE} in {time.perf_counter() - t0:.1f} s\n")
     load = os.getloadavg()
-    done = subprocess.run([sys.executable, __file__, "--child", str(images), str(planted)],
-                          check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", str(images), str(planted)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     r = json.loads(done.stdout.strip().splitlines()[-1])
-    mib = 1024 ** 2
+    mib = 1024**2
     sys.stdout.write(
         f"machine: {os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n"
         f"near-duplicate search over {r['n']} images: {r['seconds']:.1f} s "
@@ -156,7 +169,8 @@ def main() -> None:
         f"{int(r['subset_hash_pairs'])}, embedding LSH {r['subset_embedding_recall']:.4f} of "
         f"{int(r['subset_embedding_pairs'])}); planted-pair recall {r['planted_recall']:.4f}\n"
         f"ratio all-pairs (extrapolated from {r['allpairs_subset_seconds']:.2f} s on {SUBSET}) / blocked: "
-        f"{r['allpairs_extrapolated_seconds'] / r['seconds']:.1f}x\n")
+        f"{r['allpairs_extrapolated_seconds'] / r['seconds']:.1f}x\n"
+    )
     if args.keep is None:
         for path in (images, planted):
             path.unlink()

@@ -65,7 +65,9 @@ def run(n: int, size: int, model: Path, repeats: int, work: Path) -> None:
     split = read_split(next((home / "vault" / "tiers" / "confirm-a").glob("v*")))
     rule, _ = load_win_rule()
     views = perturbed_views(np.asarray(split.images), np.asarray(split.masks), rule)
-    images = np.ascontiguousarray(np.concatenate([split.images, *(x for x, _ in views)]))  # what the verdict scores
+    images = np.ascontiguousarray(
+        np.concatenate([split.images, *(x for x, _ in views)])
+    )  # what the verdict scores
     cold = verdict_time(gate, model, f"cold-{n}")
     warm = min(verdict_time(gate, model, f"warm-{n}-{i}") for i in range(repeats))
     bare = min(bare_ort(model, images) for _ in range(repeats))
@@ -77,7 +79,9 @@ def run(n: int, size: int, model: Path, repeats: int, work: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="unet-mobilenetv3", help="vision preset to export as the candidate")
+    parser.add_argument(
+        "--model", default="unet-mobilenetv3", help="vision preset to export as the candidate"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     from vision.export import export_onnx

@@ -47,12 +47,32 @@ def whole_command() -> None:
     """The CLI end to end, process start and writing included: wall and CPU (user + system)."""
     with tempfile.TemporaryDirectory() as tmp:
         started, cpu = time.perf_counter(), cpu_seconds()
-        subprocess.run([sys.executable, "-m", "segfactory", "data", "generate", "--out", f"{tmp}/s",
-                        "--n", "10000", "--size", str(SIZE), "--seed", "1", "--json"],
-                       cwd=REPO, check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "segfactory",
+                "data",
+                "generate",
+                "--out",
+                f"{tmp}/s",
+                "--n",
+                "10000",
+                "--size",
+                str(SIZE),
+                "--seed",
+                "1",
+                "--json",
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
         wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu
-        sys.stdout.write(f"whole command, n=10000 {SIZE}x{SIZE}: {wall:.2f} s wall, {cpu:.2f} CPU-s "
-                         f"(target: <= 5 s wall on 2 idle cores, about <= 8 CPU-s)\n")
+        sys.stdout.write(
+            f"whole command, n=10000 {SIZE}x{SIZE}: {wall:.2f} s wall, {cpu:.2f} CPU-s "
+            f"(target: <= 5 s wall on 2 idle cores, about <= 8 CPU-s)\n"
+        )
 
 
 def main() -> None:
@@ -63,7 +83,9 @@ def main() -> None:
     base = measure("baseline: numpy reference, 1 proc", 600, workers=1, engine="numpy")
     one = measure("fast engine, 1 process", 1200, workers=1)
     every = measure(f"fast engine, {cores} processes", 4000, workers=cores)
-    sys.stdout.write(f"ratio fast/baseline (1 process): {one / base:.2f}x; all cores/baseline: {every / base:.2f}x\n")
+    sys.stdout.write(
+        f"ratio fast/baseline (1 process): {one / base:.2f}x; all cores/baseline: {every / base:.2f}x\n"
+    )
     if "--full" in sys.argv:
         whole_command()
 

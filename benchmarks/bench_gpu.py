@@ -35,9 +35,19 @@ CONFIG = REPO / "configs" / "run-default.yaml"
 # Dense (no sparsity) bf16 tensor-core peaks in TFLOP/s from the vendors' data sheets. Matched on
 # the device name, most specific first.
 BF16_PEAK_TFLOPS: list[tuple[str, float]] = [
-    ("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("GH200", 989.0), ("B200", 2250.0),
-    ("A100", 312.0), ("L40S", 362.0), ("L40", 181.0), ("L4", 121.0), ("A10", 125.0),
-    ("RTX 6000 Ada", 364.0), ("RTX 4090", 165.0), ("A6000", 155.0),
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100", 989.0),
+    ("GH200", 989.0),
+    ("B200", 2250.0),
+    ("A100", 312.0),
+    ("L40S", 362.0),
+    ("L40", 181.0),
+    ("L4", 121.0),
+    ("A10", 125.0),
+    ("RTX 6000 Ada", 364.0),
+    ("RTX 4090", 165.0),
+    ("A6000", 155.0),
 ]
 
 
@@ -71,8 +81,9 @@ def build(device: str, batch: int, size: int) -> tuple[Any, Any, Any, Any]:
     config = load_config(CONFIG)
     config = config.model_copy(update={"batch_size": batch, "device": device})
     stages = stages_for(size)
-    model = build_model(config.model.name, config.model.decoder_width, stages=stages,
-                        deep_supervision=config.deep_supervision).to(device)
+    model = build_model(
+        config.model.name, config.model.decoder_width, stages=stages, deep_supervision=config.deep_supervision
+    ).to(device)
     if device == "cuda":
         model = model.to(memory_format=torch.channels_last)
     return model, make_optimizer(config, model), config, stages
@@ -122,13 +133,21 @@ def measure_training(device: str, steps: int, batch: int, size: int) -> dict[str
     name = torch.cuda.get_device_name(0) if device == "cuda" else f"cpu ({os.cpu_count()} cores)"
     achieved = flops_per_step * steps / elapsed / 1e12
     peak = bf16_peak(name) if device == "cuda" else None
-    return {"device": name, "model": f"{config.model.name} ({stages} stages, width {config.model.decoder_width})",
-            "batch": batch, "size": size, "steps": steps, "seconds": round(elapsed, 3),
-            "images_per_s": round(batch * steps / elapsed, 1), "gflop_per_step": round(flops_per_step / 1e9, 2),
-            "achieved_tflops": round(achieved, 3), "bf16_peak_tflops": peak,
-            "share_of_peak": None if peak is None else round(achieved / peak, 4),
-            "peak_memory_mib": round(torch.cuda.max_memory_allocated() / 2**20) if device == "cuda" else None,
-            "model_obj": model}
+    return {
+        "device": name,
+        "model": f"{config.model.name} ({stages} stages, width {config.model.decoder_width})",
+        "batch": batch,
+        "size": size,
+        "steps": steps,
+        "seconds": round(elapsed, 3),
+        "images_per_s": round(batch * steps / elapsed, 1),
+        "gflop_per_step": round(flops_per_step / 1e9, 2),
+        "achieved_tflops": round(achieved, 3),
+        "bf16_peak_tflops": peak,
+        "share_of_peak": None if peak is None else round(achieved / peak, 4),
+        "peak_memory_mib": round(torch.cuda.max_memory_allocated() / 2**20) if device == "cuda" else None,
+        "model_obj": model,
+    }
 
 
 def bare_providers() -> list[str]:
@@ -150,7 +169,9 @@ def measure_scoring(model: Any, n_images: int, size: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = export_onnx(model.eval(), Path(tmp) / "model.onnx", (size, size))
         checked = inspect_model(path)
-        score_checked(checked, images[:2])  # warm: the child's start is part of each verdict, but not the first import
+        score_checked(
+            checked, images[:2]
+        )  # warm: the child's start is part of each verdict, but not the first import
         start = time.perf_counter()
         gate_prob = score_checked(checked, images)
         gate_s = time.perf_counter() - start
@@ -158,41 +179,60 @@ def measure_scoring(model: Any, n_images: int, size: int) -> dict[str, Any]:
         session = ort.InferenceSession(str(path), providers=providers)
         session.run(["prob"], {"image": images[:2, None]})
         start = time.perf_counter()
-        bare = np.concatenate([session.run(["prob"], {"image": images[i:i + 64, None]})[0]
-                               for i in range(0, n_images, 64)])
+        bare = np.concatenate(
+            [session.run(["prob"], {"image": images[i : i + 64, None]})[0] for i in range(0, n_images, 64)]
+        )
         bare_s = time.perf_counter() - start
-    return {"images": n_images, "gate_seconds": round(gate_s, 3), "gate_provider": "CPUExecutionProvider",
-            "bare_seconds": round(bare_s, 3), "bare_provider": session.get_providers()[0],
-            "gate_over_bare": round(gate_s / bare_s, 2) if bare_s > 0 else None,
-            "max_abs_diff": float(np.abs(gate_prob - bare).max())}
+    return {
+        "images": n_images,
+        "gate_seconds": round(gate_s, 3),
+        "gate_provider": "CPUExecutionProvider",
+        "bare_seconds": round(bare_s, 3),
+        "bare_provider": session.get_providers()[0],
+        "gate_over_bare": round(gate_s / bare_s, 2) if bare_s > 0 else None,
+        "max_abs_diff": float(np.abs(gate_prob - bare).max()),
+    }
 
 
 def summary_block(train: dict[str, Any], score: dict[str, Any], load: tuple[float, float, float]) -> str:
-    peak = (f"{train['achieved_tflops']:.2f} TFLOP/s of a {train['bf16_peak_tflops']:g} TFLOP/s bf16 peak "
-            f"({100 * train['share_of_peak']:.1f}%)" if train["bf16_peak_tflops"]
-            else f"{train['achieved_tflops']:.3f} TFLOP/s (bf16 peak of this device: unknown)")
-    return "\n".join([
-        "== bench_gpu summary ==",
-        f"device            {train['device']}  (load average {load[0]:.2f})",
-        f"model             {train['model']}, batch {train['batch']} of {train['size']} px",
-        f"training          {train['images_per_s']:.1f} images/s over {train['steps']} steps; "
-        f"{train['gflop_per_step']:.1f} GFLOP a step",
-        f"achieved          {peak}",
-        *([f"peak memory       {train['peak_memory_mib']} MiB"] if train["peak_memory_mib"] is not None else []),
-        f"gate scoring      {score['images']} images in {score['gate_seconds']:.2f} s ({score['gate_provider']}, "
-        f"confined child)",
-        f"bare onnxruntime  {score['bare_seconds']:.2f} s ({score['bare_provider']}); gate / bare "
-        f"{score['gate_over_bare']}x; max |diff| {score['max_abs_diff']:.2e}",
-    ])
+    peak = (
+        f"{train['achieved_tflops']:.2f} TFLOP/s of a {train['bf16_peak_tflops']:g} TFLOP/s bf16 peak "
+        f"({100 * train['share_of_peak']:.1f}%)"
+        if train["bf16_peak_tflops"]
+        else f"{train['achieved_tflops']:.3f} TFLOP/s (bf16 peak of this device: unknown)"
+    )
+    return "\n".join(
+        [
+            "== bench_gpu summary ==",
+            f"device            {train['device']}  (load average {load[0]:.2f})",
+            f"model             {train['model']}, batch {train['batch']} of {train['size']} px",
+            f"training          {train['images_per_s']:.1f} images/s over {train['steps']} steps; "
+            f"{train['gflop_per_step']:.1f} GFLOP a step",
+            f"achieved          {peak}",
+            *(
+                [f"peak memory       {train['peak_memory_mib']} MiB"]
+                if train["peak_memory_mib"] is not None
+                else []
+            ),
+            f"gate scoring      {score['images']} images in {score['gate_seconds']:.2f} s ({score['gate_provider']}, "
+            f"confined child)",
+            f"bare onnxruntime  {score['bare_seconds']:.2f} s ({score['bare_provider']}); gate / bare "
+            f"{score['gate_over_bare']}x; max |diff| {score['max_abs_diff']:.2e}",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    parser.add_argument("--steps", type=int, default=None, help="timed training steps (default: 50 CUDA, 3 CPU)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="timed training steps (default: 50 CUDA, 3 CPU)"
+    )
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: 64 CUDA, 8 CPU)")
     parser.add_argument("--size", type=int, default=96, help="crop side in pixels")
-    parser.add_argument("--images", type=int, default=None, help="images scored (default: 2048 CUDA, 128 CPU)")
+    parser.add_argument(
+        "--images", type=int, default=None, help="images scored (default: 2048 CUDA, 128 CPU)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     args = parser.parse_args(argv)
     device = pick(args.device)

@@ -77,11 +77,19 @@ def main() -> None:
 
     scratch = tempfile.mkdtemp(prefix="bench-loop-")
     try:
-        setup = RunSetup(home=home, run_id=args.run, backend="bwrap", dataset=resolve(home.root, DATASET),
-                         base_config=REPO / load_run_defaults(record["profile"]).base_config, gate=Gate(),
-                         audit=Sink(), dev_margin=0.005)
+        setup = RunSetup(
+            home=home,
+            run_id=args.run,
+            backend="bwrap",
+            dataset=resolve(home.root, DATASET),
+            base_config=REPO / load_run_defaults(record["profile"]).base_config,
+            gate=Gate(),
+            audit=Sink(),
+            dev_margin=0.005,
+        )
         services = HostServices(setup)
         best = services.best()
+
         class Scratch:  # analysis writes its report folder beside the run: send it to a scratch copy
             def __init__(self) -> None:
                 self.home = Home(Path(scratch))
@@ -97,7 +105,9 @@ def main() -> None:
         t_check = sum(_timed(lambda t=t: services.check(t))[0] for t in tickets) / max(1, len(tickets))
         scored = [t for t in tickets if recommendation_of(t) is not None]
         lineage = services.lineage()
-        predictions = Predictions(home, f"bench-{os.getpid()}", services._dev(), setup.threshold, services._score)
+        predictions = Predictions(
+            home, f"bench-{os.getpid()}", services._dev(), setup.threshold, services._score
+        )
         per_prediction = []
         for ticket in scored:
             row = lineage.get(ticket.id)
@@ -118,13 +128,17 @@ def main() -> None:
     overhead = rounds * t_analyse + proposals * t_realise + len(tickets) * (t_check + t_predict)
     load = os.getloadavg()
     out = sys.stdout.write
-    out(f"run {args.run}: wall {wall:.1f} s, {len(tickets)} tickets, {rounds} rounds, {proposals} proposal steps\n")
+    out(
+        f"run {args.run}: wall {wall:.1f} s, {len(tickets)} tickets, {rounds} rounds, {proposals} proposal steps\n"
+    )
     out(f"analysis of a best      {t_analyse:7.2f} s  x {rounds}\n")
     out(f"realise recommendations {t_realise:7.2f} s  x {proposals}\n")
     out(f"validate (fingerprint)  {t_check:7.2f} s  x {len(tickets)}\n")
     out(f"score a prediction      {t_predict:7.2f} s  x {len(tickets)}\n")
-    out(f"loop overhead {overhead:.1f} s / run wall {wall:.1f} s = {overhead / max(wall, 1e-9):.3f} "
-        f"(target < 0.10); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
+    out(
+        f"loop overhead {overhead:.1f} s / run wall {wall:.1f} s = {overhead / max(wall, 1e-9):.3f} "
+        f"(target < 0.10); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n"
+    )
 
 
 if __name__ == "__main__":

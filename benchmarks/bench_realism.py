@@ -37,8 +37,11 @@ def _per_void_loop(images: np.ndarray, masks: np.ndarray) -> list[float]:
             ring = ndimage.binary_dilation(inside, iterations=2) & (labels == 0)
             v, r = float(image[inside].mean()), float(image[ring].mean()) if ring.any() else 0.0
             signed = ndimage.distance_transform_edt(~inside) - ndimage.distance_transform_edt(inside)
-            profile = [float(image[np.round(signed) == d].mean()) / max(r, 1e-9) - 1 for d in range(-4, 5)
-                       if (np.round(signed) == d).any()]
+            profile = [
+                float(image[np.round(signed) == d].mean()) / max(r, 1e-9) - 1
+                for d in range(-4, 5)
+                if (np.round(signed) == d).any()
+            ]
             out.append(abs(v - r) / max(v + r, 1e-9) + 0.0 * sum(profile))
     return out
 
@@ -60,20 +63,26 @@ def main() -> None:
     started = time.perf_counter()
     report, _, _ = compare(syn.images, syn.masks, real.images, real.masks, classifier=False)
     stats_s = time.perf_counter() - started
-    out(f"realism statistics, {args.n} vs {args.n} at {args.size}px: {stats_s:.2f} s "
+    out(
+        f"realism statistics, {args.n} vs {args.n} at {args.size}px: {stats_s:.2f} s "
         f"(target {TARGET_S:.0f} s: {'PASS' if stats_s <= TARGET_S else 'FAIL'}), "
-        f"{report['voids']['n_synthetic']} + {report['voids']['n_real']} voids\n")
+        f"{report['voids']['n_synthetic']} + {report['voids']['n_real']} voids\n"
+    )
     started = time.perf_counter()
     _per_void_loop(syn.images[:BASELINE_SUBSET], syn.masks[:BASELINE_SUBSET])
     loop_s = (time.perf_counter() - started) * (2 * args.n / BASELINE_SUBSET)
-    out(f"baseline per-void loop (contrast + edge profile only), extrapolated to both sets: {loop_s:.2f} s; "
-        f"ratio baseline / vectorised (all statistics) = {loop_s / stats_s:.1f}x\n")
+    out(
+        f"baseline per-void loop (contrast + edge profile only), extrapolated to both sets: {loop_s:.2f} s; "
+        f"ratio baseline / vectorised (all statistics) = {loop_s / stats_s:.1f}x\n"
+    )
     started = time.perf_counter()
     result = c2st(syn.images, real.images)
     acc = result["accuracy"]
-    out(f"classifier two-sample test (excluded from the target): training {result['train_seconds']:.2f} s, "
+    out(
+        f"classifier two-sample test (excluded from the target): training {result['train_seconds']:.2f} s, "
         f"total {time.perf_counter() - started:.2f} s, held-out accuracy {acc['estimate']:.3f} "
-        f"[{acc['low']:.3f}, {acc['high']:.3f}] on {result['n_held_out']} images\n")
+        f"[{acc['low']:.3f}, {acc['high']:.3f}] on {result['n_held_out']} images\n"
+    )
 
 
 if __name__ == "__main__":

@@ -29,12 +29,16 @@ def main() -> None:
         device += outcome["device_seconds"]
         wall += outcome["wall_seconds"]
         ratio = outcome["wall_seconds"] / max(outcome["device_seconds"], 1e-9)
-        sys.stdout.write(f"{outcome['ticket_id']}: {outcome['status']} device {outcome['device_seconds']:.1f} s, "
-                         f"ticket wall {outcome['wall_seconds']:.1f} s, ratio {ratio:.2f}\n")
+        sys.stdout.write(
+            f"{outcome['ticket_id']}: {outcome['status']} device {outcome['device_seconds']:.1f} s, "
+            f"ticket wall {outcome['wall_seconds']:.1f} s, ratio {ratio:.2f}\n"
+        )
     total = record["finished_at"] - record["started_at"]
     sys.stdout.write(f"tickets: wall {wall:.1f} s / device {device:.1f} s = {wall / max(device, 1e-9):.2f}\n")
-    sys.stdout.write(f"run: wall {total:.1f} s / device {device:.1f} s = {total / max(device, 1e-9):.2f} "
-                     f"(budget {record['caps']['wall_seconds']:.0f} s wall)\n")
+    sys.stdout.write(
+        f"run: wall {total:.1f} s / device {device:.1f} s = {total / max(device, 1e-9):.2f} "
+        f"(budget {record['caps']['wall_seconds']:.0f} s wall)\n"
+    )
 
 
 if __name__ == "__main__":

@@ -69,7 +69,9 @@ def bare_loop(dataset: Any, config: dict[str, Any], trials: int, root: Path) -> 
     return (time.monotonic() - start) / trials
 
 
-def sweep_loop(dataset: Any, config: dict[str, Any], trials: int, root: Path, home: Home) -> tuple[float, float]:
+def sweep_loop(
+    dataset: Any, config: dict[str, Any], trials: int, root: Path, home: Home
+) -> tuple[float, float]:
     """Per trial: the wall time, and the part of it the worker spent in the sandbox (device-seconds)."""
     from agents.judge import Judge
     from agents.services import BASELINE_MODEL, RunSetup
@@ -84,15 +86,26 @@ def sweep_loop(dataset: Any, config: dict[str, Any], trials: int, root: Path, ho
     shutil.copy(root / "bare-0" / "model.onnx", baseline)
     (root / "base.yaml").write_text(yaml.safe_dump(config))
     ticket = Budget(device_seconds=1800, epochs=int(config["epochs"]))
-    plan = check_sweep("tpe", ticket.device_seconds * trials, 0, storage_url(home.root, None), load_space(), config,
-                       ticket)
+    plan = check_sweep(
+        "tpe", ticket.device_seconds * trials, 0, storage_url(home.root, None), load_space(), config, ticket
+    )
     with AuditLog(home, MemoryAnchorStore()) as audit:
-        setup = RunSetup(home=home, run_id="bench", backend="bwrap", dataset=dataset, base_config=root / "base.yaml",
-                         gate=StandInGate(sha256_file(baseline)), audit=audit, dev_margin=UNREACHABLE_MARGIN)
+        setup = RunSetup(
+            home=home,
+            run_id="bench",
+            backend="bwrap",
+            dataset=dataset,
+            base_config=root / "base.yaml",
+            gate=StandInGate(sha256_file(baseline)),
+            audit=audit,
+            dev_margin=UNREACHABLE_MARGIN,
+        )
         services = ControlServices(setup)
         services.best()  # the best's dev score is computed once per run, not per trial
         start = time.monotonic()
-        result = run_sweep(plan, services, Judge(audit), run_id="bench", make_seed=lambda: 0, max_trials=trials)
+        result = run_sweep(
+            plan, services, Judge(audit), run_id="bench", make_seed=lambda: 0, max_trials=trials
+        )
         seconds = time.monotonic() - start
     failed = [t["reason"] for t in result.trials if t["status"] == "failed"]
     if failed:
@@ -122,7 +135,8 @@ def main() -> None:
             f"  segfactory sweep (run_sweep, tickets in the sandbox): {swept:.1f}s per trial"
             f" = worker in sandbox {in_sandbox:.1f}s + host side (runner evidence, pipeline, Optuna)"
             f" {swept - in_sandbox:.1f}s\n"
-            f"  ratio sweep / bare: {swept / bare:.3f} (target <= 1.10)\n")
+            f"  ratio sweep / bare: {swept / bare:.3f} (target <= 1.10)\n"
+        )
 
 
 if __name__ == "__main__":

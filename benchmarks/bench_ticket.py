@@ -30,7 +30,12 @@ from segfactory.records import Ticket  # noqa: E402
 from synthetic import generate  # noqa: E402
 from synthetic.versions import DatasetVersion, create_version  # noqa: E402
 
-N_TRAIN, N_DEV, SIZE, EPOCHS = 128, 64, 64, 3  # defaults: about a minute of CPU training on an idle 2-core machine
+N_TRAIN, N_DEV, SIZE, EPOCHS = (
+    128,
+    64,
+    64,
+    3,
+)  # defaults: about a minute of CPU training on an idle 2-core machine
 
 
 def make_dataset(root: Path, n_train: int, n_dev: int, size: int) -> DatasetVersion:
@@ -69,24 +74,54 @@ def host_process_run(dataset: DatasetVersion, config: dict[str, object], work: P
     (work / "config.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, "PYTHONPATH": str(SOURCE_ROOT)}
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "vision.worker", "--config", str(work / "config.yaml"),
-                    "--data", str(dataset.path), "--out", str(work / "out")], check=True, env=env,
-                   capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vision.worker",
+            "--config",
+            str(work / "config.yaml"),
+            "--data",
+            str(dataset.path),
+            "--out",
+            str(work / "out"),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     return time.monotonic() - start
 
 
-def ticket_run(dataset: DatasetVersion, config: dict[str, object], home: Home, image_size: int) -> tuple[float, float]:
+def ticket_run(
+    dataset: DatasetVersion, config: dict[str, object], home: Home, image_size: int
+) -> tuple[float, float]:
     from runner import Scheduler, TicketStatus, execute_ticket
 
-    ticket = Ticket(id="t1", arm="agent", kind="config", hypothesis="benchmark", change={},
-                    budget={"device_seconds": 1800, "epochs": int(str(config["epochs"]))},
-                    expected_effect={"metric": "object_f1", "direction": "none", "size": 0}, seed=0)
+    ticket = Ticket(
+        id="t1",
+        arm="agent",
+        kind="config",
+        hypothesis="benchmark",
+        change={},
+        budget={"device_seconds": 1800, "epochs": int(str(config["epochs"]))},
+        expected_effect={"metric": "object_f1", "direction": "none", "size": 0},
+        seed=0,
+    )
     scheduler = Scheduler.for_home(home)
     scheduler.estimate(dict(config), image_size)  # warm the estimate cache: the target is "with it cached"
     with AuditLog(home, MemoryAnchorStore()) as audit:
         start = time.monotonic()
-        outcome = execute_ticket(ticket, home=home, dataset_version=dataset, backend="bwrap",
-                                 base_config=dict(config), audit=audit, run_id="bench", scheduler=scheduler)
+        outcome = execute_ticket(
+            ticket,
+            home=home,
+            dataset_version=dataset,
+            backend="bwrap",
+            base_config=dict(config),
+            audit=audit,
+            run_id="bench",
+            scheduler=scheduler,
+        )
         wall = time.monotonic() - start
     if outcome.status != TicketStatus.DONE:
         raise SystemExit(f"the ticket did not finish: {outcome.reason}")

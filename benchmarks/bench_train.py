@@ -27,8 +27,14 @@ from vision.train import train  # noqa: E402
 
 N_TRAIN, N_DEV, SIZE, EPOCHS, BATCH, REPEATS = 256, 64, 64, 2, 32, 2
 TARGET = 0.95
-CONFIG = {"epochs": EPOCHS, "batch_size": BATCH, "threads": 1, "model": {"name": REFERENCE_PRESET},
-          "augment": {"flip": False}, "schedule": {"name": "constant"}}
+CONFIG = {
+    "epochs": EPOCHS,
+    "batch_size": BATCH,
+    "threads": 1,
+    "model": {"name": REFERENCE_PRESET},
+    "augment": {"flip": False},
+    "schedule": {"name": "constant"},
+}
 
 
 def bare_loop(images: np.ndarray, masks: np.ndarray) -> float:
@@ -37,12 +43,15 @@ def bare_loop(images: np.ndarray, masks: np.ndarray) -> float:
     torch.manual_seed(0)
     model = build_model(REFERENCE_PRESET).train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-    x_all, y_all = torch.from_numpy(images).unsqueeze(1), torch.from_numpy(masks.astype(np.float32)).unsqueeze(1)
+    x_all, y_all = (
+        torch.from_numpy(images).unsqueeze(1),
+        torch.from_numpy(masks.astype(np.float32)).unsqueeze(1),
+    )
     seen, t0 = 0, time.perf_counter()
     for _ in range(EPOCHS):
         order = torch.randperm(len(images))
         for start in range(0, len(order) - BATCH + 1, BATCH):
-            idx = order[start:start + BATCH]
+            idx = order[start : start + BATCH]
             loss = combined_loss(cfg.loss, model(x_all[idx]), y_all[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -34,17 +34,23 @@ def main(argv: list[str] | None = None) -> int:
     train, dev = planted_data()
     config = planted_config().model_copy(update={"threads": args.threads})
     trainer = VisionTrainer(config, images_per_epoch=len(train.images))
-    runs = run_mix(MIX, trainer, train, dev, noise_offset=NOISE_OFFSETS, ranges=VISION_RANGES,
-                   workers=args.workers)
+    runs = run_mix(
+        MIX, trainer, train, dev, noise_offset=NOISE_OFFSETS, ranges=VISION_RANGES, workers=args.workers
+    )
     results = [r for r, _ in runs]
     planted = [r for r in results if r.cause.kind not in NULL_KINDS]
     recovered = sum(r.recovered for r in planted)
-    silent = all(r.n_findings == 0 and report.recommendations[0].action == "leave_it"
-                 for r, report in runs if r.cause.kind in NULL_KINDS)
+    silent = all(
+        r.n_findings == 0 and report.recommendations[0].action == "leave_it"
+        for r, report in runs
+        if r.cause.kind in NULL_KINDS
+    )
     print(f"CI planted mix, {args.threads} torch thread(s) per model:\n  " + "\n  ".join(rate_lines(results)))
-    print(f"recovered {recovered}/{len(planted)}; null runs silent: {silent}; "
-          f"CI bar {'met' if silent and recovered >= 2 / 3 * len(planted) else 'MISSED'}; "
-          f"{time.perf_counter() - start:.0f} s")
+    print(
+        f"recovered {recovered}/{len(planted)}; null runs silent: {silent}; "
+        f"CI bar {'met' if silent and recovered >= 2 / 3 * len(planted) else 'MISSED'}; "
+        f"{time.perf_counter() - start:.0f} s"
+    )
     return 0
 
 

@@ -82,21 +82,36 @@ def main(argv: list[str] | None = None) -> int:
         models[f"unplanted_{seed}"] = (whole, seed)
     runs: list[tuple[int, str, Any]] = []  # (reference seed, cache name, planted)
     for r in refs:
-        draws: list[tuple[CauseKind, int]] = [("size", mix_draw(r)), ("masks", mix_draw(r) + 1),
-                                              ("capacity", mix_draw(r) + 2)]
+        draws: list[tuple[CauseKind, int]] = [
+            ("size", mix_draw(r)),
+            ("masks", mix_draw(r) + 1),
+            ("capacity", mix_draw(r) + 2),
+        ]
         draws += list(EXTRA_PLANTED) + [("placebo", d) for d in PLACEBO_DRAWS]
         for kind, draw in draws:
-            p = plant(draw_cause(np.random.default_rng(draw), kind, VISION_RANGES), train, np.random.default_rng(r))
+            p = plant(
+                draw_cause(np.random.default_rng(draw), kind, VISION_RANGES), train, np.random.default_rng(r)
+            )
             name = f"{kind}_{p.cause.magnitude}_seed{r}"
             models[name] = (p, r)
             runs.append((r, name, p))
 
     todo = [n for n in models if not (cache / f"{n}.npz").exists()]
-    print(f"{len(models)} models, {len(todo)} to train ({epochs} epochs, {args.workers} at a time) -> {cache}")
+    print(
+        f"{len(models)} models, {len(todo)} to train ({epochs} epochs, {args.workers} at a time) -> {cache}"
+    )
     for start in range(0, len(todo), max(1, args.workers) * 4):  # chunks: progress, and a resumable cache
-        chunk = todo[start:start + max(1, args.workers) * 4]
-        jobs = [(models[n][0].images, models[n][0].masks, models[n][0].capacity, models[n][1],
-                 (dev.images, train.images)) for n in chunk]
+        chunk = todo[start : start + max(1, args.workers) * 4]
+        jobs = [
+            (
+                models[n][0].images,
+                models[n][0].masks,
+                models[n][0].capacity,
+                models[n][1],
+                (dev.images, train.images),
+            )
+            for n in chunk
+        ]
         for name, (on_dev, on_train) in zip(chunk, fit_all(trainer, jobs, args.workers), strict=True):
             tmp = cache / f"{name}.tmp.npz"
             np.savez(tmp, dev=on_dev, train=on_train)
@@ -121,9 +136,18 @@ def main(argv: list[str] | None = None) -> int:
         twins = [model(f"unplanted_{r + o}") for o in TWIN_OFFSETS]
         twins_ev = [(d, Evaluated(train, t)) for d, t in twins]
         cand_dev, cand_train = model(name)
-        return analyse_planted(p, cand_dev.prob, on_planted(p, cand_train), dev, ref_dev, seed=r,
-                               reference_train=Evaluated(train, ref_train), seed_reference=twins_ev[0][0],
-                               seed_reference_train=twins_ev[0][1], more_seed_references=twins_ev[1:])
+        return analyse_planted(
+            p,
+            cand_dev.prob,
+            on_planted(p, cand_train),
+            dev,
+            ref_dev,
+            seed=r,
+            reference_train=Evaluated(train, ref_train),
+            seed_reference=twins_ev[0][0],
+            seed_reference_train=twins_ev[0][1],
+            more_seed_references=twins_ev[1:],
+        )
 
     null_found: dict[str, int] = {}
     n_null = n_false = 0
@@ -142,16 +166,23 @@ def main(argv: list[str] | None = None) -> int:
             if rr == r and p.cause.kind not in NULL_KINDS:
                 result, _ = analysed(r, p, name)
                 recovered.setdefault(p.cause.kind, []).append(result.recovered)
-                print(f"  seed {r} {name}: top recommendation {result.named}, top finding {result.top_finding}: "
-                      f"{'ok' if result.recovered else 'missed'}", flush=True)
+                print(
+                    f"  seed {r} {name}: top recommendation {result.named}, top finding {result.top_finding}: "
+                    f"{'ok' if result.recovered else 'missed'}",
+                    flush=True,
+                )
 
     iv = wilson_interval(n_false, n_null)
-    print(f"null runs with a finding: {n_false}/{n_null} = {iv.estimate:.3f} [{iv.low:.3f}, {iv.high:.3f}] "
-          f"(Wilson 95%; the null seeds meet every reference, so runs are correlated) {null_found}")
+    print(
+        f"null runs with a finding: {n_false}/{n_null} = {iv.estimate:.3f} [{iv.low:.3f}, {iv.high:.3f}] "
+        f"(Wilson 95%; the null seeds meet every reference, so runs are correlated) {null_found}"
+    )
     hits = [h for v in recovered.values() for h in v]
     iv = wilson_interval(sum(hits), len(hits))
-    print(f"planted runs recovered: {sum(hits)}/{len(hits)} = {iv.estimate:.2f} [{iv.low:.2f}, {iv.high:.2f}]; "
-          + ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in recovered.items()))
+    print(
+        f"planted runs recovered: {sum(hits)}/{len(hits)} = {iv.estimate:.2f} [{iv.low:.2f}, {iv.high:.2f}]; "
+        + ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in recovered.items())
+    )
     return 0
 
 

@@ -17,12 +17,13 @@ from segfactory.errors import UsageError
 
 HomeOpt = Annotated[
     Path | None,
-    typer.Option("--home", help="Factory home (default: $SEGFACTORY_HOME, else the XDG data dir; /var/lib/segfactory as root)."),
+    typer.Option(
+        "--home",
+        help="Factory home (default: $SEGFACTORY_HOME, else the XDG data dir; /var/lib/segfactory as root).",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")]
-BackendOpt = Annotated[
-    str, typer.Option("--backend", help="Sandbox backend: docker or bwrap.")
-]
+BackendOpt = Annotated[str, typer.Option("--backend", help="Sandbox backend: docker or bwrap.")]
 
 
 MAX_CONCURRENCY = 8  # tickets at once under one scheduler (run, aa --concurrency)

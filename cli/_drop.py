@@ -39,9 +39,11 @@ GATE_START_S = 60.0  # time for the served gate to answer; past this: HomeError
 
 
 def docker_keeps_root(socket: str) -> str:
-    return (f"the docker socket {socket} can be used only by root (its group is root, or the group may not "
-            "read and write it), so this command keeps root after set-up; start dockerd with a group of "
-            "its own (`dockerd -G docker`) or use --backend bwrap to run it as segfactory")
+    return (
+        f"the docker socket {socket} can be used only by root (its group is root, or the group may not "
+        "read and write it), so this command keeps root after set-up; start dockerd with a group of "
+        "its own (`dockerd -G docker`) or use --backend bwrap to run it as segfactory"
+    )
 
 
 def should_drop(home: Any) -> bool:
@@ -66,8 +68,11 @@ def _served_gate(home: Any) -> Iterator[None]:
         pass
     finally:
         probe.close()
-    proc = subprocess.Popen([sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(home.root)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(home.root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     client = GateClient(socket_path=sock)
     try:
         wait_ready(client, proc, GATE_START_S)
@@ -133,7 +138,9 @@ def continue_unprivileged(home: Any, backend: str, progress: Any) -> None:
         raise typer.Exit(code)
 
 
-def rerun_as_orchestrator(home: Any, env: dict[str, str] | None = None, extra_groups: tuple[int, ...] = ()) -> int | None:
+def rerun_as_orchestrator(
+    home: Any, env: dict[str, str] | None = None, extra_groups: tuple[int, ...] = ()
+) -> int | None:
     """As root with separated users: run this command again as ``segfactory`` (with ``env`` added,
     and ``extra_groups`` for its process tree); its exit code. None when no drop applies (the
     caller then runs the command itself)."""
@@ -142,17 +149,30 @@ def rerun_as_orchestrator(home: Any, env: dict[str, str] | None = None, extra_gr
     if not should_drop(home):
         return None
     users.give_home_to_orchestrator(home.root)
-    with (tempfile.TemporaryDirectory(prefix="segfactory-user-") as scratch,
-          _readable_source(Path(__file__).resolve().parents[1]) as repo, _served_gate(home)):
+    with (
+        tempfile.TemporaryDirectory(prefix="segfactory-user-") as scratch,
+        _readable_source(Path(__file__).resolve().parents[1]) as repo,
+        _served_gate(home),
+    ):
         os.chown(scratch, *_ids(users.ORCHESTRATOR_USER))
         # unbuffered: the re-started command's output reaches a pipe (a supervisor, a test) as it is written
         # PYTHONPATH: the re-started command imports this very source tree, not whatever tree the
         # interpreter's editable install points at (the child starts elsewhere, from ``scratch``)
         path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, "HOME": scratch, "XDG_CACHE_HOME": scratch, "MPLCONFIGDIR": scratch, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": path, **(env or {})}
-        launcher = users.user_launcher([Path(sys.base_prefix), Path(sys.prefix), repo, home.root, Path(scratch)],
-                                       users.ORCHESTRATOR_USER, extra_groups)
+        env = {
+            **os.environ,
+            "HOME": scratch,
+            "XDG_CACHE_HOME": scratch,
+            "MPLCONFIGDIR": scratch,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": path,
+            **(env or {}),
+        }
+        launcher = users.user_launcher(
+            [Path(sys.base_prefix), Path(sys.prefix), repo, home.root, Path(scratch)],
+            users.ORCHESTRATOR_USER,
+            extra_groups,
+        )
         argv = [*launcher, sys.executable, "-m", "segfactory", *_with_home(sys.argv[1:], home.root)]
         sys.stderr.write(f"continuing as {users.ORCHESTRATOR_USER} after set-up\n")
         child = subprocess.Popen(argv, env=env, cwd=scratch)
@@ -184,8 +204,9 @@ def _readable_source(repo: Path) -> Iterator[Path]:
             if entry.name.startswith(".") or entry.name in SOURCE_SKIP:
                 continue
             if entry.is_dir():
-                shutil.copytree(entry, staged / entry.name, symlinks=True,
-                                ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(
+                    entry, staged / entry.name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+                )
             else:
                 shutil.copy2(entry, staged / entry.name)
         os.chmod(staged, 0o755)
@@ -208,7 +229,9 @@ def _with_home(args: list[str], root: Path) -> list[str]:
             out.append(f"--home={root}")
         else:
             out.append(arg)
-    return out if "--home" in out or any(a.startswith("--home=") for a in out) else [*out, "--home", str(root)]
+    return (
+        out if "--home" in out or any(a.startswith("--home=") for a in out) else [*out, "--home", str(root)]
+    )
 
 
 def _ids(user: str) -> tuple[int, int]:

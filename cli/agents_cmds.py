@@ -11,7 +11,10 @@ import typer
 from cli._common import HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
 from segfactory.errors import HomeError, UsageError
 
-approvals_app = typer.Typer(help="Data requests and judge escalations waiting for a person: list, approve, deny.", no_args_is_help=True)
+approvals_app = typer.Typer(
+    help="Data requests and judge escalations waiting for a person: list, approve, deny.",
+    no_args_is_help=True,
+)
 PROFILES = ("demo", "default")
 BACKENDS = ("docker", "bwrap")
 
@@ -62,8 +65,10 @@ def _check_judge(judge: str | None, proposer: str, code_agent: bool) -> None:
         if judge != "rules":
             _check_key(judge.removeprefix("llm:"), flag="--judge")
     if code_agent and proposer == "rules":
-        raise UsageError("--code-agent needs an LLM proposer (--proposer openai:MODEL, anthropic:MODEL or local:URL): "
-                         "the code-editing agent uses the proposer's provider")
+        raise UsageError(
+            "--code-agent needs an LLM proposer (--proposer openai:MODEL, anthropic:MODEL or local:URL): "
+            "the code-editing agent uses the proposer's provider"
+        )
 
 
 def _profile_of(home: Any, asked: str) -> str:
@@ -74,20 +79,43 @@ def _profile_of(home: Any, asked: str) -> str:
 
 
 def run_cmd(
-    profile: Annotated[str, typer.Option("--profile", help="demo (<= 15 min on 2 CPU cores) or default (overnight).")] = "demo",
-    budget: Annotated[str | None, typer.Option("--budget", help="Device time for the run, e.g. 10m (within budgets.yaml).")] = None,
+    profile: Annotated[
+        str, typer.Option("--profile", help="demo (<= 15 min on 2 CPU cores) or default (overnight).")
+    ] = "demo",
+    budget: Annotated[
+        str | None, typer.Option("--budget", help="Device time for the run, e.g. 10m (within budgets.yaml).")
+    ] = None,
     wall: Annotated[str | None, typer.Option("--wall", help="Wall-clock limit of the run, e.g. 8h.")] = None,
-    proposer: Annotated[str, typer.Option("--proposer", help="rules | openai:MODEL | anthropic:MODEL | local:URL.")] = "rules",
-    resume: Annotated[str | None, typer.Option("--resume", help="Continue run RUN from its last checkpoint.")] = None,
+    proposer: Annotated[
+        str, typer.Option("--proposer", help="rules | openai:MODEL | anthropic:MODEL | local:URL.")
+    ] = "rules",
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="Continue run RUN from its last checkpoint.")
+    ] = None,
     backend: Annotated[str, typer.Option("--backend", help="Sandbox backend: docker or bwrap.")] = "bwrap",
-    judge: Annotated[str | None, typer.Option(
-        "--judge", help="rules | llm:PROVIDER (e.g. llm:openai:MODEL), the LLM reviewer that may reject or escalate; "
-                        "default: rules with the rules proposer, else the proposer's provider.")] = None,
-    code_agent: Annotated[bool, typer.Option(
-        "--code-agent", help="Code tickets get their files from the code-editing agent (needs an LLM proposer).")] = False,
-    concurrency: Annotated[int, typer.Option(
-        "--concurrency", help="Tickets trained at once under the run's scheduler (on the CPU each gets its share "
-                              "of the cores). Default 1.")] = 1,
+    judge: Annotated[
+        str | None,
+        typer.Option(
+            "--judge",
+            help="rules | llm:PROVIDER (e.g. llm:openai:MODEL), the LLM reviewer that may reject or escalate; "
+            "default: rules with the rules proposer, else the proposer's provider.",
+        ),
+    ] = None,
+    code_agent: Annotated[
+        bool,
+        typer.Option(
+            "--code-agent",
+            help="Code tickets get their files from the code-editing agent (needs an LLM proposer).",
+        ),
+    ] = False,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            help="Tickets trained at once under the run's scheduler (on the CPU each gets its share "
+            "of the cores). Default 1.",
+        ),
+    ] = 1,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -95,7 +123,9 @@ def run_cmd(
     if profile not in PROFILES:
         raise UsageError(f"profile {profile!r} is not defined; known: {', '.join(PROFILES)}")
     if backend not in BACKENDS:
-        raise UsageError(f"sandbox backend {backend!r} is not registered; known: {', '.join(sorted(BACKENDS))}")
+        raise UsageError(
+            f"sandbox backend {backend!r} is not registered; known: {', '.join(sorted(BACKENDS))}"
+        )
     from agents.proposer import KNOWN_PROPOSERS
     from agents.run import RunRequest, start_run
     from cli._drop import continue_unprivileged
@@ -105,19 +135,34 @@ def run_cmd(
     _check_key(proposer)
     if resume is None:  # a resumed run keeps the judge and code arm recorded in its run.json
         _check_judge(judge, proposer, code_agent)
-    budget_s, wall_s = _seconds(budget, "--budget"), _seconds(wall, "--wall")  # bad input fails before any set-up
+    budget_s, wall_s = (
+        _seconds(budget, "--budget"),
+        _seconds(wall, "--wall"),
+    )  # bad input fails before any set-up
     check_concurrency(concurrency)
     resolved = home_for(home, create=True, profile=profile)
     continue_unprivileged(resolved, backend, _progress)
-    request = RunRequest(home=resolved, profile=_profile_of(resolved, profile), proposer=proposer, backend=backend,
-                         budget_s=budget_s, wall_s=wall_s, resume=resume, progress=_progress, judge=judge,
-                         code_agent=code_agent, concurrency=concurrency)
+    request = RunRequest(
+        home=resolved,
+        profile=_profile_of(resolved, profile),
+        proposer=proposer,
+        backend=backend,
+        budget_s=budget_s,
+        wall_s=wall_s,
+        resume=resume,
+        progress=_progress,
+        judge=judge,
+        code_agent=code_agent,
+        concurrency=concurrency,
+    )
     summary = start_run(request)
     if json_out:
         emit_json(summary)
         return
-    typer.echo(f"run {summary['run_id']}: {summary['stop_reason'] or 'finished'}; "
-               f"{summary['tickets_run']} tickets, {summary['device_seconds']:.0f} device-s")
+    typer.echo(
+        f"run {summary['run_id']}: {summary['stop_reason'] or 'finished'}; "
+        f"{summary['tickets_run']} tickets, {summary['device_seconds']:.0f} device-s"
+    )
     typer.echo(f"report: {summary['report_html']}")
 
 
@@ -131,11 +176,20 @@ def report_cmd(
     people = resolved.people_dir(run)
     source = people / "report.json"
     if not source.is_file():
-        raise HomeError(f"run {run!r} has no report in {people}; finish it with `segfactory run --resume {run}`")
+        raise HomeError(
+            f"run {run!r} has no report in {people}; finish it with `segfactory run --resume {run}`"
+        )
     data = json.loads(source.read_text())
-    summary = {"run_id": run, "report_md": str(people / "report.md"), "report_html": str(people / "report.html"),
-               "stop_reason": data["stop_reason"], "counts": data["counts"], "proposer": data["proposer"],
-               "audit_ok": (data.get("audit") or {}).get("ok"), "device_seconds": data["device_seconds"]}
+    summary = {
+        "run_id": run,
+        "report_md": str(people / "report.md"),
+        "report_html": str(people / "report.html"),
+        "stop_reason": data["stop_reason"],
+        "counts": data["counts"],
+        "proposer": data["proposer"],
+        "audit_ok": (data.get("audit") or {}).get("ok"),
+        "device_seconds": data["device_seconds"],
+    }
     if json_out:
         emit_json(summary)
         return
@@ -169,13 +223,35 @@ def approvals_list(
     """The data requests the proposer made and the judge's escalations, newest last."""
     resolved = home_for(home)
     queue = _queue(resolved, _NoSink())
-    rows = [{"id": r.id, "run_id": r.run_id, "status": r.status, "hypothesis": r.ticket.hypothesis,
-             "change": r.ticket.change, "decided_by": r.decided_by, "reason": r.reason, "kind": r.kind}
-            for r in queue.requests(status)]
-    escalations = [{"id": e.id, "run_id": e.run_id, "status": e.status, "kind": e.kind, "ticket_id": e.ticket.id,
-                    "hypothesis": e.ticket.hypothesis, "change": e.ticket.change, "pending": e.pending,
-                    "judge_reason": e.judge_reason, "decided_by": e.decided_by, "reason": e.reason}
-                   for e in queue.escalations(status)]
+    rows = [
+        {
+            "id": r.id,
+            "run_id": r.run_id,
+            "status": r.status,
+            "hypothesis": r.ticket.hypothesis,
+            "change": r.ticket.change,
+            "decided_by": r.decided_by,
+            "reason": r.reason,
+            "kind": r.kind,
+        }
+        for r in queue.requests(status)
+    ]
+    escalations = [
+        {
+            "id": e.id,
+            "run_id": e.run_id,
+            "status": e.status,
+            "kind": e.kind,
+            "ticket_id": e.ticket.id,
+            "hypothesis": e.ticket.hypothesis,
+            "change": e.ticket.change,
+            "pending": e.pending,
+            "judge_reason": e.judge_reason,
+            "decided_by": e.decided_by,
+            "reason": e.reason,
+        }
+        for e in queue.escalations(status)
+    ]
     if json_out:
         emit_json({"requests": rows, "escalations": escalations})
         return
@@ -184,12 +260,21 @@ def approvals_list(
     for row in rows:
         typer.echo(f"{row['id']}  {row['status']:<8}  run {row['run_id']}  {row['hypothesis'][:90]}")
     for esc in escalations:
-        typer.echo(f"{esc['id']}  {esc['status']:<8}  run {esc['run_id']}  escalation: approve to "
-                   f"{esc['pending']} {esc['ticket_id']} ({(esc['judge_reason'] or '')[:70]})")
+        typer.echo(
+            f"{esc['id']}  {esc['status']:<8}  run {esc['run_id']}  escalation: approve to "
+            f"{esc['pending']} {esc['ticket_id']} ({(esc['judge_reason'] or '')[:70]})"
+        )
 
 
-def _decide(request_id: str, approve: bool, by: str, reason: str, home: Any, json_out: bool,
-            grant: dict[str, Any] | None = None) -> None:
+def _decide(
+    request_id: str,
+    approve: bool,
+    by: str,
+    reason: str,
+    home: Any,
+    json_out: bool,
+    grant: dict[str, Any] | None = None,
+) -> None:
     from audit import AuditLog
     from audit.anchor import gate_anchor_store
 
@@ -202,17 +287,29 @@ def _decide(request_id: str, approve: bool, by: str, reason: str, home: Any, jso
     with gate_anchor_store(resolved) as anchor, AuditLog(resolved, anchor) as log:
         decided = _queue(resolved, log).decide(request_id, approve=approve, by=by, reason=reason, **grant)
     if json_out:
-        emit_json({"id": decided.id, "run_id": decided.run_id, "status": decided.status, "decided_by": decided.decided_by,
-                   "kind": decided.kind, "pending": decided.pending})
+        emit_json(
+            {
+                "id": decided.id,
+                "run_id": decided.run_id,
+                "status": decided.status,
+                "decided_by": decided.decided_by,
+                "kind": decided.kind,
+                "pending": decided.pending,
+            }
+        )
         return
     if not approve:
         typer.echo(f"{decided.id}: {decided.status}")
     elif decided.kind == "escalation":
-        typer.echo(f"{decided.id}: {decided.status}; run {decided.run_id} may now {decided.pending} ticket "
-                   f"{decided.ticket.id} when it next proposes (`segfactory run --resume {decided.run_id}` if it stopped)")
+        typer.echo(
+            f"{decided.id}: {decided.status}; run {decided.run_id} may now {decided.pending} ticket "
+            f"{decided.ticket.id} when it next proposes (`segfactory run --resume {decided.run_id}` if it stopped)"
+        )
     else:
-        typer.echo(f"{decided.id}: {decided.status}; it becomes a data ticket when run {decided.run_id} next proposes "
-                   f"(`segfactory run --resume {decided.run_id}`)")
+        typer.echo(
+            f"{decided.id}: {decided.status}; it becomes a data ticket when run {decided.run_id} next proposes "
+            f"(`segfactory run --resume {decided.run_id}`)"
+        )
 
 
 ByOpt = Annotated[str, typer.Option("--by", help="Who decides (recorded in the audit log).")]
@@ -220,23 +317,36 @@ ReasonOpt = Annotated[str, typer.Option("--reason", help="Why (recorded in the a
 
 
 @approvals_app.command("approve")
-def approvals_approve(request_id: Annotated[str, typer.Argument(help="Request id (see approvals list).")],
-                      by: ByOpt = "operator", reason: ReasonOpt = "", home: HomeOpt = None,
-                      data: Annotated[str | None, typer.Option("--data", help="Dataset version with the approved "
-                                                               "images (NAME/vK, from `data import`).")] = None,
-                      count: Annotated[int | None, typer.Option("--count", min=1, help="At most this many of "
-                                                                "them.")] = None,
-                      scope: Annotated[str | None, typer.Option("--scope", help="Only images with a void in this "
-                                                                "slice, e.g. shape=shrinkage.")] = None,
-                      json_out: JsonOpt = False) -> None:
+def approvals_approve(
+    request_id: Annotated[str, typer.Argument(help="Request id (see approvals list).")],
+    by: ByOpt = "operator",
+    reason: ReasonOpt = "",
+    home: HomeOpt = None,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data", help="Dataset version with the approved images (NAME/vK, from `data import`)."
+        ),
+    ] = None,
+    count: Annotated[int | None, typer.Option("--count", min=1, help="At most this many of them.")] = None,
+    scope: Annotated[
+        str | None,
+        typer.Option("--scope", help="Only images with a void in this slice, e.g. shape=shrinkage."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
     """Approve a data request (it becomes a ``data`` ticket: the best's train split plus the approved
     images) or an escalation. A request approved after its run ended is taken up by the next run."""
     _decide(request_id, True, by, reason, home, json_out, {"data": data, "count": count, "scope": scope})
 
 
 @approvals_app.command("deny")
-def approvals_deny(request_id: Annotated[str, typer.Argument(help="Request id (see approvals list).")],
-                   by: ByOpt = "operator", reason: ReasonOpt = "", home: HomeOpt = None,
-                   json_out: JsonOpt = False) -> None:
+def approvals_deny(
+    request_id: Annotated[str, typer.Argument(help="Request id (see approvals list).")],
+    by: ByOpt = "operator",
+    reason: ReasonOpt = "",
+    home: HomeOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
     """Deny a data request or an escalation (recorded; nothing runs, nothing is promoted)."""
     _decide(request_id, False, by, reason, home, json_out)

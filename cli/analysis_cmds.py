@@ -28,10 +28,15 @@ def _refuse_vault(data: Path, home: Any) -> None:
     from segfactory.errors import PolicyError
 
     vault = home.vault.resolve()
-    for path in (Path(os.path.abspath(data.expanduser())), data.expanduser().resolve()):  # as named, and linked
+    for path in (
+        Path(os.path.abspath(data.expanduser())),
+        data.expanduser().resolve(),
+    ):  # as named, and linked
         if path == vault or vault in path.parents:
-            raise PolicyError(f"{data} is under the home's vault {vault}; analysis reads dev data only, "
-                              "never a vault tier. Pass a dataset version or a dev split folder.")
+            raise PolicyError(
+                f"{data} is under the home's vault {vault}; analysis reads dev data only, "
+                "never a vault tier. Pass a dataset version or a dev split folder."
+            )
 
 
 def _splits(data: Path) -> tuple[Any, Any]:
@@ -64,9 +69,12 @@ def _train_sample(train: Any, seed: int) -> Any:
     n = len(train)
     take = np.sort(np.random.default_rng(seed).permutation(n)[:TRAIN_SAMPLE_IMAGES])
     ids = {str(train.image_meta[int(k)].get("id")) for k in take}
-    return ToySplit(np.asarray(train.images[take]), np.asarray(train.masks[take]),
-                    [train.image_meta[int(k)] for k in take],
-                    [d for d in train.defects if str(d.get("image_id")) in ids])
+    return ToySplit(
+        np.asarray(train.images[take]),
+        np.asarray(train.masks[take]),
+        [train.image_meta[int(k)] for k in take],
+        [d for d in train.defects if str(d.get("image_id")) in ids],
+    )
 
 
 def _extra_inputs(path: Path | None) -> dict[str, Any]:
@@ -88,25 +96,55 @@ def _extra_inputs(path: Path | None) -> dict[str, Any]:
 
 def _summary(report: Any, out: Path) -> dict[str, Any]:
     return {
-        "out": str(out), "report": str(out / "report.json"), "html": str(out / "report.html"),
-        "n_images": report.n_images, "n_defects": report.n_defects, "overall": report.overall,
-        "error_counts": report.error_counts, "findings": [f.name for f in report.findings],
-        "n_slices_tested": report.n_slices_tested, "notes": report.notes,
-        "recommendations": [{"id": r.id, "action": r.action, "kind": r.kind.value, "rationale": r.rationale,
-                             "predicted_effect": r.predicted_effect.model_dump(mode="json"),
-                             "evidence": r.evidence} for r in report.recommendations],
+        "out": str(out),
+        "report": str(out / "report.json"),
+        "html": str(out / "report.html"),
+        "n_images": report.n_images,
+        "n_defects": report.n_defects,
+        "overall": report.overall,
+        "error_counts": report.error_counts,
+        "findings": [f.name for f in report.findings],
+        "n_slices_tested": report.n_slices_tested,
+        "notes": report.notes,
+        "recommendations": [
+            {
+                "id": r.id,
+                "action": r.action,
+                "kind": r.kind.value,
+                "rationale": r.rationale,
+                "predicted_effect": r.predicted_effect.model_dump(mode="json"),
+                "evidence": r.evidence,
+            }
+            for r in report.recommendations
+        ],
     }
 
 
 def analyse_cmd(
     model: Annotated[Path, typer.Option("--model", help="model.onnx, or a run folder holding one.")],
-    data: Annotated[Path, typer.Option("--data", help="Dataset version (dev/ and train/) or a split folder.")],
-    out: Annotated[Path | None, typer.Option("--out", help="Report folder (default: <model folder>/analysis).")] = None,
-    threshold: Annotated[float, typer.Option("--threshold", help="Probability threshold for a void pixel.")] = 0.5,
+    data: Annotated[
+        Path, typer.Option("--data", help="Dataset version (dev/ and train/) or a split folder.")
+    ],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Report folder (default: <model folder>/analysis).")
+    ] = None,
+    threshold: Annotated[
+        float, typer.Option("--threshold", help="Probability threshold for a void pixel.")
+    ] = 0.5,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the dev halves and bootstrap.")] = 0,
-    inputs: Annotated[Path | None, typer.Option("--inputs", help="JSON with learning_curve and/or perturbations.")] = None,
-    no_labels: Annotated[bool, typer.Option("--no-labels", help="Skip the cleanlab label-error estimate.")] = False,
-    train_data: Annotated[str | None, typer.Option("--train-data", help="The model's training data (dataset version, split folder or NAME/vK) when nothing beside the model records it.")] = None,
+    inputs: Annotated[
+        Path | None, typer.Option("--inputs", help="JSON with learning_curve and/or perturbations.")
+    ] = None,
+    no_labels: Annotated[
+        bool, typer.Option("--no-labels", help="Skip the cleanlab label-error estimate.")
+    ] = False,
+    train_data: Annotated[
+        str | None,
+        typer.Option(
+            "--train-data",
+            help="The model's training data (dataset version, split folder or NAME/vK) when nothing beside the model records it.",
+        ),
+    ] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -126,15 +164,23 @@ def analyse_cmd(
         sample = _train_sample(train_split, seed)
         train = Evaluated(sample, predict(onnx_path, sample.images))
     extras = Extras(train=train, label_estimate=not no_labels, **_extra_inputs(inputs))
-    report, errors = analyse(dev, model_sha256=sha256_file(onnx_path), data=dev_split.content_hash or str(data),
-                             threshold=threshold, seed=seed, extras=extras)
+    report, errors = analyse(
+        dev,
+        model_sha256=sha256_file(onnx_path),
+        data=dev_split.content_hash or str(data),
+        threshold=threshold,
+        seed=seed,
+        extras=extras,
+    )
     shift = _training_range(dev, onnx_path, train_data, resolved.root, threshold)
     if shift["outside"] or shift.get("finding") == "shift":
         report = report.model_copy(update={"notes": [_shift_note(shift), *report.notes]})  # read first
     target = out if out is not None else onnx_path.parent / "analysis"
     report = write_report(report, dev, errors, target)
     if json_out:
-        emit_json({**_summary(report, target), "training_range": shift, "outside_training_range": shift["outside"]})
+        emit_json(
+            {**_summary(report, target), "training_range": shift, "outside_training_range": shift["outside"]}
+        )
         return
     typer.echo(f"analysis of {onnx_path} on {data}: {report.n_images} images -> {target / 'report.html'}")
     for note in report.notes:
@@ -143,8 +189,9 @@ def analyse_cmd(
         typer.echo(f"  {line}")
 
 
-def _training_range(dev: Any, onnx_path: Path, train_data: str | None, home_root: Path,
-                    threshold: float) -> dict[str, Any]:
+def _training_range(
+    dev: Any, onnx_path: Path, train_data: str | None, home_root: Path, threshold: float
+) -> dict[str, Any]:
     """The dev set against the model's training data, with zero detections read as a shift when outside."""
     import numpy as np
 

@@ -39,7 +39,9 @@ def verify(
     home: HomeOpt = None,
     json_out: JsonOpt = False,
     anchor: AnchorOpt = "gate",
-    strict: Annotated[bool, typer.Option("--strict", help="Also fail on an unanchored window (end of a run).")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Also fail on an unanchored window (end of a run).")
+    ] = False,
 ) -> None:
     """Check the hash chain, the blobs and the anchor; exit 1 on any problem."""
     from audit import verify_log
@@ -48,7 +50,9 @@ def verify(
     with _anchor_store(resolved, anchor) as store:
         found = store.get() if store is not None else None
         history = store.history() if store is not None else []
-    report = verify_log(resolved.audit, found, anchor_checked=store is not None, strict=strict, history=history)
+    report = verify_log(
+        resolved.audit, found, anchor_checked=store is not None, strict=strict, history=history
+    )
     if json_out:
         emit_json(report.to_json())
     else:
@@ -61,7 +65,10 @@ def verify(
 def check(
     home: HomeOpt = None,
     json_out: JsonOpt = False,
-    policy: Annotated[Path | None, typer.Option("--policy", help="Protected-path policy (default: policies/protected_paths.yaml).")] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option("--policy", help="Protected-path policy (default: policies/protected_paths.yaml)."),
+    ] = None,
 ) -> None:
     """List protected-path reads (tool arguments, sandbox events, decoy hits); exit 1 on any."""
     from audit import check_records, iter_records, load_policy
@@ -81,10 +88,16 @@ def show(
     home: HomeOpt = None,
     json_out: JsonOpt = False,
     run: Annotated[str | None, typer.Option("--run", help="Only this run id.")] = None,
-    actor: Annotated[str | None, typer.Option("--actor", help="Only this actor (proposer, gate, sandbox, ...).")] = None,
+    actor: Annotated[
+        str | None, typer.Option("--actor", help="Only this actor (proposer, gate, sandbox, ...).")
+    ] = None,
     event: Annotated[str | None, typer.Option("--event", help="Only this event name.")] = None,
-    since: Annotated[str | None, typer.Option("--since", help="From this time: ISO 8601 or a duration ago (10m).")] = None,
-    until: Annotated[str | None, typer.Option("--until", help="Before this time: ISO 8601 or a duration ago.")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="From this time: ISO 8601 or a duration ago (10m).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Before this time: ISO 8601 or a duration ago.")
+    ] = None,
 ) -> None:
     """Show audit records, filtered, as a table or JSON."""
     from audit import iter_records, select
@@ -93,7 +106,16 @@ def show(
     resolved = home_for(home)
     start = parse_time(since) if since else None
     end = parse_time(until) if until else None
-    records = list(select(iter_records(resolved.audit / "log.jsonl"), run=run, actor=actor, event=event, since=start, until=end))
+    records = list(
+        select(
+            iter_records(resolved.audit / "log.jsonl"),
+            run=run,
+            actor=actor,
+            event=event,
+            since=start,
+            until=end,
+        )
+    )
     if json_out:
         emit_json({"count": len(records), "records": [r.model_dump(mode="json") for r in records]})
     else:
@@ -109,7 +131,7 @@ def _anchor_store(home: Any, spec: str) -> Iterator[AnchorStore | None]:
     if spec == "none":
         yield None
     elif spec.startswith("file:") and len(spec) > len("file:"):
-        yield FileAnchorStore(Path(spec[len("file:"):]))
+        yield FileAnchorStore(Path(spec[len("file:") :]))
     elif spec == "gate":
         with gate_anchor_store(home) as store:
             yield store

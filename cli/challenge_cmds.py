@@ -16,8 +16,12 @@ def register(app: typer.Typer) -> None:
 
 def challenge_cmd(
     ticket: Annotated[str, typer.Argument(help="The ticket whose claimed result is re-derived.")],
-    seeds: Annotated[int | None, typer.Option("--seeds", help="New host-chosen seeds (default: the policy's).")] = None,
-    run: Annotated[str | None, typer.Option("--run", help="The run holding the ticket (default: search all).")] = None,
+    seeds: Annotated[
+        int | None, typer.Option("--seeds", help="New host-chosen seeds (default: the policy's).")
+    ] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="The run holding the ticket (default: search all).")
+    ] = None,
     backend: BackendOpt = "bwrap",
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -30,10 +34,14 @@ def challenge_cmd(
 
     resolved = Home.resolve(home)
     if not resolved.exists():
-        raise HomeError(f"no segfactory home at {resolved.root}; a challenge needs the run's records "
-                        "(run `segfactory init` and a run first)")
+        raise HomeError(
+            f"no segfactory home at {resolved.root}; a challenge needs the run's records "
+            "(run `segfactory init` and a run first)"
+        )
     with AuditLog(resolved, None) as log:  # anchored by the next writer that holds the gate's anchor
-        record = challenge_ticket(ChallengeSetup(resolved, log, backend=backend), ticket, seeds=seeds, run_id=run)
+        record = challenge_ticket(
+            ChallengeSetup(resolved, log, backend=backend), ticket, seeds=seeds, run_id=run
+        )
     summary = _summary(record)
     if json_out:
         emit_json(summary)
@@ -48,8 +56,18 @@ def challenge_cmd(
 
 def _summary(record: Any) -> dict[str, Any]:
     data: dict[str, Any] = record.model_dump(mode="json")
-    return {"challenge_id": data["challenge_id"], "ticket_id": data["claim"]["ticket_id"],
-            "run_id": data["claim"]["run_id"], "claim": data["claim"], "verdict": data["verdict"],
-            "reasons": data["reasons"], "seeds": data["seeds"], "diff": data["diff"],
-            "range_checks": data["range_checks"], "conditions": data["conditions"], "demoted": data["demoted"],
-            "demoted_to": data["demoted_to"], "device_seconds": data["device_seconds"]}
+    return {
+        "challenge_id": data["challenge_id"],
+        "ticket_id": data["claim"]["ticket_id"],
+        "run_id": data["claim"]["run_id"],
+        "claim": data["claim"],
+        "verdict": data["verdict"],
+        "reasons": data["reasons"],
+        "seeds": data["seeds"],
+        "diff": data["diff"],
+        "range_checks": data["range_checks"],
+        "conditions": data["conditions"],
+        "demoted": data["demoted"],
+        "demoted_to": data["demoted_to"],
+        "device_seconds": data["device_seconds"],
+    }

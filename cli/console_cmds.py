@@ -28,9 +28,16 @@ def register(app: typer.Typer) -> None:
 def console_cmd(
     home: HomeOpt = None,
     port: Annotated[int, typer.Option("--port", help="TCP port to listen on.")] = DEFAULT_PORT,
-    host: Annotated[str, typer.Option("--host", help="Address to bind; anything but loopback is for containers.")] = "127.0.0.1",
-    interpreter: Annotated[str, typer.Option(
-        "--interpreter", help="Reads chat replies: rules, or an LLM: openai:MODEL | anthropic:MODEL | local:URL.")] = "rules",
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind; anything but loopback is for containers.")
+    ] = "127.0.0.1",
+    interpreter: Annotated[
+        str,
+        typer.Option(
+            "--interpreter",
+            help="Reads chat replies: rules, or an LLM: openai:MODEL | anthropic:MODEL | local:URL.",
+        ),
+    ] = "rules",
 ) -> None:
     """Serve the console (runs, approvals chat, label review, audit log); prints its login link."""
     import uvicorn
@@ -46,16 +53,25 @@ def console_cmd(
     if dropped is not None:
         raise typer.Exit(dropped)
     if host not in LOOPBACK:
-        sys.stderr.write(f"warning: the console listens on {host}, not loopback; only do this inside a container "
-                         "whose port is published to 127.0.0.1\n")
+        sys.stderr.write(
+            f"warning: the console listens on {host}, not loopback; only do this inside a container "
+            "whose port is published to 127.0.0.1\n"
+        )
     auth = Auth(os.environ.get(TOKEN_ENV) or None)
     with ExitStack() as stack:
         store = _anchor_store(stack, resolved)
         sink = stack.enter_context(AuditLog(resolved, store))
-        app = create_app(resolved, sink, auth=auth, anchor=(lambda: (store.get(), True)) if store else None,
-                         interpreter=make_interpreter(interpreter, sink))
+        app = create_app(
+            resolved,
+            sink,
+            auth=auth,
+            anchor=(lambda: (store.get(), True)) if store else None,
+            interpreter=make_interpreter(interpreter, sink),
+        )
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        typer.echo(f"segfactory console for {resolved.root}\nopen: http://{shown}:{port}/login?token={auth.token}")
+        typer.echo(
+            f"segfactory console for {resolved.root}\nopen: http://{shown}:{port}/login?token={auth.token}"
+        )
         uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
@@ -63,8 +79,10 @@ def _anchor_store(stack: ExitStack, home: Any) -> Any:
     """The served gate's anchor store when its socket answers, else None (said on stderr)."""
     sock: Path = home.root / "gate-run" / "gate.sock"
     if not sock.exists():
-        sys.stderr.write(f"no gate serving at {sock}: people's decisions are audited, the chain head is anchored "
-                         "by the next writer that has the gate, and the banner says the anchor was not checked\n")
+        sys.stderr.write(
+            f"no gate serving at {sock}: people's decisions are audited, the chain head is anchored "
+            "by the next writer that has the gate, and the banner says the anchor was not checked\n"
+        )
         return None
     from audit.anchor import gate_anchor_store
 

@@ -20,9 +20,17 @@ from segfactory.errors import UsageError
 PROFILES = ("demo", "default")
 AA_RUNS = (1, 500)  # --runs accepted (min, max); past it: UsageError
 SAMPLERS = ("random", "tpe")  # controls.sweep.SAMPLERS
-ARMS = ("agent", "agent-code", "sweep-tpe", "sweep-random", "nnunet")  # controls.compare.ARMS, kept here so bad input fails fast
+ARMS = (
+    "agent",
+    "agent-code",
+    "sweep-tpe",
+    "sweep-random",
+    "nnunet",
+)  # controls.compare.ARMS, kept here so bad input fails fast
 BACKENDS = ("bwrap", "docker")
-ProfileOpt = Annotated[str, typer.Option("--profile", help="Home profile when one is created: demo or default.")]
+ProfileOpt = Annotated[
+    str, typer.Option("--profile", help="Home profile when one is created: demo or default.")
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -63,11 +71,19 @@ def _home(home: Path | None, profile: str) -> tuple[Any, str]:
 
 def sweep_cmd(
     sampler: Annotated[str, typer.Option("--sampler", help="tpe or random.")] = "tpe",
-    budget: Annotated[str, typer.Option("--budget", help="Device time for the whole sweep, e.g. 10m.")] = "10m",
+    budget: Annotated[
+        str, typer.Option("--budget", help="Device time for the whole sweep, e.g. 10m.")
+    ] = "10m",
     seed: Annotated[int, typer.Option("--seed", help="The sampler's seed.")] = 0,
-    storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL (default: <home>/optuna.db).")] = None,
-    space: Annotated[Path | None, typer.Option("--space", help="Search space YAML (default: policies/search_space.yaml).")] = None,
-    max_trials: Annotated[int | None, typer.Option("--max-trials", help="Stop after this many trials, too.")] = None,
+    storage: Annotated[
+        str | None, typer.Option("--storage", help="Optuna storage URL (default: <home>/optuna.db).")
+    ] = None,
+    space: Annotated[
+        Path | None, typer.Option("--space", help="Search space YAML (default: policies/search_space.yaml).")
+    ] = None,
+    max_trials: Annotated[
+        int | None, typer.Option("--max-trials", help="Stop after this many trials, too.")
+    ] = None,
     profile: ProfileOpt = "demo",
     backend: BackendOpt = "bwrap",
     home: HomeOpt = None,
@@ -83,26 +99,45 @@ def sweep_cmd(
     from controls.session import new_run_id
 
     _check_common(profile, backend)
-    summary = run_sweep_arm(home, sampler=sampler, budget_s=budget_s, seed=seed, storage=storage, space_path=space,
-                            profile=profile, backend=backend, run_id=new_run_id(f"sweep-{sampler}-"),
-                            max_trials=max_trials, progress=_progress,
-                            on_home=lambda resolved: continue_unprivileged(resolved, backend, _progress),
-                            open_home=lambda path, asked: home_for(path, create=True, profile=asked))
+    summary = run_sweep_arm(
+        home,
+        sampler=sampler,
+        budget_s=budget_s,
+        seed=seed,
+        storage=storage,
+        space_path=space,
+        profile=profile,
+        backend=backend,
+        run_id=new_run_id(f"sweep-{sampler}-"),
+        max_trials=max_trials,
+        progress=_progress,
+        on_home=lambda resolved: continue_unprivileged(resolved, backend, _progress),
+        open_home=lambda path, asked: home_for(path, create=True, profile=asked),
+    )
     if json_out:
         emit_json(summary)
         return
-    typer.echo(f"sweep {summary['run_id']}: {summary['trials']} trials, {summary['device_seconds']:.0f} device-s, "
-               f"{summary['dev_wins']} dev wins, {summary['promoted']} promoted; best dev object F1 "
-               f"{summary['best_dev_score']} ({summary['best_ticket']})")
+    typer.echo(
+        f"sweep {summary['run_id']}: {summary['trials']} trials, {summary['device_seconds']:.0f} device-s, "
+        f"{summary['dev_wins']} dev wins, {summary['promoted']} promoted; best dev object F1 "
+        f"{summary['best_dev_score']} ({summary['best_ticket']})"
+    )
 
 
 def aa_cmd(
-    runs: Annotated[int, typer.Option("--runs", help="A/A runs (the default config, new seeds, no-op edits).")] = 20,
+    runs: Annotated[
+        int, typer.Option("--runs", help="A/A runs (the default config, new seeds, no-op edits).")
+    ] = 20,
     profile: ProfileOpt = "demo",
     backend: BackendOpt = "bwrap",
-    concurrency: Annotated[int, typer.Option(
-        "--concurrency", help="A/A runs trained at once under one scheduler (on the CPU each gets its share of "
-                              "the cores). Default 1.")] = 1,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            help="A/A runs trained at once under one scheduler (on the CPU each gets its share of "
+            "the cores). Default 1.",
+        ),
+    ] = 1,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -117,11 +152,27 @@ def aa_cmd(
     resolved, used_profile = _home(home, profile)
     continue_unprivileged(resolved, backend, _progress)
     run_id = new_run_id("aa-")
-    with control_session(resolved, backend=backend, profile=used_profile, run_id=run_id, kind="aa",
-                         progress=_progress, concurrency=concurrency) as s:
+    with control_session(
+        resolved,
+        backend=backend,
+        profile=used_profile,
+        run_id=run_id,
+        kind="aa",
+        progress=_progress,
+        concurrency=concurrency,
+    ) as s:
         before = s.spent()
-        result = run_aa(runs, s.services, s.judge, run_id=run_id, budget=s.ticket_budget, make_seed=s.make_seed,
-                        set_reference=s.services.set_reference, progress=_progress, concurrency=concurrency)
+        result = run_aa(
+            runs,
+            s.services,
+            s.judge,
+            run_id=run_id,
+            budget=s.ticket_budget,
+            make_seed=s.make_seed,
+            set_reference=s.services.set_reference,
+            progress=_progress,
+            concurrency=concurrency,
+        )
         after = s.spent()
     summary = result.summary()
     summary["concurrency"] = concurrency
@@ -133,14 +184,19 @@ def aa_cmd(
     summary["audit_sandbox_runs"] = sandbox_runs(resolved, run_id)
     people = resolved.people_dir(run_id)
     people.mkdir(parents=True, exist_ok=True)
-    (people / "aa.json").write_text(json.dumps({**summary, "results": [r.model_dump(mode="json") for r in result.runs]},
-                                               indent=2, sort_keys=True))
+    (people / "aa.json").write_text(
+        json.dumps(
+            {**summary, "results": [r.model_dump(mode="json") for r in result.runs]}, indent=2, sort_keys=True
+        )
+    )
     if json_out:
         emit_json(summary)
     else:
         g, n = summary["gate_rule"], summary["naive_rule"]
-        typer.echo(f"A/A {run_id}: {summary['runs']} runs; gate rule (with replicate) {g['wins']}/{g['runs']} false "
-                   f"wins; naive best-dev rule {n['wins']}/{n['runs']}; ledger {summary['ledger']}; people: {people}")
+        typer.echo(
+            f"A/A {run_id}: {summary['runs']} runs; gate rule (with replicate) {g['wins']}/{g['runs']} false "
+            f"wins; naive best-dev rule {n['wins']}/{n['runs']}; ledger {summary['ledger']}; people: {people}"
+        )
     _refuse_failed_runs(summary, result.runs)
 
 
@@ -151,14 +207,18 @@ def _refuse_failed_runs(summary: dict[str, Any], runs: list[Any]) -> None:
     if not lost:
         return
     first = next((r.reason for r in runs if r.status == "failed" or r.replicate_status == "failed"), "")
-    sys.stderr.write(f"segfactory: error: {lost} of {summary['runs']} A/A runs did not reach a decision "
-                     f"(first: {first[:200]}); the rates count the {summary['gate_rule']['runs']} that did\n")
+    sys.stderr.write(
+        f"segfactory: error: {lost} of {summary['runs']} A/A runs did not reach a decision "
+        f"(first: {first[:200]}); the rates count the {summary['gate_rule']['runs']} that did\n"
+    )
     raise typer.Exit(1)
 
 
 def compare_cmd(
-    arms: Annotated[str, typer.Option("--arms", help="Comma-separated: agent, agent-code, sweep-tpe, sweep-random, nnunet.")] =
-        "agent,sweep-tpe,sweep-random",
+    arms: Annotated[
+        str,
+        typer.Option("--arms", help="Comma-separated: agent, agent-code, sweep-tpe, sweep-random, nnunet."),
+    ] = "agent,sweep-tpe,sweep-random",
     seeds: Annotated[int, typer.Option("--seeds", help="Seeds per arm (at least 3 for a claim).")] = 3,
     budget: Annotated[str, typer.Option("--budget", help="Device time per arm and seed, e.g. 8m.")] = "8m",
     proposer: Annotated[str, typer.Option("--proposer", help="The agent arm's proposer.")] = "rules",
@@ -172,29 +232,45 @@ def compare_cmd(
     wanted = [a.strip() for a in arms.split(",") if a.strip()]
     unknown = [a for a in wanted if a not in ARMS]
     if unknown or not wanted:
-        raise UsageError(f"--arms {arms!r}: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(ARMS)}")
+        raise UsageError(
+            f"--arms {arms!r}: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(ARMS)}"
+        )
     if "agent-code" in wanted and proposer == "rules":
-        raise UsageError("--arms agent-code needs an LLM --proposer (openai:MODEL, anthropic:MODEL or local:URL): "
-                         "its code-editing agent uses the proposer's provider")
+        raise UsageError(
+            "--arms agent-code needs an LLM --proposer (openai:MODEL, anthropic:MODEL or local:URL): "
+            "its code-editing agent uses the proposer's provider"
+        )
     if seeds < 1:
         raise UsageError(f"--seeds {seeds}: expected at least 1")
     budget_s = _seconds(budget)
     defaults = _check_common(profile, backend)
     if budget_s < defaults.ticket.device_seconds:
-        raise UsageError(f"--budget {budget}: too small for one ticket ({defaults.ticket.device_seconds:g} device-s)")
+        raise UsageError(
+            f"--budget {budget}: too small for one ticket ({defaults.ticket.device_seconds:g} device-s)"
+        )
     if {"agent", "agent-code"} & set(wanted):  # the agent arm is a run: refused here, before any arm starts
         from agents.validate import load_budget_policy
 
         cap = load_budget_policy().for_profile(profile).arm_caps().device_seconds
         if budget_s > cap:
-            raise UsageError(f"--budget {budget}: {budget_s:g} device-s is above the {profile} compare_arm cap "
-                             f"{cap:g} for an agent arm in policies/budgets.yaml; ask for less or raise the cap there")
+            raise UsageError(
+                f"--budget {budget}: {budget_s:g} device-s is above the {profile} compare_arm cap "
+                f"{cap:g} for an agent arm in policies/budgets.yaml; ask for less or raise the cap there"
+            )
     from controls.compare import run_compare
 
     resolved, _ = _home(home, profile)
     continue_unprivileged(resolved, backend, _progress)
-    summary = run_compare(resolved.root, arms=wanted, seeds=seeds, budget_s=budget_s, proposer=proposer, profile=profile,
-                          backend=backend, progress=_progress)
+    summary = run_compare(
+        resolved.root,
+        arms=wanted,
+        seeds=seeds,
+        budget_s=budget_s,
+        proposer=proposer,
+        profile=profile,
+        backend=backend,
+        progress=_progress,
+    )
     if json_out:
         emit_json(summary)
         return

@@ -10,11 +10,15 @@ import typer
 from cli._common import HomeOpt, JsonOpt, emit_json, home_for
 from segfactory.errors import DataError, PolicyError
 
-curate_app = typer.Typer(help="Curate training data: whole images, defect masks, plans and their random control.",
-                         no_args_is_help=True)
+curate_app = typer.Typer(
+    help="Curate training data: whole images, defect masks, plans and their random control.",
+    no_args_is_help=True,
+)
 
 DataOpt = Annotated[str, typer.Option("--data", help="Dataset version: NAME/vK of the home, or its folder.")]
-PlanOut = Annotated[Path | None, typer.Option("--plan-out", help="Where to write the plan (default: beside the version).")]
+PlanOut = Annotated[
+    Path | None, typer.Option("--plan-out", help="Where to write the plan (default: beside the version).")
+]
 
 
 def _version(home: Any, data: str) -> Any:
@@ -26,8 +30,10 @@ def _version(home: Any, data: str) -> Any:
         real = path.resolve()
         vault = home.vault.resolve()
         if real == vault or vault in real.parents:
-            raise PolicyError(f"{data} is under the home's vault; curation never reads a vault tier "
-                              "(leakage there is the gate's business)")
+            raise PolicyError(
+                f"{data} is under the home's vault; curation never reads a vault tier "
+                "(leakage there is the gate's business)"
+            )
         datasets = home.datasets.resolve()
         if datasets not in real.parents or len(real.relative_to(datasets).parts) != 2:
             raise DataError(f"{data} is not a dataset version folder of the home ({datasets}/NAME/vK)")
@@ -57,22 +63,28 @@ def images_cmd(
     resolved = home_for(home, create=True)
     version = _version(resolved, data)
     train, dev = read_split(version.train, mmap=True), read_split(version.dev, mmap=True)
-    report, plan = curate_images(train, dev, dataset=version.ref, content_hash=version.content_hash, model=model)
+    report, plan = curate_images(
+        train, dev, dataset=version.ref, content_hash=version.content_hash, model=model
+    )
     path = write_plan(plan, _plan_path(resolved, version, "images", plan_out))
     report["plan"] = str(path)
     if json_out:
         emit_json(report)
         return
-    typer.echo(f"{version.ref}: {report['n_exact_groups']} exact-duplicate groups, "
-               f"{report['n_near_duplicates_train']} near-duplicate pairs in train, "
-               f"{report['n_cross_split']} across train/dev, {report['tiles']['n_overlaps']} tile overlaps; "
-               f"plan of {report['plan_items']} items -> {path}")
+    typer.echo(
+        f"{version.ref}: {report['n_exact_groups']} exact-duplicate groups, "
+        f"{report['n_near_duplicates_train']} near-duplicate pairs in train, "
+        f"{report['n_cross_split']} across train/dev, {report['tiles']['n_overlaps']} tile overlaps; "
+        f"plan of {report['plan_items']} items -> {path}"
+    )
 
 
 @curate_app.command("defects")
 def defects_cmd(
     data: DataOpt,
-    model: Annotated[Path | None, typer.Option("--model", help="ONNX model: cleanlab label-error ranking.")] = None,
+    model: Annotated[
+        Path | None, typer.Option("--model", help="ONNX model: cleanlab label-error ranking.")
+    ] = None,
     plan_out: PlanOut = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -86,15 +98,18 @@ def defects_cmd(
     version = _version(resolved, data)
     train, dev = read_split(version.train, mmap=True), read_split(version.dev, mmap=True)
     queue = resolved.root / "curation" / version.name / version.version / "label-review.jsonl"
-    report, plan = curate_defects(train, dev, dataset=version.ref, content_hash=version.content_hash,
-                                  model=model, review_queue=queue)
+    report, plan = curate_defects(
+        train, dev, dataset=version.ref, content_hash=version.content_hash, model=model, review_queue=queue
+    )
     path = write_plan(plan, _plan_path(resolved, version, "defects", plan_out))
     report["plan"] = str(path)
     if json_out:
         emit_json(report)
         return
-    typer.echo(f"{version.ref}: {report['n_defects_train']} train defects, {report['n_duplicate_defects']} duplicate, "
-               f"{report['n_bad_masks']} bad masks; plan of {report['plan_items']} items -> {path}")
+    typer.echo(
+        f"{version.ref}: {report['n_defects_train']} train defects, {report['n_duplicate_defects']} duplicate, "
+        f"{report['n_bad_masks']} bad masks; plan of {report['plan_items']} items -> {path}"
+    )
 
 
 @curate_app.command("apply")
@@ -111,9 +126,15 @@ def apply_cmd(
     if "vault" in Path(loaded.dataset).parts:
         raise PolicyError(f"plan names {loaded.dataset}; curation never touches a vault tier")
     version, approved = apply_plan(resolved.root, loaded)
-    out = {"dataset": version.ref, "parent": loaded.dataset, "content_hash": version.content_hash,
-           "approved": approved, "pending_approval": not approved, "items": len(loaded.items),
-           "plan_hash": loaded.plan_hash}
+    out = {
+        "dataset": version.ref,
+        "parent": loaded.dataset,
+        "content_hash": version.content_hash,
+        "approved": approved,
+        "pending_approval": not approved,
+        "items": len(loaded.items),
+        "plan_hash": loaded.plan_hash,
+    }
     if json_out:
         emit_json(out)
         return
@@ -125,11 +146,18 @@ def apply_cmd(
 def compare_cmd(
     plan: Annotated[Path, typer.Argument(help="A plan that was applied (curate apply).")],
     budget: Annotated[str, typer.Option("--budget", help="Device time per ticket (e.g. 90s, 10m).")] = "2m",
-    seed: Annotated[int, typer.Option("--seed", help="Training seed shared by both tickets; also picks the random subset.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option("--seed", help="Training seed shared by both tickets; also picks the random subset."),
+    ] = 0,
     epochs: Annotated[int, typer.Option("--epochs", help="Epochs per ticket (both arms).")] = 8,
     backend: Annotated[str, typer.Option("--backend", help="Sandbox backend: docker or bwrap.")] = "bwrap",
-    config: Annotated[Path, typer.Option("--config", help="Base training config.")] = Path("configs/demo.yaml"),
-    gate_socket: Annotated[Path | None, typer.Option("--gate-socket", help="A running gate's socket: submit both.")] = None,
+    config: Annotated[Path, typer.Option("--config", help="Base training config.")] = Path(
+        "configs/demo.yaml"
+    ),
+    gate_socket: Annotated[
+        Path | None, typer.Option("--gate-socket", help="A running gate's socket: submit both.")
+    ] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -145,13 +173,21 @@ def compare_cmd(
 
         gate = GateClient(socket_path=gate_socket)
     executor = RunnerExecutor(resolved, backend=backend, base_config=config, gate=gate)
-    result = compare_plan(resolved.root, read_plan(plan), budget_s=parse_duration(budget), seed=seed, epochs=epochs,
-                          executor=executor)
+    result = compare_plan(
+        resolved.root,
+        read_plan(plan),
+        budget_s=parse_duration(budget),
+        seed=seed,
+        epochs=epochs,
+        executor=executor,
+    )
     if json_out:
         emit_json(result)
         return
-    typer.echo(f"curated {result['curated']['dataset']}: {result['curated']['verdict']}; "
-               f"random control {result['control']['dataset']}: {result['control']['verdict']}")
+    typer.echo(
+        f"curated {result['curated']['dataset']}: {result['curated']['verdict']}; "
+        f"random control {result['control']['dataset']}: {result['control']['verdict']}"
+    )
 
 
 def register(app: typer.Typer) -> None:

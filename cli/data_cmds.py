@@ -37,9 +37,13 @@ def generate_cmd(
     n: Annotated[int, typer.Option("--n", help="Number of images.")],
     size: Annotated[int, typer.Option("--size", help="Image side in pixels.")],
     seed: Annotated[int, typer.Option("--seed", help="Public seed; the same seed gives identical arrays.")],
-    part_source: Annotated[str, typer.Option("--part-source", help="procedural or fashion-mnist.")] = "procedural",
+    part_source: Annotated[
+        str, typer.Option("--part-source", help="procedural or fashion-mnist.")
+    ] = "procedural",
     idx: Annotated[Path | None, typer.Option("--idx", help="Fashion-MNIST IDX images file.")] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", help="Generator parameter KEY=VALUE (repeatable).")] = None,
+    param: Annotated[
+        list[str] | None, typer.Option("--param", help="Generator parameter KEY=VALUE (repeatable).")
+    ] = None,
     workers: Annotated[int, typer.Option("--workers", help="Processes (0 = every core).")] = 0,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -56,21 +60,43 @@ def generate_cmd(
         raise DataError(f"{out} already exists; split folders are immutable, choose a new --out")
     started = time.perf_counter()
     show = not json_out and n >= PROGRESS_MIN_IMAGES
-    result = _with_progress(n, show, lambda cb: generate(n, size, seed, params, workers=workers or None, progress=cb))
+    result = _with_progress(
+        n, show, lambda cb: generate(n, size, seed, params, workers=workers or None, progress=cb)
+    )
     result.write(out)
-    summary = {"out": str(out), "count": n, "size": size, "seed": seed, "n_defects": len(result.defects),
-               "images_with_defects": int(result.masks.reshape(n, -1).any(axis=1).sum()),
-               "seconds": round(time.perf_counter() - started, 3)}
+    summary = {
+        "out": str(out),
+        "count": n,
+        "size": size,
+        "seed": seed,
+        "n_defects": len(result.defects),
+        "images_with_defects": int(result.masks.reshape(n, -1).any(axis=1).sum()),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
     if json_out:
         emit_json(summary)
     else:
-        console().print(f"wrote {n} images ({size}x{size}, {summary['n_defects']} voids) to {out} "
-                        f"in {summary['seconds']} s")
+        console().print(
+            f"wrote {n} images ({size}x{size}, {summary['n_defects']} voids) to {out} "
+            f"in {summary['seconds']} s"
+        )
 
 
-BitDepthOpt = Annotated[int | None, typer.Option("--bit-depth", help="Source bit depth N: value / (2^N - 1) (default: detected, and printed).")]
-WindowOpt = Annotated[str | None, typer.Option("--window", help="LOW:HIGH raw values mapped to 0 and 1 (clipped outside).")]
-PercentileOpt = Annotated[str | None, typer.Option("--percentile", help="P_LOW:P_HIGH: a window from the whole set's percentiles, e.g. 0.5:99.5.")]
+BitDepthOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--bit-depth", help="Source bit depth N: value / (2^N - 1) (default: detected, and printed)."
+    ),
+]
+WindowOpt = Annotated[
+    str | None, typer.Option("--window", help="LOW:HIGH raw values mapped to 0 and 1 (clipped outside).")
+]
+PercentileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--percentile", help="P_LOW:P_HIGH: a window from the whole set's percentiles, e.g. 0.5:99.5."
+    ),
+]
 
 
 @data_app.command("check")
@@ -100,13 +126,23 @@ def check_cmd(
             out.print(f"contrast range: {report.contrast_range[0]:.4f} .. {report.contrast_range[1]:.4f}")
         if report.intensity_mapping:
             m = report.intensity_mapping
-            windows = ", ".join(f"{b}-bit files {lo:g}..{hi:g}" for b, (lo, hi) in sorted(m["windows"].items()))
-            out.print(f"intensity mapping: {m['mode']}, source bit depth {m['bit_depth']} (from {m['detected_from']}); "
-                      f"{windows} -> 0..1", highlight=False, soft_wrap=True)
+            windows = ", ".join(
+                f"{b}-bit files {lo:g}..{hi:g}" for b, (lo, hi) in sorted(m["windows"].items())
+            )
+            out.print(
+                f"intensity mapping: {m['mode']}, source bit depth {m['bit_depth']} (from {m['detected_from']}); "
+                f"{windows} -> 0..1",
+                highlight=False,
+                soft_wrap=True,
+            )
         for warning in report.warnings:
             out.print(f"[yellow]warning[/yellow] {warning}", highlight=False, soft_wrap=True)
         for problem in report.problems:
-            out.print(f"[red]{problem.kind}[/red] {problem.file}: {problem.message}", highlight=False, soft_wrap=True)
+            out.print(
+                f"[red]{problem.kind}[/red] {problem.file}: {problem.message}",
+                highlight=False,
+                soft_wrap=True,
+            )
         out.print("[green]ok[/green]" if report.ok else f"[red]{len(report.problems)} problem(s)[/red]")
     if not report.ok:
         raise typer.Exit(1)
@@ -135,9 +171,17 @@ def export_cmd(
 
 @data_app.command("import")
 def import_cmd(
-    src: Annotated[Path, typer.Argument(help="Folder with images/<stem>.{png,tif,tiff,jpg,dcm} and masks/<stem>.png.")],
+    src: Annotated[
+        Path, typer.Argument(help="Folder with images/<stem>.{png,tif,tiff,jpg,dcm} and masks/<stem>.png.")
+    ],
     out: Annotated[Path, typer.Option("--out", help="Split folder to create (must not exist).")],
-    real: Annotated[bool, typer.Option("--real", help="Labelled real images: OUT/real-dev (host only) and OUT/holdout (for gate add-real).")] = False,
+    real: Annotated[
+        bool,
+        typer.Option(
+            "--real",
+            help="Labelled real images: OUT/real-dev (host only) and OUT/holdout (for gate add-real).",
+        ),
+    ] = False,
     unlabelled: Annotated[bool, typer.Option("--unlabelled", help="Images without masks.")] = False,
     bit_depth: BitDepthOpt = None,
     window: WindowOpt = None,
@@ -157,7 +201,9 @@ def import_cmd(
     if real and unlabelled:
         raise UsageError("--real and --unlabelled exclude each other")
     request = MappingRequest.from_flags(bit_depth, window, percentile)
-    if real:  # splits into OUT/real-dev (host side) and OUT/holdout (for `gate add-real`); docs/synthetic-by-use.md
+    if (
+        real
+    ):  # splits into OUT/real-dev (host side) and OUT/holdout (for `gate add-real`); docs/synthetic-by-use.md
         from synthetic._io import import_real
 
         summary = import_real(src, out, request=request)
@@ -178,10 +224,14 @@ def _report_mapping(summary: dict[str, Any], json_out: bool) -> None:
 
     m = summary["intensity_mapping"]
     windows = ", ".join(f"{bits}-bit files {lo:g}..{hi:g}" for bits, (lo, hi) in sorted(m["windows"].items()))
-    lines = [f"intensity mapping: {m['mode']}, source bit depth {m['bit_depth']} (from {m['detected_from']}); "
-             f"{windows} -> 0..1; imported range {summary['range'][0]:.4f}..{summary['range'][1]:.4f}"]
+    lines = [
+        f"intensity mapping: {m['mode']}, source bit depth {m['bit_depth']} (from {m['detected_from']}); "
+        f"{windows} -> 0..1; imported range {summary['range'][0]:.4f}..{summary['range'][1]:.4f}"
+    ]
     if m["mode"] == "bit-depth" and m["detected_from"] != "--bit-depth":
-        lines.append("  (detected; pass --bit-depth N, --window LOW:HIGH or --percentile P_LOW:P_HIGH to choose)")
+        lines.append(
+            "  (detected; pass --bit-depth N, --window LOW:HIGH or --percentile P_LOW:P_HIGH to choose)"
+        )
     lines += [f"warning: {w}" for w in summary["warnings"]]
     if not json_out or summary["warnings"]:
         sys.stderr.write("\n".join(lines) + "\n")

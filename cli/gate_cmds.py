@@ -11,7 +11,9 @@ import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
 
-gate_app = typer.Typer(help="The locked evaluator: serve, status, submit, milestones, tiers.", no_args_is_help=True)
+gate_app = typer.Typer(
+    help="The locked evaluator: serve, status, submit, milestones, tiers.", no_args_is_help=True
+)
 attack_app = typer.Typer(help="Attacks on evaluators (Blum & Hardt boosting).", no_args_is_help=True)
 
 
@@ -25,13 +27,21 @@ def _gate(home: Path | None) -> Any:
 @gate_app.command("serve")
 def serve_cmd(
     home: HomeOpt = None,
-    socket: Annotated[Path | None, typer.Option("--socket", help="Unix socket path (its directory is the gate's own).")] = None,
-    host: Annotated[str | None, typer.Option("--host", help="TCP host; needs $SEGFACTORY_GATE_TOKEN.")] = None,
+    socket: Annotated[
+        Path | None, typer.Option("--socket", help="Unix socket path (its directory is the gate's own).")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="TCP host; needs $SEGFACTORY_GATE_TOKEN.")
+    ] = None,
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 0,
-    answer: Annotated[float | None, typer.Option(
-        "--answer-time", "--pad-quantum",
-        help="Seconds after which every /submit answer leaves (default by home profile; 0: unpadded, tests only).",
-    )] = None,
+    answer: Annotated[
+        float | None,
+        typer.Option(
+            "--answer-time",
+            "--pad-quantum",
+            help="Seconds after which every /submit answer leaves (default by home profile; 0: unpadded, tests only).",
+        ),
+    ] = None,
 ) -> None:
     """Run the gate service until stopped (from the vault's pinned copy when there is one)."""
     from gate.service import ANSWER_TIME_S, PROFILE_ANSWER_TIME_S, TOKEN_ENV, serve
@@ -73,7 +83,9 @@ def _pinned_dir(vault: Path) -> Path | None:
     return current_pinned(vault)
 
 
-def _exec_pinned(home: Path, pinned: Path, sock: Path | None, host: str | None, port: int, quantum: float) -> None:
+def _exec_pinned(
+    home: Path, pinned: Path, sock: Path | None, host: str | None, port: int, quantum: float
+) -> None:
     """Replace this process with the pinned service (``python -I -B``: the copy first on sys.path,
     and no bytecode written into it).
 
@@ -86,8 +98,23 @@ def _exec_pinned(home: Path, pinned: Path, sock: Path | None, host: str | None, 
     from gate._serve_pinned import boot_code
     from gate.win_rule import DEFAULT_WIN_RULE
 
-    argv = [sys.executable, "-I", "-B", "-c", boot_code(pinned), "--home", str(home), "--pinned", str(pinned),
-            "--win-rule", str(DEFAULT_WIN_RULE), "--answer-time", str(quantum), "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-I",
+        "-B",
+        "-c",
+        boot_code(pinned),
+        "--home",
+        str(home),
+        "--pinned",
+        str(pinned),
+        "--win-rule",
+        str(DEFAULT_WIN_RULE),
+        "--answer-time",
+        str(quantum),
+        "--port",
+        str(port),
+    ]
     argv += ["--socket", str(sock)] if sock is not None else []
     argv += ["--host", host] if host is not None else []
     if users.is_root() and users.vault_is_separated(home / "vault"):
@@ -122,8 +149,12 @@ def status_cmd(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
 def submit_cmd(
     model: Annotated[Path, typer.Option("--model", help="model.onnx to judge.")],
     ticket: Annotated[str, typer.Option("--ticket", help="Ticket id (a repeated id replays its verdict).")],
-    train_data: Annotated[str | None, typer.Option("--train-data", help="Approved dataset version it trained on.")] = None,
-    replicate_of: Annotated[str | None, typer.Option("--replicate-of", help="Ticket whose confirm-a WIN this replicates.")] = None,
+    train_data: Annotated[
+        str | None, typer.Option("--train-data", help="Approved dataset version it trained on.")
+    ] = None,
+    replicate_of: Annotated[
+        str | None, typer.Option("--replicate-of", help="Ticket whose confirm-a WIN this replicates.")
+    ] = None,
     run: Annotated[str | None, typer.Option("--run", help="Run id (for quarantine).")] = None,
     home: HomeOpt = None,
     as_json: JsonOpt = False,
@@ -146,8 +177,10 @@ def _milestone_md(report: dict[str, Any]) -> str:
         lines.append(f"## {tier} v{block['version']}")
         for sha, scores in block["models"].items():
             f1 = scores.get("object_f1", {}) if isinstance(scores, dict) else {}
-            lines.append(f"- `{sha[:12]}` object F1 {f1.get('estimate', float('nan')):.4f} "
-                         f"[{f1.get('low', float('nan')):.4f}, {f1.get('high', float('nan')):.4f}]")
+            lines.append(
+                f"- `{sha[:12]}` object F1 {f1.get('estimate', float('nan')):.4f} "
+                f"[{f1.get('low', float('nan')):.4f}, {f1.get('high', float('nan')):.4f}]"
+            )
             shift = scores.get("training_range") if isinstance(scores, dict) else None
             if shift is not None:
                 lines.append(f"  - {_range_line(shift)}")
@@ -169,8 +202,11 @@ def _outside(report: dict[str, Any]) -> dict[str, dict[str, bool | None]]:
     out: dict[str, dict[str, bool | None]] = {}
     for tier, block in report["tiers"].items():
         if "intensity" in block:
-            out[tier] = {sha: scores["training_range"]["outside"] for sha, scores in block["models"].items()
-                         if isinstance(scores, dict) and "training_range" in scores}
+            out[tier] = {
+                sha: scores["training_range"]["outside"]
+                for sha, scores in block["models"].items()
+                if isinstance(scores, dict) and "training_range" in scores
+            }
     return out
 
 
@@ -197,9 +233,15 @@ def _fill_ranges(report: dict[str, Any], models: list[Path], home_root: Path) ->
 @gate_app.command("milestone")
 def milestone_cmd(
     name: Annotated[str, typer.Option("--name", help="Milestone name (used once).")],
-    run: Annotated[str, typer.Option("--run", help="Run id; the report goes to runs/<run>/people/milestones/.")],
-    model: Annotated[list[Path] | None, typer.Option("--model", help="Models to score (default: current best).")] = None,
-    tiers: Annotated[str, typer.Option("--tiers", help="Comma-separated milestone tiers.")] = "sealed,never-queried,real-holdout",
+    run: Annotated[
+        str, typer.Option("--run", help="Run id; the report goes to runs/<run>/people/milestones/.")
+    ],
+    model: Annotated[
+        list[Path] | None, typer.Option("--model", help="Models to score (default: current best).")
+    ] = None,
+    tiers: Annotated[
+        str, typer.Option("--tiers", help="Comma-separated milestone tiers.")
+    ] = "sealed,never-queried,real-holdout",
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -215,8 +257,15 @@ def milestone_cmd(
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2, sort_keys=True))
     (out_dir / f"{name}.md").write_text(_milestone_md(report))
     if as_json:
-        emit_json({"name": name, "run_id": run, "report": str(out_dir / f"{name}.json"),
-                   "tiers": sorted(report["tiers"]), "outside_training_range": _outside(report)})
+        emit_json(
+            {
+                "name": name,
+                "run_id": run,
+                "report": str(out_dir / f"{name}.json"),
+                "tiers": sorted(report["tiers"]),
+                "outside_training_range": _outside(report),
+            }
+        )
     else:
         console().print(f"milestone {name}: report in {out_dir}")
 
@@ -241,7 +290,13 @@ def rotate_cmd(
 @gate_app.command("add-real")
 def add_real_cmd(
     source: Annotated[Path, typer.Argument(help="A labelled real split folder (from `data import --real`).")],
-    train_data: Annotated[str | None, typer.Option("--train-data", help="Training data to compare with (default: the current best's, from its records).")] = None,
+    train_data: Annotated[
+        str | None,
+        typer.Option(
+            "--train-data",
+            help="Training data to compare with (default: the current best's, from its records).",
+        ),
+    ] = None,
     home: HomeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -260,8 +315,14 @@ def add_real_cmd(
     gate.ledger.close()
     relock(gate.vault)
     if as_json:
-        emit_json({"tier": "real-holdout", "version": version, "training_range": shift,
-                   "outside_training_range": shift["outside"]})
+        emit_json(
+            {
+                "tier": "real-holdout",
+                "version": version,
+                "training_range": shift,
+                "outside_training_range": shift["outside"],
+            }
+        )
     else:
         from cli.vision_cmds import print_training_range
 
@@ -286,8 +347,12 @@ def _real_set_range(gate: Any, source: Path, train_data: str | None) -> dict[str
         copies = {}  # an unreadable best leaves the range unknown; adding the real set goes on
     model = next(iter(copies.values()), None)
     if model is None and train_data is None:
-        return {"known": False, "outside": None, "model": best["model_path"] if best else None,
-                "reason": "no host copy of the current best with its training records; pass --train-data"}
+        return {
+            "known": False,
+            "outside": None,
+            "model": best["model_path"] if best else None,
+            "reason": "no host copy of the current best with its training records; pass --train-data",
+        }
     block = training_range(stats, model or source, train_data, gate.home_root)
     return {**block, "model": str(model) if model else None}
 
@@ -313,8 +378,10 @@ def boost_cmd(
         return
     for name, block in result["evaluators"].items():
         leak = block["leak"]
-        console().print(f"{name:>6}: holdout {block['holdout_loss']:.4f}  fresh {block['fresh_loss']:.4f}  "
-                        f"leak {leak['estimate']:+.4f} [{leak['low']:+.4f}, {leak['high']:+.4f}]")
+        console().print(
+            f"{name:>6}: holdout {block['holdout_loss']:.4f}  fresh {block['fresh_loss']:.4f}  "
+            f"leak {leak['estimate']:+.4f} [{leak['low']:+.4f}, {leak['high']:+.4f}]"
+        )
 
 
 def register(app: typer.Typer) -> None:

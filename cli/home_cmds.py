@@ -26,8 +26,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for column in ("tier", "version", "images", "image size", "defects"):
         table.add_column(column)
     for row in summary["tiers"]:
-        table.add_row(row["tier"], row["version"], str(row["count"]), f"{row['size']}x{row['size']}",
-                      str(row["n_defects"]))
+        table.add_row(
+            row["tier"],
+            row["version"],
+            str(row["count"]),
+            f"{row['size']}x{row['size']}",
+            str(row["n_defects"]),
+        )
     out.print(table)
 
 

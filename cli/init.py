@@ -52,7 +52,9 @@ def _open_dataset(home: Home, profile: Profile, summary: dict[str, Any]) -> None
             split.rmdir()
         staging.rmdir()
     version = resolve(home.root, f"{DATASET}/v1")
-    summary["datasets"] = [{"ref": version.ref, "approved": version.approved, "content_hash": version.content_hash}]
+    summary["datasets"] = [
+        {"ref": version.ref, "approved": version.approved, "content_hash": version.content_hash}
+    ]
 
 
 def _tiers(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
@@ -72,8 +74,15 @@ def tier_table(home: Home) -> list[dict[str, Any]]:
     rows = []
     for tier in TIERS:
         manifest = json.loads((tier_path(home.vault, tier) / "manifest.json").read_text())
-        rows.append({"tier": tier, "version": current_version(home.vault, tier), "count": manifest["count"],
-                     "size": manifest["shape"][0], "n_defects": manifest["n_defects"]})
+        rows.append(
+            {
+                "tier": tier,
+                "version": current_version(home.vault, tier),
+                "count": manifest["count"],
+                "size": manifest["shape"][0],
+                "n_defects": manifest["n_defects"],
+            }
+        )
     return rows
 
 
@@ -93,8 +102,14 @@ def initialise(home: Home, profile: str = "default") -> dict[str, Any]:
     """Create (or report) the home; returns the summary printed by ``segfactory init``."""
     if home.exists():
         info = home.info()
-        return {"home": str(home.root), "existing": True, "profile": info.get("profile"),
-                "created": info.get("created"), "tiers": tier_table(home), "datasets": _datasets(home.root)}
+        return {
+            "home": str(home.root),
+            "existing": True,
+            "profile": info.get("profile"),
+            "created": info.get("created"),
+            "tiers": tier_table(home),
+            "datasets": _datasets(home.root),
+        }
     chosen = get_profile(profile)
     summary: dict[str, Any] = {"home": str(home.root), "existing": False, "profile": chosen.name}
     for step in [*STEPS, FINAL_STEP]:

@@ -31,12 +31,25 @@ def _home(home: Path | None) -> Any:
 
 
 def propose_cmd(
-    data: Annotated[Path, typer.Option("--data", help="A split folder (e.g. from `data import --unlabelled`).")],
-    model: Annotated[Path | None, typer.Option("--model", help="A model.onnx (default: the newest finetuned "
-                                                                "model, else the current best).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Queue file (default: runs/labels/<hash>/).")] = None,
-    base: Annotated[str | None, typer.Option("--base", help="Labelled version NAME/vK the round joins and is "
-                                                            "judged on (default: the home's init data).")] = None,
+    data: Annotated[
+        Path, typer.Option("--data", help="A split folder (e.g. from `data import --unlabelled`).")
+    ],
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model", help="A model.onnx (default: the newest finetuned model, else the current best)."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Queue file (default: runs/labels/<hash>/).")
+    ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base",
+            help="Labelled version NAME/vK the round joins and is judged on (default: the home's init data).",
+        ),
+    ] = None,
     name: Annotated[str, typer.Option("--name", help="Dataset name of the round's versions.")] = "labels",
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -56,24 +69,46 @@ def propose_cmd(
         info = open_round(resolved, queue, path, base=base_version, name=name)
         log.append("system", "label_round_opened", info.model_dump(mode="json"))
     confidences = [item.confidence for item in queue.items]
-    summary = {"queue": str(path), "data": queue.data, "data_content_hash": queue.data_content_hash,
-               "model": queue.model, "model_sha256": queue.model_sha256, "n_images": queue.n_images,
-               "n_items": len(queue.items), "mean_confidence": sum(confidences) / len(confidences) if confidences else None,
-               "round": info.ref, "base": info.base, "review": f"/labels/{info.ref}"}
+    summary = {
+        "queue": str(path),
+        "data": queue.data,
+        "data_content_hash": queue.data_content_hash,
+        "model": queue.model,
+        "model_sha256": queue.model_sha256,
+        "n_images": queue.n_images,
+        "n_items": len(queue.items),
+        "mean_confidence": sum(confidences) / len(confidences) if confidences else None,
+        "round": info.ref,
+        "base": info.base,
+        "review": f"/labels/{info.ref}",
+    }
     if json_out:
         emit_json(summary)
         return
-    console().print(f"{summary['n_items']} proposed masks on {queue.n_images} images -> round {info.ref}; "
-                    f"review them in the console at /labels/{info.ref}")
+    console().print(
+        f"{summary['n_items']} proposed masks on {queue.n_images} images -> round {info.ref}; "
+        f"review them in the console at /labels/{info.ref}"
+    )
 
 
 def finetune_cmd(
-    round_ref: Annotated[str | None, typer.Option("--round", help="The reviewed round NAME/vK (default: the "
-                                                                  "newest round).")] = None,
-    gate: Annotated[bool, typer.Option("--gate/--no-gate", help="Submit the finetuned model to the gate "
-                                                                "(one confirm-a query).")] = True,
-    epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="Training epochs (default: the profile's "
-                                                                       "ticket epochs, policies/run.yaml).")] = None,
+    round_ref: Annotated[
+        str | None, typer.Option("--round", help="The reviewed round NAME/vK (default: the newest round).")
+    ] = None,
+    gate: Annotated[
+        bool,
+        typer.Option(
+            "--gate/--no-gate", help="Submit the finetuned model to the gate (one confirm-a query)."
+        ),
+    ] = True,
+    epochs: Annotated[
+        int | None,
+        typer.Option(
+            "--epochs",
+            min=1,
+            help="Training epochs (default: the profile's ticket epochs, policies/run.yaml).",
+        ),
+    ] = None,
     backend: BackendOpt = "bwrap",
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -96,10 +131,14 @@ def finetune_cmd(
         emit_json(summary)
         return
     out = console()
-    out.print(f"round {record.round}: {record.reviewed} reviewed, precision {record.precision}, "
-              f"{record.human_minutes_per_image} human min/image, {record.labels_per_hour} labels/hour")
-    out.print(f"finetune {record.ticket_id}: {record.status}; dev object F1 {record.dev_object_f1} "
-              f"(proposer {record.proposer_dev_object_f1}); gate {record.gate_verdict or 'not asked'}")
+    out.print(
+        f"round {record.round}: {record.reviewed} reviewed, precision {record.precision}, "
+        f"{record.human_minutes_per_image} human min/image, {record.labels_per_hour} labels/hour"
+    )
+    out.print(
+        f"finetune {record.ticket_id}: {record.status}; dev object F1 {record.dev_object_f1} "
+        f"(proposer {record.proposer_dev_object_f1}); gate {record.gate_verdict or 'not asked'}"
+    )
 
 
 def _finetune(setup: Any, round_ref: str, gate: bool) -> Any:

@@ -38,11 +38,24 @@ def _synthetic_split(home: Path | None, ref: str) -> Path:
 
 
 def realism_cmd(
-    synthetic: Annotated[str, typer.Option("--synthetic", help="Synthetic split folder or dataset version NAME/vK (its train split).")],
-    real: Annotated[Path, typer.Option("--real", help="Real-dev split (or the folder `data import --real` made).")],
-    out: Annotated[Path | None, typer.Option("--out", help="Report folder (default: <home>/runs/realism-<time>/people).")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of subsamples, permutations and the classifier.")] = 0,
-    classifier: Annotated[bool, typer.Option("--classifier/--no-classifier", help="Train the two-sample CNN.")] = True,
+    synthetic: Annotated[
+        str,
+        typer.Option(
+            "--synthetic", help="Synthetic split folder or dataset version NAME/vK (its train split)."
+        ),
+    ],
+    real: Annotated[
+        Path, typer.Option("--real", help="Real-dev split (or the folder `data import --real` made).")
+    ],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Report folder (default: <home>/runs/realism-<time>/people).")
+    ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of subsamples, permutations and the classifier.")
+    ] = 0,
+    classifier: Annotated[
+        bool, typer.Option("--classifier/--no-classifier", help="Train the two-sample CNN.")
+    ] = True,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -58,24 +71,45 @@ def realism_cmd(
     c, acc = console(), (report["classifier"] or {}).get("accuracy")
     c.print(f"MMD² {report['mmd']['mmd2']:.4g} (permutation p = {report['mmd']['p_value']:.3g})")
     if acc:
-        c.print(f"classifier held-out accuracy {acc['estimate']:.3f} [{acc['low']:.3f}, {acc['high']:.3f}] "
-                f"(training {report['classifier']['train_seconds']} s)")
+        c.print(
+            f"classifier held-out accuracy {acc['estimate']:.3f} [{acc['low']:.3f}, {acc['high']:.3f}] "
+            f"(training {report['classifier']['train_seconds']} s)"
+        )
     c.print(f"report {report['report']}, plots {report['plot']}")
     c.print(report["note"])
 
 
 def topup_cmd(
-    slice_name: Annotated[str, typer.Option("--slice", help="Slice constraint: thin, tiny, low-contrast, background:<name> (join with +).")],
-    n: Annotated[str, typer.Option("--n", help="Doses: images added per arm, comma-separated (0 is always included).")],
-    real: Annotated[Path, typer.Option("--real", help="Real-dev split the arms are measured on (host side).")],
-    budget: Annotated[str | None, typer.Option("--budget", help="Total device time for every ticket (e.g. 10m).")] = None,
-    ticket_budget: Annotated[str, typer.Option("--ticket-budget", help="Device time per ticket.")] = DEFAULT_TICKET_BUDGET,
+    slice_name: Annotated[
+        str,
+        typer.Option(
+            "--slice", help="Slice constraint: thin, tiny, low-contrast, background:<name> (join with +)."
+        ),
+    ],
+    n: Annotated[
+        str, typer.Option("--n", help="Doses: images added per arm, comma-separated (0 is always included).")
+    ],
+    real: Annotated[
+        Path, typer.Option("--real", help="Real-dev split the arms are measured on (host side).")
+    ],
+    budget: Annotated[
+        str | None, typer.Option("--budget", help="Total device time for every ticket (e.g. 10m).")
+    ] = None,
+    ticket_budget: Annotated[
+        str, typer.Option("--ticket-budget", help="Device time per ticket.")
+    ] = DEFAULT_TICKET_BUDGET,
     epochs: Annotated[int, typer.Option("--epochs", help="Epochs per ticket.")] = DEFAULT_TOPUP_EPOCHS,
     data: Annotated[str, typer.Option("--data", help="Base dataset version.")] = "synthetic/v1",
     config: Annotated[Path, typer.Option("--config", help="Base training config.")] = DEFAULT_CONFIG,
     seed: Annotated[int, typer.Option("--seed", help="Training seed of every arm.")] = 0,
     run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (default: topup-<time>).")] = None,
-    round_two: Annotated[bool, typer.Option("--round-two/--no-round-two", help="Then run round two: the next weakest dev slice, a training or model fix.")] = False,
+    round_two: Annotated[
+        bool,
+        typer.Option(
+            "--round-two/--no-round-two",
+            help="Then run round two: the next weakest dev slice, a training or model fix.",
+        ),
+    ] = False,
     backend: BackendOpt = "bwrap",
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -86,9 +120,15 @@ def topup_cmd(
     from synthetic.versions import resolve
 
     resolved = home_for(home, create=True)
-    plan = TopupPlan(slice_name=slice_name, doses=parse_doses(n), ticket_seconds=parse_duration(ticket_budget),
-                     epochs=epochs, seed=seed, budget_s=parse_duration(budget) if budget else None,
-                     round_two=round_two)
+    plan = TopupPlan(
+        slice_name=slice_name,
+        doses=parse_doses(n),
+        ticket_seconds=parse_duration(ticket_budget),
+        epochs=epochs,
+        seed=seed,
+        budget_s=parse_duration(budget) if budget else None,
+        round_two=round_two,
+    )
     rid = run_id or f"topup-{time.strftime('%Y%m%d-%H%M%S')}"
     base_config = topup_config(config, resolve(resolved.root, data).train)
     executor = RunnerExecutor(resolved, backend=backend, base_config=base_config, run_id=rid)
@@ -102,8 +142,12 @@ def topup_cmd(
         return
     c = console()
     for row in report["dose_response"]["rows"]:
-        cells = [f"{arm} {row[arm]['vs_nothing']['estimate']:+.3f} [{row[arm]['vs_nothing']['low']:+.3f}, "
-                 f"{row[arm]['vs_nothing']['high']:+.3f}]" for arm in ("synthetic", "augment") if row.get(arm)]
+        cells = [
+            f"{arm} {row[arm]['vs_nothing']['estimate']:+.3f} [{row[arm]['vs_nothing']['low']:+.3f}, "
+            f"{row[arm]['vs_nothing']['high']:+.3f}]"
+            for arm in ("synthetic", "augment")
+            if row.get(arm)
+        ]
         c.print(f"n={row['n']}: " + "; ".join(cells))
     c.print(report["dose_response"]["turning_point"]["summary"])
     c.print(f"report in {Path(report['plot']).parent}")
@@ -112,13 +156,19 @@ def topup_cmd(
 
 
 def _print_round_two(result: dict[str, Any]) -> None:
-    console().print(f"round two: slice {result['slice']} (dev effect {result['slice_effect']:+.3f}), "
-                    f"{result['fix_kind']} fix {result['change']}: {result['result']}")
+    console().print(
+        f"round two: slice {result['slice']} (dev effect {result['slice_effect']:+.3f}), "
+        f"{result['fix_kind']} fix {result['change']}: {result['result']}"
+    )
 
 
 def round_two_cmd(
-    run_id: Annotated[str, typer.Option("--run-id", help="The top-up run whose nothing arm is the baseline.")],
-    config: Annotated[Path, typer.Option("--config", help="Base training config (as the top-up used).")] = DEFAULT_CONFIG,
+    run_id: Annotated[
+        str, typer.Option("--run-id", help="The top-up run whose nothing arm is the baseline.")
+    ],
+    config: Annotated[
+        Path, typer.Option("--config", help="Base training config (as the top-up used).")
+    ] = DEFAULT_CONFIG,
     backend: BackendOpt = "bwrap",
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -146,11 +196,15 @@ def round_two_cmd(
 
 
 def stand_in_cmd(
-    out: Annotated[Path, typer.Option("--out", help="New import-layout folder (images/, masks/, stand_in.json).")],
+    out: Annotated[
+        Path, typer.Option("--out", help="New import-layout folder (images/, masks/, stand_in.json).")
+    ],
     n: Annotated[int, typer.Option("--n", help="Number of images.")] = 400,
     size: Annotated[int, typer.Option("--size", help="Image side in pixels.")] = 64,
     seed: Annotated[int, typer.Option("--seed", help="Public seed of the stand-in.")] = 9001,
-    idx: Annotated[Path | None, typer.Option("--idx", help="Fashion-MNIST IDX file: another part family.")] = None,
+    idx: Annotated[
+        Path | None, typer.Option("--idx", help="Fashion-MNIST IDX file: another part family.")
+    ] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

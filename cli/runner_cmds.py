@@ -8,8 +8,9 @@ import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json
 
-device_app = typer.Typer(help="The device the scheduler plans with: its measured memory profile.",
-                         no_args_is_help=True)
+device_app = typer.Typer(
+    help="The device the scheduler plans with: its measured memory profile.", no_args_is_help=True
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -48,9 +49,15 @@ def _image_size(home: Any, given: int | None) -> int:
 
 
 def profile_cmd(
-    presets: Annotated[str | None, typer.Option("--presets", help="Comma-separated presets (default: all).")] = None,
-    batch_sizes: Annotated[str, typer.Option("--batch-sizes", help="Batch sizes to measure per preset.")] = "4,16",
-    image_size: Annotated[int | None, typer.Option("--image-size", min=8, help="Image side (default: the home's profile).")] = None,
+    presets: Annotated[
+        str | None, typer.Option("--presets", help="Comma-separated presets (default: all).")
+    ] = None,
+    batch_sizes: Annotated[
+        str, typer.Option("--batch-sizes", help="Batch sizes to measure per preset.")
+    ] = "4,16",
+    image_size: Annotated[
+        int | None, typer.Option("--image-size", min=8, help="Image side (default: the home's profile).")
+    ] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     home: HomeOpt = None,
     json_out: JsonOpt = False,
@@ -68,8 +75,13 @@ def profile_cmd(
     kind = None if device == "auto" else device
     profile = profile_device(_presets(presets), sizes, size, kind)  # type: ignore[arg-type]
     path = save_profile(resolved, profile)
-    summary = {"home": str(resolved.root), "path": str(path), "image_size": size, **profile.model_dump(mode="json"),
-               "fits": {p: _fit(profile, p) for p in sorted({m.preset for m in profile.measurements})}}
+    summary = {
+        "home": str(resolved.root),
+        "path": str(path),
+        "image_size": size,
+        **profile.model_dump(mode="json"),
+        "fits": {p: _fit(profile, p) for p in sorted({m.preset for m in profile.measurements})},
+    }
     if json_out:
         emit_json(summary)
     else:
@@ -85,11 +97,15 @@ def _print(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     out = console()
-    out.print(f"{summary['device']}: {summary['device_name']}, {summary['total_bytes'] / 2**30:.1f} GiB; "
-              f"saved to {summary['path']}")
+    out.print(
+        f"{summary['device']}: {summary['device_name']}, {summary['total_bytes'] / 2**30:.1f} GiB; "
+        f"saved to {summary['path']}"
+    )
     table = Table(title=f"peak memory per training step at {summary['image_size']}x{summary['image_size']}")
     for column in ("preset", "batch", "peak MiB", "seconds"):
         table.add_column(column)
     for m in summary["measurements"]:
-        table.add_row(m["preset"], str(m["batch_size"]), f"{m['peak_bytes'] / 2**20:.0f}", f"{m['seconds']:.1f}")
+        table.add_row(
+            m["preset"], str(m["batch_size"]), f"{m['peak_bytes'] / 2**20:.0f}", f"{m['seconds']:.1f}"
+        )
     out.print(table)

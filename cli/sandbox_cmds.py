@@ -15,8 +15,9 @@ from segfactory.errors import UsageError
 if TYPE_CHECKING:
     from sandbox import SandboxBackend, SandboxEvent, VerifyReport
 
-sandbox_app = typer.Typer(help="Sandboxes for agent code: build the image, verify the policy, run a command.",
-                          no_args_is_help=True)
+sandbox_app = typer.Typer(
+    help="Sandboxes for agent code: build the image, verify the policy, run a command.", no_args_is_help=True
+)
 BackendArg = Annotated[str, typer.Option("--backend", help="Sandbox backend: docker or bwrap.")]
 
 
@@ -43,7 +44,9 @@ def _print_report(report: VerifyReport) -> None:
     for check in report.checks:
         mark = "[green]ok[/green]" if check.ok else "[red]FAIL[/red]"
         out.print(f"{mark:>20}  {check.name}")
-    out.print(f"sandbox verify ({report.backend}): {'ok' if report.ok else 'FAILED'} in {report.duration_s:.1f}s")
+    out.print(
+        f"sandbox verify ({report.backend}): {'ok' if report.ok else 'FAILED'} in {report.duration_s:.1f}s"
+    )
 
 
 def _finish_verify(report: VerifyReport, as_json: bool, extra: dict[str, Any] | None = None) -> None:
@@ -61,7 +64,9 @@ def _finish_verify(report: VerifyReport, as_json: bool, extra: dict[str, Any] | 
 def build(
     home: HomeOpt = None,
     as_json: JsonOpt = False,
-    from_dockerfile: Annotated[bool, typer.Option("--from-dockerfile", help="docker build sandbox/Dockerfile.")] = False,
+    from_dockerfile: Annotated[
+        bool, typer.Option("--from-dockerfile", help="docker build sandbox/Dockerfile.")
+    ] = False,
 ) -> None:
     """Build the docker image (docker import of a minimal root, no registry), then verify it."""
     from sandbox._docker import DockerBackend
@@ -97,7 +102,9 @@ def exec_(
     command: Annotated[list[str], typer.Argument(help="The command, after --.")],
     home: HomeOpt = None,
     backend: BackendArg = "docker",
-    workspace: Annotated[Path | None, typer.Option("--workspace", help="Mounted at /work (default: a fresh temp dir).")] = None,
+    workspace: Annotated[
+        Path | None, typer.Option("--workspace", help="Mounted at /work (default: a fresh temp dir).")
+    ] = None,
     timeout: Annotated[str, typer.Option("--timeout", help="Wall time, e.g. 90s, 10m.")] = "10m",
     as_json: JsonOpt = False,
 ) -> None:
@@ -116,7 +123,11 @@ def exec_(
 
     try:
         if log is not None:
-            log.append("sandbox", "sandbox_exec_start", {"backend": backend, "command": command, "workspace": str(ws)})
+            log.append(
+                "sandbox",
+                "sandbox_exec_start",
+                {"backend": backend, "command": command, "workspace": str(ws)},
+            )
         result = chosen.run(spec, on_event)
         if log is not None:
             log.append("sandbox", "sandbox_exec_end", _summary(result))
@@ -129,33 +140,41 @@ def exec_(
 
 def _summary(result: Any) -> dict[str, Any]:
     return {
-        "backend": result.backend, "exit_code": result.exit_code, "timed_out": result.timed_out,
-        "oom_killed": result.oom_killed, "duration_s": round(result.duration_s, 3),
-        "stdout_bytes": result.stdout.size, "stdout_truncated": result.stdout.truncated,
-        "stderr_bytes": result.stderr.size, "stderr_truncated": result.stderr.truncated,
+        "backend": result.backend,
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "oom_killed": result.oom_killed,
+        "duration_s": round(result.duration_s, 3),
+        "stdout_bytes": result.stdout.size,
+        "stdout_truncated": result.stdout.truncated,
+        "stderr_bytes": result.stderr.size,
+        "stderr_truncated": result.stderr.truncated,
         "events": len(result.events),
     }
 
 
 def _emit_result(result: Any, workspace: Path, as_json: bool) -> None:
     if as_json:
-        emit_json({
-            **_summary(result), "workspace": str(workspace),
-            "stdout": result.stdout.data.decode(errors="replace"),
-            "stderr": result.stderr.data.decode(errors="replace"),
-            "events": [e.model_dump(mode="json") for e in result.events],
-        })
+        emit_json(
+            {
+                **_summary(result),
+                "workspace": str(workspace),
+                "stdout": result.stdout.data.decode(errors="replace"),
+                "stderr": result.stderr.data.decode(errors="replace"),
+                "events": [e.model_dump(mode="json") for e in result.events],
+            }
+        )
         return
     sys.stdout.buffer.write(result.stdout.data)
     sys.stdout.flush()
     sys.stderr.buffer.write(result.stderr.data)
     for stream, name in ((result.stdout, "stdout"), (result.stderr, "stderr")):
         if stream.truncated:
-            sys.stderr.write(f"segfactory: {name} truncated: kept {len(stream.data)} of {stream.size} bytes\n")
+            sys.stderr.write(
+                f"segfactory: {name} truncated: kept {len(stream.data)} of {stream.size} bytes\n"
+            )
     if result.timed_out:
         sys.stderr.write(f"segfactory: the command timed out after {result.duration_s:.1f}s\n")
     for event in result.events:
         if event.kind in ("protected_read_attempt", "monitoring_gap", "workspace_limit"):
             sys.stderr.write(f"segfactory: sandbox event {event.kind} {event.path or ''}\n")
-
-

@@ -11,8 +11,11 @@ from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
 
 TrainDataOpt = Annotated[
     str | None,
-    typer.Option("--train-data", help="The model's training data (dataset version folder, split folder or NAME/vK), "
-                                      "when nothing beside the model records it."),
+    typer.Option(
+        "--train-data",
+        help="The model's training data (dataset version folder, split folder or NAME/vK), "
+        "when nothing beside the model records it.",
+    ),
 ]
 
 
@@ -20,8 +23,12 @@ def train_cmd(
     config: Annotated[Path, typer.Option("--config", help="Training config YAML (see configs/).")],
     data: Annotated[Path, typer.Option("--data", help="Dataset version folder holding train/ and dev/.")],
     out: Annotated[Path, typer.Option("--out", help="Run folder to write (must be new or empty).")],
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last epoch.")] = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")] = True,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run in --out from its last epoch.")
+    ] = False,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")
+    ] = True,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -45,8 +52,10 @@ def train_cmd(
         return
     con = console()
     state = "usable" if result.usable else f"NOT usable ({result.stopped_reason or 'a check failed'})"
-    con.print(f"{result.model}: {result.epochs_completed} epochs, {state}; reload_ok={result.reload_ok}, "
-              f"onnx parity={result.parity.get('max_abs_diff')}")
+    con.print(
+        f"{result.model}: {result.epochs_completed} epochs, {state}; reload_ok={result.reload_ok}, "
+        f"onnx parity={result.parity.get('max_abs_diff')}"
+    )
     _metrics_table(con, {"dev": result.dev})
 
 
@@ -54,10 +63,14 @@ def evaluate_cmd(
     model: Annotated[Path, typer.Option("--model", help="model.onnx, or a run folder holding one.")],
     data: Annotated[Path, typer.Option("--data", help="A split folder, or a dataset version (its dev/).")],
     robustness: Annotated[bool, typer.Option("--robustness", help="Run the perturbation suite too.")] = False,
-    compare: Annotated[Path | None, typer.Option("--compare", help="Reference model for a paired bootstrap.")] = None,
+    compare: Annotated[
+        Path | None, typer.Option("--compare", help="Reference model for a paired bootstrap.")
+    ] = None,
     threshold: Annotated[float, typer.Option("--threshold", help="Probability threshold.")] = 0.5,
     iou_match: Annotated[float, typer.Option("--iou-match", help="Component IoU needed for a match.")] = 0.1,
-    min_support: Annotated[int, typer.Option("--min-support", help="Members a slice needs to be the worst.")] = 20,
+    min_support: Annotated[
+        int, typer.Option("--min-support", help="Members a slice needs to be the worst.")
+    ] = 20,
     n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Seed for bootstrap and perturbations.")] = 0,
     train_data: TrainDataOpt = None,
@@ -74,9 +87,19 @@ def evaluate_cmd(
 
     if n_boot < 1 or min_support < 1:
         raise UsageError(f"--n-boot and --min-support must be >= 1; got {n_boot}, {min_support}")
-    report = evaluate(model, data, with_robustness=robustness, compare_to=compare, threshold=threshold,
-                      iou_match=iou_match, seed=seed, n_boot=n_boot, min_support=min_support,
-                      train_data=train_data, home_root=home_for(home).root)
+    report = evaluate(
+        model,
+        data,
+        with_robustness=robustness,
+        compare_to=compare,
+        threshold=threshold,
+        iou_match=iou_match,
+        seed=seed,
+        n_boot=n_boot,
+        min_support=min_support,
+        train_data=train_data,
+        home_root=home_for(home).root,
+    )
     if json_out:
         emit_json(report)
         return
@@ -100,18 +123,26 @@ def _print_report(report: dict[str, Any]) -> None:
         columns = {"reference": report["comparison"]["reference_metrics"], "model": report["metrics"]}
     _metrics_table(con, columns)
     f1 = report["intervals"]["object_f1"]
-    con.print(f"object F1 {f1['estimate']:.4f} [{f1['low']:.4f}, {f1['high']:.4f}] (95% bootstrap over images)")
+    con.print(
+        f"object F1 {f1['estimate']:.4f} [{f1['low']:.4f}, {f1['high']:.4f}] (95% bootstrap over images)"
+    )
     if "comparison" in report:
         d = report["comparison"]["diff"]
-        con.print(f"object F1 model - reference: {d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] (paired)")
+        con.print(
+            f"object F1 model - reference: {d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] (paired)"
+        )
     worst = report["worst_slice"]["worst"]
     if worst:
-        con.print(f"worst slice: {worst['attribute']}={worst['value']} {worst['metric']}={worst['score']:.3f} "
-                  f"(n={worst['support']})")
+        con.print(
+            f"worst slice: {worst['attribute']}={worst['value']} {worst['metric']}={worst['score']:.3f} "
+            f"(n={worst['support']})"
+        )
     print_training_range(con, report["training_range"])
     for cell in report.get("robustness", {}).get("cells", []):
-        con.print(f"{cell['perturbation']:>17} s{cell['severity']} F1={cell['object_f1']:.3f} "
-                  f"in_range={cell['within_training_range']} {cell['finding']}")
+        con.print(
+            f"{cell['perturbation']:>17} s{cell['severity']} F1={cell['object_f1']:.3f} "
+            f"in_range={cell['within_training_range']} {cell['finding']}"
+        )
 
 
 def print_training_range(con: Any, block: dict[str, Any]) -> None:

@@ -15,5 +15,15 @@ from console._chat import MAX_REPLY_CHARS, Reading, interpret
 from console._labels import review_stats
 from console.app import MAX_BODY_BYTES, create_app
 
-__all__ = ["MAX_BODY_BYTES", "MAX_REPLY_CHARS", "SESSION_TTL_S", "Auth", "AuthError", "CsrfError", "Reading",
-           "create_app", "interpret", "review_stats"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_REPLY_CHARS",
+    "SESSION_TTL_S",
+    "Auth",
+    "AuthError",
+    "CsrfError",
+    "Reading",
+    "create_app",
+    "interpret",
+    "review_stats",
+]

@@ -34,7 +34,9 @@ class AuditFilters:
 
     @classmethod
     def from_query(cls, query: dict[str, str]) -> AuditFilters:
-        return cls(**{k: (query.get(k) or "").strip() or None for k in ("run", "actor", "event", "since", "until")})
+        return cls(
+            **{k: (query.get(k) or "").strip() or None for k in ("run", "actor", "event", "since", "until")}
+        )
 
 
 @dataclass
@@ -71,14 +73,20 @@ def audit_page(home: Home, filters: AuditFilters, banner: dict[str, Any]) -> Aud
     records = list(iter_records(home.audit / LOG_NAME))
     since = parse_time(filters.since) if filters.since else None
     until = parse_time(filters.until) if filters.until else None
-    chosen = list(select(records, run=filters.run, actor=filters.actor, event=filters.event, since=since, until=until))
+    chosen = list(
+        select(records, run=filters.run, actor=filters.actor, event=filters.event, since=since, until=until)
+    )
     found: dict[int, list[str]] = {}
     for finding in check_records(chosen, load_policy(), home.root):
         found.setdefault(finding.seq, []).append(finding.path)
     rows = [Row(r, _when(r.ts), pretty(r.payload), found.get(r.seq, [])) for r in reversed(chosen)][:MAX_ROWS]
     return AuditPage(
-        rows=rows, matched=len(chosen), banner=banner, findings=len(found),
-        actors=sorted({r.actor.value for r in records}), events=sorted({r.event for r in records}),
+        rows=rows,
+        matched=len(chosen),
+        banner=banner,
+        findings=len(found),
+        actors=sorted({r.actor.value for r in records}),
+        events=sorted({r.event for r in records}),
         runs=sorted({r.run_id for r in records if r.run_id}),
     )
 
@@ -90,4 +98,8 @@ def blob_text(home: Home, ref: str) -> tuple[str, int, str | None]:
         data = store.get(ref)
     except DataError as exc:
         return "", 0, str(exc)
-    return inert(data[:MAX_BLOB_BYTES].decode("utf-8", errors="replace")), max(0, len(data) - MAX_BLOB_BYTES), None
+    return (
+        inert(data[:MAX_BLOB_BYTES].decode("utf-8", errors="replace")),
+        max(0, len(data) - MAX_BLOB_BYTES),
+        None,
+    )

@@ -25,7 +25,9 @@ _LEAD_DENY = re.compile(rf"^(?:{_DENY})\b[\s,:;.!-]*(?P<rest>.*)$", _FLAGS)
 _ANY_APPROVE = re.compile(rf"\b(?:{_APPROVE})\b", _FLAGS)
 _ANY_DENY = re.compile(rf"\b(?:{_DENY}|not|don'?t|never|cancel|wait|maybe|unsure)\b", _FLAGS)
 _COUNT = re.compile(r"^(?P<n>\d{1,7})\s*(?:images?|samples?|pictures?)?\b[\s,:;.-]*(?P<rest>.*)$", _FLAGS)
-_QUESTION = re.compile(r"^(?:what|why|how|which|who|when|where|is|are|does|do|can|could|will|would)\b", _FLAGS)
+_QUESTION = re.compile(
+    r"^(?:what|why|how|which|who|when|where|is|are|does|do|can|could|will|would)\b", _FLAGS
+)
 
 
 class Reading(BaseModel):
@@ -56,7 +58,9 @@ class Reading(BaseModel):
         """The reason stored with the decision (count and scope included, so nothing is lost)."""
         if self.kind == "deny":
             return self.reason
-        bits = ([f"count={self.count}"] if self.count is not None else []) + ([f"scope={self.scope}"] if self.scope else [])
+        bits = ([f"count={self.count}"] if self.count is not None else []) + (
+            [f"scope={self.scope}"] if self.scope else []
+        )
         return "; ".join(bits)
 
 
@@ -74,7 +78,9 @@ def interpret(text: str) -> Reading:
         return _approval(_clean(approve.group("rest")))
     if deny and not _ANY_APPROVE.search(deny.group("rest")) and "?" not in said:
         return Reading(kind="deny", reason=_clean(deny.group("rest")))
-    if (said.endswith("?") or _QUESTION.match(said)) and not (_ANY_APPROVE.search(said) or _LEAD_DENY.match(said)):
+    if (said.endswith("?") or _QUESTION.match(said)) and not (
+        _ANY_APPROVE.search(said) or _LEAD_DENY.match(said)
+    ):
         return Reading(kind="question")
     return Reading(kind="unclear", why_unclear=_why(said, bool(approve or _ANY_APPROVE.search(said))))
 

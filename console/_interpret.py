@@ -75,18 +75,26 @@ class LLMInterpreter:
         from agents.llm import LLMFailed, ToolSpec, UserTurn
 
         rules = interpret(reply)
-        tool = ToolSpec(name="read_reply", description="Record how the person's reply reads.",
-                        parameters=READ_REPLY_PARAMETERS)
+        tool = ToolSpec(
+            name="read_reply",
+            description="Record how the person's reply reads.",
+            parameters=READ_REPLY_PARAMETERS,
+        )
         prompt = UserTurn(text=f"<request>\n{request_text}\n</request>\n<reply>\n{reply}\n</reply>")
         try:
             got = self.caller.structured(SYSTEM, prompt, tool, _LLMReading)
         except LLMFailed as exc:
             if rules.kind != "unclear":
                 return rules
-            return rules.model_copy(update={"why_unclear": f"{rules.why_unclear}; the LLM gave no usable answer ({exc})"})
+            return rules.model_copy(
+                update={"why_unclear": f"{rules.why_unclear}; the LLM gave no usable answer ({exc})"}
+            )
         if {got.kind, rules.kind} == {"approve", "deny"}:
-            return Reading(kind="unclear", by="llm",
-                           why_unclear=f"the LLM read {got.kind.upper()} where the rules read {rules.kind.upper()}")
+            return Reading(
+                kind="unclear",
+                by="llm",
+                why_unclear=f"the LLM read {got.kind.upper()} where the rules read {rules.kind.upper()}",
+            )
         return Reading(by="llm", **got.model_dump())
 
 

@@ -63,13 +63,18 @@ class QueueItem(BaseModel):
 def queue_datasets(home: Home) -> list[str]:
     """Dataset versions that have a review queue, as NAME/vK."""
     root = home.root / "curation"
-    return sorted(f"{p.parent.parent.name}/{p.parent.name}" for p in root.glob(f"*/v*/{QUEUE_FILE}")) \
-        if root.is_dir() else []
+    return (
+        sorted(f"{p.parent.parent.name}/{p.parent.name}" for p in root.glob(f"*/v*/{QUEUE_FILE}"))
+        if root.is_dir()
+        else []
+    )
 
 
 def latest_version(home: Home, name: str) -> str:
     folder = home.datasets / name
-    numbers = [int(p.name[1:]) for p in folder.glob("v*") if p.name[1:].isdigit() and (p / "version.json").is_file()]
+    numbers = [
+        int(p.name[1:]) for p in folder.glob("v*") if p.name[1:].isdigit() and (p / "version.json").is_file()
+    ]
     return f"{name}/v{max(numbers)}" if numbers else ""
 
 
@@ -127,43 +132,87 @@ class LabelDesk:
         path = self.home.root / "curation" / name / version / QUEUE_FILE
         if not path.is_file():
             raise UsageError(f"no label-review queue for {dataset}; run `segfactory curate defects` first")
-        saved = {(r[0], r[1]): (r[2], r[3]) for r in self.conn.execute(
-            "SELECT split, image_id, action, rev FROM console_labels WHERE dataset = ?", (dataset,))}
+        saved = {
+            (r[0], r[1]): (r[2], r[3])
+            for r in self.conn.execute(
+                "SELECT split, image_id, action, rev FROM console_labels WHERE dataset = ?", (dataset,)
+            )
+        }
         items = []
         for line in path.read_text().splitlines()[:MAX_QUEUE]:
             row = json.loads(line)
             split, image_id = str(row.get("split", "train")), int(row["image_id"])
             action, rev = saved.get((split, image_id), (None, 0))
-            items.append(QueueItem(dataset=dataset, split=split, image_id=image_id, rank=int(row.get("rank", 0)),
-                                   score=row.get("score"), reason=str(row.get("reason") or row.get("source") or ""),
-                                   action=action, rev=rev))
+            items.append(
+                QueueItem(
+                    dataset=dataset,
+                    split=split,
+                    image_id=image_id,
+                    rank=int(row.get("rank", 0)),
+                    score=row.get("score"),
+                    reason=str(row.get("reason") or row.get("source") or ""),
+                    action=action,
+                    rev=rev,
+                )
+            )
         return items
 
-    def decide(self, dataset: str, split: str, image_id: int, action: Action, *, by: str, seconds: float,
-               rev_seen: int, mask_png: bytes | None = None) -> QueueItem:
+    def decide(
+        self,
+        dataset: str,
+        split: str,
+        image_id: int,
+        action: Action,
+        *,
+        by: str,
+        seconds: float,
+        rev_seen: int,
+        mask_png: bytes | None = None,
+    ) -> QueueItem:
         """Save one decision; refuses a stale version or a decision changed since ``rev_seen``."""
         self._check_latest(dataset)
         data = _split(self.home, dataset, split)
         _check_index(data, image_id)
-        mask = decode_mask(mask_png, data.masks.shape[1:]) if action == "fix" and mask_png is not None else None
+        mask = (
+            decode_mask(mask_png, data.masks.shape[1:]) if action == "fix" and mask_png is not None else None
+        )
         if action == "fix" and mask is None:
             raise UsageError("a fix needs the edited mask (a PNG)")
         with self._lock:
-            row = self.conn.execute("SELECT rev, applied_in FROM console_labels WHERE dataset = ? AND split = ? AND "
-                                    "image_id = ?", (dataset, split, image_id)).fetchone()
+            row = self.conn.execute(
+                "SELECT rev, applied_in FROM console_labels WHERE dataset = ? AND split = ? AND image_id = ?",
+                (dataset, split, image_id),
+            ).fetchone()
             current = row[0] if row else 0
             if current != rev_seen:
-                raise StaleEdit(f"image {image_id} of {dataset}/{split} was decided by someone else since you opened "
-                                f"it (revision {current}, you saw {rev_seen}); reload it and decide again")
+                raise StaleEdit(
+                    f"image {image_id} of {dataset}/{split} was decided by someone else since you opened "
+                    f"it (revision {current}, you saw {rev_seen}); reload it and decide again"
+                )
             if row and row[1]:
-                raise StaleEdit(f"decisions on {dataset} were already applied as {row[1]}; review that version")
+                raise StaleEdit(
+                    f"decisions on {dataset} were already applied as {row[1]}; review that version"
+                )
             packed = _pack(mask) if mask is not None else None
-            self.conn.execute("INSERT OR REPLACE INTO console_labels VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                              (dataset, split, image_id, action, packed, float(seconds), by, time.time(), current + 1))
+            self.conn.execute(
+                "INSERT OR REPLACE INTO console_labels VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                (dataset, split, image_id, action, packed, float(seconds), by, time.time(), current + 1),
+            )
             self.conn.commit()
-        self.sink.append(Actor.HUMAN.value, "label_decision", {
-            "dataset": dataset, "split": split, "image_id": image_id, "action": action, "seconds": round(seconds, 3),
-            "by": by, "void_px": int(mask.sum()) if mask is not None else None, "rev": current + 1})
+        self.sink.append(
+            Actor.HUMAN.value,
+            "label_decision",
+            {
+                "dataset": dataset,
+                "split": split,
+                "image_id": image_id,
+                "action": action,
+                "seconds": round(seconds, 3),
+                "by": by,
+                "void_px": int(mask.sum()) if mask is not None else None,
+                "rev": current + 1,
+            },
+        )
         return QueueItem(dataset=dataset, split=split, image_id=image_id, action=action, rev=current + 1)
 
     def stats(self, dataset: str) -> dict[str, Any]:
@@ -174,17 +223,25 @@ class LabelDesk:
         """The decisions on ``dataset`` as its next version (the old one kept); returns the new ref and stats."""
         self._check_latest(dataset)
         with self._lock:
-            rows = self.conn.execute("SELECT split, image_id, action, mask FROM console_labels WHERE dataset = ? "
-                                     "AND applied_in IS NULL", (dataset,)).fetchall()
+            rows = self.conn.execute(
+                "SELECT split, image_id, action, mask FROM console_labels WHERE dataset = ? "
+                "AND applied_in IS NULL",
+                (dataset,),
+            ).fetchall()
             if not any(r[2] in ("fix", "drop") for r in rows):
                 raise UsageError(f"no fix or drop decided on {dataset}; nothing to apply")
             name = dataset.split("/", 1)[0]
             with tempfile.TemporaryDirectory(prefix=".label-review-", dir=self.home.datasets) as tmp:
-                splits = {s: _edited(self.home, dataset, s, [r for r in rows if r[0] == s], Path(tmp) / s)
-                          for s in SPLITS if any(r[0] == s for r in rows)}
+                splits = {
+                    s: _edited(self.home, dataset, s, [r for r in rows if r[0] == s], Path(tmp) / s)
+                    for s in SPLITS
+                    if any(r[0] == s for r in rows)
+                }
                 created = create_version(self.home.root, name, dict(splits.items()), parent=dataset)
-            self.conn.execute("UPDATE console_labels SET applied_in = ? WHERE dataset = ? AND applied_in IS NULL",
-                              (created.ref, dataset))
+            self.conn.execute(
+                "UPDATE console_labels SET applied_in = ? WHERE dataset = ? AND applied_in IS NULL",
+                (created.ref, dataset),
+            )
             self.conn.commit()
         summary = {**self.stats(dataset), "new_version": created.ref, "parent": dataset}
         self.sink.append(Actor.HUMAN.value, "label_review_applied", {**summary, "by": by})
@@ -194,17 +251,24 @@ class LabelDesk:
         resolve(self.home.root, check_ref(dataset))
         newest = latest_version(self.home, dataset.split("/", 1)[0])
         if newest != dataset:
-            raise StaleEdit(f"{dataset} is no longer the newest version ({newest} is); your edit was made against a "
-                            f"stale version and was not saved. Review {newest} instead")
+            raise StaleEdit(
+                f"{dataset} is no longer the newest version ({newest} is); your edit was made against a "
+                f"stale version and was not saved. Review {newest} instead"
+            )
 
 
 def _stats(conn: sqlite3.Connection, dataset: str) -> dict[str, Any]:
     rows = conn.execute("SELECT action, seconds FROM console_labels WHERE dataset = ?", (dataset,)).fetchall()
     seconds = sum(r[1] for r in rows)
     counts = {a: sum(1 for r in rows if r[0] == a) for a in ("keep", "fix", "drop")}
-    return {"dataset": dataset, "reviewed": len(rows), **counts, "confirmed_errors": counts["fix"] + counts["drop"],
-            "human_seconds": round(seconds, 3),
-            "human_minutes_per_image": round(seconds / 60 / len(rows), 3) if rows else None}
+    return {
+        "dataset": dataset,
+        "reviewed": len(rows),
+        **counts,
+        "confirmed_errors": counts["fix"] + counts["drop"],
+        "human_seconds": round(seconds, 3),
+        "human_minutes_per_image": round(seconds / 60 / len(rows), 3) if rows else None,
+    }
 
 
 def review_stats(home: Home) -> list[dict[str, Any]]:
@@ -226,10 +290,20 @@ def loop_summary(home: Home) -> dict[str, Any]:
     from agents.challenge import retractions
     from agents.labelling import label_rounds
 
-    return {"rounds": [r.model_dump(mode="json") for r in label_rounds(home)],
-            "retractions": [{"challenge_id": r.challenge_id, "ticket_id": r.claim.ticket_id, "run_id": r.claim.run_id,
-                             "kind": r.claim.kind.value, "reason": r.reasons[-1] if r.reasons else "",
-                             "demoted": r.demoted} for r in retractions(home)]}
+    return {
+        "rounds": [r.model_dump(mode="json") for r in label_rounds(home)],
+        "retractions": [
+            {
+                "challenge_id": r.challenge_id,
+                "ticket_id": r.claim.ticket_id,
+                "run_id": r.claim.run_id,
+                "kind": r.claim.kind.value,
+                "reason": r.reasons[-1] if r.reasons else "",
+                "demoted": r.demoted,
+            }
+            for r in retractions(home)
+        ],
+    }
 
 
 def _pack(mask: np.ndarray) -> bytes:
@@ -250,13 +324,21 @@ def _edited(home: Home, dataset: str, split: str, rows: list[Any], out: Path) ->
         masks[i] = mask
     keep = [i for i in range(len(data)) if i not in dropped]
     new_index = {old: new for new, old in enumerate(keep)}
-    defects = [{**d, "image_id": new_index[d["image_id"]]} for d in data.defects
-               if d["image_id"] in new_index and d["image_id"] not in fixed]
-    defects += [row for i in fixed if i in new_index
-                for row in _component_rows(new_index[i], images[i], masks[i])]
+    defects = [
+        {**d, "image_id": new_index[d["image_id"]]}
+        for d in data.defects
+        if d["image_id"] in new_index and d["image_id"] not in fixed
+    ]
+    defects += [
+        row for i in fixed if i in new_index for row in _component_rows(new_index[i], images[i], masks[i])
+    ]
     defects.sort(key=lambda d: d["image_id"])
-    manifest = {k: v for k, v in data.manifest.items() if k in ("generator", "generator_version", "params", "kind")}
-    manifest.update(parent=data.content_hash, label_review={"fixed": sorted(fixed), "dropped": sorted(dropped)})
+    manifest = {
+        k: v for k, v in data.manifest.items() if k in ("generator", "generator_version", "params", "kind")
+    }
+    manifest.update(
+        parent=data.content_hash, label_review={"fixed": sorted(fixed), "dropped": sorted(dropped)}
+    )
     if not keep:
         raise DataError(f"dropping every image of {dataset}/{split} would leave it empty")
     write_split(out, images[keep], masks[keep], [data.image_meta[i] for i in keep], defects, manifest)

@@ -32,21 +32,32 @@ async def _form(request: Request) -> dict[str, str]:
 
 # --- runs -------------------------------------------------------------------------------------
 
+
 @router.get("/")
 def runs_page(request: Request) -> Response:
     s = _services(request)
     runs = [{"id": r, **_runs.progress(s.home, r)} for r in _runs.list_runs(s.home)]
-    return page(request, "runs.html", {"runs": runs, "pending": len([r for r in s.approvals.requests()
-                                                                      if r.status == "pending"])})
+    return page(
+        request,
+        "runs.html",
+        {"runs": runs, "pending": len([r for r in s.approvals.requests() if r.status == "pending"])},
+    )
 
 
 @router.get("/runs/{run_id}")
 def run_page(request: Request, run_id: str) -> Response:
     s = _services(request)
     _runs.check_run_id(run_id)
-    return page(request, "run.html", {"run": _runs.progress(s.home, run_id), "plots": _runs.plots(s.home, run_id),
-                                      "queued": s.approvals.queued(run_id),
-                                      "events": _runs.run_events(s.home, run_id)[-_runs.MAX_EVENTS:][::-1]})
+    return page(
+        request,
+        "run.html",
+        {
+            "run": _runs.progress(s.home, run_id),
+            "plots": _runs.plots(s.home, run_id),
+            "queued": s.approvals.queued(run_id),
+            "events": _runs.run_events(s.home, run_id)[-_runs.MAX_EVENTS :][::-1],
+        },
+    )
 
 
 @router.get("/api/runs")
@@ -59,7 +70,9 @@ def runs_api(request: Request) -> JSONResponse:
 def run_api(request: Request, run_id: str) -> JSONResponse:
     s = _services(request)
     data = _runs.progress(s.home, _runs.check_run_id(run_id))
-    data["approved_data_tickets"] = [{"id": q["ticket"].id, "taken": q["taken"]} for q in s.approvals.queued(run_id)]
+    data["approved_data_tickets"] = [
+        {"id": q["ticket"].id, "taken": q["taken"]} for q in s.approvals.queued(run_id)
+    ]
     return JSONResponse(data)
 
 
@@ -70,6 +83,7 @@ def plot(request: Request, run_id: str, name: str) -> FileResponse:
 
 # --- approvals --------------------------------------------------------------------------------
 
+
 @router.get("/approvals")
 def approvals_page(request: Request) -> Response:
     return page(request, "approvals.html", {"requests": _services(request).approvals.requests()[::-1]})
@@ -78,17 +92,28 @@ def approvals_page(request: Request) -> Response:
 @router.get("/api/approvals")
 def approvals_api(request: Request) -> JSONResponse:
     queue = _services(request).approvals.queue
-    return JSONResponse({"requests": [r.model_dump(mode="json") for r in queue.requests()],
-                         "escalations": [e.model_dump(mode="json") for e in queue.escalations()]})
+    return JSONResponse(
+        {
+            "requests": [r.model_dump(mode="json") for r in queue.requests()],
+            "escalations": [e.model_dump(mode="json") for e in queue.escalations()],
+        }
+    )
 
 
 @router.get("/approvals/{request_id}")
 def chat_page(request: Request, request_id: str) -> Response:
     s = _services(request)
     approval = s.approvals.request(request_id)
-    return page(request, "chat.html", {"req": approval, "messages": s.approvals.thread(request_id),
-                                       "queued": s.approvals.queued(approval.run_id),
-                                       "ended": _runs.run_ended(s.home, approval.run_id)})
+    return page(
+        request,
+        "chat.html",
+        {
+            "req": approval,
+            "messages": s.approvals.thread(request_id),
+            "queued": s.approvals.queued(approval.run_id),
+            "ended": _runs.run_ended(s.home, approval.run_id),
+        },
+    )
 
 
 @router.post("/approvals/{request_id}/reply")
@@ -129,6 +154,7 @@ def _int(form: dict[str, str], key: str) -> int:
 
 # --- audit ------------------------------------------------------------------------------------
 
+
 @router.get("/audit")
 def audit_page(request: Request) -> Response:
     s = _services(request)
@@ -141,11 +167,14 @@ def audit_page(request: Request) -> Response:
 
 @router.get("/audit/blob/{ref}")
 def blob_page(request: Request, ref: str) -> Response:
-    text, cut, problem = _audit_view.blob_text(_services(request).home, ref if ref.startswith("blob:") else f"blob:{ref}")
+    text, cut, problem = _audit_view.blob_text(
+        _services(request).home, ref if ref.startswith("blob:") else f"blob:{ref}"
+    )
     return page(request, "blob.html", {"ref": ref, "text": text, "cut": cut, "problem": problem})
 
 
 # --- labels -----------------------------------------------------------------------------------
+
 
 @router.get("/labels")
 def labels_index(request: Request) -> Response:
@@ -162,8 +191,16 @@ def label_queue(request: Request, name: str, version: str) -> Response:
     from console._labels import latest_version
 
     ref = f"{name}/{version}"
-    return page(request, "label_queue.html", {"ref": ref, "items": s.labels.queue(ref), "stats": s.labels.stats(ref),
-                                              "newest": latest_version(s.home, name)})
+    return page(
+        request,
+        "label_queue.html",
+        {
+            "ref": ref,
+            "items": s.labels.queue(ref),
+            "stats": s.labels.stats(ref),
+            "newest": latest_version(s.home, name),
+        },
+    )
 
 
 @router.get("/labels/{name}/{version}/{split}/{image_id}")
@@ -195,13 +232,22 @@ async def label_decide(request: Request, name: str, version: str, split: str, im
     action = form.get("action", "")
     if action not in ("keep", "fix", "drop"):
         raise UsageError(f"action must be keep, fix or drop, got {action!r}")
-    item = s.labels.decide(f"{name}/{version}", split, image_id, action, by=s.person,
-                           seconds=max(0.0, float(form.get("seconds") or 0)), rev_seen=_int(form, "rev"),
-                           mask_png=_mask(form.get("mask", "")) if action == "fix" else None)
+    item = s.labels.decide(
+        f"{name}/{version}",
+        split,
+        image_id,
+        action,
+        by=s.person,
+        seconds=max(0.0, float(form.get("seconds") or 0)),
+        rev_seen=_int(form, "rev"),
+        mask_png=_mask(form.get("mask", "")) if action == "fix" else None,
+    )
     if request.state.session.via_bearer:
         return JSONResponse(item.model_dump(mode="json"))
     after = form.get("next", "")
-    return RedirectResponse(after if after.startswith("/labels/") else f"/labels/{name}/{version}", status_code=303)
+    return RedirectResponse(
+        after if after.startswith("/labels/") else f"/labels/{name}/{version}", status_code=303
+    )
 
 
 @router.post("/labels/{name}/{version}/apply")
@@ -218,6 +264,6 @@ def _mask(data_url: str) -> bytes:
     if not data_url.startswith(DATA_URL_PNG):
         raise UsageError("the fixed mask must come as a PNG data URL")
     try:
-        return base64.b64decode(data_url[len(DATA_URL_PNG):], validate=True)
+        return base64.b64decode(data_url[len(DATA_URL_PNG) :], validate=True)
     except ValueError as exc:
         raise UsageError("the fixed mask is not valid base64") from exc

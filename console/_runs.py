@@ -129,7 +129,14 @@ def training(home: Home, run_id: str) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         row: dict[str, Any] = {"ticket_id": ticket.name, "note": NOT_EVIDENCE}
-        for key in ("epoch", "epochs", "train_loss", "device_seconds_spent", "device_seconds_left", "updated_at"):
+        for key in (
+            "epoch",
+            "epochs",
+            "train_loss",
+            "device_seconds_spent",
+            "device_seconds_left",
+            "updated_at",
+        ):
             value = data.get(key) if isinstance(data, dict) else None
             row[key] = value if isinstance(value, int | float) and not isinstance(value, bool) else None
         rows.append(row)

@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
 MAX_BODY_BYTES = 8 * 1024**2  # a request body larger than this is refused with 413 before it is read
-CSP = ("default-src 'self'; img-src 'self' data: blob:; script-src 'self'; style-src 'self'; "
-       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+CSP = (
+    "default-src 'self'; img-src 'self' data: blob:; script-src 'self'; style-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 AnchorReader = Callable[[], tuple[Anchor | None, bool]]  # (anchor, whether an anchor store was consulted)
 
 
@@ -48,8 +50,15 @@ class Services:
     labels: Any  # console._labels.LabelDesk
 
 
-def create_app(home: Home, sink: Any, *, auth: Auth | None = None, anchor: AnchorReader | None = None,
-               person: str | None = None, interpreter: Any = None) -> FastAPI:
+def create_app(
+    home: Home,
+    sink: Any,
+    *,
+    auth: Auth | None = None,
+    anchor: AnchorReader | None = None,
+    person: str | None = None,
+    interpreter: Any = None,
+) -> FastAPI:
     """The console for ``home``; ``sink`` writes the audit records of people's decisions.
 
     ``interpreter`` reads chat replies (``console._interpret``; default: the rules)."""
@@ -63,12 +72,18 @@ def create_app(home: Home, sink: Any, *, auth: Auth | None = None, anchor: Ancho
 
     from console._safe import inert
 
-    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)  # every value HTML-escaped
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"), autoescape=True
+    )  # every value HTML-escaped
     env.filters["inert"] = inert  # control characters and terminal escapes written out
     templates = Jinja2Templates(env=env)
     services = Services(
-        home=home, auth=auth or Auth(), sink=sink, anchor=anchor or (lambda: (None, False)),
-        person=person or _person(), templates=templates,
+        home=home,
+        auth=auth or Auth(),
+        sink=sink,
+        anchor=anchor or (lambda: (None, False)),
+        person=person or _person(),
+        templates=templates,
         approvals=ApprovalsDesk(home, ApprovalQueue(home.state_db, sink), sink, interpreter),
         labels=LabelDesk(home, sink),
     )
@@ -105,10 +120,13 @@ async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Resp
         response = _login(request, services)
     else:
         try:
-            request.state.session = services.auth.session(request.cookies.get(COOKIE),
-                                                          request.headers.get("authorization"))
+            request.state.session = services.auth.session(
+                request.cookies.get(COOKIE), request.headers.get("authorization")
+            )
         except AuthError as exc:
-            return _error(request, 401, f"{exc}: open the link with ?token= that `segfactory console` printed")
+            return _error(
+                request, 401, f"{exc}: open the link with ?token= that `segfactory console` printed"
+            )
         response = await call_next(request)
     response.headers["Content-Security-Policy"] = CSP
     response.headers["X-Content-Type-Options"] = "nosniff"
@@ -132,8 +150,9 @@ def _error(request: Request, status: int, message: str) -> Response:
     if request.url.path.startswith("/api/") or "authorization" in request.headers:
         return JSONResponse({"error": message, "status": status}, status_code=status)
     services: Services = request.app.state.services
-    return services.templates.TemplateResponse(request, "error.html", {"status": status, "message": message},
-                                               status_code=status)
+    return services.templates.TemplateResponse(
+        request, "error.html", {"status": status, "message": message}, status_code=status
+    )
 
 
 def _status_for(exc: SegfactoryError) -> int:
@@ -163,5 +182,6 @@ def page(request: Request, name: str, context: dict[str, Any], status: int = 200
     services: Services = request.app.state.services
     session = request.state.session
     response: HTMLResponse = services.templates.TemplateResponse(
-        request, name, {"csrf": session.csrf, "person": services.person, **context}, status_code=status)
+        request, name, {"csrf": session.csrf, "person": services.person, **context}, status_code=status
+    )
     return response

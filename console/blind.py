@@ -105,7 +105,9 @@ async def guess(request: Request, session_id: str, k: int) -> JSONResponse:
 
     body = await _body(request)
     session = _guess(request, session_id, k, str(body.get("guess")))
-    return JSONResponse({"answered": sum(t.guess is not None for t in session.trials), "trials": len(session.trials)})
+    return JSONResponse(
+        {"answered": sum(t.guess is not None for t in session.trials), "trials": len(session.trials)}
+    )
 
 
 def _guess(request: Request, session_id: str, k: int, choice: str) -> Any:
@@ -134,6 +136,7 @@ def _trials(value: Any) -> int:
 
 # --- pages ------------------------------------------------------------------------------------
 
+
 @router.get("/blind")
 def blind_page(request: Request) -> Response:
     """Start form and the past sessions' aggregate results (newest first)."""
@@ -150,7 +153,9 @@ async def blind_start_form(request: Request) -> Response:
     form = await request.form()
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     Auth.check_csrf(request.state.session, fields.get("csrf"))
-    session = _start(request, fields.get("synthetic", ""), fields.get("real", ""), _trials(fields.get("n", "")))
+    session = _start(
+        request, fields.get("synthetic", ""), fields.get("real", ""), _trials(fields.get("n", ""))
+    )
     return RedirectResponse(f"/blind/{session.id}", status_code=303)
 
 
@@ -161,8 +166,17 @@ def blind_trial_page(request: Request, session_id: str) -> Response:
 
     session = _session(request, session_id)
     k = next((i for i, t in enumerate(session.trials) if t.guess is None), None)
-    return page(request, "blind_trial.html", {"sid": session.id, "k": k, "trials": len(session.trials),
-                                              "view_px": VIEW_PX, "result": blind.score(session)})
+    return page(
+        request,
+        "blind_trial.html",
+        {
+            "sid": session.id,
+            "k": k,
+            "trials": len(session.trials),
+            "view_px": VIEW_PX,
+            "result": blind.score(session),
+        },
+    )
 
 
 @router.post("/blind/{session_id}/guess/{k}")

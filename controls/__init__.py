@@ -17,13 +17,22 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "CandidateResult": "controls.pipeline", "CandidateServices": "controls.pipeline",
+    "CandidateResult": "controls.pipeline",
+    "CandidateServices": "controls.pipeline",
     "run_candidate": "controls.pipeline",
-    "Rate": "controls.rates", "SelectionEffect": "controls.rates", "Yield": "controls.rates",
-    "false_win_rate": "controls.rates", "is_false_win": "controls.rates", "rate": "controls.rates",
+    "Rate": "controls.rates",
+    "SelectionEffect": "controls.rates",
+    "Yield": "controls.rates",
+    "false_win_rate": "controls.rates",
+    "is_false_win": "controls.rates",
+    "rate": "controls.rates",
     "selection_effect": "controls.rates",
-    "SearchSpace": "agents.space", "default_params": "agents.space", "load_space": "agents.space",
-    "run_sweep": "controls.sweep", "check_sweep": "controls.sweep", "run_aa": "controls.aa",
+    "SearchSpace": "agents.space",
+    "default_params": "agents.space",
+    "load_space": "agents.space",
+    "run_sweep": "controls.sweep",
+    "check_sweep": "controls.sweep",
+    "run_aa": "controls.aa",
     "run_compare": "controls.compare",
 }
 

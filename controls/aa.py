@@ -33,17 +33,30 @@ def noop_edit(index: int, source: Path = REPO / NOOP_FILE) -> dict[str, str]:
 def aa_ticket(run_id: str, index: int, budget: Budget, seed: int) -> Ticket:
     code = index % 2 == 1
     change: dict[str, Any] = {"files": noop_edit(index), "config": {}} if code else {}
-    return Ticket(id=f"{run_id}-aa{index:03d}", arm=Arm.AA, kind=TicketKind.CODE if code else TicketKind.CONFIG,
-                  change=change, budget=budget, seed=seed,
-                  hypothesis=f"A/A run {index}: the default config, a new seed"
-                             + (", a no-op code edit" if code else ""),
-                  expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0))
+    return Ticket(
+        id=f"{run_id}-aa{index:03d}",
+        arm=Arm.AA,
+        kind=TicketKind.CODE if code else TicketKind.CONFIG,
+        change=change,
+        budget=budget,
+        seed=seed,
+        hypothesis=f"A/A run {index}: the default config, a new seed"
+        + (", a no-op code edit" if code else ""),
+        expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0),
+    )
 
 
 def reference_ticket(run_id: str, budget: Budget, seed: int) -> Ticket:
-    return Ticket(id=f"{run_id}-ref", arm=Arm.AA, kind=TicketKind.CONFIG, change={}, budget=budget, seed=seed,
-                  hypothesis="A/A reference: the default config; it becomes the current best",
-                  expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0))
+    return Ticket(
+        id=f"{run_id}-ref",
+        arm=Arm.AA,
+        kind=TicketKind.CONFIG,
+        change={},
+        budget=budget,
+        seed=seed,
+        hypothesis="A/A reference: the default config; it becomes the current best",
+        expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0),
+    )
 
 
 @dataclass
@@ -62,7 +75,9 @@ class AAResult:
         gate_wins = sum(r.promoted for r in decided)
         naive_wins = sum(s > self.reference_dev_score for s in scores)
         return {
-            "run_id": self.run_id, "runs": n, "failed": sum(r.status == "failed" for r in self.runs),
+            "run_id": self.run_id,
+            "runs": n,
+            "failed": sum(r.status == "failed" for r in self.runs),
             "undecided": sum(r.status != "failed" and r.replicate_status == "failed" for r in self.runs),
             "reference_dev_score": self.reference_dev_score,
             "device_seconds": sum(r.device_seconds for r in self.runs),
@@ -78,13 +93,26 @@ class AAResult:
 
 def _rule(wins: int, runs: int) -> dict[str, Any]:
     """Wins per run and the false-win rate; in an A/A run every win is false (false wins = wins)."""
-    return {"wins": wins, "runs": runs, "wins_per_run": rate(wins, runs).as_dict(),
-            "false_win_rate": false_win_rate(wins, wins).as_dict()}
+    return {
+        "wins": wins,
+        "runs": runs,
+        "wins_per_run": rate(wins, runs).as_dict(),
+        "false_win_rate": false_win_rate(wins, wins).as_dict(),
+    }
 
 
-def run_aa(n_runs: int, services: CandidateServices, judge: JudgeLike, *, run_id: str, budget: Budget,
-           make_seed: Callable[[], int], set_reference: Callable[[str], None],
-           progress: Callable[[str], None] = lambda line: None, concurrency: int = 1) -> AAResult:
+def run_aa(
+    n_runs: int,
+    services: CandidateServices,
+    judge: JudgeLike,
+    *,
+    run_id: str,
+    budget: Budget,
+    make_seed: Callable[[], int],
+    set_reference: Callable[[str], None],
+    progress: Callable[[str], None] = lambda line: None,
+    concurrency: int = 1,
+) -> AAResult:
     """Train the reference, make it the best (``set_reference(ticket_id)``), then the N A/A runs.
 
     ``concurrency`` runs that many A/A candidates at once (threads; each ticket is still admitted
@@ -105,8 +133,10 @@ def run_aa(n_runs: int, services: CandidateServices, judge: JudgeLike, *, run_id
 
     def one(index: int) -> CandidateResult:
         candidate = run_candidate(services, judge, tickets[index], make_seed)
-        progress(f"A/A {index + 1}/{n_runs}: dev {candidate.dev_score} vs reference {score:.4f} -> "
-                 f"{candidate.status}, {candidate.decision or 'no query'}")
+        progress(
+            f"A/A {index + 1}/{n_runs}: dev {candidate.dev_score} vs reference {score:.4f} -> "
+            f"{candidate.status}, {candidate.decision or 'no query'}"
+        )
         return candidate
 
     if concurrency <= 1:

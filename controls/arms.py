@@ -27,11 +27,22 @@ def home_profile(home: Path | None, asked: str) -> str:
     return str(resolved.info().get("profile", asked)) if resolved.exists() else asked
 
 
-def run_sweep_arm(home: Path | None, *, sampler: str, budget_s: float, seed: int, storage: str | None,
-                  space_path: Path | None, profile: str, backend: str, run_id: str,
-                  max_trials: int | None = None, progress: Callable[[str], None] = lambda line: None,
-                  on_home: Callable[[Any], None] = lambda home: None,
-                  open_home: HomeOpener = existing_home) -> dict[str, Any]:
+def run_sweep_arm(
+    home: Path | None,
+    *,
+    sampler: str,
+    budget_s: float,
+    seed: int,
+    storage: str | None,
+    space_path: Path | None,
+    profile: str,
+    backend: str,
+    run_id: str,
+    max_trials: int | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+    on_home: Callable[[Any], None] = lambda home: None,
+    open_home: HomeOpener = existing_home,
+) -> dict[str, Any]:
     """Validate everything (nothing is created on bad input), then run one sweep; returns its summary.
     ``open_home`` gives the home once everything is valid (the CLI's creates a missing one); ``on_home``
     is called with it before the sweep starts (the CLI's drop)."""
@@ -45,15 +56,37 @@ def run_sweep_arm(home: Path | None, *, sampler: str, budget_s: float, seed: int
     profile = home_profile(home, profile)
     defaults = load_run_defaults(profile)
     base = yaml.safe_load((REPO / defaults.base_config).read_text())
-    plan = check_sweep(sampler, budget_s, seed, storage_url(Home.resolve(home).root, storage),
-                       load_space(space_path or SEARCH_SPACE), base, defaults.ticket)
+    plan = check_sweep(
+        sampler,
+        budget_s,
+        seed,
+        storage_url(Home.resolve(home).root, storage),
+        load_space(space_path or SEARCH_SPACE),
+        base,
+        defaults.ticket,
+    )
     resolved = open_home(home, profile)
     on_home(resolved)
-    with control_session(resolved, backend=backend, profile=profile, run_id=run_id, kind="sweep",
-                         progress=progress) as s:
-        result = run_sweep(plan, s.services, s.judge, run_id=run_id, make_seed=s.make_seed,
-                           people=resolved.people_dir(run_id), max_trials=max_trials, progress=progress)
-    summary = {**result.summary(), "sampler": sampler, "seed": seed, "budget_s": budget_s, "storage": plan.storage}
+    with control_session(
+        resolved, backend=backend, profile=profile, run_id=run_id, kind="sweep", progress=progress
+    ) as s:
+        result = run_sweep(
+            plan,
+            s.services,
+            s.judge,
+            run_id=run_id,
+            make_seed=s.make_seed,
+            people=resolved.people_dir(run_id),
+            max_trials=max_trials,
+            progress=progress,
+        )
+    summary = {
+        **result.summary(),
+        "sampler": sampler,
+        "seed": seed,
+        "budget_s": budget_s,
+        "storage": plan.storage,
+    }
     people = resolved.people_dir(run_id)
     people.mkdir(parents=True, exist_ok=True)
     (people / "sweep.json").write_text(json.dumps(summary, indent=2, sort_keys=True))

@@ -23,7 +23,13 @@ from typing import Any
 from controls.isolation import BestStore, Incumbent, start_from
 from segfactory.home import Home
 
-ARMS = ("agent", "agent-code", "sweep-tpe", "sweep-random", "nnunet")  # the CLI keeps a copy to refuse bad input fast
+ARMS = (
+    "agent",
+    "agent-code",
+    "sweep-tpe",
+    "sweep-random",
+    "nnunet",
+)  # the CLI keeps a copy to refuse bad input fast
 PLOT_FILE = "best_so_far.png"
 
 
@@ -58,9 +64,15 @@ def _agent_arm(home: Home, run_id: str) -> dict[str, Any]:
     usage = json.loads(usage_file.read_text()) if usage_file.is_file() else {}
     report = home.people_dir(run_id) / "report.json"
     counts = json.loads(report.read_text()).get("counts", {}) if report.is_file() else {}
-    return {"run_id": run_id, "curve": _curve(rows), "best_ticket": best[0] if best else None,
-            "llm": usage, "promoted": _promoted(home, run_id), "dev_wins": counts.get("dev_wins", 0),
-            "confirm_a_wins": counts.get("survived_confirm_a", 0)}
+    return {
+        "run_id": run_id,
+        "curve": _curve(rows),
+        "best_ticket": best[0] if best else None,
+        "llm": usage,
+        "promoted": _promoted(home, run_id),
+        "dev_wins": counts.get("dev_wins", 0),
+        "confirm_a_wins": counts.get("survived_confirm_a", 0),
+    }
 
 
 def _sweep_arm(home: Home, run_id: str) -> dict[str, Any]:
@@ -68,33 +80,55 @@ def _sweep_arm(home: Home, run_id: str) -> dict[str, Any]:
     rows = [(float(t["device_seconds"]), t["dev_score"]) for t in trials]
     scored = [t for t in trials if t["dev_score"] is not None]
     best = max(scored, key=lambda t: t["dev_score"])["ticket_id"] if scored else None
-    return {"run_id": run_id, "curve": _curve(rows), "best_ticket": best, "llm": {},
-            "promoted": sum(t["decision"] == "promote" for t in trials),
-            "dev_wins": sum(t["status"] == "dev_win" for t in trials),
-            "confirm_a_wins": sum(t["confirm_a"] == "WIN" for t in trials)}
+    return {
+        "run_id": run_id,
+        "curve": _curve(rows),
+        "best_ticket": best,
+        "llm": {},
+        "promoted": sum(t["decision"] == "promote" for t in trials),
+        "dev_wins": sum(t["status"] == "dev_win" for t in trials),
+        "confirm_a_wins": sum(t["confirm_a"] == "WIN" for t in trials),
+    }
 
 
 def _nnunet_arm(home: Home, summary: dict[str, Any]) -> dict[str, Any]:
     """The nnU-Net arm in the shape of the others: its ticket (and replicate) on the curve, its plan."""
     candidate, tickets = summary["candidate"], home.tickets_dir(summary["run_id"])
     rows: list[tuple[float, float | None]] = []
-    for ticket_id, score in ((candidate["ticket_id"], candidate["dev_score"]), (candidate["replicate_id"], None)):
+    for ticket_id, score in (
+        (candidate["ticket_id"], candidate["dev_score"]),
+        (candidate["replicate_id"], None),
+    ):
         outcome = tickets / str(ticket_id) / "outcome.json"
         if ticket_id and outcome.is_file():
             rows.append((float(json.loads(outcome.read_text())["device_seconds"]), score))
-    return {"run_id": summary["run_id"], "curve": _curve(rows), "llm": {},
-            "best_ticket": candidate["ticket_id"] if candidate["dev_score"] is not None else None,
-            "promoted": int(candidate["decision"] == "promote"), "dev_wins": int(candidate["status"] == "dev_win"),
-            "confirm_a_wins": int(candidate["confirm_a"] == "WIN"), "plan": summary["plan"],
-            "replicate_plan": summary["replicate_plan"]}
+    return {
+        "run_id": summary["run_id"],
+        "curve": _curve(rows),
+        "llm": {},
+        "best_ticket": candidate["ticket_id"] if candidate["dev_score"] is not None else None,
+        "promoted": int(candidate["decision"] == "promote"),
+        "dev_wins": int(candidate["status"] == "dev_win"),
+        "confirm_a_wins": int(candidate["confirm_a"] == "WIN"),
+        "plan": summary["plan"],
+        "replicate_plan": summary["replicate_plan"],
+    }
 
 
 def _promoted(home: Home, run_id: str) -> int:
     return sum(p.get("run_id") == run_id for p in _read_jsonl(home.runs / "promotions.jsonl"))
 
 
-def _run_arm(home_path: Path | None, arm: str, seed: int, budget_s: float, proposer: str, profile: str,
-             backend: str, progress: Callable[[str], None]) -> dict[str, Any]:
+def _run_arm(
+    home_path: Path | None,
+    arm: str,
+    seed: int,
+    budget_s: float,
+    proposer: str,
+    profile: str,
+    backend: str,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
     from controls.arms import run_sweep_arm
     from controls.session import new_run_id
 
@@ -104,29 +138,57 @@ def _run_arm(home_path: Path | None, arm: str, seed: int, budget_s: float, propo
 
         # The arm stops by the sweeps' rule (only its budget: device time, or the profile's
         # compare_arm wall and ticket caps), so equal budgets mean equal device time spent.
-        summary = start_run(RunRequest(home=home, profile=profile, proposer=proposer, backend=backend,
-                                       budget_s=budget_s, progress=progress, code_agent=arm == "agent-code",
-                                       fill_budget=True))
+        summary = start_run(
+            RunRequest(
+                home=home,
+                profile=profile,
+                proposer=proposer,
+                backend=backend,
+                budget_s=budget_s,
+                progress=progress,
+                code_agent=arm == "agent-code",
+                fill_budget=True,
+            )
+        )
         return _agent_arm(home, summary["run_id"])
     if arm == "nnunet":
         from controls.nnunet_arm import run_nnunet_arm
 
-        summary = run_nnunet_arm(home_path, budget_s=budget_s, profile=profile, backend=backend,
-                                 run_id=new_run_id(f"nnunet-s{seed}-"), progress=progress)
+        summary = run_nnunet_arm(
+            home_path,
+            budget_s=budget_s,
+            profile=profile,
+            backend=backend,
+            run_id=new_run_id(f"nnunet-s{seed}-"),
+            progress=progress,
+        )
         return _nnunet_arm(home, summary)
     sampler = arm.removeprefix("sweep-")
-    summary = run_sweep_arm(home_path, sampler=sampler, budget_s=budget_s, seed=seed, storage=None, space_path=None,
-                            profile=profile, backend=backend, run_id=new_run_id(f"sweep-{sampler}-s{seed}-"),
-                            progress=progress)
+    summary = run_sweep_arm(
+        home_path,
+        sampler=sampler,
+        budget_s=budget_s,
+        seed=seed,
+        storage=None,
+        space_path=None,
+        profile=profile,
+        backend=backend,
+        run_id=new_run_id(f"sweep-{sampler}-s{seed}-"),
+        progress=progress,
+    )
     return _sweep_arm(home, summary["run_id"])
 
 
 ArmRunner = Callable[[str, int], dict[str, Any]]  # (arm, seed) -> the arm-run's summary
 
 
-def run_arms(arms: list[str], seeds: int, run_arm: ArmRunner, store: BestStore,
-             after_seed: Callable[[int, dict[str, list[dict[str, Any]]]], None] = lambda seed, results: None,
-             ) -> tuple[Incumbent, dict[str, list[dict[str, Any]]]]:
+def run_arms(
+    arms: list[str],
+    seeds: int,
+    run_arm: ArmRunner,
+    store: BestStore,
+    after_seed: Callable[[int, dict[str, list[dict[str, Any]]]], None] = lambda seed, results: None,
+) -> tuple[Incumbent, dict[str, list[dict[str, Any]]]]:
     """Every arm-run from the same incumbent (restored when an earlier arm-run moved the best).
 
     Each result records ``start_best`` (the incumbent it started from), ``restored_before``
@@ -148,8 +210,17 @@ def run_arms(arms: list[str], seeds: int, run_arm: ArmRunner, store: BestStore,
     return incumbent, results
 
 
-def run_compare(home_path: Path | None, *, arms: list[str], seeds: int, budget_s: float, proposer: str,
-                profile: str, backend: str, progress: Callable[[str], None]) -> dict[str, Any]:
+def run_compare(
+    home_path: Path | None,
+    *,
+    arms: list[str],
+    seeds: int,
+    budget_s: float,
+    proposer: str,
+    profile: str,
+    backend: str,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
     from controls.arms import existing_home
     from controls.compare_report import summarise, write_plot
     from controls.isolation import GateBestStore
@@ -166,21 +237,33 @@ def run_compare(home_path: Path | None, *, arms: list[str], seeds: int, budget_s
         return _run_arm(home_path, arm, seed, budget_s, proposer, profile, backend, progress)
 
     def after_seed(seed: int, results: dict[str, list[dict[str, Any]]]) -> None:
-        models = {arm: home.tickets_dir(r[-1]["run_id"]) / str(r[-1]["best_ticket"]) / "model.onnx"
-                  for arm, r in results.items() if r[-1]["best_ticket"]}
-        report = sealed_milestone(home, f"{compare_id}-seed{seed}", compare_id, list(models.values()), progress)
+        models = {
+            arm: home.tickets_dir(r[-1]["run_id"]) / str(r[-1]["best_ticket"]) / "model.onnx"
+            for arm, r in results.items()
+            if r[-1]["best_ticket"]
+        }
+        report = sealed_milestone(
+            home, f"{compare_id}-seed{seed}", compare_id, list(models.values()), progress
+        )
         for arm, model in models.items():
             results[arm][-1]["sealed"] = _sealed_scores(report, model)
         (people / "compare.json").write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
 
     incumbent, results = run_arms(arms, seeds, run_arm, GateBestStore(home, compare_id), after_seed)
     summary = summarise(results, proposer=proposer, budget_s=budget_s, seeds=seeds)
-    summary["replay"] = {arm: replay(home, {r["run_id"] for r in runs}, f"{compare_id}-{arm}", progress=progress)
-                         for arm, runs in results.items()}
-    summary.update(compare_id=compare_id, plot=str(write_plot(results, people / PLOT_FILE)),
-                   report=str(people / "compare.json"), incumbent=incumbent.sha256)
-    (people / "compare.json").write_text(json.dumps({"summary": summary, "arms": results}, indent=2,
-                                                    sort_keys=True, default=str))
+    summary["replay"] = {
+        arm: replay(home, {r["run_id"] for r in runs}, f"{compare_id}-{arm}", progress=progress)
+        for arm, runs in results.items()
+    }
+    summary.update(
+        compare_id=compare_id,
+        plot=str(write_plot(results, people / PLOT_FILE)),
+        report=str(people / "compare.json"),
+        incumbent=incumbent.sha256,
+    )
+    (people / "compare.json").write_text(
+        json.dumps({"summary": summary, "arms": results}, indent=2, sort_keys=True, default=str)
+    )
     return summary
 
 
@@ -194,8 +277,11 @@ def _sealed_scores(report: dict[str, Any], model: Path) -> dict[str, Any] | None
         return None
     entry = report.get("tiers", {}).get(SEALED, {}).get("models", {}).get(sha256_file(model), {})
     worst = entry.get("worst_slice_recall")
-    return {"object_f1": f1.as_dict(), "worst_slice_recall": float(worst) if worst is not None else None,
-            "slice_recall": entry.get("slice_recall")}
+    return {
+        "object_f1": f1.as_dict(),
+        "worst_slice_recall": float(worst) if worst is not None else None,
+        "slice_recall": entry.get("slice_recall"),
+    }
 
 
 __all__ = ["ARMS", "run_arms", "run_compare"]

@@ -31,19 +31,31 @@ def _sealed_worst(run: dict[str, Any]) -> float | None:
     return float(value) if value is not None else None
 
 
-METRICS = {"worst_slice_recall": _sealed_worst, "object_f1": _sealed_f1}  # rank order: first, then the tie-break
+METRICS = {
+    "worst_slice_recall": _sealed_worst,
+    "object_f1": _sealed_f1,
+}  # rank order: first, then the tie-break
 
 
 def t_interval(values: list[float]) -> dict[str, Any]:
     """Mean with a two-sided ``DIFF_CONFIDENCE`` t interval; bounds None below two values."""
-    out: dict[str, Any] = {"n": len(values), "mean": sum(values) / len(values) if values else None,
-                           "confidence": DIFF_CONFIDENCE, "low": None, "high": None}
+    out: dict[str, Any] = {
+        "n": len(values),
+        "mean": sum(values) / len(values) if values else None,
+        "confidence": DIFF_CONFIDENCE,
+        "low": None,
+        "high": None,
+    }
     if len(values) >= 2:
         import statistics
 
         from scipy.stats import t
 
-        half = float(t.ppf(0.5 + DIFF_CONFIDENCE / 2, len(values) - 1)) * statistics.stdev(values) / len(values) ** 0.5
+        half = (
+            float(t.ppf(0.5 + DIFF_CONFIDENCE / 2, len(values) - 1))
+            * statistics.stdev(values)
+            / len(values) ** 0.5
+        )
         out["low"], out["high"] = out["mean"] - half, out["mean"] + half
     return out
 
@@ -59,11 +71,16 @@ def pairwise_differences(results: dict[str, list[dict[str, Any]]]) -> dict[str, 
     """
     arms, out = list(results), {}
     for i, a in enumerate(arms):
-        for b in arms[i + 1:]:
+        for b in arms[i + 1 :]:
             pair: dict[str, Any] = {}
             for metric in METRICS:
-                diffs = [x - y for x, y in zip(_per_seed(results[a], metric), _per_seed(results[b], metric),
-                                               strict=False) if x is not None and y is not None]
+                diffs = [
+                    x - y
+                    for x, y in zip(
+                        _per_seed(results[a], metric), _per_seed(results[b], metric), strict=False
+                    )
+                    if x is not None and y is not None
+                ]
                 pair[metric] = {"per_seed": diffs, **t_interval(diffs)}
             out[f"{a} - {b}"] = pair
     return out
@@ -72,20 +89,36 @@ def pairwise_differences(results: dict[str, list[dict[str, Any]]]) -> dict[str, 
 def ranking(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Arms best first by mean sealed worst-slice score (object F1 breaks ties), or by object F1 when
     the milestone reported no worst-slice score for any arm."""
-    means = {arm: {m: t_interval([v for v in _per_seed(runs, m) if v is not None]) for m in METRICS}
-             for arm, runs in results.items()}
+    means = {
+        arm: {m: t_interval([v for v in _per_seed(runs, m) if v is not None]) for m in METRICS}
+        for arm, runs in results.items()
+    }
     have_worst = any(means[a]["worst_slice_recall"]["n"] for a in means)
     metric = "worst_slice_recall" if have_worst else "object_f1"
 
     def key(arm: str) -> tuple[float, float]:
         first, second = means[arm][metric]["mean"], means[arm]["object_f1"]["mean"]
-        return (first if first is not None else float("-inf"), second if second is not None else float("-inf"))
+        return (
+            first if first is not None else float("-inf"),
+            second if second is not None else float("-inf"),
+        )
 
     order = sorted(means, key=key, reverse=True)
-    note = None if have_worst else ("the gate's sealed milestone reported no worst-slice score, so the arms are "
-                                    "ranked by sealed object F1")
-    return {"metric": metric, "order": order, "note": note, "per_arm": means,
-            "per_seed": {arm: {m: _per_seed(runs, m) for m in METRICS} for arm, runs in results.items()}}
+    note = (
+        None
+        if have_worst
+        else (
+            "the gate's sealed milestone reported no worst-slice score, so the arms are "
+            "ranked by sealed object F1"
+        )
+    )
+    return {
+        "metric": metric,
+        "order": order,
+        "note": note,
+        "per_arm": means,
+        "per_seed": {arm: {m: _per_seed(runs, m) for m in METRICS} for arm, runs in results.items()},
+    }
 
 
 def _arm_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -93,19 +126,26 @@ def _arm_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     seconds = sum(r["curve"][-1][0] if r["curve"] else 0.0 for r in runs)
     tokens = sum(int(r["llm"].get("input_tokens", 0)) + int(r["llm"].get("output_tokens", 0)) for r in runs)
     llm_s = sum(float(r["llm"].get("latency_s", 0.0)) for r in runs)  # LLM time, apart from device time
-    return {"seeds": len(runs), "sealed_object_f1": [r.get("sealed") for r in runs],
-            "mean_sealed_object_f1": sum(scores) / len(scores) if scores else None,
-            "best_dev_so_far": [r["curve"][-1][1] if r["curve"] else None for r in runs],
-            "dev_wins": sum(int(r.get("dev_wins", 0)) for r in runs),
-            "confirm_a_wins": sum(int(r.get("confirm_a_wins", 0)) for r in runs),
-            "promoted": sum(int(r["promoted"]) for r in runs),
-            "sealed_worst_slice_recall": [_sealed_worst(r) for r in runs],
-            "device_seconds": [r["curve"][-1][0] if r["curve"] else 0.0 for r in runs],
-            "start_best": [r.get("start_best") for r in runs],
-            "fresh_tiers": [r.get("fresh_tiers", {}) for r in runs],
-            "plans": [r["plan"] for r in runs if r.get("plan")],
-            "yield": Yield(promoted=sum(int(r["promoted"]) for r in runs), device_seconds=seconds,
-                           llm_tokens=tokens, llm_seconds=llm_s).as_dict()}
+    return {
+        "seeds": len(runs),
+        "sealed_object_f1": [r.get("sealed") for r in runs],
+        "mean_sealed_object_f1": sum(scores) / len(scores) if scores else None,
+        "best_dev_so_far": [r["curve"][-1][1] if r["curve"] else None for r in runs],
+        "dev_wins": sum(int(r.get("dev_wins", 0)) for r in runs),
+        "confirm_a_wins": sum(int(r.get("confirm_a_wins", 0)) for r in runs),
+        "promoted": sum(int(r["promoted"]) for r in runs),
+        "sealed_worst_slice_recall": [_sealed_worst(r) for r in runs],
+        "device_seconds": [r["curve"][-1][0] if r["curve"] else 0.0 for r in runs],
+        "start_best": [r.get("start_best") for r in runs],
+        "fresh_tiers": [r.get("fresh_tiers", {}) for r in runs],
+        "plans": [r["plan"] for r in runs if r.get("plan")],
+        "yield": Yield(
+            promoted=sum(int(r["promoted"]) for r in runs),
+            device_seconds=seconds,
+            llm_tokens=tokens,
+            llm_seconds=llm_s,
+        ).as_dict(),
+    }
 
 
 def paired_difference(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
@@ -116,24 +156,38 @@ def paired_difference(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     None when the agent arm or every sweep arm lacks sealed scores.
     """
     agent = arms.get("agent", {}).get("mean_sealed_object_f1")
-    sweeps = {a: s["mean_sealed_object_f1"] for a, s in arms.items() if a.startswith("sweep") and
-              s["mean_sealed_object_f1"] is not None}
+    sweeps = {
+        a: s["mean_sealed_object_f1"]
+        for a, s in arms.items()
+        if a.startswith("sweep") and s["mean_sealed_object_f1"] is not None
+    }
     if agent is None or not sweeps:
         return None
     arm = max(sweeps, key=lambda a: sweeps[a])
     pairs = zip(arms[arm]["sealed_object_f1"], arms["agent"]["sealed_object_f1"], strict=False)
-    per_seed = [float(s["object_f1"]["estimate"]) - float(a["object_f1"]["estimate"])
-                for s, a in pairs if s and a and isinstance(s.get("object_f1"), dict)
-                and isinstance(a.get("object_f1"), dict)]
-    out: dict[str, Any] = {"arm": arm, "per_seed": per_seed, "confidence": DIFF_CONFIDENCE,
-                           "mean": sum(per_seed) / len(per_seed) if per_seed else None, "low": None, "high": None}
+    per_seed = [
+        float(s["object_f1"]["estimate"]) - float(a["object_f1"]["estimate"])
+        for s, a in pairs
+        if s and a and isinstance(s.get("object_f1"), dict) and isinstance(a.get("object_f1"), dict)
+    ]
+    out: dict[str, Any] = {
+        "arm": arm,
+        "per_seed": per_seed,
+        "confidence": DIFF_CONFIDENCE,
+        "mean": sum(per_seed) / len(per_seed) if per_seed else None,
+        "low": None,
+        "high": None,
+    }
     if len(per_seed) >= 2:
         import statistics
 
         from scipy.stats import t
 
-        half = float(t.ppf(0.5 + DIFF_CONFIDENCE / 2, len(per_seed) - 1)) * statistics.stdev(per_seed) \
+        half = (
+            float(t.ppf(0.5 + DIFF_CONFIDENCE / 2, len(per_seed) - 1))
+            * statistics.stdev(per_seed)
             / len(per_seed) ** 0.5
+        )
         out["low"], out["high"] = out["mean"] - half, out["mean"] + half
     return out
 
@@ -144,8 +198,9 @@ def ranking_text(rank: dict[str, Any], pairs: dict[str, dict[str, Any]]) -> str:
     if not order:
         return ""
     words = "sealed worst-slice recall" if metric == "worst_slice_recall" else "sealed object F1"
-    shown = ", ".join(f"{a} {m:.3f}" if (m := rank["per_arm"][a][metric]["mean"]) is not None else f"{a} -"
-                      for a in order)
+    shown = ", ".join(
+        f"{a} {m:.3f}" if (m := rank["per_arm"][a][metric]["mean"]) is not None else f"{a} -" for a in order
+    )
     text = f"Ranked by mean {words}: {shown}."
     if len(order) >= 2:
         pair = pairs.get(f"{order[0]} - {order[1]}") or pairs.get(f"{order[1]} - {order[0]}")
@@ -154,8 +209,10 @@ def ranking_text(rank: dict[str, Any], pairs: dict[str, dict[str, Any]]) -> str:
             sign = 1 if f"{order[0]} - {order[1]}" in pairs else -1
             if d["low"] is not None:
                 lo, hi = sorted((sign * d["low"], sign * d["high"]))
-                text += (f" {order[0]} minus {order[1]}: {sign * d['mean']:+.3f}, "
-                         f"{round(100 * DIFF_CONFIDENCE)}% interval [{lo:+.3f}, {hi:+.3f}] over {d['n']} seeds.")
+                text += (
+                    f" {order[0]} minus {order[1]}: {sign * d['mean']:+.3f}, "
+                    f"{round(100 * DIFF_CONFIDENCE)}% interval [{lo:+.3f}, {hi:+.3f}] over {d['n']} seeds."
+                )
             elif d["mean"] is not None:
                 text += f" {order[0]} minus {order[1]}: {sign * d['mean']:+.3f} on one seed (no interval)."
     return text + (f" Note: {rank['note']}." if rank["note"] else "")
@@ -172,13 +229,22 @@ def verdict_text(arms: dict[str, dict[str, Any]], proposer: str) -> str:
         best = arms[arm]["mean_sealed_object_f1"]
         scores = f"{arm} {best:.3f} against the agent arm's {agent:.3f} (mean sealed object F1)"
         if diff["low"] is None:  # one seed: how much seeds differ is not measured
-            word = ("wins" if best > agent + TIE_TOLERANCE else "ties" if best >= agent - TIE_TOLERANCE
-                    else "loses")
-            parts.append(f"The sweep {word}: {scores}, on one seed only: the spread between seeds is not "
-                         "measured, so this is not a resolved difference.")
+            word = (
+                "wins"
+                if best > agent + TIE_TOLERANCE
+                else "ties"
+                if best >= agent - TIE_TOLERANCE
+                else "loses"
+            )
+            parts.append(
+                f"The sweep {word}: {scores}, on one seed only: the spread between seeds is not "
+                "measured, so this is not a resolved difference."
+            )
         else:
-            interval = (f"paired difference {diff['mean']:+.3f}, {round(100 * DIFF_CONFIDENCE)}% interval "
-                        f"[{diff['low']:+.3f}, {diff['high']:+.3f}] over {len(diff['per_seed'])} seeds")
+            interval = (
+                f"paired difference {diff['mean']:+.3f}, {round(100 * DIFF_CONFIDENCE)}% interval "
+                f"[{diff['low']:+.3f}, {diff['high']:+.3f}] over {len(diff['per_seed'])} seeds"
+            )
             if diff["low"] > 0 and diff["mean"] > TIE_TOLERANCE:
                 parts.append(f"The sweep wins: {scores}; {interval}.")
             elif diff["high"] < 0 and diff["mean"] < -TIE_TOLERANCE:
@@ -190,14 +256,22 @@ def verdict_text(arms: dict[str, dict[str, Any]], proposer: str) -> str:
     return " ".join(parts)
 
 
-def summarise(results: dict[str, list[dict[str, Any]]], *, proposer: str, budget_s: float,
-              seeds: int) -> dict[str, Any]:
+def summarise(
+    results: dict[str, list[dict[str, Any]]], *, proposer: str, budget_s: float, seeds: int
+) -> dict[str, Any]:
     arms = {arm: _arm_summary(runs) for arm, runs in results.items()}
     rank, pairs = ranking(results), pairwise_differences(results)
-    return {"arms": arms, "seeds": seeds, "budget_s_per_arm_and_seed": budget_s, "proposer": proposer,
-            "sweep_minus_agent": paired_difference(arms),
-            "verdict": " ".join(filter(None, (verdict_text(arms, proposer), ranking_text(rank, pairs)))),
-            "ranking": rank, "paired_differences": pairs, "ranking_text": ranking_text(rank, pairs)}
+    return {
+        "arms": arms,
+        "seeds": seeds,
+        "budget_s_per_arm_and_seed": budget_s,
+        "proposer": proposer,
+        "sweep_minus_agent": paired_difference(arms),
+        "verdict": " ".join(filter(None, (verdict_text(arms, proposer), ranking_text(rank, pairs)))),
+        "ranking": rank,
+        "paired_differences": pairs,
+        "ranking_text": ranking_text(rank, pairs),
+    }
 
 
 def write_plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
@@ -223,4 +297,12 @@ def write_plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
     return path
 
 
-__all__ = ["pairwise_differences", "paired_difference", "ranking", "summarise", "t_interval", "verdict_text", "write_plot"]
+__all__ = [
+    "pairwise_differences",
+    "paired_difference",
+    "ranking",
+    "summarise",
+    "t_interval",
+    "verdict_text",
+    "write_plot",
+]

@@ -39,8 +39,17 @@ class RunnerExecutor:
     ``scheduler`` to the home's (``Scheduler.for_home``); ``gate`` is a gate client or None.
     """
 
-    def __init__(self, home: Any, *, backend: Any, base_config: Path | dict[str, Any], gate: Any = None,
-                 run_id: str = "curation", audit: Any = None, scheduler: Any = None) -> None:
+    def __init__(
+        self,
+        home: Any,
+        *,
+        backend: Any,
+        base_config: Path | dict[str, Any],
+        gate: Any = None,
+        run_id: str = "curation",
+        audit: Any = None,
+        scheduler: Any = None,
+    ) -> None:
         self.home, self.backend, self.base_config = home, backend, base_config
         self.gate, self.run_id, self.audit, self.scheduler = gate, run_id, audit, scheduler
 
@@ -50,15 +59,26 @@ class RunnerExecutor:
 
         audit = self.audit or AuditLog(self.home, None)
         try:
-            outcome = execute_ticket(ticket, home=self.home, dataset_version=version, backend=self.backend,
-                                     base_config=self.base_config, audit=audit, gate=self.gate,
-                                     run_id=self.run_id, scheduler=self.scheduler)
+            outcome = execute_ticket(
+                ticket,
+                home=self.home,
+                dataset_version=version,
+                backend=self.backend,
+                base_config=self.base_config,
+                audit=audit,
+                gate=self.gate,
+                run_id=self.run_id,
+                scheduler=self.scheduler,
+            )
         finally:
             if self.audit is None:
                 audit.close()
-        return {"status": outcome.status.value, "reason": outcome.reason,
-                "dev_metrics": outcome.evidence.dev_metrics if outcome.evidence else None,
-                "verdict": outcome.verdict.verdict.value if outcome.verdict else None}
+        return {
+            "status": outcome.status.value,
+            "reason": outcome.reason,
+            "dev_metrics": outcome.evidence.dev_metrics if outcome.evidence else None,
+            "verdict": outcome.verdict.verdict.value if outcome.verdict else None,
+        }
 
 
 def control_plan(home_root: Path, plan: Plan, seed: int) -> Plan:
@@ -68,18 +88,31 @@ def control_plan(home_root: Path, plan: Plan, seed: int) -> Plan:
         raise DataError("the plan removes no train images; its random control would be the unchanged set")
     n_train = len(read_split(resolve(home_root, plan.dataset).train, mmap=True))
     picks = np.random.default_rng(seed).choice(n_train, size=len(removed), replace=False)
-    items = [PlanItem(split="train", image_id=int(k), action=Action.REMOVE, reason=f"random control (seed {seed})")
-             for k in sorted(picks.tolist())]
-    return Plan(kind="control", dataset=plan.dataset, content_hash=plan.content_hash, items=items,
-                note=f"random control for plan {plan.plan_hash[:12]}")
+    items = [
+        PlanItem(split="train", image_id=int(k), action=Action.REMOVE, reason=f"random control (seed {seed})")
+        for k in sorted(picks.tolist())
+    ]
+    return Plan(
+        kind="control",
+        dataset=plan.dataset,
+        content_hash=plan.content_hash,
+        items=items,
+        note=f"random control for plan {plan.plan_hash[:12]}",
+    )
 
 
 def _ticket(tid: str, version: DatasetVersion, budget_s: float, seed: int, what: str, epochs: int) -> Ticket:
-    return Ticket(id=tid, arm=Arm.CURATION, kind=TicketKind.CURATION, seed=seed,
-                  hypothesis=f"{what} ({version.ref}) trains a better model than its counterpart at equal budget",
-                  change={}, budget=Budget(device_seconds=budget_s, epochs=epochs),
-                  expected_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.0),
-                  evidence=[f"dataset:{version.ref}"])
+    return Ticket(
+        id=tid,
+        arm=Arm.CURATION,
+        kind=TicketKind.CURATION,
+        seed=seed,
+        hypothesis=f"{what} ({version.ref}) trains a better model than its counterpart at equal budget",
+        change={},
+        budget=Budget(device_seconds=budget_s, epochs=epochs),
+        expected_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.0),
+        evidence=[f"dataset:{version.ref}"],
+    )
 
 
 def _version_of(home_root: Path, plan: Plan) -> DatasetVersion:
@@ -92,19 +125,42 @@ def _version_of(home_root: Path, plan: Plan) -> DatasetVersion:
     return resolve(home_root, made) if made else apply_plan(home_root, plan)[0]
 
 
-def compare_plan(home_root: Path, plan: Plan, *, budget_s: float, seed: int, executor: TicketExecutor,
-                 epochs: int = CONTROL_EPOCHS) -> dict[str, Any]:
+def compare_plan(
+    home_root: Path,
+    plan: Plan,
+    *,
+    budget_s: float,
+    seed: int,
+    executor: TicketExecutor,
+    epochs: int = CONTROL_EPOCHS,
+) -> dict[str, Any]:
     """Run the curated and the random-control versions as two curation tickets; report both."""
     curated = _version_of(home_root, plan)
     control = _version_of(home_root, control_plan(home_root, plan, seed))
     tag = plan.plan_hash[:8]
     arms = {}
-    for key, version, what in (("curated", curated, "the curated set"), ("control", control, "a random subset")):
+    for key, version, what in (
+        ("curated", curated, "the curated set"),
+        ("control", control, "a random subset"),
+    ):
         ticket = _ticket(f"cur-{tag}-{key}-s{seed}", version, budget_s, seed, what, epochs)
         arms[key] = {"dataset": version.ref, "ticket": ticket.id, **executor(ticket, version)}
     dice = {k: (v.get("dev_metrics") or {}).get("dice") for k, v in arms.items()}
     better = None
     if dice["curated"] is not None and dice["control"] is not None:
-        better = "curated" if dice["curated"] > dice["control"] else "control" if dice["control"] > dice["curated"] else "tie"
-    return {**arms, "budget_s": budget_s, "seed": seed, "epochs": epochs, "removed": len(plan.items),
-            "dev_better": better, "note": "one seed is an anecdote; the sealed worst-slice score comes at the next milestone"}
+        better = (
+            "curated"
+            if dice["curated"] > dice["control"]
+            else "control"
+            if dice["control"] > dice["curated"]
+            else "tie"
+        )
+    return {
+        **arms,
+        "budget_s": budget_s,
+        "seed": seed,
+        "epochs": epochs,
+        "removed": len(plan.items),
+        "dev_better": better,
+        "note": "one seed is an anecdote; the sealed worst-slice score comes at the next milestone",
+    }

@@ -76,8 +76,10 @@ def host_copy(home: Home, sha256: str) -> Path:
     baseline = home.root / BASELINE_MODEL
     if baseline.is_file() and sha256_file(baseline) == sha256:
         return baseline
-    raise DataError(f"the current best {sha256[:12]}… has no host copy (baseline or promotions.jsonl); "
-                    "compare cannot restore it between arms")
+    raise DataError(
+        f"the current best {sha256[:12]}… has no host copy (baseline or promotions.jsonl); "
+        "compare cannot restore it between arms"
+    )
 
 
 class GateBestStore:
@@ -108,8 +110,14 @@ class GateBestStore:
 
     def restore(self, incumbent: Incumbent, reason: str) -> None:
         self._call(lambda client: client.set_reference(incumbent.model, reason))
-        row = {"model": str(incumbent.model), "sha256": incumbent.sha256, "run_id": self.compare_id,
-               "ticket_id": f"{self.compare_id}{RESTORE_SUFFIX}", "restored": True, "reason": reason}
+        row = {
+            "model": str(incumbent.model),
+            "sha256": incumbent.sha256,
+            "run_id": self.compare_id,
+            "ticket_id": f"{self.compare_id}{RESTORE_SUFFIX}",
+            "restored": True,
+            "reason": reason,
+        }
         with (self.home.runs / "promotions.jsonl").open("a") as fh:
             fh.write(json.dumps(row) + "\n")
 
@@ -124,9 +132,19 @@ def start_from(store: BestStore, incumbent: Incumbent, label: str) -> bool:
     """Move the best back to ``incumbent`` if another arm moved it; True when it had moved."""
     if store.current().sha256 == incumbent.sha256:
         return False
-    store.restore(incumbent, f"compare arm isolation: {label} starts from the incumbent {incumbent.sha256[:12]}")
+    store.restore(
+        incumbent, f"compare arm isolation: {label} starts from the incumbent {incumbent.sha256[:12]}"
+    )
     return True
 
 
-__all__ = ["BestStore", "GateBestStore", "Incumbent", "QUERIED_TIERS", "RESTORE_SUFFIX", "host_copy", "spent_tiers",
-           "start_from"]
+__all__ = [
+    "BestStore",
+    "GateBestStore",
+    "Incumbent",
+    "QUERIED_TIERS",
+    "RESTORE_SUFFIX",
+    "host_copy",
+    "spent_tiers",
+    "start_from",
+]

@@ -43,12 +43,21 @@ ARM_FILE = "nnunet.json"  # people/: the arm's candidate result and nnU-Net's pl
 
 def nnunet_ticket(run_id: str, budget_s: float, seed: int) -> Ticket:
     """The arm's one ticket: the base config switched to the nnunet engine, sized to ``budget_s``."""
-    change = {"engine": "nnunet", "epochs": NNUNET_MAX_EPOCHS,
-              "nnunet": {"time_budget_s": round(budget_s - SANDBOX_START_S, 1)}}
-    return Ticket(id=f"{run_id}-nnunet", arm=Arm.NNUNET, kind=TicketKind.CONFIG, change=change,
-                  budget=Budget(device_seconds=budget_s, epochs=NNUNET_MAX_EPOCHS), seed=seed,
-                  hypothesis=f"nnU-Net (nnunetv2, 2D, untuned) trained for {budget_s:g} device-seconds",
-                  expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0))
+    change = {
+        "engine": "nnunet",
+        "epochs": NNUNET_MAX_EPOCHS,
+        "nnunet": {"time_budget_s": round(budget_s - SANDBOX_START_S, 1)},
+    }
+    return Ticket(
+        id=f"{run_id}-nnunet",
+        arm=Arm.NNUNET,
+        kind=TicketKind.CONFIG,
+        change=change,
+        budget=Budget(device_seconds=budget_s, epochs=NNUNET_MAX_EPOCHS),
+        seed=seed,
+        hypothesis=f"nnU-Net (nnunetv2, 2D, untuned) trained for {budget_s:g} device-seconds",
+        expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0),
+    )
 
 
 class NnunetServices(ControlServices):
@@ -64,11 +73,20 @@ class NnunetServices(ControlServices):
 
         s = self.setup
         policy = BudgetPolicy(max_device_seconds=runnable.budget.device_seconds, max_epochs=NNUNET_MAX_EPOCHS)
-        return execute_ticket(runnable, home=s.home,
-                              dataset_version=resolve(s.home.root, lineage.dataset), backend=s.backend,
-                              base_config=parent.config, audit=s.audit, run_id=s.run_id, scorer=self._score,
-                              budget_policy=policy, progress=s.progress, wall_left_s=wall_left_s,
-                              scheduler=self.scheduler())
+        return execute_ticket(
+            runnable,
+            home=s.home,
+            dataset_version=resolve(s.home.root, lineage.dataset),
+            backend=s.backend,
+            base_config=parent.config,
+            audit=s.audit,
+            run_id=s.run_id,
+            scorer=self._score,
+            budget_policy=policy,
+            progress=s.progress,
+            wall_left_s=wall_left_s,
+            scheduler=self.scheduler(),
+        )
 
 
 def reported_plan(ticket_dir: Path) -> dict[str, Any] | None:
@@ -81,8 +99,15 @@ def reported_plan(ticket_dir: Path) -> dict[str, Any] | None:
     return plan if isinstance(plan, dict) else None
 
 
-def run_nnunet_arm(home: Path | None, *, budget_s: float, profile: str, backend: str, run_id: str,
-                   progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+def run_nnunet_arm(
+    home: Path | None,
+    *,
+    budget_s: float,
+    profile: str,
+    backend: str,
+    run_id: str,
+    progress: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
     """Run the arm in a control session; returns its summary (people only: it holds the dev score)."""
     from controls.arms import existing_home
     from controls.pipeline import run_candidate
@@ -92,23 +117,29 @@ def run_nnunet_arm(home: Path | None, *, budget_s: float, profile: str, backend:
     if budget_s < MIN_BUDGET_S:
         raise UsageError(f"the nnunet arm needs at least {MIN_BUDGET_S:g} device-seconds; got {budget_s:g}")
     resolved = existing_home(home, profile)
-    with control_session(resolved, backend=backend, profile=profile, run_id=run_id, kind="nnunet",
-                         progress=progress) as s:
+    with control_session(
+        resolved, backend=backend, profile=profile, run_id=run_id, kind="nnunet", progress=progress
+    ) as s:
         services = NnunetServices(s.services.setup)
         ticket = nnunet_ticket(run_id, budget_s, s.make_seed())
         candidate = run_candidate(services, s.judge, ticket, s.make_seed)
     tickets = resolved.tickets_dir(run_id)
     plan = reported_plan(tickets / ticket.id) or {}
     summary: dict[str, Any] = {
-               "run_id": run_id, "budget_s": budget_s, "candidate": candidate.model_dump(mode="json"),
-               "plan": plan or None,
-               "replicate_plan": reported_plan(tickets / candidate.replicate_id) if candidate.replicate_id else None}
+        "run_id": run_id,
+        "budget_s": budget_s,
+        "candidate": candidate.model_dump(mode="json"),
+        "plan": plan or None,
+        "replicate_plan": reported_plan(tickets / candidate.replicate_id) if candidate.replicate_id else None,
+    }
     people = resolved.people_dir(run_id)
     people.mkdir(parents=True, exist_ok=True)
     (people / ARM_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True))
-    progress(f"nnunet arm {run_id}: dev {candidate.dev_score} ({candidate.status}, {candidate.decision}); "
-             f"plan patch {plan.get('patch_size')} batch {plan.get('batch_size')} stages {plan.get('n_stages')}, "
-             f"{plan.get('iterations')} iterations in {plan.get('epochs')} epochs of up to {plan.get('iterations_per_epoch')}")
+    progress(
+        f"nnunet arm {run_id}: dev {candidate.dev_score} ({candidate.status}, {candidate.decision}); "
+        f"plan patch {plan.get('patch_size')} batch {plan.get('batch_size')} stages {plan.get('n_stages')}, "
+        f"{plan.get('iterations')} iterations in {plan.get('epochs')} epochs of up to {plan.get('iterations_per_epoch')}"
+    )
     return summary
 
 

@@ -60,13 +60,18 @@ class CandidateResult(BaseModel):
         return self.decision == Decision.PROMOTE.value
 
 
-def run_candidate(services: CandidateServices, judge: JudgeLike, ticket: Ticket,
-                  make_seed: Callable[[], int]) -> CandidateResult:
+def run_candidate(
+    services: CandidateServices, judge: JudgeLike, ticket: Ticket, make_seed: Callable[[], int]
+) -> CandidateResult:
     """Run one ticket end to end; a failure is a recorded result, never an exception."""
     outcome = services.run_ticket(ticket)
-    base = {"ticket_id": ticket.id, "status": outcome.status, "device_seconds": outcome.device_seconds,
-            "dev_score": services.dev_score(ticket.id) if outcome.status != "failed" else None,
-            "reason": outcome.reason}
+    base = {
+        "ticket_id": ticket.id,
+        "status": outcome.status,
+        "device_seconds": outcome.device_seconds,
+        "dev_score": services.dev_score(ticket.id) if outcome.status != "failed" else None,
+        "reason": outcome.reason,
+    }
     if outcome.status != "dev_win" or outcome.model_ref is None:
         return CandidateResult(**base)
     verdict = services.submit(ticket, outcome.model_ref, None)
@@ -77,19 +82,35 @@ def run_candidate(services: CandidateServices, judge: JudgeLike, ticket: Ticket,
     return _replicate(services, judge, ticket, verdict, make_seed, base)
 
 
-def _replicate(services: CandidateServices, judge: JudgeLike, ticket: Ticket, confirm_a: CoarseVerdict,
-               make_seed: Callable[[], int], base: dict[str, Any]) -> CandidateResult:
-    replicate = ticket.model_copy(update={"id": f"{ticket.id}-rep", "replicate_of": ticket.id, "seed": make_seed()})
+def _replicate(
+    services: CandidateServices,
+    judge: JudgeLike,
+    ticket: Ticket,
+    confirm_a: CoarseVerdict,
+    make_seed: Callable[[], int],
+    base: dict[str, Any],
+) -> CandidateResult:
+    replicate = ticket.model_copy(
+        update={"id": f"{ticket.id}-rep", "replicate_of": ticket.id, "seed": make_seed()}
+    )
     outcome = services.run_ticket(replicate)
-    base.update(replicate_id=replicate.id, replicate_status=outcome.status,
-                device_seconds=base["device_seconds"] + outcome.device_seconds)
+    base.update(
+        replicate_id=replicate.id,
+        replicate_status=outcome.status,
+        device_seconds=base["device_seconds"] + outcome.device_seconds,
+    )
     if outcome.status != "dev_win" or outcome.model_ref is None:  # no confirm-b query spent
-        base.update(decision=Decision.REJECT.value,
-                    reason=f"the replicate {replicate.id} did not win on dev; no confirm-b query spent")
+        base.update(
+            decision=Decision.REJECT.value,
+            reason=f"the replicate {replicate.id} did not win on dev; no confirm-b query spent",
+        )
         return CandidateResult(**base)
     verdict = services.submit(replicate, outcome.model_ref, ticket.id)
-    decision = judge.decide(JudgeInput(ticket=TicketMeta.of(ticket), confirm_a=confirm_a,
-                                       replicate_id=replicate.id, confirm_b=verdict))
+    decision = judge.decide(
+        JudgeInput(
+            ticket=TicketMeta.of(ticket), confirm_a=confirm_a, replicate_id=replicate.id, confirm_b=verdict
+        )
+    )
     if decision.decision is Decision.PROMOTE:
         services.promote(ticket.id)
     base.update(confirm_b=verdict.verdict, decision=decision.decision.value, reason=decision.reason)

@@ -41,8 +41,13 @@ class Rate:
         return self.k / self.n if self.n else None
 
     def as_dict(self) -> dict[str, object]:
-        return {"k": self.k, "n": self.n, "estimate": self.estimate,
-                "wilson": self.wilson.as_dict(), "clopper_pearson": self.clopper_pearson.as_dict()}
+        return {
+            "k": self.k,
+            "n": self.n,
+            "estimate": self.estimate,
+            "wilson": self.wilson.as_dict(),
+            "clopper_pearson": self.clopper_pearson.as_dict(),
+        }
 
 
 def rate(k: int, n: int, alpha: float = RATE_ALPHA) -> Rate:
@@ -65,8 +70,12 @@ class SelectionEffect:
     expected_gain: float  # sigma * expected_max_sigmas: what selection alone buys
 
     def as_dict(self) -> dict[str, float]:
-        return {"n": self.n, "sigma": self.sigma, "expected_max_sigmas": self.expected_max_sigmas,
-                "expected_gain": self.expected_gain}
+        return {
+            "n": self.n,
+            "sigma": self.sigma,
+            "expected_max_sigmas": self.expected_max_sigmas,
+            "expected_gain": self.expected_gain,
+        }
 
 
 def selection_effect(scores: list[float]) -> SelectionEffect:
@@ -96,12 +105,24 @@ class Yield:
     def as_dict(self) -> dict[str, float | int | None]:
         hours = self.device_seconds / SECONDS_PER_HOUR
         per = self.promoted or None
-        return {"promoted": self.promoted, "device_seconds": self.device_seconds,
-                "promoted_per_device_hour": self.promoted / hours if hours > 0 else None,
-                "llm_tokens": self.llm_tokens, "llm_seconds": self.llm_seconds,
-                "llm_tokens_per_promoted_win": self.llm_tokens / per if per else None,
-                "llm_seconds_per_promoted_win": self.llm_seconds / per if per else None}
+        return {
+            "promoted": self.promoted,
+            "device_seconds": self.device_seconds,
+            "promoted_per_device_hour": self.promoted / hours if hours > 0 else None,
+            "llm_tokens": self.llm_tokens,
+            "llm_seconds": self.llm_seconds,
+            "llm_tokens_per_promoted_win": self.llm_tokens / per if per else None,
+            "llm_seconds_per_promoted_win": self.llm_seconds / per if per else None,
+        }
 
 
-__all__ = ["RATE_ALPHA", "Rate", "SelectionEffect", "Yield", "false_win_rate", "is_false_win", "rate",
-           "selection_effect"]
+__all__ = [
+    "RATE_ALPHA",
+    "Rate",
+    "SelectionEffect",
+    "Yield",
+    "false_win_rate",
+    "is_false_win",
+    "rate",
+    "selection_effect",
+]

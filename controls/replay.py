@@ -39,9 +39,19 @@ def pairs_for(home: Home, run_ids: set[str]) -> list[dict[str, Any]]:
     compare's restores of its incumbent (``restored``) are not wins, but a restore is the best replaced."""
     out, previous = [], str(home.root / BASELINE_MODEL)
     for row in promotions(home):
-        if row["run_id"] in run_ids and not str(row["ticket_id"]).endswith("-ref") and not row.get("restored"):
-            out.append({"run_id": row["run_id"], "ticket_id": row["ticket_id"], "model": row["model"],
-                        "previous": previous})
+        if (
+            row["run_id"] in run_ids
+            and not str(row["ticket_id"]).endswith("-ref")
+            and not row.get("restored")
+        ):
+            out.append(
+                {
+                    "run_id": row["run_id"],
+                    "ticket_id": row["ticket_id"],
+                    "model": row["model"],
+                    "previous": previous,
+                }
+            )
         previous = row["model"]
     return out
 
@@ -51,8 +61,9 @@ def _rotate_sealed(client: Any) -> int:
     return int(client.rotate(SEALED))
 
 
-def sealed_milestone(home: Home, name: str, run_id: str, models: list[Path],
-                     progress: Callable[[str], None]) -> dict[str, Any]:
+def sealed_milestone(
+    home: Home, name: str, run_id: str, models: list[Path], progress: Callable[[str], None]
+) -> dict[str, Any]:
     """Score ``models`` once on the sealed tier (events pulled into the audit log); rotate on quota."""
     from audit import AuditLog
     from audit.anchor import gate_anchor_store
@@ -63,7 +74,9 @@ def sealed_milestone(home: Home, name: str, run_id: str, models: list[Path],
             with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as log:
                 client: Any = anchor.client  # a gate.client.GateClient
                 try:
-                    return dict(client.milestone(name if not attempt else f"{name}-r", run_id, models, [SEALED]))
+                    return dict(
+                        client.milestone(name if not attempt else f"{name}-r", run_id, models, [SEALED])
+                    )
                 finally:
                     pull(client, log)
         except GateError as exc:
@@ -89,27 +102,48 @@ def sealed_f1(report: dict[str, Any], model: Path) -> Interval | None:
 
 def unpaired_diff(candidate: Interval, best: Interval) -> Interval:
     """candidate - best with the conservative interval from the two marginal intervals."""
-    return Interval(candidate.estimate - best.estimate, candidate.low - best.high, candidate.high - best.low,
-                    candidate.alpha)
+    return Interval(
+        candidate.estimate - best.estimate,
+        candidate.low - best.high,
+        candidate.high - best.low,
+        candidate.alpha,
+    )
 
 
-def replay(home: Home, run_ids: set[str], name: str, *, margin: float = 0.0,
-           progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+def replay(
+    home: Home,
+    run_ids: set[str],
+    name: str,
+    *,
+    margin: float = 0.0,
+    progress: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
     """Replay the promoted wins of ``run_ids`` on the sealed tier; returns rows and the false-win rate."""
     pairs = pairs_for(home, run_ids)
     rows = []
     for start in range(0, len(pairs), PAIRS_PER_MILESTONE):
-        chunk = pairs[start:start + PAIRS_PER_MILESTONE]
+        chunk = pairs[start : start + PAIRS_PER_MILESTONE]
         models = list(dict.fromkeys(Path(p[k]) for p in chunk for k in ("model", "previous")))
-        report = sealed_milestone(home, f"{name}-replay{start // PAIRS_PER_MILESTONE}", name, models, progress)
+        report = sealed_milestone(
+            home, f"{name}-replay{start // PAIRS_PER_MILESTONE}", name, models, progress
+        )
         for pair in chunk:
             cand, best = sealed_f1(report, Path(pair["model"])), sealed_f1(report, Path(pair["previous"]))
             diff = unpaired_diff(cand, best) if cand and best else None
-            rows.append({**pair, "sealed_diff": diff.as_dict() if diff else None,
-                         "false_win": is_false_win(diff, margin) if diff else None})
+            rows.append(
+                {
+                    **pair,
+                    "sealed_diff": diff.as_dict() if diff else None,
+                    "false_win": is_false_win(diff, margin) if diff else None,
+                }
+            )
     scored = [r for r in rows if r["false_win"] is not None]
-    return {"promoted": len(pairs), "scored": len(scored), "rows": rows,
-            "false_win_rate": false_win_rate(sum(bool(r["false_win"]) for r in scored), len(scored)).as_dict()}
+    return {
+        "promoted": len(pairs),
+        "scored": len(scored),
+        "rows": rows,
+        "false_win_rate": false_win_rate(sum(bool(r["false_win"]) for r in scored), len(scored)).as_dict(),
+    }
 
 
 __all__ = ["pairs_for", "replay", "sealed_f1", "sealed_milestone", "unpaired_diff"]

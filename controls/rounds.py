@@ -84,15 +84,29 @@ class NextRound:
 def pick_next(report: Any, rounds: list[RoundRecord]) -> NextRound:
     """From an ``AnalysisReport`` (dev) and the rounds so far; DataError when nothing is left to try."""
     tried_slices = {r.slice for r in rounds} | {r.weakness for r in rounds}
-    candidates = [s for s in report.slices if s.unit == "defect" and s.n >= MIN_SLICE_VOIDS
-                  and s.name not in tried_slices]
+    candidates = [
+        s
+        for s in report.slices
+        if s.unit == "defect" and s.n >= MIN_SLICE_VOIDS and s.name not in tried_slices
+    ]
     if not candidates:
-        raise DataError(f"the dev analysis shows no untried defect slice of at least {MIN_SLICE_VOIDS} voids; "
-                        f"round two has nothing to target")
-    weakest = min(candidates, key=lambda s: (not s.confirmed, -s.effect, -s.score))  # ties: the higher miss rate
+        raise DataError(
+            f"the dev analysis shows no untried defect slice of at least {MIN_SLICE_VOIDS} voids; "
+            f"round two has nothing to target"
+        )
+    weakest = min(
+        candidates, key=lambda s: (not s.confirmed, -s.effect, -s.score)
+    )  # ties: the higher miss rate
     kind, why = _fix_kind(report, {r.fix_kind for r in rounds})
-    return NextRound(slice=weakest.name, slice_effect=weakest.effect, slice_n=weakest.n, confirmed=weakest.confirmed,
-                     fix_kind=kind, change=FIXES[kind], reason=why)
+    return NextRound(
+        slice=weakest.name,
+        slice_effect=weakest.effect,
+        slice_n=weakest.n,
+        confirmed=weakest.confirmed,
+        fix_kind=kind,
+        change=FIXES[kind],
+        reason=why,
+    )
 
 
 def _fix_kind(report: Any, tried: set[str]) -> tuple[str, str]:
@@ -108,16 +122,24 @@ def _fix_kind(report: Any, tried: set[str]) -> tuple[str, str]:
 
 
 def round_ticket(tid: str, plan: NextRound, seconds: float, epochs: int, seed: int) -> Ticket:
-    return Ticket(id=tid, arm=Arm.TOPUP, kind=TicketKind.CONFIG, seed=seed, change=plan.change,
-                  hypothesis=f"a {plan.fix_kind} change lowers the dev miss rate of slice {plan.slice}",
-                  budget=Budget(device_seconds=seconds, epochs=epochs),
-                  expected_effect=ExpectedEffect(metric="miss_rate", slice=plan.slice, direction=Direction.DOWN,
-                                                 size=0.0),
-                  evidence=[f"dev analysis slice {plan.slice}: effect {plan.slice_effect:+.3f} (n={plan.slice_n})"])
+    return Ticket(
+        id=tid,
+        arm=Arm.TOPUP,
+        kind=TicketKind.CONFIG,
+        seed=seed,
+        change=plan.change,
+        hypothesis=f"a {plan.fix_kind} change lowers the dev miss rate of slice {plan.slice}",
+        budget=Budget(device_seconds=seconds, epochs=epochs),
+        expected_effect=ExpectedEffect(
+            metric="miss_rate", slice=plan.slice, direction=Direction.DOWN, size=0.0
+        ),
+        evidence=[f"dev analysis slice {plan.slice}: effect {plan.slice_effect:+.3f} (n={plan.slice_n})"],
+    )
 
 
-def slice_change(dev: Any, base_prob: np.ndarray, new_prob: np.ndarray, slice_name: str, threshold: float,
-                 seed: int) -> dict[str, float]:
+def slice_change(
+    dev: Any, base_prob: np.ndarray, new_prob: np.ndarray, slice_name: str, threshold: float, seed: int
+) -> dict[str, float]:
     """New minus baseline miss rate over the dev voids of ``slice_name`` (paired, bootstrap over voids)."""
     from analysis.report import Evaluated
     from analysis.slices import one_way_slices, slice_masks, two_way_slices
@@ -137,7 +159,9 @@ def slice_change(dev: Any, base_prob: np.ndarray, new_prob: np.ndarray, slice_na
 
 def result_text(change: dict[str, float]) -> str:
     if change["high"] < 0:
-        return f"the slice's dev miss rate fell by {-change['estimate']:.3f} (interval below 0): the fix helped"
+        return (
+            f"the slice's dev miss rate fell by {-change['estimate']:.3f} (interval below 0): the fix helped"
+        )
     if change["low"] > 0:
         return f"the slice's dev miss rate rose by {change['estimate']:.3f} (interval above 0): the fix hurt"
     return "the fix did nothing measurable: the interval of the slice's dev miss-rate change contains 0"
@@ -146,8 +170,15 @@ def result_text(change: dict[str, float]) -> str:
 Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, W)) -> probabilities
 
 
-def run_round_two(home: Any, topup_report: dict[str, Any], *, executor: Any, run_id: str,
-                  scorer: Scorer | None = None, threshold: float = 0.5) -> dict[str, Any]:
+def run_round_two(
+    home: Any,
+    topup_report: dict[str, Any],
+    *,
+    executor: Any,
+    run_id: str,
+    scorer: Scorer | None = None,
+    threshold: float = 0.5,
+) -> dict[str, Any]:
     """Analyse the top-up's nothing-arm model on dev, pick, run one fix ticket, measure, record."""
     from analysis.report import Evaluated, analyse
     from synthetic.splits import read_split
@@ -163,27 +194,54 @@ def run_round_two(home: Any, topup_report: dict[str, Any], *, executor: Any, run
     version = resolve(home.root, topup_report["base"])
     dev = read_split(version.dev)
     base_prob = np.asarray(scorer(Path(baseline["model"]), np.asarray(dev.images))).reshape(dev.masks.shape)
-    report, _ = analyse(Evaluated(dev, base_prob), data=dev.content_hash or str(version.dev), threshold=threshold,
-                        seed=topup_report["seed"])
+    report, _ = analyse(
+        Evaluated(dev, base_prob),
+        data=dev.content_hash or str(version.dev),
+        threshold=threshold,
+        seed=topup_report["seed"],
+    )
     people = home.people_dir(run_id)
     plan = pick_next(report, read_rounds(people))
-    ticket = round_ticket(f"{run_id}-round2-{plan.fix_kind}", plan, topup_report["ticket_seconds"],
-                          topup_report["epochs"], topup_report["seed"])
+    ticket = round_ticket(
+        f"{run_id}-round2-{plan.fix_kind}",
+        plan,
+        topup_report["ticket_seconds"],
+        topup_report["epochs"],
+        topup_report["seed"],
+    )
     status, model = executor(ticket, version)
-    out: dict[str, Any] = {"slice": plan.slice, "slice_effect": plan.slice_effect, "slice_n": plan.slice_n,
-                           "confirmed": plan.confirmed, "fix_kind": plan.fix_kind, "change": plan.change,
-                           "reason": plan.reason, "ticket": ticket.id, "status": status,
-                           "chosen_from": "dev analysis of the nothing-arm model (trust rule 9)"}
+    out: dict[str, Any] = {
+        "slice": plan.slice,
+        "slice_effect": plan.slice_effect,
+        "slice_n": plan.slice_n,
+        "confirmed": plan.confirmed,
+        "fix_kind": plan.fix_kind,
+        "change": plan.change,
+        "reason": plan.reason,
+        "ticket": ticket.id,
+        "status": status,
+        "chosen_from": "dev analysis of the nothing-arm model (trust rule 9)",
+    }
     if model is None:
         out["result"] = f"the fix ticket did not train ({status}); nothing was measured"
     else:
         new_prob = np.asarray(scorer(model, np.asarray(dev.images))).reshape(dev.masks.shape)
-        out["miss_rate_change"] = slice_change(dev, base_prob, new_prob, plan.slice, threshold, topup_report["seed"])
+        out["miss_rate_change"] = slice_change(
+            dev, base_prob, new_prob, plan.slice, threshold, topup_report["seed"]
+        )
         out["result"] = result_text(out["miss_rate_change"])
     (people / "round2.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
-    record_round(people, RoundRecord(weakness=f"dev miss rate on slice {plan.slice}", fix_kind=plan.fix_kind,
-                                     fix=json.dumps(plan.change, sort_keys=True), result=out["result"],
-                                     report=str(people / "round2.json"), slice=plan.slice,
-                                     measured_on="dev slice miss rate (paired against the nothing arm)",
-                                     estimate=out.get("miss_rate_change")))
+    record_round(
+        people,
+        RoundRecord(
+            weakness=f"dev miss rate on slice {plan.slice}",
+            fix_kind=plan.fix_kind,
+            fix=json.dumps(plan.change, sort_keys=True),
+            result=out["result"],
+            report=str(people / "round2.json"),
+            slice=plan.slice,
+            measured_on="dev slice miss rate (paired against the nothing arm)",
+            estimate=out.get("miss_rate_change"),
+        ),
+    )
     return out

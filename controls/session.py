@@ -41,10 +41,20 @@ class ControlServices(HostServices):
 
         model = self.home.tickets_dir(self.setup.run_id) / ticket_id / "model.onnx"
         self.setup.gate.set_reference(
-            model, f"A/A run {self.setup.run_id}: reference {ticket_id} (the default config) becomes the best")
+            model, f"A/A run {self.setup.run_id}: reference {ticket_id} (the default config) becomes the best"
+        )
         with (self.home.runs / PROMOTIONS_FILE).open("a") as fh:
-            fh.write(json.dumps({"model": str(model), "sha256": sha256_file(model), "run_id": self.setup.run_id,
-                                 "ticket_id": ticket_id}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "model": str(model),
+                        "sha256": sha256_file(model),
+                        "run_id": self.setup.run_id,
+                        "ticket_id": ticket_id,
+                    }
+                )
+                + "\n"
+            )
         self.audit("aa_reference_set", {"ticket_id": ticket_id})
         pull(self.setup.gate, self.setup.audit)
 
@@ -72,8 +82,16 @@ def new_run_id(prefix: str) -> str:
 
 
 @contextmanager
-def control_session(home: Home, *, backend: str, profile: str, run_id: str, kind: str,
-                    progress: Callable[[str], None], concurrency: int = 1) -> Iterator[Session]:
+def control_session(
+    home: Home,
+    *,
+    backend: str,
+    profile: str,
+    run_id: str,
+    kind: str,
+    progress: Callable[[str], None],
+    concurrency: int = 1,
+) -> Iterator[Session]:
     """Verify the sandbox, start (or reach) the gate, open the audit log; close the run at the end.
     ``concurrency``: tickets the session's one scheduler lets train at once."""
     import yaml
@@ -93,16 +111,39 @@ def control_session(home: Home, *, backend: str, profile: str, run_id: str, kind
         client = anchor.client
         digest = check_win_rule(client)
         rule, _ = load_win_rule()
-        setup = RunSetup(home=home, run_id=run_id, backend=backend, dataset=resolve(home.root, DATASET),
-                         base_config=base_path, gate=client, audit=audit, dev_margin=rule.dev_rule.dev_margin,
-                         progress=progress, concurrency=concurrency)
-        record = {"run_id": run_id, "kind": kind, "profile": profile, "backend": backend,
-                  "win_rule_sha256": digest, "started_at": time.time(), "user": running_user(),
-                  "concurrency": concurrency}
+        setup = RunSetup(
+            home=home,
+            run_id=run_id,
+            backend=backend,
+            dataset=resolve(home.root, DATASET),
+            base_config=base_path,
+            gate=client,
+            audit=audit,
+            dev_margin=rule.dev_rule.dev_margin,
+            progress=progress,
+            concurrency=concurrency,
+        )
+        record = {
+            "run_id": run_id,
+            "kind": kind,
+            "profile": profile,
+            "backend": backend,
+            "win_rule_sha256": digest,
+            "started_at": time.time(),
+            "user": running_user(),
+            "concurrency": concurrency,
+        }
         _write(home.runs / run_id / "run.json", record)
         audit.append(Actor.SYSTEM, f"{kind}_start", record, run_id=run_id)
-        yield Session(ControlServices(setup), Judge(audit, run_id=run_id), audit, client, defaults.ticket,
-                      yaml.safe_load(base_path.read_text()), lambda: secrets.randbelow(RANDOM_SEED_BOUND))
+        yield Session(
+            ControlServices(setup),
+            Judge(audit, run_id=run_id),
+            audit,
+            client,
+            defaults.ticket,
+            yaml.safe_load(base_path.read_text()),
+            lambda: secrets.randbelow(RANDOM_SEED_BOUND),
+        )
         audit.append(Actor.SYSTEM, f"{kind}_end", {"run_id": run_id}, run_id=run_id)
         audit.close_run(run_id)
 

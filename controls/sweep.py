@@ -67,26 +67,38 @@ def _check_sqlite(url: str) -> None:
     with path.open("rb") as fh:
         head = fh.read(len(SQLITE_MAGIC))
     if head != SQLITE_MAGIC:
-        raise DataError(f"the Optuna database {path} is not an SQLite file (corrupted?); move it aside "
-                        "or pass another --storage")
+        raise DataError(
+            f"the Optuna database {path} is not an SQLite file (corrupted?); move it aside "
+            "or pass another --storage"
+        )
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
             ok = conn.execute("PRAGMA integrity_check").fetchone()[0]
     except sqlite3.DatabaseError as exc:
-        raise DataError(f"the Optuna database {path} is corrupted ({exc}); move it aside "
-                        "or pass another --storage") from None
+        raise DataError(
+            f"the Optuna database {path} is corrupted ({exc}); move it aside or pass another --storage"
+        ) from None
     if ok != "ok":
         raise DataError(f"the Optuna database {path} fails its integrity check ({ok}); move it aside")
 
 
-def check_sweep(sampler: str, budget_s: float, seed: int, storage: str, space: SearchSpace,
-                base_config: dict[str, Any], ticket_budget: Budget) -> SweepPlan:
+def check_sweep(
+    sampler: str,
+    budget_s: float,
+    seed: int,
+    storage: str,
+    space: SearchSpace,
+    base_config: dict[str, Any],
+    ticket_budget: Budget,
+) -> SweepPlan:
     """Validate a sweep before anything runs; raises UsageError, PolicyError or DataError."""
     if sampler not in SAMPLERS:
         raise UsageError(f"sampler {sampler!r} is not registered; known: {', '.join(sorted(SAMPLERS))}")
     if budget_s < ticket_budget.device_seconds:
-        raise UsageError(f"--budget {budget_s:g} s is too small for one trial ({ticket_budget.device_seconds:g} "
-                         "device-seconds per ticket); ask for at least that")
+        raise UsageError(
+            f"--budget {budget_s:g} s is too small for one trial ({ticket_budget.device_seconds:g} "
+            "device-seconds per ticket); ask for at least that"
+        )
     if storage.startswith("sqlite:///"):
         _check_sqlite(storage)
     defaults = default_params(space, base_config)
@@ -107,10 +119,17 @@ def open_study(plan: SweepPlan, study_name: str) -> Any:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.create_study(study_name=study_name, storage=plan.storage, direction="maximize",
-                                    sampler=make_sampler(plan.sampler, plan.seed), load_if_exists=False)
+        study = optuna.create_study(
+            study_name=study_name,
+            storage=plan.storage,
+            direction="maximize",
+            sampler=make_sampler(plan.sampler, plan.seed),
+            load_if_exists=False,
+        )
     except optuna.exceptions.DuplicatedStudyError:
-        raise UsageError(f"a study {study_name!r} already exists in {plan.storage}; use a new run id") from None
+        raise UsageError(
+            f"a study {study_name!r} already exists in {plan.storage}; use a new run id"
+        ) from None
     except Exception as exc:  # sqlalchemy errors: unreachable server, bad schema, corrupted file
         raise DataError(f"cannot open the Optuna storage {plan.storage}: {exc}") from None
     study.enqueue_trial(plan.defaults)
@@ -127,27 +146,45 @@ class SweepResult:
     def summary(self) -> dict[str, Any]:
         scored = [t for t in self.trials if t["dev_score"] is not None]
         best = max(scored, key=lambda t: t["dev_score"]) if scored else None
-        return {"run_id": self.run_id, "study_name": self.study_name, "trials": len(self.trials),
-                "device_seconds": self.device_seconds,
-                "dev_wins": sum(t["status"] == "dev_win" for t in self.trials),
-                "confirm_a_wins": sum(t["confirm_a"] == "WIN" for t in self.trials),
-                "promoted": sum(t["decision"] == "promote" for t in self.trials),
-                "failed": sum(t["status"] == "failed" for t in self.trials),
-                "best_dev_score": best["dev_score"] if best else None,
-                "best_ticket": best["ticket_id"] if best else None,
-                "best_params": best["params"] if best else None}
+        return {
+            "run_id": self.run_id,
+            "study_name": self.study_name,
+            "trials": len(self.trials),
+            "device_seconds": self.device_seconds,
+            "dev_wins": sum(t["status"] == "dev_win" for t in self.trials),
+            "confirm_a_wins": sum(t["confirm_a"] == "WIN" for t in self.trials),
+            "promoted": sum(t["decision"] == "promote" for t in self.trials),
+            "failed": sum(t["status"] == "failed" for t in self.trials),
+            "best_dev_score": best["dev_score"] if best else None,
+            "best_ticket": best["ticket_id"] if best else None,
+            "best_params": best["params"] if best else None,
+        }
 
 
 def trial_ticket(plan: SweepPlan, run_id: str, number: int, params: dict[str, Any], seed: int) -> Ticket:
-    return Ticket(id=f"{run_id}-t{number:03d}", arm=plan.arm, kind=TicketKind.CONFIG, change=dict(params),
-                  hypothesis=f"{plan.arm.value} trial {number}: " + json.dumps(params, sort_keys=True),
-                  budget=plan.ticket_budget, seed=seed,
-                  expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0))
+    return Ticket(
+        id=f"{run_id}-t{number:03d}",
+        arm=plan.arm,
+        kind=TicketKind.CONFIG,
+        change=dict(params),
+        hypothesis=f"{plan.arm.value} trial {number}: " + json.dumps(params, sort_keys=True),
+        budget=plan.ticket_budget,
+        seed=seed,
+        expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0),
+    )
 
 
-def run_sweep(plan: SweepPlan, services: CandidateServices, judge: JudgeLike, *, run_id: str,
-              make_seed: Callable[[], int], people: Path | None = None, max_trials: int | None = None,
-              progress: Callable[[str], None] = lambda line: None) -> SweepResult:
+def run_sweep(
+    plan: SweepPlan,
+    services: CandidateServices,
+    judge: JudgeLike,
+    *,
+    run_id: str,
+    make_seed: Callable[[], int],
+    people: Path | None = None,
+    max_trials: int | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> SweepResult:
     """Ask, run, tell until the device-seconds are spent (the last trial may run past, as for the agents).
 
     ``max_trials`` stops earlier, after that many trials (benchmarks and tests).
@@ -160,8 +197,9 @@ def run_sweep(plan: SweepPlan, services: CandidateServices, judge: JudgeLike, *,
     while result.device_seconds < plan.budget_s and (max_trials is None or len(result.trials) < max_trials):
         trial = study.ask()
         params = plan.space.suggest(trial)
-        candidate = run_candidate(services, judge, trial_ticket(plan, run_id, trial.number, params, make_seed()),
-                                  make_seed)
+        candidate = run_candidate(
+            services, judge, trial_ticket(plan, run_id, trial.number, params, make_seed()), make_seed
+        )
         if candidate.dev_score is None:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
@@ -169,14 +207,20 @@ def run_sweep(plan: SweepPlan, services: CandidateServices, judge: JudgeLike, *,
         result.device_seconds += candidate.device_seconds
         result.trials.append(_row(trial.number, params, candidate, result.device_seconds))
         _append(people, result.trials[-1])
-        progress(f"trial {trial.number}: dev {candidate.dev_score} ({candidate.status}, {candidate.decision}); "
-                 f"{result.device_seconds:.0f}/{plan.budget_s:.0f} device-s")
+        progress(
+            f"trial {trial.number}: dev {candidate.dev_score} ({candidate.status}, {candidate.decision}); "
+            f"{result.device_seconds:.0f}/{plan.budget_s:.0f} device-s"
+        )
     return result
 
 
 def _row(number: int, params: dict[str, Any], c: CandidateResult, cumulative: float) -> dict[str, Any]:
-    return {"trial": number, "params": params, "cumulative_device_seconds": cumulative,
-            **c.model_dump(mode="json")}
+    return {
+        "trial": number,
+        "params": params,
+        "cumulative_device_seconds": cumulative,
+        **c.model_dump(mode="json"),
+    }
 
 
 def _append(people: Path | None, row: dict[str, Any]) -> None:

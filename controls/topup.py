@@ -69,9 +69,11 @@ class TopupPlan:
             raise UsageError(f"--n doses must lie in 0..{MAX_DOSE}; got {self.doses}")
         need = self.n_tickets * self.ticket_seconds
         if self.budget_s is not None and need > self.budget_s:
-            raise LimitExceeded(f"top-up needs {self.n_tickets} tickets x {self.ticket_seconds:g} s = {need:g} "
-                                f"device-seconds but --budget is {self.budget_s:g} s; raise the budget, lower "
-                                f"--ticket-budget or use fewer doses")
+            raise LimitExceeded(
+                f"top-up needs {self.n_tickets} tickets x {self.ticket_seconds:g} s = {need:g} "
+                f"device-seconds but --budget is {self.budget_s:g} s; raise the budget, lower "
+                f"--ticket-budget or use fewer doses"
+            )
         return constrain(base_params, self.slice_name)
 
 
@@ -91,26 +93,39 @@ def topup_config(base_config: Path | dict[str, Any], base_train: Path) -> dict[s
     a cap below it is refused (the arms would not share the base images they claim to)."""
     import yaml
 
-    config = dict(base_config) if isinstance(base_config, dict) else yaml.safe_load(Path(base_config).read_text())
+    config = (
+        dict(base_config) if isinstance(base_config, dict) else yaml.safe_load(Path(base_config).read_text())
+    )
     cap, base_n = config.get("max_train_images"), int(read_split(base_train, mmap=True).images.shape[0])
     if cap is not None and cap < base_n:
-        raise UsageError(f"the training config caps training at max_train_images={cap} but the base train split "
-                         f"holds {base_n} images, so top-up images would be cut; use a config without the cap "
-                         f"or a base version of at most {cap} images")
+        raise UsageError(
+            f"the training config caps training at max_train_images={cap} but the base train split "
+            f"holds {base_n} images, so top-up images would be cut; use a config without the cap "
+            f"or a base version of at most {cap} images"
+        )
     config.pop("max_train_images", None)
     return config
 
 
 def make_ticket(tid: str, arm: str, n: int, version: DatasetVersion, plan: TopupPlan) -> Ticket:
-    return Ticket(id=tid, arm=Arm.TOPUP, kind=TicketKind.DATA, seed=plan.seed, change={},
-                  hypothesis=f"{arm} top-up of {n} images for slice {plan.slice_name} raises real-slice recall",
-                  budget=Budget(device_seconds=plan.ticket_seconds, epochs=plan.epochs),
-                  expected_effect=ExpectedEffect(metric="object_recall", slice=plan.slice_name,
-                                                 direction=Direction.UP, size=0.0),
-                  evidence=[f"dataset:{version.ref}"])
+    return Ticket(
+        id=tid,
+        arm=Arm.TOPUP,
+        kind=TicketKind.DATA,
+        seed=plan.seed,
+        change={},
+        hypothesis=f"{arm} top-up of {n} images for slice {plan.slice_name} raises real-slice recall",
+        budget=Budget(device_seconds=plan.ticket_seconds, epochs=plan.epochs),
+        expected_effect=ExpectedEffect(
+            metric="object_recall", slice=plan.slice_name, direction=Direction.UP, size=0.0
+        ),
+        evidence=[f"dataset:{version.ref}"],
+    )
 
 
-def slice_counts(probs: np.ndarray, real: Any, slice_name: str, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+def slice_counts(
+    probs: np.ndarray, real: Any, slice_name: str, threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Per real image: (voids of the slice detected, voids of the slice) — for ratio bootstraps."""
     from vision.metrics import per_image_metrics
     from vision.slices import defect_detected
@@ -123,7 +138,10 @@ def slice_counts(probs: np.ndarray, real: Any, slice_name: str, threshold: float
     hit = defect_detected(per_image, index, picked)
     n = len(real)
     rows = np.array([index[str(d["image_id"])] for d in picked], dtype=np.int64)
-    return (np.bincount(rows, weights=hit.astype(float), minlength=n), np.bincount(rows, minlength=n).astype(float))
+    return (
+        np.bincount(rows, weights=hit.astype(float), minlength=n),
+        np.bincount(rows, minlength=n).astype(float),
+    )
 
 
 def load_real_dev(path: Path, slice_name: str) -> Any:
@@ -132,8 +150,10 @@ def load_real_dev(path: Path, slice_name: str) -> Any:
     real = load_real(path)
     count = sum(1 for d in real.defects if in_slice(slice_name, d))
     if count == 0:
-        raise DataError(f"the real-dev set at {path} holds no voids of slice {slice_name!r}; "
-                        f"a top-up cannot be measured on it")
+        raise DataError(
+            f"the real-dev set at {path} holds no voids of slice {slice_name!r}; "
+            f"a top-up cannot be measured on it"
+        )
     return real
 
 
@@ -141,7 +161,9 @@ def _recall(arrays: tuple[np.ndarray, ...]) -> float:
     return float(arrays[0].sum() / arrays[1].sum()) if arrays[1].sum() else float("nan")
 
 
-def summarise(curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]], doses: list[int], seed: int) -> dict[str, Any]:
+def summarise(
+    curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]], doses: list[int], seed: int
+) -> dict[str, Any]:
     """Dose-response rows with paired-bootstrap intervals and the named turning point."""
     from segfactory.stats import bootstrap_ci, paired_bootstrap_diff
 
@@ -154,11 +176,16 @@ def summarise(curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]], doses:
             if counts is None:
                 row[arm] = None
                 continue
-            row[arm] = {"recall": bootstrap_ci(counts, _recall, n_boot=N_BOOT, seed=seed).as_dict(),
-                        "vs_nothing": paired_bootstrap_diff(nothing, counts, _recall, n_boot=N_BOOT, seed=seed).as_dict()}
+            row[arm] = {
+                "recall": bootstrap_ci(counts, _recall, n_boot=N_BOOT, seed=seed).as_dict(),
+                "vs_nothing": paired_bootstrap_diff(
+                    nothing, counts, _recall, n_boot=N_BOOT, seed=seed
+                ).as_dict(),
+            }
         if n > 0 and row["synthetic"] and row["augment"]:
-            row["synthetic_vs_augment"] = paired_bootstrap_diff(curve["augment"][n], curve["synthetic"][n], _recall,
-                                                                n_boot=N_BOOT, seed=seed).as_dict()
+            row["synthetic_vs_augment"] = paired_bootstrap_diff(
+                curve["augment"][n], curve["synthetic"][n], _recall, n_boot=N_BOOT, seed=seed
+            ).as_dict()
         rows.append(row)
     return {"rows": rows, "turning_point": turning_point(rows)}
 
@@ -173,13 +200,20 @@ def turning_point(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if hurting:
         text = f"synthetic top-up starts hurting at n={hurting[0]} (interval below 0 against nothing)"
     elif helping:
-        text = f"synthetic top-up helps (interval above 0) at n={helping}; the best dose measured is n={best_n}"
+        text = (
+            f"synthetic top-up helps (interval above 0) at n={helping}; the best dose measured is n={best_n}"
+        )
     else:
         text = "no dose measurably changed real-slice recall against nothing (every interval contains 0)"
     if larger and best_n > 0:
         text += f"; more than n={best_n} stopped helping"
-    return {"best_n": best_n, "helping": helping, "hurting": hurting, "stops_helping_after": best_n if larger else None,
-            "summary": text}
+    return {
+        "best_n": best_n,
+        "helping": helping,
+        "hurting": hurting,
+        "stops_helping_after": best_n if larger else None,
+        "summary": text,
+    }
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> Path:
@@ -198,9 +232,17 @@ def plot_curve(report: dict[str, Any], path: Path) -> Path:
     for arm in ("synthetic", "augment"):
         pts = [(r["n"], r[arm]["vs_nothing"]) for r in report["dose_response"]["rows"] if r.get(arm)]
         xs = [p[0] for p in pts]
-        ax.errorbar(xs, [p[1]["estimate"] for p in pts],
-                    yerr=[[p[1]["estimate"] - p[1]["low"] for p in pts], [p[1]["high"] - p[1]["estimate"] for p in pts]],
-                    marker="o", capsize=3, label=arm)
+        ax.errorbar(
+            xs,
+            [p[1]["estimate"] for p in pts],
+            yerr=[
+                [p[1]["estimate"] - p[1]["low"] for p in pts],
+                [p[1]["high"] - p[1]["estimate"] for p in pts],
+            ],
+            marker="o",
+            capsize=3,
+            label=arm,
+        )
     ax.axhline(0.0, color="grey", lw=0.8)
     ax.set_xlabel("images added")
     ax.set_ylabel(f"real-slice recall minus nothing ({report['slice']})")
@@ -214,8 +256,16 @@ def plot_curve(report: dict[str, Any], path: Path) -> Path:
 class RunnerExecutor:
     """The real executor: ``runner.execute_ticket`` in a sandbox, audited to the home's log."""
 
-    def __init__(self, home: Any, *, backend: Any, base_config: Path | dict[str, Any], run_id: str,
-                 gate: Any = None, scheduler: Any = None) -> None:
+    def __init__(
+        self,
+        home: Any,
+        *,
+        backend: Any,
+        base_config: Path | dict[str, Any],
+        run_id: str,
+        gate: Any = None,
+        scheduler: Any = None,
+    ) -> None:
         self.home, self.backend, self.base_config = home, backend, base_config
         self.run_id, self.gate, self.scheduler = run_id, gate, scheduler
 
@@ -224,9 +274,17 @@ class RunnerExecutor:
         from runner import TicketStatus, execute_ticket
 
         with AuditLog(self.home, None) as audit:
-            outcome = execute_ticket(ticket, home=self.home, dataset_version=version, backend=self.backend,
-                                     base_config=self.base_config, audit=audit, gate=self.gate,
-                                     run_id=self.run_id, scheduler=self.scheduler)
+            outcome = execute_ticket(
+                ticket,
+                home=self.home,
+                dataset_version=version,
+                backend=self.backend,
+                base_config=self.base_config,
+                audit=audit,
+                gate=self.gate,
+                run_id=self.run_id,
+                scheduler=self.scheduler,
+            )
         model = self.home.tickets_dir(self.run_id) / ticket.id / "model.onnx"
         return outcome.status.value, model if outcome.status == TicketStatus.DONE else None
 
@@ -234,8 +292,17 @@ class RunnerExecutor:
 Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, W)) -> probabilities (N, H, W)
 
 
-def run_topup(home: Any, plan: TopupPlan, *, base_ref: str, real_path: Path, executor: ArmExecutor,
-              run_id: str, scorer: Scorer | None = None, threshold: float = 0.5) -> dict[str, Any]:
+def run_topup(
+    home: Any,
+    plan: TopupPlan,
+    *,
+    base_ref: str,
+    real_path: Path,
+    executor: ArmExecutor,
+    run_id: str,
+    scorer: Scorer | None = None,
+    threshold: float = 0.5,
+) -> dict[str, Any]:
     """Build, train and measure every arm; write ``people/<run>/topup.json`` and the curve plot."""
     import tempfile
 
@@ -247,33 +314,72 @@ def run_topup(home: Any, plan: TopupPlan, *, base_ref: str, real_path: Path, exe
     params = plan.check(base_params(read_split(base.train, mmap=True).manifest))
     real = load_real_dev(real_path, plan.slice_name)
     tickets: list[dict[str, Any]] = []
-    curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {"synthetic": {}, "augment": {}, "nothing": {}}
+    curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {
+        "synthetic": {},
+        "augment": {},
+        "nothing": {},
+    }
     with tempfile.TemporaryDirectory(prefix=".topup-", dir=home.root) as work:
-        arms = [("nothing", 0, base)] + [(arm, n, build_arm(home.root, base, arm, n, params, plan.slice_name, plan.seed, Path(work)))
-                                         for n in plan.doses if n > 0 for arm in ("synthetic", "augment")]
+        arms = [("nothing", 0, base)] + [
+            (arm, n, build_arm(home.root, base, arm, n, params, plan.slice_name, plan.seed, Path(work)))
+            for n in plan.doses
+            if n > 0
+            for arm in ("synthetic", "augment")
+        ]
     for arm, n, version in arms:
         ticket = make_ticket(f"{run_id}-{arm}-n{n}", arm, n, version, plan)
         status, model = executor(ticket, version)
-        tickets.append({"ticket": ticket.id, "arm": arm, "n": n, "dataset": version.ref, "status": status,
-                        "model": str(model) if model else None})
+        tickets.append(
+            {
+                "ticket": ticket.id,
+                "arm": arm,
+                "n": n,
+                "dataset": version.ref,
+                "status": status,
+                "model": str(model) if model else None,
+            }
+        )
         if model is not None:
-            curve[arm][n] = slice_counts(scorer(model, np.asarray(real.images)), real, plan.slice_name, threshold)
+            curve[arm][n] = slice_counts(
+                scorer(model, np.asarray(real.images)), real, plan.slice_name, threshold
+            )
     if 0 not in curve["nothing"]:
         raise DataError(f"the nothing arm did not train ({tickets[0]['status']}); no comparison is possible")
     response = summarise(curve, plan.doses, plan.seed)
-    report: dict[str, Any] = {"slice": plan.slice_name, "doses": plan.doses, "seed": plan.seed, "epochs": plan.epochs,
-              "ticket_seconds": plan.ticket_seconds, "budget_s": plan.budget_s, "base": base.ref,
-              "real_dev": {"n_images": len(real), "n_slice_voids": int(sum(c[1].sum() for c in curve["nothing"].values())),
-                           "stand_in": bool(real.manifest.get("stand_in", False))},
-              "measured_on": "real-dev (host side)", "tickets": tickets,
-              "dose_response": response,
-              "milestone": {"tiers": "real-holdout", "models": [t["model"] for t in tickets if t["model"]],
-                            "note": "the real-holdout tier is scored only at a gate milestone: "
-                                    "segfactory gate milestone --tiers real-holdout --model M ..."}}
+    report: dict[str, Any] = {
+        "slice": plan.slice_name,
+        "doses": plan.doses,
+        "seed": plan.seed,
+        "epochs": plan.epochs,
+        "ticket_seconds": plan.ticket_seconds,
+        "budget_s": plan.budget_s,
+        "base": base.ref,
+        "real_dev": {
+            "n_images": len(real),
+            "n_slice_voids": int(sum(c[1].sum() for c in curve["nothing"].values())),
+            "stand_in": bool(real.manifest.get("stand_in", False)),
+        },
+        "measured_on": "real-dev (host side)",
+        "tickets": tickets,
+        "dose_response": response,
+        "milestone": {
+            "tiers": "real-holdout",
+            "models": [t["model"] for t in tickets if t["model"]],
+            "note": "the real-holdout tier is scored only at a gate milestone: "
+            "segfactory gate milestone --tiers real-holdout --model M ...",
+        },
+    }
     report["plot"] = str(write_report(report, home.people_dir(run_id)))
-    record_round(home.people_dir(run_id), RoundRecord(
-        weakness=f"real-slice recall on {plan.slice_name}", fix_kind="targeted_synthetic",
-        fix=f"top-up doses {plan.doses} against augmentation and nothing",
-        result=response["turning_point"]["summary"], report=str(home.people_dir(run_id) / "topup.json"),
-        slice=plan.slice_name, measured_on="real-dev slice recall (paired against the nothing arm)"))
+    record_round(
+        home.people_dir(run_id),
+        RoundRecord(
+            weakness=f"real-slice recall on {plan.slice_name}",
+            fix_kind="targeted_synthetic",
+            fix=f"top-up doses {plan.doses} against augmentation and nothing",
+            result=response["turning_point"]["summary"],
+            report=str(home.people_dir(run_id) / "topup.json"),
+            slice=plan.slice_name,
+            measured_on="real-dev slice recall (paired against the nothing arm)",
+        ),
+    )
     return report

@@ -15,11 +15,18 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "Gate": "gate.core", "GateClient": "gate.client", "running_gate": "gate.client",
+    "Gate": "gate.core",
+    "GateClient": "gate.client",
+    "running_gate": "gate.client",
     "home_gate": "gate.client",
-    "score_model": "gate.scorer", "ScoringError": "gate.scorer", "inspect_model": "gate.intake",
-    "IntakeError": "gate.intake", "Ledger": "gate.ledger", "load_win_rule": "gate.win_rule",
-    "WinRule": "gate.win_rule", "run_attack": "gate.attack",
+    "score_model": "gate.scorer",
+    "ScoringError": "gate.scorer",
+    "inspect_model": "gate.intake",
+    "IntakeError": "gate.intake",
+    "Ledger": "gate.ledger",
+    "load_win_rule": "gate.win_rule",
+    "WinRule": "gate.win_rule",
+    "run_attack": "gate.attack",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -51,20 +51,44 @@ def _system_binds() -> list[str]:
     return binds
 
 
-def confined_command(child: str, packages: tuple[str, ...], args: list[str],
-                     devices: list[str] | None = None) -> list[str]:
+def confined_command(
+    child: str, packages: tuple[str, ...], args: list[str], devices: list[str] | None = None
+) -> list[str]:
     """The bwrap invocation running ``child`` (a file path) with ``packages`` importable;
     ``devices`` are extra bwrap arguments binding device nodes (a GPU's, for the CUDA scorer)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        raise ConfinementError("bubblewrap (bwrap) is not installed; the gate never parses or scores unconfined")
+        raise ConfinementError(
+            "bubblewrap (bwrap) is not installed; the gate never parses or scores unconfined"
+        )
     base = Path(sys.base_prefix).resolve()
     python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     # --disable-userns: code in the child cannot make a nested user namespace (and with it the
     # capabilities that reach kernel surface the confinement otherwise keeps out of reach)
-    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--assert-userns-disabled",
-           "--die-with-parent", "--new-session", "--cap-drop", "ALL", *_system_binds()]
-    cmd += ["--ro-bind", str(base), str(base), "--proc", "/proc", "--dev", "/dev", *(devices or []), "--tmpfs", "/tmp"]
+    cmd = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--assert-userns-disabled",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        *_system_binds(),
+    ]
+    cmd += [
+        "--ro-bind",
+        str(base),
+        str(base),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        *(devices or []),
+        "--tmpfs",
+        "/tmp",
+    ]
     for package in packages:
         for path in _package_paths(package):
             cmd += ["--ro-bind", str(path), f"{SITE}/{path.name}"]

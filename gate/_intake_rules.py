@@ -42,17 +42,91 @@ STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
 
 ALLOWED_OPS = frozenset(
     {
-        "Abs", "Add", "And", "ArgMax", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Clip",
-        "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "DepthToSpace", "Div",
-        "Dropout", "Elu", "Equal", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "Gelu",
-        "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater", "GreaterOrEqual",
-        "GroupNormalization", "HardSigmoid", "HardSwish", "Identity", "If", "InstanceNormalization",
-        "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "Loop", "MatMul", "Max",
-        "MaxPool", "Mean", "Min", "Mish", "Mul", "Neg", "Not", "Or", "Pad", "Pow", "PRelu",
-        "Range", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum", "Relu",
-        "Reshape", "Resize", "Round", "Selu", "Shape", "Sigmoid", "Sign", "Slice", "Softmax",
-        "Softplus", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile",
-        "Transpose", "Unsqueeze", "Upsample", "Where",
+        "Abs",
+        "Add",
+        "And",
+        "ArgMax",
+        "AveragePool",
+        "BatchNormalization",
+        "Cast",
+        "Ceil",
+        "Clip",
+        "Concat",
+        "Constant",
+        "ConstantOfShape",
+        "Conv",
+        "ConvTranspose",
+        "DepthToSpace",
+        "Div",
+        "Dropout",
+        "Elu",
+        "Equal",
+        "Erf",
+        "Exp",
+        "Expand",
+        "Flatten",
+        "Floor",
+        "Gather",
+        "Gelu",
+        "Gemm",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "Greater",
+        "GreaterOrEqual",
+        "GroupNormalization",
+        "HardSigmoid",
+        "HardSwish",
+        "Identity",
+        "If",
+        "InstanceNormalization",
+        "LayerNormalization",
+        "LeakyRelu",
+        "Less",
+        "LessOrEqual",
+        "Log",
+        "Loop",
+        "MatMul",
+        "Max",
+        "MaxPool",
+        "Mean",
+        "Min",
+        "Mish",
+        "Mul",
+        "Neg",
+        "Not",
+        "Or",
+        "Pad",
+        "Pow",
+        "PRelu",
+        "Range",
+        "Reciprocal",
+        "ReduceMax",
+        "ReduceMean",
+        "ReduceMin",
+        "ReduceSum",
+        "Relu",
+        "Reshape",
+        "Resize",
+        "Round",
+        "Selu",
+        "Shape",
+        "Sigmoid",
+        "Sign",
+        "Slice",
+        "Softmax",
+        "Softplus",
+        "SpaceToDepth",
+        "Split",
+        "Sqrt",
+        "Squeeze",
+        "Sub",
+        "Sum",
+        "Tanh",
+        "Tile",
+        "Transpose",
+        "Unsqueeze",
+        "Upsample",
+        "Where",
     }
 )
 SHAPE_OPS = {"ConstantOfShape": 0, "Expand": 1, "Tile": 1}  # op -> index of its shape input
@@ -98,7 +172,9 @@ def _check_graph(graph: GraphProto, budget: _Budget, depth: int) -> None:
 
 def _check_tensor(tensor: TensorProto, budget: _Budget) -> None:
     if tensor.data_location == EXTERNAL_DATA_LOCATION or len(tensor.external_data):
-        raise RuleViolation(f"tensor {tensor.name!r} uses external data; only self-contained graphs are accepted")
+        raise RuleViolation(
+            f"tensor {tensor.name!r} uses external data; only self-contained graphs are accepted"
+        )
     count = math.prod(tensor.dims) if tensor.dims else 1
     if count > MAX_CONSTANT_ELEMENTS * 4:
         raise RuleViolation(f"tensor {tensor.name!r} declares {count} elements")
@@ -122,7 +198,9 @@ def _check_attribute(attr: AttributeProto, budget: _Budget, depth: int) -> None:
 
 def _check_node(node: NodeProto, constants: dict[str, list[int]]) -> None:
     if node.domain not in STANDARD_DOMAINS:
-        raise RuleViolation(f"node {node.name!r}: custom domain {node.domain!r} op {node.op_type!r} is refused")
+        raise RuleViolation(
+            f"node {node.name!r}: custom domain {node.domain!r} op {node.op_type!r} is refused"
+        )
     if node.op_type not in ALLOWED_OPS:
         raise RuleViolation(f"node {node.name!r}: op {node.op_type!r} is not on the allowlist")
     if node.op_type == "Loop":
@@ -162,7 +240,9 @@ def _constant_values(graph: GraphProto) -> dict[str, list[int]]:
     tensors = [(t.name, t) for t in graph.initializer]
     for node in graph.node:
         if node.op_type == "Constant" and node.output:
-            tensors += [(node.output[0], a.t) for a in node.attribute if a.name == "value" and a.HasField("t")]
+            tensors += [
+                (node.output[0], a.t) for a in node.attribute if a.name == "value" and a.HasField("t")
+            ]
     for name, tensor in tensors:
         if tensor.data_type in (INT64, INT32) and math.prod(tensor.dims or [1]) <= 16:
             try:

@@ -68,8 +68,9 @@ def machine_scoring(gpus: list[Gpu] | None = None, gpu_runtime: bool | None = No
     return Scoring(CPU)
 
 
-def pinned_scoring(version_dir: Path, machine: Scoring | None = None,
-                   gpus: list[Gpu] | None = None, *, pin_it: bool = True) -> Scoring:
+def pinned_scoring(
+    version_dir: Path, machine: Scoring | None = None, gpus: list[Gpu] | None = None, *, pin_it: bool = True
+) -> Scoring:
     """The scoring a tier version is pinned to, pinning ``machine`` (default: this machine's)
     the first time (with ``pin_it``; without, an unpinned version only answers what it would
     pin, so that a check before any scoring leaves nothing behind). ProviderError when it is
@@ -90,7 +91,8 @@ def pinned_scoring(version_dir: Path, machine: Scoring | None = None,
         raise ProviderError(
             f"tier version {version_dir.parent.name} {version_dir.name} is scored with {CUDA} (pinned in {pin}) and "
             f"this machine cannot run it (no NVIDIA GPU or no {GPU_DISTRIBUTION}); a change of provider is a new "
-            f"version: a person rotates the tier (`segfactory gate rotate --tier {version_dir.parent.name}`)")
+            f"version: a person rotates the tier (`segfactory gate rotate --tier {version_dir.parent.name}`)"
+        )
     return here
 
 

@@ -57,7 +57,9 @@ def _serve(inp, out, threads: int, provider: str = "CPUExecutionProvider") -> No
     options.inter_op_num_threads = 1
     model = _read_exact(inp, size)
     if provider not in ort.get_available_providers():
-        raise ValueError(f"provider {provider} is not available here; this tier version is scored with it only")
+        raise ValueError(
+            f"provider {provider} is not available here; this tier version is scored with it only"
+        )
     session = ort.InferenceSession(model, options, providers=[provider])
     if session.get_providers()[0] != provider:  # never a silent fallback to another provider
         raise ValueError(f"onnxruntime fell back from {provider} to {session.get_providers()[0]}")

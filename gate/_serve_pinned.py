@@ -18,8 +18,10 @@ EXIT_PIN_MISMATCH = 3
 
 def boot_code(pinned: Path) -> str:
     """The ``-c`` program that puts the copy first on ``sys.path`` and runs ``main``."""
-    return (f"import sys; sys.dont_write_bytecode = True; sys.path.insert(0, {str(pinned)!r}); "
-            "from gate._serve_pinned import main; sys.exit(main(sys.argv[1:]))")
+    return (
+        f"import sys; sys.dont_write_bytecode = True; sys.path.insert(0, {str(pinned)!r}); "
+        "from gate._serve_pinned import main; sys.exit(main(sys.argv[1:]))"
+    )
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
@@ -63,8 +65,15 @@ def main(argv: list[str]) -> int:
 
     gate.integrity_check = integrity
     try:
-        serve(gate, args.socket, args.host, args.port, os.environ.get(args.token_env) or None, args.answer_time,
-              os.environ.get(args.agent_token_env) or None)
+        serve(
+            gate,
+            args.socket,
+            args.host,
+            args.port,
+            os.environ.get(args.token_env) or None,
+            args.answer_time,
+            os.environ.get(args.agent_token_env) or None,
+        )
     except SegfactoryError as exc:
         sys.stderr.write(f"segfactory: error: {exc}\n")
         return 2

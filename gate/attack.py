@@ -49,8 +49,14 @@ class CoarseRule:
 def coarse_rule() -> CoarseRule:
     rule, _ = load_win_rule(DEFAULT_WIN_RULE)
     cmp = rule.comparison
-    return CoarseRule(cmp.n_boot, cmp.alpha, cmp.margin, cmp.seed,
-                      rule.budgets.get("confirm-a", 0), rule.budgets.get("confirm-b", 0))
+    return CoarseRule(
+        cmp.n_boot,
+        cmp.alpha,
+        cmp.margin,
+        cmp.seed,
+        rule.budgets.get("confirm-a", 0),
+        rule.budgets.get("confirm-b", 0),
+    )
 
 
 def _majority(votes: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -100,15 +106,19 @@ def _one_rep(n: int, k: int, rule: CoarseRule, rng: np.random.Generator) -> dict
             adopted.append(sub)
     gate = _majority(np.array(adopted), n, rng) if adopted else best
     a_only = _majority(np.array(a_wins), n, rng) if a_wins else best
-    return {name: (_loss(pred, holdout), _loss(pred, fresh))
-            for name, pred in (("naive", naive), ("gate", gate), ("gate-a-only", a_only))}
+    return {
+        name: (_loss(pred, holdout), _loss(pred, fresh))
+        for name, pred in (("naive", naive), ("gate", gate), ("gate-a-only", a_only))
+    }
 
 
 def _interval(values: np.ndarray) -> dict[str, float]:
     mean = float(values.mean())
     if len(values) < 2:
         return {"estimate": mean, "low": mean, "high": mean}
-    half = float(stats.t.ppf(0.5 + INTERVAL_LEVEL / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
+    half = float(
+        stats.t.ppf(0.5 + INTERVAL_LEVEL / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+    )
     return {"estimate": mean, "low": mean - half, "high": mean + half}
 
 
@@ -117,14 +127,21 @@ def run_attack(n: int, k: int, reps: int, seed: int = 0, rule: CoarseRule | None
     rule = rule or coarse_rule()
     rng = np.random.default_rng(seed)
     runs = [_one_rep(n, k, rule, rng) for _ in range(reps)]
-    result: dict[str, Any] = {"n": n, "k": k, "reps": reps, "seed": seed, "level": INTERVAL_LEVEL,
-                              "budgets": {"confirm-a": rule.budget_a, "confirm-b": rule.budget_b},
-                              "evaluators": {}}
+    result: dict[str, Any] = {
+        "n": n,
+        "k": k,
+        "reps": reps,
+        "seed": seed,
+        "level": INTERVAL_LEVEL,
+        "budgets": {"confirm-a": rule.budget_a, "confirm-b": rule.budget_b},
+        "evaluators": {},
+    }
     for name in ("naive", "gate", "gate-a-only"):
         holdout = np.array([r[name][0] for r in runs])
         fresh = np.array([r[name][1] for r in runs])
         result["evaluators"][name] = {
-            "holdout_loss": float(holdout.mean()), "fresh_loss": float(fresh.mean()),
+            "holdout_loss": float(holdout.mean()),
+            "fresh_loss": float(fresh.mean()),
             "leak": _interval(fresh - holdout),
         }
     return result

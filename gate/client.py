@@ -34,20 +34,28 @@ START_TIMEOUT_S = 60.0  # time for a spawned gate to answer /status; past it: Ga
 class GateClient:
     """Typed calls to the gate. Every failure is a GateError naming the endpoint."""
 
-    def __init__(self, socket_path: Path | str | None = None, url: str | None = None, token: str | None = None,
-                 role: str = HOST):
+    def __init__(
+        self,
+        socket_path: Path | str | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        role: str = HOST,
+    ):
         if role not in ROLES:
             raise GateError(f"gate role {role!r} is unknown; known: {', '.join(ROLES)}")
         self.server_pid: int | None = None  # set by running_gate: the service's process id
         self.role = role
         self._token = token
         # the served gate writes its credentials at start, so a client made before that reads them late
-        self._token_path = token_file(Path(socket_path).parent, role) if socket_path is not None and not token else None
+        self._token_path = (
+            token_file(Path(socket_path).parent, role) if socket_path is not None and not token else None
+        )
         headers = {"authorization": f"Bearer {token}"} if token else {}
         if socket_path is not None:
             transport = httpx.HTTPTransport(uds=str(socket_path))
-            self._http = httpx.Client(transport=transport, base_url="http://gate", headers=headers,
-                                      timeout=CLIENT_TIMEOUT_S)
+            self._http = httpx.Client(
+                transport=transport, base_url="http://gate", headers=headers, timeout=CLIENT_TIMEOUT_S
+            )
         elif url is not None:
             self._http = httpx.Client(base_url=url, headers=headers, timeout=CLIENT_TIMEOUT_S)
         else:
@@ -64,8 +72,10 @@ class GateClient:
         except FileNotFoundError:
             return {}  # not written yet (the gate is starting): the gate answers 401
         except PermissionError:
-            raise GateError(f"cannot read the gate's {self.role} credential {self._token_path}: permission "
-                            "denied; run as a member of group segfactory") from None
+            raise GateError(
+                f"cannot read the gate's {self.role} credential {self._token_path}: permission "
+                "denied; run as a member of group segfactory"
+            ) from None
         return {"authorization": f"Bearer {token}"}
 
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -80,10 +90,21 @@ class GateClient:
             raise GateError(f"gate {method} {path} answered {response.status_code}: {response.text[:300]}")
         return response.json()
 
-    def submit(self, model_path: Path | str, train_data: str | None, ticket_id: str,
-               replicate_of: str | None = None, run_id: str | None = None) -> CoarseVerdict:
-        body = {"ticket_id": ticket_id, "model_b64": base64.b64encode(Path(model_path).read_bytes()).decode(),
-                "train_data": train_data, "replicate_of": replicate_of, "run_id": run_id}
+    def submit(
+        self,
+        model_path: Path | str,
+        train_data: str | None,
+        ticket_id: str,
+        replicate_of: str | None = None,
+        run_id: str | None = None,
+    ) -> CoarseVerdict:
+        body = {
+            "ticket_id": ticket_id,
+            "model_b64": base64.b64encode(Path(model_path).read_bytes()).decode(),
+            "train_data": train_data,
+            "replicate_of": replicate_of,
+            "run_id": run_id,
+        }
         return CoarseVerdict.model_validate(self._json("POST", "/submit", json=body))
 
     def promote(self, ticket_id: str) -> str:
@@ -92,7 +113,9 @@ class GateClient:
 
     def retract(self, model_sha256: str, reason: str) -> str | None:
         """A challenge retracted this model's win: the sha256 the best moved back to, None if it was not the best."""
-        moved = self._json("POST", "/retract", json={"model_sha256": model_sha256, "reason": reason})["moved_to"]
+        moved = self._json("POST", "/retract", json={"model_sha256": model_sha256, "reason": reason})[
+            "moved_to"
+        ]
         return None if moved is None else str(moved)
 
     def status(self) -> dict[str, Any]:
@@ -131,10 +154,14 @@ class GateClient:
         """Draw a fresh secret-seeded version of ``tier``; returns its version number."""
         return int(self._json("POST", "/rotate", json={"tier": tier})["version"])
 
-    def milestone(self, name: str, run_id: str, model_paths: list[Path] | None = None,
-                  tiers: list[str] | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"name": name, "run_id": run_id,
-                                "models_b64": [base64.b64encode(Path(p).read_bytes()).decode() for p in model_paths or []]}
+    def milestone(
+        self, name: str, run_id: str, model_paths: list[Path] | None = None, tiers: list[str] | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "name": name,
+            "run_id": run_id,
+            "models_b64": [base64.b64encode(Path(p).read_bytes()).decode() for p in model_paths or []],
+        }
         if tiers:
             body["tiers"] = tiers
         result: dict[str, Any] = self._json("POST", "/milestone", json=body)
@@ -165,15 +192,30 @@ def _prepare_for_gate_user(home: Path, socket_dir: Path) -> None:
 
 
 @contextmanager
-def running_gate(home: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None,
-                 role: str = HOST) -> Iterator[GateClient]:
+def running_gate(
+    home: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None, role: str = HOST
+) -> Iterator[GateClient]:
     """Start ``gate serve`` for ``home`` on a private socket; stop it on exit."""
     with tempfile.TemporaryDirectory(prefix="segfactory-gate-") as tmp:
         sock = Path(tmp) / "run" / "gate.sock"
         _prepare_for_gate_user(home, sock.parent)
-        cmd = [sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(home), "--socket", str(sock)]
-        proc = subprocess.Popen(cmd + (extra_args or []), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env=env or dict(os.environ))
+        cmd = [
+            sys.executable,
+            "-m",
+            "segfactory",
+            "gate",
+            "serve",
+            "--home",
+            str(home),
+            "--socket",
+            str(sock),
+        ]
+        proc = subprocess.Popen(
+            cmd + (extra_args or []),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env or dict(os.environ),
+        )
         client = GateClient(socket_path=sock, role=role)
         client.server_pid = proc.pid
         try:

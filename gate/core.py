@@ -135,76 +135,144 @@ class Gate:
             return str(ticket_id)
         return f"bad-ticket-{hashlib.sha256((ticket_id or '').encode()).hexdigest()[:16]}"
 
-    def submit(self, model_bytes: bytes, ticket_id: str, replicate_of: str | None = None,
-               train_data: str | None = None, run_id: str | None = None, deadline: Deadline | None = None) -> Outcome:
+    def submit(
+        self,
+        model_bytes: bytes,
+        ticket_id: str,
+        replicate_of: str | None = None,
+        train_data: str | None = None,
+        run_id: str | None = None,
+        deadline: Deadline | None = None,
+    ) -> Outcome:
         ticket_id = self.ticket_id_for(ticket_id)
         known = self.ledger.find_query(ticket_id)
         if known is not None and known.verdict != PENDING:
-            return self._answer(ticket_id, known.tier, known.version, Verdict(known.verdict), known.reason, replay=True)
+            return self._answer(
+                ticket_id, known.tier, known.version, Verdict(known.verdict), known.reason, replay=True
+            )
         model_sha = hashlib.sha256(model_bytes).hexdigest()
         if known is not None:  # PENDING: a crash or a lost answer left it open; its query is spent
             return self._resume(known, model_bytes, model_sha, train_data, run_id, deadline)
         tier = Tier.CONFIRM_B.value if replicate_of else Tier.CONFIRM_A.value
         version = tiers.current_version(self.vault, tier)
         if version is None:
-            return self._answer(ticket_id, tier, 0, Verdict.INVALID, f"tier {tier} is not built in {self.vault}")
+            return self._answer(
+                ticket_id, tier, 0, Verdict.INVALID, f"tier {tier} is not built in {self.vault}"
+            )
         try:  # a tier version pinned to a provider this machine lacks: refused before a query is spent
             self.scoring(tier, version, pin_it=False)
         except ProviderError as exc:
-            self.ledger.queue_event("gate.provider_unavailable", {"tier": tier, "tier_version": version,
-                                                                  "reason": str(exc)})
+            self.ledger.queue_event(
+                "gate.provider_unavailable", {"tier": tier, "tier_version": version, "reason": str(exc)}
+            )
             return self._answer(ticket_id, tier, version, Verdict.INVALID, str(exc))
         if not self.ledger.reserve_query(ticket_id, tier, version, model_sha, replicate_of, run_id):
             reason = f"budget of {tier} v{version} is spent"
-            self.ledger.record_refusal(ticket_id, tier, version, model_sha, Verdict.BUDGET_EXHAUSTED.value, reason)
+            self.ledger.record_refusal(
+                ticket_id, tier, version, model_sha, Verdict.BUDGET_EXHAUSTED.value, reason
+            )
             return self._answer(ticket_id, tier, version, Verdict.BUDGET_EXHAUSTED, reason)
         return self._finish(ticket_id, tier, version, model_bytes, replicate_of, train_data, run_id, deadline)
 
-    def _resume(self, known: QueryRow, model_bytes: bytes, model_sha: str, train_data: str | None,
-                run_id: str | None, deadline: Deadline | None) -> Outcome:
+    def _resume(
+        self,
+        known: QueryRow,
+        model_bytes: bytes,
+        model_sha: str,
+        train_data: str | None,
+        run_id: str | None,
+        deadline: Deadline | None,
+    ) -> Outcome:
         """Judge a PENDING ticket again, but only with the bytes it spent its query on."""
         if known.model_sha256 != model_sha:
             # Otherwise one spent query would buy a verdict for any number of models, and the
             # verdict would be filed under the first model's hash, the one promotion installs.
-            reason = (f"ticket {known.ticket_id} is bound to the model first submitted under it (sha256 "
-                      f"{known.model_sha256[:12]}…); other bytes ({model_sha[:12]}…) are refused and the ticket is closed")
-            self.ledger.finish_query(known.ticket_id, Verdict.INVALID.value, reason, cache=False,
-                                     best_sha256=self._best_sha())
-            self.ledger.queue_event("gate.rebind_refused", {"ticket_id": known.ticket_id, "bound": known.model_sha256,
-                                                            "got": model_sha})
+            reason = (
+                f"ticket {known.ticket_id} is bound to the model first submitted under it (sha256 "
+                f"{known.model_sha256[:12]}…); other bytes ({model_sha[:12]}…) are refused and the ticket is closed"
+            )
+            self.ledger.finish_query(
+                known.ticket_id, Verdict.INVALID.value, reason, cache=False, best_sha256=self._best_sha()
+            )
+            self.ledger.queue_event(
+                "gate.rebind_refused",
+                {"ticket_id": known.ticket_id, "bound": known.model_sha256, "got": model_sha},
+            )
             return self._answer(known.ticket_id, known.tier, known.version, Verdict.INVALID, reason)
-        return self._finish(known.ticket_id, known.tier, known.version, model_bytes, known.replicate_of, train_data,
-                            run_id, deadline)
+        return self._finish(
+            known.ticket_id,
+            known.tier,
+            known.version,
+            model_bytes,
+            known.replicate_of,
+            train_data,
+            run_id,
+            deadline,
+        )
 
-    def _finish(self, ticket_id: str, tier: str, version: int, model_bytes: bytes, replicate_of: str | None,
-                train_data: str | None, run_id: str | None, deadline: Deadline | None) -> Outcome:
+    def _finish(
+        self,
+        ticket_id: str,
+        tier: str,
+        version: int,
+        model_bytes: bytes,
+        replicate_of: str | None,
+        train_data: str | None,
+        run_id: str | None,
+        deadline: Deadline | None,
+    ) -> Outcome:
         """Judge a reserved query and record its verdict, or the overrun when the answer already left."""
         best_sha, started = self._best_sha(), time.monotonic()
         try:
-            verdict, reason, cacheable = self._judge(model_bytes, ticket_id, tier, version, replicate_of, train_data,
-                                                     run_id)
+            verdict, reason, cacheable = self._judge(
+                model_bytes, ticket_id, tier, version, replicate_of, train_data, run_id
+            )
         except Exception as exc:  # an unforeseen failure is one more INVALID, never a distinguishable error
             log.exception("gate: internal error judging %s", ticket_id)
-            verdict, reason, cacheable = Verdict.INVALID, f"internal error: {type(exc).__name__}: {exc}", False
+            verdict, reason, cacheable = (
+                Verdict.INVALID,
+                f"internal error: {type(exc).__name__}: {exc}",
+                False,
+            )
             self.ledger.queue_event("gate.internal_error", {"ticket_id": ticket_id, "reason": reason})
         if deadline is not None and not deadline.claim("verdict"):
             took = time.monotonic() - started
-            reason = (f"overrun: the verdict took {took:.1f} s, past the fixed answer time, so the agent was answered "
-                      f"INVALID; the late verdict was {verdict.value} ({reason})")
-            self.ledger.queue_event("gate.overrun", {"ticket_id": ticket_id, "tier": tier, "tier_version": version,
-                                                     "took_s": round(took, 3), "late_verdict": verdict.value})
+            reason = (
+                f"overrun: the verdict took {took:.1f} s, past the fixed answer time, so the agent was answered "
+                f"INVALID; the late verdict was {verdict.value} ({reason})"
+            )
+            self.ledger.queue_event(
+                "gate.overrun",
+                {
+                    "ticket_id": ticket_id,
+                    "tier": tier,
+                    "tier_version": version,
+                    "took_s": round(took, 3),
+                    "late_verdict": verdict.value,
+                },
+            )
             verdict, cacheable = Verdict.INVALID, False
         self.ledger.finish_query(ticket_id, verdict.value, reason, cache=cacheable, best_sha256=best_sha)
         return self._answer(ticket_id, tier, version, verdict, reason)
 
-    def _judge(self, model_bytes: bytes, ticket_id: str, tier: str, version: int, replicate_of: str | None,
-               train_data: str | None, run_id: str | None) -> tuple[Verdict, str, bool]:
+    def _judge(
+        self,
+        model_bytes: bytes,
+        ticket_id: str,
+        tier: str,
+        version: int,
+        replicate_of: str | None,
+        train_data: str | None,
+        run_id: str | None,
+    ) -> tuple[Verdict, str, bool]:
         """(verdict, reason for people, whether the verdict may be cached for this model)."""
         try:
             rule = self.rule()
             if self.integrity_check is not None:
                 self.integrity_check()
-            self._check_preconditions(ticket_id, replicate_of, run_id, hashlib.sha256(model_bytes).hexdigest())
+            self._check_preconditions(
+                ticket_id, replicate_of, run_id, hashlib.sha256(model_bytes).hexdigest()
+            )
             checked = inspect_bytes(model_bytes)
             self._keep(checked)
             if train_data is not None:
@@ -244,19 +312,30 @@ class Gate:
         if best_sha == query.model_sha256:
             return query.model_sha256  # already the best: a repeated promotion answers the same
         if query.best_sha256 != best_sha:
-            raise GateError(f"ticket {ticket_id!r} won confirm-a against the best {str(query.best_sha256)[:12]}…, but "
-                            f"the best is now {best_sha[:12]}…; promotion refused (submit it again against the "
-                            "current best)")
-        replicates = [q for q in self.ledger.queries() if q.replicate_of == ticket_id
-                      and q.tier == Tier.CONFIRM_B.value and q.verdict == Verdict.WIN.value]
+            raise GateError(
+                f"ticket {ticket_id!r} won confirm-a against the best {str(query.best_sha256)[:12]}…, but "
+                f"the best is now {best_sha[:12]}…; promotion refused (submit it again against the "
+                "current best)"
+            )
+        replicates = [
+            q
+            for q in self.ledger.queries()
+            if q.replicate_of == ticket_id
+            and q.tier == Tier.CONFIRM_B.value
+            and q.verdict == Verdict.WIN.value
+        ]
         retrained = [q for q in replicates if q.model_sha256 != query.model_sha256]
         if not retrained:
-            raise GateError(f"ticket {ticket_id!r} has no replicate WIN on confirm-b with retrained model bytes "
-                            f"({len(replicates)} replicate WIN(s) of identical bytes); promotion refused")
+            raise GateError(
+                f"ticket {ticket_id!r} has no replicate WIN on confirm-b with retrained model bytes "
+                f"({len(replicates)} replicate WIN(s) of identical bytes); promotion refused"
+            )
         current = [q for q in retrained if q.best_sha256 == best_sha]
         if not current:
-            raise GateError(f"the replicate WINs of {ticket_id!r} were against an earlier best, not "
-                            f"{best_sha[:12]}…; promotion refused")
+            raise GateError(
+                f"the replicate WINs of {ticket_id!r} were against an earlier best, not "
+                f"{best_sha[:12]}…; promotion refused"
+            )
         reason = f"{ticket_id} won confirm-a; replicate {current[0].ticket_id} won confirm-b"
         return self.set_best(self.vault / MODELS_DIR / f"{query.model_sha256}.onnx", "promotion", reason)
 
@@ -266,19 +345,26 @@ class Gate:
         self._keep(checked)
         return self.set_best(self.vault / MODELS_DIR / f"{checked.sha256}.onnx", "reference", reason)
 
-    def _check_preconditions(self, ticket_id: str, replicate_of: str | None, run_id: str | None,
-                             model_sha: str) -> None:
+    def _check_preconditions(
+        self, ticket_id: str, replicate_of: str | None, run_id: str | None, model_sha: str
+    ) -> None:
         if ticket_id.startswith("bad-ticket-"):
             raise GateError("ticket id does not match the ticket id pattern")
         if run_id is not None and any(q["run_id"] == run_id for q in self.ledger.quarantines()):
             raise GateError(f"run {run_id} is quarantined for a person")
         if replicate_of is not None:
             original = self.ledger.find_query(replicate_of)
-            if original is None or original.tier != Tier.CONFIRM_A.value or original.verdict != Verdict.WIN.value:
+            if (
+                original is None
+                or original.tier != Tier.CONFIRM_A.value
+                or original.verdict != Verdict.WIN.value
+            ):
                 raise GateError(f"replicate_of {replicate_of!r} is not a recorded WIN on confirm-a")
             if original.model_sha256 == model_sha:
-                raise GateError(f"the replicate of {replicate_of!r} has the original's model bytes; a replicate is "
-                                "retrained with a new host-chosen seed")
+                raise GateError(
+                    f"the replicate of {replicate_of!r} has the original's model bytes; a replicate is "
+                    "retrained with a new host-chosen seed"
+                )
 
     def _check_leakage(self, train_data: str, ticket_id: str, run_id: str | None) -> None:
         from gate.leakage import LeakError, check_training_data
@@ -287,7 +373,9 @@ class Gate:
             check_training_data(self.home_root, self.vault, train_data)
         except LeakError as exc:
             self.ledger.quarantine(run_id, ticket_id, str(exc))
-            self.ledger.queue_event("gate.quarantine", {"run_id": run_id, "ticket_id": ticket_id, "reason": str(exc)})
+            self.ledger.queue_event(
+                "gate.quarantine", {"run_id": run_id, "ticket_id": ticket_id, "reason": str(exc)}
+            )
             raise GateError(f"leak: {exc}; run quarantined, a person must review and rotate") from None
 
     def scoring(self, tier: str, version: int, *, pin_it: bool = True) -> Scoring:
@@ -306,12 +394,15 @@ class Gate:
         best_prob = self._best_prob(best, tier, version, stacked, scoring)
         cand_prob = score_checked(checked, stacked, scoring=scoring)[:, 0]
         n = len(images)
-        perturbed = [(best_prob[(i + 1) * n:(i + 2) * n], cand_prob[(i + 1) * n:(i + 2) * n], view_masks)
-                     for i, (_, view_masks) in enumerate(views)]
+        perturbed = [
+            (best_prob[(i + 1) * n : (i + 2) * n], cand_prob[(i + 1) * n : (i + 2) * n], view_masks)
+            for i, (_, view_masks) in enumerate(views)
+        ]
         return decide(best_prob[:n], cand_prob[:n], masks, rule, perturbed)
 
-    def _best_prob(self, best: dict[str, Any], tier: str, version: int, images: np.ndarray,
-                   scoring: Scoring) -> np.ndarray:
+    def _best_prob(
+        self, best: dict[str, Any], tier: str, version: int, images: np.ndarray, scoring: Scoring
+    ) -> np.ndarray:
         """The best's probabilities on a tier version's clean and perturbed images (cached: the rule
         and the version's provider are pinned)."""
         key = (str(best["model_sha256"]), tier, version)
@@ -320,17 +411,26 @@ class Gate:
             self._prob_cache[key] = score_checked(checked, images, scoring=scoring)[:, 0]
         return self._prob_cache[key]
 
-    def _answer(self, ticket_id: str, tier: str, version: int, verdict: Verdict, reason: str,
-                replay: bool = False) -> Outcome:
+    def _answer(
+        self, ticket_id: str, tier: str, version: int, verdict: Verdict, reason: str, replay: bool = False
+    ) -> Outcome:
         try:
             left = self.ledger.budget_left(tier, version)
         except LedgerError:  # a tier version the ledger never registered has no budget
             left = 0
         answer = CoarseVerdict(ticket_id=ticket_id, tier=tier, verdict=verdict, queries_left=left)
-        self.ledger.queue_event("gate.verdict", {
-            "ticket_id": ticket_id, "tier": tier, "tier_version": version, "verdict": verdict.value,
-            "reason": reason, "replay": replay, "queries_left": left,
-        })
+        self.ledger.queue_event(
+            "gate.verdict",
+            {
+                "ticket_id": ticket_id,
+                "tier": tier,
+                "tier_version": version,
+                "verdict": verdict.value,
+                "reason": reason,
+                "replay": replay,
+                "queries_left": left,
+            },
+        )
         log.info("gate verdict %s %s %s", ticket_id, tier, verdict.value)
         return Outcome(answer, reason)
 

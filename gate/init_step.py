@@ -22,5 +22,8 @@ def init_step(home: Any, profile: Any, summary: dict[str, Any]) -> None:
     baseline = export_classical_baseline(home.root / "runs" / "baseline" / BASELINE_FILE, profile.image_size)
     separate = os.geteuid() == 0 and os.environ.get(NO_SEPARATION_ENV, "") in ("", "0")
     digest = init_gate(home.root, baseline, separate_users=separate)
-    summary["gate"] = {"pinned_code_sha256": digest, "baseline": str(baseline) if baseline else None,
-                       "users_separated": separate}
+    summary["gate"] = {
+        "pinned_code_sha256": digest,
+        "baseline": str(baseline) if baseline else None,
+        "users_separated": separate,
+    }

@@ -87,19 +87,30 @@ def _confined_check(data: bytes) -> None:
         raise IntakeUnavailable(f"intake cannot run confined: {exc}") from None
     frame = rules.MAGIC_MODEL + struct.pack("<Q", len(data)) + data
     try:
-        done = subprocess.run(cmd, input=frame, capture_output=True, env=child_env(1), preexec_fn=limit_child,
-                              timeout=INTAKE_WALL_SECONDS)
+        done = subprocess.run(
+            cmd,
+            input=frame,
+            capture_output=True,
+            env=child_env(1),
+            preexec_fn=limit_child,
+            timeout=INTAKE_WALL_SECONDS,
+        )
     except subprocess.TimeoutExpired:
-        raise IntakeUnavailable(f"intake gave no answer within INTAKE_WALL_SECONDS={INTAKE_WALL_SECONDS}") from None
+        raise IntakeUnavailable(
+            f"intake gave no answer within INTAKE_WALL_SECONDS={INTAKE_WALL_SECONDS}"
+        ) from None
     answer = done.stdout
     if answer == rules.MAGIC_OK and done.returncode == 0:
         return
     if answer[:4] in (rules.MAGIC_REFUSE, rules.MAGIC_ERROR) and len(answer) >= 8:
         (size,) = struct.unpack("<I", answer[4:8])
-        message = answer[8:8 + size].decode(errors="replace")
-        raise IntakeError(message if answer[:4] == rules.MAGIC_REFUSE else f"intake failed on the model: {message}")
-    raise IntakeUnavailable(f"intake child exited with code {done.returncode} without an answer (a limit may have "
-                            "killed it)")
+        message = answer[8 : 8 + size].decode(errors="replace")
+        raise IntakeError(
+            message if answer[:4] == rules.MAGIC_REFUSE else f"intake failed on the model: {message}"
+        )
+    raise IntakeUnavailable(
+        f"intake child exited with code {done.returncode} without an answer (a limit may have killed it)"
+    )
 
 
 def inspect_bytes(data: bytes) -> CheckedModel:

@@ -70,5 +70,7 @@ def check_training_data(home_root: Path, vault: Path, ref: str) -> None:
             )
         near = _near_matches(train, held)
         if near:
-            raise LeakError(f"{near} train images of {ref} are perceptual near-matches of {tier} v{version} "
-                            "(synthetic.phash.NEAR_NEIGHBOUR_BITS)")
+            raise LeakError(
+                f"{near} train images of {ref} are perceptual near-matches of {tier} v{version} "
+                "(synthetic.phash.NEAR_NEIGHBOUR_BITS)"
+            )

@@ -142,19 +142,27 @@ class Ledger:
 
     def tier_versions(self) -> list[dict[str, Any]]:
         rows = self._all("SELECT tier, version, budget, spent FROM tier_versions ORDER BY tier, version")
-        return [{"tier": t, "version": v, "budget": b, "spent": s, "left": max(b - s, 0)} for t, v, b, s in rows]
+        return [
+            {"tier": t, "version": v, "budget": b, "spent": s, "left": max(b - s, 0)} for t, v, b, s in rows
+        ]
 
     # -- queries ------------------------------------------------------------------------------
     def find_query(self, ticket_id: str) -> QueryRow | None:
         row = self._one(
             "SELECT ticket_id, tier, version, model_sha256, verdict, reason, replicate_of, best_sha256 "
-            "FROM queries WHERE ticket_id = ?", (ticket_id,),
+            "FROM queries WHERE ticket_id = ?",
+            (ticket_id,),
         )
         return None if row is None else QueryRow(*row)
 
     def reserve_query(
-        self, ticket_id: str, tier: str, version: int, model_sha256: str,
-        replicate_of: str | None = None, run_id: str | None = None,
+        self,
+        ticket_id: str,
+        tier: str,
+        version: int,
+        model_sha256: str,
+        replicate_of: str | None = None,
+        run_id: str | None = None,
     ) -> bool:
         """Spend one query and record it as PENDING; False (nothing spent) when the budget is gone."""
         with self.transaction() as db:
@@ -163,7 +171,9 @@ class Ledger:
             ).fetchone()
             if row is None or row[0] <= 0:
                 return False
-            db.execute("UPDATE tier_versions SET spent = spent + 1 WHERE tier = ? AND version = ?", (tier, version))
+            db.execute(
+                "UPDATE tier_versions SET spent = spent + 1 WHERE tier = ? AND version = ?", (tier, version)
+            )
             db.execute(
                 "INSERT INTO queries (ticket_id, tier, version, model_sha256, ts, verdict, replicate_of, run_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -171,8 +181,9 @@ class Ledger:
             )
         return True
 
-    def record_refusal(self, ticket_id: str, tier: str, version: int, model_sha256: str,
-                       verdict: str, reason: str) -> None:
+    def record_refusal(
+        self, ticket_id: str, tier: str, version: int, model_sha256: str, verdict: str, reason: str
+    ) -> None:
         """Record a query that spent nothing (budget exhausted) so the ticket id replays it."""
         with self.transaction() as db:
             db.execute(
@@ -181,7 +192,9 @@ class Ledger:
                 (ticket_id, tier, version, model_sha256, time.time(), verdict, reason),
             )
 
-    def finish_query(self, ticket_id: str, verdict: str, reason: str, cache: bool = True, best_sha256: str = "") -> None:
+    def finish_query(
+        self, ticket_id: str, verdict: str, reason: str, cache: bool = True, best_sha256: str = ""
+    ) -> None:
         """Set a PENDING query's verdict and the best it compared against (and cache it by model hash,
         tier version and best)."""
         with self.transaction() as db:
@@ -190,18 +203,24 @@ class Ledger:
             ).fetchone()
             if row is None:
                 raise LedgerError(f"no query for ticket {ticket_id}")
-            db.execute("UPDATE queries SET verdict = ?, reason = ?, best_sha256 = ? WHERE ticket_id = ?",
-                       (verdict, reason, best_sha256, ticket_id))
+            db.execute(
+                "UPDATE queries SET verdict = ?, reason = ?, best_sha256 = ? WHERE ticket_id = ?",
+                (verdict, reason, best_sha256, ticket_id),
+            )
             if cache:
                 db.execute(
-                    "INSERT OR IGNORE INTO verdict_cache VALUES (?, ?, ?, ?, ?, ?)", (*row, best_sha256, verdict, reason)
+                    "INSERT OR IGNORE INTO verdict_cache VALUES (?, ?, ?, ?, ?, ?)",
+                    (*row, best_sha256, verdict, reason),
                 )
 
-    def cached_verdict(self, model_sha256: str, tier: str, version: int, best_sha256: str = "") -> tuple[str, str] | None:
+    def cached_verdict(
+        self, model_sha256: str, tier: str, version: int, best_sha256: str = ""
+    ) -> tuple[str, str] | None:
         """The verdict for this model on this tier version against this best, if one was reached."""
         row = self._one(
             "SELECT verdict, reason FROM verdict_cache WHERE model_sha256 = ? AND tier = ? AND version = ? "
-            "AND best_sha256 = ?", (model_sha256, tier, version, best_sha256),
+            "AND best_sha256 = ?",
+            (model_sha256, tier, version, best_sha256),
         )
         return None if row is None else (str(row[0]), str(row[1]))
 
@@ -217,7 +236,9 @@ class Ledger:
         """Move the global best; ``kind`` is ``init``, ``promotion``, ``retraction`` or ``reference``
         (an A/A run's reference model, recorded as such: it never counts as a promotion)."""
         if kind not in {"init", "promotion", "retraction", "reference"}:
-            raise LedgerError(f"the best moves only on init, promotion, retraction or reference; got {kind!r}")
+            raise LedgerError(
+                f"the best moves only on init, promotion, retraction or reference; got {kind!r}"
+            )
         with self.transaction() as db:
             db.execute(
                 "INSERT INTO best (model_sha256, model_path, ts, kind, reason) VALUES (?, ?, ?, ?, ?)",
@@ -225,23 +246,27 @@ class Ledger:
             )
 
     def current_best(self) -> dict[str, Any] | None:
-        row = self._one(
-            "SELECT model_sha256, model_path, ts, kind FROM best ORDER BY id DESC LIMIT 1"
+        row = self._one("SELECT model_sha256, model_path, ts, kind FROM best ORDER BY id DESC LIMIT 1")
+        return (
+            None if row is None else dict(zip(("model_sha256", "model_path", "ts", "kind"), row, strict=True))
         )
-        return None if row is None else dict(zip(("model_sha256", "model_path", "ts", "kind"), row, strict=True))
 
     def best_history(self) -> list[dict[str, Any]]:
         """Every move of the global best, oldest first (read-only; used to undo a retracted promotion)."""
         keys = ("model_sha256", "model_path", "ts", "kind", "reason")
-        return [dict(zip(keys, r, strict=True)) for r in
-                self._all("SELECT model_sha256, model_path, ts, kind, reason FROM best ORDER BY id")]
+        return [
+            dict(zip(keys, r, strict=True))
+            for r in self._all("SELECT model_sha256, model_path, ts, kind, reason FROM best ORDER BY id")
+        ]
 
     # -- milestones ---------------------------------------------------------------------------
     def start_milestone(self, name: str, run_id: str, detail: dict[str, Any]) -> None:
         with self.transaction() as db:
             if db.execute("SELECT 1 FROM milestones WHERE name = ?", (name,)).fetchone():
                 raise LedgerError(f"milestone name {name!r} was already used; a name is used once")
-            db.execute("INSERT INTO milestones VALUES (?, ?, ?, ?)", (name, run_id, time.time(), json.dumps(detail)))
+            db.execute(
+                "INSERT INTO milestones VALUES (?, ?, ?, ?)", (name, run_id, time.time(), json.dumps(detail))
+            )
 
     def milestone_models(self, tier: str, version: int) -> set[str]:
         rows = self._all(
@@ -249,11 +274,18 @@ class Ledger:
         )
         return {str(r[0]) for r in rows}
 
-    def count_milestone_model(self, tier: str, version: int, model_sha256: str, milestone: str, quota: int) -> None:
+    def count_milestone_model(
+        self, tier: str, version: int, model_sha256: str, milestone: str, quota: int
+    ) -> None:
         """Count one model scored on a sealed version; raises past ``quota`` (a re-score is free)."""
         with self.transaction() as db:
-            seen = {r[0] for r in db.execute(
-                "SELECT model_sha256 FROM milestone_scores WHERE tier = ? AND version = ?", (tier, version))}
+            seen = {
+                r[0]
+                for r in db.execute(
+                    "SELECT model_sha256 FROM milestone_scores WHERE tier = ? AND version = ?",
+                    (tier, version),
+                )
+            }
             if model_sha256 in seen:
                 return
             if len(seen) >= quota:
@@ -261,7 +293,9 @@ class Ledger:
                     f"milestone quota spent on {tier} v{version}: {len(seen)} of {quota} models scored; "
                     f"a person must rotate the tier (`segfactory gate rotate --tier {tier}`)"
                 )
-            db.execute("INSERT INTO milestone_scores VALUES (?, ?, ?, ?)", (tier, version, model_sha256, milestone))
+            db.execute(
+                "INSERT INTO milestone_scores VALUES (?, ?, ?, ?)", (tier, version, model_sha256, milestone)
+            )
 
     # -- anchors ------------------------------------------------------------------------------
     def put_anchor(self, seq: int, digest: str, run_id: str | None) -> None:
@@ -274,7 +308,10 @@ class Ledger:
                     f"anchor refused: seq {seq} hash {digest[:12]}... is behind the latest anchor seq {last[0]} "
                     f"hash {str(last[1])[:12]}...; the audit log was cut or rewritten. Keep it for review."
                 )
-            db.execute("INSERT INTO anchors (seq, hash, run_id, ts) VALUES (?, ?, ?, ?)", (seq, digest, run_id, time.time()))
+            db.execute(
+                "INSERT INTO anchors (seq, hash, run_id, ts) VALUES (?, ?, ?, ?)",
+                (seq, digest, run_id, time.time()),
+            )
 
     def latest_anchor(self) -> dict[str, Any] | None:
         row = self._one("SELECT seq, hash, ts, run_id FROM anchors ORDER BY id DESC LIMIT 1")
@@ -293,12 +330,19 @@ class Ledger:
     # cursor", and a reused id would be skipped. An ack may drop only events already delivered.
     def queue_event(self, event: str, payload: dict[str, Any]) -> None:
         with self.transaction() as db:
-            row = db.execute("SELECT MAX(COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0), "
-                             "COALESCE((SELECT MAX(id) FROM events), 0))", (_EVENTS_LAST_ID,)).fetchone()
+            row = db.execute(
+                "SELECT MAX(COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0), "
+                "COALESCE((SELECT MAX(id) FROM events), 0))",
+                (_EVENTS_LAST_ID,),
+            ).fetchone()
             event_id = int(row[0]) + 1
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (_EVENTS_LAST_ID, str(event_id)))
-            db.execute("INSERT INTO events (id, ts, event, payload) VALUES (?, ?, ?, ?)",
-                       (event_id, time.time(), event, json.dumps(payload, sort_keys=True)))
+            db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (_EVENTS_LAST_ID, str(event_id))
+            )
+            db.execute(
+                "INSERT INTO events (id, ts, event, payload) VALUES (?, ?, ?, ?)",
+                (event_id, time.time(), event, json.dumps(payload, sort_keys=True)),
+            )
 
     def events_after(self, after: int, limit: int = 1000) -> list[dict[str, Any]]:
         """Queued events with id > ``after``; the highest id handed out is remembered for ``ack_events``."""
@@ -307,26 +351,34 @@ class Ledger:
                 "SELECT id, ts, event, payload FROM events WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
             ).fetchall()
             if rows:
-                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, MAX(?, COALESCE("
-                           "(SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0)))",
-                           (_EVENTS_DELIVERED, int(rows[-1][0]), _EVENTS_DELIVERED))
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, MAX(?, COALESCE("
+                    "(SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0)))",
+                    (_EVENTS_DELIVERED, int(rows[-1][0]), _EVENTS_DELIVERED),
+                )
         return [{"id": i, "ts": t, "event": e, "payload": json.loads(p)} for i, t, e, p in rows]
 
     def ack_events(self, up_to: int) -> int:
         """Drop the events with id <= ``up_to``; LedgerError (nothing dropped) past the last one delivered."""
         with self.transaction() as db:
-            row = db.execute("SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?", (_EVENTS_DELIVERED,)).fetchone()
+            row = db.execute(
+                "SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?", (_EVENTS_DELIVERED,)
+            ).fetchone()
             delivered = 0 if row is None else int(row[0])
             if up_to > delivered:
-                raise LedgerError(f"ack up to event {up_to} refused: only events up to {delivered} were delivered; "
-                                  "an event is dropped only after the audit writer has read it")
+                raise LedgerError(
+                    f"ack up to event {up_to} refused: only events up to {delivered} were delivered; "
+                    "an event is dropped only after the audit writer has read it"
+                )
             return db.execute("DELETE FROM events WHERE id <= ?", (up_to,)).rowcount
 
     # -- quarantine ---------------------------------------------------------------------------
     def quarantine(self, run_id: str | None, ticket_id: str, reason: str) -> None:
         with self.transaction() as db:
-            db.execute("INSERT INTO quarantine (run_id, ticket_id, ts, reason) VALUES (?, ?, ?, ?)",
-                       (run_id, ticket_id, time.time(), reason))
+            db.execute(
+                "INSERT INTO quarantine (run_id, ticket_id, ts, reason) VALUES (?, ?, ?, ?)",
+                (run_id, ticket_id, time.time(), reason),
+            )
 
     def quarantines(self) -> list[dict[str, Any]]:
         rows = self._all("SELECT run_id, ticket_id, ts, reason FROM quarantine WHERE cleared = 0 ORDER BY id")

@@ -92,18 +92,28 @@ def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -
     prob = score_checked(model, np.asarray(split.images), scoring=scoring)[:, 0]
     per = per_image_metrics(prob, np.asarray(split.masks), threshold=rule.threshold, iou_match=rule.iou_match)
     cmp = rule.comparison
-    interval = bootstrap_ci((per.object_tp, per.object_fp, per.object_fn), object_f1,
-                            n_boot=cmp.n_boot, seed=cmp.seed, alpha=cmp.alpha)
+    interval = bootstrap_ci(
+        (per.object_tp, per.object_fp, per.object_fn),
+        object_f1,
+        n_boot=cmp.n_boot,
+        seed=cmp.seed,
+        alpha=cmp.alpha,
+    )
     scores = aggregate(per)
     slices = slice_recall(per.size_hits, per.size_count, rule.robust.min_support)
-    return {"provider": scoring.provider, "object_f1": interval.as_dict(), "pixel_iou": scores["pixel_iou"],
-            "dice": scores["dice"],
-            "object_recall": scores["object_recall"], "n_images": len(split),
-            "n_detections": int(per.object_tp.sum() + per.object_fp.sum()),
-            "n_voids": int(per.object_tp.sum() + per.object_fn.sum()),
-            # the win rule's "robust": recall per size bin holding at least min_support voids, and its worst
-            "slice_recall": {SIZE_BIN_NAMES[i]: value for i, value in slices.items()},
-            "worst_slice_recall": min(slices.values()) if slices else None}
+    return {
+        "provider": scoring.provider,
+        "object_f1": interval.as_dict(),
+        "pixel_iou": scores["pixel_iou"],
+        "dice": scores["dice"],
+        "object_recall": scores["object_recall"],
+        "n_images": len(split),
+        "n_detections": int(per.object_tp.sum() + per.object_fp.sum()),
+        "n_voids": int(per.object_tp.sum() + per.object_fn.sum()),
+        # the win rule's "robust": recall per size bin holding at least min_support voids, and its worst
+        "slice_recall": {SIZE_BIN_NAMES[i]: value for i, value in slices.items()},
+        "worst_slice_recall": min(slices.values()) if slices else None,
+    }
 
 
 def host_copies(gate: Any, models: list[CheckedModel]) -> dict[str, Path]:
@@ -130,16 +140,20 @@ def host_copies(gate: Any, models: list[CheckedModel]) -> dict[str, Path]:
     return found
 
 
-def _real_tier_block(gate: Any, tier: str, version: int, scored: dict[str, Any],
-                     paths: dict[str, Path]) -> dict[str, Any]:
+def _real_tier_block(
+    gate: Any, tier: str, version: int, scored: dict[str, Any], paths: dict[str, Path]
+) -> dict[str, Any]:
     """The tier's statistics and, per model, the tier against its training range."""
     _, split = tiers.read_tier(gate.vault, tier, version)
     stats = split_stats(split)
     for sha, scores in scored.items():
         if sha not in paths:
-            block: dict[str, Any] = {"known": False, "outside": None,
-                                     "reason": "no host copy of this model (the current best or a ticket's "
-                                               "model.onnx) to read its training data from"}
+            block: dict[str, Any] = {
+                "known": False,
+                "outside": None,
+                "reason": "no host copy of this model (the current best or a ticket's "
+                "model.onnx) to read its training data from",
+            }
         else:
             block = training_range(stats, paths[sha], None, gate.home_root)
             block.pop("set", None)  # the tier's statistics are given once, beside the models
@@ -155,7 +169,9 @@ def run_milestone(gate: Any, req: MilestoneRequest) -> dict[str, Any]:
     quotas = dict(rule.milestone_quota)
     _check_quota(gate, plan, models, quotas)
     try:
-        gate.ledger.start_milestone(req.name, req.run_id, {"tiers": plan, "models": [m.sha256 for m in models]})
+        gate.ledger.start_milestone(
+            req.name, req.run_id, {"tiers": plan, "models": [m.sha256 for m in models]}
+        )
         for tier, version in plan.items():
             for model in models:
                 gate.ledger.count_milestone_model(tier, version, model.sha256, req.name, quotas.get(tier, 0))

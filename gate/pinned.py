@@ -28,8 +28,13 @@ from segfactory.records import canonical_json
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 PINNED_PACKAGES = ("gate", "vision", "analysis", "synthetic")
-PINNED_FILES = ("segfactory/__init__.py", "segfactory/records.py", "segfactory/errors.py", "segfactory/gpus.py",
-                "segfactory/stats.py")
+PINNED_FILES = (
+    "segfactory/__init__.py",
+    "segfactory/records.py",
+    "segfactory/errors.py",
+    "segfactory/gpus.py",
+    "segfactory/stats.py",
+)
 MANIFEST = "MANIFEST.json"
 CURRENT = "CURRENT"  # vault/gate-pinned/CURRENT names the digest the service runs from
 PINNED_DIR = "gate-pinned"
@@ -46,8 +51,12 @@ def _sha256(path: Path) -> str:
 
 
 def _source_files(root: Path) -> list[str]:
-    files = [str(p.relative_to(root)) for pkg in PINNED_PACKAGES for p in sorted((root / pkg).rglob("*.py"))
-             if "__pycache__" not in p.parts]
+    files = [
+        str(p.relative_to(root))
+        for pkg in PINNED_PACKAGES
+        for p in sorted((root / pkg).rglob("*.py"))
+        if "__pycache__" not in p.parts
+    ]
     return sorted(files + [f for f in PINNED_FILES if (root / f).is_file()])
 
 
@@ -117,7 +126,9 @@ def _unexpected_entries(pinned: Path, manifest: dict[str, str]) -> list[str]:
 def verify_files(pinned: Path, expected_digest: str | None = None) -> str:
     """Re-hash the copy against its manifest (and the ledger's digest); returns the digest or raises PinError."""
     if expected_digest is not None and pinned.name != expected_digest:
-        raise PinError(f"the served copy {pinned} is not the one pinned in the ledger ({expected_digest[:12]}…)")
+        raise PinError(
+            f"the served copy {pinned} is not the one pinned in the ledger ({expected_digest[:12]}…)"
+        )
     try:
         manifest: dict[str, str] = json.loads((pinned / MANIFEST).read_text())
     except (OSError, ValueError) as exc:

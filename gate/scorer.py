@@ -82,13 +82,21 @@ def scorer_env(threads: int, scoring: Scoring = CPU_SCORING) -> dict[str, str]:
 class ConfinedScorer:
     """One confined child holding one checked model; score batches until closed."""
 
-    def __init__(self, model: CheckedModel, threads: int = THREADS, wall_seconds: float = WALL_SECONDS,
-                 scoring: Scoring = CPU_SCORING):
+    def __init__(
+        self,
+        model: CheckedModel,
+        threads: int = THREADS,
+        wall_seconds: float = WALL_SECONDS,
+        scoring: Scoring = CPU_SCORING,
+    ):
         self.model = model
         self.wall_seconds = wall_seconds
         self._proc = subprocess.Popen(
-            bwrap_command(threads, scoring), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=scorer_env(threads, scoring),
+            bwrap_command(threads, scoring),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=scorer_env(threads, scoring),
             preexec_fn=limit_child if scoring.provider == CPU else limit_cuda_child,
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
@@ -100,7 +108,9 @@ class ConfinedScorer:
     def __enter__(self) -> ConfinedScorer:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -175,8 +185,9 @@ class ConfinedScorer:
         return b"".join(chunks)
 
 
-def score_checked(model: CheckedModel, images: np.ndarray, threads: int = THREADS,
-                  scoring: Scoring = CPU_SCORING) -> np.ndarray:
+def score_checked(
+    model: CheckedModel, images: np.ndarray, threads: int = THREADS, scoring: Scoring = CPU_SCORING
+) -> np.ndarray:
     """Score already-checked model bytes on images (N, H, W) -> prob (N, 1, H, W); ``scoring``
     names the provider (the gate passes the tier version's pin, ``gate._provider``)."""
     with ConfinedScorer(model, threads=threads, scoring=scoring) as scorer:
@@ -188,5 +199,13 @@ def score_model(model_path: Path | str, images: np.ndarray, threads: int = THREA
     return score_checked(inspect_model(Path(model_path)), images, threads=threads)
 
 
-__all__ = ["ADDRESS_SPACE_BYTES", "CPU_SECONDS", "ConfinedScorer", "IntakeError", "ScoringError", "bwrap_command",
-           "score_checked", "score_model"]
+__all__ = [
+    "ADDRESS_SPACE_BYTES",
+    "CPU_SECONDS",
+    "ConfinedScorer",
+    "IntakeError",
+    "ScoringError",
+    "bwrap_command",
+    "score_checked",
+    "score_model",
+]

@@ -168,12 +168,22 @@ def _invalid(gate: Gate, fields: dict[str, Any]) -> CoarseVerdict:
         left = gate.ledger.budget_left(tier, version) if version is not None else 0
     except Exception:  # noqa: BLE001 - the answer must leave even when the ledger cannot be read
         left = 0
-    return CoarseVerdict(ticket_id=Gate.ticket_id_for(fields.get("ticket_id")), tier=tier, verdict=Verdict.INVALID,
-                         queries_left=left)
+    return CoarseVerdict(
+        ticket_id=Gate.ticket_id_for(fields.get("ticket_id")),
+        tier=tier,
+        verdict=Verdict.INVALID,
+        queries_left=left,
+    )
 
 
-def create_app(gate: Gate, token: str | None = None, answer_time_s: float = ANSWER_TIME_S, *,
-               agent_token: str | None = None, pad_quantum_s: float | None = None) -> FastAPI:
+def create_app(
+    gate: Gate,
+    token: str | None = None,
+    answer_time_s: float = ANSWER_TIME_S,
+    *,
+    agent_token: str | None = None,
+    pad_quantum_s: float | None = None,
+) -> FastAPI:
     """The app. ``token`` is the host credential, ``agent_token`` the agent's; with neither, every
     caller is host (an app embedded in a test only: ``serve`` always draws both). ``answer_time_s``
     <= 0 answers unpadded (tests only); ``pad_quantum_s`` is its former name."""
@@ -190,8 +200,9 @@ def create_app(gate: Gate, token: str | None = None, answer_time_s: float = ANSW
             return JSONResponse({"verdict": "INVALID"}, status_code=401)
         if role == AGENT and (request.method, request.url.path) not in AGENT_ROUTES:
             gate.ledger.queue_event("gate.auth_refused", {"path": request.url.path, "role": AGENT})
-            return JSONResponse({"error": f"{request.method} {request.url.path} needs the host credential"},
-                                status_code=403)
+            return JSONResponse(
+                {"error": f"{request.method} {request.url.path} needs the host credential"}, status_code=403
+            )
         request.state.role = role
         response: Response = await call_next(request)
         return response
@@ -208,14 +219,16 @@ def create_app(gate: Gate, token: str | None = None, answer_time_s: float = ANSW
     def status(request: Request) -> dict[str, Any]:
         report = gate.status()
         if request.state.role != HOST:  # a quarantine's reason quotes held-back rows: people only
-            report["quarantine"] = [{"run_id": q["run_id"], "ticket_id": q["ticket_id"]} for q in report["quarantine"]]
+            report["quarantine"] = [
+                {"run_id": q["run_id"], "ticket_id": q["ticket_id"]} for q in report["quarantine"]
+            ]
         return report
 
     @app.post("/promote")
     async def promote(request: Request) -> JSONResponse:
         data = await _json_body(request)
         if data is None or not isinstance(data.get("ticket_id"), str):
-            return JSONResponse({"error": "body must be {\"ticket_id\": str}"}, status_code=400)
+            return JSONResponse({"error": 'body must be {"ticket_id": str}'}, status_code=400)
 
         def move() -> str:
             with lock:
@@ -233,7 +246,9 @@ def create_app(gate: Gate, token: str | None = None, answer_time_s: float = ANSW
     return app
 
 
-async def _submission(gate: Gate, lock: threading.Lock, request: Request, deadline: Deadline | None) -> CoarseVerdict:
+async def _submission(
+    gate: Gate, lock: threading.Lock, request: Request, deadline: Deadline | None
+) -> CoarseVerdict:
     """The verdict for one /submit, or INVALID when it is not reached by the deadline or fails."""
     fields: dict[str, Any] = {}
     try:
@@ -245,8 +260,14 @@ async def _submission(gate: Gate, lock: threading.Lock, request: Request, deadli
 
         def judge() -> CoarseVerdict:
             with lock:
-                return gate.submit(model, str(fields.get("ticket_id") or ""), fields.get("replicate_of"),
-                                   fields.get("train_data"), fields.get("run_id"), deadline).verdict
+                return gate.submit(
+                    model,
+                    str(fields.get("ticket_id") or ""),
+                    fields.get("replicate_of"),
+                    fields.get("train_data"),
+                    fields.get("run_id"),
+                    deadline,
+                ).verdict
 
         task = asyncio.ensure_future(run_in_threadpool(judge))  # /status, /anchor and /audit keep answering
         if deadline is None:
@@ -258,8 +279,10 @@ async def _submission(gate: Gate, lock: threading.Lock, request: Request, deadli
     except Exception as exc:  # noqa: BLE001 - an unforeseen error is the same padded INVALID as any other
         log.exception("gate: /submit failed")
         try:
-            gate.ledger.queue_event("gate.internal_error", {"ticket_id": fields.get("ticket_id"),
-                                                            "reason": f"{type(exc).__name__}: {exc}"})
+            gate.ledger.queue_event(
+                "gate.internal_error",
+                {"ticket_id": fields.get("ticket_id"), "reason": f"{type(exc).__name__}: {exc}"},
+            )
         except Exception:  # noqa: BLE001
             log.exception("gate: could not queue the internal error")
         return _invalid(gate, fields)
@@ -269,8 +292,14 @@ def _add_retract_route(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
     @app.post("/retract")
     async def retract(request: Request) -> JSONResponse:
         data = await _json_body(request)
-        if data is None or not isinstance(data.get("model_sha256"), str) or not isinstance(data.get("reason"), str):
-            return JSONResponse({"error": "body must be {\"model_sha256\": str, \"reason\": str}"}, status_code=400)
+        if (
+            data is None
+            or not isinstance(data.get("model_sha256"), str)
+            or not isinstance(data.get("reason"), str)
+        ):
+            return JSONResponse(
+                {"error": 'body must be {"model_sha256": str, "reason": str}'}, status_code=400
+            )
 
         def move() -> str | None:
             with lock:
@@ -289,8 +318,10 @@ def retract_best(gate: Gate, model_sha256: str, reason: str) -> str | None:
         return None
     earlier = [b for b in gate.ledger.best_history() if b["model_sha256"] != model_sha256]
     if not earlier:
-        raise GateError(f"the retracted model {model_sha256[:12]}… is the only best ever recorded; nothing to "
-                        "move back to")
+        raise GateError(
+            f"the retracted model {model_sha256[:12]}… is the only best ever recorded; nothing to "
+            "move back to"
+        )
     return gate.set_best(Path(earlier[-1]["model_path"]), "retraction", reason[:MAX_RETRACT_REASON])
 
 
@@ -312,7 +343,7 @@ def _add_audit_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
     async def ack(request: Request) -> JSONResponse:
         data = await _json_body(request)
         if data is None or not isinstance(data.get("up_to"), int):
-            return JSONResponse({"error": "body must be {\"up_to\": int}"}, status_code=400)
+            return JSONResponse({"error": 'body must be {"up_to": int}'}, status_code=400)
         try:
             return JSONResponse({"dropped": gate.ledger.ack_events(int(data["up_to"]))})
         except LedgerError as exc:  # an ack past what was delivered would drop unread events
@@ -323,11 +354,15 @@ def _add_audit_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
         data = await _json_body(request)
         ok = data is not None and isinstance(data.get("seq"), int) and isinstance(data.get("hash"), str)
         if not ok or data is None or not (data.get("run_id") is None or isinstance(data.get("run_id"), str)):
-            return JSONResponse({"error": "body must be {seq: int, hash: str, run_id: str|null}"}, status_code=400)
+            return JSONResponse(
+                {"error": "body must be {seq: int, hash: str, run_id: str|null}"}, status_code=400
+            )
         try:
             gate.ledger.put_anchor(int(data["seq"]), str(data["hash"]), data.get("run_id"))
         except LedgerError as exc:  # behind the latest anchor: the log was cut or rewritten
-            gate.ledger.queue_event("gate.anchor_refused", {"seq": data["seq"], "hash": data["hash"], "reason": str(exc)})
+            gate.ledger.queue_event(
+                "gate.anchor_refused", {"seq": data["seq"], "hash": data["hash"], "reason": str(exc)}
+            )
             return JSONResponse({"error": str(exc)}, status_code=409)
         return JSONResponse({"ok": True})
 
@@ -350,8 +385,13 @@ def _add_milestone_route(app: FastAPI, gate: Gate, lock: threading.Lock) -> None
 
         data = await _json_body(request, MAX_MILESTONE_BYTES)
         if data is None:
-            return JSONResponse({"error": f"milestone body is not a JSON object within MAX_MILESTONE_BYTES="
-                                          f"{MAX_MILESTONE_BYTES}"}, status_code=409)
+            return JSONResponse(
+                {
+                    "error": f"milestone body is not a JSON object within MAX_MILESTONE_BYTES="
+                    f"{MAX_MILESTONE_BYTES}"
+                },
+                status_code=409,
+            )
         try:
             req = MilestoneRequest.model_validate(data)
 
@@ -392,8 +432,12 @@ def _add_people_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
     @app.post("/reference")
     async def reference(request: Request) -> JSONResponse:
         data = await _json_body(request, MAX_UPLOAD_BYTES)
-        if data is None or not isinstance(data.get("model_b64"), str) or not isinstance(data.get("reason"), str):
-            return JSONResponse({"error": "body must be {\"model_b64\": str, \"reason\": str}"}, status_code=400)
+        if (
+            data is None
+            or not isinstance(data.get("model_b64"), str)
+            or not isinstance(data.get("reason"), str)
+        ):
+            return JSONResponse({"error": 'body must be {"model_b64": str, "reason": str}'}, status_code=400)
         try:
             model = base64.b64decode(str(data["model_b64"]), validate=True)
         except (ValueError, binascii.Error):
@@ -414,7 +458,7 @@ def _add_people_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
 
         data = await _json_body(request)
         if data is None or not isinstance(data.get("tier"), str):
-            return JSONResponse({"error": "body must be {\"tier\": str}"}, status_code=400)
+            return JSONResponse({"error": 'body must be {"tier": str}'}, status_code=400)
 
         def redraw() -> int:
             with lock:  # one worker: forking this threaded server for the generator can deadlock
@@ -426,8 +470,15 @@ def _add_people_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
             return JSONResponse({"error": str(exc)}, status_code=409)
 
 
-def serve(gate: Gate, socket_path: Path | None = None, host: str | None = None, port: int | None = None,
-          token: str | None = None, answer_time_s: float = ANSWER_TIME_S, agent_token: str | None = None) -> None:
+def serve(
+    gate: Gate,
+    socket_path: Path | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    token: str | None = None,
+    answer_time_s: float = ANSWER_TIME_S,
+    agent_token: str | None = None,
+) -> None:
     """Run the service until stopped, always with both credentials.
 
     On a Unix socket both are drawn fresh and written beside it (``token_file``); on TCP the host

@@ -19,8 +19,12 @@ from synthetic.splits import read_split, write_split
 VAULT_MODE = 0o700  # the vault: its owner (the gate's user) only
 
 
-def init_gate(home_root: Path, baseline: Path | None = None, win_rule: Path = DEFAULT_WIN_RULE,
-              separate_users: bool = False) -> str:
+def init_gate(
+    home_root: Path,
+    baseline: Path | None = None,
+    win_rule: Path = DEFAULT_WIN_RULE,
+    separate_users: bool = False,
+) -> str:
     """Pin the win rule and the scoring code, register tiers and (optionally) the baseline as best.
 
     With ``separate_users`` (``segfactory init`` as root) the users are created and the vault is

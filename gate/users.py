@@ -50,10 +50,24 @@ def ensure_users() -> None:
     if not is_root():
         raise HomeError("creating the segfactory users needs root")
     _create(lambda: group_exists(GROUP), ["groupadd", "--system", GROUP])
-    _create(lambda: user_exists(ORCHESTRATOR_USER), ["useradd", "--system", "--no-create-home", "--shell", NOLOGIN,
-                                                     "--gid", GROUP, ORCHESTRATOR_USER])
-    _create(lambda: user_exists(GATE_USER), ["useradd", "--system", "--no-create-home", "--shell", NOLOGIN,
-                                             "--user-group", "--groups", GROUP, GATE_USER])
+    _create(
+        lambda: user_exists(ORCHESTRATOR_USER),
+        ["useradd", "--system", "--no-create-home", "--shell", NOLOGIN, "--gid", GROUP, ORCHESTRATOR_USER],
+    )
+    _create(
+        lambda: user_exists(GATE_USER),
+        [
+            "useradd",
+            "--system",
+            "--no-create-home",
+            "--shell",
+            NOLOGIN,
+            "--user-group",
+            "--groups",
+            GROUP,
+            GATE_USER,
+        ],
+    )
 
 
 def group_exists(name: str) -> bool:
@@ -137,17 +151,25 @@ def _mount_script(paths: list[Path], user: str = GATE_USER, extra_groups: tuple[
     lines = ["set -e", "mount --make-rprivate /", f"mount -t tmpfs -o mode=0755 none {STAGE_ROOT}"]
     for i, (blocker, inner) in enumerate(groups.items()):
         for j, path in enumerate(inner):
-            lines += [f"mkdir -p {STAGE_ROOT}/{i}_{j}", f"mount --rbind {shlex.quote(str(path))} {STAGE_ROOT}/{i}_{j}"]
+            lines += [
+                f"mkdir -p {STAGE_ROOT}/{i}_{j}",
+                f"mount --rbind {shlex.quote(str(path))} {STAGE_ROOT}/{i}_{j}",
+            ]
         lines.append(f"mount -t tmpfs -o mode=0755 none {shlex.quote(str(blocker))}")
         for j, path in enumerate(inner):
-            lines += [f"mkdir -p {shlex.quote(str(path))}", f"mount --rbind {STAGE_ROOT}/{i}_{j} {shlex.quote(str(path))}"]
+            lines += [
+                f"mkdir -p {shlex.quote(str(path))}",
+                f"mount --rbind {STAGE_ROOT}/{i}_{j} {shlex.quote(str(path))}",
+            ]
     entry = pwd.getpwnam(user)
     membership = "--init-groups"
     if extra_groups:
         gids = sorted({*os.getgrouplist(user, entry.pw_gid), *extra_groups})
         membership = "--groups=" + ",".join(str(g) for g in gids)
-    lines.append(f'exec setpriv --reuid={entry.pw_uid} --regid={entry.pw_gid} {membership} '
-                 '--inh-caps=-all --bounding-set=-all -- "$@"')
+    lines.append(
+        f"exec setpriv --reuid={entry.pw_uid} --regid={entry.pw_gid} {membership} "
+        '--inh-caps=-all --bounding-set=-all -- "$@"'
+    )
     return "\n".join(lines)
 
 

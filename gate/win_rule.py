@@ -128,27 +128,38 @@ def slice_recall(size_hits: np.ndarray, size_count: np.ndarray, min_support: int
     return {i: float(hits[i] / counts[i]) for i in range(len(counts)) if counts[i] >= min_support}
 
 
-def perturbed_views(images: np.ndarray, masks: np.ndarray, rule: WinRule) -> list[tuple[np.ndarray, np.ndarray]]:
+def perturbed_views(
+    images: np.ndarray, masks: np.ndarray, rule: WinRule
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """The rule's perturbations of a tier, in rule order: deterministic (seeded) (images, masks) pairs."""
     from vision.perturb import perturb
 
     robust = rule.robust
-    return [perturb(p.name, p.severity, images, masks, robust.perturbation_seed) for p in robust.perturbations]
+    return [
+        perturb(p.name, p.severity, images, masks, robust.perturbation_seed) for p in robust.perturbations
+    ]
 
 
 def _object_f1(prob: np.ndarray, masks: np.ndarray, rule: WinRule) -> float:
     from vision.metrics import aggregate, per_image_metrics
 
-    return float(aggregate(per_image_metrics(prob, masks, threshold=rule.threshold, iou_match=rule.iou_match))["object_f1"])
+    return float(
+        aggregate(per_image_metrics(prob, masks, threshold=rule.threshold, iou_match=rule.iou_match))[
+            "object_f1"
+        ]
+    )
 
 
 def _perturbation_drop(views: Sequence[View], rule: WinRule) -> float:
     """The largest (best - candidate) object F1 over the perturbed views; 0 without any."""
-    return max((_object_f1(best, m, rule) - _object_f1(cand, m, rule) for best, cand, m in views), default=0.0)
+    return max(
+        (_object_f1(best, m, rule) - _object_f1(cand, m, rule) for best, cand, m in views), default=0.0
+    )
 
 
-def decide(best_prob: np.ndarray, cand_prob: np.ndarray, masks: np.ndarray, rule: WinRule,
-           views: Sequence[View] = ()) -> Decision:
+def decide(
+    best_prob: np.ndarray, cand_prob: np.ndarray, masks: np.ndarray, rule: WinRule, views: Sequence[View] = ()
+) -> Decision:
     """Apply the rule to two models' probabilities (N, H, W) on the same labelled images.
 
     ``views`` holds (best prob, candidate prob, masks) on each of ``perturbed_views``, in order.
@@ -157,13 +168,19 @@ def decide(best_prob: np.ndarray, cand_prob: np.ndarray, masks: np.ndarray, rule
     from vision.metrics import object_f1, per_image_metrics
 
     if len(views) != len(rule.robust.perturbations):
-        raise ValueError(f"decide got {len(views)} perturbed views; the rule lists {len(rule.robust.perturbations)}")
+        raise ValueError(
+            f"decide got {len(views)} perturbed views; the rule lists {len(rule.robust.perturbations)}"
+        )
     best = per_image_metrics(best_prob, masks, threshold=rule.threshold, iou_match=rule.iou_match)
     cand = per_image_metrics(cand_prob, masks, threshold=rule.threshold, iou_match=rule.iou_match)
     cmp = rule.comparison
     interval = paired_bootstrap_diff(
-        (best.object_tp, best.object_fp, best.object_fn), (cand.object_tp, cand.object_fp, cand.object_fn),
-        object_f1, n_boot=cmp.n_boot, seed=cmp.seed, alpha=cmp.alpha,
+        (best.object_tp, best.object_fp, best.object_fn),
+        (cand.object_tp, cand.object_fp, cand.object_fn),
+        object_f1,
+        n_boot=cmp.n_boot,
+        seed=cmp.seed,
+        alpha=cmp.alpha,
     )
     best_slices = slice_recall(best.size_hits, best.size_count, rule.robust.min_support)
     cand_slices = slice_recall(cand.size_hits, cand.size_count, rule.robust.min_support)
@@ -177,4 +194,6 @@ def decide(best_prob: np.ndarray, cand_prob: np.ndarray, masks: np.ndarray, rule
         f"{cmp.margin}; worst size-slice recall drop {drop:+.4f} vs {robust.max_slice_drop}; worst "
         f"perturbation object_f1 drop {perturbed:+.4f} vs {robust.max_perturbation_drop}"
     )
-    return Decision(primary_ok and robust_ok, interval.estimate, interval.low, interval.high, drop, perturbed, reason)
+    return Decision(
+        primary_ok and robust_ok, interval.estimate, interval.low, interval.high, drop, perturbed, reason
+    )

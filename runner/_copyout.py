@@ -76,7 +76,9 @@ def _descend(dir_fd: int, name: str, relpath: str) -> int:
         child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnsafeArtifact(f"refused {relpath!r}: component {name!r} is a symlink or not a directory") from None
+            raise UnsafeArtifact(
+                f"refused {relpath!r}: component {name!r} is a symlink or not a directory"
+            ) from None
         raise
     finally:
         os.close(dir_fd)
@@ -118,7 +120,9 @@ def copy_out(root: Path, relpath: str, dest: Path, *, cap: int = MAX_MODEL_BYTES
             while block := src.read(CHUNK_BYTES):
                 size += len(block)
                 if size > cap:
-                    raise LimitExceeded(f"{relpath!r} in the workspace exceeds the copy-out cap of {cap} bytes")
+                    raise LimitExceeded(
+                        f"{relpath!r} in the workspace exceeds the copy-out cap of {cap} bytes"
+                    )
                 digest.update(block)
                 sink.write(block)
             sink.flush()

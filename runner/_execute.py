@@ -57,7 +57,9 @@ Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, 
 class AuditSink(Protocol):
     """The audit log as the runner uses it (``audit.AuditLog`` satisfies it)."""
 
-    def append(self, actor: Actor | str, event: str, payload: dict[str, Any], run_id: str | None = None) -> Any: ...
+    def append(
+        self, actor: Actor | str, event: str, payload: dict[str, Any], run_id: str | None = None
+    ) -> Any: ...
 
     def put_blob(self, data: bytes) -> str: ...
 
@@ -65,8 +67,14 @@ class AuditSink(Protocol):
 class GateSubmitter(Protocol):
     """The gate as the runner uses it (``gate.client.GateClient`` satisfies it)."""
 
-    def submit(self, model_path: Path | str, train_data: str | None, ticket_id: str,
-               replicate_of: str | None = None, run_id: str | None = None) -> CoarseVerdict: ...
+    def submit(
+        self,
+        model_path: Path | str,
+        train_data: str | None,
+        ticket_id: str,
+        replicate_of: str | None = None,
+        run_id: str | None = None,
+    ) -> CoarseVerdict: ...
 
 
 class TicketFailed(Exception):
@@ -137,15 +145,30 @@ def execute_ticket(
     if reason is not None or config is None:
         return _refuse(ticket, run_id, audit, reason or "invalid config")
     launcher = _launcher(backend)
-    run = _Run(ticket, run_id, dataset_version, launcher, audit,
-               scheduler or Scheduler.for_home(home), ticket_dir,
-               deadline=None if wall_left_s is None else started + wall_left_s, progress=progress)
+    run = _Run(
+        ticket,
+        run_id,
+        dataset_version,
+        launcher,
+        audit,
+        scheduler or Scheduler.for_home(home),
+        ticket_dir,
+        deadline=None if wall_left_s is None else started + wall_left_s,
+        progress=progress,
+    )
     share = run.scheduler.cpu_share()
     if share is not None:  # several tickets at once on the CPU: this one trains on its share of the cores
         config = {**config, "threads": min(int(config.get("threads") or share), share)}
-    run.event("ticket_started", {"backend": launcher.name, "dataset": dataset_version.ref,
-                                 "budget": ticket.budget.model_dump(), "config": config,
-                                 **({"cpus": share} if share is not None else {})})
+    run.event(
+        "ticket_started",
+        {
+            "backend": launcher.name,
+            "dataset": dataset_version.ref,
+            "budget": ticket.budget.model_dump(),
+            "config": config,
+            **({"cpus": share} if share is not None else {}),
+        },
+    )
     try:
         outcome = _execute(run, config, scorer, gate)
     except Exception as exc:  # the ticket boundary: a failure is a recorded state
@@ -171,8 +194,9 @@ def _launcher(backend: WorkerLauncher | str) -> WorkerLauncher:
     return backend
 
 
-def _checked_config(ticket: Ticket, dataset: DatasetVersion, base: dict[str, Any] | Path,
-                    policy: BudgetPolicy) -> tuple[dict[str, Any] | None, str | None]:
+def _checked_config(
+    ticket: Ticket, dataset: DatasetVersion, base: dict[str, Any] | Path, policy: BudgetPolicy
+) -> tuple[dict[str, Any] | None, str | None]:
     """(validated config, None), or (None, why the ticket is refused)."""
     reason = refusal_reason(ticket, policy)
     if reason is None and not dataset.approved:
@@ -198,10 +222,12 @@ def _cut_images(config: dict[str, Any], dataset: DatasetVersion) -> str | None:
     added, count = appended_images(dataset.train)
     if cap is None or not added or cap >= count:
         return None
-    return (f"max_train_images={cap} would cut {min(added, count - cap)} of the {added} images dataset version "
-            f"{dataset.ref} adds (they come last, after its {count - added} base images); the ticket would "
-            "train its parent's images under another name. Lift the cap, or build the version on the images "
-            "the cap keeps")
+    return (
+        f"max_train_images={cap} would cut {min(added, count - cap)} of the {added} images dataset version "
+        f"{dataset.ref} adds (they come last, after its {count - added} base images); the ticket would "
+        "train its parent's images under another name. Lift the cap, or build the version on the images "
+        "the cap keeps"
+    )
 
 
 def _refuse(ticket: Ticket, run_id: str, audit: AuditSink, reason: str) -> TicketOutcome:
@@ -217,29 +243,53 @@ def _execute(run: _Run, config: dict[str, Any], scorer: Scorer, gate: GateSubmit
     _check_version(run.dataset, manifest)
     write_manifest(manifest, run.ticket_dir / "manifest.json")
     run.image_size = max(manifest.train.shape)
-    run.data_bytes = sum(d.count * d.shape[0] * d.shape[1] * BYTES_PER_PIXEL for d in (manifest.train, manifest.dev))
+    run.data_bytes = sum(
+        d.count * d.shape[0] * d.shape[1] * BYTES_PER_PIXEL for d in (manifest.train, manifest.dev)
+    )
     config = _train(run, config)
     keep_host_config(run.ticket_dir, config)  # what a challenge re-derives from, never work/config.yaml
     model = copy_out(run.work, f"{OUT_DIR}/{MODEL_FILE}", run.ticket_dir / MODEL_FILE, cap=MAX_MODEL_BYTES)
     run.event("model_copied_out", {"sha256": model.sha256, "bytes": model.size})
     reported, truncated = _sandbox_report(run.work)
     metrics = _dev_metrics(model.path, run.dataset.dev, float(config["threshold"]), scorer)
-    evidence = Evidence(model_sha256=model.sha256, model_bytes=model.size, manifest=manifest.summary(),
-                        manifest_file=str(run.ticket_dir / "manifest.json"), dev_metrics=metrics,
-                        threshold=float(config["threshold"]))
+    evidence = Evidence(
+        model_sha256=model.sha256,
+        model_bytes=model.size,
+        manifest=manifest.summary(),
+        manifest_file=str(run.ticket_dir / "manifest.json"),
+        dev_metrics=metrics,
+        threshold=float(config["threshold"]),
+    )
     run.event("evidence_computed", evidence.model_dump(mode="json"))
-    done = TicketOutcome(ticket_id=run.ticket.id, run_id=run.run_id, status=TicketStatus.DONE,
-                         attempts=run.attempts, device_seconds=round(run.device_seconds, 3),
-                         evidence=evidence, sandbox_reported=reported, sandbox_reported_truncated=truncated)
+    done = TicketOutcome(
+        ticket_id=run.ticket.id,
+        run_id=run.run_id,
+        status=TicketStatus.DONE,
+        attempts=run.attempts,
+        device_seconds=round(run.device_seconds, 3),
+        evidence=evidence,
+        sandbox_reported=reported,
+        sandbox_reported_truncated=truncated,
+    )
     if gate is None:
         return done
     try:
-        verdict = gate.submit(model.path, run.dataset.ref, run.ticket.id,
-                              replicate_of=run.ticket.replicate_of, run_id=run.run_id)
+        verdict = gate.submit(
+            model.path,
+            run.dataset.ref,
+            run.ticket.id,
+            replicate_of=run.ticket.replicate_of,
+            run_id=run.run_id,
+        )
     except Exception as exc:  # the evidence stands; only the submission failed
         failed = _failed(run, exc)
-        return done.model_copy(update={"status": TicketStatus.FAILED, "traceback_ref": failed.traceback_ref,
-                                       "reason": f"gate submission failed: {failed.reason}"})
+        return done.model_copy(
+            update={
+                "status": TicketStatus.FAILED,
+                "traceback_ref": failed.traceback_ref,
+                "reason": f"gate submission failed: {failed.reason}",
+            }
+        )
     return done.model_copy(update={"verdict": verdict})
 
 
@@ -247,9 +297,11 @@ def _check_version(dataset: DatasetVersion, manifest: TrainingManifest) -> None:
     for name, digest in (("train", manifest.train), ("dev", manifest.dev)):
         recorded = dataset.split_hashes.get(name)
         if recorded is not None and recorded != digest.content_hash:
-            raise DataError(f"dataset version {dataset.ref}: the {name} split's content hash is "
-                            f"{digest.content_hash[:12]}..., version.json says {recorded[:12]}...; "
-                            "the version was modified after it was written")
+            raise DataError(
+                f"dataset version {dataset.ref}: the {name} split's content hash is "
+                f"{digest.content_hash[:12]}..., version.json says {recorded[:12]}...; "
+                "the version was modified after it was written"
+            )
 
 
 def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
@@ -261,25 +313,42 @@ def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
             raise TicketFailed(f"device-second budget of {budget:g}s spent after {index} attempts")
         wall = None if run.deadline is None else run.deadline - time.monotonic()
         if wall is not None and wall < MIN_WALL_S:
-            raise TicketFailed(f"not started: the run has {max(wall, 0.0):.0f} s of wall time left "
-                               f"(a ticket needs at least {MIN_WALL_S:g} s)")
+            raise TicketFailed(
+                f"not started: the run has {max(wall, 0.0):.0f} s of wall time left "
+                f"(a ticket needs at least {MIN_WALL_S:g} s)"
+            )
         result, estimate = _attempt(run, config, left, wall)
         run.device_seconds += result.duration_s
         oom = is_oom(result.exit_code, result.oom_killed, result.stderr_tail)
-        attempt = Attempt(index=index, batch_size=int(config["batch_size"]), grad_accum=int(config["grad_accum"]),
-                          memory_estimate_bytes=estimate, exit_code=result.exit_code,
-                          timed_out=result.timed_out, oom=oom, duration_s=round(result.duration_s, 3))
+        attempt = Attempt(
+            index=index,
+            batch_size=int(config["batch_size"]),
+            grad_accum=int(config["grad_accum"]),
+            memory_estimate_bytes=estimate,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            oom=oom,
+            duration_s=round(result.duration_s, 3),
+        )
         run.attempts.append(attempt)
-        run.event("ticket_attempt", {**attempt.model_dump(mode="json"), "sandbox_events": result.events,
-                                     **output_record(result)})
-        audit_sandbox_events(run.audit, result.events, ticket_id=run.ticket.id, run_id=run.run_id, attempt=index)
+        run.event(
+            "ticket_attempt",
+            {**attempt.model_dump(mode="json"), "sandbox_events": result.events, **output_record(result)},
+        )
+        audit_sandbox_events(
+            run.audit, result.events, ticket_id=run.ticket.id, run_id=run.run_id, attempt=index
+        )
         if result.exit_code == 0 and not result.timed_out:
             return config
         if result.timed_out and wall is not None and wall < left + TIMEOUT_MARGIN_S:
-            raise TicketFailed(f"killed at the run's wall: {wall:.0f} s of it were left when the worker started")
+            raise TicketFailed(
+                f"killed at the run's wall: {wall:.0f} s of it were left when the worker started"
+            )
         config = _next_config(config, result.timed_out, oom, result.exit_code, result.stderr_tail, budget)
-    raise TicketFailed(f"out of memory after {len(run.attempts)} attempts "
-                       f"(MAX_OOM_RETRIES={run.scheduler.settings.max_oom_retries})")
+    raise TicketFailed(
+        f"out of memory after {len(run.attempts)} attempts "
+        f"(MAX_OOM_RETRIES={run.scheduler.settings.max_oom_retries})"
+    )
 
 
 def _attempt(run: _Run, config: dict[str, Any], left: float, wall: float | None) -> tuple[Any, int | None]:
@@ -291,23 +360,35 @@ def _attempt(run: _Run, config: dict[str, Any], left: float, wall: float | None)
         _workspace.write_config(run.work, config)
     with run.scheduler.admit(estimate) as gpus:
         request = LaunchRequest(
-            command=_workspace.worker_command(run.ticket), workspace=run.work,
+            command=_workspace.worker_command(run.ticket),
+            workspace=run.work,
             data={"train": run.dataset.train, "dev": run.dataset.dev},
             timeout_s=min(left + TIMEOUT_MARGIN_S, wall if wall is not None else math.inf),
-            memory_bytes=run.scheduler.settings.memory_limit_bytes, gpus=gpus,
+            memory_bytes=run.scheduler.settings.memory_limit_bytes,
+            gpus=gpus,
             cpus=run.scheduler.cpu_share(),
         )
         budget = run.ticket.budget.device_seconds
-        with CurveWatcher(run.work, run.ticket.id, int(config["epochs"]), run.device_seconds, budget, run.progress,
-                          record=run.ticket_dir / PROGRESS_FILE):
+        with CurveWatcher(
+            run.work,
+            run.ticket.id,
+            int(config["epochs"]),
+            run.device_seconds,
+            budget,
+            run.progress,
+            record=run.ticket_dir / PROGRESS_FILE,
+        ):
             return run.launcher.launch(request), estimate
 
 
-def _next_config(config: dict[str, Any], timed_out: bool, oom: bool, code: int, stderr: str,
-                 budget: float) -> dict[str, Any]:
+def _next_config(
+    config: dict[str, Any], timed_out: bool, oom: bool, code: int, stderr: str, budget: float
+) -> dict[str, Any]:
     if timed_out:
-        raise TicketFailed(f"the worker ran past its budget of {budget:g} device-seconds "
-                           f"(+{TIMEOUT_MARGIN_S:g}s margin) and was killed")
+        raise TicketFailed(
+            f"the worker ran past its budget of {budget:g} device-seconds "
+            f"(+{TIMEOUT_MARGIN_S:g}s margin) and was killed"
+        )
     if not oom:
         last = stderr.strip().splitlines()[-1] if stderr.strip() else "(no stderr)"
         raise TicketFailed(f"the worker exited with status {code}: {last[:500]}")
@@ -337,7 +418,9 @@ def _dev_metrics(model_path: Path, dev_dir: Path, threshold: float, scorer: Scor
     dev = read_split(dev_dir)
     prob = np.asarray(scorer(model_path, dev.images))  # (N, 1, H, W)
     if prob.shape != (len(dev), 1, *dev.images.shape[1:]):
-        raise DataError(f"scorer returned shape {prob.shape} for {len(dev)} dev images of {dev.images.shape[1:]}")
+        raise DataError(
+            f"scorer returned shape {prob.shape} for {len(dev)} dev images of {dev.images.shape[1:]}"
+        )
     return aggregate(per_image_metrics(prob[:, 0], dev.masks, threshold=threshold))
 
 
@@ -346,9 +429,15 @@ def _failed(run: _Run, exc: Exception) -> TicketOutcome:
     ref = run.audit.put_blob(text.encode())
     reason = str(exc) if isinstance(exc, TicketFailed) else f"{type(exc).__name__}: {exc}"
     log.warning("ticket %s failed: %s", run.ticket.id, reason)
-    return TicketOutcome(ticket_id=run.ticket.id, run_id=run.run_id, status=TicketStatus.FAILED,
-                         reason=reason[:2000], traceback_ref=ref, attempts=run.attempts,
-                         device_seconds=round(run.device_seconds, 3))
+    return TicketOutcome(
+        ticket_id=run.ticket.id,
+        run_id=run.run_id,
+        status=TicketStatus.FAILED,
+        reason=reason[:2000],
+        traceback_ref=ref,
+        attempts=run.attempts,
+        device_seconds=round(run.device_seconds, 3),
+    )
 
 
 def _write_outcome(ticket_dir: Path, outcome: TicketOutcome) -> None:

@@ -35,8 +35,12 @@ class LaunchRequest(BaseModel):
     timeout_s: float = Field(gt=0)  # wall time; past it the worker is killed from outside
     memory_bytes: int | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
-    gpus: list[int] = Field(default_factory=list)  # device minors the scheduler assigned; the sandbox gets only these
-    cpus: float | None = Field(default=None, gt=0)  # the scheduler's share of the cores; tightens the policy's only
+    gpus: list[int] = Field(
+        default_factory=list
+    )  # device minors the scheduler assigned; the sandbox gets only these
+    cpus: float | None = Field(
+        default=None, gt=0
+    )  # the scheduler's share of the cores; tightens the policy's only
 
 
 class LaunchResult(BaseModel):
@@ -73,19 +77,24 @@ class WorkerLauncher(Protocol):
 class AuditSink(Protocol):
     """The audit log as the launcher's helpers use it (``audit.AuditLog`` satisfies it)."""
 
-    def append(self, actor: Actor | str, event: str, payload: dict[str, Any], run_id: str | None = None) -> Any: ...
+    def append(
+        self, actor: Actor | str, event: str, payload: dict[str, Any], run_id: str | None = None
+    ) -> Any: ...
 
 
 def tail(data: bytes, limit: int = TAIL_BYTES) -> str:
     return data[-limit:].decode("utf-8", errors="replace")
 
 
-def audit_sandbox_events(audit: AuditSink, events: Sequence[dict[str, Any]], *, ticket_id: str,
-                         run_id: str | None, attempt: int) -> None:
+def audit_sandbox_events(
+    audit: AuditSink, events: Sequence[dict[str, Any]], *, ticket_id: str, run_id: str | None, attempt: int
+) -> None:
     """One ``sandbox`` record per host-seen event, named by its kind (``protected_read_attempt``...)."""
     for event in events:
         kind = str(event.get("kind", "sandbox_event"))
-        audit.append(Actor.SANDBOX, kind, {**event, "ticket_id": ticket_id, "attempt": attempt}, run_id=run_id)
+        audit.append(
+            Actor.SANDBOX, kind, {**event, "ticket_id": ticket_id, "attempt": attempt}, run_id=run_id
+        )
 
 
 HOST_CONFIG_FILE = "host_config.yaml"  # in the ticket folder, beside (not in) the sandbox's work/
@@ -113,9 +122,13 @@ def keep_host_config(ticket_dir: Path, config: dict[str, Any]) -> Path:
 
 def output_record(result: LaunchResult) -> dict[str, Any]:
     """The captured output as an audit payload: the tails, their original sizes, whether cut."""
-    return {"stderr_tail": result.stderr_tail, "stderr_bytes": result.stderr_bytes,
-            "stderr_truncated": result.stderr_truncated, "stdout_bytes": result.stdout_bytes,
-            "stdout_truncated": result.stdout_truncated}
+    return {
+        "stderr_tail": result.stderr_tail,
+        "stderr_bytes": result.stderr_bytes,
+        "stderr_truncated": result.stderr_truncated,
+        "stdout_bytes": result.stdout_bytes,
+        "stdout_truncated": result.stdout_truncated,
+    }
 
 
 class SandboxLauncher:
@@ -138,15 +151,26 @@ class SandboxLauncher:
                 update["cpus"] = min(defaults.cpus, request.cpus)
             limits = defaults.model_copy(update=update)
         spec = SandboxSpec(
-            command=request.command, workspace=request.workspace, data=request.data,
-            timeout_s=request.timeout_s, limits=limits, env=request.env, decoys=self.decoys, gpus=request.gpus,
+            command=request.command,
+            workspace=request.workspace,
+            data=request.data,
+            timeout_s=request.timeout_s,
+            limits=limits,
+            env=request.env,
+            decoys=self.decoys,
+            gpus=request.gpus,
         )
         result = get_backend(self.name).run(spec)
         out, err = result.stdout, result.stderr
         return LaunchResult(
-            exit_code=result.exit_code, timed_out=result.timed_out, oom_killed=result.oom_killed,
-            duration_s=result.duration_s, stdout_tail=tail(out.data), stderr_tail=tail(err.data),
-            stdout_bytes=out.size, stderr_bytes=err.size,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            oom_killed=result.oom_killed,
+            duration_s=result.duration_s,
+            stdout_tail=tail(out.data),
+            stderr_tail=tail(err.data),
+            stdout_bytes=out.size,
+            stderr_bytes=err.size,
             stdout_truncated=out.truncated or out.size > TAIL_BYTES,
             stderr_truncated=err.truncated or err.size > TAIL_BYTES,
             events=[event.model_dump(mode="json") for event in result.events],

@@ -48,15 +48,24 @@ def _digest(split: Split, path: Path) -> tuple[SplitDigest, list[str]]:
     recorded = [str(row.get("sha256", "")) for row in split.image_meta]
     if hashes != recorded:
         bad = next(i for i, (a, b) in enumerate(zip(hashes, recorded, strict=True)) if a != b)
-        raise DataError(f"{path}: image {bad} does not match its images.jsonl hash; the dataset "
-                        "version was modified after it was written; restore it or make a new version")
+        raise DataError(
+            f"{path}: image {bad} does not match its images.jsonl hash; the dataset "
+            "version was modified after it was written; restore it or make a new version"
+        )
     full = content_hash(split.images, split.masks, split.image_meta, split.defects)
     if split.content_hash and full != split.content_hash:
-        raise DataError(f"{path}: content hash {full[:12]}... differs from manifest.json's "
-                        f"{split.content_hash[:12]}...; the dataset version was modified")
+        raise DataError(
+            f"{path}: content hash {full[:12]}... differs from manifest.json's "
+            f"{split.content_hash[:12]}...; the dataset version was modified"
+        )
     listing = hashlib.sha256("\n".join(hashes).encode()).hexdigest()
-    return SplitDigest(path=str(path), count=len(split), shape=list(split.images.shape[1:]),
-                       content_hash=full, image_hashes_sha256=listing), hashes
+    return SplitDigest(
+        path=str(path),
+        count=len(split),
+        shape=list(split.images.shape[1:]),
+        content_hash=full,
+        image_hashes_sha256=listing,
+    ), hashes
 
 
 def training_manifest(train_dir: Path, dev_dir: Path) -> TrainingManifest:

@@ -43,7 +43,9 @@ def load_budget_policy(profile: str = "default", path: Path = BUDGETS_FILE) -> B
         data = yaml.safe_load(path.read_text()) or {}
         profiles = data.get("profiles", {})
         if profile not in profiles:
-            raise PolicyError(f"{path}: no budget for profile {profile!r}; known: {', '.join(sorted(profiles))}")
+            raise PolicyError(
+                f"{path}: no budget for profile {profile!r}; known: {', '.join(sorted(profiles))}"
+            )
         return BudgetPolicy.model_validate(profiles[profile].get("ticket", {}))
     except (yaml.YAMLError, ValidationError, AttributeError) as exc:
         raise PolicyError(f"{path}: invalid budget policy ({exc}); fix the file") from None
@@ -55,8 +57,10 @@ def refusal_reason(ticket: Ticket, policy: BudgetPolicy) -> str | None:
         return f"ticket kind {ticket.kind.value!r} is not runnable; it goes to the approvals queue"
     budget = ticket.budget
     if budget.device_seconds > policy.max_device_seconds:
-        return (f"budget of {budget.device_seconds:g} device-seconds exceeds the policy limit of "
-                f"{policy.max_device_seconds:g}; ask for less")
+        return (
+            f"budget of {budget.device_seconds:g} device-seconds exceeds the policy limit of "
+            f"{policy.max_device_seconds:g}; ask for less"
+        )
     if budget.epochs > policy.max_epochs:
         return f"budget of {budget.epochs} epochs exceeds the policy limit of {policy.max_epochs}"
     patch = {k: v for k, v in ticket.change.items() if not (k == "files" and ticket.kind == TicketKind.CODE)}

@@ -40,8 +40,13 @@ def epoch_lines(data: bytes) -> list[tuple[int, float]]:
             epoch, loss = line["epoch"], line["train_loss"]
         except (ValueError, TypeError, KeyError):
             continue
-        if isinstance(epoch, int) and not isinstance(epoch, bool) and isinstance(loss, (int, float)) \
-                and math.isfinite(loss) and 0 <= epoch < 100_000:
+        if (
+            isinstance(epoch, int)
+            and not isinstance(epoch, bool)
+            and isinstance(loss, (int, float))
+            and math.isfinite(loss)
+            and 0 <= epoch < 100_000
+        ):
             found.append((epoch, float(loss)))
     return found
 
@@ -49,8 +54,16 @@ def epoch_lines(data: bytes) -> list[tuple[int, float]]:
 class CurveWatcher:
     """Reports new epochs of one attempt while it runs; use as a context manager."""
 
-    def __init__(self, work: Path, label: str, epochs: int, spent_before_s: float, budget_s: float,
-                 emit: Callable[[str], None] | None, record: Path | None = None) -> None:
+    def __init__(
+        self,
+        work: Path,
+        label: str,
+        epochs: int,
+        spent_before_s: float,
+        budget_s: float,
+        emit: Callable[[str], None] | None,
+        record: Path | None = None,
+    ) -> None:
         self.work, self.label, self.epochs = work, label, epochs
         self.spent_before_s, self.budget_s, self.emit, self.record = spent_before_s, budget_s, emit, record
         self._seen = -1
@@ -83,17 +96,25 @@ class CurveWatcher:
             self._seen = epoch
             self._write(epoch + 1, loss, spent)
             if self.emit is not None:
-                self.emit(f"  {self.label}: epoch {epoch + 1}/{self.epochs}, train loss {loss:.4f}; "
-                          f"{spent:.0f} device-s spent, {max(0.0, self.budget_s - spent):.0f} left ({NOT_EVIDENCE})")
+                self.emit(
+                    f"  {self.label}: epoch {epoch + 1}/{self.epochs}, train loss {loss:.4f}; "
+                    f"{spent:.0f} device-s spent, {max(0.0, self.budget_s - spent):.0f} left ({NOT_EVIDENCE})"
+                )
 
     def _write(self, epoch: int | None, loss: float | None, spent: float) -> None:
         """The latest numbers to ``record`` (numbers only: no text of the sandbox's passes)."""
         if self.record is None:
             return
-        body = {"ticket_id": self.label, "epoch": epoch, "epochs": self.epochs, "train_loss": loss,
-                "device_seconds_spent": round(spent, 1),
-                "device_seconds_left": round(max(0.0, self.budget_s - spent), 1),
-                "updated_at": time.time(), "note": NOT_EVIDENCE}
+        body = {
+            "ticket_id": self.label,
+            "epoch": epoch,
+            "epochs": self.epochs,
+            "train_loss": loss,
+            "device_seconds_spent": round(spent, 1),
+            "device_seconds_left": round(max(0.0, self.budget_s - spent), 1),
+            "updated_at": time.time(),
+            "note": NOT_EVIDENCE,
+        }
         tmp = self.record.with_name(f".{self.record.name}.{threading.get_ident()}.tmp")
         try:
             tmp.write_text(json.dumps(body, sort_keys=True))

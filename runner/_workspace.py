@@ -22,10 +22,19 @@ from segfactory.records import Ticket, TicketKind
 CONFIG_FILE = "config.yaml"
 OUT_DIR = "out"  # beneath the workspace: where the worker writes
 TRAINING_PACKAGES = ("vision",)  # copied into <work>/code/ for code tickets
-WORKER_ARGS = ["--config", f"{WORKSPACE_MOUNT}/{CONFIG_FILE}", "--data", "/data", "--out", f"{WORKSPACE_MOUNT}/{OUT_DIR}"]
+WORKER_ARGS = [
+    "--config",
+    f"{WORKSPACE_MOUNT}/{CONFIG_FILE}",
+    "--data",
+    "/data",
+    "--out",
+    f"{WORKSPACE_MOUNT}/{OUT_DIR}",
+]
 # Code tickets: the code copy goes first on sys.path, then the worker module runs as __main__.
-_CODE_BOOT = (f"import runpy, sys; sys.path.insert(0, '{WORKSPACE_MOUNT}/{CODE_DIR}'); "
-              "runpy.run_module('vision.worker', run_name='__main__', alter_sys=True)")
+_CODE_BOOT = (
+    f"import runpy, sys; sys.path.insert(0, '{WORKSPACE_MOUNT}/{CODE_DIR}'); "
+    "runpy.run_module('vision.worker', run_name='__main__', alter_sys=True)"
+)
 
 
 def _deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -101,8 +110,12 @@ def materialise(work: Path, ticket: Ticket, config: dict[str, Any]) -> None:
 
 def _copy_code(code: Path, files: dict[str, str]) -> None:
     for package in TRAINING_PACKAGES:
-        shutil.copytree(SOURCE_ROOT / package, code / package, symlinks=False,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(
+            SOURCE_ROOT / package,
+            code / package,
+            symlinks=False,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
     for name, text in files.items():
         target = code / _relative_to_code(name)
         target.parent.mkdir(parents=True, exist_ok=True)

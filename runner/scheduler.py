@@ -42,8 +42,13 @@ DEFAULT_CONCURRENCY = 1  # tickets running at once on one device
 PROBE_TIMEOUT_S = 300.0  # one probe process; past this: killed, the profile fails
 ADMISSION_POLL_S = 0.5  # how often a waiting ticket re-reads free memory
 DEFAULT_BATCH_SIZES = (4, 16)  # batch sizes a profile measures per preset
-OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "MemoryError",
-               "DefaultCPUAllocator: can't allocate memory", "Memory allocation still failed")  # in the worker's stderr tail
+OOM_MARKERS = (
+    "CUDA out of memory",
+    "OutOfMemoryError",
+    "MemoryError",
+    "DefaultCPUAllocator: can't allocate memory",
+    "Memory allocation still failed",
+)  # in the worker's stderr tail
 
 DeviceKind = Literal["cpu", "cuda"]
 
@@ -130,23 +135,42 @@ def device_total_bytes(device: DeviceKind) -> tuple[str, int]:
     return f"cpu ({platform.machine()}, {os.cpu_count()} cores)", int(psutil.virtual_memory().total)
 
 
-def measure_peak(preset: str, batch_size: int, image_size: int, device: DeviceKind,
-                 decoder_width: int | None = None) -> Measurement:
+def measure_peak(
+    preset: str, batch_size: int, image_size: int, device: DeviceKind, decoder_width: int | None = None
+) -> Measurement:
     """Run one probe process and read its peak memory (RSS via wait4 on CPU; CUDA allocator stats)."""
-    command = [sys.executable, "-m", "runner._probe", "--preset", preset, "--batch-size", str(batch_size),
-               "--image-size", str(image_size), "--device", device,
-               *(["--decoder-width", str(decoder_width)] if decoder_width is not None else [])]
+    command = [
+        sys.executable,
+        "-m",
+        "runner._probe",
+        "--preset",
+        preset,
+        "--batch-size",
+        str(batch_size),
+        "--image-size",
+        str(image_size),
+        "--device",
+        device,
+        *(["--decoder-width", str(decoder_width)] if decoder_width is not None else []),
+    ]
     start = time.monotonic()
     code, stdout, stderr, rusage = _run_measured(command)
     if code != 0:
-        raise DataError(f"memory probe for {preset} at batch {batch_size} failed "
-                        f"(exit {code}): {stderr.decode(errors='replace')[-400:]}")
+        raise DataError(
+            f"memory probe for {preset} at batch {batch_size} failed "
+            f"(exit {code}): {stderr.decode(errors='replace')[-400:]}"
+        )
     if device == "cuda":
         peak = int(json.loads(stdout.decode().strip().splitlines()[-1])["peak_bytes"])
     else:
         peak = int(rusage.ru_maxrss) * 1024  # Linux reports kilobytes
-    return Measurement(preset=preset, batch_size=batch_size, image_size=image_size, peak_bytes=peak,
-                       seconds=round(time.monotonic() - start, 3))
+    return Measurement(
+        preset=preset,
+        batch_size=batch_size,
+        image_size=image_size,
+        peak_bytes=peak,
+        seconds=round(time.monotonic() - start, 3),
+    )
 
 
 def _run_measured(command: list[str]) -> tuple[int, bytes, bytes, Any]:
@@ -174,16 +198,23 @@ def _run_measured(command: list[str]) -> tuple[int, bytes, bytes, Any]:
         return proc.returncode, out.read(), err.read(), rusage
 
 
-def profile_device(presets: list[str], batch_sizes: list[int], image_size: int,
-                   device: DeviceKind | None = None) -> DeviceProfile:
+def profile_device(
+    presets: list[str], batch_sizes: list[int], image_size: int, device: DeviceKind | None = None
+) -> DeviceProfile:
     """Measure every (preset, batch size) pair; one probe process each."""
     import torch
 
     kind = device or detect_device()
     name, total = device_total_bytes(kind)
     measurements = [measure_peak(p, b, image_size, kind) for p in presets for b in sorted(set(batch_sizes))]
-    return DeviceProfile(device=kind, device_name=name, total_bytes=total, created=time.time(),
-                         torch_version=str(torch.__version__), measurements=measurements)
+    return DeviceProfile(
+        device=kind,
+        device_name=name,
+        total_bytes=total,
+        created=time.time(),
+        torch_version=str(torch.__version__),
+        measurements=measurements,
+    )
 
 
 def save_profile(home: Home, profile: DeviceProfile) -> Path:
@@ -208,8 +239,12 @@ def load_profile(home: Home) -> DeviceProfile | None:
 
 def _shape_key(preset: str, batch_size: int, image_size: int, decoder_width: int | None) -> str:
     """The config hash estimates are cached by: only the fields that move peak memory."""
-    body = {"preset": preset, "batch_size": batch_size, "image_size": image_size,
-            "decoder_width": decoder_width}
+    body = {
+        "preset": preset,
+        "batch_size": batch_size,
+        "image_size": image_size,
+        "decoder_width": decoder_width,
+    }
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
@@ -228,7 +263,9 @@ class MemoryEstimator:
         self.hits = 0  # estimates answered from the cache
         self.probes = 0  # estimates that needed a probe process
 
-    def estimate(self, preset: str, batch_size: int, image_size: int, decoder_width: int | None = None) -> int:
+    def estimate(
+        self, preset: str, batch_size: int, image_size: int, decoder_width: int | None = None
+    ) -> int:
         key = _shape_key(preset, batch_size, image_size, decoder_width)
         with self._lock:
             cache = self._read()
@@ -282,12 +319,19 @@ def free_memory(device: DeviceKind) -> int:
 def gpu_free_bytes(uuid: str) -> int:
     """Free memory of one GPU, named by UUID, from ``nvidia-smi`` (CUDA's own device numbering
     need not follow the driver's minors, so the host process does not ask torch)."""
-    proc = subprocess.run(["nvidia-smi", f"--id={uuid}", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
-                          capture_output=True, text=True, timeout=30, check=False)
+    proc = subprocess.run(
+        ["nvidia-smi", f"--id={uuid}", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     try:
         return int(float(proc.stdout.strip().splitlines()[0])) * 2**20  # MiB
     except (IndexError, ValueError):
-        raise LimitExceeded(f"cannot read the free memory of GPU {uuid}: {proc.stderr.strip()[:200]}") from None
+        raise LimitExceeded(
+            f"cannot read the free memory of GPU {uuid}: {proc.stderr.strip()[:200]}"
+        ) from None
 
 
 class Admission:
@@ -298,8 +342,13 @@ class Admission:
     even on an idle device (total memory less the reserve), or when ``wait_s`` passes first.
     """
 
-    def __init__(self, device: DeviceKind, total_bytes: int, settings: SchedulerSettings | None = None,
-                 free: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        device: DeviceKind,
+        total_bytes: int,
+        settings: SchedulerSettings | None = None,
+        free: Callable[[], int] | None = None,
+    ) -> None:
         self.settings = settings or SchedulerSettings()
         self.total_bytes = total_bytes
         self._free = free or (lambda: free_memory(device))
@@ -311,11 +360,15 @@ class Admission:
     def admit(self, estimate_bytes: int, wait_s: float = 3600.0) -> Iterator[None]:
         capacity = self.total_bytes - self.settings.reserve_bytes
         if estimate_bytes > capacity:
-            raise LimitExceeded(f"memory estimate {estimate_bytes / 2**20:.0f} MiB exceeds the device's "
-                                f"{capacity / 2**20:.0f} MiB (total less the reserve of "
-                                f"{self.settings.reserve_bytes / 2**20:.0f} MiB); lower batch_size")
+            raise LimitExceeded(
+                f"memory estimate {estimate_bytes / 2**20:.0f} MiB exceeds the device's "
+                f"{capacity / 2**20:.0f} MiB (total less the reserve of "
+                f"{self.settings.reserve_bytes / 2**20:.0f} MiB); lower batch_size"
+            )
         if not self._slots.acquire(timeout=wait_s):
-            raise LimitExceeded(f"no free ticket slot (concurrency={self.settings.concurrency}) within {wait_s:g}s")
+            raise LimitExceeded(
+                f"no free ticket slot (concurrency={self.settings.concurrency}) within {wait_s:g}s"
+            )
         try:
             self._reserve(estimate_bytes, wait_s)
             try:
@@ -354,8 +407,10 @@ class Admission:
             while not self.fits(estimate_bytes):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise LimitExceeded(f"memory estimate {estimate_bytes / 2**20:.0f} MiB did not fit in free "
-                                        f"memory less the reserve within {wait_s:g}s")
+                    raise LimitExceeded(
+                        f"memory estimate {estimate_bytes / 2**20:.0f} MiB did not fit in free "
+                        f"memory less the reserve within {wait_s:g}s"
+                    )
                 self._cond.wait(min(ADMISSION_POLL_S, left))
             self._in_flight += estimate_bytes
 
@@ -391,8 +446,13 @@ class Scheduler:
     tickets running at once on the host. The memory profile was measured on the first GPU and
     stands for all of them; each GPU's own free memory is read at admission."""
 
-    def __init__(self, estimator: MemoryEstimator, admission: Admission, settings: SchedulerSettings,
-                 gpu_admissions: dict[int, Admission] | None = None) -> None:
+    def __init__(
+        self,
+        estimator: MemoryEstimator,
+        admission: Admission,
+        settings: SchedulerSettings,
+        gpu_admissions: dict[int, Admission] | None = None,
+    ) -> None:
         self.estimator = estimator
         self.admission = admission
         self.settings = settings
@@ -449,10 +509,14 @@ class Scheduler:
         wait_s = self.settings.admission_wait_s
         capacity = max(a.total_bytes for a in admissions.values()) - self.settings.reserve_bytes
         if estimate_bytes > capacity:
-            raise LimitExceeded(f"memory estimate {estimate_bytes / 2**20:.0f} MiB exceeds every GPU's "
-                                f"{capacity / 2**20:.0f} MiB (total less the reserve); lower batch_size")
+            raise LimitExceeded(
+                f"memory estimate {estimate_bytes / 2**20:.0f} MiB exceeds every GPU's "
+                f"{capacity / 2**20:.0f} MiB (total less the reserve); lower batch_size"
+            )
         if not self._slots.acquire(timeout=wait_s):
-            raise LimitExceeded(f"no free ticket slot (concurrency={self.settings.concurrency}) within {wait_s:g}s")
+            raise LimitExceeded(
+                f"no free ticket slot (concurrency={self.settings.concurrency}) within {wait_s:g}s"
+            )
         try:
             deadline = time.monotonic() + wait_s
             while True:
@@ -462,8 +526,10 @@ class Scheduler:
                 if chosen is not None:
                     break
                 if time.monotonic() >= deadline:
-                    raise LimitExceeded(f"memory estimate {estimate_bytes / 2**20:.0f} MiB did not fit in the free "
-                                        f"memory of any of {len(admissions)} GPUs within {wait_s:g}s")
+                    raise LimitExceeded(
+                        f"memory estimate {estimate_bytes / 2**20:.0f} MiB did not fit in the free "
+                        f"memory of any of {len(admissions)} GPUs within {wait_s:g}s"
+                    )
                 time.sleep(ADMISSION_POLL_S)
             try:
                 yield chosen
@@ -475,8 +541,10 @@ class Scheduler:
     def _per_gpu(self) -> dict[int, Admission]:
         if self._gpu_admissions is None:
             total = self.admission.total_bytes
-            self._gpu_admissions = {gpu.minor: Admission("cuda", total, self.settings, free=partial(gpu_free_bytes, gpu.uuid))
-                                    for gpu in self._host_gpus()}
+            self._gpu_admissions = {
+                gpu.minor: Admission("cuda", total, self.settings, free=partial(gpu_free_bytes, gpu.uuid))
+                for gpu in self._host_gpus()
+            }
         return self._gpu_admissions
 
     def cpu_share(self) -> int | None:
@@ -500,6 +568,8 @@ class Scheduler:
 
         gpus = host_gpus()
         if not gpus:
-            raise PolicyError("the home's device profile is for CUDA but this machine has no NVIDIA GPU; "
-                              "measure it again with `segfactory device profile`")
+            raise PolicyError(
+                "the home's device profile is for CUDA but this machine has no NVIDIA GPU; "
+                "measure it again with `segfactory device profile`"
+            )
         return gpus

@@ -15,6 +15,17 @@ from sandbox._policy import Limits, SandboxPolicy, load_policy
 from sandbox._records import Output, SandboxEvent, SandboxResult, SandboxSpec, VerifyCheck, VerifyReport
 
 __all__ = [
-    "Limits", "Output", "SandboxBackend", "SandboxEvent", "SandboxPolicy", "SandboxResult", "SandboxSpec",
-    "VerifyCheck", "VerifyReport", "get_backend", "known_backends", "load_policy", "register_backend",
+    "Limits",
+    "Output",
+    "SandboxBackend",
+    "SandboxEvent",
+    "SandboxPolicy",
+    "SandboxResult",
+    "SandboxSpec",
+    "VerifyCheck",
+    "VerifyReport",
+    "get_backend",
+    "known_backends",
+    "load_policy",
+    "register_backend",
 ]

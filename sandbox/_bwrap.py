@@ -43,7 +43,9 @@ class BwrapBackend(SandboxBackend):
 
     def check_available(self) -> None:
         if shutil.which("bwrap") is None:
-            raise SandboxError("bubblewrap is not installed: `apt-get install bubblewrap`, or use --backend docker")
+            raise SandboxError(
+                "bubblewrap is not installed: `apt-get install bubblewrap`, or use --backend docker"
+            )
 
     def limit_evidence(self) -> dict[str, object]:
         return dict(self._last_limits)
@@ -54,13 +56,44 @@ class BwrapBackend(SandboxBackend):
         # user.max_user_namespaces to 0: code inside cannot make a user namespace of its own and,
         # with it, reach kernel interfaces closed to an unprivileged user; --assert-userns-disabled
         # makes bwrap fail rather than start a sandbox where that did not hold.
-        args = ["bwrap", "--info-fd", str(info_fd), "--unshare-all", "--unshare-user", "--disable-userns",
-                "--assert-userns-disabled", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-                "--uid", uid, "--gid", gid, "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+        args = [
+            "bwrap",
+            "--info-fd",
+            str(info_fd),
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--assert-userns-disabled",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--uid",
+            uid,
+            "--gid",
+            gid,
+            "--hostname",
+            "sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
         for link, target in USR_LINKS.items():
             args += ["--symlink", target, link]
-        args += ["--ro-bind", str(session.tmp / "etc"), "/etc", "--proc", "/proc", "--dev", "/dev",
-                 *session.gpu.bwrap_args(), "--size", str(session.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        args += [
+            "--ro-bind",
+            str(session.tmp / "etc"),
+            "/etc",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            *session.gpu.bwrap_args(),
+            "--size",
+            str(session.limits.tmp_bytes),
+            "--tmpfs",
+            "/tmp",
+        ]
         for mount in session.mounts:
             source = staged.get(mount.source, mount.source)
             args += ["--ro-bind" if mount.read_only else "--bind", str(source), mount.target]
@@ -106,13 +139,32 @@ class BwrapBackend(SandboxBackend):
             target.mkdir() if mount.source.is_dir() else target.touch()
             staged[mount.source] = target
             pairs += [str(mount.source), str(target)]
-        setpriv = ["setpriv", f"--reuid={self.policy.uid}", f"--regid={self.policy.gid}", "--clear-groups",
-                   "--no-new-privs", "--"]
-        stage = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", STAGE_MOUNTS, "sh",
-                 *pairs, "--"]
+        setpriv = [
+            "setpriv",
+            f"--reuid={self.policy.uid}",
+            f"--regid={self.policy.gid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--",
+        ]
+        stage = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            STAGE_MOUNTS,
+            "sh",
+            *pairs,
+            "--",
+        ]
         return [*stage, *setpriv], staged
 
-    def _start(self, session: Session, cgroup: CgroupV1 | CgroupV2 | None) -> tuple[subprocess.Popen[bytes], int]:
+    def _start(
+        self, session: Session, cgroup: CgroupV1 | CgroupV2 | None
+    ) -> tuple[subprocess.Popen[bytes], int]:
         """Start the wrapper chain; returns the process and the read end of bwrap's info pipe."""
         prefix, staged = self._drop_root(session)
         info_r, info_w = os.pipe()
@@ -122,8 +174,15 @@ class BwrapBackend(SandboxBackend):
             argv = ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *argv]
             env["SEGFACTORY_CGROUPS"] = " ".join(cgroup.procs_files)
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=env, start_new_session=True, pass_fds=(info_w,))
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+                pass_fds=(info_w,),
+            )
         finally:
             os.close(info_w)
         return proc, info_r
@@ -151,9 +210,14 @@ class BwrapBackend(SandboxBackend):
                 raise SandboxError(f"bwrap could not start the sandbox (exit {exit_code}): {stderr}")
         self._last_limits = cgroup.readback() if cgroup else {"kind": "rlimit"}
         return SandboxResult(
-            backend=self.name, exit_code=exit_code, stdout=session.stdout.output(),
-            stderr=session.stderr.output(), timed_out=session.timed_out(exit_code, duration, killed),
-            oom_killed=bool(cgroup and cgroup.oom_killed()), duration_s=duration, events=session.finish(),
+            backend=self.name,
+            exit_code=exit_code,
+            stdout=session.stdout.output(),
+            stderr=session.stderr.output(),
+            timed_out=session.timed_out(exit_code, duration, killed),
+            oom_killed=bool(cgroup and cgroup.oom_killed()),
+            duration_s=duration,
+            events=session.finish(),
         )
 
 
@@ -163,6 +227,7 @@ def _exit_waiter(proc: subprocess.Popen[bytes]) -> Iterator[Callable[[float], bo
     (``Popen.wait(timeout)`` polls with sleeps of up to 50 ms, which is most of a short run)."""
     pidfd = os.pidfd_open(proc.pid)
     try:
+
         def wait(seconds: float) -> bool:
             select.select([pidfd], [], [], seconds)
             return proc.poll() is not None

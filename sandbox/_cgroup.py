@@ -130,8 +130,10 @@ class CgroupV1:
     def readback(self) -> dict[str, object]:
         """The limits as the kernel holds them, and whether the OOM killer fired."""
         read = {
-            "memory": ("memory", "memory.limit_in_bytes"), "memsw": ("memory", "memory.memsw.limit_in_bytes"),
-            "pids": ("pids", "pids.max"), "cpu_quota_us": ("cpu", "cpu.cfs_quota_us"),
+            "memory": ("memory", "memory.limit_in_bytes"),
+            "memsw": ("memory", "memory.memsw.limit_in_bytes"),
+            "pids": ("pids", "pids.max"),
+            "cpu_quota_us": ("cpu", "cpu.cfs_quota_us"),
             "cpu_shares": ("cpu", "cpu.shares"),
         }
         out: dict[str, object] = {"kind": "cgroup-v1"}

@@ -76,18 +76,25 @@ def find_parent() -> tuple[Path | None, str]:
         if own is None:
             return None, "no cgroup2 hierarchy holds this process"
         if not set(REQUIRED) <= _words(own / "cgroup.subtree_control") or not os.access(own, os.W_OK):
-            return None, (f"this process's cgroup {own} is not a delegated subtree with "
-                          f"{' and '.join(REQUIRED)} enabled for its children")
+            return None, (
+                f"this process's cgroup {own} is not a delegated subtree with "
+                f"{' and '.join(REQUIRED)} enabled for its children"
+            )
         return own, ""
     if not parent.is_absolute() or not (parent / "cgroup.controllers").exists():
         return None, f"${PARENT_ENV}={parent} is not a cgroup2 directory (no cgroup.controllers)"
     missing = [c for c in REQUIRED if c not in _words(parent / "cgroup.controllers")]
     if missing:
-        return None, (f"${PARENT_ENV}={parent} offers no {', '.join(missing)} controller "
-                      f"(cgroup.controllers: {' '.join(sorted(_words(parent / 'cgroup.controllers'))) or 'none'}); "
-                      "on a hybrid host the controller is bound to cgroup v1")
+        return None, (
+            f"${PARENT_ENV}={parent} offers no {', '.join(missing)} controller "
+            f"(cgroup.controllers: {' '.join(sorted(_words(parent / 'cgroup.controllers'))) or 'none'}); "
+            "on a hybrid host the controller is bound to cgroup v1"
+        )
     if not os.access(parent, os.W_OK):
-        return None, f"${PARENT_ENV}={parent} is not writable by uid {os.geteuid()}: delegate it (chown) first"
+        return (
+            None,
+            f"${PARENT_ENV}={parent} is not writable by uid {os.geteuid()}: delegate it (chown) first",
+        )
     return parent, ""
 
 
@@ -105,8 +112,10 @@ class CgroupV2:
             path = parent / f"sbx-{uuid.uuid4().hex[:12]}"
             path.mkdir()
         except OSError as exc:
-            raise SandboxError(f"cannot create a run cgroup under {parent}: {exc}; delegate the subtree "
-                               f"(see docs/sandbox.md) or set another ${PARENT_ENV}") from exc
+            raise SandboxError(
+                f"cannot create a run cgroup under {parent}: {exc}; delegate the subtree "
+                f"(see docs/sandbox.md) or set another ${PARENT_ENV}"
+            ) from exc
         group = cls(path)
         try:
             group._apply(limits)
@@ -135,8 +144,12 @@ class CgroupV2:
 
     def readback(self) -> dict[str, object]:
         out: dict[str, object] = {"kind": "cgroup-v2", "path": str(self.path)}
-        for key, name in (("memory", "memory.max"), ("swap", "memory.swap.max"), ("pids", "pids.max"),
-                          ("cpu_max", "cpu.max")):
+        for key, name in (
+            ("memory", "memory.max"),
+            ("swap", "memory.swap.max"),
+            ("pids", "pids.max"),
+            ("cpu_max", "cpu.max"),
+        ):
             with contextlib.suppress(OSError):
                 out[key] = (self.path / name).read_text().strip()
         return out
@@ -176,6 +189,8 @@ class CgroupV2:
 def _enable(parent: Path) -> None:
     """Enable the controllers for the parent's children (fails with EBUSY if it holds processes)."""
     enabled = _words(parent / "cgroup.subtree_control")
-    wanted = [c for c in (*REQUIRED, "cpu") if c not in enabled and c in _words(parent / "cgroup.controllers")]
+    wanted = [
+        c for c in (*REQUIRED, "cpu") if c not in enabled and c in _words(parent / "cgroup.controllers")
+    ]
     if wanted:
         (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))

@@ -28,9 +28,7 @@ API_TIMEOUT_S = 60  # any other engine call
 NOFILE = 4096
 LABEL = "segfactory.sandbox"  # on every sandbox container
 PID_LABEL = "segfactory.host_pid"  # "<pid namespace>:<pid>" of the process that owns it; dead -> removed
-START_HINT = (
-    "start it with `sudo dockerd &` (or `sudo systemctl start docker`), or use --backend bwrap"
-)
+START_HINT = "start it with `sudo dockerd &` (or `sudo systemctl start docker`), or use --backend bwrap"
 
 
 def engine_address() -> str:
@@ -82,11 +80,12 @@ class DockerBackend(SandboxBackend):
             import docker
 
             try:
-                client = docker.APIClient(base_url=engine_address(),
-                                          timeout=PING_TIMEOUT_S, version="auto")
+                client = docker.APIClient(base_url=engine_address(), timeout=PING_TIMEOUT_S, version="auto")
                 client.ping()
             except Exception as exc:
-                raise SandboxError(f"the Docker engine does not answer ({type(exc).__name__}: {exc}); {START_HINT}") from exc
+                raise SandboxError(
+                    f"the Docker engine does not answer ({type(exc).__name__}: {exc}); {START_HINT}"
+                ) from exc
             client.timeout = API_TIMEOUT_S
             self._api = client
         return self._api
@@ -107,18 +106,30 @@ class DockerBackend(SandboxBackend):
         from docker.types import LogConfig, Ulimit
 
         limits = session.limits
-        binds = {str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in session.mounts}
+        binds = {
+            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in session.mounts
+        }
         binds["/usr"] = {"bind": "/usr", "mode": "ro"}
         gpus = {"device_requests": session.gpu.docker_device_requests()} if session.gpu.gpus else {}
         return self.api().create_host_config(
-            binds=binds, network_mode="none", read_only=True, init=True,
+            binds=binds,
+            network_mode="none",
+            read_only=True,
+            init=True,
             tmpfs={"/tmp": f"size={limits.tmp_bytes},mode=1777"},
-            cap_drop=["ALL"], security_opt=["no-new-privileges"],
-            mem_limit=limits.memory_bytes, memswap_limit=limits.memory_bytes, pids_limit=limits.pids,
-            nano_cpus=int(limits.cpus * 1e9), cpu_shares=max(2, int(limits.cpus * 1024)),
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            mem_limit=limits.memory_bytes,
+            memswap_limit=limits.memory_bytes,
+            pids_limit=limits.pids,
+            nano_cpus=int(limits.cpus * 1e9),
+            cpu_shares=max(2, int(limits.cpus * 1024)),
             log_config=LogConfig(type=LogConfig.types.NONE),
-            ulimits=[Ulimit(name="fsize", soft=limits.file_bytes, hard=limits.file_bytes),
-                     Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=NOFILE, hard=NOFILE)],
+            ulimits=[
+                Ulimit(name="fsize", soft=limits.file_bytes, hard=limits.file_bytes),
+                Ulimit(name="core", soft=0, hard=0),
+                Ulimit(name="nofile", soft=NOFILE, hard=NOFILE),
+            ],
             **gpus,
         )
 
@@ -147,9 +158,16 @@ class DockerBackend(SandboxBackend):
                 session.own_workspace(self.policy.uid, self.policy.gid)
             api = self.api()
             container = api.create_container(
-                self.policy.image, command=session.inner_command, user=self.container_user(),
-                working_dir="/work", environment=session.env, host_config=self._host_config(session),
-                network_disabled=True, labels={LABEL: "1", PID_LABEL: owner_label()}, stdin_open=False, tty=False,
+                self.policy.image,
+                command=session.inner_command,
+                user=self.container_user(),
+                working_dir="/work",
+                environment=session.env,
+                host_config=self._host_config(session),
+                network_disabled=True,
+                labels={LABEL: "1", PID_LABEL: owner_label()},
+                stdin_open=False,
+                tty=False,
             )
             try:
                 return self._run(api, container["Id"], session)
@@ -176,11 +194,15 @@ class DockerBackend(SandboxBackend):
             api.start(cid)
         except Exception as exc:
             if session.gpu.gpus and "nvidia" in str(exc).lower():
-                raise SandboxError(f"docker could not pass GPU {session.gpu.minors} to the sandbox: {exc}; install the "
-                                   "NVIDIA container toolkit (nvidia-ctk runtime configure --runtime=docker), or "
-                                   "use --backend bwrap") from exc
-            raise SandboxError(f"docker could not start the sandbox from {self.policy.image}: {exc}; "
-                               "rebuild it with `segfactory sandbox build`") from exc
+                raise SandboxError(
+                    f"docker could not pass GPU {session.gpu.minors} to the sandbox: {exc}; install the "
+                    "NVIDIA container toolkit (nvidia-ctk runtime configure --runtime=docker), or "
+                    "use --backend bwrap"
+                ) from exc
+            raise SandboxError(
+                f"docker could not start the sandbox from {self.policy.image}: {exc}; "
+                "rebuild it with `segfactory sandbox build`"
+            ) from exc
         reader = pump(stream, sink)  # type: ignore[arg-type]
         state: dict[str, Any] = {}
 
@@ -198,9 +220,14 @@ class DockerBackend(SandboxBackend):
         final = api.inspect_container(cid)["State"]
         exit_code = int(result.get("StatusCode", final.get("ExitCode", -1)))
         return SandboxResult(
-            backend=self.name, exit_code=exit_code, stdout=session.stdout.output(), stderr=session.stderr.output(),
-            timed_out=session.timed_out(exit_code, duration, killed), oom_killed=bool(final.get("OOMKilled")),
-            duration_s=duration, events=session.finish(),
+            backend=self.name,
+            exit_code=exit_code,
+            stdout=session.stdout.output(),
+            stderr=session.stderr.output(),
+            timed_out=session.timed_out(exit_code, duration, killed),
+            oom_killed=bool(final.get("OOMKilled")),
+            duration_s=duration,
+            events=session.finish(),
         )
 
     def limit_evidence(self) -> dict[str, object]:

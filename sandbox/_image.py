@@ -22,7 +22,11 @@ from sandbox._policy import SandboxPolicy
 from segfactory.errors import SandboxError
 
 MOUNT_POINTS = ("sbin", "usr", "opt", "data", "work", "run", "proc", "sys", "dev", "vault", "etc")
-USR_LINKS = {"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64"}  # /sbin stays a dir: docker-init goes there
+USR_LINKS = {
+    "bin": "usr/bin",
+    "lib": "usr/lib",
+    "lib64": "usr/lib64",
+}  # /sbin stays a dir: docker-init goes there
 DOCKERFILE_DIR = Path(__file__).resolve().parent
 
 
@@ -43,7 +47,13 @@ def rootfs_tar(policy: SandboxPolicy) -> bytes:
         for name, target in USR_LINKS.items():
             _add(tar, name, tarfile.SYMTYPE, 0o777, link=target)
         for name, text in ETC_FILES.items():
-            _add(tar, f"etc/{name}", tarfile.REGTYPE, 0o644, text.format(uid=policy.uid, gid=policy.gid).encode())
+            _add(
+                tar,
+                f"etc/{name}",
+                tarfile.REGTYPE,
+                0o644,
+                text.format(uid=policy.uid, gid=policy.gid).encode(),
+            )
     return buf.getvalue()
 
 
@@ -67,10 +77,19 @@ def build_image(api: Any, policy: SandboxPolicy, *, from_dockerfile: bool = Fals
         _build_dockerfile(api, policy, data)
         method = "dockerfile"
     else:
-        changes = [f"USER {policy.uid}:{policy.gid}", "WORKDIR /work",
-                   f"ENV PATH={BASE_ENV['PATH']}", f"LABEL segfactory.rootfs={digest}"]
+        changes = [
+            f"USER {policy.uid}:{policy.gid}",
+            "WORKDIR /work",
+            f"ENV PATH={BASE_ENV['PATH']}",
+            f"LABEL segfactory.rootfs={digest}",
+        ]
         api.import_image_from_data(data, repository=repository, tag=tag or "latest", changes=changes)
         method = "import"
     image = api.inspect_image(policy.image)
-    return {"image": policy.image, "id": image["Id"], "method": method, "rootfs_sha256": digest,
-            "duration_s": round(time.monotonic() - start, 3)}
+    return {
+        "image": policy.image,
+        "id": image["Id"],
+        "method": method,
+        "rootfs_sha256": digest,
+        "duration_s": round(time.monotonic() - start, 3),
+    }

@@ -73,7 +73,11 @@ class DecoyWatcher:
 
     def _handle(self, wd: int, mask: int) -> None:
         if mask & IN_Q_OVERFLOW:
-            self._emit(SandboxEvent(kind="monitoring_gap", ts=time.time(), detail={"reason": "inotify queue overflow"}))
+            self._emit(
+                SandboxEvent(
+                    kind="monitoring_gap", ts=time.time(), detail={"reason": "inotify queue overflow"}
+                )
+            )
         elif mask & IN_OPEN and wd in self._paths:
             self._count += 1
             if self._count <= MAX_EVENTS:
@@ -86,9 +90,12 @@ class DecoyWatcher:
         self._thread.join()
         self._drain()
         if self._count > MAX_EVENTS:
-            self._emit(SandboxEvent(
-                kind="monitoring_gap", ts=time.time(),
-                detail={"reason": "decoy event cap", "kept": MAX_EVENTS, "seen": self._count},
-            ))
+            self._emit(
+                SandboxEvent(
+                    kind="monitoring_gap",
+                    ts=time.time(),
+                    detail={"reason": "decoy event cap", "kept": MAX_EVENTS, "seen": self._count},
+                )
+            )
         for fd in (self._fd, self._wake_r, self._wake_w):
             os.close(fd)

@@ -22,7 +22,16 @@ INSIDE_TARGET = "/opt/segfactory/inside"
 EVENTS_TARGET = "/run/segfactory"  # rw, per run: where the in-sandbox audit hook writes
 HOOK_FILE = f"{EVENTS_TARGET}/hook.jsonl"
 WORKER_PACKAGES = ("segfactory", "synthetic", "vision")  # the minimum the worker imports
-HOOK_PREFIXES = ("/data/holdout", "/vault", "/proc/1/", "/root", "/home", "/etc/shadow", "/var/run", "/run/docker")
+HOOK_PREFIXES = (
+    "/data/holdout",
+    "/vault",
+    "/proc/1/",
+    "/root",
+    "/home",
+    "/etc/shadow",
+    "/var/run",
+    "/run/docker",
+)
 INSIDE_DIR = Path(__file__).resolve().parent / "_inside"
 BASE_ENV = {
     "PATH": f"{PYTHON_TARGET}/bin:/usr/bin:/bin",

@@ -61,8 +61,10 @@ class SandboxPolicy(BaseModel):
     def _only_driver_control_nodes(self) -> SandboxPolicy:
         for name in self.gpu_control_nodes:
             if not re.fullmatch(r"nvidia(ctl|-uvm|-uvm-tools|-modeset)", name):
-                raise PolicyError(f"gpu_control_nodes: {name!r} is not an NVIDIA driver control node "
-                                  "(nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset)")
+                raise PolicyError(
+                    f"gpu_control_nodes: {name!r} is not an NVIDIA driver control node "
+                    "(nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset)"
+                )
         return self
 
     @model_validator(mode="after")

@@ -10,8 +10,23 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sandbox._policy import Limits
 
 SCHEMA_VERSION = 1
-RESERVED_TARGETS = ("/work", "/data", "/opt", "/usr", "/etc", "/proc", "/dev", "/tmp", "/run", "/vault", "/bin", "/lib",
-                    "/lib64", "/sbin", "/sys")
+RESERVED_TARGETS = (
+    "/work",
+    "/data",
+    "/opt",
+    "/usr",
+    "/etc",
+    "/proc",
+    "/dev",
+    "/tmp",
+    "/run",
+    "/vault",
+    "/bin",
+    "/lib",
+    "/lib64",
+    "/sbin",
+    "/sys",
+)
 EventKind = Literal[
     "protected_read_attempt",  # a decoy was opened (host inotify; whatever the reader)
     "monitoring_gap",  # the inotify queue overflowed: opens may have been missed

@@ -29,7 +29,9 @@ from segfactory.errors import PolicyError
 from segfactory.gpus import plan_gpus
 
 EventHook = Callable[[SandboxEvent], None]
-HOOK_MAX_BYTES = 1024**2  # audit-hook output read back; past it: not read, a monitoring_gap event with the size
+HOOK_MAX_BYTES = (
+    1024**2
+)  # audit-hook output read back; past it: not read, a monitoring_gap event with the size
 EVENTS_MAX_BYTES = 4 * 1024**2  # the hook's rw dir on the host; past it: killed, workspace_limit event
 SCRATCH_ROOTS = (Path("/dev/shm"),)  # tmpfs for the per-run dir (decoys are sparse, the rest tiny)
 HOOK_MAX_EVENTS = 1000  # sandbox-reported events kept per run; past it: a monitoring_gap with the count
@@ -77,7 +79,9 @@ class Session:
         check_within(self.limits, policy.maxima)
         self.timeout_s = spec.timeout_s or self.limits.timeout_s
         if self.timeout_s > policy.maxima.timeout_s:
-            raise PolicyError(f"sandbox timeout {self.timeout_s}s is above the policy maximum {policy.maxima.timeout_s}s")
+            raise PolicyError(
+                f"sandbox timeout {self.timeout_s}s is above the policy maximum {policy.maxima.timeout_s}s"
+            )
         self.workspace = self._existing_dir(spec.workspace, "the workspace")
         self.mounts = self._plan_mounts()
         self.gpu = plan_gpus(spec.gpus, control_nodes=policy.gpu_control_nodes)
@@ -163,7 +167,9 @@ class Session:
         while not wait(SUPERVISE_POLL_S):
             now = time.monotonic()
             if now >= deadline:
-                self.emit(SandboxEvent(kind="timeout_kill", ts=time.time(), detail={"timeout_s": self.timeout_s}))
+                self.emit(
+                    SandboxEvent(kind="timeout_kill", ts=time.time(), detail={"timeout_s": self.timeout_s})
+                )
                 kill()
                 return True
             if now >= next_du:
@@ -175,12 +181,20 @@ class Session:
 
     def _workspace_full(self) -> bool:
         """True (and an event) when /work or the hook's rw dir has grown past its cap."""
-        for path, inside, limit in ((self.workspace, "/work", self.limits.workspace_bytes),
-                                    (self.events_dir, EVENTS_TARGET, EVENTS_MAX_BYTES)):
+        for path, inside, limit in (
+            (self.workspace, "/work", self.limits.workspace_bytes),
+            (self.events_dir, EVENTS_TARGET, EVENTS_MAX_BYTES),
+        ):
             used = disk_usage(path)
             if used > limit:
-                self.emit(SandboxEvent(kind="workspace_limit", ts=time.time(), path=inside,
-                                       detail={"used_bytes": used, "limit_bytes": limit}))
+                self.emit(
+                    SandboxEvent(
+                        kind="workspace_limit",
+                        ts=time.time(),
+                        path=inside,
+                        detail={"used_bytes": used, "limit_bytes": limit},
+                    )
+                )
                 return True
         return False
 
@@ -197,12 +211,22 @@ class Session:
         except FileNotFoundError:
             return
         except (OSError, _NotPlain) as exc:
-            self.emit(SandboxEvent(kind="monitoring_gap", ts=time.time(),
-                                   detail={"reason": f"audit hook file not read: {exc}"}))
+            self.emit(
+                SandboxEvent(
+                    kind="monitoring_gap",
+                    ts=time.time(),
+                    detail={"reason": f"audit hook file not read: {exc}"},
+                )
+            )
             return
         if size > HOOK_MAX_BYTES:
-            self.emit(SandboxEvent(kind="monitoring_gap", ts=time.time(),
-                                   detail={"reason": "audit hook output cap", "size": size, "kept_bytes": len(data)}))
+            self.emit(
+                SandboxEvent(
+                    kind="monitoring_gap",
+                    ts=time.time(),
+                    detail={"reason": "audit hook output cap", "size": size, "kept_bytes": len(data)},
+                )
+            )
         lines = data.splitlines()
         for line in lines[:HOOK_MAX_EVENTS]:
             try:
@@ -211,14 +235,25 @@ class Session:
                 detail: dict[str, object] = {"mode": str(item.get("mode"))[:16]}
                 if len(path) > HOOK_MAX_PATH_CHARS:
                     detail.update(path_truncated=True, path_chars=len(path))
-                self.emit(SandboxEvent(kind="file_open", ts=float(item["ts"]), path=path[:HOOK_MAX_PATH_CHARS],
-                                       sandbox_reported=True, detail=detail))
+                self.emit(
+                    SandboxEvent(
+                        kind="file_open",
+                        ts=float(item["ts"]),
+                        path=path[:HOOK_MAX_PATH_CHARS],
+                        sandbox_reported=True,
+                        detail=detail,
+                    )
+                )
             except (ValueError, KeyError, TypeError):
                 continue
         if len(lines) > HOOK_MAX_EVENTS:
-            self.emit(SandboxEvent(kind="monitoring_gap", ts=time.time(),
-                                   detail={"reason": "audit hook event cap", "kept": HOOK_MAX_EVENTS,
-                                           "seen": len(lines)}))
+            self.emit(
+                SandboxEvent(
+                    kind="monitoring_gap",
+                    ts=time.time(),
+                    detail={"reason": "audit hook event cap", "kept": HOOK_MAX_EVENTS, "seen": len(lines)},
+                )
+            )
 
 
 class _NotPlain(Exception):
@@ -231,8 +266,9 @@ def _read_plain(directory: Path, name: str, cap: int) -> tuple[bytes, int]:
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
-                         dir_fd=dir_fd)
+            fd = os.open(
+                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd
+            )
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _NotPlain(f"{name} is a symlink") from None

@@ -31,8 +31,17 @@ VERIFY_TIMEOUT_S = 120.0  # the probe walks the visible filesystem
 DECOY_PROBE = "/data/holdout/labels.npy"
 # rw mounts allowed: the workspace, tmpfs, the hook file dir, kernel pseudo-fs, docker's /etc files, and
 # docker's root-owned /sys/fs/cgroup tmpfs (its controller mounts below it are read-only)
-RW_ALLOWED = ("/work", "/tmp", "/run/segfactory", "/dev", "/proc", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf",
-              "/sys/fs/cgroup")
+RW_ALLOWED = (
+    "/work",
+    "/tmp",
+    "/run/segfactory",
+    "/dev",
+    "/proc",
+    "/etc/hosts",
+    "/etc/hostname",
+    "/etc/resolv.conf",
+    "/sys/fs/cgroup",
+)
 EMPTY_CAPS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 
 
@@ -58,7 +67,9 @@ def _mount_entry(mountinfo: list[str], path: Path) -> tuple[str, str, str]:
     for line in mountinfo:
         fields = line.split()
         point = fields[4]
-        if (str(path) == point or str(path).startswith(point.rstrip("/") + "/")) and len(point) >= len(best[2]):
+        if (str(path) == point or str(path).startswith(point.rstrip("/") + "/")) and len(point) >= len(
+            best[2]
+        ):
             best = (fields[2], fields[3], point)
     return best
 
@@ -67,7 +78,7 @@ def _fs_relative(path: Path) -> tuple[str, str]:
     """``path`` as (device, path inside its filesystem), to recognise it in another namespace."""
     host = Path("/proc/self/mountinfo").read_text().splitlines()
     dev, root, point = _mount_entry(host, path)
-    rel = str(path)[len(point.rstrip("/")):] or "/"
+    rel = str(path)[len(point.rstrip("/")) :] or "/"
     return dev, (root.rstrip("/") + rel) if root != "/" else rel
 
 
@@ -101,8 +112,16 @@ def _limits_check(report: dict[str, Any], host: dict[str, object], limits: Limit
     whole = host.get("kind") != "rlimit"
     if not whole:  # opted out of a cgroup: memory by RLIMIT_DATA per process, which forks multiply
         ok = False
-    return VerifyCheck(name="limits", ok=ok, detail={"rlimits": report["rlimits"], "cgroup": cgroup,
-                                                      "whole_sandbox_memory": whole, "expected": limits.model_dump()})
+    return VerifyCheck(
+        name="limits",
+        ok=ok,
+        detail={
+            "rlimits": report["rlimits"],
+            "cgroup": cgroup,
+            "whole_sandbox_memory": whole,
+            "expected": limits.model_dump(),
+        },
+    )
 
 
 def _userns_check(report: dict[str, Any]) -> VerifyCheck:
@@ -120,37 +139,64 @@ def _gpu_check(report: dict[str, Any], assigned: list[int]) -> VerifyCheck:
 
     seen = report.get("gpus")
     if seen is None:  # a probe that did not look proves nothing
-        return VerifyCheck(name="gpus", ok=False, detail={"assigned": assigned, "problem": "the probe did not report"})
+        return VerifyCheck(
+            name="gpus", ok=False, detail={"assigned": assigned, "problem": "the probe did not report"}
+        )
     visible = list(seen.get("visible", []))
-    detail: dict[str, Any] = {"assigned": assigned, "visible": visible, "models": seen.get("models", {}),
-                              "cuda_visible_devices": seen.get("cuda_visible_devices")}
+    detail: dict[str, Any] = {
+        "assigned": assigned,
+        "visible": visible,
+        "models": seen.get("models", {}),
+        "cuda_visible_devices": seen.get("cuda_visible_devices"),
+    }
     if not assigned:
         here = len(host_gpus())
-        detail["note"] = (f"no GPU was assigned ({here} on this machine)" if here
-                          else "no GPU was assigned: this machine has no NVIDIA GPU")
+        detail["note"] = (
+            f"no GPU was assigned ({here} on this machine)"
+            if here
+            else "no GPU was assigned: this machine has no NVIDIA GPU"
+        )
     return VerifyCheck(name="gpus", ok=visible == sorted(assigned), detail=detail)
 
 
-def evaluate(report: dict[str, Any], result: SandboxResult, host_limits: dict[str, object],
-             limits: Limits, protected: list[Path], gpus: list[int] | None = None) -> list[VerifyCheck]:
+def evaluate(
+    report: dict[str, Any],
+    result: SandboxResult,
+    host_limits: dict[str, object],
+    limits: Limits,
+    protected: list[Path],
+    gpus: list[int] | None = None,
+) -> list[VerifyCheck]:
     """Every check, from the probe's report and the host's own observations; ``gpus`` are the
     device minors the spec assigned."""
     decoy_seen = any(e.kind == "protected_read_attempt" and e.path == DECOY_PROBE for e in result.events)
     return [
         check_mounts(report["mountinfo"], protected),
-        VerifyCheck(name="canary", ok=not report["canary_hits"],
-                    detail={"hits": report["canary_hits"], "files_scanned": report["files_scanned"]}),
-        VerifyCheck(name="network", ok=report["interfaces"] == ["lo"] and "connected" not in report["network"].values(),
-                    detail={"interfaces": report["interfaces"], "connect": report["network"]}),
+        VerifyCheck(
+            name="canary",
+            ok=not report["canary_hits"],
+            detail={"hits": report["canary_hits"], "files_scanned": report["files_scanned"]},
+        ),
+        VerifyCheck(
+            name="network",
+            ok=report["interfaces"] == ["lo"] and "connected" not in report["network"].values(),
+            detail={"interfaces": report["interfaces"], "connect": report["network"]},
+        ),
         VerifyCheck(name="docker_socket", ok=not report["docker_socket"], detail=report["docker_socket"]),
-        VerifyCheck(name="uid", ok=report["uid"] != 0 and report["euid"] != 0 and report["gid"] != 0,
-                    detail={"uid": report["uid"], "euid": report["euid"], "gid": report["gid"]}),
+        VerifyCheck(
+            name="uid",
+            ok=report["uid"] != 0 and report["euid"] != 0 and report["gid"] != 0,
+            detail={"uid": report["uid"], "euid": report["euid"], "gid": report["gid"]},
+        ),
         _caps_check(report["status"]),
         VerifyCheck(name="read_only_root", ok=not report["root_writable"], detail={"cwd": report["cwd"]}),
         _limits_check(report, host_limits, limits),
         _userns_check(report),
-        VerifyCheck(name="decoy_detection", ok=report["decoy_opened"] and decoy_seen,
-                    detail={"opened_inside": report["decoy_opened"], "seen_by_host": decoy_seen}),
+        VerifyCheck(
+            name="decoy_detection",
+            ok=report["decoy_opened"] and decoy_seen,
+            detail={"opened_inside": report["decoy_opened"], "seen_by_host": decoy_seen},
+        ),
         _gpu_check(report, list(gpus or [])),
     ]
 
@@ -170,7 +216,9 @@ def _protected_paths(home_dir: Path | None) -> tuple[list[Path], list[Path]]:
     return protected, vaults
 
 
-def verify_backend(backend: SandboxBackend, home: Path | None = None, gpus: list[int] | None = None) -> VerifyReport:
+def verify_backend(
+    backend: SandboxBackend, home: Path | None = None, gpus: list[int] | None = None
+) -> VerifyReport:
     """Run the probe in a real sandbox of ``backend`` and check everything it reads back.
 
     ``home`` (default: the resolved default home) adds its root to the protected dirs and, when
@@ -190,22 +238,40 @@ def verify_backend(backend: SandboxBackend, home: Path | None = None, gpus: list
         protected.append(scratch / "vault")
         with planted_canaries([scratch / "vault", *vaults]) as (name, content):
             digest = hashlib.sha256(content).hexdigest()
-            command = ["python", "-I", f"{INSIDE_TARGET}/probe.py", name, str(len(content)), digest, DECOY_PROBE]
-            spec = SandboxSpec(command=command, workspace=scratch / "work", timeout_s=VERIFY_TIMEOUT_S, gpus=assigned)
+            command = [
+                "python",
+                "-I",
+                f"{INSIDE_TARGET}/probe.py",
+                name,
+                str(len(content)),
+                digest,
+                DECOY_PROBE,
+            ]
+            spec = SandboxSpec(
+                command=command, workspace=scratch / "work", timeout_s=VERIFY_TIMEOUT_S, gpus=assigned
+            )
             result = backend.run(spec)
         checks = _checks_from(result, backend, protected, assigned)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return VerifyReport(backend=backend.name, ok=all(c.ok for c in checks), checks=checks,
-                        duration_s=round(time.monotonic() - start, 3))
+    return VerifyReport(
+        backend=backend.name,
+        ok=all(c.ok for c in checks),
+        checks=checks,
+        duration_s=round(time.monotonic() - start, 3),
+    )
 
 
-def _checks_from(result: SandboxResult, backend: SandboxBackend, protected: list[Path],
-                 gpus: list[int]) -> list[VerifyCheck]:
+def _checks_from(
+    result: SandboxResult, backend: SandboxBackend, protected: list[Path], gpus: list[int]
+) -> list[VerifyCheck]:
     try:
         report = json.loads(result.stdout.data)
     except ValueError:
-        detail = {"exit_code": result.exit_code, "stderr": result.stderr.data[-2000:].decode(errors="replace")}
+        detail = {
+            "exit_code": result.exit_code,
+            "stderr": result.stderr.data[-2000:].decode(errors="replace"),
+        }
         return [VerifyCheck(name="probe", ok=False, detail=detail)]
     gaps = [e.model_dump() for e in result.events if e.kind == "monitoring_gap"]
     checks = evaluate(report, result, backend.limit_evidence(), backend.policy.defaults, protected, gpus)

@@ -59,8 +59,14 @@ def host_gpus(info_root: Path = DRIVER_INFO) -> list[Gpu]:
     for folder in sorted(info_root.iterdir()):
         try:
             fields = _fields((folder / "information").read_text())
-            gpus.append(Gpu(minor=int(fields["Device Minor"]), uuid=fields["GPU UUID"], model=fields.get("Model", "?"),
-                            bus=folder.name))
+            gpus.append(
+                Gpu(
+                    minor=int(fields["Device Minor"]),
+                    uuid=fields["GPU UUID"],
+                    model=fields.get("Model", "?"),
+                    bus=folder.name,
+                )
+            )
         except (OSError, KeyError, ValueError):
             continue  # a GPU the driver does not describe fully is not one we can assign
     return sorted(gpus, key=lambda g: g.minor)
@@ -82,7 +88,10 @@ class GpuPlan:
         """The environment inside: the assigned UUIDs, in PCI order; nothing without GPUs."""
         if not self.gpus:
             return {}
-        return {"CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in self.gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        return {
+            "CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in self.gpus),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        }
 
     def nodes(self) -> list[Path]:
         """The device nodes bwrap binds: the present control nodes, then each assigned GPU's."""
@@ -103,15 +112,21 @@ class GpuPlan:
             return []
         from docker.types import DeviceRequest
 
-        return [DeviceRequest(driver="nvidia", device_ids=[g.uuid for g in self.gpus], capabilities=[["gpu"]])]
+        return [
+            DeviceRequest(driver="nvidia", device_ids=[g.uuid for g in self.gpus], capabilities=[["gpu"]])
+        ]
 
     def record(self) -> list[dict[str, Any]]:
         """What was bound, as plain data (minor, UUID, model per GPU)."""
         return [{"minor": g.minor, "uuid": g.uuid, "model": g.model} for g in self.gpus]
 
 
-def plan_gpus(assigned: list[int], available: list[Gpu] | None = None, dev: Path = DEV,
-              control_nodes: tuple[str, ...] = CONTROL_NODES) -> GpuPlan:
+def plan_gpus(
+    assigned: list[int],
+    available: list[Gpu] | None = None,
+    dev: Path = DEV,
+    control_nodes: tuple[str, ...] = CONTROL_NODES,
+) -> GpuPlan:
     """The plan for ``assigned`` minors; PolicyError for a GPU this host does not have or one
     named twice, naming what it has."""
     if not assigned:
@@ -123,7 +138,9 @@ def plan_gpus(assigned: list[int], available: list[Gpu] | None = None, dev: Path
     missing = [m for m in assigned if m not in by_minor]
     if missing:
         here = ", ".join(f"{g.minor} ({g.model})" for g in have) or "none: this machine has no NVIDIA GPU"
-        raise PolicyError(f"GPU {missing[0]} was assigned to the sandbox but is not on this machine; GPUs here: {here}")
+        raise PolicyError(
+            f"GPU {missing[0]} was assigned to the sandbox but is not on this machine; GPUs here: {here}"
+        )
     for minor in assigned:
         node = dev / f"nvidia{minor}"
         if not node.exists():

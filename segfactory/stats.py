@@ -133,7 +133,9 @@ def clopper_pearson_interval(k: int, n: int, alpha: float = DEFAULT_ALPHA) -> In
     return Interval(k / n, low, high, alpha)
 
 
-def benjamini_hochberg(pvalues: Sequence[float] | np.ndarray, q: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def benjamini_hochberg(
+    pvalues: Sequence[float] | np.ndarray, q: float = 0.05
+) -> tuple[np.ndarray, np.ndarray]:
     """Benjamini–Hochberg step-up procedure.
 
     Returns ``(rejected, adjusted)``: a boolean mask of discoveries at FDR ``q`` and the

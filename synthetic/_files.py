@@ -22,11 +22,20 @@ _MAGIC = {
     "jpeg": (b"\xff\xd8\xff",),
     "tiff": (b"II*\x00", b"MM\x00*"),
 }
-_EXPECTED = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".tif": "tiff", ".tiff": "tiff",
-             ".dcm": "dicom", ".dicom": "dicom"}
+_EXPECTED = {
+    ".png": "png",
+    ".jpg": "jpeg",
+    ".jpeg": "jpeg",
+    ".tif": "tiff",
+    ".tiff": "tiff",
+    ".dcm": "dicom",
+    ".dicom": "dicom",
+}
 _DICOM_MAGIC_AT = 128  # a DICOM file has a 128-byte preamble, then b"DICM"
-DICOM_HINT = ("install pydicom into segfactory's environment (`pip install 'segfactory[dicom]'`), or convert "
-              "each file to a 16-bit greyscale PNG first, e.g. with dcmtk: `dcm2pnm +on2 IN.dcm OUT.png`")
+DICOM_HINT = (
+    "install pydicom into segfactory's environment (`pip install 'segfactory[dicom]'`), or convert "
+    "each file to a 16-bit greyscale PNG first, e.g. with dcmtk: `dcm2pnm +on2 IN.dcm OUT.png`"
+)
 
 
 class BadFile(Exception):
@@ -38,7 +47,7 @@ def sniff(head: bytes) -> str:
     for kind, magics in _MAGIC.items():
         if any(head.startswith(m) for m in magics):
             return kind
-    if head[_DICOM_MAGIC_AT:_DICOM_MAGIC_AT + 4] == b"DICM":
+    if head[_DICOM_MAGIC_AT : _DICOM_MAGIC_AT + 4] == b"DICM":
         return "dicom"
     lowered = head[:512].lstrip().lower()
     if lowered.startswith((b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body")):
@@ -61,8 +70,10 @@ def _decode_tiff(path: Path) -> tuple[np.ndarray, int | None]:
         with tifffile.TiffFile(path) as tif:
             pages = len(tif.pages)
             if pages > 1:
-                raise BadFile(f"multi-page TIFF ({pages} pages); import takes one image per file: save each "
-                              "page as its own .tif (e.g. `tifffile` in Python, or ImageJ's Stack to Images)")
+                raise BadFile(
+                    f"multi-page TIFF ({pages} pages); import takes one image per file: save each "
+                    "page as its own .tif (e.g. `tifffile` in Python, or ImageJ's Stack to Images)"
+                )
             page = tif.pages.first
             array: np.ndarray = page.asarray()
             bits = int(page.bitspersample)
@@ -104,8 +115,10 @@ def _decode_dicom(path: Path) -> tuple[np.ndarray, int | None]:
     except BadFile:
         raise
     except Exception as exc:
-        raise BadFile(f"cannot decode DICOM ({type(exc).__name__}: {exc}); a compressed transfer syntax "
-                      f"needs its pydicom plugin (pylibjpeg), or {DICOM_HINT}") from None
+        raise BadFile(
+            f"cannot decode DICOM ({type(exc).__name__}: {exc}); a compressed transfer syntax "
+            f"needs its pydicom plugin (pylibjpeg), or {DICOM_HINT}"
+        ) from None
     return array, int(bits) if bits else None
 
 
@@ -117,7 +130,9 @@ def _decode_pil(path: Path) -> np.ndarray:
             img.load()
             if img.mode in ("RGB", "RGBA"):
                 rgb = np.asarray(img.convert("RGB"))
-                if not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 1], rgb[..., 2])):
+                if not (
+                    np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 1], rgb[..., 2])
+                ):
                     raise BadFile(f"colour image (mode {img.mode}); X-ray images must be greyscale")
                 return rgb[..., 0]
             if img.mode not in ("L", "I;16", "I;16B", "I", "1"):

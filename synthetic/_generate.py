@@ -25,7 +25,9 @@ from synthetic._voids import VoidPlacer, attenuation
 from synthetic.params import MAX_IMAGE_SIZE, MAX_N, GenParams
 from synthetic.splits import image_sha256, write_split
 
-GENERATOR_VERSION = "1.1.0"  # 1.1: table-based fast noise, real-arithmetic polygon contours (new arrays per seed)
+GENERATOR_VERSION = (
+    "1.1.0"  # 1.1: table-based fast noise, real-arithmetic polygon contours (new arrays per seed)
+)
 MIN_IMAGE_SIZE = 16  # pixels per side; smaller images cannot hold a part and a void
 PARALLEL_MIN_IMAGES = 512  # below this many images one process is faster than forking
 CHUNK_IMAGES = 256  # images per task handed to a worker
@@ -49,13 +51,19 @@ class GeneratedSet:
 
     def manifest(self, parent: str | None = None) -> dict[str, Any]:
         return {
-            "generator": "segfactory.synthetic", "generator_version": GENERATOR_VERSION,
-            "params": self.params.model_dump(mode="json"), "seed": self.seed_label,
-            "parent": parent, "kind": "synthetic", **self.extra,
+            "generator": "segfactory.synthetic",
+            "generator_version": GENERATOR_VERSION,
+            "params": self.params.model_dump(mode="json"),
+            "seed": self.seed_label,
+            "parent": parent,
+            "kind": "synthetic",
+            **self.extra,
         }
 
     def write(self, path: Path | str, parent: str | None = None) -> Path:
-        return write_split(path, self.images, self.masks, self.image_meta, self.defects, self.manifest(parent))
+        return write_split(
+            path, self.images, self.masks, self.image_meta, self.defects, self.manifest(parent)
+        )
 
 
 def _check_args(n: int, size: int) -> None:
@@ -73,12 +81,16 @@ def _silhouettes(params: GenParams) -> np.ndarray | None:
     return load_silhouettes(Path(str(params.idx_path)))
 
 
-def render_one(index: int, seed: int, size: int, params: GenParams, silhouettes: np.ndarray | None,
-               engine: str = "fast") -> tuple[np.ndarray, np.ndarray, dict[str, Any], list[dict[str, Any]]]:
+def render_one(
+    index: int, seed: int, size: int, params: GenParams, silhouettes: np.ndarray | None, engine: str = "fast"
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any], list[dict[str, Any]]]:
     """Image ``index`` of the set with this seed: (image, mask, image row, defect rows)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index,)))
-    part = (procedural_part(size, params, rng, engine) if silhouettes is None
-            else silhouette_part(silhouettes, size, params, rng))
+    part = (
+        procedural_part(size, params, rng, engine)
+        if silhouettes is None
+        else silhouette_part(silhouettes, size, params, rng)
+    )
     placer = VoidPlacer(part.thickness, params, rng, engine)
     if rng.random() < params.void_prob:
         for _ in range(int(rng.integers(params.count_min, params.count_max + 1))):
@@ -91,7 +103,9 @@ def render_one(index: int, seed: int, size: int, params: GenParams, silhouettes:
         row["image_id"] = index
     inside = np.count_nonzero(part.thickness)  # thickness >= 0: the pixels inside the part
     meta = {
-        "id": index, "sha256": image_sha256(image), **part.meta,
+        "id": index,
+        "sha256": image_sha256(image),
+        **part.meta,
         **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in acq.items()},
         "thickness": round(float(part.thickness.sum()) / inside if inside else 0.0, 4),
         "n_defects": len(placer.rows),
@@ -99,8 +113,16 @@ def render_one(index: int, seed: int, size: int, params: GenParams, silhouettes:
     return image, placer.mask, meta, placer.rows
 
 
-def _render_range(start: int, stop: int, seed: int, size: int, params: GenParams, engine: str,
-                  images: np.ndarray, masks: np.ndarray) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _render_range(
+    start: int,
+    stop: int,
+    seed: int,
+    size: int,
+    params: GenParams,
+    engine: str,
+    images: np.ndarray,
+    masks: np.ndarray,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     silhouettes = _silhouettes(params)
     metas, defects = [], []
     for i in range(start, stop):
@@ -115,8 +137,9 @@ _SHARED: dict[str, Any] = {}  # set in the parent before forking; read by the wo
 
 def _worker(task: tuple[int, int]) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
     s = _SHARED
-    metas, defects = _render_range(task[0], task[1], s["seed"], s["size"], s["params"], s["engine"],
-                                   s["images"], s["masks"])
+    metas, defects = _render_range(
+        task[0], task[1], s["seed"], s["size"], s["params"], s["engine"], s["images"], s["masks"]
+    )
     return task[0], metas, defects
 
 
@@ -126,8 +149,9 @@ def _shared_array(shape: tuple[int, ...], dtype: type) -> np.ndarray:
     return np.frombuffer(buffer, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
-def _generate_parallel(n: int, size: int, seed: int, params: GenParams, engine: str, workers: int,
-                       progress: Progress | None) -> tuple[np.ndarray, np.ndarray, list[Any], list[Any]]:
+def _generate_parallel(
+    n: int, size: int, seed: int, params: GenParams, engine: str, workers: int, progress: Progress | None
+) -> tuple[np.ndarray, np.ndarray, list[Any], list[Any]]:
     images = _shared_array((n, size, size), np.float32)
     masks = _shared_array((n, size, size), np.uint8)
     _SHARED.update(seed=seed, size=size, params=params, engine=engine, images=images, masks=masks)
@@ -146,9 +170,17 @@ def _generate_parallel(n: int, size: int, seed: int, params: GenParams, engine: 
     return images, masks, metas_all, defects_all  # shared-memory arrays, freed with the last reference
 
 
-def generate(n: int, size: int, seed: int, params: GenParams | None = None, *,
-             workers: int | None = None, progress: Progress | None = None,
-             seed_label: str | None = None, engine: Engine = "fast") -> GeneratedSet:
+def generate(
+    n: int,
+    size: int,
+    seed: int,
+    params: GenParams | None = None,
+    *,
+    workers: int | None = None,
+    progress: Progress | None = None,
+    seed_label: str | None = None,
+    engine: Engine = "fast",
+) -> GeneratedSet:
     """Draw ``n`` images of ``size`` x ``size`` pixels from ``seed``.
 
     ``workers`` defaults to every core (forked processes); results do not depend on it. From a

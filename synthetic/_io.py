@@ -80,15 +80,25 @@ def _component_rows(index: int, image: np.ndarray, mask: np.ndarray) -> list[dic
         area = int(inside.sum())
         v, r = float(image[inside].mean()), float(image[grown].mean()) if grown.any() else math.nan
         contrast = abs(v - r) / (v + r) if grown.any() and v + r > 0 else None
-        rows.append({"image_id": index, "area": area, "diameter": round(2 * math.sqrt(area / math.pi), 4),
-                     "contrast": None if contrast is None else round(contrast, 6), "thickness": None,
-                     "noise": None, "shape": "unknown", "bbox": [y0, x0, y1, x1],
-                     "edge": y0 == 0 or x0 == 0 or y1 == h or x1 == w})
+        rows.append(
+            {
+                "image_id": index,
+                "area": area,
+                "diameter": round(2 * math.sqrt(area / math.pi), 4),
+                "contrast": None if contrast is None else round(contrast, 6),
+                "thickness": None,
+                "noise": None,
+                "shape": "unknown",
+                "bbox": [y0, x0, y1, x1],
+                "edge": y0 == 0 or x0 == 0 or y1 == h or x1 == w,
+            }
+        )
     return rows
 
 
-def import_folder(src: Path, out: Path, kind: ImportKind = "imported",
-                  request: MappingRequest | None = None) -> dict[str, Any]:
+def import_folder(
+    src: Path, out: Path, kind: ImportKind = "imported", request: MappingRequest | None = None
+) -> dict[str, Any]:
     """Import ``src`` (import layout) as a split folder at ``out``; DataError lists every bad file.
 
     ``request`` picks the intensity mapping (default: the detected bit depth). The summary
@@ -101,28 +111,51 @@ def import_folder(src: Path, out: Path, kind: ImportKind = "imported",
     if not report.ok:
         listed = "; ".join(f"{p.file}: {p.message}" for p in report.problems[:MAX_LISTED])
         hint = f"; intensity mapping: {'; '.join(report.warnings)}" if report.warnings else ""
-        raise DataError(f"import refused, nothing written: {len(report.problems)} problem(s) in {src}: {listed}{hint}")
+        raise DataError(
+            f"import refused, nothing written: {len(report.problems)} problem(s) in {src}: {listed}{hint}"
+        )
     stems = list(loaded)
     mapping = import_mapping(loaded, request)
     images = np.stack([mapping.apply(loaded[s].pixels) for s in stems])
-    masks = np.stack([m if (m := loaded[s].mask) is not None else np.zeros(images.shape[1:], np.uint8)
-                      for s in stems])
+    masks = np.stack(
+        [m if (m := loaded[s].mask) is not None else np.zeros(images.shape[1:], np.uint8) for s in stems]
+    )
     metas, defects = [], []
     for i, stem in enumerate(stems):
         container = 8 * loaded[stem].pixels.dtype.itemsize
-        metas.append({"id": i, "sha256": image_sha256(images[i]), "source": stem,
-                      "bit_depth": mapping.depth_of(container), "container_bits": container})
+        metas.append(
+            {
+                "id": i,
+                "sha256": image_sha256(images[i]),
+                "source": stem,
+                "bit_depth": mapping.depth_of(container),
+                "container_bits": container,
+            }
+        )
         if kind != "unlabelled":
             defects.extend(_component_rows(i, images[i], masks[i]))
-    stats = set_stats(images, masks if kind != "unlabelled" else None,
-                      content_hash(images, masks, metas, defects))
-    manifest = {"generator": None, "kind": kind, "source": str(src.resolve()), "parent": None,
-                "intensity_mapping": mapping.model_dump(mode="json"), "import_warnings": report.warnings,
-                "intensity": stats.model_dump(mode="json")}
+    stats = set_stats(
+        images, masks if kind != "unlabelled" else None, content_hash(images, masks, metas, defects)
+    )
+    manifest = {
+        "generator": None,
+        "kind": kind,
+        "source": str(src.resolve()),
+        "parent": None,
+        "intensity_mapping": mapping.model_dump(mode="json"),
+        "import_warnings": report.warnings,
+        "intensity": stats.model_dump(mode="json"),
+    }
     write_split(out, images, masks, metas, defects, manifest)
-    return {"out": str(out), "count": len(stems), "kind": kind, "n_defects": len(defects),
-            "intensity_mapping": mapping.model_dump(mode="json"), "warnings": report.warnings,
-            "range": [float(images.min()), float(images.max())]}
+    return {
+        "out": str(out),
+        "count": len(stems),
+        "kind": kind,
+        "n_defects": len(defects),
+        "intensity_mapping": mapping.model_dump(mode="json"),
+        "warnings": report.warnings,
+        "range": [float(images.min()), float(images.max())],
+    }
 
 
 REAL_DEV = "real-dev"  # host-side part of a real import: realism checks, blind test, top-up CI measure
@@ -140,9 +173,11 @@ def _real_parts(split_dir: Path, dev_fraction: float, seed: int) -> dict[str, np
     for name, idx in parts.items():
         voids = sum(1 for d in split.defects if d["image_id"] in set(idx.tolist()))
         if voids < MIN_REAL_VOIDS:
-            raise DataError(f"real set too small: its {name} part holds {voids} labelled voids, the minimum "
-                            f"support is {MIN_REAL_VOIDS}; {len(split)} images with {len(split.defects)} voids "
-                            f"were given, add more labelled images")
+            raise DataError(
+                f"real set too small: its {name} part holds {voids} labelled voids, the minimum "
+                f"support is {MIN_REAL_VOIDS}; {len(split)} images with {len(split.defects)} voids "
+                f"were given, add more labelled images"
+            )
     return parts
 
 
@@ -155,12 +190,20 @@ def _write_part(split_dir: Path, idx: np.ndarray, out: Path, extra: dict[str, An
     for key in ("files", "content_hash", "count", "shape", "n_defects", "manifest_version"):
         manifest.pop(key, None)
     images, masks = split.images[idx], split.masks[idx]
-    manifest["intensity"] = set_stats(images, masks, content_hash(images, masks, metas, defects)).model_dump(mode="json")
+    manifest["intensity"] = set_stats(images, masks, content_hash(images, masks, metas, defects)).model_dump(
+        mode="json"
+    )
     write_split(out, images, masks, metas, defects, manifest)
 
 
-def import_real(src: Path, out: Path, *, dev_fraction: float = REAL_DEV_FRACTION, seed: int = 0,
-                request: MappingRequest | None = None) -> dict[str, Any]:
+def import_real(
+    src: Path,
+    out: Path,
+    *,
+    dev_fraction: float = REAL_DEV_FRACTION,
+    seed: int = 0,
+    request: MappingRequest | None = None,
+) -> dict[str, Any]:
     """Import labelled real images into ``out/real-dev`` (host side) and ``out/holdout`` (vault).
 
     ``real-dev`` is for the host's realism checks and people only: never mount it into a
@@ -174,14 +217,18 @@ def import_real(src: Path, out: Path, *, dev_fraction: float = REAL_DEV_FRACTION
         raise DataError(f"{out} already exists; choose a new --out")
     masks_dir = src / "masks"
     if not masks_dir.is_dir() or not any(masks_dir.iterdir()):
-        raise DataError(f"real set {src} has no masks ({masks_dir} is missing or empty); a real set must be "
-                        f"labelled: masks/<stem>.png beside images/<stem>.*, non-zero = void")
+        raise DataError(
+            f"real set {src} has no masks ({masks_dir} is missing or empty); a real set must be "
+            f"labelled: masks/<stem>.png beside images/<stem>.*, non-zero = void"
+        )
     marker = src / STAND_IN_FILE
     extra: dict[str, Any] = {"kind": "real"}
     if marker.is_file():
         import json
 
-        extra.update(stand_in=True, stand_in_note=json.loads(marker.read_text()).get("note", "synthetic stand-in"))
+        extra.update(
+            stand_in=True, stand_in_note=json.loads(marker.read_text()).get("note", "synthetic stand-in")
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -196,6 +243,14 @@ def import_real(src: Path, out: Path, *, dev_fraction: float = REAL_DEV_FRACTION
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     counts = {name: int(len(idx)) for name, idx in parts.items()}
-    return {"out": str(out), "kind": "real", "stand_in": bool(extra.get("stand_in", False)),
-            "real_dev": str(out / REAL_DEV), "holdout": str(out / REAL_HOLDOUT), "counts": counts,
-            "intensity_mapping": whole["intensity_mapping"], "warnings": whole["warnings"], "range": whole["range"]}
+    return {
+        "out": str(out),
+        "kind": "real",
+        "stand_in": bool(extra.get("stand_in", False)),
+        "real_dev": str(out / REAL_DEV),
+        "holdout": str(out / REAL_HOLDOUT),
+        "counts": counts,
+        "intensity_mapping": whole["intensity_mapping"],
+        "warnings": whole["warnings"],
+        "range": whole["range"],
+    }

@@ -88,9 +88,17 @@ def _unit_path(ellipses: np.ndarray, y0: int, x0: int, y1: int, x1: int) -> np.n
 
 
 @njit(cache=True)
-def place_kernel(ellipses: np.ndarray, thickness: np.ndarray, mask: np.ndarray, path: np.ndarray,
-                 contrast: float, mu: float, bh: float, max_depth_fraction: float, min_wall: float
-                 ) -> tuple[bool, int, int, int, int, int, float, float]:  # pragma: no cover
+def place_kernel(
+    ellipses: np.ndarray,
+    thickness: np.ndarray,
+    mask: np.ndarray,
+    path: np.ndarray,
+    contrast: float,
+    mu: float,
+    bh: float,
+    max_depth_fraction: float,
+    min_wall: float,
+) -> tuple[bool, int, int, int, int, int, float, float]:  # pragma: no cover
     """Render a union of ellipsoids into ``path``/``mask`` if it fits; returns
     (placed, y0, x0, y1, x1, area, depth, wall thickness at the deepest point)."""
     size = thickness.shape[0]
@@ -132,8 +140,9 @@ def place_kernel(ellipses: np.ndarray, thickness: np.ndarray, mask: np.ndarray, 
 
 
 @njit(cache=True)
-def polygon_level(size: int, frame: np.ndarray, r0: np.float32, amps: np.ndarray, cps: np.ndarray,
-                  sps: np.ndarray) -> np.ndarray:  # pragma: no cover
+def polygon_level(
+    size: int, frame: np.ndarray, r0: np.float32, amps: np.ndarray, cps: np.ndarray, sps: np.ndarray
+) -> np.ndarray:  # pragma: no cover
     """``synthetic._parts.level_numpy`` of a polygon, operation for operation (same float32 bits).
 
     ``frame`` = [cy, cx, cos theta, sin theta]; ``cps``/``sps`` the harmonics' phase cos/sin.
@@ -165,8 +174,9 @@ def polygon_level(size: int, frame: np.ndarray, r0: np.float32, amps: np.ndarray
 
 
 @njit(cache=True)
-def part_thickness(level: np.ndarray, t0: np.float32, gradient: np.ndarray, ramp: np.float32,
-                   ribs: np.ndarray) -> np.ndarray:  # pragma: no cover
+def part_thickness(
+    level: np.ndarray, t0: np.float32, gradient: np.ndarray, ramp: np.float32, ribs: np.ndarray
+) -> np.ndarray:  # pragma: no cover
     """``synthetic._parts.thickness_numpy`` after the level, operation for operation (float64 out).
 
     ``gradient`` = [gy, gx]; ``ribs`` rows = [cy, cx, cos, sin, half width, amplitude * t0].
@@ -202,8 +212,9 @@ def normal_table() -> np.ndarray:
     0.3 s import."""
     cells = 1 << NORMAL_TABLE_BITS
     inv_cdf = NormalDist().inv_cdf
-    table = np.array([inv_cdf(min(max(k / cells, 0.5 / cells), 1.0 - 0.5 / cells)) for k in range(cells + 1)],
-                     np.float32)
+    table = np.array(
+        [inv_cdf(min(max(k / cells, 0.5 / cells), 1.0 - 0.5 / cells)) for k in range(cells + 1)], np.float32
+    )
     table.flags.writeable = False
     return table
 
@@ -232,9 +243,9 @@ def _blur(src: np.ndarray, weights: np.ndarray, out: np.ndarray, tmp: np.ndarray
                 tmp[i, j] += wk * row[j]
     pad = np.empty(w + 2 * r, np.float32)
     for i in range(h):
-        pad[r:r + w] = tmp[i]
+        pad[r : r + w] = tmp[i]
         pad[:r] = tmp[i, 0]
-        pad[r + w:] = tmp[i, w - 1]
+        pad[r + w :] = tmp[i, w - 1]
         out[i, :] = 0.0
         for k in range(2 * r + 1):
             wk = weights[k]
@@ -251,8 +262,16 @@ def _normal(bits: np.uint64, table: np.ndarray) -> np.float32:  # pragma: no cov
 
 
 @njit(cache=True)
-def expose_kernel(e: np.ndarray, field: np.ndarray, weights: np.ndarray, raw: np.ndarray, table: np.ndarray,
-                  acq: np.ndarray, out: np.ndarray, lam: np.ndarray) -> int:  # pragma: no cover
+def expose_kernel(
+    e: np.ndarray,
+    field: np.ndarray,
+    weights: np.ndarray,
+    raw: np.ndarray,
+    table: np.ndarray,
+    acq: np.ndarray,
+    out: np.ndarray,
+    lam: np.ndarray,
+) -> int:  # pragma: no cover
     """``out`` = the normalised reading of a transmission ``e = exp(-A)`` (float32 (H, W) arrays).
 
     ``acq`` = [scatter, dose, gain, offset, read noise, normalisation, low-count threshold]. ``raw`` holds one uint64 per two pixels (empty: no noise). Writes the
@@ -260,7 +279,15 @@ def expose_kernel(e: np.ndarray, field: np.ndarray, weights: np.ndarray, raw: np
     redraws those with Poisson counts.
     """
     h, w = e.shape
-    scatter, dose, gain, offset, read, scale, threshold = acq[0], acq[1], acq[2], acq[3], acq[4], acq[5], acq[6]
+    scatter, dose, gain, offset, read, scale, threshold = (
+        acq[0],
+        acq[1],
+        acq[2],
+        acq[3],
+        acq[4],
+        acq[5],
+        acq[6],
+    )
     one = np.float32(1.0)
     for i in range(h):
         for j in range(w):
@@ -285,12 +312,35 @@ def expose_kernel(e: np.ndarray, field: np.ndarray, weights: np.ndarray, raw: np
 def warm_up() -> None:
     """Load (or compile once) the kernels; call before forking workers."""
     thickness = np.full((16, 16), 10.0)
-    place_kernel(np.array([[8.0, 8.0, 3.0, 2.0, 0.3]]), thickness, np.zeros((16, 16), np.uint8),
-                 np.zeros((16, 16)), 0.1, 0.08, 0.01, 0.8, 1.0)
+    place_kernel(
+        np.array([[8.0, 8.0, 3.0, 2.0, 0.3]]),
+        thickness,
+        np.zeros((16, 16), np.uint8),
+        np.zeros((16, 16)),
+        0.1,
+        0.08,
+        0.01,
+        0.8,
+        1.0,
+    )
     f32 = np.float32
     frame, harmonics = np.ones(4, f32), np.zeros(4, f32)
-    part_thickness(polygon_level(16, frame, f32(5.0), harmonics, harmonics, harmonics), f32(10.0),
-                   np.zeros(2, f32), f32(0.1), np.ones((1, 6), f32))
+    part_thickness(
+        polygon_level(16, frame, f32(5.0), harmonics, harmonics, harmonics),
+        f32(10.0),
+        np.zeros(2, f32),
+        f32(0.1),
+        np.ones((1, 6), f32),
+    )
     out, lam = np.ones((16, 16), np.float32), np.ones((16, 16), np.float32)
     acq = np.array([0.01, 500.0, 1.0, 0.01, 3.0, 1 / 650.0, 30.0], np.float32)
-    expose_kernel(out.copy(), np.ones((16, 16)), gaussian_weights(1.0), np.zeros(128, np.uint64), normal_table(), acq, out, lam)
+    expose_kernel(
+        out.copy(),
+        np.ones((16, 16)),
+        gaussian_weights(1.0),
+        np.zeros(128, np.uint64),
+        normal_table(),
+        acq,
+        out,
+        lam,
+    )

@@ -95,7 +95,7 @@ def level_numpy(spec: PartSpec, size: int) -> np.ndarray:
         a, b, n = (np.float32(x) for x in spec.shape[3:6])
         out: np.ndarray = (np.abs(u / a) ** n + np.abs(v / b) ** n) ** (np.float32(1) / n)
         return out
-    r0, amps, phases = spec.shape[3], spec.shape[4:4 + HARMONICS], spec.shape[4 + HARMONICS:]
+    r0, amps, phases = spec.shape[3], spec.shape[4 : 4 + HARMONICS], spec.shape[4 + HARMONICS :]
     r = np.sqrt(u * u + v * v)  # not np.hypot: 10x slower here
     rr = np.maximum(r, np.float32(1e-6))
     c1, s1 = u / rr, v / rr  # cos and sin of the polar angle: no arctan2, no cos per pixel
@@ -116,8 +116,11 @@ def thickness_numpy(spec: PartSpec, size: int) -> tuple[np.ndarray, np.ndarray]:
     level = level_numpy(spec, size)
     inside = np.clip((f32(1) - level) / f32(EDGE_RAMP), f32(0), f32(1))
     half = f32(size / 2)
-    thickness = f32(spec.t0) * inside * (f32(1) + f32(spec.gradient[0]) * (yy - half)
-                                         + f32(spec.gradient[1]) * (xx - half))
+    thickness = (
+        f32(spec.t0)
+        * inside
+        * (f32(1) + f32(spec.gradient[0]) * (yy - half) + f32(spec.gradient[1]) * (xx - half))
+    )
     for rib in spec.ribs:
         u, _ = _rotate(rib, size)
         d = np.abs(u) / f32(rib[3])
@@ -139,10 +142,15 @@ def thickness_fast(spec: PartSpec, size: int) -> tuple[np.ndarray, np.ndarray]:
     if spec.kind == 0:
         level = level_numpy(spec, size)
     else:
-        phases = spec.shape[4 + HARMONICS:]
-        level = polygon_level(size, np.array(_frame(spec.shape), f32), f32(spec.shape[3]),
-                              spec.shape[4:4 + HARMONICS].astype(f32), np.cos(phases).astype(f32),
-                              np.sin(phases).astype(f32))
+        phases = spec.shape[4 + HARMONICS :]
+        level = polygon_level(
+            size,
+            np.array(_frame(spec.shape), f32),
+            f32(spec.shape[3]),
+            spec.shape[4 : 4 + HARMONICS].astype(f32),
+            np.cos(phases).astype(f32),
+            np.sin(phases).astype(f32),
+        )
     ribs = np.array([[*_frame(rib), rib[3], rib[4] * spec.t0] for rib in spec.ribs], f32).reshape(-1, 6)
     thickness = part_thickness(level, f32(spec.t0), spec.gradient.astype(f32), f32(EDGE_RAMP), ribs)
     return thickness, level
@@ -159,7 +167,12 @@ def cut_cores(thickness: np.ndarray, level: np.ndarray, rng: np.random.Generator
         cy, cx = divmod(int(inner[rng.integers(len(inner))]), size)
         r = rng.uniform(0.04, 0.12) * size
         reach = int(np.ceil(r * (1 + CORE_CHAMFER))) + 1
-        y0, y1, x0, x1 = max(0, cy - reach), min(size, cy + reach + 1), max(0, cx - reach), min(size, cx + reach + 1)
+        y0, y1, x0, x1 = (
+            max(0, cy - reach),
+            min(size, cy + reach + 1),
+            max(0, cx - reach),
+            min(size, cx + reach + 1),
+        )
         dy = np.arange(y0, y1, dtype=np.float64)[:, None] - cy
         dx = np.arange(x0, x1, dtype=np.float64)[None, :] - cx
         thickness[y0:y1, x0:x1] *= np.clip((np.sqrt(dy * dy + dx * dx) / r - 1.0) / CORE_CHAMFER, 0.0, 1.0)
@@ -173,8 +186,10 @@ def procedural_part(size: int, params: GenParams, rng: np.random.Generator, engi
     cores = cut_cores(thickness, level, rng)
     np.maximum(thickness, 0.0, out=thickness)
     kind = "superellipse" if spec.kind == 0 else "polygon"
-    return Part(thickness, {"part": kind, "thickness_nominal": round(spec.t0, 4), "ribs": len(spec.ribs),
-                            "cores": cores})
+    return Part(
+        thickness,
+        {"part": kind, "thickness_nominal": round(spec.t0, 4), "ribs": len(spec.ribs), "cores": cores},
+    )
 
 
 def silhouette_part(silhouettes: np.ndarray, size: int, params: GenParams, rng: np.random.Generator) -> Part:
@@ -185,10 +200,14 @@ def silhouette_part(silhouettes: np.ndarray, size: int, params: GenParams, rng: 
     yy, xx = grid(size)
     scale = src.shape[0] / (size * rng.uniform(0.8, 1.0))
     shift = rng.uniform(-0.05, 0.05, 2) * size
-    coords = [(yy - size / 2 - shift[0]) * scale + src.shape[0] / 2 - 0.5,
-              (xx - size / 2 - shift[1]) * scale + src.shape[1] / 2 - 0.5]
+    coords = [
+        (yy - size / 2 - shift[0]) * scale + src.shape[0] / 2 - 0.5,
+        (xx - size / 2 - shift[1]) * scale + src.shape[1] / 2 - 0.5,
+    ]
     value = map_coordinates(src, coords, order=1, mode="constant", cval=0.0)
     t0 = float(rng.uniform(params.thickness_min, params.thickness_max))
     inside = np.clip((value - 0.05) / 0.15, 0.0, 1.0)
     thickness = t0 * inside * (0.4 + 0.6 * value)
-    return Part(thickness, {"part": "fashion-mnist", "thickness_nominal": round(t0, 4), "ribs": 0, "cores": 0})
+    return Part(
+        thickness, {"part": "fashion-mnist", "thickness_nominal": round(t0, 4), "ribs": 0, "cores": 0}
+    )

@@ -85,8 +85,13 @@ def photon_counts(lam: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return counts
 
 
-def expose(t_eff: np.ndarray, acq: dict[str, Any], rng: np.random.Generator, engine: str = "numpy",
-           noise: bool = True) -> np.ndarray:
+def expose(
+    t_eff: np.ndarray,
+    acq: dict[str, Any],
+    rng: np.random.Generator,
+    engine: str = "numpy",
+    noise: bool = True,
+) -> np.ndarray:
     """The normalised detector image (float32, [0, 1]) of an effective thickness map.
 
     ``engine`` "numpy" runs the float64 reference (``expose_numpy``), "fast" the float32 pass
@@ -98,8 +103,9 @@ def expose(t_eff: np.ndarray, acq: dict[str, Any], rng: np.random.Generator, eng
     return expose_numpy(t_eff, field, acq, rng, noise)
 
 
-def expose_fast(t_eff: np.ndarray, field: np.ndarray, acq: dict[str, Any], rng: np.random.Generator,
-                noise: bool = True) -> np.ndarray:
+def expose_fast(
+    t_eff: np.ndarray, field: np.ndarray, acq: dict[str, Any], rng: np.random.Generator, noise: bool = True
+) -> np.ndarray:
     """The exposure pass in float32: numpy's SIMD ``exp``, then one fused compiled pass.
 
     Above ``GAUSS_MIN_COUNTS`` photon and read noise are independent Gaussians, so their sum is
@@ -119,16 +125,19 @@ def expose_fast(t_eff: np.ndarray, field: np.ndarray, acq: dict[str, Any], rng: 
     out, lam = np.empty_like(e), np.empty_like(e)
     raw = rng.bit_generator.random_raw((out.size + 1) // 2) if noise else np.empty(0, np.uint64)
     scale = 1.0 / (FULL_SCALE * acq["dose"])
-    settings = np.array([acq["scatter"], acq["dose"], acq["gain"], acq["offset"],
-                         acq["read_noise"], scale, GAUSS_MIN_COUNTS], np.float32)
+    settings = np.array(
+        [acq["scatter"], acq["dose"], acq["gain"], acq["offset"], acq["read_noise"], scale, GAUSS_MIN_COUNTS],
+        np.float32,
+    )
     low = expose_kernel(e, field, gaussian_weights(acq["blur"]), raw, normal_table(), settings, out, lam)
     if noise and low:
         _poisson_low(out, lam, acq, rng, f32(scale))
     return out
 
 
-def _poisson_low(out: np.ndarray, lam: np.ndarray, acq: dict[str, Any], rng: np.random.Generator,
-                 scale: np.float32) -> None:
+def _poisson_low(
+    out: np.ndarray, lam: np.ndarray, acq: dict[str, Any], rng: np.random.Generator, scale: np.float32
+) -> None:
     """Redraw the pixels below GAUSS_MIN_COUNTS with Poisson counts plus read noise."""
     f32 = np.float32
     low = lam < f32(GAUSS_MIN_COUNTS)
@@ -138,8 +147,9 @@ def _poisson_low(out: np.ndarray, lam: np.ndarray, acq: dict[str, Any], rng: np.
     out[low] = np.clip(reading * scale, f32(0), f32(1))
 
 
-def expose_numpy(t_eff: np.ndarray, field: np.ndarray, acq: dict[str, Any], rng: np.random.Generator,
-                 noise: bool = True) -> np.ndarray:
+def expose_numpy(
+    t_eff: np.ndarray, field: np.ndarray, acq: dict[str, Any], rng: np.random.Generator, noise: bool = True
+) -> np.ndarray:
     """The numpy reference of the exposure pass (see the module docstring)."""
     from scipy.ndimage import gaussian_filter  # here, not at the top: a 0.3 s import the fast engine skips
 

@@ -83,8 +83,9 @@ def _union_box(ellipses: list[Ellipse], size: int) -> tuple[int, int, int, int] 
     return (y0, x0, y1, x1) if y1 > y0 and x1 > x0 else None
 
 
-def render_path(ellipses: list[Ellipse], depth: float, size: int
-                ) -> tuple[tuple[int, int, int, int], np.ndarray] | None:
+def render_path(
+    ellipses: list[Ellipse], depth: float, size: int
+) -> tuple[tuple[int, int, int, int], np.ndarray] | None:
     """(bbox, path length over the bbox) of a union of ellipsoids; None if no pixel is inside."""
     box = _union_box(ellipses, size)
     if box is None:
@@ -98,7 +99,7 @@ def render_path(ellipses: list[Ellipse], depth: float, size: int
     if len(rows) == 0:
         return None
     tight = (y0 + int(rows.min()), x0 + int(cols.min()), y0 + int(rows.max()) + 1, x0 + int(cols.max()) + 1)
-    sub = path[tight[0] - y0:tight[2] - y0, tight[1] - x0:tight[3] - x0]
+    sub = path[tight[0] - y0 : tight[2] - y0, tight[1] - x0 : tight[3] - x0]
     return tight, sub
 
 
@@ -117,7 +118,9 @@ def _shrinkage(cy: float, cx: float, extent: float, rng: np.random.Generator) ->
         direction += rng.normal(0.0, 0.7)
         length = extent * rng.uniform(0.3, 0.6)
         ey, ex = sy + length * math.sin(direction), sx + length * math.cos(direction)
-        parts.append(Ellipse((sy + ey) / 2, (sx + ex) / 2, length / 2 + 0.6, rng.uniform(0.6, 1.1), direction))
+        parts.append(
+            Ellipse((sy + ey) / 2, (sx + ex) / 2, length / 2 + 0.6, rng.uniform(0.6, 1.1), direction)
+        )
         ends.append((ey, ex))
     return parts
 
@@ -125,7 +128,9 @@ def _shrinkage(cy: float, cx: float, extent: float, rng: np.random.Generator) ->
 class VoidPlacer:
     """Places voids in one image's wall without overlap and renders them."""
 
-    def __init__(self, thickness: np.ndarray, params: GenParams, rng: np.random.Generator, engine: str = "numpy"):
+    def __init__(
+        self, thickness: np.ndarray, params: GenParams, rng: np.random.Generator, engine: str = "numpy"
+    ):
         self.engine = engine
         self.thickness = thickness
         self.size = thickness.shape[0]
@@ -138,7 +143,7 @@ class VoidPlacer:
 
     def _free(self, box: tuple[int, int, int, int]) -> bool:
         y0, x0, y1, x1 = box
-        return not self.mask[max(0, y0 - 1):y1 + 1, max(0, x0 - 1):x1 + 1].any()
+        return not self.mask[max(0, y0 - 1) : y1 + 1, max(0, x0 - 1) : x1 + 1].any()
 
     def _centre(self) -> tuple[float, float] | None:
         if len(self._walls) == 0:
@@ -155,20 +160,36 @@ class VoidPlacer:
         p = self.params
         table = np.array([[e.cy, e.cx, e.a, e.b, e.angle] for e in ellipses])
         ok, y0, x0, y1, x1, area, depth, t_local = place_kernel(
-            table, self.thickness, self.mask, self.path, contrast, p.mu, p.beam_hardening, MAX_DEPTH_FRACTION,
-            MIN_WALL_MM)
+            table,
+            self.thickness,
+            self.mask,
+            self.path,
+            contrast,
+            p.mu,
+            p.beam_hardening,
+            MAX_DEPTH_FRACTION,
+            MIN_WALL_MM,
+        )
         if ok:
             self._record(shape, (y0, x0, y1, x1), area, depth, t_local)
         return bool(ok)
 
-    def _record(self, shape: str, box: tuple[int, int, int, int], area: int, depth: float, t_local: float) -> None:
+    def _record(
+        self, shape: str, box: tuple[int, int, int, int], area: int, depth: float, t_local: float
+    ) -> None:
         y0, x0, y1, x1 = box
-        self.rows.append({
-            "area": area, "diameter": round(2.0 * math.sqrt(area / math.pi), 4),
-            "contrast": round(contrast_of(depth, t_local, self.params), 6),
-            "depth": round(depth, 4), "thickness": round(t_local, 4), "shape": shape,
-            "bbox": [y0, x0, y1, x1], "edge": y0 == 0 or x0 == 0 or y1 == self.size or x1 == self.size,
-        })
+        self.rows.append(
+            {
+                "area": area,
+                "diameter": round(2.0 * math.sqrt(area / math.pi), 4),
+                "contrast": round(contrast_of(depth, t_local, self.params), 6),
+                "depth": round(depth, 4),
+                "thickness": round(t_local, 4),
+                "shape": shape,
+                "bbox": [y0, x0, y1, x1],
+                "edge": y0 == 0 or x0 == 0 or y1 == self.size or x1 == self.size,
+            }
+        )
 
     def place_numpy(self, shape: str, ellipses: list[Ellipse], contrast: float) -> bool:
         """The numpy reference of ``place`` (the fast engine runs synthetic._kernels.place_kernel)."""
@@ -183,7 +204,9 @@ class VoidPlacer:
             return False
         iy, ix = np.unravel_index(int(np.argmax(unit)), unit.shape)
         t_local = float(self.thickness[y0 + iy, x0 + ix])  # wall at the void's deepest point
-        depth = min(depth_for_contrast(contrast, t_local, self.params), MAX_DEPTH_FRACTION * float(wall.min()))
+        depth = min(
+            depth_for_contrast(contrast, t_local, self.params), MAX_DEPTH_FRACTION * float(wall.min())
+        )
         self.path[y0:y1, x0:x1] = np.maximum(self.path[y0:y1, x0:x1], depth * unit)
         self.mask[y0:y1, x0:x1] |= inside.astype(np.uint8)
         self._record(shape, box, int(inside.sum()), depth, t_local)
@@ -222,6 +245,9 @@ class VoidPlacer:
             diameter = rng.uniform(p.diameter_min, small)
             for _ in range(PLACEMENT_TRIES // 3):
                 cy, cx = centre[0] + rng.normal(0, spread), centre[1] + rng.normal(0, spread)
-                if 0 <= cy < self.size and 0 <= cx < self.size and self.place(
-                        "cluster", _pore(cy, cx, diameter, rng), contrast * rng.uniform(0.8, 1.0)):
+                if (
+                    0 <= cy < self.size
+                    and 0 <= cx < self.size
+                    and self.place("cluster", _pore(cy, cx, diameter, rng), contrast * rng.uniform(0.8, 1.0))
+                ):
                     break

@@ -64,7 +64,9 @@ def _ids(indices: np.ndarray, names: list[str] | None = None) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def image_problems(report: CheckReport, file: str, images: np.ndarray, names: list[str] | None = None) -> None:
+def image_problems(
+    report: CheckReport, file: str, images: np.ndarray, names: list[str] | None = None
+) -> None:
     """NaN/inf, out-of-range, blank and saturated images in a float (N, H, W) stack.
 
     Findings list image ids (stack positions), or ``names`` (e.g. file names) when given.
@@ -134,8 +136,11 @@ def _mask_agreement(report: CheckReport, masks: np.ndarray, defects: list[dict[s
         areas[i] += int(d["area"])
     mismatch = np.flatnonzero(areas != masks.reshape(n, -1).sum(axis=1, dtype=np.int64))
     if len(mismatch):
-        report.add("defects.jsonl", "mask-mismatch",
-                   f"void areas in defects.jsonl disagree with masks.npy for images {_ids(mismatch)}")
+        report.add(
+            "defects.jsonl",
+            "mask-mismatch",
+            f"void areas in defects.jsonl disagree with masks.npy for images {_ids(mismatch)}",
+        )
 
 
 def check_split(folder: Path) -> CheckReport:
@@ -164,14 +169,24 @@ def check_split(folder: Path) -> CheckReport:
     return report
 
 
-def _check_arrays(report: CheckReport, images: np.ndarray, masks: np.ndarray, metas: list[dict[str, Any]],
-                  defects: list[dict[str, Any]], manifest: dict[str, Any]) -> None:
+def _check_arrays(
+    report: CheckReport,
+    images: np.ndarray,
+    masks: np.ndarray,
+    metas: list[dict[str, Any]],
+    defects: list[dict[str, Any]],
+    manifest: dict[str, Any],
+) -> None:
     report.count, report.n_defects = int(images.shape[0]) if images.ndim else 0, len(defects)
     if images.ndim != 3 or images.dtype != np.float32:
-        report.add("images.npy", "shape", f"images must be float32 (N, H, W); got {images.dtype} {images.shape}")
+        report.add(
+            "images.npy", "shape", f"images must be float32 (N, H, W); got {images.dtype} {images.shape}"
+        )
         return
     if masks.shape != images.shape or masks.dtype != np.uint8:
-        report.add("masks.npy", "shape", f"masks must be uint8 {images.shape}; got {masks.dtype} {masks.shape}")
+        report.add(
+            "masks.npy", "shape", f"masks must be uint8 {images.shape}; got {masks.dtype} {masks.shape}"
+        )
         return
     if len(metas) != len(images):
         report.add("images.jsonl", "shape", f"{len(metas)} rows for {len(images)} images")
@@ -211,20 +226,29 @@ def require_intact(folder: Path) -> None:
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{manifest_path}: cannot read the manifest ({exc}); the split is damaged") from None
     if not isinstance(files, dict) or not files:
-        raise DataError(f"{manifest_path} records no file hashes, so its arrays cannot be verified; "
-                        "write the split with segfactory (data generate / data import)")
+        raise DataError(
+            f"{manifest_path} records no file hashes, so its arrays cannot be verified; "
+            "write the split with segfactory (data generate / data import)"
+        )
     for name, digest in sorted(files.items()):
         path = folder / name
         got = sha256_file(path) if path.is_file() else None
         if got != digest:
-            state = "is missing" if got is None else f"has sha256 {got[:12]}..., the manifest records {digest[:12]}..."
-            raise DataError(f"{path} does not match {manifest_path}: it {state}; the file was changed after "
-                            "the split was written, so it is not scored: restore it, or import or generate "
-                            "the split again")
+            state = (
+                "is missing"
+                if got is None
+                else f"has sha256 {got[:12]}..., the manifest records {digest[:12]}..."
+            )
+            raise DataError(
+                f"{path} does not match {manifest_path}: it {state}; the file was changed after "
+                "the split was written, so it is not scored: restore it, or import or generate "
+                "the split again"
+            )
 
 
-def scan_import(src: Path, labelled: bool,
-                request: MappingRequest | None = None) -> tuple[CheckReport, dict[str, Loaded]]:
+def scan_import(
+    src: Path, labelled: bool, request: MappingRequest | None = None
+) -> tuple[CheckReport, dict[str, Loaded]]:
     """Read and check an import-layout folder: (report, stem -> Loaded).
 
     The images are checked as they will be imported, through the intensity mapping of
@@ -233,7 +257,9 @@ def scan_import(src: Path, labelled: bool,
     report = CheckReport(path=str(src), layout="import")
     image_dir, mask_dir = src / "images", src / "masks"
     if not image_dir.is_dir():
-        report.add("images/", "missing", f"{src} has no images/ folder (import layout: images/<stem>.png ...)")
+        report.add(
+            "images/", "missing", f"{src} has no images/ folder (import layout: images/<stem>.png ...)"
+        )
         return report, {}
     files = sorted(p for p in image_dir.iterdir() if p.is_file() and not p.name.startswith("."))
     loaded: dict[str, Loaded] = {}
@@ -310,4 +336,3 @@ def check_path(path: Path, request: MappingRequest | None = None) -> CheckReport
     if (path / "images").is_dir() and not (path / "manifest.json").exists():
         return scan_import(path, labelled=(path / "masks").is_dir(), request=request)[0]
     return check_split(path)
-

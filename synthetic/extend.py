@@ -26,9 +26,16 @@ TOPUP_SEED_OFFSET = 7_000_000  # public generator seed of a dose = offset + dose
 AUG_GAIN = (0.95, 1.05)  # gain range of the augmentation arm's re-drawn copies
 
 
-def append_images(base: Split, images: np.ndarray, masks: np.ndarray, metas: Sequence[dict[str, Any]],
-                  defects: Sequence[dict[str, Any]], manifest: dict[str, Any], out: Path,
-                  keep: int | None = None) -> Path:
+def append_images(
+    base: Split,
+    images: np.ndarray,
+    masks: np.ndarray,
+    metas: Sequence[dict[str, Any]],
+    defects: Sequence[dict[str, Any]],
+    manifest: dict[str, Any],
+    out: Path,
+    keep: int | None = None,
+) -> Path:
     """Write ``base``'s first ``keep`` images (all when None), then ``images``, as a split at ``out``.
 
     ``metas[i]`` and the defects whose ``image_id`` is ``i`` describe ``images[i]``; both are
@@ -36,13 +43,19 @@ def append_images(base: Split, images: np.ndarray, masks: np.ndarray, metas: Seq
     """
     n0 = len(base) if keep is None else min(keep, len(base))
     kept = {str(m["id"]) for m in base.image_meta[:n0]}
-    base_defects = base.defects if n0 == len(base) else [d for d in base.defects if str(d["image_id"]) in kept]
+    base_defects = (
+        base.defects if n0 == len(base) else [d for d in base.defects if str(d["image_id"]) in kept]
+    )
     new_metas = [{**m, "id": n0 + i} for i, m in enumerate(metas)]
     new_defects = [{**d, "image_id": n0 + int(d["image_id"])} for d in defects]
-    return write_split(out, np.concatenate([np.asarray(base.images[:n0]), np.asarray(images)]),
-                       np.concatenate([np.asarray(base.masks[:n0]), np.asarray(masks)]),
-                       [*base.image_meta[:n0], *new_metas], [*base_defects, *new_defects],
-                       {**manifest, "appended": len(images), "base_images": n0})
+    return write_split(
+        out,
+        np.concatenate([np.asarray(base.images[:n0]), np.asarray(images)]),
+        np.concatenate([np.asarray(base.masks[:n0]), np.asarray(masks)]),
+        [*base.image_meta[:n0], *new_metas],
+        [*base_defects, *new_defects],
+        {**manifest, "appended": len(images), "base_images": n0},
+    )
 
 
 def base_params(split_manifest: dict[str, Any]) -> GenParams:
@@ -51,7 +64,9 @@ def base_params(split_manifest: dict[str, Any]) -> GenParams:
     return make_params(**params) if isinstance(params, dict) else GenParams()
 
 
-def _augmented(images: np.ndarray, masks: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+def _augmented(
+    images: np.ndarray, masks: np.ndarray, n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, ...]:
     picks = rng.choice(len(images), n, replace=n > len(images))
     out_i, out_m = [], []
     for k in picks:
@@ -64,8 +79,17 @@ def _augmented(images: np.ndarray, masks: np.ndarray, n: int, rng: np.random.Gen
     return np.stack(out_i).astype(np.float32), np.stack(out_m).astype(np.uint8), picks
 
 
-def build_arm(home_root: Path, base: DatasetVersion, arm: str, n: int, params: GenParams, slice_name: str,
-              seed: int, work: Path, keep: int | None = None) -> DatasetVersion:
+def build_arm(
+    home_root: Path,
+    base: DatasetVersion,
+    arm: str,
+    n: int,
+    params: GenParams,
+    slice_name: str,
+    seed: int,
+    work: Path,
+    keep: int | None = None,
+) -> DatasetVersion:
     """The approved dataset version of one top-up arm at one dose: base train (its first ``keep``
     images, the ones a capped training config trains on; all when None) + ``n`` images, either
     generated with ``params`` (arm ``synthetic``) or re-drawn from the kept base images with a
@@ -81,14 +105,24 @@ def build_arm(home_root: Path, base: DatasetVersion, arm: str, n: int, params: G
         extra = (drawn.images, drawn.masks, drawn.image_meta, drawn.defects)
     else:
         rng = np.random.default_rng(seed * 1_000_003 + n)
-        images, masks, picks = _augmented(np.asarray(split.images[:keep]), np.asarray(split.masks[:keep]), n, rng)
-        metas = [{"id": i, "sha256": image_sha256(images[i]), "augmented_from": int(k)} for i, k in enumerate(picks)]
+        images, masks, picks = _augmented(
+            np.asarray(split.images[:keep]), np.asarray(split.masks[:keep]), n, rng
+        )
+        metas = [
+            {"id": i, "sha256": image_sha256(images[i]), "augmented_from": int(k)}
+            for i, k in enumerate(picks)
+        ]
         extra = (images, masks, metas, [])
-    manifest = {"generator": "segfactory.topup", "kind": "synthetic", "parent": split.manifest.get("content_hash"),
-                "topup": note}
+    manifest = {
+        "generator": "segfactory.topup",
+        "kind": "synthetic",
+        "parent": split.manifest.get("content_hash"),
+        "topup": note,
+    }
     path = append_images(split, *extra, manifest, work / f"{arm}-n{n}", keep)
-    return create_version(home_root, f"topup-{_slug(slice_name)}-{arm}", {"train": path}, parent=base.ref,
-                          approve_it=True)
+    return create_version(
+        home_root, f"topup-{_slug(slice_name)}-{arm}", {"train": path}, parent=base.ref, approve_it=True
+    )
 
 
 def _slug(text: str) -> str:

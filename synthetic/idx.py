@@ -39,8 +39,10 @@ def read_idx(path: Path) -> np.ndarray:
     dims = struct.unpack(f">{ndim}I", raw[4:header])
     expected = int(np.prod(dims))
     if len(raw) - header != expected:
-        raise DataError(f"{path}: IDX header promises {expected} bytes of data for shape {dims}, "
-                        f"found {len(raw) - header}; the file is truncated or corrupt")
+        raise DataError(
+            f"{path}: IDX header promises {expected} bytes of data for shape {dims}, "
+            f"found {len(raw) - header}; the file is truncated or corrupt"
+        )
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 

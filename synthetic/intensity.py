@@ -27,7 +27,9 @@ from scipy import ndimage
 
 from synthetic.splits import Split
 
-STATS_VERSION = 1  # bump when a statistic's definition changes; cached stats of another version are recomputed
+STATS_VERSION = (
+    1  # bump when a statistic's definition changes; cached stats of another version are recomputed
+)
 MAX_STATS_IMAGES = 256  # images summarised per set, evenly spaced; past this the stats are of a sample
 CHUNK_IMAGES = 16  # images filtered at a time (memory stays bounded on large detector images)
 NOISE_SIGMA_PX = 2.0  # Gaussian that removes structure before the noise estimate
@@ -35,9 +37,11 @@ RING_PX = 2  # ring width outside a void for its local background (as data impor
 TRAIN_QUANTILES = (0.025, 0.975)  # the training range of a statistic
 SHIFT_FACTOR = 2.0  # a set's median further than this factor beyond the training range is outside it
 STAT_NAMES = ("intensity", "spread", "noise", "contrast")
-BOUND = (f"a statistic is outside the training range when the set's median lies below the training "
-         f"images' {TRAIN_QUANTILES[0]:.1%} quantile / {SHIFT_FACTOR:g} or above their "
-         f"{TRAIN_QUANTILES[1]:.1%} quantile x {SHIFT_FACTOR:g}")
+BOUND = (
+    f"a statistic is outside the training range when the set's median lies below the training "
+    f"images' {TRAIN_QUANTILES[0]:.1%} quantile / {SHIFT_FACTOR:g} or above their "
+    f"{TRAIN_QUANTILES[1]:.1%} quantile x {SHIFT_FACTOR:g}"
+)
 _STRUCT = np.zeros((3, 3, 3), dtype=bool)
 _STRUCT[1] = True  # 8-connected voids within an image, never across images
 
@@ -74,8 +78,12 @@ def _dist(values: np.ndarray) -> Dist | None:
     if not values.size:
         return None
     low, median, high = np.quantile(values, (TRAIN_QUANTILES[0], 0.5, TRAIN_QUANTILES[1]))
-    return Dist(low=round(float(low), 6), median=round(float(median), 6), high=round(float(high), 6),
-                n=int(values.size))
+    return Dist(
+        low=round(float(low), 6),
+        median=round(float(median), 6),
+        high=round(float(high), 6),
+        n=int(values.size),
+    )
 
 
 def void_contrast(images: np.ndarray, masks: np.ndarray) -> np.ndarray:
@@ -103,33 +111,49 @@ def _chunk_values(x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, ...]:
     return flat.mean(axis=1), high - low, residual.reshape(len(x), -1).std(axis=1), void_contrast(x, m)
 
 
-def set_stats(images: np.ndarray, masks: np.ndarray | None, content_hash: str | None = None) -> IntensityStats:
+def set_stats(
+    images: np.ndarray, masks: np.ndarray | None, content_hash: str | None = None
+) -> IntensityStats:
     """The statistics of an (N, H, W) float set in [0, 1] (a sample of MAX_STATS_IMAGES when larger)."""
     n = int(images.shape[0])
-    take = np.unique(np.linspace(0, n - 1, min(n, MAX_STATS_IMAGES)).round().astype(int)) if n else np.zeros(0, int)
+    take = (
+        np.unique(np.linspace(0, n - 1, min(n, MAX_STATS_IMAGES)).round().astype(int))
+        if n
+        else np.zeros(0, int)
+    )
     parts: list[tuple[np.ndarray, ...]] = []
     lo, hi = np.inf, -np.inf
     for start in range(0, len(take), CHUNK_IMAGES):  # chunks bound memory on large detector images
-        idx = take[start:start + CHUNK_IMAGES]
+        idx = take[start : start + CHUNK_IMAGES]
         x = np.asarray(images[idx], dtype=np.float32)
         m = np.asarray(masks[idx]) if masks is not None else np.zeros(x.shape, np.uint8)
         lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
         parts.append(_chunk_values(x, m))
-    values = [np.concatenate(col) if parts else np.zeros(0) for col in zip(*parts, strict=True)] or [np.zeros(0)] * 4
+    values = [np.concatenate(col) if parts else np.zeros(0) for col in zip(*parts, strict=True)] or [
+        np.zeros(0)
+    ] * 4
     empty = Dist(low=0.0, median=0.0, high=0.0, n=0)
     return IntensityStats(
-        content_hash=content_hash, n_images=n, n_sampled=len(take),
+        content_hash=content_hash,
+        n_images=n,
+        n_sampled=len(take),
         pixel_range=(lo, hi) if parts else (0.0, 0.0),
-        intensity=_dist(values[0]) or empty, spread=_dist(values[1]) or empty,
-        noise=_dist(values[2]) or empty, contrast=_dist(values[3]),
+        intensity=_dist(values[0]) or empty,
+        spread=_dist(values[1]) or empty,
+        noise=_dist(values[2]) or empty,
+        contrast=_dist(values[3]),
     )
 
 
 def split_stats(split: Split) -> IntensityStats:
     """A split's statistics: those cached in its manifest when they describe this content, else computed."""
     cached = split.manifest.get("intensity")
-    if isinstance(cached, dict) and cached.get("version") == STATS_VERSION and split.content_hash \
-            and cached.get("content_hash") == split.content_hash:
+    if (
+        isinstance(cached, dict)
+        and cached.get("version") == STATS_VERSION
+        and split.content_hash
+        and cached.get("content_hash") == split.content_hash
+    ):
         return IntensityStats.model_validate(cached)
     return set_stats(split.images, split.masks if split.masks.any() else None, split.content_hash or None)
 
@@ -145,10 +169,18 @@ def compare(seen: IntensityStats, train: IntensityStats) -> dict[str, Any]:
             continue
         lo, hi = ref.low / SHIFT_FACTOR, ref.high * SHIFT_FACTOR
         outside = not lo <= got.median <= hi
-        rows[name] = {"set_median": got.median, "train_low": ref.low, "train_high": ref.high,
-                      "bound_low": round(lo, 6), "bound_high": round(hi, 6), "outside": outside}
+        rows[name] = {
+            "set_median": got.median,
+            "train_low": ref.low,
+            "train_high": ref.high,
+            "bound_low": round(lo, 6),
+            "bound_high": round(hi, 6),
+            "outside": outside,
+        }
         if outside:
             side = "below" if got.median < lo else "above"
-            reasons.append(f"{name}: the set's median {got.median:.4g} is {side} the training range "
-                           f"{ref.low:.4g}..{ref.high:.4g} (bound {lo:.4g}..{hi:.4g})")
+            reasons.append(
+                f"{name}: the set's median {got.median:.4g} is {side} the training range "
+                f"{ref.low:.4g}..{ref.high:.4g} (bound {lo:.4g}..{hi:.4g})"
+            )
     return {"outside": bool(reasons), "stats": rows, "reasons": reasons, "bound": BOUND}

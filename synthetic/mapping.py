@@ -45,22 +45,31 @@ class MappingRequest(BaseModel):
     def _one_at_most(self) -> MappingRequest:
         given = [name for name in ("bit_depth", "window", "percentile") if getattr(self, name) is not None]
         if len(given) > 1:
-            raise ValueError(f"choose one intensity mapping; got {', '.join('--' + g.replace('_', '-') for g in given)}")
+            raise ValueError(
+                f"choose one intensity mapping; got {', '.join('--' + g.replace('_', '-') for g in given)}"
+            )
         if self.bit_depth is not None and not 1 <= self.bit_depth <= 16:
             raise ValueError(f"--bit-depth must be 1..16; got {self.bit_depth}")
         if self.window is not None and not 0 <= self.window[0] < self.window[1]:
-            raise ValueError(f"--window LOW:HIGH needs 0 <= LOW < HIGH; got {self.window[0]:g}:{self.window[1]:g}")
+            raise ValueError(
+                f"--window LOW:HIGH needs 0 <= LOW < HIGH; got {self.window[0]:g}:{self.window[1]:g}"
+            )
         if self.percentile is not None and not 0 <= self.percentile[0] < self.percentile[1] <= 100:
-            raise ValueError(f"--percentile P_LOW:P_HIGH needs 0 <= P_LOW < P_HIGH <= 100; got "
-                             f"{self.percentile[0]:g}:{self.percentile[1]:g}")
+            raise ValueError(
+                f"--percentile P_LOW:P_HIGH needs 0 <= P_LOW < P_HIGH <= 100; got "
+                f"{self.percentile[0]:g}:{self.percentile[1]:g}"
+            )
         return self
 
     @classmethod
     def from_flags(cls, bit_depth: int | None, window: str | None, percentile: str | None) -> MappingRequest:
         """Parse the CLI flags; UsageError with the flag named when one is malformed."""
         try:
-            return cls(bit_depth=bit_depth, window=_pair("--window", window),
-                       percentile=_pair("--percentile", percentile))
+            return cls(
+                bit_depth=bit_depth,
+                window=_pair("--window", window),
+                percentile=_pair("--percentile", percentile),
+            )
         except ValueError as exc:
             errors = getattr(exc, "errors", None)
             message = errors()[0]["msg"].removeprefix("Value error, ") if callable(errors) else str(exc)
@@ -112,11 +121,12 @@ def _groups(images: list[np.ndarray]) -> dict[int, np.ndarray]:
 
 def needed_depth(max_value: int) -> int:
     """The smallest candidate bit depth that holds ``max_value``."""
-    return next((d for d in CANDIDATE_DEPTHS if max_value <= 2 ** d - 1), 16)
+    return next((d for d in CANDIDATE_DEPTHS if max_value <= 2**d - 1), 16)
 
 
-def _source_depth(images: list[np.ndarray], declared: list[int | None], request: MappingRequest,
-                  wide: int, raw_max: int) -> tuple[int, str]:
+def _source_depth(
+    images: list[np.ndarray], declared: list[int | None], request: MappingRequest, wide: int, raw_max: int
+) -> tuple[int, str]:
     if request.bit_depth is not None:
         return request.bit_depth, "--bit-depth"
     if wide == 8:
@@ -130,37 +140,59 @@ def _source_depth(images: list[np.ndarray], declared: list[int | None], request:
     return need, f"data maximum {raw_max}"
 
 
-def resolve_mapping(images: list[np.ndarray], declared: list[int | None], request: MappingRequest) -> IntensityMapping:
+def resolve_mapping(
+    images: list[np.ndarray], declared: list[int | None], request: MappingRequest
+) -> IntensityMapping:
     """The mapping for a whole set of raw images (uint8/uint16), per ``request``; DataError if impossible."""
     if not images:
         raise DataError("no images to map")
     groups = _groups(images)
-    raw_range = {str(b): (int(min(images[i].min() for i in idx)), int(max(images[i].max() for i in idx)))
-                 for b, idx in groups.items()}
+    raw_range = {
+        str(b): (int(min(images[i].min() for i in idx)), int(max(images[i].max() for i in idx)))
+        for b, idx in groups.items()
+    }
     wide = max(groups)
     depth, source = _source_depth(images, declared, request, wide, raw_range[str(wide)][1])
     if request.bit_depth is not None and 8 in groups and request.bit_depth > 8:
-        raise DataError(f"--bit-depth {request.bit_depth} cannot apply to the set's 8-bit files "
-                        f"({len(groups[8])} of them); import them separately, or drop --bit-depth")
+        raise DataError(
+            f"--bit-depth {request.bit_depth} cannot apply to the set's 8-bit files "
+            f"({len(groups[8])} of them); import them separately, or drop --bit-depth"
+        )
     if request.window is None and request.percentile is None:
         windows = {str(b): (0.0, float(2 ** (depth if b == wide else 8) - 1)) for b in groups}
         if request.bit_depth is not None:
-            windows = {str(b): (0.0, float(2 ** depth - 1)) for b in groups}
-        return IntensityMapping(mode="bit-depth", bit_depth=depth, detected_from=source, windows=windows,
-                                raw_range=raw_range)
+            windows = {str(b): (0.0, float(2**depth - 1)) for b in groups}
+        return IntensityMapping(
+            mode="bit-depth", bit_depth=depth, detected_from=source, windows=windows, raw_range=raw_range
+        )
     if len(groups) > 1:
-        raise DataError("the set mixes 8-bit and 16-bit files; a --window or --percentile mapping works on raw "
-                        "values and needs one kind of file: convert them to one bit depth, or use --bit-depth")
+        raise DataError(
+            "the set mixes 8-bit and 16-bit files; a --window or --percentile mapping works on raw "
+            "values and needs one kind of file: convert them to one bit depth, or use --bit-depth"
+        )
     if request.window is not None:
-        return IntensityMapping(mode="window", bit_depth=depth, detected_from=source,
-                                windows={str(wide): request.window}, raw_range=raw_range)
+        return IntensityMapping(
+            mode="window",
+            bit_depth=depth,
+            detected_from=source,
+            windows={str(wide): request.window},
+            raw_range=raw_range,
+        )
     assert request.percentile is not None
     low, high = _pooled_percentiles(images, request.percentile)
     if not high > low:
-        raise DataError(f"--percentile {request.percentile[0]:g}:{request.percentile[1]:g} gives an empty window "
-                        f"({low:g}:{high:g}); the images are nearly constant, choose wider percentiles or --window")
-    return IntensityMapping(mode="percentile", bit_depth=depth, detected_from=source,
-                            windows={str(wide): (low, high)}, raw_range=raw_range, percentiles=request.percentile)
+        raise DataError(
+            f"--percentile {request.percentile[0]:g}:{request.percentile[1]:g} gives an empty window "
+            f"({low:g}:{high:g}); the images are nearly constant, choose wider percentiles or --window"
+        )
+    return IntensityMapping(
+        mode="percentile",
+        bit_depth=depth,
+        detected_from=source,
+        windows={str(wide): (low, high)},
+        raw_range=raw_range,
+        percentiles=request.percentile,
+    )
 
 
 def _pooled_percentiles(images: list[np.ndarray], percentiles: tuple[float, float]) -> tuple[float, float]:
@@ -188,9 +220,11 @@ def _use_warning(mapping: IntensityMapping, bits: str, mapped: tuple[float, floa
     fix = f"--window {vmin}:{vmax} or --percentile 0.5:99.5"
     if mapping.mode == "bit-depth" and needed_depth(vmax) < mapping.bit_depth:
         fix = f"--bit-depth {needed_depth(vmax)} (or {fix})"
-    return (f"values {vmin}..{vmax} use {max(used, 0.0):.1%} of {_describe(mapping, bits)} {low:g}..{high:g}, "
-            f"less than 1/16, so the images come out at {mapped[0]:.4f}..{mapped[1]:.4f} where models expect "
-            f"about 0.05..1; pass {fix}")
+    return (
+        f"values {vmin}..{vmax} use {max(used, 0.0):.1%} of {_describe(mapping, bits)} {low:g}..{high:g}, "
+        f"less than 1/16, so the images come out at {mapped[0]:.4f}..{mapped[1]:.4f} where models expect "
+        f"about 0.05..1; pass {fix}"
+    )
 
 
 def _saturation_warnings(mapping: IntensityMapping, bits: str, raw: np.ndarray) -> list[str]:
@@ -198,18 +232,27 @@ def _saturation_warnings(mapping: IntensityMapping, bits: str, raw: np.ndarray) 
     out = []
     above = int((raw > high).sum())
     if mapping.mode == "bit-depth" and above:
-        out.append(f"{above} pixels ({above / raw.size:.2%}) lie above {high:g}, the top of the declared "
-                   f"{mapping.depth_of(int(bits))}-bit range, and were clipped to 1.0; pass --bit-depth {needed_depth(vmax)} "
-                   f"or a --window that reaches {vmax}")
-    expect = (0.0, 0.0) if mapping.percentiles is None else (mapping.percentiles[0] / 100,
-                                                              1 - mapping.percentiles[1] / 100)
-    for end, share, value, flag in (("top", float((raw >= high).mean()), high, expect[1]),
-                                    ("bottom", float((raw <= low).mean()), low, expect[0])):
+        out.append(
+            f"{above} pixels ({above / raw.size:.2%}) lie above {high:g}, the top of the declared "
+            f"{mapping.depth_of(int(bits))}-bit range, and were clipped to 1.0; pass --bit-depth {needed_depth(vmax)} "
+            f"or a --window that reaches {vmax}"
+        )
+    expect = (
+        (0.0, 0.0)
+        if mapping.percentiles is None
+        else (mapping.percentiles[0] / 100, 1 - mapping.percentiles[1] / 100)
+    )
+    for end, share, value, flag in (
+        ("top", float((raw >= high).mean()), high, expect[1]),
+        ("bottom", float((raw <= low).mean()), low, expect[0]),
+    ):
         if share > flag + SATURATION_FRACTION:
-            out.append(f"{share:.1%} of pixels sit at the {end} of the mapping ({value:g} -> "
-                       f"{1 if end == 'top' else 0}) and read as saturated; if the detector did not saturate, "
-                       f"widen the mapping (--window LOW:HIGH around {mapping.raw_range[bits][0]}:{vmax}, "
-                       f"or --percentile 0.5:99.5)")
+            out.append(
+                f"{share:.1%} of pixels sit at the {end} of the mapping ({value:g} -> "
+                f"{1 if end == 'top' else 0}) and read as saturated; if the detector did not saturate, "
+                f"widen the mapping (--window LOW:HIGH around {mapping.raw_range[bits][0]}:{vmax}, "
+                f"or --percentile 0.5:99.5)"
+            )
     return out
 
 
@@ -220,8 +263,10 @@ def mapping_warnings(mapping: IntensityMapping, images: list[np.ndarray]) -> lis
         key = str(bits)
         raw = np.concatenate([images[i].ravel() for i in idx])
         low, high = mapping.windows[key]
-        mapped = (max(0.0, (mapping.raw_range[key][0] - low) / (high - low)),
-                  min(1.0, (mapping.raw_range[key][1] - low) / (high - low)))
+        mapped = (
+            max(0.0, (mapping.raw_range[key][0] - low) / (high - low)),
+            min(1.0, (mapping.raw_range[key][1] - low) / (high - low)),
+        )
         use = _use_warning(mapping, key, mapped)
         out += ([use] if use else []) + _saturation_warnings(mapping, key, raw)
     return out

@@ -53,14 +53,21 @@ class GenParams(BaseModel):
 
     @model_validator(mode="after")
     def _ranges(self) -> GenParams:
-        for low, high in (("count_min", "count_max"), ("diameter_min", "diameter_max"),
-                          ("contrast_min", "contrast_max"), ("thickness_min", "thickness_max"),
-                          ("dose_min", "dose_max"), ("blur_min", "blur_max")):
+        for low, high in (
+            ("count_min", "count_max"),
+            ("diameter_min", "diameter_max"),
+            ("contrast_min", "contrast_max"),
+            ("thickness_min", "thickness_max"),
+            ("dose_min", "dose_max"),
+            ("blur_min", "blur_max"),
+        ):
             if getattr(self, low) > getattr(self, high):
                 raise ValueError(f"{low}={getattr(self, low)} is above {high}={getattr(self, high)}")
         unknown = [b for b in self.backgrounds if b not in BACKGROUNDS]
         if unknown or not self.backgrounds:
-            raise ValueError(f"backgrounds {list(self.backgrounds)} invalid; choose from {', '.join(BACKGROUNDS)}")
+            raise ValueError(
+                f"backgrounds {list(self.backgrounds)} invalid; choose from {', '.join(BACKGROUNDS)}"
+            )
         if self.part_source == "fashion-mnist" and not self.idx_path:
             raise ValueError("part_source fashion-mnist needs the IDX images file (--idx PATH)")
         return self
@@ -94,6 +101,8 @@ def parse_param_args(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise UsageError(f"--param {pair!r}: expected KEY=VALUE, e.g. contrast_min=0.1")
         if key not in fields:
-            raise UsageError(f"--param {key!r} is not a generator parameter; known: {', '.join(sorted(fields))}")
+            raise UsageError(
+                f"--param {key!r} is not a generator parameter; known: {', '.join(sorted(fields))}"
+            )
         out[key] = tuple(v.strip() for v in value.split(",") if v.strip()) if key == "backgrounds" else value
     return out

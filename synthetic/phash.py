@@ -35,8 +35,9 @@ def _shrink(images: np.ndarray) -> np.ndarray:
         return out
     from scipy.ndimage import zoom
 
-    return np.stack([zoom(img, (HASH_SIDE / h, HASH_SIDE / w), order=1, grid_mode=True, mode="nearest")
-                     for img in images])
+    return np.stack(
+        [zoom(img, (HASH_SIDE / h, HASH_SIDE / w), order=1, grid_mode=True, mode="nearest") for img in images]
+    )
 
 
 def phash(images: np.ndarray) -> np.ndarray:
@@ -63,17 +64,18 @@ def min_distances(query: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """For each query hash, the smallest Hamming distance to any reference hash."""
     out = np.empty(len(query), dtype=np.int64)
     for start in range(0, len(query), COMPARE_BLOCK):
-        block = query[start:start + COMPARE_BLOCK, None, :]
-        out[start:start + len(block)] = hamming(block, reference[None, :, :]).min(axis=1)
+        block = query[start : start + COMPARE_BLOCK, None, :]
+        out[start : start + len(block)] = hamming(block, reference[None, :, :]).min(axis=1)
     return out
 
 
-def near_neighbours(query: np.ndarray, reference: np.ndarray, threshold: int = NEAR_NEIGHBOUR_BITS
-                    ) -> list[tuple[int, int]]:
+def near_neighbours(
+    query: np.ndarray, reference: np.ndarray, threshold: int = NEAR_NEIGHBOUR_BITS
+) -> list[tuple[int, int]]:
     """Pairs (query index, reference index) within ``threshold`` bits of each other."""
     pairs: list[tuple[int, int]] = []
     for start in range(0, len(query), COMPARE_BLOCK):
-        block = query[start:start + COMPARE_BLOCK, None, :]
+        block = query[start : start + COMPARE_BLOCK, None, :]
         qi, ri = np.nonzero(hamming(block, reference[None, :, :]) <= threshold)
         pairs.extend(zip((qi + start).tolist(), ri.tolist(), strict=True))
     return pairs

@@ -28,10 +28,16 @@ SLICE_NAMES = ("thin", "low-contrast", "tiny", "background:<name>")
 
 def _thin(p: GenParams) -> dict[str, Any]:
     if p.diameter_min > THIN_MAX_DIAMETER_PX:
-        raise UsageError(f"slice 'thin' needs diameters <= {THIN_MAX_DIAMETER_PX} px but the base diameter_min "
-                         f"is {p.diameter_min}; lower diameter_min or pick another slice")
-    return {"diameter_max": min(p.diameter_max, THIN_MAX_DIAMETER_PX), "shrinkage_prob": 0.8,
-            "cluster_prob": 0.0, "void_prob": 1.0}
+        raise UsageError(
+            f"slice 'thin' needs diameters <= {THIN_MAX_DIAMETER_PX} px but the base diameter_min "
+            f"is {p.diameter_min}; lower diameter_min or pick another slice"
+        )
+    return {
+        "diameter_max": min(p.diameter_max, THIN_MAX_DIAMETER_PX),
+        "shrinkage_prob": 0.8,
+        "cluster_prob": 0.0,
+        "void_prob": 1.0,
+    }
 
 
 def _tiny(p: GenParams) -> dict[str, Any]:
@@ -39,21 +45,30 @@ def _tiny(p: GenParams) -> dict[str, Any]:
     that lacks the tiny ones, which is what a top-up for them is for) gets the generator's own
     lower bound instead, so the slice is drawn rather than refused."""
     low = p.diameter_min if p.diameter_min <= TINY_MAX_DIAMETER_PX else GenParams().diameter_min
-    return {"diameter_min": low, "diameter_max": min(p.diameter_max, TINY_MAX_DIAMETER_PX), "shrinkage_prob": 0.0,
-            "cluster_prob": 0.0, "void_prob": 1.0}
+    return {
+        "diameter_min": low,
+        "diameter_max": min(p.diameter_max, TINY_MAX_DIAMETER_PX),
+        "shrinkage_prob": 0.0,
+        "cluster_prob": 0.0,
+        "void_prob": 1.0,
+    }
 
 
 def _low_contrast(p: GenParams) -> dict[str, Any]:
     if p.contrast_min > LOW_CONTRAST_MAX:
-        raise UsageError(f"slice 'low-contrast' needs contrast <= {LOW_CONTRAST_MAX} but the base contrast_min "
-                         f"is {p.contrast_min}; lower contrast_min or pick another slice")
+        raise UsageError(
+            f"slice 'low-contrast' needs contrast <= {LOW_CONTRAST_MAX} but the base contrast_min "
+            f"is {p.contrast_min}; lower contrast_min or pick another slice"
+        )
     return {"contrast_max": min(p.contrast_max, LOW_CONTRAST_MAX), "void_prob": 1.0}
 
 
 def _background(p: GenParams, name: str) -> dict[str, Any]:
     if name not in BACKGROUNDS:
-        raise UsageError(f"slice 'background:{name}': the generator has no background {name!r}; "
-                         f"known: {', '.join(BACKGROUNDS)}")
+        raise UsageError(
+            f"slice 'background:{name}': the generator has no background {name!r}; "
+            f"known: {', '.join(BACKGROUNDS)}"
+        )
     return {"backgrounds": (name,)}
 
 
@@ -71,7 +86,9 @@ def constrain(params: GenParams, slice_name: str) -> GenParams:
         elif part.startswith("background:"):
             values.update(_background(current, part.split(":", 1)[1]))
         else:
-            raise UsageError(f"unknown slice constraint {part!r}; known: {', '.join(SLICE_NAMES)} (join with '+')")
+            raise UsageError(
+                f"unknown slice constraint {part!r}; known: {', '.join(SLICE_NAMES)} (join with '+')"
+            )
     return make_params(**values)
 
 
@@ -90,7 +107,11 @@ def in_slice(slice_name: str, defect: dict[str, Any], image_meta: dict[str, Any]
             return False
         if part == "low-contrast" and (contrast is None or float(contrast) > LOW_CONTRAST_MAX):
             return False
-        if part.startswith("background:") and image_meta and "background" in image_meta \
-                and image_meta["background"] != part.split(":", 1)[1]:
+        if (
+            part.startswith("background:")
+            and image_meta
+            and "background" in image_meta
+            and image_meta["background"] != part.split(":", 1)[1]
+        ):
             return False
     return True

@@ -76,7 +76,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({exc.msg}); the split is corrupt") from None
+                raise DataError(
+                    f"{path}:{line_no}: not valid JSON ({exc.msg}); the split is corrupt"
+                ) from None
     return rows
 
 
@@ -98,8 +100,14 @@ def read_split(path: Path | str, *, mmap: bool = False) -> Split:
     except ValueError as exc:
         raise DataError(f"{folder}: cannot read arrays ({exc}); the split is corrupt") from None
     manifest = json.loads((folder / "manifest.json").read_text())
-    split = Split(folder, images, masks, _read_jsonl(folder / "images.jsonl"),
-                  _read_jsonl(folder / "defects.jsonl"), manifest)
+    split = Split(
+        folder,
+        images,
+        masks,
+        _read_jsonl(folder / "images.jsonl"),
+        _read_jsonl(folder / "defects.jsonl"),
+        manifest,
+    )
     validate_shapes(split)
     return split
 
@@ -121,16 +129,21 @@ def validate_shapes(split: Split) -> None:
     if images.ndim != 3 or images.dtype != np.float32:
         raise DataError(f"images must be float32 (N, H, W); got {images.dtype} {images.shape}")
     if masks.shape != images.shape or masks.dtype != np.uint8:
-        raise DataError(f"masks must be uint8 with the images' shape {images.shape}; got {masks.dtype} {masks.shape}")
+        raise DataError(
+            f"masks must be uint8 with the images' shape {images.shape}; got {masks.dtype} {masks.shape}"
+        )
     if len(split.image_meta) != images.shape[0]:
         raise DataError(f"images.jsonl has {len(split.image_meta)} rows for {images.shape[0]} images")
 
 
-def content_hash(images: np.ndarray, masks: np.ndarray, image_meta: list[dict[str, Any]],
-                 defects: list[dict[str, Any]]) -> str:
+def content_hash(
+    images: np.ndarray, masks: np.ndarray, image_meta: list[dict[str, Any]], defects: list[dict[str, Any]]
+) -> str:
     """One hash for the whole split's content, independent of file layout."""
     digest = hashlib.sha256()
-    digest.update(np.ascontiguousarray(images, dtype=np.float32).data)  # .data, not .tobytes(): no 400 MB copy
+    digest.update(
+        np.ascontiguousarray(images, dtype=np.float32).data
+    )  # .data, not .tobytes(): no 400 MB copy
     digest.update(np.ascontiguousarray(masks, dtype=np.uint8).data)
     for rows in (image_meta, defects):
         for row in rows:

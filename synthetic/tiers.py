@@ -38,7 +38,9 @@ def versions(vault_dir: Path, tier: str) -> list[str]:
     folder = Path(vault_dir) / "tiers" / tier
     if not folder.is_dir():
         return []
-    found = [(int(m.group(1)), p.name) for p in folder.iterdir() if (m := _VERSION.match(p.name)) and p.is_dir()]
+    found = [
+        (int(m.group(1)), p.name) for p in folder.iterdir() if (m := _VERSION.match(p.name)) and p.is_dir()
+    ]
     return [name for _, name in sorted(found)]
 
 
@@ -75,8 +77,16 @@ def _set_current(folder: Path, version: str) -> None:
     os.replace(tmp, folder / "CURRENT")
 
 
-def build_tier(vault_dir: Path, tier: str, n: int, size: int, params: GenParams | None = None,
-               version: str | None = None, *, workers: int | None = None) -> Path:
+def build_tier(
+    vault_dir: Path,
+    tier: str,
+    n: int,
+    size: int,
+    params: GenParams | None = None,
+    version: str | None = None,
+    *,
+    workers: int | None = None,
+) -> Path:
     """Draw a fresh secret seed, generate the tier version, make it CURRENT; return its path.
 
     ``version`` defaults to the next ``v<k>``; an existing version is never replaced (DataError).
@@ -102,8 +112,12 @@ def build_tier(vault_dir: Path, tier: str, n: int, size: int, params: GenParams 
     shutil.rmtree(staging, ignore_errors=True)
     try:
         drawn.write(staging)
-        _write_private(staging / "secret.json", json.dumps(
-            {"tier": tier, "version": version, "seed": seed, "created": time.time()}, sort_keys=True))
+        _write_private(
+            staging / "secret.json",
+            json.dumps(
+                {"tier": tier, "version": version, "seed": seed, "created": time.time()}, sort_keys=True
+            ),
+        )
         os.rename(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

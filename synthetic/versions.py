@@ -76,8 +76,14 @@ def resolve(home_root: Path, ref: str) -> DatasetVersion:
     meta = json.loads(meta_path.read_text())
     registry = _registry(home_root)
     return DatasetVersion(
-        name=name, version=version, path=path, train=path / "train", dev=path / "dev",
-        content_hash=meta["content_hash"], split_hashes=meta["splits"], parent=meta["parent"],
+        name=name,
+        version=version,
+        path=path,
+        train=path / "train",
+        dev=path / "dev",
+        content_hash=meta["content_hash"],
+        split_hashes=meta["splits"],
+        parent=meta["parent"],
         approved=registry.get(ref, {}).get("content_hash") == meta["content_hash"],
     )
 
@@ -114,8 +120,14 @@ def _next_version(folder: Path) -> str:
     return f"v{max(numbers, default=0) + 1}"
 
 
-def create_version(home_root: Path, name: str, splits: dict[str, Path | None], parent: str | None = None,
-                   *, approve_it: bool = False) -> DatasetVersion:
+def create_version(
+    home_root: Path,
+    name: str,
+    splits: dict[str, Path | None],
+    parent: str | None = None,
+    *,
+    approve_it: bool = False,
+) -> DatasetVersion:
     """Create the next version of ``name`` from split folders.
 
     ``splits`` maps ``train``/``dev`` to a split folder to take (hard-linked), or to None to keep
@@ -140,9 +152,15 @@ def create_version(home_root: Path, name: str, splits: dict[str, Path | None], p
                 raise UsageError(f"split {split} not given and there is no parent to take it from")
             _link_tree(Path(source), staging / split)
             hashes[split] = read_split(staging / split, mmap=True).content_hash
-        meta = {"name": name, "version": version, "parent": base.content_hash if base else None,
-                "parent_ref": base.ref if base else None, "splits": hashes,
-                "content_hash": _version_hash(hashes), "created": time.time()}
+        meta = {
+            "name": name,
+            "version": version,
+            "parent": base.content_hash if base else None,
+            "parent_ref": base.ref if base else None,
+            "splits": hashes,
+            "content_hash": _version_hash(hashes),
+            "created": time.time(),
+        }
         (staging / "version.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         os.rename(staging, folder / version)
     except BaseException:

@@ -40,7 +40,11 @@ def cli() -> Callable[..., CliResult]:
     def run(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> CliResult:
         proc = subprocess.run(
             [sys.executable, "-m", "segfactory", *args],
-            capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO,
+            env=env,
         )
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
 

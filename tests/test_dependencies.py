@@ -45,9 +45,26 @@ def test_no_declared_range_admits_a_flawed_checkpoint_release() -> None:
 def _third_party_imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
-    first_party = {"cli", "segfactory", "synthetic", "vision", "analysis", "gate", "runner", "sandbox", "audit",
-                   "agents", "console", "controls", "__future__"}
+    names |= {
+        n.module.split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module and not n.level
+    }
+    first_party = {
+        "cli",
+        "segfactory",
+        "synthetic",
+        "vision",
+        "analysis",
+        "gate",
+        "runner",
+        "sandbox",
+        "audit",
+        "agents",
+        "console",
+        "controls",
+        "__future__",
+    }
     return {n for n in names if n not in first_party and n not in sys.stdlib_module_names}
 
 
@@ -60,8 +77,11 @@ def test_the_llm_capture_imports_only_declared_packages() -> None:
 
 
 def _lock() -> dict[str, str]:
-    rows = [line.split("==", 1) for line in (REPO / "requirements.lock").read_text().splitlines()
-            if line and not line.startswith("#")]
+    rows = [
+        line.split("==", 1)
+        for line in (REPO / "requirements.lock").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
     return {name.lower(): version for name, version in rows}
 
 
@@ -80,6 +100,9 @@ def test_the_scoring_stack_runs_at_its_locked_versions() -> None:
     lock = _lock()
     for name in ("numpy", "scipy", "torch"):
         assert metadata.version(name).split("+")[0] == lock[name], f"{name} drifted from requirements.lock"
-    runtimes = {d.metadata["Name"].lower(): d.version for d in metadata.distributions()
-                if d.metadata["Name"].lower() in ("onnxruntime", "onnxruntime-gpu")}
+    runtimes = {
+        d.metadata["Name"].lower(): d.version
+        for d in metadata.distributions()
+        if d.metadata["Name"].lower() in ("onnxruntime", "onnxruntime-gpu")
+    }
     assert runtimes and all(v == lock["onnxruntime"] for v in runtimes.values()), runtimes

@@ -25,8 +25,12 @@ def test_every_agent_command_continues_unprivileged(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(agents_cmds, "home_for", lambda *a, **k: home)
     monkeypatch.setattr(controls_cmds, "home_for", lambda *a, **k: home)
     monkeypatch.setattr(_common, "home_for", lambda *a, **k: home)  # the sweep's, after its validation
-    for argv in (["run", "--budget", "10s"], ["aa", "--runs", "1"], ["compare", "--budget", "3m"],
-                 ["sweep", "--budget", "3m"]):
+    for argv in (
+        ["run", "--budget", "10s"],
+        ["aa", "--runs", "1"],
+        ["compare", "--budget", "3m"],
+        ["sweep", "--budget", "3m"],
+    ):
         assert main([*argv, "--backend", "bwrap"]) == 7, argv
     assert asked == ["bwrap"] * 4
 
@@ -38,11 +42,16 @@ def test_the_drop_verifies_as_root_then_restarts_with_the_receipt(monkeypatch: p
 
     calls: list[Any] = []
     monkeypatch.setattr(_drop, "should_drop", lambda home: True)
-    monkeypatch.setattr(agents.run, "verify_sandbox", lambda backend, home, progress: calls.append(("verify", backend)))
+    monkeypatch.setattr(
+        agents.run, "verify_sandbox", lambda backend, home, progress: calls.append(("verify", backend))
+    )
     monkeypatch.setattr(sandbox._cgroup, "delegate_v1", lambda uid, gid: calls.append(("delegate", uid)))
     monkeypatch.setattr(_drop, "_ids", lambda user: (999, 995))
-    monkeypatch.setattr(_drop, "rerun_as_orchestrator",
-                        lambda home, env=None, extra_groups=(): calls.append(("rerun", env, extra_groups)) or 0)
+    monkeypatch.setattr(
+        _drop,
+        "rerun_as_orchestrator",
+        lambda home, env=None, extra_groups=(): calls.append(("rerun", env, extra_groups)) or 0,
+    )
     assert _drop.drop_for_agents(SimpleNamespace(), "bwrap", lambda line: None) == 0
     assert calls == [("verify", "bwrap"), ("delegate", 999), ("rerun", {users.VERIFIED_ENV: "bwrap"}, ())]
 
@@ -61,7 +70,8 @@ def _socket(tmp_path: Path, gid: int, mode: int) -> str:
 
 
 def test_the_docker_backend_drops_with_the_sockets_group_for_that_process_only(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import os
 
     import agents.run
@@ -72,10 +82,17 @@ def test_the_docker_backend_drops_with_the_sockets_group_for_that_process_only(
     monkeypatch.setenv("DOCKER_HOST", "unix://" + _socket(tmp_path, gid, 0o660))
     calls: list[Any] = []
     monkeypatch.setattr(_drop, "should_drop", lambda home: True)
-    monkeypatch.setattr(agents.run, "verify_sandbox", lambda backend, home, progress: calls.append(("verify", backend)))
-    monkeypatch.setattr(sandbox._cgroup, "delegate_v1", lambda uid, gid: pytest.fail("docker has its own cgroups"))
-    monkeypatch.setattr(_drop, "rerun_as_orchestrator",
-                        lambda home, env=None, extra_groups=(): calls.append(("rerun", env, extra_groups)) or 0)
+    monkeypatch.setattr(
+        agents.run, "verify_sandbox", lambda backend, home, progress: calls.append(("verify", backend))
+    )
+    monkeypatch.setattr(
+        sandbox._cgroup, "delegate_v1", lambda uid, gid: pytest.fail("docker has its own cgroups")
+    )
+    monkeypatch.setattr(
+        _drop,
+        "rerun_as_orchestrator",
+        lambda home, env=None, extra_groups=(): calls.append(("rerun", env, extra_groups)) or 0,
+    )
     assert _drop.drop_for_agents(SimpleNamespace(), "docker", lambda line: None) == 0
     assert calls == [("verify", "docker"), ("rerun", {users.VERIFIED_ENV: "docker"}, (gid,))]
 
@@ -83,12 +100,15 @@ def test_the_docker_backend_drops_with_the_sockets_group_for_that_process_only(
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="giving the socket root's group needs root")
 @pytest.mark.parametrize("mode", [0o660, 0o600])
 def test_a_docker_socket_only_root_can_use_keeps_root_and_says_why(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: int) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: int
+) -> None:
     socket = _socket(tmp_path, 0 if mode == 0o660 else 4242, mode)
     monkeypatch.setenv("DOCKER_HOST", "unix://" + socket)
     lines: list[str] = []
     monkeypatch.setattr(_drop, "should_drop", lambda home: True)
-    monkeypatch.setattr(_drop, "rerun_as_orchestrator", lambda *a, **k: pytest.fail("sharing this socket is root's"))
+    monkeypatch.setattr(
+        _drop, "rerun_as_orchestrator", lambda *a, **k: pytest.fail("sharing this socket is root's")
+    )
     assert _drop.drop_for_agents(SimpleNamespace(), "docker", lines.append) is None
     assert lines == [f"note: {_drop.docker_keeps_root(socket)}"]
 
@@ -101,7 +121,9 @@ def test_an_engine_over_tcp_needs_no_group(monkeypatch: pytest.MonkeyPatch) -> N
 @pytest.mark.root
 @pytest.mark.docker
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="starting a process as segfactory needs root")
-def test_as_segfactory_with_the_sockets_group_a_docker_sandbox_writes_its_own_workspace(tmp_path: Path) -> None:
+def test_as_segfactory_with_the_sockets_group_a_docker_sandbox_writes_its_own_workspace(
+    tmp_path: Path,
+) -> None:
     """What the dropped command does: a real container started by ``segfactory`` holding only the
     socket's group (as the launcher gives it), running as segfactory's uid in the workspace it owns.
     Without the group the engine refuses it."""
@@ -127,22 +149,30 @@ def test_as_segfactory_with_the_sockets_group_a_docker_sandbox_writes_its_own_wo
     for folder in (scratch, workspace):
         folder.mkdir()
         os.chown(folder, me.pw_uid, me.pw_gid)
-    script = ("import sys; from pathlib import Path; from sandbox import get_backend; from sandbox import SandboxSpec; "
-              "from segfactory.errors import SandboxError\n"
-              "try:\n"
-              f"    r = get_backend('docker').run(SandboxSpec(command=['sh', '-c', 'id -u > /work/uid'], "
-              f"workspace=Path({str(workspace)!r}), timeout_s=60))\n"
-              "except SandboxError as exc:\n"
-              "    sys.exit(f'refused: {exc}')\n"
-              "sys.exit(r.exit_code)")
+    script = (
+        "import sys; from pathlib import Path; from sandbox import get_backend; from sandbox import SandboxSpec; "
+        "from segfactory.errors import SandboxError\n"
+        "try:\n"
+        f"    r = get_backend('docker').run(SandboxSpec(command=['sh', '-c', 'id -u > /work/uid'], "
+        f"workspace=Path({str(workspace)!r}), timeout_s=60))\n"
+        "except SandboxError as exc:\n"
+        "    sys.exit(f'refused: {exc}')\n"
+        "sys.exit(r.exit_code)"
+    )
     with _drop._readable_source(REPO) as source:
         env = {**os.environ, "HOME": str(scratch), "XDG_CACHE_HOME": str(scratch), "PYTHONPATH": str(source)}
         paths = [Path(sys.base_prefix), Path(sys.prefix), source, tmp_path]
 
         def as_segfactory(extra: tuple[int, ...]) -> subprocess.CompletedProcess[str]:
             launcher = users.user_launcher(paths, users.ORCHESTRATOR_USER, extra)
-            return subprocess.run([*launcher, sys.executable, "-c", script], env=env, cwd=scratch,
-                                  capture_output=True, text=True, timeout=300)
+            return subprocess.run(
+                [*launcher, sys.executable, "-c", script],
+                env=env,
+                cwd=scratch,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
 
         refused = as_segfactory(())
         assert refused.returncode != 0 and "refused: the Docker engine does not answer" in refused.stderr
@@ -151,7 +181,9 @@ def test_as_segfactory_with_the_sockets_group_a_docker_sandbox_writes_its_own_wo
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert (workspace / "uid").read_text().strip() == str(me.pw_uid)
     assert (workspace / "uid").stat().st_uid == me.pw_uid
-    assert "docker" not in {g.gr_name for g in __import__("grp").getgrall() if users.ORCHESTRATOR_USER in g.gr_mem}
+    assert "docker" not in {
+        g.gr_name for g in __import__("grp").getgrall() if users.ORCHESTRATOR_USER in g.gr_mem
+    }
 
 
 def test_only_a_dropped_process_skips_the_verify(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,7 +196,9 @@ def test_only_a_dropped_process_skips_the_verify(monkeypatch: pytest.MonkeyPatch
     assert users.verified_before_drop("bwrap") and not users.verified_before_drop("docker")
 
 
-def test_the_restarted_command_imports_this_source_tree(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_restarted_command_imports_this_source_tree(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import contextlib
     import os
 
@@ -199,7 +233,13 @@ def test_a_private_checkout_is_staged_readable_for_the_restarted_command(tmp_pat
     import stat
 
     repo = tmp_path / "checkout"
-    for rel in ("cli/__init__.py", "policies/win_rule.yaml", "tests/test_x.py", ".venv/bin/python", "README.md"):
+    for rel in (
+        "cli/__init__.py",
+        "policies/win_rule.yaml",
+        "tests/test_x.py",
+        ".venv/bin/python",
+        "README.md",
+    ):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text("x")
     os.chmod(repo, 0o755)

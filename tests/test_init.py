@@ -26,9 +26,13 @@ def demo_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     import sys
 
     home = tmp_path_factory.mktemp("init") / "home"
-    proc = subprocess.run([sys.executable, "-m", "segfactory", "init", "--profile", "demo", "--home", str(home),
-                           "--json"], capture_output=True, text=True, timeout=600,
-                          cwd=Path(__file__).resolve().parent.parent)
+    proc = subprocess.run(
+        [sys.executable, "-m", "segfactory", "init", "--profile", "demo", "--home", str(home), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert proc.returncode == 0, proc.stderr
     return home, json.loads(proc.stdout)
 
@@ -44,8 +48,9 @@ def test_layout_and_summary(demo_home: tuple[Path, dict[str, Any]]) -> None:
     assert len(read_split(home / "datasets/synthetic/v1/train")) == 768
 
 
-def test_rerun_reports_existing_home_without_rebuilding(demo_home: tuple[Path, dict[str, Any]],
-                                                        cli: Callable[..., Any]) -> None:
+def test_rerun_reports_existing_home_without_rebuilding(
+    demo_home: tuple[Path, dict[str, Any]], cli: Callable[..., Any]
+) -> None:
     home, summary = demo_home
     before = (tier_path(home / "vault", "sealed") / "images.npy").stat().st_mtime_ns
     result = cli("init", "--profile", "demo", "--home", str(home), "--json")
@@ -60,7 +65,11 @@ def test_secret_seeds_stay_in_the_vault(demo_home: tuple[Path, dict[str, Any]]) 
     seeds = [str(read_secret_seed(home / "vault", tier)) for tier in TIERS]
     assert len(set(seeds)) == len(TIERS)
     for path in home.rglob("*"):
-        if path.is_file() and "vault" not in path.relative_to(home).parts and path.suffix in (".json", ".jsonl"):
+        if (
+            path.is_file()
+            and "vault" not in path.relative_to(home).parts
+            and path.suffix in (".json", ".jsonl")
+        ):
             text = path.read_text()
             assert not any(seed in text for seed in seeds), path
     assert not any(seed in json.dumps(summary) for seed in seeds)
@@ -74,20 +83,31 @@ def test_public_seeds_do_not_reproduce_a_tier(demo_home: tuple[Path, dict[str, A
         assert not held & {m["sha256"] for m in drawn.image_meta}
 
 
-def test_no_held_back_image_has_a_near_neighbour_in_train_or_dev(demo_home: tuple[Path, dict[str, Any]]) -> None:
+def test_no_held_back_image_has_a_near_neighbour_in_train_or_dev(
+    demo_home: tuple[Path, dict[str, Any]],
+) -> None:
     home, _ = demo_home
-    open_images = np.concatenate([read_split(home / f"datasets/synthetic/v1/{s}").images for s in ("train", "dev")])
+    open_images = np.concatenate(
+        [read_split(home / f"datasets/synthetic/v1/{s}").images for s in ("train", "dev")]
+    )
     reference = fingerprint(open_images)
     for tier in TIERS:
-        assert near_duplicates(fingerprint(read_split(tier_path(home / "vault", tier)).images), reference) == []
+        assert (
+            near_duplicates(fingerprint(read_split(tier_path(home / "vault", tier)).images), reference) == []
+        )
 
 
 def test_no_held_back_data_outside_the_vault(demo_home: tuple[Path, dict[str, Any]]) -> None:
     """No held-back image hash, array file or label file exists anywhere in the open folders."""
     home, summary = demo_home
-    held_hashes = {m["sha256"] for tier in TIERS for m in read_split(tier_path(home / "vault", tier)).image_meta}
-    held_files = {sha256_file(tier_path(home / "vault", tier) / name)
-                  for tier in TIERS for name in ("images.npy", "masks.npy", "defects.jsonl")}
+    held_hashes = {
+        m["sha256"] for tier in TIERS for m in read_split(tier_path(home / "vault", tier)).image_meta
+    }
+    held_files = {
+        sha256_file(tier_path(home / "vault", tier) / name)
+        for tier in TIERS
+        for name in ("images.npy", "masks.npy", "defects.jsonl")
+    }
     for path in home.rglob("*"):
         if not path.is_file() or "vault" in path.relative_to(home).parts:
             continue

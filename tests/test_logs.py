@@ -47,9 +47,15 @@ def test_readable_by_default_and_quiet_below_the_level(capsys: pytest.CaptureFix
 
 
 def test_the_cli_flag_switches_to_json_for_the_command_and_its_children() -> None:
-    script = ("import logging, os; from cli import main; main(['--log-json', 'gate', '--help']); "
-              "logging.getLogger('controls.compare').warning('arm %d of %d', 1, 3); print(os.environ['" + JSON_ENV + "'])")
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    script = (
+        "import logging, os; from cli import main; main(['--log-json', 'gate', '--help']); "
+        "logging.getLogger('controls.compare').warning('arm %d of %d', 1, 3); print(os.environ['"
+        + JSON_ENV
+        + "'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stderr.strip().splitlines()[-1])
     assert record["event"] == "arm 1 of 3" and record["logger"] == "controls.compare"

@@ -97,9 +97,16 @@ def test_expected_max_grows_with_n() -> None:
 
 def test_noise_edge_is_the_prediction_bound_or_the_range_whichever_is_further() -> None:
     # values [0, .01, .02, .03]: mean .015, sd .0129; t(.95, 3) = 2.353; sqrt(1 + 1/4) = 1.118
-    assert noise_edge([0.01, 0.02, 0.03], upper=True, level=0.95) == pytest.approx(0.015 + 2.3534 * 0.012910 * 1.1180, abs=1e-4)
-    assert noise_edge([0.01, 0.02, 0.03], upper=False, level=0.95) == pytest.approx(0.015 - 2.3534 * 0.012910 * 1.1180, abs=1e-4)
-    assert noise_edge([0.05], upper=True, level=0.95) == 0.05 and noise_edge([0.05], upper=False, level=0.95) == 0.0  # < 3 values: range
+    assert noise_edge([0.01, 0.02, 0.03], upper=True, level=0.95) == pytest.approx(
+        0.015 + 2.3534 * 0.012910 * 1.1180, abs=1e-4
+    )
+    assert noise_edge([0.01, 0.02, 0.03], upper=False, level=0.95) == pytest.approx(
+        0.015 - 2.3534 * 0.012910 * 1.1180, abs=1e-4
+    )
+    assert (
+        noise_edge([0.05], upper=True, level=0.95) == 0.05
+        and noise_edge([0.05], upper=False, level=0.95) == 0.0
+    )  # < 3 values: range
     assert noise_edge([-0.2, -0.1, -0.3], upper=True, level=0.95) >= 0.0  # never inside the range
 
 

@@ -16,7 +16,12 @@ def progress_bar(enabled: bool, total: int, completed: int = 0) -> Iterator[Call
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    columns = (
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=Console(file=sys.stderr)) as bar:
         task = bar.add_task("train", total=total, completed=completed)
         yield lambda: bar.advance(task)

@@ -41,8 +41,9 @@ def _flip(x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> tuple[torch
     return torch.stack(xs), torch.stack(ys)
 
 
-def _affine(x: torch.Tensor, y: torch.Tensor, cfg: AugmentConfig,
-            gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _affine(
+    x: torch.Tensor, y: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Shift (pixels) and magnification about the centre; zero fill outside."""
     n, _, h, w = x.shape
     scale = _draw(cfg.scale, n, gen)
@@ -86,8 +87,9 @@ def _mask(p: float, n: int, gen: torch.Generator) -> torch.Tensor:
     return (torch.rand(n, generator=gen) < p).float()
 
 
-def augment(x: torch.Tensor, y: torch.Tensor, cfg: AugmentConfig,
-            gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def augment(
+    x: torch.Tensor, y: torch.Tensor, cfg: AugmentConfig, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Augment a CPU batch x (N,1,H,W) in [0,1] and masks y (N,1,H,W); returns new tensors."""
     n = x.shape[0]
     if cfg.flip:

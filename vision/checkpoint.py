@@ -28,8 +28,10 @@ def save_checkpoint(model: nn.Module, config: TrainConfig, path: Path, epoch: in
     """Write weights (float32, CPU, contiguous) with the config as YAML in the metadata."""
     from safetensors.torch import save_file
 
-    state = {k: v.detach().float().cpu().contiguous() if v.is_floating_point() else v.detach().cpu().contiguous()
-             for k, v in model.state_dict().items()}
+    state = {
+        k: v.detach().float().cpu().contiguous() if v.is_floating_point() else v.detach().cpu().contiguous()
+        for k, v in model.state_dict().items()
+    }
     meta = {"format": FORMAT, "config": dump_config(config), "epoch": str(epoch)}
     _atomic(path, lambda tmp: save_file(state, str(tmp), metadata=meta))
 

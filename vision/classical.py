@@ -93,7 +93,10 @@ def tune(images: np.ndarray, masks: np.ndarray, threshold: float = 0.5) -> tuple
                     pred = (opening(raw - t, o) >= 0)[:, 0].numpy().astype(np.float32)
                     f1 = aggregate(per_image_metrics(pred, masks, threshold=threshold))["object_f1"]
                     if f1 > best_f1:
-                        best, best_f1 = ClassicalParams(bg_kernel=k, polarity=pol, threshold=float(t), open_size=o), f1
+                        best, best_f1 = (
+                            ClassicalParams(bg_kernel=k, polarity=pol, threshold=float(t), open_size=o),
+                            f1,
+                        )
     return best, best_f1
 
 
@@ -113,16 +116,25 @@ def fit_classical(config: TrainConfig, data_dir: Path, out_dir: Path) -> TrainRe
     (out_dir / "config.yaml").write_text(dump_config(config))
     (out_dir / PARAMS_FILE).write_text(params.model_dump_json(indent=2) + "\n")
     model = ClassicalDetector(params)
-    reloaded = ClassicalDetector(ClassicalParams.model_validate(json.loads((out_dir / PARAMS_FILE).read_text())))
+    reloaded = ClassicalDetector(
+        ClassicalParams.model_validate(json.loads((out_dir / PARAMS_FILE).read_text()))
+    )
     probe = images[:PARITY_IMAGES]
     reload_ok = bool(np.array_equal(torch_predict(model, probe), torch_predict(reloaded, probe)))
     export_onnx(reloaded, out_dir / "model.onnx", size=(images.shape[1], images.shape[2]))
     par = parity(reloaded, out_dir / "model.onnx", probe)
     dev = aggregate(per_image_metrics(torch_predict(model, images), masks, threshold=config.threshold))
-    result = TrainResult(usable=bool(reload_ok and par["ok"]), model=config.model.name, epochs_completed=0,
-                         device="cpu", reload_ok=reload_ok, parity=par, dev=dev,
-                         timings={"total_train_s": round(time.perf_counter() - t0, 4)},
-                         files={p.name: p.name for p in sorted(out_dir.iterdir()) if p.is_file()})
+    result = TrainResult(
+        usable=bool(reload_ok and par["ok"]),
+        model=config.model.name,
+        epochs_completed=0,
+        device="cpu",
+        reload_ok=reload_ok,
+        parity=par,
+        dev=dev,
+        timings={"total_train_s": round(time.perf_counter() - t0, 4)},
+        files={p.name: p.name for p in sorted(out_dir.iterdir()) if p.is_file()},
+    )
     write_result(out_dir, result)
     return result
 

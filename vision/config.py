@@ -128,8 +128,9 @@ class TrainConfig(Strict):
     # normalised, the lowest-resolution stage weighted 0 (nnU-Net's deep supervision).
     deep_supervision: bool = False
     model: ModelConfig = ModelConfig()
-    loss: list[LossTerm] = Field(default_factory=lambda: [LossTerm(name="bce"), LossTerm(name="dice")],
-                                 min_length=1)
+    loss: list[LossTerm] = Field(
+        default_factory=lambda: [LossTerm(name="bce"), LossTerm(name="dice")], min_length=1
+    )
     optim: OptimConfig = OptimConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     epochs: int = Field(gt=0, le=10_000)

@@ -31,8 +31,10 @@ def load_version(path: Path) -> DatasetVersion:
         if len(split) == 0:
             raise DataError(f"{path / name} holds no images; the dataset is empty")
     if version.train.images.shape[1:] != version.dev.images.shape[1:]:
-        raise DataError(f"train images {version.train.images.shape[1:]} and dev images "
-                        f"{version.dev.images.shape[1:]} differ in size")
+        raise DataError(
+            f"train images {version.train.images.shape[1:]} and dev images "
+            f"{version.dev.images.shape[1:]} differ in size"
+        )
     return version
 
 
@@ -81,8 +83,9 @@ def sample_weights(masks: np.ndarray, cfg: SamplingConfig) -> np.ndarray | None:
     return np.where(has_small_void(masks, cfg.rare_area_px), cfg.rare_oversample, 1.0)
 
 
-def crop_batch(images: np.ndarray, masks: np.ndarray, cfg: SamplingConfig,
-               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def crop_batch(
+    images: np.ndarray, masks: np.ndarray, cfg: SamplingConfig, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Crop each image to ``cfg.crop``; a ``defect_centred_p`` share is centred on a void pixel."""
     side = cfg.crop
     n, h, w = images.shape
@@ -99,6 +102,6 @@ def crop_batch(images: np.ndarray, masks: np.ndarray, cfg: SamplingConfig,
         else:
             y0, x0 = int(rng.integers(h - side + 1)), int(rng.integers(w - side + 1))
         y0, x0 = min(max(y0, 0), h - side), min(max(x0, 0), w - side)
-        out_x[i] = images[i, y0:y0 + side, x0:x0 + side]
-        out_y[i] = masks[i, y0:y0 + side, x0:x0 + side]
+        out_x[i] = images[i, y0 : y0 + side, x0 : x0 + side]
+        out_y[i] = masks[i, y0 : y0 + side, x0 : x0 + side]
     return out_x, out_y

@@ -60,46 +60,90 @@ def training_augment(onnx_path: Path) -> AugmentConfig | None:
 def intervals(m: PerImage, n_boot: int, seed: int) -> dict[str, dict[str, float]]:
     """Bootstrap intervals over images for the headline metrics."""
     return {
-        "object_f1": bootstrap_ci((m.object_tp, m.object_fp, m.object_fn), object_f1, n_boot=n_boot, seed=seed).as_dict(),
-        "object_recall": bootstrap_ci((m.object_tp, m.object_fn), object_recall, n_boot=n_boot, seed=seed).as_dict(),
-        "pixel_iou": bootstrap_ci((m.pixel_tp, m.pixel_fp, m.pixel_fn), pixel_iou_micro, n_boot=n_boot,
-                                  seed=seed).as_dict(),
+        "object_f1": bootstrap_ci(
+            (m.object_tp, m.object_fp, m.object_fn), object_f1, n_boot=n_boot, seed=seed
+        ).as_dict(),
+        "object_recall": bootstrap_ci(
+            (m.object_tp, m.object_fn), object_recall, n_boot=n_boot, seed=seed
+        ).as_dict(),
+        "pixel_iou": bootstrap_ci(
+            (m.pixel_tp, m.pixel_fp, m.pixel_fn), pixel_iou_micro, n_boot=n_boot, seed=seed
+        ).as_dict(),
         "boundary_iou": bootstrap_ci(m.boundary_iou, n_boot=n_boot, seed=seed).as_dict(),
     }
 
 
 def compare(ref: PerImage, cand: PerImage, n_boot: int, seed: int) -> dict[str, Any]:
     """Paired bootstrap of candidate minus reference object F1 over the same images."""
-    diff = paired_bootstrap_diff((ref.object_tp, ref.object_fp, ref.object_fn),
-                                 (cand.object_tp, cand.object_fp, cand.object_fn), object_f1, n_boot=n_boot, seed=seed)
-    return {"metric": "object_f1", "reference": object_f1((ref.object_tp, ref.object_fp, ref.object_fn)),
-            "candidate": object_f1((cand.object_tp, cand.object_fp, cand.object_fn)),
-            "diff": diff.as_dict(), "excludes_zero": bool(diff.low > 0 or diff.high < 0)}
+    diff = paired_bootstrap_diff(
+        (ref.object_tp, ref.object_fp, ref.object_fn),
+        (cand.object_tp, cand.object_fp, cand.object_fn),
+        object_f1,
+        n_boot=n_boot,
+        seed=seed,
+    )
+    return {
+        "metric": "object_f1",
+        "reference": object_f1((ref.object_tp, ref.object_fp, ref.object_fn)),
+        "candidate": object_f1((cand.object_tp, cand.object_fp, cand.object_fn)),
+        "diff": diff.as_dict(),
+        "excludes_zero": bool(diff.low > 0 or diff.high < 0),
+    }
 
 
-def robustness(session: Any, images: np.ndarray, masks: np.ndarray, clean: dict[str, float],
-               augment: AugmentConfig | None, seed: int, threshold: float, iou_match: float) -> list[dict[str, Any]]:
+def robustness(
+    session: Any,
+    images: np.ndarray,
+    masks: np.ndarray,
+    clean: dict[str, float],
+    augment: AugmentConfig | None,
+    seed: int,
+    threshold: float,
+    iou_match: float,
+) -> list[dict[str, Any]]:
     """One cell per perturbation and severity."""
     cells = []
     for name, p in PERTURBATIONS.items():
         for sev in SEVERITIES:
             x, y = perturb(name, sev, images, masks, seed)
-            agg = aggregate(per_image_metrics(predict("", x, session=session), y, threshold=threshold,
-                                              iou_match=iou_match))
+            agg = aggregate(
+                per_image_metrics(
+                    predict("", x, session=session), y, threshold=threshold, iou_match=iou_match
+                )
+            )
             inside = within_training_range(p, p.values[sev - 1], augment)
             drop = clean["object_f1"] - agg["object_f1"]
             verdict = "ok" if drop < COLLAPSE_DROP else ("vulnerability" if inside else "extrapolation")
-            cells.append({"perturbation": name, "severity": sev, "value": p.values[sev - 1],
-                          "within_training_range": inside, "object_f1": agg["object_f1"],
-                          "object_recall": agg["object_recall"], "pixel_iou": agg["pixel_iou"],
-                          "object_f1_drop": drop, "finding": verdict})
+            cells.append(
+                {
+                    "perturbation": name,
+                    "severity": sev,
+                    "value": p.values[sev - 1],
+                    "within_training_range": inside,
+                    "object_f1": agg["object_f1"],
+                    "object_recall": agg["object_recall"],
+                    "pixel_iou": agg["pixel_iou"],
+                    "object_f1_drop": drop,
+                    "finding": verdict,
+                }
+            )
     return cells
 
 
-def evaluate(model: Path, data: Path, *, with_robustness: bool = False, compare_to: Path | None = None,
-             threshold: float = DEFAULT_THRESHOLD, iou_match: float = DEFAULT_IOU_MATCH, seed: int = 0,
-             n_boot: int = DEFAULT_N_BOOT, min_support: int = DEFAULT_MIN_SUPPORT,
-             train_data: Path | str | None = None, home_root: Path | None = None) -> dict[str, Any]:
+def evaluate(
+    model: Path,
+    data: Path,
+    *,
+    with_robustness: bool = False,
+    compare_to: Path | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    iou_match: float = DEFAULT_IOU_MATCH,
+    seed: int = 0,
+    n_boot: int = DEFAULT_N_BOOT,
+    min_support: int = DEFAULT_MIN_SUPPORT,
+    train_data: Path | str | None = None,
+    home_root: Path | None = None,
+) -> dict[str, Any]:
     """The full evaluation report (a JSON-ready dict); DataError when the split's files were changed.
 
     ``train_data`` names the model's training data when nothing beside the model records it
@@ -111,28 +155,41 @@ def evaluate(model: Path, data: Path, *, with_robustness: bool = False, compare_
     require_intact(split.path)
     images, masks = np.asarray(split.images), np.asarray(split.masks)
     session = open_session(onnx_path)
-    per = per_image_metrics(predict(onnx_path, images, session=session), masks, threshold=threshold,
-                            iou_match=iou_match)
+    per = per_image_metrics(
+        predict(onnx_path, images, session=session), masks, threshold=threshold, iou_match=iou_match
+    )
     metrics = aggregate(per)
     report: dict[str, Any] = {
-        "model": str(onnx_path), "data": str(split.path), "threshold": threshold, "iou_match": iou_match,
-        "metrics": metrics, "intervals": intervals(per, n_boot, seed),
+        "model": str(onnx_path),
+        "data": str(split.path),
+        "threshold": threshold,
+        "iou_match": iou_match,
+        "metrics": metrics,
+        "intervals": intervals(per, n_boot, seed),
         "worst_slice": worst_slice(per, split.image_meta, split.defects, min_support),
-        "per_image": {k: getattr(per, k).tolist() for k in ("object_tp", "object_fp", "object_fn",
-                                                               "pixel_iou", "dice", "boundary_iou")},
+        "per_image": {
+            k: getattr(per, k).tolist()
+            for k in ("object_tp", "object_fp", "object_fn", "pixel_iou", "dice", "boundary_iou")
+        },
     }
     block = training_range(split_stats(split), onnx_path, train_data, home_root)
-    report["training_range"] = collapse_finding(block, int(per.object_tp.sum() + per.object_fp.sum()),
-                                                int(per.object_tp.sum() + per.object_fn.sum()))
+    report["training_range"] = collapse_finding(
+        block, int(per.object_tp.sum() + per.object_fp.sum()), int(per.object_tp.sum() + per.object_fn.sum())
+    )
     report["outside_training_range"] = block["outside"]
     if compare_to is not None:
         ref_path = resolve_model(compare_to)
         ref = per_image_metrics(predict(ref_path, images), masks, threshold=threshold, iou_match=iou_match)
-        report["comparison"] = {"reference_model": str(ref_path), **compare(ref, per, n_boot, seed),
-                                "reference_metrics": aggregate(ref)}
+        report["comparison"] = {
+            "reference_model": str(ref_path),
+            **compare(ref, per, n_boot, seed),
+            "reference_metrics": aggregate(ref),
+        }
     if with_robustness:
         augment = training_augment(onnx_path)
-        report["robustness"] = {"training_config_found": augment is not None, "collapse_drop": COLLAPSE_DROP,
-                                "cells": robustness(session, images, masks, metrics, augment, seed,
-                                                    threshold, iou_match)}
+        report["robustness"] = {
+            "training_config_found": augment is not None,
+            "collapse_drop": COLLAPSE_DROP,
+            "cells": robustness(session, images, masks, metrics, augment, seed, threshold, iou_match),
+        }
     return report

@@ -39,8 +39,14 @@ def export_onnx(model: nn.Module, path: Path, size: tuple[int, int] = (64, 64)) 
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(  # a BytesIO target is supported at runtime
-            wrapped, (example,), cast(Any, buffer), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: dynamic, OUTPUT_NAME: dynamic}, opset_version=OPSET, dynamo=False,
+            wrapped,
+            (example,),
+            cast(Any, buffer),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: dynamic, OUTPUT_NAME: dynamic},
+            opset_version=OPSET,
+            dynamo=False,
         )
     proto = onnx.load_from_string(buffer.getvalue())
     onnx.checker.check_model(proto)

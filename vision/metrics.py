@@ -108,7 +108,9 @@ def boundary_band(mask: np.ndarray) -> np.ndarray:
     return m & ~eroded.astype(bool)
 
 
-def _components(mask: np.ndarray, centroids: bool = True) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+def _components(
+    mask: np.ndarray, centroids: bool = True
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
     """Label components; return (labels, count, image index, area, centroid) per label 1..count."""
     labels, count = ndimage.label(mask, structure=_STRUCT_8)
     flat = labels.ravel()
@@ -127,8 +129,15 @@ def _components(mask: np.ndarray, centroids: bool = True) -> tuple[np.ndarray, i
     return labels, count, image[1:], area[1:], np.stack([cy[1:], cx[1:]], axis=1)
 
 
-def _match(gt_lab: np.ndarray, n_gt: int, gt_area: np.ndarray, pr_lab: np.ndarray, n_pr: int,
-           pr_area: np.ndarray, iou_match: float) -> tuple[np.ndarray, np.ndarray]:
+def _match(
+    gt_lab: np.ndarray,
+    n_gt: int,
+    gt_area: np.ndarray,
+    pr_lab: np.ndarray,
+    n_pr: int,
+    pr_area: np.ndarray,
+    iou_match: float,
+) -> tuple[np.ndarray, np.ndarray]:
     """Greedy one-to-one matching by descending IoU; returns (gt matched, pred matched) bool arrays."""
     gt_matched = np.zeros(n_gt, dtype=bool)
     pr_matched = np.zeros(n_pr, dtype=bool)
@@ -154,8 +163,13 @@ def size_bin_index(area: np.ndarray) -> np.ndarray:
     return np.searchsorted(edges, area, side="right")
 
 
-def per_image_metrics(prob: np.ndarray, gt: np.ndarray, *, threshold: float = DEFAULT_THRESHOLD,
-                      iou_match: float = DEFAULT_IOU_MATCH) -> PerImage:
+def per_image_metrics(
+    prob: np.ndarray,
+    gt: np.ndarray,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    iou_match: float = DEFAULT_IOU_MATCH,
+) -> PerImage:
     """Every per-image metric for predictions ``prob`` against masks ``gt`` (both (N, H, W))."""
     validate_inputs(prob, gt)
     if not 0.0 < iou_match <= 1.0 or not 0.0 < threshold <= 1.0:
@@ -175,15 +189,21 @@ def per_image_metrics(prob: np.ndarray, gt: np.ndarray, *, threshold: float = DE
     n_bins = len(SIZE_BINS)
     cell = g_img * n_bins + size_bin_index(g_area)
     return PerImage(
-        pixel_tp=tp, pixel_fp=fp, pixel_fn=fn,
-        pixel_iou=_ratio(tp, tp + fp + fn), dice=_ratio(2 * tp, 2 * tp + fp + fn),
+        pixel_tp=tp,
+        pixel_fp=fp,
+        pixel_fn=fn,
+        pixel_iou=_ratio(tp, tp + fp + fn),
+        dice=_ratio(2 * tp, 2 * tp + fp + fn),
         boundary_iou=_ratio(b_inter, b_union),
         object_tp=np.bincount(g_img[g_hit], minlength=n).astype(np.int64),
         object_fp=np.bincount(p_img[~p_hit], minlength=n).astype(np.int64),
         object_fn=np.bincount(g_img[~g_hit], minlength=n).astype(np.int64),
         size_hits=np.bincount(cell[g_hit], minlength=n * n_bins).reshape(n, n_bins).astype(np.int64),
         size_count=np.bincount(cell, minlength=n * n_bins).reshape(n, n_bins).astype(np.int64),
-        gt_image=g_img, gt_area=g_area, gt_centroid=g_cent, gt_matched=g_hit,
+        gt_image=g_img,
+        gt_area=g_area,
+        gt_centroid=g_cent,
+        gt_matched=g_hit,
     )
 
 
@@ -218,7 +238,9 @@ def aggregate(per_image: PerImage) -> dict[str, float]:
         "n_images": float(len(m)),
         "n_gt_objects": tp + fn,
         "n_pred_objects": tp + fp,
-        "object_tp": tp, "object_fp": fp, "object_fn": fn,
+        "object_tp": tp,
+        "object_fp": fp,
+        "object_fn": fn,
         "object_recall": _safe(tp, tp + fn),
         "object_precision": _safe(tp, tp + fp),
         "object_f1": _safe(2 * tp, 2 * tp + fp + fn),

@@ -25,7 +25,16 @@ from vision.registry import (
     known_models,
 )
 
-__all__ = ["CLASSICAL", "PRESETS", "REFERENCE_PRESET", "Preset", "UNet", "build_model", "get_preset", "known_models"]
+__all__ = [
+    "CLASSICAL",
+    "PRESETS",
+    "REFERENCE_PRESET",
+    "Preset",
+    "UNet",
+    "build_model",
+    "get_preset",
+    "known_models",
+]
 
 
 class ConvBlock(nn.Sequential):
@@ -33,8 +42,12 @@ class ConvBlock(nn.Sequential):
 
     def __init__(self, c_in: int, c_out: int) -> None:
         super().__init__(
-            nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True),
-            nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True),
+            nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(c_out, c_out, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(inplace=True),
         )
 
 
@@ -87,8 +100,14 @@ def load_encoder_weights(encoder: nn.Module, path: Path) -> None:
 PLAIN_PROBE_PATCH = 64  # px: unet-plain's depth when nothing resolved it
 
 
-def build_model(name: str, decoder_width: int | None = None, weights: Path | None = None, *,
-                stages: int | None = None, deep_supervision: bool = False) -> nn.Module:
+def build_model(
+    name: str,
+    decoder_width: int | None = None,
+    weights: Path | None = None,
+    *,
+    stages: int | None = None,
+    deep_supervision: bool = False,
+) -> nn.Module:
     """A fresh model by registry name (``baseline-classical`` is built by ``vision.classical``).
 
     ``stages`` and ``deep_supervision`` are the plain U-Net's (``unet-plain``).

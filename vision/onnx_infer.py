@@ -36,13 +36,16 @@ def open_session(model_path: Path | str, threads: int = 0) -> Any:
     inputs = [i.name for i in session.get_inputs()]
     outputs = [o.name for o in session.get_outputs()]
     if inputs != [INPUT_NAME] or OUTPUT_NAME not in outputs:
-        raise DataError(f"{path} breaks the model contract: inputs {inputs}, outputs {outputs}; "
-                        f"expected input {INPUT_NAME!r} and output {OUTPUT_NAME!r}")
+        raise DataError(
+            f"{path} breaks the model contract: inputs {inputs}, outputs {outputs}; "
+            f"expected input {INPUT_NAME!r} and output {OUTPUT_NAME!r}"
+        )
     return session
 
 
-def predict(model_path: Path | str, images: np.ndarray, batch: int = DEFAULT_BATCH, *,
-            session: Any = None) -> np.ndarray:
+def predict(
+    model_path: Path | str, images: np.ndarray, batch: int = DEFAULT_BATCH, *, session: Any = None
+) -> np.ndarray:
     """Probabilities (N, H, W) float32 for images (N, H, W) float32 in [0, 1]."""
     if not isinstance(images, np.ndarray) or images.ndim != 3 or images.dtype != np.float32:
         got = f"{images.dtype} {images.shape}" if isinstance(images, np.ndarray) else type(images).__name__

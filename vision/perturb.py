@@ -31,21 +31,29 @@ class Perturbation:
     apply: Apply
 
 
-def _lower_dose(x: np.ndarray, y: np.ndarray, sigma: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _lower_dose(
+    x: np.ndarray, y: np.ndarray, sigma: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Extra quantum noise of a lower dose: Gaussian, std ``sigma`` at reading 0.5, ~sqrt(signal)."""
     std = sigma * np.sqrt(np.clip(x, 0, 1) / 0.5)
     return x + std * rng.standard_normal(x.shape).astype(np.float32), y
 
 
-def _blur(x: np.ndarray, y: np.ndarray, sigma: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _blur(
+    x: np.ndarray, y: np.ndarray, sigma: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     return ndimage.gaussian_filter(x, sigma=(0, sigma, sigma), mode="nearest"), y
 
 
-def _gain(x: np.ndarray, y: np.ndarray, gain: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _gain(
+    x: np.ndarray, y: np.ndarray, gain: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     return x * gain, y
 
 
-def _scatter(x: np.ndarray, y: np.ndarray, amp: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _scatter(
+    x: np.ndarray, y: np.ndarray, amp: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     n, h, w = x.shape
     angle = np.asarray(rng.uniform(0, 2 * np.pi, n))[:, None, None]
     yy = np.linspace(-0.5, 0.5, h)[None, :, None]
@@ -53,7 +61,9 @@ def _scatter(x: np.ndarray, y: np.ndarray, amp: float, rng: np.random.Generator)
     return x + amp * (np.cos(angle) * xx + np.sin(angle) * yy), y
 
 
-def _banding(x: np.ndarray, y: np.ndarray, amp: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _banding(
+    x: np.ndarray, y: np.ndarray, amp: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Detector line banding: a random offset per row (or column), amplitude ``amp``."""
     n, h, w = x.shape
     rows = amp * rng.standard_normal((n, h, 1))
@@ -62,7 +72,9 @@ def _banding(x: np.ndarray, y: np.ndarray, amp: float, rng: np.random.Generator)
     return x + np.where(by_row, rows, cols), y
 
 
-def _dead_hot(x: np.ndarray, y: np.ndarray, frac: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _dead_hot(
+    x: np.ndarray, y: np.ndarray, frac: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     hit = rng.random(x.shape) < frac
     value = (rng.random(x.shape) < 0.5).astype(np.float32)
     return np.where(hit, value, x), y
@@ -72,16 +84,20 @@ def _zoom_one(a: np.ndarray, factor: float, order: int) -> np.ndarray:
     h, w = a.shape
     big = ndimage.zoom(a, factor, order=order, mode="nearest")
     y0, x0 = (big.shape[0] - h) // 2, (big.shape[1] - w) // 2
-    return big[y0:y0 + h, x0:x0 + w]
+    return big[y0 : y0 + h, x0 : x0 + w]
 
 
-def _magnify(x: np.ndarray, y: np.ndarray, factor: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _magnify(
+    x: np.ndarray, y: np.ndarray, factor: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     xs = np.stack([_zoom_one(a, factor, 1) for a in x])
     ys = np.stack([_zoom_one(a, factor, 0) for a in y])
     return xs, ys
 
 
-def _shift(x: np.ndarray, y: np.ndarray, px: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _shift(
+    x: np.ndarray, y: np.ndarray, px: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     n = x.shape[0]
     d = int(round(px))
     signs = rng.choice([-1, 1], size=(n, 2))
@@ -93,16 +109,45 @@ def _shift(x: np.ndarray, y: np.ndarray, px: float, rng: np.random.Generator) ->
     return xs, ys
 
 
-PERTURBATIONS: dict[str, Perturbation] = {p.name: p for p in (
-    Perturbation("lower_dose", "extra quantum noise, std at reading 0.5", (0.01, 0.02, 0.04, 0.06, 0.1), "noise_std", _lower_dose),
-    Perturbation("detector_blur", "Gaussian PSF sigma, pixels", (0.5, 1.0, 1.5, 2.0, 3.0), "blur_sigma", _blur),
-    Perturbation("gain_drift", "multiplicative detector gain", (0.95, 0.9, 0.85, 0.8, 0.7), "gain", _gain),
-    Perturbation("scatter_gradient", "additive linear ramp amplitude", (0.05, 0.1, 0.15, 0.2, 0.3), "gradient", _scatter),
-    Perturbation("banding", "per-row or per-column offset std", (0.005, 0.01, 0.02, 0.03, 0.05), None, _banding),
-    Perturbation("dead_hot_pixels", "fraction of pixels stuck at 0 or 1", (0.001, 0.003, 0.01, 0.02, 0.05), None, _dead_hot),
-    Perturbation("magnification", "geometric magnification factor", (1.05, 1.1, 1.15, 1.2, 1.3), "scale", _magnify),
-    Perturbation("shift", "translation, pixels", (1, 2, 3, 4, 6), "shift_px", _shift),
-)}
+PERTURBATIONS: dict[str, Perturbation] = {
+    p.name: p
+    for p in (
+        Perturbation(
+            "lower_dose",
+            "extra quantum noise, std at reading 0.5",
+            (0.01, 0.02, 0.04, 0.06, 0.1),
+            "noise_std",
+            _lower_dose,
+        ),
+        Perturbation(
+            "detector_blur", "Gaussian PSF sigma, pixels", (0.5, 1.0, 1.5, 2.0, 3.0), "blur_sigma", _blur
+        ),
+        Perturbation(
+            "gain_drift", "multiplicative detector gain", (0.95, 0.9, 0.85, 0.8, 0.7), "gain", _gain
+        ),
+        Perturbation(
+            "scatter_gradient",
+            "additive linear ramp amplitude",
+            (0.05, 0.1, 0.15, 0.2, 0.3),
+            "gradient",
+            _scatter,
+        ),
+        Perturbation(
+            "banding", "per-row or per-column offset std", (0.005, 0.01, 0.02, 0.03, 0.05), None, _banding
+        ),
+        Perturbation(
+            "dead_hot_pixels",
+            "fraction of pixels stuck at 0 or 1",
+            (0.001, 0.003, 0.01, 0.02, 0.05),
+            None,
+            _dead_hot,
+        ),
+        Perturbation(
+            "magnification", "geometric magnification factor", (1.05, 1.1, 1.15, 1.2, 1.3), "scale", _magnify
+        ),
+        Perturbation("shift", "translation, pixels", (1, 2, 3, 4, 6), "shift_px", _shift),
+    )
+}
 
 
 def within_training_range(p: Perturbation, value: float, augment: AugmentConfig | None) -> bool:
@@ -113,8 +158,9 @@ def within_training_range(p: Perturbation, value: float, augment: AugmentConfig 
     return bool(r.low - 1e-9 <= value <= r.high + 1e-9)
 
 
-def perturb(name: str, severity: int, images: np.ndarray, masks: np.ndarray,
-            seed: int) -> tuple[np.ndarray, np.ndarray]:
+def perturb(
+    name: str, severity: int, images: np.ndarray, masks: np.ndarray, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Apply one perturbation at one severity (1..5); clipped to [0, 1], float32 and uint8."""
     p = PERTURBATIONS[name]
     rng = np.random.default_rng([seed, list(PERTURBATIONS).index(name), severity])

@@ -33,8 +33,11 @@ def stages_for(patch_px: int) -> int:
 
 
 def _conv(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1),
-                         nn.InstanceNorm2d(c_out, affine=True), nn.LeakyReLU(0.01, inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1),
+        nn.InstanceNorm2d(c_out, affine=True),
+        nn.LeakyReLU(0.01, inplace=True),
+    )
 
 
 class PlainUNet(nn.Module):
@@ -66,7 +69,7 @@ class PlainUNet(nn.Module):
         outs = []
         for i, (up, block, head) in enumerate(zip(self.up, self.decoder, self.heads, strict=True)):
             skip = skips.pop()
-            y = up(y)[..., :skip.shape[-2], :skip.shape[-1]]  # an odd side rounds up on the way down
+            y = up(y)[..., : skip.shape[-2], : skip.shape[-1]]  # an odd side rounds up on the way down
             y = block(torch.cat([y, skip], dim=1))
             if every or i == len(self.heads) - 1:
                 outs.append(head(y))

@@ -34,9 +34,15 @@ RECIPES: dict[str, dict[str, Any]] = {
         "optim": {"name": "sgd", "lr": 0.01, "momentum": 0.99, "nesterov": True, "weight_decay": 3e-5},
         "schedule": {"name": "poly", "warmup_epochs": 0},
         "sampling.defect_centred_p": 0.33,
-        "augment": {"p": 0.5, "flip": True, "scale": {"low": 0.7, "high": 1.4},
-                    "gain": {"low": 0.75, "high": 1.25}, "gamma": {"low": 0.7, "high": 1.5},
-                    "noise_std": {"low": 0.0, "high": 0.02}, "blur_sigma": {"low": 0.5, "high": 1.0}},
+        "augment": {
+            "p": 0.5,
+            "flip": True,
+            "scale": {"low": 0.7, "high": 1.4},
+            "gain": {"low": 0.75, "high": 1.25},
+            "gamma": {"low": 0.7, "high": 1.5},
+            "noise_std": {"low": 0.0, "high": 0.02},
+            "blur_sigma": {"low": 0.5, "high": 1.0},
+        },
     },
 }
 

@@ -27,7 +27,9 @@ IMAGE_SKIP = ("id", "sha256")
 TERTILES = (1 / 3, 2 / 3)
 
 
-def defect_detected(per_image: PerImage, image_index: dict[str, int], defects: list[dict[str, Any]]) -> np.ndarray:
+def defect_detected(
+    per_image: PerImage, image_index: dict[str, int], defects: list[dict[str, Any]]
+) -> np.ndarray:
     """(D,) bool: each listed defect's nearest GT component in its image was matched."""
     out = np.zeros(len(defects), dtype=bool)
     by_image: dict[int, np.ndarray] = defaultdict(lambda: np.zeros(0, dtype=np.int64))
@@ -53,16 +55,23 @@ def _groups(values: list[Any]) -> dict[str, np.ndarray]:
         finite = np.isfinite(arr)
         if np.unique(arr[finite]).size > 3:
             lo, hi = np.quantile(arr[finite], TERTILES)
-            return {f"<{lo:.4g}": idx[finite & (arr < lo)], f"[{lo:.4g},{hi:.4g})": idx[finite & (arr >= lo) & (arr < hi)],
-                    f">={hi:.4g}": idx[finite & (arr >= hi)]}
+            return {
+                f"<{lo:.4g}": idx[finite & (arr < lo)],
+                f"[{lo:.4g},{hi:.4g})": idx[finite & (arr >= lo) & (arr < hi)],
+                f">={hi:.4g}": idx[finite & (arr >= hi)],
+            }
     out: dict[str, list[int]] = defaultdict(list)
     for i, v in enumerate(values):
         out[str(v)].append(i)
     return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
 
 
-def slice_scores(per_image: PerImage, image_meta: list[dict[str, Any]], defects: list[dict[str, Any]],
-                 min_support: int = DEFAULT_MIN_SUPPORT) -> list[dict[str, Any]]:
+def slice_scores(
+    per_image: PerImage,
+    image_meta: list[dict[str, Any]],
+    defects: list[dict[str, Any]],
+    min_support: int = DEFAULT_MIN_SUPPORT,
+) -> list[dict[str, Any]]:
     """Every defect slice (object recall) and image slice (object F1) with its support."""
     rows: list[dict[str, Any]] = []
     index = {str(m.get("id")): i for i, m in enumerate(image_meta)}
@@ -71,9 +80,17 @@ def slice_scores(per_image: PerImage, image_meta: list[dict[str, Any]], defects:
         if not defects or attr not in defects[0]:
             continue
         for label, members in _groups([d.get(attr) for d in defects]).items():
-            rows.append({"kind": "defect", "attribute": attr, "value": label, "metric": "object_recall",
-                         "support": int(members.size), "score": float(hit[members].mean()) if members.size else 1.0,
-                         "eligible": bool(members.size >= min_support)})
+            rows.append(
+                {
+                    "kind": "defect",
+                    "attribute": attr,
+                    "value": label,
+                    "metric": "object_recall",
+                    "support": int(members.size),
+                    "score": float(hit[members].mean()) if members.size else 1.0,
+                    "eligible": bool(members.size >= min_support),
+                }
+            )
     keys = sorted({k for m in image_meta for k in m if k not in IMAGE_SKIP})
     counts = (per_image.object_tp, per_image.object_fp, per_image.object_fn)
     for key in keys:
@@ -82,15 +99,27 @@ def slice_scores(per_image: PerImage, image_meta: list[dict[str, Any]], defects:
             continue
         for label, members in _groups(values).items():
             n_objects = int(per_image.object_tp[members].sum() + per_image.object_fn[members].sum())
-            rows.append({"kind": "image", "attribute": key, "value": label, "metric": "object_f1",
-                         "support": int(members.size), "n_objects": n_objects,
-                         "score": object_f1(tuple(c[members] for c in counts)),
-                         "eligible": bool(members.size >= min_support and n_objects >= min_support)})
+            rows.append(
+                {
+                    "kind": "image",
+                    "attribute": key,
+                    "value": label,
+                    "metric": "object_f1",
+                    "support": int(members.size),
+                    "n_objects": n_objects,
+                    "score": object_f1(tuple(c[members] for c in counts)),
+                    "eligible": bool(members.size >= min_support and n_objects >= min_support),
+                }
+            )
     return rows
 
 
-def worst_slice(per_image: PerImage, image_meta: list[dict[str, Any]], defects: list[dict[str, Any]],
-                min_support: int = DEFAULT_MIN_SUPPORT) -> dict[str, Any]:
+def worst_slice(
+    per_image: PerImage,
+    image_meta: list[dict[str, Any]],
+    defects: list[dict[str, Any]],
+    min_support: int = DEFAULT_MIN_SUPPORT,
+) -> dict[str, Any]:
     """The lowest-scoring eligible slice (None when no slice reaches ``min_support``) and all slices."""
     rows = slice_scores(per_image, image_meta, defects, min_support)
     eligible = [r for r in rows if r["eligible"]]

@@ -51,7 +51,7 @@ def predict_batched(predict: Predict, images: np.ndarray, max_batch: int) -> np.
     if max(height, width) > TILE_PX:
         return _predict_tiled(predict, images, max_batch)
     step = per_batch(height, width, max_batch)
-    parts = [np.asarray(predict(images[i:i + step]), dtype=np.float32) for i in range(0, n, step)]
+    parts = [np.asarray(predict(images[i : i + step]), dtype=np.float32) for i in range(0, n, step)]
     return np.concatenate(parts) if parts else np.zeros((0, height, width), np.float32)
 
 
@@ -61,18 +61,28 @@ def _predict_tiled(predict: Predict, images: np.ndarray, max_batch: int) -> np.n
     boxes = tile_boxes(height, width)
     cover = np.zeros((height, width), np.float32)
     for y, x in boxes:
-        cover[y:y + th, x:x + tw] += 1.0
+        cover[y : y + th, x : x + tw] += 1.0
     step = per_batch(th, tw, max_batch)
     out = np.empty((n, height, width), np.float32)
     for i in range(n):
-        tiles = np.stack([images[i, y:y + th, x:x + tw] for y, x in boxes])
-        probs = np.concatenate([np.asarray(predict(tiles[j:j + step]), dtype=np.float32)
-                                for j in range(0, len(tiles), step)])
+        tiles = np.stack([images[i, y : y + th, x : x + tw] for y, x in boxes])
+        probs = np.concatenate(
+            [np.asarray(predict(tiles[j : j + step]), dtype=np.float32) for j in range(0, len(tiles), step)]
+        )
         total = np.zeros((height, width), np.float32)
         for (y, x), prob in zip(boxes, probs, strict=True):
-            total[y:y + th, x:x + tw] += prob
+            total[y : y + th, x : x + tw] += prob
         out[i] = total / cover
     return out
 
 
-__all__ = ["BATCH_PIXELS", "DEV_BATCH", "OVERLAP_PX", "TILE_PX", "per_batch", "predict_batched", "starts", "tile_boxes"]
+__all__ = [
+    "BATCH_PIXELS",
+    "DEV_BATCH",
+    "OVERLAP_PX",
+    "TILE_PX",
+    "per_batch",
+    "predict_batched",
+    "starts",
+    "tile_boxes",
+]

@@ -101,8 +101,9 @@ def _lr_factor(config: TrainConfig, steps_per_epoch: int) -> Any:
 def make_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     o = config.optim
     if o.name == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
-                               nesterov=o.nesterov)
+        return torch.optim.SGD(
+            model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay, nesterov=o.nesterov
+        )
     return torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay)
 
 
@@ -128,22 +129,30 @@ def predict_probs(model: nn.Module, images: np.ndarray, device: torch.device) ->
         return predict_batched(one, images, DEV_BATCH)
 
 
-def dev_metrics(model: nn.Module, data: DatasetVersion, config: TrainConfig, device: torch.device) -> dict[str, float]:
+def dev_metrics(
+    model: nn.Module, data: DatasetVersion, config: TrainConfig, device: torch.device
+) -> dict[str, float]:
     prob = predict_probs(model, np.asarray(data.dev.images), device)
     return aggregate(per_image_metrics(prob, np.asarray(data.dev.masks), threshold=config.threshold))
 
 
-def _batches(data: DatasetVersion, config: TrainConfig, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _batches(
+    data: DatasetVersion, config: TrainConfig, epoch: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """CPU batches (x, y) of shape (B, 1, h, w) for one epoch, augmented."""
     rng = np.random.default_rng([config.seed, epoch])
     gen = torch.Generator().manual_seed(config.seed * 1_000_003 + epoch)
     images, masks = np.asarray(data.train.images), np.asarray(data.train.masks)
     if config.max_train_images is not None:
-        images, masks = images[:config.max_train_images], masks[:config.max_train_images]
+        images, masks = images[: config.max_train_images], masks[: config.max_train_images]
     order = epoch_order(images.shape[0], sample_weights(masks, config.sampling), rng)
     bs = config.batch_size
     for start in range(0, len(order) - bs + 1, bs):  # drop the last partial batch (BatchNorm)
-        idx = np.sort(order[start:start + bs]) if config.sampling.rare_oversample == 1.0 else order[start:start + bs]
+        idx = (
+            np.sort(order[start : start + bs])
+            if config.sampling.rare_oversample == 1.0
+            else order[start : start + bs]
+        )
         xb, yb = crop_batch(images[idx], masks[idx], config.sampling, rng)
         x = torch.from_numpy(np.ascontiguousarray(xb)).unsqueeze(1)
         y = torch.from_numpy(yb.astype(np.float32)).unsqueeze(1)
@@ -157,7 +166,9 @@ def resolve_stages(config: TrainConfig, data: DatasetVersion) -> TrainConfig:
     from vision.plain_unet import stages_for
 
     side = config.sampling.crop or min(np.asarray(data.train.images).shape[1:])
-    return config.model_copy(update={"model": config.model.model_copy(update={"stages": stages_for(int(side))})})
+    return config.model_copy(
+        update={"model": config.model.model_copy(update={"stages": stages_for(int(side))})}
+    )
 
 
 def deep_supervision_weights(n: int) -> list[float]:
@@ -169,7 +180,9 @@ def deep_supervision_weights(n: int) -> list[float]:
     return [w / total for w in raw]
 
 
-def supervised_loss(config: TrainConfig, logits: torch.Tensor | list[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+def supervised_loss(
+    config: TrainConfig, logits: torch.Tensor | list[torch.Tensor], y: torch.Tensor
+) -> torch.Tensor:
     """The configured loss; with deep supervision, over every decoder stage against a max-pooled target
     (max pooling, not nnU-Net's nearest sampling, so that a one-pixel void survives at every scale)."""
     if isinstance(logits, torch.Tensor):
@@ -187,7 +200,9 @@ def supervised_loss(config: TrainConfig, logits: torch.Tensor | list[torch.Tenso
 class Trainer:
     """One training run; ``run()`` returns the TrainResult and writes the files."""
 
-    def __init__(self, config: TrainConfig, data_dir: Path | DatasetVersion, out_dir: Path, progress: bool) -> None:
+    def __init__(
+        self, config: TrainConfig, data_dir: Path | DatasetVersion, out_dir: Path, progress: bool
+    ) -> None:
         self.config, self.out, self.progress = config, out_dir, progress
         # a DatasetVersion already in memory trains in-process (analysis.planted_vision)
         self.data = data_dir if isinstance(data_dir, DatasetVersion) else load_version(data_dir)
@@ -198,8 +213,13 @@ class Trainer:
         self.device = pick_device(config)
         torch.manual_seed(config.seed)
         self.config = config = resolve_stages(config, self.data)
-        self.model = build_model(config.model.name, config.model.decoder_width, config.model.encoder_weights,
-                                 stages=config.model.stages, deep_supervision=config.deep_supervision)
+        self.model = build_model(
+            config.model.name,
+            config.model.decoder_width,
+            config.model.encoder_weights,
+            stages=config.model.stages,
+            deep_supervision=config.deep_supervision,
+        )
         self.model.to(self.device)
         if self.device.type == "cuda":
             self.model = self.model.to(memory_format=torch.channels_last)
@@ -259,10 +279,16 @@ class Trainer:
         dev = dev_metrics(self.model, self.data, self.config, self.device)
         self.timings["eval_s"] += time.perf_counter() - t0
         save_checkpoint(self.model, self.config, self.out / MODEL_FILE, epoch)
-        save_resume(self.out / RESUME_FILE, {
-            "config": dump_config(self.config), "epoch": epoch, "model": self.model.state_dict(),
-            "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
-        })
+        save_resume(
+            self.out / RESUME_FILE,
+            {
+                "config": dump_config(self.config),
+                "epoch": epoch,
+                "model": self.model.state_dict(),
+                "optimizer": self.opt.state_dict(),
+                "scheduler": self.sched.state_dict(),
+            },
+        )
         line = {"epoch": epoch, "train_loss": loss, "lr": self.sched.get_last_lr()[0], "dev": dev}
         with open(self.out / CURVE_FILE, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line, sort_keys=True) + "\n")
@@ -274,13 +300,16 @@ class Trainer:
         from vision._progress import progress_bar
 
         done, dev = self.start_epoch, dict[str, float]()
-        with progress_bar(self.progress, self.config.epochs * self.steps_per_epoch,
-                          self.start_epoch * self.steps_per_epoch) as tick:
+        with progress_bar(
+            self.progress, self.config.epochs * self.steps_per_epoch, self.start_epoch * self.steps_per_epoch
+        ) as tick:
             for epoch in range(self.start_epoch, self.config.epochs):
                 try:
                     loss = self.train_epoch(epoch, tick)
                 except NonFiniteLoss as exc:
-                    reason = f"non-finite loss in epoch {epoch}: {exc}; kept the checkpoint of epoch {epoch - 1}"
+                    reason = (
+                        f"non-finite loss in epoch {epoch}: {exc}; kept the checkpoint of epoch {epoch - 1}"
+                    )
                     log.error("run stopped: %s", reason)
                     return done, reason, dev
                 dev = self.end_epoch(epoch, loss)
@@ -293,14 +322,22 @@ class Trainer:
         t0 = time.perf_counter()
         done, reason, dev = self.loop()
         self.timings["total_train_s"] = time.perf_counter() - t0
-        result = TrainResult(usable=False, stopped_reason=reason, model=self.config.model.name,
-                             epochs_completed=done, device=str(self.device), dev=dev)
+        result = TrainResult(
+            usable=False,
+            stopped_reason=reason,
+            model=self.config.model.name,
+            epochs_completed=done,
+            device=str(self.device),
+            dev=dev,
+        )
         if reason is None and done > 0:
             self.final_checks(result)
         t = self.timings
         t["train_images_per_s"] = t["train_images"] / t["train_s"] if t["train_s"] else 0.0
         result.timings = {k: round(v, 4) for k, v in t.items()}
-        result.files = {p.name: p.name for p in sorted(self.out.iterdir()) if p.is_file() and not p.name.startswith(".")}
+        result.files = {
+            p.name: p.name for p in sorted(self.out.iterdir()) if p.is_file() and not p.name.startswith(".")
+        }
         write_result(self.out, result)
         return result
 
@@ -317,7 +354,9 @@ class Trainer:
         self.timings["checks_s"] = time.perf_counter() - t0
 
 
-def reload_and_parity(model: nn.Module, out: Path, images: np.ndarray) -> tuple[bool, dict[str, float | bool]]:
+def reload_and_parity(
+    model: nn.Module, out: Path, images: np.ndarray
+) -> tuple[bool, dict[str, float | bool]]:
     """Reload ``model.safetensors`` into a fresh model, compare outputs, export and compare ONNX."""
     from vision.checkpoint import load_model
     from vision.export import export_onnx, parity, torch_predict
@@ -333,8 +372,9 @@ def write_result(out: Path, result: TrainResult) -> None:
     (out / RESULT_FILE).write_text(result.model_dump_json(indent=2) + "\n")
 
 
-def train(config: TrainConfig, data_dir: Path, out_dir: Path, *, progress: bool = False,
-          resume: bool = False) -> TrainResult:
+def train(
+    config: TrainConfig, data_dir: Path, out_dir: Path, *, progress: bool = False, resume: bool = False
+) -> TrainResult:
     """Train per ``config`` on the dataset version ``data_dir``; write the run into ``out_dir``."""
     if config.threads is not None:
         torch.set_num_threads(config.threads)

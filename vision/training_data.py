@@ -50,15 +50,19 @@ def _train_split_dir(ref: Path | str, home_root: Path | None) -> Path:
         from synthetic.versions import resolve
 
         return resolve(home_root, str(ref)).train
-    raise DataError(f"--train-data {ref}: not a dataset version folder, a split folder, or a NAME/vK "
-                    "dataset version of the home")
+    raise DataError(
+        f"--train-data {ref}: not a dataset version folder, a split folder, or a NAME/vK "
+        "dataset version of the home"
+    )
 
 
 def _from_split(folder: Path, source: str, expected_hash: str | None) -> TrainingData:
     split = read_split(folder, mmap=True)
     if expected_hash is not None and split.content_hash != expected_hash:
-        raise DataError(f"{folder} holds content {split.content_hash[:12]}..., but the model's {source} "
-                        f"names {expected_hash[:12]}...; its training data is no longer there")
+        raise DataError(
+            f"{folder} holds content {split.content_hash[:12]}..., but the model's {source} "
+            f"names {expected_hash[:12]}...; its training data is no longer there"
+        )
     return TrainingData(source=source, train_split=str(folder), stats=split_stats(split))
 
 
@@ -66,8 +70,11 @@ def _from_records(model_dir: Path) -> TrainingData | None:
     record = model_dir / TRAINING_RECORD
     if record.is_file():
         data = json.loads(record.read_text())
-        return TrainingData(source=TRAINING_RECORD, train_split=str(data["train"]),
-                            stats=IntensityStats.model_validate(data["intensity"]))
+        return TrainingData(
+            source=TRAINING_RECORD,
+            train_split=str(data["train"]),
+            stats=IntensityStats.model_validate(data["intensity"]),
+        )
     manifest = model_dir / TICKET_MANIFEST
     if manifest.is_file():
         train = json.loads(manifest.read_text()).get("train")
@@ -76,27 +83,39 @@ def _from_records(model_dir: Path) -> TrainingData | None:
     return None
 
 
-def find_training_data(model: Path, train_data: Path | str | None = None,
-                       home_root: Path | None = None) -> TrainingData | None:
+def find_training_data(
+    model: Path, train_data: Path | str | None = None, home_root: Path | None = None
+) -> TrainingData | None:
     """The model's training data (None when nothing records it); DataError when a record is stale."""
     if train_data is not None:
         return _from_split(_train_split_dir(train_data, home_root), "--train-data", None)
     return _from_records(model.parent if model.suffix == ".onnx" else model)
 
 
-def training_range(seen: IntensityStats, model: Path, train_data: Path | str | None = None,
-                   home_root: Path | None = None) -> dict[str, Any]:
+def training_range(
+    seen: IntensityStats, model: Path, train_data: Path | str | None = None, home_root: Path | None = None
+) -> dict[str, Any]:
     """``seen`` against the model's training data: a JSON-ready block (``outside`` None when unknown)."""
     try:
         found = find_training_data(model, train_data, home_root)
     except (DataError, OSError, ValueError, KeyError) as exc:
         return {"known": False, "outside": None, "reason": str(exc), "set": seen.model_dump(mode="json")}
     if found is None:
-        return {"known": False, "outside": None, "set": seen.model_dump(mode="json"),
-                "reason": f"nothing beside {model} records its training data ({TRAINING_RECORD} or a "
-                          f"training {TICKET_MANIFEST}); pass --train-data"}
-    return {"known": True, "source": found.source, "train_split": found.train_split, **compare(seen, found.stats),
-            "set": seen.model_dump(mode="json"), "train": found.stats.model_dump(mode="json")}
+        return {
+            "known": False,
+            "outside": None,
+            "set": seen.model_dump(mode="json"),
+            "reason": f"nothing beside {model} records its training data ({TRAINING_RECORD} or a "
+            f"training {TICKET_MANIFEST}); pass --train-data",
+        }
+    return {
+        "known": True,
+        "source": found.source,
+        "train_split": found.train_split,
+        **compare(seen, found.stats),
+        "set": seen.model_dump(mode="json"),
+        "train": found.stats.model_dump(mode="json"),
+    }
 
 
 def collapse_finding(block: dict[str, Any], n_detections: int, n_voids: int) -> dict[str, Any]:
@@ -104,12 +123,16 @@ def collapse_finding(block: dict[str, Any], n_detections: int, n_voids: int) -> 
     zero = n_detections == 0 and n_voids > 0
     finding = None
     if zero:
-        finding = "shift" if block.get("outside") else ("model" if block.get("outside") is False else "unknown")
+        finding = (
+            "shift" if block.get("outside") else ("model" if block.get("outside") is False else "unknown")
+        )
     message = None
     if finding == "shift":
-        message = ("no void detected on a set outside the model's training range: a shift in the data, not a "
-                   "finding about the model; check the import's intensity mapping (data import --bit-depth, "
-                   "--window, --percentile)")
+        message = (
+            "no void detected on a set outside the model's training range: a shift in the data, not a "
+            "finding about the model; check the import's intensity mapping (data import --bit-depth, "
+            "--window, --percentile)"
+        )
     return {**block, "zero_detections": zero, "finding": finding, "message": message}
 
 
@@ -117,8 +140,13 @@ def write_training_record(out: Path, data: Path) -> Path:
     """Write ``training_data.json`` into a run folder for the dataset version ``data`` (atomic)."""
     folder = data / "train" if (data / "train").is_dir() else data
     split = read_split(folder, mmap=True)
-    record = {"version": RECORD_VERSION, "data": str(data.resolve()), "train": str(folder.resolve()),
-              "content_hash": split.content_hash, "intensity": split_stats(split).model_dump(mode="json")}
+    record = {
+        "version": RECORD_VERSION,
+        "data": str(data.resolve()),
+        "train": str(folder.resolve()),
+        "content_hash": split.content_hash,
+        "intensity": split_stats(split).model_dump(mode="json"),
+    }
     target = out / TRAINING_RECORD
     tmp = target.with_name(f".{TRAINING_RECORD}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")

@@ -54,8 +54,9 @@ class ChallengeSetup:
         self.audit.append(Actor.SYSTEM, event, payload, run_id=run_id)
 
 
-def challenge_ticket(setup: ChallengeSetup, ticket_id: str, *, seeds: int | None = None,
-                     run_id: str | None = None) -> ChallengeRecord:
+def challenge_ticket(
+    setup: ChallengeSetup, ticket_id: str, *, seeds: int | None = None, run_id: str | None = None
+) -> ChallengeRecord:
     """Re-derive ``ticket_id``'s claimed result; raises UsageError / LimitExceeded (audited) before running."""
     policy = setup.policy or load_policy()
     k = policy.default_seeds if seeds is None else seeds
@@ -63,13 +64,24 @@ def challenge_ticket(setup: ChallengeSetup, ticket_id: str, *, seeds: int | None
         located = locate(setup.home, ticket_id, run_id)
         _check_budget(located, k, policy)
     except SegfactoryError as exc:
-        setup.event("challenge_refused", {"ticket_id": ticket_id, "run": run_id, "seeds": k, "reason": str(exc)},
-                    run_id)
+        setup.event(
+            "challenge_refused",
+            {"ticket_id": ticket_id, "run": run_id, "seeds": k, "reason": str(exc)},
+            run_id,
+        )
         raise
     cid = f"ch-{secrets.token_hex(4)}"
     host_seeds = [int.from_bytes(os.urandom(4), "little") % 2**31 for _ in range(k)]
-    setup.event("challenge_opened", {"challenge_id": cid, "ticket_id": ticket_id, "seeds": host_seeds,
-                                     "claim": located.claim.model_dump(mode="json")}, located.run_id)
+    setup.event(
+        "challenge_opened",
+        {
+            "challenge_id": cid,
+            "ticket_id": ticket_id,
+            "seeds": host_seeds,
+            "claim": located.claim.model_dump(mode="json"),
+        },
+        located.run_id,
+    )
     return _run_challenge(setup, located, cid, host_seeds, policy)
 
 
@@ -77,23 +89,32 @@ def _check_budget(located: Located, k: int, policy: ChallengePolicy) -> None:
     if k < 1:
         raise UsageError(f"--seeds must be at least 1; got {k}")
     if k > policy.max_seeds:
-        raise LimitExceeded(f"challenge over budget: {k} seeds > the policy's max_seeds {policy.max_seeds} "
-                            "(policies/challenge.yaml); ask for fewer seeds")
+        raise LimitExceeded(
+            f"challenge over budget: {k} seeds > the policy's max_seeds {policy.max_seeds} "
+            "(policies/challenge.yaml); ask for fewer seeds"
+        )
     runs = k + (1 if located.claim.kind is ClaimKind.COLLAPSE else 0)
     need = runs * located.ticket.budget.device_seconds
     if need > policy.max_device_seconds:
-        raise LimitExceeded(f"challenge over budget: {runs} re-runs x {located.ticket.budget.device_seconds:g} "
-                            f"device-s = {need:g} > the policy's max_device_seconds {policy.max_device_seconds:g} "
-                            "(policies/challenge.yaml); ask for fewer seeds or raise the limit")
+        raise LimitExceeded(
+            f"challenge over budget: {runs} re-runs x {located.ticket.budget.device_seconds:g} "
+            f"device-s = {need:g} > the policy's max_device_seconds {policy.max_device_seconds:g} "
+            "(policies/challenge.yaml); ask for fewer seeds or raise the limit"
+        )
 
 
-def _run_challenge(setup: ChallengeSetup, located: Located, cid: str, host_seeds: list[int],
-                   policy: ChallengePolicy) -> ChallengeRecord:
+def _run_challenge(
+    setup: ChallengeSetup, located: Located, cid: str, host_seeds: list[int], policy: ChallengePolicy
+) -> ChallengeRecord:
     claim = located.claim
-    original = _condition(setup, located, claim, "claimed", located.ticket.id, located.folder, located.outcome)
+    original = _condition(
+        setup, located, claim, "claimed", located.ticket.id, located.folder, located.outcome
+    )
     spent, rederived = 0.0, []
     for i, seed in enumerate(host_seeds):
-        cond, secs = _rerun(setup, located, f"{cid}-{located.ticket.id[:40]}-s{i}", seed, None, f"rederived-{seed}")
+        cond, secs = _rerun(
+            setup, located, f"{cid}-{located.ticket.id[:40]}-s{i}", seed, None, f"rederived-{seed}"
+        )
         rederived.append(cond)
         spent += secs
     checks: list[RangeCheck] = []
@@ -102,17 +123,31 @@ def _run_challenge(setup: ChallengeSetup, located: Located, cid: str, host_seeds
         checks = [range_check(claim, original)]
         patch = _full_range_patch(claim, located.config, policy)
         if not checks[0].within_training_range and patch is not None:
-            control, secs = _rerun(setup, located, f"{cid}-{located.ticket.id[:40]}-full", host_seeds[0], patch,
-                                   "full-range control")
+            control, secs = _rerun(
+                setup,
+                located,
+                f"{cid}-{located.ticket.id[:40]}-full",
+                host_seeds[0],
+                patch,
+                "full-range control",
+            )
             spent += secs
             checks.append(range_check(claim, control))
         verdict, reasons = collapse_verdict(claim, original, rederived, control, checks, policy)
     else:
         verdict, reasons = win_verdict(claim, rederived, policy)
     conditions = [original, *rederived, *([control] if control else [])]
-    record = ChallengeRecord(challenge_id=cid, claim=claim, seeds=host_seeds, conditions=conditions,
-                             diff=diff_conditions(conditions), range_checks=checks, verdict=verdict,
-                             reasons=reasons, device_seconds=round(spent, 3))
+    record = ChallengeRecord(
+        challenge_id=cid,
+        claim=claim,
+        seeds=host_seeds,
+        conditions=conditions,
+        diff=diff_conditions(conditions),
+        range_checks=checks,
+        verdict=verdict,
+        reasons=reasons,
+        device_seconds=round(spent, 3),
+    )
     return _record(setup, located, record)
 
 
@@ -122,13 +157,22 @@ def _record(setup: ChallengeSetup, located: Located, record: ChallengeRecord) ->
     setup.event("challenge_verdict", {"file": str(path), **record.model_dump(mode="json")}, located.run_id)
     claim = record.claim
     if record.verdict is Verdict.RETRACTED and claim.kind is ClaimKind.WIN and claim.model_sha256:
-        reason = f"challenge {record.challenge_id} retracted the win of {claim.ticket_id}: {record.reasons[0]}"
+        reason = (
+            f"challenge {record.challenge_id} retracted the win of {claim.ticket_id}: {record.reasons[0]}"
+        )
         moved_to = demote_if_best(setup.home, claim.model_sha256, reason[:2000], setup.gate)
         if moved_to is not None:
             record = record.model_copy(update={"demoted": True, "demoted_to": moved_to})
             _write(setup.home, located.run_id, record)
-            setup.event("challenge_demoted", {"challenge_id": record.challenge_id, "model_sha256": claim.model_sha256,
-                                              "best_now": moved_to}, located.run_id)
+            setup.event(
+                "challenge_demoted",
+                {
+                    "challenge_id": record.challenge_id,
+                    "model_sha256": claim.model_sha256,
+                    "best_now": moved_to,
+                },
+                located.run_id,
+            )
     return record
 
 
@@ -142,8 +186,14 @@ def _write(home: Home, run_id: str, record: ChallengeRecord) -> Path:
     return path
 
 
-def _rerun(setup: ChallengeSetup, located: Located, ticket_id: str, seed: int, patch: dict[str, Any] | None,
-           label: str) -> tuple[Condition, float]:
+def _rerun(
+    setup: ChallengeSetup,
+    located: Located,
+    ticket_id: str,
+    seed: int,
+    patch: dict[str, Any] | None,
+    label: str,
+) -> tuple[Condition, float]:
     """One re-derivation through the runner; a failed run is a condition without metrics."""
     from runner import TicketStatus, execute_ticket
 
@@ -152,12 +202,22 @@ def _rerun(setup: ChallengeSetup, located: Located, ticket_id: str, seed: int, p
     kwargs: dict[str, Any] = {"scheduler": setup.scheduler}
     if setup.scorer is not None:
         kwargs["scorer"] = setup.scorer
-    outcome = execute_ticket(ticket, home=setup.home, dataset_version=located.dataset, backend=setup.backend,
-                             base_config=base, audit=setup.audit, run_id=located.run_id, **kwargs)
+    outcome = execute_ticket(
+        ticket,
+        home=setup.home,
+        dataset_version=located.dataset,
+        backend=setup.backend,
+        base_config=base,
+        audit=setup.audit,
+        run_id=located.run_id,
+        **kwargs,
+    )
     folder = setup.home.tickets_dir(located.run_id) / ticket_id
     if outcome.status is not TicketStatus.DONE:
         log.warning("challenge re-run %s ended %s: %s", ticket_id, outcome.status.value, outcome.reason)
-    return _condition(setup, located, located.claim, label, ticket_id, folder, outcome), outcome.device_seconds
+    return _condition(
+        setup, located, located.claim, label, ticket_id, folder, outcome
+    ), outcome.device_seconds
 
 
 def _challenge_ticket(located: Located, ticket_id: str, seed: int, patch: dict[str, Any] | None) -> Ticket:
@@ -167,24 +227,48 @@ def _challenge_ticket(located: Located, ticket_id: str, seed: int, patch: dict[s
     else:
         change = {**original.change, "config": {**original.change.get("config", {}), **(patch or {})}}
     what = "train over the full perturbation range" if patch else f"re-derive with seed {seed}"
-    return Ticket(id=ticket_id, arm=Arm.CHALLENGE, kind=original.kind, hypothesis=f"challenge of {original.id}: "
-                  f"{what}", change=change, budget=original.budget, expected_effect=original.expected_effect,
-                  seed=seed)
+    return Ticket(
+        id=ticket_id,
+        arm=Arm.CHALLENGE,
+        kind=original.kind,
+        hypothesis=f"challenge of {original.id}: {what}",
+        change=change,
+        budget=original.budget,
+        expected_effect=original.expected_effect,
+        seed=seed,
+    )
 
 
-def _condition(setup: ChallengeSetup, located: Located, claim: Claim, label: str, ticket_id: str, folder: Path,
-               outcome: Any) -> Condition:
+def _condition(
+    setup: ChallengeSetup,
+    located: Located,
+    claim: Claim,
+    label: str,
+    ticket_id: str,
+    folder: Path,
+    outcome: Any,
+) -> Condition:
     config = _trained_config(folder, located.config)
     ok = outcome.evidence is not None
     dev_f1 = float(outcome.evidence.dev_metrics["object_f1"]) if ok else None
     pert = None
     if ok and claim.kind is ClaimKind.COLLAPSE:
-        pert = _perturbed_f1(setup, folder / "model.onnx", located, claim, float(config.get("threshold", 0.5)))
+        pert = _perturbed_f1(
+            setup, folder / "model.onnx", located, claim, float(config.get("threshold", 0.5))
+        )
     stable = {k: v for k, v in config.items() if k != "seed"}
-    return Condition(label=label, ticket_id=ticket_id, seed=int(config.get("seed", 0)), dataset=located.dataset.ref,
-                     dataset_hash=located.dataset.content_hash, code_sha256=code_sha256(folder / "work" / "code"),
-                     config_sha256=hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest(),
-                     augment=dict(config.get("augment", {})), dev_object_f1=dev_f1, perturbed_object_f1=pert)
+    return Condition(
+        label=label,
+        ticket_id=ticket_id,
+        seed=int(config.get("seed", 0)),
+        dataset=located.dataset.ref,
+        dataset_hash=located.dataset.content_hash,
+        code_sha256=code_sha256(folder / "work" / "code"),
+        config_sha256=hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest(),
+        augment=dict(config.get("augment", {})),
+        dev_object_f1=dev_f1,
+        perturbed_object_f1=pert,
+    )
 
 
 def _trained_config(folder: Path, fallback: dict[str, Any]) -> dict[str, Any]:
@@ -195,7 +279,9 @@ def _trained_config(folder: Path, fallback: dict[str, Any]) -> dict[str, Any]:
         return fallback
 
 
-def _perturbed_f1(setup: ChallengeSetup, model: Path, located: Located, claim: Claim, threshold: float) -> float:
+def _perturbed_f1(
+    setup: ChallengeSetup, model: Path, located: Located, claim: Claim, threshold: float
+) -> float:
     """Object F1 on the dev split under the claimed perturbation cell, through the confined scorer."""
     from runner import default_scorer
     from synthetic.splits import read_split
@@ -204,7 +290,9 @@ def _perturbed_f1(setup: ChallengeSetup, model: Path, located: Located, claim: C
 
     assert claim.perturbation is not None and claim.severity is not None
     dev = read_split(located.dataset.dev)
-    x, y = perturb(claim.perturbation, claim.severity, np.asarray(dev.images), np.asarray(dev.masks), PERTURB_SEED)
+    x, y = perturb(
+        claim.perturbation, claim.severity, np.asarray(dev.images), np.asarray(dev.masks), PERTURB_SEED
+    )
     prob = np.asarray((setup.scorer or default_scorer)(model, x))[:, 0]
     return float(aggregate(per_image_metrics(prob, y, threshold=threshold))["object_f1"])
 
@@ -227,6 +315,8 @@ def retractions(home: Home) -> list[ChallengeRecord]:
     """Every retracted claim in the home, oldest first: for every later report and the console."""
     if not home.runs.is_dir():
         return []
-    records = [ChallengeRecord.model_validate_json(p.read_text())
-               for p in home.runs.glob(f"*/people/{CHALLENGES_DIR}/*.json")]
+    records = [
+        ChallengeRecord.model_validate_json(p.read_text())
+        for p in home.runs.glob(f"*/people/{CHALLENGES_DIR}/*.json")
+    ]
     return sorted((r for r in records if r.verdict is Verdict.RETRACTED), key=lambda r: r.created)

@@ -24,8 +24,10 @@ def demote_if_best(home: Home, model_sha256: str, reason: str, gate: Any = None)
         moved: str | None = gate.retract(model_sha256, reason)
         return moved
     if not home.vault.exists():  # the vault itself is the gate's: only its own folder entry is looked at
-        raise GateError(f"no gate vault at {home.vault}; run `segfactory init` (a retraction must reach the "
-                        "gate's ledger)")
+        raise GateError(
+            f"no gate vault at {home.vault}; run `segfactory init` (a retraction must reach the "
+            "gate's ledger)"
+        )
     from gate.client import running_gate
 
     with running_gate(home.root) as client:

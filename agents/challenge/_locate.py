@@ -54,14 +54,24 @@ def locate(home: Home, ticket_id: str, run_id: str | None = None) -> Located:
 
 
 def _ticket_folder(home: Home, ticket_id: str, run_id: str | None) -> tuple[str, Path]:
-    runs = [run_id] if run_id else sorted(p.name for p in home.runs.iterdir() if p.is_dir()) if home.runs.is_dir() else []
+    runs = (
+        [run_id]
+        if run_id
+        else sorted(p.name for p in home.runs.iterdir() if p.is_dir())
+        if home.runs.is_dir()
+        else []
+    )
     found = [(r, home.tickets_dir(r) / ticket_id) for r in runs if (home.tickets_dir(r) / ticket_id).is_dir()]
     if not found:
         where = f"run {run_id}" if run_id else "any run"
-        raise UsageError(f"unknown ticket {ticket_id!r}: no folder for it in {where} under {home.runs}; "
-                         "see `segfactory report RUN` for the run's ticket ids")
+        raise UsageError(
+            f"unknown ticket {ticket_id!r}: no folder for it in {where} under {home.runs}; "
+            "see `segfactory report RUN` for the run's ticket ids"
+        )
     if len(found) > 1:
-        raise UsageError(f"ticket {ticket_id!r} exists in runs {', '.join(r for r, _ in found)}; pass --run R")
+        raise UsageError(
+            f"ticket {ticket_id!r} exists in runs {', '.join(r for r, _ in found)}; pass --run R"
+        )
     return found[0]
 
 
@@ -73,8 +83,10 @@ def _outcome(folder: Path) -> Any:
         raise UsageError(f"ticket {folder.name} has no outcome.json: it never finished, so it claims nothing")
     outcome = TicketOutcome.model_validate_json(path.read_text())
     if outcome.status is not TicketStatus.DONE or outcome.evidence is None:
-        raise UsageError(f"ticket {folder.name} ended {outcome.status.value} ({outcome.reason}); there is no "
-                         "result to challenge")
+        raise UsageError(
+            f"ticket {folder.name} ended {outcome.status.value} ({outcome.reason}); there is no "
+            "result to challenge"
+        )
     return outcome
 
 
@@ -88,13 +100,14 @@ def host_config(folder: Path) -> dict[str, Any]:
 
     path = folder / HOST_CONFIG_FILE
     if path.is_symlink() or not path.is_file():
-        raise DataError(f"{path} is missing: the host kept no copy of the config ticket {folder.name} trained "
-                        "with (it predates host copies, or was removed); it cannot be re-derived")
+        raise DataError(
+            f"{path} is missing: the host kept no copy of the config ticket {folder.name} trained "
+            "with (it predates host copies, or was removed); it cannot be re-derived"
+        )
     data = yaml.safe_load(path.read_text())
     if not isinstance(data, dict):
         raise DataError(f"{path} is not a mapping; cannot re-derive the ticket")
     return data
-
 
 
 def _ticket(people: Path, ticket_id: str, outcome: Any, config: dict[str, Any]) -> Ticket:
@@ -103,10 +116,15 @@ def _ticket(people: Path, ticket_id: str, outcome: Any, config: dict[str, Any]) 
         if row.get("id") == ticket_id:
             return Ticket.model_validate(row)
     device_s = max(float(outcome.device_seconds) * 2, 60.0)
-    return Ticket(id=ticket_id, arm=Arm.AGENT, kind=TicketKind.CONFIG, hypothesis="(not recorded)",
-                  budget=Budget(device_seconds=device_s, epochs=int(config["epochs"])),
-                  expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0),
-                  seed=int(config.get("seed", 0)))
+    return Ticket(
+        id=ticket_id,
+        arm=Arm.AGENT,
+        kind=TicketKind.CONFIG,
+        hypothesis="(not recorded)",
+        budget=Budget(device_seconds=device_s, epochs=int(config["epochs"])),
+        expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0),
+        seed=int(config.get("seed", 0)),
+    )
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -124,8 +142,10 @@ def _dataset(home: Home, outcome: Any) -> Any:
     for version in approved(home.root):
         if all(version.split_hashes.get(s) == h for s, h in want.items()):
             return version
-    raise DataError(f"no approved dataset version has the ticket's split hashes (train {want['train'][:12]}…); "
-                    "the data it trained on is gone or unapproved; approve or restore that version")
+    raise DataError(
+        f"no approved dataset version has the ticket's split hashes (train {want['train'][:12]}…); "
+        "the data it trained on is gone or unapproved; approve or restore that version"
+    )
 
 
 def find_claim(home: Home, run_id: str, ticket_id: str, outcome: Any) -> Claim:
@@ -135,16 +155,27 @@ def find_claim(home: Home, run_id: str, ticket_id: str, outcome: Any) -> Claim:
     if finding.is_file():
         return Claim.model_validate_json(finding.read_text())
     rows = [r for r in _jsonl(people / DEV_COMPARISONS) if r.get("ticket_id") == ticket_id]
-    promoted = [r for r in _jsonl(home.runs / PROMOTIONS_FILE)
-                if r.get("ticket_id") == ticket_id and r.get("run_id") == run_id]
+    promoted = [
+        r
+        for r in _jsonl(home.runs / PROMOTIONS_FILE)
+        if r.get("ticket_id") == ticket_id and r.get("run_id") == run_id
+    ]
     if not rows or not (promoted or rows[-1].get("dev_win")):
-        raise UsageError(f"ticket {ticket_id} claims nothing: no finding under {people / CLAIMS_DIR}, no "
-                         "promotion and no dev win; only a claimed result can be challenged")
+        raise UsageError(
+            f"ticket {ticket_id} claims nothing: no finding under {people / CLAIMS_DIR}, no "
+            "promotion and no dev win; only a claimed result can be challenged"
+        )
     row = rows[-1]
-    return Claim(kind=ClaimKind.WIN, ticket_id=ticket_id, run_id=run_id,
-                 source=PROMOTIONS_FILE if promoted else DEV_COMPARISONS, claimed=float(row["object_f1"]),
-                 reference=float(row["best_object_f1"]), promoted=bool(promoted),
-                 model_sha256=outcome.evidence.model_sha256)
+    return Claim(
+        kind=ClaimKind.WIN,
+        ticket_id=ticket_id,
+        run_id=run_id,
+        source=PROMOTIONS_FILE if promoted else DEV_COMPARISONS,
+        claimed=float(row["object_f1"]),
+        reference=float(row["best_object_f1"]),
+        promoted=bool(promoted),
+        model_sha256=outcome.evidence.model_sha256,
+    )
 
 
 def write_claim(home: Home, claim: Claim) -> Path:

@@ -50,8 +50,9 @@ class Trip(BaseModel):
     widths: float  # |effect| in bootstrap-interval widths (inf for a zero-width interval)
 
 
-def auto_challenge_needed(effect: float, interval_low: float, interval_high: float,
-                          policy: ChallengePolicy | None = None) -> Trip:
+def auto_challenge_needed(
+    effect: float, interval_low: float, interval_high: float, policy: ChallengePolicy | None = None
+) -> Trip:
     """A result whose |effect| exceeds ``auto_open_interval_widths`` bootstrap-interval widths.
 
     ``effect`` is an improvement (candidate − best) or a collapse (clean − perturbed), and the
@@ -66,6 +67,9 @@ def auto_challenge_needed(effect: float, interval_low: float, interval_high: flo
     widths = abs(effect) / width if width > 0 else (float("inf") if effect else 0.0)
     needed = widths > policy.auto_open_interval_widths
     word = "exceeds" if needed else "is within"
-    return Trip(needed=needed, widths=widths,
-                reason=f"|effect| {abs(effect):.4f} is {widths:.1f} interval widths ({width:.4f}); {word} "
-                       f"the policy's {policy.auto_open_interval_widths:g}")
+    return Trip(
+        needed=needed,
+        widths=widths,
+        reason=f"|effect| {abs(effect):.4f} is {widths:.1f} interval widths ({width:.4f}); {word} "
+        f"the policy's {policy.auto_open_interval_widths:g}",
+    )

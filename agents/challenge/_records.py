@@ -100,17 +100,35 @@ class ChallengeRecord(Strict):
     device_seconds: float = 0.0
 
 
-def collapse_claim(report: dict[str, Any], ticket_id: str, run_id: str, perturbation: str | None = None,
-                   severity: int | None = None) -> Claim | None:
+def collapse_claim(
+    report: dict[str, Any],
+    ticket_id: str,
+    run_id: str,
+    perturbation: str | None = None,
+    severity: int | None = None,
+) -> Claim | None:
     """The worst collapsed cell of an ``evaluate --robustness`` report as a claim (None: no collapse),
     optionally only among the cells of one perturbation (and one severity)."""
     robustness = report.get("robustness") or {}
-    cells = [c for c in robustness.get("cells", []) if c.get("finding") in {"vulnerability", "extrapolation"}
-             and perturbation in (None, c.get("perturbation")) and severity in (None, c.get("severity"))]
+    cells = [
+        c
+        for c in robustness.get("cells", [])
+        if c.get("finding") in {"vulnerability", "extrapolation"}
+        and perturbation in (None, c.get("perturbation"))
+        and severity in (None, c.get("severity"))
+    ]
     if not cells:
         return None
     worst = max(cells, key=lambda c: float(c["object_f1_drop"]))
     clean = float(report["metrics"]["object_f1"])
-    return Claim(kind=ClaimKind.COLLAPSE, ticket_id=ticket_id, run_id=run_id, source="evaluate --robustness",
-                 claimed=float(worst["object_f1"]), reference=clean, perturbation=str(worst["perturbation"]),
-                 severity=int(worst["severity"]), value=float(worst["value"]))
+    return Claim(
+        kind=ClaimKind.COLLAPSE,
+        ticket_id=ticket_id,
+        run_id=run_id,
+        source="evaluate --robustness",
+        claimed=float(worst["object_f1"]),
+        reference=clean,
+        perturbation=str(worst["perturbation"]),
+        severity=int(worst["severity"]),
+        value=float(worst["value"]),
+    )

@@ -34,31 +34,49 @@ def range_check(claim: Claim, condition: Condition) -> RangeCheck:
     from vision.perturb import PERTURBATIONS, within_training_range
 
     if claim.perturbation not in PERTURBATIONS or claim.severity is None:
-        raise ValueError(f"claim names unknown perturbation {claim.perturbation!r}; known: {', '.join(PERTURBATIONS)}")
+        raise ValueError(
+            f"claim names unknown perturbation {claim.perturbation!r}; known: {', '.join(PERTURBATIONS)}"
+        )
     p = PERTURBATIONS[claim.perturbation]
     value = p.values[claim.severity - 1]
     augment = AugmentConfig.model_validate(condition.augment)
     trained = getattr(augment, p.augment_field) if p.augment_field else None
-    return RangeCheck(perturbation=p.name, severity=claim.severity, value=value, augment_field=p.augment_field,
-                      trained_low=trained.low if trained else None, trained_high=trained.high if trained else None,
-                      within_training_range=within_training_range(p, value, augment))
+    return RangeCheck(
+        perturbation=p.name,
+        severity=claim.severity,
+        value=value,
+        augment_field=p.augment_field,
+        trained_low=trained.low if trained else None,
+        trained_high=trained.high if trained else None,
+        within_training_range=within_training_range(p, value, augment),
+    )
 
 
-def win_verdict(claim: Claim, rederived: list[Condition], policy: ChallengePolicy) -> tuple[Verdict, list[str]]:
+def win_verdict(
+    claim: Claim, rederived: list[Condition], policy: ChallengePolicy
+) -> tuple[Verdict, list[str]]:
     """Upheld when enough re-derived seeds beat the claim's reference by more than the margin."""
     f1s = [c.dev_object_f1 for c in rederived if c.dev_object_f1 is not None]
     beat = sum(f - claim.reference > policy.win_margin for f in f1s)
     share = beat / len(f1s) if f1s else 0.0
     seen = ", ".join(f"{f:.3f}" for f in f1s) or "none (every re-run failed)"
-    line = (f"{beat}/{len(f1s)} re-derived seeds beat the reference dev object F1 {claim.reference:.3f} by more "
-            f"than {policy.win_margin:g} (re-derived: {seen}; claimed {claim.claimed:.3f})")
+    line = (
+        f"{beat}/{len(f1s)} re-derived seeds beat the reference dev object F1 {claim.reference:.3f} by more "
+        f"than {policy.win_margin:g} (re-derived: {seen}; claimed {claim.claimed:.3f})"
+    )
     if f1s and share >= policy.win_uphold_fraction:
         return Verdict.UPHELD, [line]
     return Verdict.RETRACTED, [line + f"; the policy needs a share of {policy.win_uphold_fraction:g}"]
 
 
-def collapse_verdict(claim: Claim, original: Condition, rederived: list[Condition], control: Condition | None,
-                     checks: list[RangeCheck], policy: ChallengePolicy) -> tuple[Verdict, list[str]]:
+def collapse_verdict(
+    claim: Claim,
+    original: Condition,
+    rederived: list[Condition],
+    control: Condition | None,
+    checks: list[RangeCheck],
+    policy: ChallengePolicy,
+) -> tuple[Verdict, list[str]]:
     """Uphold a collapse that reproduces and is not an extrapolation; retract it otherwise.
 
     Inside the trained range, reproduction decides. Outside it, the full-range control decides
@@ -67,27 +85,42 @@ def collapse_verdict(claim: Claim, original: Condition, rederived: list[Conditio
     drops = [d for c in rederived if (d := _drop(c)) is not None]
     collapsed = sum(d >= policy.collapse_drop for d in drops)
     reproduced = bool(drops) and collapsed / len(drops) >= policy.collapse_uphold_fraction
-    reasons = [f"{collapsed}/{len(drops)} re-derived seeds collapse again (object-F1 drop ≥ {policy.collapse_drop:g}"
-               f" under {claim.perturbation} severity {claim.severity}; drops: "
-               + (", ".join(f"{d:.3f}" for d in drops) or "none") + ")"]
+    reasons = [
+        f"{collapsed}/{len(drops)} re-derived seeds collapse again (object-F1 drop ≥ {policy.collapse_drop:g}"
+        f" under {claim.perturbation} severity {claim.severity}; drops: "
+        + (", ".join(f"{d:.3f}" for d in drops) or "none")
+        + ")"
+    ]
     own = checks[0]
     if own.within_training_range:
         if reproduced:
-            return Verdict.UPHELD, [*reasons, f"the evaluation ({own.perturbation} = {own.value:g}) lies inside "
-                                              f"the trained range of {own.augment_field}: a real vulnerability"]
+            return Verdict.UPHELD, [
+                *reasons,
+                f"the evaluation ({own.perturbation} = {own.value:g}) lies inside "
+                f"the trained range of {own.augment_field}: a real vulnerability",
+            ]
         return Verdict.RETRACTED, [*reasons, "the claimed collapse does not reproduce"]
     reasons.append(_outside(own))
     control_drop = _drop(control)
     if control_drop is None:
-        return Verdict.RETRACTED, [*reasons, "no model trained over the full range could be measured; the claim "
-                                             "rests on an extrapolation and is withdrawn"]
+        return Verdict.RETRACTED, [
+            *reasons,
+            "no model trained over the full range could be measured; the claim "
+            "rests on an extrapolation and is withdrawn",
+        ]
     if control_drop < policy.collapse_drop:
-        return Verdict.RETRACTED, [*reasons, f"trained over the full range ({_trained(checks[-1])}) the drop is "
-                                             f"{control_drop:.3f} < {policy.collapse_drop:g}: the collapse is an "
-                                             "artefact of evaluating outside the training range"]
+        return Verdict.RETRACTED, [
+            *reasons,
+            f"trained over the full range ({_trained(checks[-1])}) the drop is "
+            f"{control_drop:.3f} < {policy.collapse_drop:g}: the collapse is an "
+            "artefact of evaluating outside the training range",
+        ]
     if reproduced:
-        return Verdict.UPHELD, [*reasons, f"it collapses even when trained over the full range (drop "
-                                          f"{control_drop:.3f}): a real vulnerability"]
+        return Verdict.UPHELD, [
+            *reasons,
+            f"it collapses even when trained over the full range (drop "
+            f"{control_drop:.3f}): a real vulnerability",
+        ]
     return Verdict.RETRACTED, [*reasons, "the claimed collapse does not reproduce"]
 
 
@@ -104,6 +137,8 @@ def _trained(check: RangeCheck) -> str:
 
 
 def _outside(check: RangeCheck) -> str:
-    return (f"out-of-range evaluation: {check.perturbation} severity {check.severity} needs "
-            f"{check.augment_field or 'an augmentation'} = {check.value:g}, but training covered "
-            f"{_trained(check)}")
+    return (
+        f"out-of-range evaluation: {check.perturbation} severity {check.severity} needs "
+        f"{check.augment_field or 'an augmentation'} = {check.value:g}, but training covered "
+        f"{_trained(check)}"
+    )

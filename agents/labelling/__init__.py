@@ -74,8 +74,15 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def propose_labels(home: Home, data: Path, *, model: Path | None = None, scorer: Any = None,
-                   audit: Any = None, out: Path | None = None) -> tuple[ReviewQueue, Path]:
+def propose_labels(
+    home: Home,
+    data: Path,
+    *,
+    model: Path | None = None,
+    scorer: Any = None,
+    audit: Any = None,
+    out: Path | None = None,
+) -> tuple[ReviewQueue, Path]:
     """Label the split at ``data`` with ``model`` (default: the newest finetuned model, else the current
     best); write the review queue."""
     from runner import default_scorer
@@ -89,19 +96,53 @@ def propose_labels(home: Home, data: Path, *, model: Path | None = None, scorer:
     images = np.asarray(split.images)
     hashes = [str(row.get("sha256", "")) for row in split.image_meta]
     items = propose(images, hashes, model, proposer, scorer or default_scorer)
-    queue = ReviewQueue(data=str(Path(data).resolve()), data_content_hash=split.content_hash, model=str(model),
-                        model_sha256=_sha256(model), proposer=str(proposer), n_images=len(split), items=items)
+    queue = ReviewQueue(
+        data=str(Path(data).resolve()),
+        data_content_hash=split.content_hash,
+        model=str(model),
+        model_sha256=_sha256(model),
+        proposer=str(proposer),
+        n_images=len(split),
+        items=items,
+    )
     path = out or home.root / QUEUES_DIR / split.content_hash[:12] / f"queue-{int(queue.created)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(queue.model_dump_json(indent=1))
     if audit is not None:
-        audit.append(Actor.SYSTEM, "labels_proposed", {"queue": str(path), "data": queue.data, "items": len(items),
-                                                       "data_content_hash": queue.data_content_hash,
-                                                       "model_sha256": queue.model_sha256})
+        audit.append(
+            Actor.SYSTEM,
+            "labels_proposed",
+            {
+                "queue": str(path),
+                "data": queue.data,
+                "items": len(items),
+                "data_content_hash": queue.data_content_hash,
+                "model_sha256": queue.model_sha256,
+            },
+        )
     return queue, path
 
 
-__all__ = ["BOX_MARGIN_PX", "LABEL_RUN", "THRESHOLD", "FinetuneSetup", "LabelRound", "QueueItem", "ReviewQueue",
-           "RoundInfo", "current_best_model", "decode_mask", "default_base", "finetune_round", "label_rounds",
-           "load_round", "newest_model", "open_round", "precision", "propose", "propose_labels", "render_report",
-           "rounds"]
+__all__ = [
+    "BOX_MARGIN_PX",
+    "LABEL_RUN",
+    "THRESHOLD",
+    "FinetuneSetup",
+    "LabelRound",
+    "QueueItem",
+    "ReviewQueue",
+    "RoundInfo",
+    "current_best_model",
+    "decode_mask",
+    "default_base",
+    "finetune_round",
+    "label_rounds",
+    "load_round",
+    "newest_model",
+    "open_round",
+    "precision",
+    "propose",
+    "propose_labels",
+    "render_report",
+    "rounds",
+]

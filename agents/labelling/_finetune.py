@@ -89,8 +89,10 @@ def finetune_round(setup: FinetuneSetup, ref: str) -> LabelRound:
     decided = [d for d in decisions(home, ref) if d.split == "train"]
     surviving = [d for d in decided if d.action in ("keep", "fix")]
     if not surviving:
-        raise DataError(f"no reviewed labels on {ref}: {len(decided)} decisions, none kept or fixed; keep or fix "
-                        f"images in the console (/labels/{ref}) before finetuning")
+        raise DataError(
+            f"no reviewed labels on {ref}: {len(decided)} decisions, none kept or fixed; keep or fix "
+            f"images in the console (/labels/{ref}) before finetuning"
+        )
     queue = ReviewQueue.model_validate_json(Path(info.queue).read_text())
     version = _reviewed_version(home, info, surviving)
     outcome = _train(setup, version, info)
@@ -106,7 +108,10 @@ def _reviewed_version(home: Home, info: RoundInfo, surviving: list[Any]) -> Any:
     from synthetic.splits import read_split, write_split
     from synthetic.versions import create_version, resolve
 
-    base, proposed = read_split(resolve(home.root, info.base).train), read_split(resolve(home.root, info.ref).train)
+    base, proposed = (
+        read_split(resolve(home.root, info.base).train),
+        read_split(resolve(home.root, info.ref).train),
+    )
     idx = [d.image_id for d in surviving]
     new_masks = np.stack([d.mask if d.mask is not None else proposed.masks[d.image_id] for d in surviving])
     new_images = np.asarray(proposed.images)[idx]
@@ -114,15 +119,22 @@ def _reviewed_version(home: Home, info: RoundInfo, surviving: list[Any]) -> Any:
     images = np.concatenate([new_images, np.asarray(base.images)])
     masks = np.concatenate([new_masks.astype(np.uint8), np.asarray(base.masks)])
     meta = [*({**proposed.image_meta[i], "labelled_by": "review"} for i in idx), *base.image_meta]
-    defects = [*(row for k in range(len(idx)) for row in _component_rows(k, images[k], masks[k])),
-               *(_shifted(d, len(idx)) for d in base.defects)]
-    manifest = {"generator": base.manifest.get("generator", "import"), "kind": "reviewed",
-                "parent": proposed.content_hash, "label_review": {"round": info.ref, "base": info.base,
-                                                                  "images": idx}}
+    defects = [
+        *(row for k in range(len(idx)) for row in _component_rows(k, images[k], masks[k])),
+        *(_shifted(d, len(idx)) for d in base.defects),
+    ]
+    manifest = {
+        "generator": base.manifest.get("generator", "import"),
+        "kind": "reviewed",
+        "parent": proposed.content_hash,
+        "label_review": {"round": info.ref, "base": info.base, "images": idx},
+    }
     name = info.ref.split("/", 1)[0]
     with tempfile.TemporaryDirectory(prefix=".label-finetune-", dir=home.datasets) as tmp:
         train = write_split(Path(tmp) / "train", images, masks, meta, defects, manifest)
-        return create_version(home.root, name, {"train": train, "dev": None}, parent=info.ref, approve_it=True)
+        return create_version(
+            home.root, name, {"train": train, "dev": None}, parent=info.ref, approve_it=True
+        )
 
 
 def _shifted(defect: dict[str, Any], by: int) -> dict[str, Any]:
@@ -138,25 +150,41 @@ def _train(setup: FinetuneSetup, version: Any, info: RoundInfo) -> Any:
     profile = str(setup.home.info().get("profile", "default"))
     defaults = load_run_defaults(profile)
     epochs = setup.epochs or defaults.ticket.epochs
-    ticket = Ticket(id=f"label-{version.name}-{version.version}-{os.urandom(2).hex()}"[:64], arm=Arm.LABEL,
-                    kind=TicketKind.CONFIG, hypothesis=f"finetune on the labels reviewed in {info.ref}",
-                    change={"epochs": epochs}, budget=defaults.ticket.model_copy(update={"epochs": epochs}),
-                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0},
-                    seed=int.from_bytes(os.urandom(4), "little") % 2**31)
+    ticket = Ticket(
+        id=f"label-{version.name}-{version.version}-{os.urandom(2).hex()}"[:64],
+        arm=Arm.LABEL,
+        kind=TicketKind.CONFIG,
+        hypothesis=f"finetune on the labels reviewed in {info.ref}",
+        change={"epochs": epochs},
+        budget=defaults.ticket.model_copy(update={"epochs": epochs}),
+        expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0},
+        seed=int.from_bytes(os.urandom(4), "little") % 2**31,
+    )
     kwargs: dict[str, Any] = {"scheduler": setup.scheduler}
     if setup.scorer is not None:
         kwargs["scorer"] = setup.scorer
-    outcome = execute_ticket(ticket, home=setup.home, dataset_version=version, backend=setup.backend,
-                             base_config=REPO / defaults.base_config, audit=setup.audit, run_id=LABEL_RUN, **kwargs)
+    outcome = execute_ticket(
+        ticket,
+        home=setup.home,
+        dataset_version=version,
+        backend=setup.backend,
+        base_config=REPO / defaults.base_config,
+        audit=setup.audit,
+        run_id=LABEL_RUN,
+        **kwargs,
+    )
     if setup.gate is None or outcome.evidence is None:
         return outcome
-    model = setup.home.tickets_dir(LABEL_RUN) / ticket.id / "model.onnx"  # the gate checks the data by its ref
+    model = (
+        setup.home.tickets_dir(LABEL_RUN) / ticket.id / "model.onnx"
+    )  # the gate checks the data by its ref
     verdict = setup.gate.submit(model, version.ref, ticket.id, run_id=LABEL_RUN)
     return outcome.model_copy(update={"verdict": verdict})
 
 
-def _record(setup: FinetuneSetup, info: RoundInfo, queue: ReviewQueue, decided: list[Any], reviewed: str,
-            outcome: Any) -> LabelRound:
+def _record(
+    setup: FinetuneSetup, info: RoundInfo, queue: ReviewQueue, decided: list[Any], reviewed: str, outcome: Any
+) -> LabelRound:
     counts = {a: sum(1 for d in decided if d.action == a) for a in ("keep", "fix", "drop")}
     seconds = sum(d.seconds for d in decided)
     ok = outcome.evidence is not None
@@ -164,16 +192,30 @@ def _record(setup: FinetuneSetup, info: RoundInfo, queue: ReviewQueue, decided: 
     new_f1 = float(outcome.evidence.dev_metrics["object_f1"]) if ok else None
     old_f1 = _dev_f1(setup, Path(info.model), info.base) if ok else None
     return LabelRound(
-        round=info.ref, reviewed_version=reviewed, proposer_sha256=info.model_sha256, n_images=queue.n_images,
-        n_proposed=len(queue.items), reviewed=len(decided), kept=counts["keep"], fixed=counts["fix"],
-        dropped=counts["drop"], precision=precision(queue, decided), human_seconds=round(seconds, 3),
+        round=info.ref,
+        reviewed_version=reviewed,
+        proposer_sha256=info.model_sha256,
+        n_images=queue.n_images,
+        n_proposed=len(queue.items),
+        reviewed=len(decided),
+        kept=counts["keep"],
+        fixed=counts["fix"],
+        dropped=counts["drop"],
+        precision=precision(queue, decided),
+        human_seconds=round(seconds, 3),
         human_minutes_per_image=round(seconds / 60 / len(decided), 4) if decided else None,
         labels_per_hour=round((counts["keep"] + counts["fix"]) * 3600 / seconds, 1) if seconds > 0 else None,
-        ticket_id=outcome.ticket_id, status=outcome.status.value, reason=outcome.reason,
-        model=str(model) if ok else None, model_sha256=outcome.evidence.model_sha256 if ok else None,
-        device_seconds=outcome.device_seconds, dev_object_f1=new_f1, proposer_dev_object_f1=old_f1,
+        ticket_id=outcome.ticket_id,
+        status=outcome.status.value,
+        reason=outcome.reason,
+        model=str(model) if ok else None,
+        model_sha256=outcome.evidence.model_sha256 if ok else None,
+        device_seconds=outcome.device_seconds,
+        dev_object_f1=new_f1,
+        proposer_dev_object_f1=old_f1,
         dev_gain=round(new_f1 - old_f1, 4) if new_f1 is not None and old_f1 is not None else None,
-        gate_verdict=outcome.verdict.verdict.value if outcome.verdict is not None else None)
+        gate_verdict=outcome.verdict.verdict.value if outcome.verdict is not None else None,
+    )
 
 
 def precision(queue: ReviewQueue, decided: list[Any]) -> float | None:
@@ -240,13 +282,45 @@ def _f(value: Any) -> str:
 
 def render_report(records: list[LabelRound]) -> str:
     """The labelling report: one row per round (people only)."""
-    head = ["round", "reviewed", "kept", "fixed", "dropped", "precision", "human min/image", "labels/hour",
-            "proposer dev F1", "finetuned dev F1", "gain", "gate", "status"]
-    lines = ["# Labelling rounds", "", "Precision: proposed masks the person's decision confirmed "
-             "(keep: right, drop: wrong, fix: right when half its pixels stayed void).", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = [
+        "round",
+        "reviewed",
+        "kept",
+        "fixed",
+        "dropped",
+        "precision",
+        "human min/image",
+        "labels/hour",
+        "proposer dev F1",
+        "finetuned dev F1",
+        "gain",
+        "gate",
+        "status",
+    ]
+    lines = [
+        "# Labelling rounds",
+        "",
+        "Precision: proposed masks the person's decision confirmed "
+        "(keep: right, drop: wrong, fix: right when half its pixels stayed void).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for r in records:
-        cells = [r.round, r.reviewed, r.kept, r.fixed, r.dropped, r.precision, r.human_minutes_per_image,
-                 r.labels_per_hour, r.proposer_dev_object_f1, r.dev_object_f1, r.dev_gain, r.gate_verdict, r.status]
+        cells = [
+            r.round,
+            r.reviewed,
+            r.kept,
+            r.fixed,
+            r.dropped,
+            r.precision,
+            r.human_minutes_per_image,
+            r.labels_per_hour,
+            r.proposer_dev_object_f1,
+            r.dev_object_f1,
+            r.dev_gain,
+            r.gate_verdict,
+            r.status,
+        ]
         lines.append("| " + " | ".join(_f(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -70,7 +70,9 @@ def decode_mask(item: QueueItem, shape: tuple[int, int]) -> np.ndarray:
     return out
 
 
-def propose(images: np.ndarray, hashes: list[str], model: Path, proposer: Path, scorer: Scorer) -> list[QueueItem]:
+def propose(
+    images: np.ndarray, hashes: list[str], model: Path, proposer: Path, scorer: Scorer
+) -> list[QueueItem]:
     """Proposals from ``proposer``, segmented by ``model``; one item per mask."""
     classical = np.asarray(scorer(proposer, images))[:, 0] >= THRESHOLD  # (N, H, W)
     prob = np.asarray(scorer(model, images))[:, 0]  # (N, H, W)
@@ -78,7 +80,9 @@ def propose(images: np.ndarray, hashes: list[str], model: Path, proposer: Path, 
     for i in range(images.shape[0]):
         items.extend(_image_items(i, hashes[i], classical[i], prob[i]))
         if len(items) > MAX_ITEMS:
-            raise DataError(f"more than {MAX_ITEMS} proposed masks; the model fires everywhere, review is pointless")
+            raise DataError(
+                f"more than {MAX_ITEMS} proposed masks; the model fires everywhere, review is pointless"
+            )
     return items
 
 
@@ -99,8 +103,10 @@ def _image_items(index: int, sha: str, classical: np.ndarray, prob: np.ndarray) 
 
 def _grown(box: tuple[slice, slice], shape: tuple[int, ...]) -> tuple[slice, slice]:
     ys, xs = box
-    return (slice(max(ys.start - BOX_MARGIN_PX, 0), min(ys.stop + BOX_MARGIN_PX, shape[0])),
-            slice(max(xs.start - BOX_MARGIN_PX, 0), min(xs.stop + BOX_MARGIN_PX, shape[1])))
+    return (
+        slice(max(ys.start - BOX_MARGIN_PX, 0), min(ys.stop + BOX_MARGIN_PX, shape[0])),
+        slice(max(xs.start - BOX_MARGIN_PX, 0), min(xs.stop + BOX_MARGIN_PX, shape[1])),
+    )
 
 
 def _components(index: int, sha: str, mask: np.ndarray, prob: np.ndarray, source: str) -> list[QueueItem]:
@@ -110,8 +116,19 @@ def _components(index: int, sha: str, mask: np.ndarray, prob: np.ndarray, source
         crop = labels[ys, xs] == k
         conf = float(prob[ys, xs][crop].mean())
         bits = base64.b64encode(np.packbits(crop.ravel()).tobytes()).decode()
-        key = hashlib.sha256(f"{sha}:{ys.start}:{xs.start}:{ys.stop}:{xs.stop}:{bits}".encode()).hexdigest()[:16]
-        items.append(QueueItem(item_id=key, image_index=index, image_sha256=sha,
-                               bbox=(ys.start, xs.start, ys.stop, xs.stop), mask_bits=bits, area=int(crop.sum()),
-                               confidence=min(max(conf, 0.0), 1.0), source=source))
+        key = hashlib.sha256(f"{sha}:{ys.start}:{xs.start}:{ys.stop}:{xs.stop}:{bits}".encode()).hexdigest()[
+            :16
+        ]
+        items.append(
+            QueueItem(
+                item_id=key,
+                image_index=index,
+                image_sha256=sha,
+                bbox=(ys.start, xs.start, ys.stop, xs.stop),
+                mask_bits=bits,
+                area=int(crop.sum()),
+                confidence=min(max(conf, 0.0), 1.0),
+                source=source,
+            )
+        )
     return items

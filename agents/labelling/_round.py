@@ -54,8 +54,14 @@ def default_base(home: Home) -> DatasetVersion:
     raise UsageError("no approved labelled dataset to judge the round on; pass --base NAME/vK")
 
 
-def open_round(home: Home, queue: ReviewQueue, queue_path: Path, *, base: DatasetVersion | None = None,
-               name: str = DEFAULT_NAME) -> RoundInfo:
+def open_round(
+    home: Home,
+    queue: ReviewQueue,
+    queue_path: Path,
+    *,
+    base: DatasetVersion | None = None,
+    name: str = DEFAULT_NAME,
+) -> RoundInfo:
     """The proposed labels as the next version of ``name``, with its console review queue."""
     base = base or default_base(home)
     split = read_split(Path(queue.data))
@@ -63,14 +69,23 @@ def open_round(home: Home, queue: ReviewQueue, queue_path: Path, *, base: Datase
         raise DataError(f"{queue.data} changed since the masks were proposed; run `label propose` again")
     base_dev = read_split(base.dev, mmap=True)
     if split.images.shape[1:] != base_dev.images.shape[1:]:
-        raise DataError(f"the unlabelled images are {split.images.shape[1:]} but {base.ref} holds "
-                        f"{base_dev.images.shape[1:]}; label images of the base's size")
+        raise DataError(
+            f"the unlabelled images are {split.images.shape[1:]} but {base.ref} holds "
+            f"{base_dev.images.shape[1:]}; label images of the base's size"
+        )
     masks = proposed_masks(queue, split.images.shape)
     with tempfile.TemporaryDirectory(prefix=".label-round-", dir=home.datasets) as tmp:
         train = _proposed_split(split, masks, queue, Path(tmp) / "train")
         created = create_version(home.root, name, {"train": train, "dev": base.dev})
-    info = RoundInfo(ref=created.ref, base=base.ref, queue=str(queue_path), data=queue.data,
-                     data_content_hash=queue.data_content_hash, model=queue.model, model_sha256=queue.model_sha256)
+    info = RoundInfo(
+        ref=created.ref,
+        base=base.ref,
+        queue=str(queue_path),
+        data=queue.data,
+        data_content_hash=queue.data_content_hash,
+        model=queue.model,
+        model_sha256=queue.model_sha256,
+    )
     folder = home.root / "curation" / created.name / created.version
     folder.mkdir(parents=True, exist_ok=True)
     (folder / QUEUE_FILE).write_text("".join(row + "\n" for row in _queue_rows(queue)))
@@ -83,15 +98,20 @@ def load_round(home: Home, ref: str) -> RoundInfo:
     found = resolve(home.root, ref)
     path = home.root / "curation" / found.name / found.version / ROUND_FILE
     if not path.is_file():
-        raise UsageError(f"{ref} is not a labelling round (no {ROUND_FILE}); `label propose --data D` opens one")
+        raise UsageError(
+            f"{ref} is not a labelling round (no {ROUND_FILE}); `label propose --data D` opens one"
+        )
     return RoundInfo.model_validate_json(path.read_text())
 
 
 def rounds(home: Home) -> list[RoundInfo]:
     """Every labelling round of the home, oldest first."""
     root = home.root / "curation"
-    found = [RoundInfo.model_validate_json(p.read_text()) for p in root.glob(f"*/v*/{ROUND_FILE}")] \
-        if root.is_dir() else []
+    found = (
+        [RoundInfo.model_validate_json(p.read_text()) for p in root.glob(f"*/v*/{ROUND_FILE}")]
+        if root.is_dir()
+        else []
+    )
     return sorted(found, key=lambda r: r.created)
 
 
@@ -109,9 +129,12 @@ def _proposed_split(split: Split, masks: np.ndarray, queue: ReviewQueue, out: Pa
 
     images = np.asarray(split.images)
     defects = [row for i in range(len(split)) for row in _component_rows(i, images[i], masks[i])]
-    manifest = {"generator": split.manifest.get("generator", "import"), "kind": "auto-labelled",
-                "parent": split.content_hash, "labelling": {"model_sha256": queue.model_sha256,
-                                                            "items": len(queue.items)}}
+    manifest = {
+        "generator": split.manifest.get("generator", "import"),
+        "kind": "auto-labelled",
+        "parent": split.content_hash,
+        "labelling": {"model_sha256": queue.model_sha256, "items": len(queue.items)},
+    }
     return write_split(out, images, masks, list(split.image_meta), defects, manifest)
 
 
@@ -131,8 +154,20 @@ def _queue_rows(queue: ReviewQueue) -> list[str]:
     for rank, i in enumerate(sorted(by_image, key=order)):
         items = by_image[i]
         low = min((it.confidence for it in items), default=None)
-        reason = (f"auto-label: {len(items)} mask{'s' if len(items) != 1 else ''}, lowest confidence {low:.2f}"
-                  if low is not None else "auto-label: no void proposed")
-        rows.append(json.dumps({"split": "train", "image_id": i, "rank": rank,
-                                "score": None if low is None else round(low, 4), "reason": reason}))
+        reason = (
+            f"auto-label: {len(items)} mask{'s' if len(items) != 1 else ''}, lowest confidence {low:.2f}"
+            if low is not None
+            else "auto-label: no void proposed"
+        )
+        rows.append(
+            json.dumps(
+                {
+                    "split": "train",
+                    "image_id": i,
+                    "rank": rank,
+                    "score": None if low is None else round(low, 4),
+                    "reason": reason,
+                }
+            )
+        )
     return rows

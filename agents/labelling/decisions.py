@@ -46,14 +46,25 @@ def decisions(home: Home, dataset: str) -> list[Decision]:
         return []
     conn = sqlite3.connect(f"file:{home.state_db}?mode=ro", uri=True)
     try:
-        rows = conn.execute("SELECT split, image_id, action, mask, seconds FROM console_labels WHERE dataset = ? "
-                            "ORDER BY split, image_id", (check_ref(dataset),)).fetchall()
+        rows = conn.execute(
+            "SELECT split, image_id, action, mask, seconds FROM console_labels WHERE dataset = ? "
+            "ORDER BY split, image_id",
+            (check_ref(dataset),),
+        ).fetchall()
     except sqlite3.OperationalError:  # no review table yet
         return []
     finally:
         conn.close()
-    return [Decision(split=r[0], image_id=int(r[1]), action=r[2], mask=np.load(io.BytesIO(r[3])) if r[3] else None,
-                     seconds=float(r[4])) for r in rows]
+    return [
+        Decision(
+            split=r[0],
+            image_id=int(r[1]),
+            action=r[2],
+            mask=np.load(io.BytesIO(r[3])) if r[3] else None,
+            seconds=float(r[4]),
+        )
+        for r in rows
+    ]
 
 
 __all__ = ["Action", "Decision", "check_ref", "decisions"]

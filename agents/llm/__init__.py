@@ -20,7 +20,24 @@ from agents.llm._usage import LLMUsage
 from agents.llm.attachments import MAX_ATTACHMENT_BYTES, load_attachment, load_attachments
 
 __all__ = [
-    "KNOWN_PROVIDERS", "MAX_ATTACHMENT_BYTES", "MAX_LLM_ATTEMPTS", "AssistantTurn", "Attachment", "LLMCaller",
-    "LLMFailed", "LLMProvider", "LLMReply", "LLMUsage", "ProviderFailure", "ToolCall", "ToolResultTurn",
-    "ToolSpec", "Turn", "UserTurn", "api_key", "load_attachment", "load_attachments", "make_provider",
+    "KNOWN_PROVIDERS",
+    "MAX_ATTACHMENT_BYTES",
+    "MAX_LLM_ATTEMPTS",
+    "AssistantTurn",
+    "Attachment",
+    "LLMCaller",
+    "LLMFailed",
+    "LLMProvider",
+    "LLMReply",
+    "LLMUsage",
+    "ProviderFailure",
+    "ToolCall",
+    "ToolResultTurn",
+    "ToolSpec",
+    "Turn",
+    "UserTurn",
+    "api_key",
+    "load_attachment",
+    "load_attachments",
+    "make_provider",
 ]

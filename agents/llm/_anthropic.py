@@ -24,12 +24,16 @@ def _arguments(text: str) -> Any:
 def _blocks(turn: Turn) -> list[dict[str, Any]]:
     if isinstance(turn, UserTurn):
         blocks: list[dict[str, Any]] = [{"type": "text", "text": turn.text}]
-        return blocks + [{"type": "image", "source": {"type": "base64", "media_type": a.media_type,
-                                                      "data": a.b64()}} for a in turn.attachments]
+        return blocks + [
+            {"type": "image", "source": {"type": "base64", "media_type": a.media_type, "data": a.b64()}}
+            for a in turn.attachments
+        ]
     if isinstance(turn, AssistantTurn):
         blocks = [{"type": "text", "text": turn.text}] if turn.text else []
-        return blocks + [{"type": "tool_use", "id": c.id, "name": c.name, "input": _arguments(c.arguments)}
-                         for c in turn.tool_calls]
+        return blocks + [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": _arguments(c.arguments)}
+            for c in turn.tool_calls
+        ]
     return [{"type": "tool_result", "tool_use_id": turn.call_id, "content": turn.content}]
 
 
@@ -64,24 +68,38 @@ def _failure(exc: anthropic.AnthropicError) -> ProviderFailure:
 class AnthropicProvider(LLMProvider):
     provider = "anthropic"
 
-    def __init__(self, model: str, transport: CapturingTransport, *, api_key: str,
-                 base_url: str | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        model: str,
+        transport: CapturingTransport,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         super().__init__(model, transport, timeout_s=timeout_s)
         http = httpx2.Client(transport=transport, timeout=timeout_s)
-        self.client = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0,
-                                          timeout=timeout_s, http_client=http)
+        self.client = anthropic.Anthropic(
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout_s, http_client=http
+        )
 
-    def complete(self, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec],
-                 *, force_tool: str | None = None) -> LLMReply:
+    def complete(
+        self, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec], *, force_tool: str | None = None
+    ) -> LLMReply:
         kwargs: dict[str, Any] = {}
         if tools:
-            kwargs["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.parameters}
-                               for t in tools]
+            kwargs["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
+            ]
             kwargs["tool_choice"] = {"type": "tool", "name": force_tool} if force_tool else {"type": "auto"}
         try:
             response = self.client.messages.create(
-                model=self.model, system=system, messages=to_messages(turns),  # type: ignore[arg-type]
-                max_tokens=MAX_OUTPUT_TOKENS, **kwargs)
+                model=self.model,
+                system=system,
+                messages=to_messages(turns),  # type: ignore[arg-type]
+                max_tokens=MAX_OUTPUT_TOKENS,
+                **kwargs,
+            )
         except anthropic.AnthropicError as exc:
             raise _failure(exc) from exc
         return _reply(response)
@@ -89,9 +107,17 @@ class AnthropicProvider(LLMProvider):
 
 def _reply(response: Any) -> LLMReply:
     texts = [b.text for b in response.content if b.type == "text"]
-    calls = tuple(ToolCall(id=b.id, name=b.name, arguments=json.dumps(b.input))
-                  for b in response.content if b.type == "tool_use")
+    calls = tuple(
+        ToolCall(id=b.id, name=b.name, arguments=json.dumps(b.input))
+        for b in response.content
+        if b.type == "tool_use"
+    )
     refusal = "\n".join(texts) or "refused" if response.stop_reason == "refusal" else None
-    return LLMReply(text="\n".join(texts) or None, tool_calls=calls, refusal=refusal,
-                    stop_reason=response.stop_reason, input_tokens=response.usage.input_tokens,
-                    output_tokens=response.usage.output_tokens)
+    return LLMReply(
+        text="\n".join(texts) or None,
+        tool_calls=calls,
+        refusal=refusal,
+        stop_reason=response.stop_reason,
+        input_tokens=response.usage.input_tokens,
+        output_tokens=response.usage.output_tokens,
+    )

@@ -34,17 +34,28 @@ class LLMFailed(SegfactoryError):
     """A logical LLM call gave no usable answer within its bounded attempts."""
 
     def __init__(self, name: str, outcomes: list[str]) -> None:
-        super().__init__(f"{name}: no usable answer after {len(outcomes)} attempts ({', '.join(outcomes)}); "
-                         "see the llm_attempt audit records")
+        super().__init__(
+            f"{name}: no usable answer after {len(outcomes)} attempts ({', '.join(outcomes)}); "
+            "see the llm_attempt audit records"
+        )
         self.outcomes = outcomes
 
 
 class LLMCaller:
     """One provider with its audit sink, usage meter and retry policy, for one actor (role)."""
 
-    def __init__(self, provider: LLMProvider, sink: AuditSink, usage: LLMUsage, actor: Actor, *,
-                 run_id: str | None = None, max_attempts: int = MAX_LLM_ATTEMPTS,
-                 backoff_base_s: float = BACKOFF_BASE_S, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        provider: LLMProvider,
+        sink: AuditSink,
+        usage: LLMUsage,
+        actor: Actor,
+        *,
+        run_id: str | None = None,
+        max_attempts: int = MAX_LLM_ATTEMPTS,
+        backoff_base_s: float = BACKOFF_BASE_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.provider = provider
         self.sink = sink
         self.usage = usage
@@ -54,22 +65,43 @@ class LLMCaller:
         self.backoff_base_s = backoff_base_s
         self.sleep = sleep
 
-    def _audit(self, attempt: int, outcome: str, started: float, reply: LLMReply | None,
-               detail: str = "") -> None:
+    def _audit(
+        self, attempt: int, outcome: str, started: float, reply: LLMReply | None, detail: str = ""
+    ) -> None:
         transport = self.provider.transport
-        self.sink.append(self.actor.value, "llm_attempt", {
-            "provider": self.provider.provider, "model": self.provider.model, "attempt": attempt,
-            "outcome": outcome, "detail": detail[:1000], "latency_s": round(time.monotonic() - started, 4),
-            "input_tokens": reply.input_tokens if reply else 0,
-            "output_tokens": reply.output_tokens if reply else 0,
-            "request": transport.last_request_blob, "response": transport.last_response_blob,
-        }, run_id=self.run_id)
+        self.sink.append(
+            self.actor.value,
+            "llm_attempt",
+            {
+                "provider": self.provider.provider,
+                "model": self.provider.model,
+                "attempt": attempt,
+                "outcome": outcome,
+                "detail": detail[:1000],
+                "latency_s": round(time.monotonic() - started, 4),
+                "input_tokens": reply.input_tokens if reply else 0,
+                "output_tokens": reply.output_tokens if reply else 0,
+                "request": transport.last_request_blob,
+                "response": transport.last_response_blob,
+            },
+            run_id=self.run_id,
+        )
 
-    def _one(self, attempt: int, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec],
-             force_tool: str | None) -> LLMReply:
+    def _one(
+        self,
+        attempt: int,
+        system: str,
+        turns: Sequence[Turn],
+        tools: Sequence[ToolSpec],
+        force_tool: str | None,
+    ) -> LLMReply:
         self.usage.check_cap()
         transport = self.provider.transport
-        transport.tags = {"provider": self.provider.provider, "model": self.provider.model, "attempt": attempt}
+        transport.tags = {
+            "provider": self.provider.provider,
+            "model": self.provider.model,
+            "attempt": attempt,
+        }
         transport.last_request_blob = transport.last_response_blob = None
         started = time.monotonic()
         try:
@@ -78,8 +110,9 @@ class LLMCaller:
             self.usage.record(self.provider.model, 0, 0, time.monotonic() - started)
             self._audit(attempt, exc.kind, started, None, exc.detail)
             raise
-        self.usage.record(self.provider.model, reply.input_tokens, reply.output_tokens,
-                          time.monotonic() - started)
+        self.usage.record(
+            self.provider.model, reply.input_tokens, reply.output_tokens, time.monotonic() - started
+        )
         self._audit(attempt, "refusal" if reply.refusal else "reply", started, reply)
         return reply
 
@@ -114,16 +147,30 @@ class LLMCaller:
                 if not exc.retryable:
                     raise LLMFailed(self.provider.name, outcomes) from exc
                 if attempt < self.max_attempts:
-                    self._backoff(sum(1 for o in outcomes if o in {"timeout", "connection", "rate_limited",
-                                                                   "server_error"}))
+                    self._backoff(
+                        sum(
+                            1
+                            for o in outcomes
+                            if o in {"timeout", "connection", "rate_limited", "server_error"}
+                        )
+                    )
                 continue
             parsed, problem = _parse(reply, tool.name, schema)
             if parsed is not None:
                 return parsed
             outcomes.append(problem.split(":")[0])
-            self.sink.append(self.actor.value, "llm_output_rejected", {
-                "provider": self.provider.provider, "model": self.provider.model, "attempt": attempt,
-                "problem": problem, "output": _detail(reply)[:2000]}, run_id=self.run_id)
+            self.sink.append(
+                self.actor.value,
+                "llm_output_rejected",
+                {
+                    "provider": self.provider.provider,
+                    "model": self.provider.model,
+                    "attempt": attempt,
+                    "problem": problem,
+                    "output": _detail(reply)[:2000],
+                },
+                run_id=self.run_id,
+            )
             turns += _correction(reply, tool.name, problem)
         raise LLMFailed(self.provider.name, outcomes)
 
@@ -150,9 +197,13 @@ def _parse(reply: LLMReply, tool: str, schema: type[T]) -> tuple[T | None, str]:
 
 def _correction(reply: LLMReply, tool: str, problem: str) -> list[Turn]:
     """The corrective turns after a bad reply: echo the call, answer it, restate what is needed."""
-    message = (f"Your previous answer was not usable ({problem.split(':')[0]}). Call the tool `{tool}` exactly "
-               f"once with arguments that are valid JSON matching its schema. Details: {problem}")
+    message = (
+        f"Your previous answer was not usable ({problem.split(':')[0]}). Call the tool `{tool}` exactly "
+        f"once with arguments that are valid JSON matching its schema. Details: {problem}"
+    )
     if reply.tool_calls:
-        return [reply.as_turn(), *[ToolResultTurn(call_id=c.id, name=c.name, content=message)
-                                   for c in reply.tool_calls]]
+        return [
+            reply.as_turn(),
+            *[ToolResultTurn(call_id=c.id, name=c.name, content=message) for c in reply.tool_calls],
+        ]
     return [reply.as_turn(), UserTurn(text=message)] if reply.text else [UserTurn(text=message)]

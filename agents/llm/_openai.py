@@ -17,17 +17,20 @@ def _user(turn: UserTurn) -> dict[str, Any]:
     if not turn.attachments:
         return {"role": "user", "content": turn.text}
     parts: list[dict[str, Any]] = [{"type": "text", "text": turn.text}]
-    parts += [{"type": "image_url", "image_url": {"url": f"data:{a.media_type};base64,{a.b64()}"}}
-              for a in turn.attachments]
+    parts += [
+        {"type": "image_url", "image_url": {"url": f"data:{a.media_type};base64,{a.b64()}"}}
+        for a in turn.attachments
+    ]
     return {"role": "user", "content": parts}
 
 
 def _assistant(turn: AssistantTurn) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": turn.text}
     if turn.tool_calls:
-        message["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.arguments}}
-                                 for c in turn.tool_calls]
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in turn.tool_calls
+        ]
     return message
 
 
@@ -60,24 +63,37 @@ def _failure(exc: openai.OpenAIError) -> ProviderFailure:
 class OpenAIProvider(LLMProvider):
     provider = "openai"
 
-    def __init__(self, model: str, transport: CapturingTransport, *, api_key: str,
-                 base_url: str | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        model: str,
+        transport: CapturingTransport,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         super().__init__(model, transport, timeout_s=timeout_s)
         http = httpx2.Client(transport=transport, timeout=timeout_s)
-        self.client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout_s,
-                                    http_client=http)
+        self.client = openai.OpenAI(
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout_s, http_client=http
+        )
 
-    def complete(self, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec],
-                 *, force_tool: str | None = None) -> LLMReply:
+    def complete(
+        self, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec], *, force_tool: str | None = None
+    ) -> LLMReply:
         kwargs: dict[str, Any] = {}
         if tools:
             kwargs["tools"] = [{"type": "function", "function": t.model_dump()} for t in tools]
-            kwargs["tool_choice"] = ({"type": "function", "function": {"name": force_tool}}
-                                     if force_tool else "auto")
+            kwargs["tool_choice"] = (
+                {"type": "function", "function": {"name": force_tool}} if force_tool else "auto"
+            )
         try:
             response = self.client.chat.completions.create(
-                model=self.model, messages=to_messages(system, turns),  # type: ignore[arg-type]
-                max_tokens=MAX_OUTPUT_TOKENS, **kwargs)
+                model=self.model,
+                messages=to_messages(system, turns),  # type: ignore[arg-type]
+                max_tokens=MAX_OUTPUT_TOKENS,
+                **kwargs,
+            )
         except openai.OpenAIError as exc:
             raise _failure(exc) from exc
         return _reply(response)
@@ -88,13 +104,20 @@ def _reply(response: Any) -> LLMReply:
         raise ProviderFailure("malformed_response", "reply has no choices")
     choice = response.choices[0]
     message = choice.message
-    calls = tuple(ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
-                  for c in (message.tool_calls or []) if getattr(c, "function", None) is not None)
+    calls = tuple(
+        ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
+        for c in (message.tool_calls or [])
+        if getattr(c, "function", None) is not None
+    )
     usage = response.usage
-    return LLMReply(text=message.content, tool_calls=calls, refusal=getattr(message, "refusal", None),
-                    stop_reason=choice.finish_reason,
-                    input_tokens=usage.prompt_tokens if usage else 0,
-                    output_tokens=usage.completion_tokens if usage else 0)
+    return LLMReply(
+        text=message.content,
+        tool_calls=calls,
+        refusal=getattr(message, "refusal", None),
+        stop_reason=choice.finish_reason,
+        input_tokens=usage.prompt_tokens if usage else 0,
+        output_tokens=usage.completion_tokens if usage else 0,
+    )
 
 
 __all__ = ["OpenAIProvider", "to_messages"]

@@ -47,8 +47,9 @@ class LLMProvider(ABC):
     provider: str
     model: str
 
-    def __init__(self, model: str, transport: CapturingTransport, *,
-                 timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self, model: str, transport: CapturingTransport, *, timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> None:
         self.model = model
         self.transport = transport
         self.timeout_s = timeout_s
@@ -58,23 +59,33 @@ class LLMProvider(ABC):
         return f"{self.provider}:{self.model}"
 
     @abstractmethod
-    def complete(self, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec],
-                 *, force_tool: str | None = None) -> LLMReply: ...
+    def complete(
+        self, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec], *, force_tool: str | None = None
+    ) -> LLMReply: ...
 
 
 def api_key(variable: str) -> str:
     """Keys come only from the environment; a missing one is an error naming the variable."""
     key = os.environ.get(variable, "")
     if not key:
-        raise UsageError(f"{variable} is not set; export it to use this provider, or run with --proposer rules")
+        raise UsageError(
+            f"{variable} is not set; export it to use this provider, or run with --proposer rules"
+        )
     return key
 
 
 KNOWN_PROVIDERS = ("anthropic:MODEL", "local:URL", "openai:MODEL")
 
 
-def make_provider(spec: str, sink: AuditSink, actor: Actor, *, run_id: str | None = None,
-                  base_url: str | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> LLMProvider:
+def make_provider(
+    spec: str,
+    sink: AuditSink,
+    actor: Actor,
+    *,
+    run_id: str | None = None,
+    base_url: str | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> LLMProvider:
     """``openai:MODEL``, ``anthropic:MODEL`` or ``local:URL[#MODEL]`` → a provider.
 
     ``base_url`` overrides the vendor endpoint (tests point it at the fake servers). An unknown
@@ -87,21 +98,30 @@ def make_provider(spec: str, sink: AuditSink, actor: Actor, *, run_id: str | Non
     if prefix == "openai":
         from agents.llm._openai import OpenAIProvider
 
-        return OpenAIProvider(rest, transport, api_key=api_key("OPENAI_API_KEY"), base_url=base_url,
-                              timeout_s=timeout_s)
+        return OpenAIProvider(
+            rest, transport, api_key=api_key("OPENAI_API_KEY"), base_url=base_url, timeout_s=timeout_s
+        )
     if prefix == "anthropic":
         from agents.llm._anthropic import AnthropicProvider
 
-        return AnthropicProvider(rest, transport, api_key=api_key("ANTHROPIC_API_KEY"), base_url=base_url,
-                                 timeout_s=timeout_s)
+        return AnthropicProvider(
+            rest, transport, api_key=api_key("ANTHROPIC_API_KEY"), base_url=base_url, timeout_s=timeout_s
+        )
     if prefix == "local":
         from agents.llm._openai import OpenAIProvider
 
         url, _, model = rest.partition("#")
         if not url.startswith(("http://", "https://")):
-            raise UsageError(f"local provider needs an http(s) URL, got {url!r}; e.g. local:http://127.0.0.1:11434/v1#llama3")
-        provider = OpenAIProvider(model or "local", transport, base_url=base_url or url, timeout_s=timeout_s,
-                                  api_key=os.environ.get("LOCAL_LLM_API_KEY") or "no-key")
+            raise UsageError(
+                f"local provider needs an http(s) URL, got {url!r}; e.g. local:http://127.0.0.1:11434/v1#llama3"
+            )
+        provider = OpenAIProvider(
+            model or "local",
+            transport,
+            base_url=base_url or url,
+            timeout_s=timeout_s,
+            api_key=os.environ.get("LOCAL_LLM_API_KEY") or "no-key",
+        )
         provider.provider = "local"
         return provider
     raise UsageError(f"LLM provider {prefix!r} is not registered; known: {', '.join(KNOWN_PROVIDERS)}")

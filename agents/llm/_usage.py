@@ -44,8 +44,10 @@ class LLMUsage(BaseModel):
     def check_cap(self) -> None:
         """Raise before a call once the run's token budget is spent."""
         if self.token_cap is not None and self.tokens >= self.token_cap:
-            raise LimitExceeded(f"LLM token budget spent: {self.tokens} of {self.token_cap} tokens used; "
-                                "raise run.llm_tokens in policies/budgets.yaml or end the run")
+            raise LimitExceeded(
+                f"LLM token budget spent: {self.tokens} of {self.token_cap} tokens used; "
+                "raise run.llm_tokens in policies/budgets.yaml or end the run"
+            )
 
     def record(self, model: str, input_tokens: int, output_tokens: int, latency_s: float) -> None:
         self.attempts += 1

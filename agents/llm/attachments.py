@@ -23,17 +23,22 @@ def load_attachment(path: Path) -> Attachment:
     if media_type is None:
         raise DataError(f"attachment {path} has an unsupported type; expected one of {sorted(MEDIA_TYPES)}")
     if not path.is_file():
-        raise DataError(f"expected attachment {path} is missing; the prompt was not sent. "
-                        "Re-run the analysis that writes it.")
+        raise DataError(
+            f"expected attachment {path} is missing; the prompt was not sent. "
+            "Re-run the analysis that writes it."
+        )
     size = path.stat().st_size
     if size > MAX_ATTACHMENT_BYTES:
-        raise LimitExceeded(f"attachment {path} is {size} bytes, over MAX_ATTACHMENT_BYTES="
-                            f"{MAX_ATTACHMENT_BYTES}; the prompt was not sent. Shrink or crop the image.")
+        raise LimitExceeded(
+            f"attachment {path} is {size} bytes, over MAX_ATTACHMENT_BYTES="
+            f"{MAX_ATTACHMENT_BYTES}; the prompt was not sent. Shrink or crop the image."
+        )
     return Attachment(name=path.name, media_type=media_type, data=path.read_bytes())
 
 
 def load_attachments(paths: list[Path]) -> tuple[Attachment, ...]:
     if len(paths) > MAX_ATTACHMENTS:
-        raise LimitExceeded(f"{len(paths)} attachments, over MAX_ATTACHMENTS={MAX_ATTACHMENTS}; "
-                            "the prompt was not sent")
+        raise LimitExceeded(
+            f"{len(paths)} attachments, over MAX_ATTACHMENTS={MAX_ATTACHMENTS}; the prompt was not sent"
+        )
     return tuple(load_attachment(p) for p in paths)

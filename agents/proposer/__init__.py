@@ -11,7 +11,17 @@ from agents.proposer.llm import PROPOSE_TOOL, LLMProposer
 from agents.proposer.rules import RulesProposer
 
 __all__ = [
-    "KNOWN_PROPOSERS", "MAX_PROPOSAL_ROUNDS", "MAX_TICKETS_PER_PROPOSAL", "PROPOSE_TOOL", "LLMProposer",
-    "ProposalBatch", "Proposer", "Rejected", "RulesProposer", "TicketDraft", "get_proposer",
-    "propose_valid", "to_ticket",
+    "KNOWN_PROPOSERS",
+    "MAX_PROPOSAL_ROUNDS",
+    "MAX_TICKETS_PER_PROPOSAL",
+    "PROPOSE_TOOL",
+    "LLMProposer",
+    "ProposalBatch",
+    "Proposer",
+    "Rejected",
+    "RulesProposer",
+    "TicketDraft",
+    "get_proposer",
+    "propose_valid",
+    "to_ticket",
 ]

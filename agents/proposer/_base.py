@@ -53,5 +53,6 @@ class Proposer(ABC):
     name: str
 
     @abstractmethod
-    def propose(self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()) -> list[TicketDraft]:
-        ...
+    def propose(
+        self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()
+    ) -> list[TicketDraft]: ...

@@ -22,17 +22,28 @@ def to_ticket(draft: TicketDraft, ticket_id: str, seed: int) -> Ticket:
     return Ticket(id=ticket_id, arm=arm, seed=seed, **draft.model_dump())
 
 
-def propose_valid(proposer: Proposer, context: ProposerContext, n: int, *,
-                  check: Callable[[Ticket], list[str]], make_id: Callable[[], str],
-                  make_seed: Callable[[], int], sink: AuditSink, run_id: str | None = None,
-                  max_rounds: int = MAX_PROPOSAL_ROUNDS) -> list[Ticket]:
+def propose_valid(
+    proposer: Proposer,
+    context: ProposerContext,
+    n: int,
+    *,
+    check: Callable[[Ticket], list[str]],
+    make_id: Callable[[], str],
+    make_seed: Callable[[], int],
+    sink: AuditSink,
+    run_id: str | None = None,
+    max_rounds: int = MAX_PROPOSAL_ROUNDS,
+) -> list[Ticket]:
     """Up to ``n`` valid tickets; fewer when the proposer runs dry or the rounds run out."""
     accepted: list[Ticket] = []
     rejected: list[Rejected] = []
     seen: set[str] = set()  # drafts already handled in this call: a repeat is dropped, not re-run
     for round_no in range(1, max_rounds + 1):
-        drafts = [d for d in proposer.propose(context, n - len(accepted), rejected)
-                  if d.model_dump_json() not in seen]
+        drafts = [
+            d
+            for d in proposer.propose(context, n - len(accepted), rejected)
+            if d.model_dump_json() not in seen
+        ]
         if not drafts:
             break
         seen.update(d.model_dump_json() for d in drafts)
@@ -41,9 +52,17 @@ def propose_valid(proposer: Proposer, context: ProposerContext, n: int, *,
             ticket = to_ticket(draft, make_id(), make_seed())
             reasons = check(ticket)
             event = "ticket_invalid" if reasons else "ticket_proposed"
-            sink.append(Actor.PROPOSER.value, event, {"proposer": proposer.name, "round": round_no,
-                                                      "ticket": ticket.model_dump(mode="json"),
-                                                      "reasons": reasons}, run_id=run_id)
+            sink.append(
+                Actor.PROPOSER.value,
+                event,
+                {
+                    "proposer": proposer.name,
+                    "round": round_no,
+                    "ticket": ticket.model_dump(mode="json"),
+                    "reasons": reasons,
+                },
+                run_id=run_id,
+            )
             if reasons:
                 rejected.append(Rejected(draft=draft, reasons=reasons))
                 new_rejections += 1

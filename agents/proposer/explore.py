@@ -25,8 +25,14 @@ log = logging.getLogger(__name__)
 
 EVIDENCE = f"{EXPLORATION_EVIDENCE}:tpe"
 # The objective TPE maximises, from the coarse outcome of an exploration ticket.
-OUTCOME_VALUE = {"WIN": 1.0, "NO_WIN": 0.75, "DEV_LOSS": 0.25, "FAILED": 0.0, "INVALID": 0.0,
-                 "BUDGET_EXHAUSTED": 0.5}
+OUTCOME_VALUE = {
+    "WIN": 1.0,
+    "NO_WIN": 0.75,
+    "DEV_LOSS": 0.25,
+    "FAILED": 0.0,
+    "INVALID": 0.0,
+    "BUDGET_EXHAUSTED": 0.5,
+}
 INCUMBENT_VALUE = 0.5  # the incumbent itself: better than a dev loss, worse than a dev win
 MAX_SAMPLES = 32  # samples drawn per call to find drafts that differ from the incumbent and each other
 PREDICTED_GAIN = 0.01  # object F1 an exploration ticket is predicted to gain (the dev rule's order)
@@ -35,15 +41,18 @@ PREDICTED_GAIN = 0.01  # object F1 an exploration ticket is predicted to gain (t
 class ExploringProposer(Proposer):
     """``inner``'s drafts first; TPE samples around the incumbent fill the rest of the batch."""
 
-    def __init__(self, inner: Proposer, default_budget: Budget, *, space: SearchSpace | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, inner: Proposer, default_budget: Budget, *, space: SearchSpace | None = None, seed: int = 0
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self.default_budget = default_budget
         self.space = space or load_space(SEARCH_SPACE)
         self.seed = seed
 
-    def propose(self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()) -> list[TicketDraft]:
+    def propose(
+        self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()
+    ) -> list[TicketDraft]:
         drafts = self.inner.propose(context, n, rejected)
         if len(drafts) >= n or not context.incumbent:
             return drafts
@@ -56,9 +65,10 @@ class ExploringProposer(Proposer):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         distributions = self.space.distributions()
         base = {k: v for k in distributions if (v := dotted_get(context.incumbent, k)) is not None}
-        study = optuna.create_study(direction="maximize",
-                                    sampler=optuna.samplers.TPESampler(seed=self.seed + len(context.history),
-                                                                       n_startup_trials=4))
+        study = optuna.create_study(
+            direction="maximize",
+            sampler=optuna.samplers.TPESampler(seed=self.seed + len(context.history), n_startup_trials=4),
+        )
         self._observe(study, distributions, base, context.history)
         seen = {repr(sorted(h.change.items())) for h in context.history}
         out: list[TicketDraft] = []
@@ -74,13 +84,16 @@ class ExploringProposer(Proposer):
                 out.append(draft)
         return out
 
-    def _observe(self, study: Any, distributions: dict[str, Any], base: dict[str, Any],
-                 history: Sequence[VerdictEntry]) -> None:
+    def _observe(
+        self, study: Any, distributions: dict[str, Any], base: dict[str, Any], history: Sequence[VerdictEntry]
+    ) -> None:
         import optuna
 
         def add(params: dict[str, Any], value: float) -> None:
             try:
-                study.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=value))
+                study.add_trial(
+                    optuna.trial.create_trial(params=params, distributions=distributions, value=value)
+                )
             except ValueError as exc:  # a value outside the space (an incumbent moved by another action)
                 log.debug("exploration: observation left out: %s", exc)
 
@@ -94,12 +107,19 @@ class ExploringProposer(Proposer):
                 add(params, OUTCOME_VALUE[str(entry.verdict)])
 
     def _draft(self, change: dict[str, Any]) -> TicketDraft:
-        keys = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(change.items()))
-        return TicketDraft(kind=TicketKind.CONFIG, hypothesis=f"exploration (TPE around the incumbent): {keys}",
-                           change=change, budget=self.default_budget,
-                           expected_effect=ExpectedEffect(metric="object_f1", slice="all", direction=Direction.UP,
-                                                          size=PREDICTED_GAIN),
-                           evidence=[EVIDENCE])
+        keys = ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(change.items())
+        )
+        return TicketDraft(
+            kind=TicketKind.CONFIG,
+            hypothesis=f"exploration (TPE around the incumbent): {keys}",
+            change=change,
+            budget=self.default_budget,
+            expected_effect=ExpectedEffect(
+                metric="object_f1", slice="all", direction=Direction.UP, size=PREDICTED_GAIN
+            ),
+            evidence=[EVIDENCE],
+        )
 
 
 __all__ = ["EVIDENCE", "ExploringProposer"]

@@ -42,11 +42,14 @@ class LLMProposer(Proposer):
         ]
         if rejected:
             lines.append("Rejected earlier drafts and why (fix these):")
-            lines += [json.dumps({"draft": r.draft.model_dump(mode="json"), "reasons": r.reasons})
-                      for r in rejected]
+            lines += [
+                json.dumps({"draft": r.draft.model_dump(mode="json"), "reasons": r.reasons}) for r in rejected
+            ]
         return "\n".join(lines)
 
-    def propose(self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()) -> list[TicketDraft]:
+    def propose(
+        self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()
+    ) -> list[TicketDraft]:
         files = load_attachments(self.attachments)
         turn = UserTurn(text=self.prompt(context, n, rejected), attachments=files)
         batch = self.caller.structured(self.system, turn, PROPOSE_TOOL, ProposalBatch)

@@ -20,8 +20,14 @@ def draft_from(rec: Recommendation, budget: Budget) -> TicketDraft:
     epochs = rec.evidence.get("epochs")
     if isinstance(epochs, int) and epochs > budget.epochs:
         budget = Budget(device_seconds=budget.device_seconds, epochs=epochs)
-    return TicketDraft(kind=rec.kind, hypothesis=hypothesis, change=dict(rec.change), budget=budget,
-                       expected_effect=rec.predicted_effect, evidence=[f"recommendation:{rec.id}"])
+    return TicketDraft(
+        kind=rec.kind,
+        hypothesis=hypothesis,
+        change=dict(rec.change),
+        budget=budget,
+        expected_effect=rec.predicted_effect,
+        evidence=[f"recommendation:{rec.id}"],
+    )
 
 
 BASE_HYPOTHESIS = "base config: the run's base training config, unchanged, beats the current best"
@@ -29,10 +35,14 @@ BASE_HYPOTHESIS = "base config: the run's base training config, unchanged, beats
 
 def base_config_draft(budget: Budget) -> TicketDraft:
     """The first ticket of a rules run: the base config as it is (an empty change)."""
-    return TicketDraft(kind=TicketKind.CONFIG, hypothesis=BASE_HYPOTHESIS, change={}, budget=budget,
-                       expected_effect=ExpectedEffect(metric="object_f1", slice="all", direction=Direction.UP,
-                                                      size=0.05),
-                       evidence=[BASE_CONFIG_EVIDENCE])
+    return TicketDraft(
+        kind=TicketKind.CONFIG,
+        hypothesis=BASE_HYPOTHESIS,
+        change={},
+        budget=budget,
+        expected_effect=ExpectedEffect(metric="object_f1", slice="all", direction=Direction.UP, size=0.05),
+        evidence=[BASE_CONFIG_EVIDENCE],
+    )
 
 
 class RulesProposer(Proposer):
@@ -48,7 +58,9 @@ class RulesProposer(Proposer):
         self.default_budget = default_budget
         self.base_first = base_first
 
-    def propose(self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()) -> list[TicketDraft]:
+    def propose(
+        self, context: ProposerContext, n: int, rejected: Sequence[Rejected] = ()
+    ) -> list[TicketDraft]:
         tried = {(h.hypothesis, repr(sorted(h.change.items()))) for h in context.history}
         refused = {r.draft.model_dump_json() for r in rejected}
         drafts: list[TicketDraft] = []
@@ -59,7 +71,10 @@ class RulesProposer(Proposer):
                 return drafts
         for rec in context.analysis.recommendations:
             draft = draft_from(rec, self.default_budget)
-            if (draft.hypothesis, repr(sorted(draft.change.items()))) in tried or draft.model_dump_json() in refused:
+            if (
+                draft.hypothesis,
+                repr(sorted(draft.change.items())),
+            ) in tried or draft.model_dump_json() in refused:
                 continue
             drafts.append(draft)
             if len(drafts) == n:

@@ -15,7 +15,17 @@ from analysis.curation.neardup import EMBED_MIN_COSINE, NEAR_NEIGHBOUR_BITS, fin
 from analysis.curation.plan import Action, Plan, PlanItem, apply_plan, read_plan, write_plan
 
 __all__ = [
-    "EMBED_MIN_COSINE", "NEAR_NEIGHBOUR_BITS", "Action", "Plan", "PlanItem",
-    "apply_plan", "curate_defects", "curate_images", "fingerprint",
-    "label_issue_ranking", "near_duplicates", "read_plan", "write_plan",
+    "EMBED_MIN_COSINE",
+    "NEAR_NEIGHBOUR_BITS",
+    "Action",
+    "Plan",
+    "PlanItem",
+    "apply_plan",
+    "curate_defects",
+    "curate_images",
+    "fingerprint",
+    "label_issue_ranking",
+    "near_duplicates",
+    "read_plan",
+    "write_plan",
 ]

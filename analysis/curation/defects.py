@@ -66,7 +66,10 @@ def duplicate_defects(a: Split, b: Split | None = None) -> list[tuple[int, int]]
             if b is None and m <= k:
                 continue
             q = _patch(other, other.defects[m])[1]
-            if q.shape == patch.shape and float(np.abs((q - q.mean()) - (patch - patch.mean())).mean()) <= PATCH_TOL:
+            if (
+                q.shape == patch.shape
+                and float(np.abs((q - q.mean()) - (patch - patch.mean())).mean()) <= PATCH_TOL
+            ):
                 pairs.append((k, m))
     return pairs
 
@@ -87,7 +90,9 @@ def _edge_fit(split: Split, i: int) -> tuple[float, float]:
     far = ndimage.binary_dilation(mask, iterations=8) & ~ndimage.binary_dilation(mask, iterations=4)
     noise = float(np.std(img[far] - ndimage.uniform_filter(img, 5)[far])) if far.sum() > 8 else 0.01
     z0 = _edge_z(img, mask, noise)
-    shifts = [(dy, dx) for dy in (-EDGE_SHIFT, 0, EDGE_SHIFT) for dx in (-EDGE_SHIFT, 0, EDGE_SHIFT) if dy or dx]
+    shifts = [
+        (dy, dx) for dy in (-EDGE_SHIFT, 0, EDGE_SHIFT) for dx in (-EDGE_SHIFT, 0, EDGE_SHIFT) if dy or dx
+    ]
     best = max(_edge_z(img, np.roll(mask, s, axis=(0, 1)), noise) for s in shifts)
     return z0, best
 
@@ -99,11 +104,16 @@ def distributions(train: Split, dev: Split) -> dict[str, Any]:
         v = np.array([d[key] for d in dev.defects if d.get(key) is not None], dtype=float)
         if len(t) and len(v):
             test = ks_2samp(t, v)
-            out[key] = {"train_quantiles": np.quantile(t, [0.1, 0.5, 0.9]).round(4).tolist(),
-                        "target_quantiles": np.quantile(v, [0.1, 0.5, 0.9]).round(4).tolist(),
-                        "ks": round(float(test.statistic), 4), "p": float(test.pvalue)}
-    out["shape"] = {"train": dict(Counter(str(d.get("shape")) for d in train.defects)),
-                    "target": dict(Counter(str(d.get("shape")) for d in dev.defects))}
+            out[key] = {
+                "train_quantiles": np.quantile(t, [0.1, 0.5, 0.9]).round(4).tolist(),
+                "target_quantiles": np.quantile(v, [0.1, 0.5, 0.9]).round(4).tolist(),
+                "ks": round(float(test.statistic), 4),
+                "p": float(test.pvalue),
+            }
+    out["shape"] = {
+        "train": dict(Counter(str(d.get("shape")) for d in train.defects)),
+        "target": dict(Counter(str(d.get("shape")) for d in dev.defects)),
+    }
     return out
 
 
@@ -113,7 +123,9 @@ def sampling_weights(train: Split) -> list[float]:
     freq = np.bincount(bins, minlength=len(SIZE_BINS) - 1).astype(float)
     per_image = np.ones(len(train))
     for d, b in zip(train.defects, bins, strict=True):
-        per_image[int(d["image_id"])] = max(per_image[int(d["image_id"])], freq.sum() / max(freq[b], 1) / len(freq))
+        per_image[int(d["image_id"])] = max(
+            per_image[int(d["image_id"])], freq.sum() / max(freq[b], 1) / len(freq)
+        )
     return (per_image / per_image.mean()).round(4).tolist()
 
 
@@ -126,8 +138,15 @@ def label_issue_ranking(masks: np.ndarray, probs: np.ndarray) -> np.ndarray:
     return np.argsort(scores, kind="stable")
 
 
-def curate_defects(train: Split, dev: Split, *, dataset: str, content_hash: str, model: Path | None = None,
-                   review_queue: Path | None = None) -> tuple[dict[str, Any], Plan]:
+def curate_defects(
+    train: Split,
+    dev: Split,
+    *,
+    dataset: str,
+    content_hash: str,
+    model: Path | None = None,
+    review_queue: Path | None = None,
+) -> tuple[dict[str, Any], Plan]:
     if len(train) == 0:
         raise DataError(f"dataset {dataset} has an empty train split; there is nothing to curate")
     within = duplicate_defects(train)
@@ -137,19 +156,35 @@ def curate_defects(train: Split, dev: Split, *, dataset: str, content_hash: str,
     sign = 1.0 if np.median([z0 for z0, _ in fit.values()] or [1.0]) >= 0 else -1.0  # the set's void polarity
     bad = sorted(i for i, (z0, best) in fit.items() if sign * z0 < EDGE_MIN_Z and sign * best >= EDGE_MIN_Z)
     report: dict[str, Any] = {
-        "dataset": dataset, "content_hash": content_hash, "n_defects_train": len(train.defects),
-        "duplicate_defects_train": [[train.defects[a]["image_id"], train.defects[b]["image_id"]] for a, b in within][:MAX_LISTED],
-        "duplicate_defects_cross_split": [[train.defects[a]["image_id"], dev.defects[b]["image_id"]] for a, b in across][:MAX_LISTED],
+        "dataset": dataset,
+        "content_hash": content_hash,
+        "n_defects_train": len(train.defects),
+        "duplicate_defects_train": [
+            [train.defects[a]["image_id"], train.defects[b]["image_id"]] for a, b in within
+        ][:MAX_LISTED],
+        "duplicate_defects_cross_split": [
+            [train.defects[a]["image_id"], dev.defects[b]["image_id"]] for a, b in across
+        ][:MAX_LISTED],
         "n_duplicate_defects": len(within) + len(across),
         "distinct_mask_fraction": round(1 - len(within) / max(1, len(train.defects)), 4),
         "distributions": distributions(train, dev),
-        "bad_masks": [{"image_id": i, "edge_z": round(fit[i][0], 2), "shifted_z": round(fit[i][1], 2)}
-                      for i in bad][:MAX_LISTED],
-        "n_bad_masks": len(bad), "sampling_weights": sampling_weights(train), "label_review": None,
+        "bad_masks": [
+            {"image_id": i, "edge_z": round(fit[i][0], 2), "shifted_z": round(fit[i][1], 2)} for i in bad
+        ][:MAX_LISTED],
+        "n_bad_masks": len(bad),
+        "sampling_weights": sampling_weights(train),
+        "label_review": None,
     }
     report["label_review"] = _review(model, train, review_queue, bad)
-    items = [PlanItem(split="train", image_id=int(train.defects[a]["image_id"]), action=Action.REMOVE,
-                      reason=f"defect repeated from dev image {dev.defects[b]['image_id']}") for a, b in across]
+    items = [
+        PlanItem(
+            split="train",
+            image_id=int(train.defects[a]["image_id"]),
+            action=Action.REMOVE,
+            reason=f"defect repeated from dev image {dev.defects[b]['image_id']}",
+        )
+        for a, b in across
+    ]
     report["plan_items"] = len(items)
     return report, Plan(kind="defects", dataset=dataset, content_hash=content_hash, items=items)
 
@@ -162,9 +197,14 @@ def _review(model: Path | None, train: Split, queue: Path | None, bad_masks: lis
 
         probs = predict(model, np.ascontiguousarray(train.images, dtype=np.float32))
         order = label_issue_ranking(np.asarray(train.masks), probs)[:REVIEW_TOP]
-        rows += [{"split": "train", "image_id": int(i), "rank": r, "source": "cleanlab"} for r, i in enumerate(order)]
-    rows += [{"split": "train", "image_id": i, "rank": len(rows) + r, "source": "mask-edge"}
-             for r, i in enumerate(bad_masks)]
+        rows += [
+            {"split": "train", "image_id": int(i), "rank": r, "source": "cleanlab"}
+            for r, i in enumerate(order)
+        ]
+    rows += [
+        {"split": "train", "image_id": i, "rank": len(rows) + r, "source": "mask-edge"}
+        for r, i in enumerate(bad_masks)
+    ]
     if queue is not None:
         queue.parent.mkdir(parents=True, exist_ok=True)
         queue.write_text("".join(json.dumps(row) + "\n" for row in rows))

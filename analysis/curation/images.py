@@ -46,14 +46,23 @@ def _quality(images: np.ndarray, chunk: int = 1024) -> dict[str, list[int]]:
     """Blank, saturated and artefact (NaN/inf/out-of-range) images, by the data checks' constants."""
     found: dict[str, list[int]] = {"blank": [], "saturated": [], "artefact": []}
     for start in range(0, len(images), chunk):
-        flat = np.asarray(images[start:start + chunk], dtype=np.float32).reshape(-1, images.shape[1] * images.shape[2])
-        bad = ~np.isfinite(flat).all(axis=1) | (np.nan_to_num(flat) < 0).any(axis=1) | (np.nan_to_num(flat) > 1).any(axis=1)
+        flat = np.asarray(images[start : start + chunk], dtype=np.float32).reshape(
+            -1, images.shape[1] * images.shape[2]
+        )
+        bad = (
+            ~np.isfinite(flat).all(axis=1)
+            | (np.nan_to_num(flat) < 0).any(axis=1)
+            | (np.nan_to_num(flat) > 1).any(axis=1)
+        )
         clean = np.where(np.isfinite(flat), flat, 0.5)
         flat_signal = clean.std(axis=1) < BLANK_STD
         high = (clean >= 1).mean(axis=1) > SATURATED_FRACTION
         low = (clean <= 0).mean(axis=1) > SATURATED_FRACTION
-        for name, mask in (("artefact", bad), ("blank", flat_signal & ~high),
-                           ("saturated", high | (low & ~flat_signal))):
+        for name, mask in (
+            ("artefact", bad),
+            ("blank", flat_signal & ~high),
+            ("saturated", high | (low & ~flat_signal)),
+        ):
             found[name].extend((np.flatnonzero(mask) + start).tolist())
     return found
 
@@ -85,13 +94,27 @@ def _sensitivity(pairs_bits: Pairs, rms: np.ndarray, pairs_cos: Pairs, n_train: 
     for bits in SENSITIVITY_BITS:
         keep = (pairs_bits.bits <= bits) & (rms <= DUPLICATE_RMS)
         cross = (pairs_bits.i[keep] < n_train) & (pairs_bits.j[keep] >= n_train)
-        rows.append({"signal": "phash_bits", "threshold": bits, "pairs": int(keep.sum()),
-                     "cross_split": int(cross.sum()), "documented": bits == NEAR_NEIGHBOUR_BITS})
+        rows.append(
+            {
+                "signal": "phash_bits",
+                "threshold": bits,
+                "pairs": int(keep.sum()),
+                "cross_split": int(cross.sum()),
+                "documented": bits == NEAR_NEIGHBOUR_BITS,
+            }
+        )
     for cos in SENSITIVITY_COSINE:
         keep = pairs_cos.cosine >= cos
         cross = (pairs_cos.i[keep] < n_train) & (pairs_cos.j[keep] >= n_train)
-        rows.append({"signal": "embedding_cosine", "threshold": cos, "pairs": int(keep.sum()),
-                     "cross_split": int(cross.sum()), "documented": cos == EMBED_MIN_COSINE})
+        rows.append(
+            {
+                "signal": "embedding_cosine",
+                "threshold": cos,
+                "pairs": int(keep.sum()),
+                "cross_split": int(cross.sum()),
+                "documented": cos == EMBED_MIN_COSINE,
+            }
+        )
     return rows
 
 
@@ -107,8 +130,14 @@ def _coverage(train: Split, dev: Split) -> dict[str, Any]:
         if field in COVERAGE_NUMERIC:
             both = np.array([v for v in tv + dv if v is not None], dtype=float)
             edges = np.linspace(both.min(), both.max() + 1e-9, COVERAGE_BINS + 1)
-            tv = [f"[{edges[k]:.3g}, {edges[k + 1]:.3g})" for k in np.digitize([v for v in tv if v is not None], edges[1:-1])]
-            dv = [f"[{edges[k]:.3g}, {edges[k + 1]:.3g})" for k in np.digitize([v for v in dv if v is not None], edges[1:-1])]
+            tv = [
+                f"[{edges[k]:.3g}, {edges[k + 1]:.3g})"
+                for k in np.digitize([v for v in tv if v is not None], edges[1:-1])
+            ]
+            dv = [
+                f"[{edges[k]:.3g}, {edges[k + 1]:.3g})"
+                for k in np.digitize([v for v in dv if v is not None], edges[1:-1])
+            ]
         tc, dc = Counter(map(str, tv)), Counter(map(str, dv))
         cells = []
         for value in sorted(set(tc) | set(dc)):
@@ -126,60 +155,86 @@ def _hard_images(model: Path, train: Split) -> list[dict[str, Any]]:
 
     losses, uncert = [], []
     for start in range(0, len(train), 256):
-        imgs = np.ascontiguousarray(train.images[start:start + 256], dtype=np.float32)
+        imgs = np.ascontiguousarray(train.images[start : start + 256], dtype=np.float32)
         prob = np.clip(predict(model, imgs), 1e-6, 1 - 1e-6)
-        y = np.asarray(train.masks[start:start + 256], dtype=np.float32)
+        y = np.asarray(train.masks[start : start + 256], dtype=np.float32)
         losses.extend((-(y * np.log(prob) + (1 - y) * np.log(1 - prob))).mean(axis=(1, 2)).tolist())
         ent = -(prob * np.log2(prob) + (1 - prob) * np.log2(1 - prob))
         uncert.extend(ent.mean(axis=(1, 2)).tolist())
     order = np.argsort(losses)[::-1][:HARD_TOP]
-    return [{"image_id": int(i), "loss": round(losses[i], 5), "uncertainty": round(uncert[i], 5)} for i in order]
+    return [
+        {"image_id": int(i), "loss": round(losses[i], 5), "uncertainty": round(uncert[i], 5)} for i in order
+    ]
 
 
 def _pair_rows(pairs: Pairs, n_train: int) -> list[dict[str, Any]]:
     def where(k: int) -> dict[str, Any]:
         return {"split": "train", "id": k} if k < n_train else {"split": "dev", "id": k - n_train}
 
-    return [{"a": where(int(a)), "b": where(int(b)), "bits": int(d), "cosine": round(float(c), 4)}
-            for a, b, d, c in zip(pairs.i[:MAX_LISTED], pairs.j[:MAX_LISTED], pairs.bits[:MAX_LISTED],
-                                  pairs.cosine[:MAX_LISTED], strict=True)]
+    return [
+        {"a": where(int(a)), "b": where(int(b)), "bits": int(d), "cosine": round(float(c), 4)}
+        for a, b, d, c in zip(
+            pairs.i[:MAX_LISTED],
+            pairs.j[:MAX_LISTED],
+            pairs.bits[:MAX_LISTED],
+            pairs.cosine[:MAX_LISTED],
+            strict=True,
+        )
+    ]
 
 
-def curate_images(train: Split, dev: Split, *, dataset: str, content_hash: str,
-                  model: Path | None = None) -> tuple[dict[str, Any], Plan]:
+def curate_images(
+    train: Split, dev: Split, *, dataset: str, content_hash: str, model: Path | None = None
+) -> tuple[dict[str, Any], Plan]:
     """The whole-image report and its plan for one dataset version."""
     if len(train) == 0:
         raise DataError(f"dataset {dataset} has an empty train split; there is nothing to curate")
     n_train = len(train)
     prints_t = fingerprint(train.images, exact=True)
     prints_d = fingerprint(dev.images, exact=True)
-    prints = Fingerprints(np.concatenate([prints_t.hashes, prints_d.hashes]),
-                          np.concatenate([prints_t.embeddings, prints_d.embeddings]),
-                          (prints_t.sha256 or []) + (prints_d.sha256 or []))
+    prints = Fingerprints(
+        np.concatenate([prints_t.hashes, prints_d.hashes]),
+        np.concatenate([prints_t.embeddings, prints_d.embeddings]),
+        (prints_t.sha256 or []) + (prints_d.sha256 or []),
+    )
     by_bits = candidate_pairs(prints, max(SENSITIVITY_BITS))
     by_cos = embedding_pairs(prints, min(SENSITIVITY_COSINE))
     rms = thumbnail_rms(_Joined(train.images, dev.images), by_bits.i, by_bits.j)
     copies = (by_bits.bits <= NEAR_NEIGHBOUR_BITS) & (rms <= DUPLICATE_RMS)
-    near = union(Pairs(by_bits.i[copies], by_bits.j[copies], by_bits.bits[copies], by_bits.cosine[copies]),
-                 by_cos.where(10**6, EMBED_MIN_COSINE))
+    near = union(
+        Pairs(by_bits.i[copies], by_bits.j[copies], by_bits.bits[copies], by_bits.cosine[copies]),
+        by_cos.where(10**6, EMBED_MIN_COSINE),
+    )
     exact = _exact_groups(prints.sha256 or [])
     within = near.j < n_train  # i < j, so both in train
     cross = (near.i < n_train) & (near.j >= n_train)
     overlaps = find_overlaps(train.images)
     quality = _quality(train.images)
     report: dict[str, Any] = {
-        "dataset": dataset, "content_hash": content_hash, "n_train": n_train, "n_dev": len(dev),
-        "thresholds": {"phash_bits": NEAR_NEIGHBOUR_BITS, "thumbnail_rms": DUPLICATE_RMS,
-                       "embedding_cosine": EMBED_MIN_COSINE},
+        "dataset": dataset,
+        "content_hash": content_hash,
+        "n_train": n_train,
+        "n_dev": len(dev),
+        "thresholds": {
+            "phash_bits": NEAR_NEIGHBOUR_BITS,
+            "thumbnail_rms": DUPLICATE_RMS,
+            "embedding_cosine": EMBED_MIN_COSINE,
+        },
         "exact_duplicates": [[_where(k, n_train) for k in g] for g in exact[:MAX_LISTED]],
         "n_exact_groups": len(exact),
-        "near_duplicates_train": _pair_rows(Pairs(near.i[within], near.j[within], near.bits[within],
-                                                  near.cosine[within]), n_train),
+        "near_duplicates_train": _pair_rows(
+            Pairs(near.i[within], near.j[within], near.bits[within], near.cosine[within]), n_train
+        ),
         "n_near_duplicates_train": int(within.sum()),
-        "cross_split": _pair_rows(Pairs(near.i[cross], near.j[cross], near.bits[cross], near.cosine[cross]), n_train),
+        "cross_split": _pair_rows(
+            Pairs(near.i[cross], near.j[cross], near.bits[cross], near.cosine[cross]), n_train
+        ),
         "n_cross_split": int(cross.sum()),
-        "tiles": {"overlaps": [o.__dict__ for o in overlaps[:MAX_LISTED]], "n_overlaps": len(overlaps),
-                  "sources": [{str(k): list(v) for k, v in g.items()} for g in trace_sources(overlaps)]},
+        "tiles": {
+            "overlaps": [o.__dict__ for o in overlaps[:MAX_LISTED]],
+            "n_overlaps": len(overlaps),
+            "sources": [{str(k): list(v) for k, v in g.items()} for g in trace_sources(overlaps)],
+        },
         "quality": quality,
         "coverage": _coverage(train, dev),
         "sensitivity": _sensitivity(by_bits, rms, by_cos, n_train),
@@ -194,15 +249,24 @@ def _where(k: int, n_train: int) -> dict[str, Any]:
     return {"split": "train", "id": k} if k < n_train else {"split": "dev", "id": k - n_train}
 
 
-def _plan_items(exact: list[list[int]], near: Pairs, within: np.ndarray, cross: np.ndarray, overlaps: list[Any],
-                quality: dict[str, list[int]], n_train: int) -> list[PlanItem]:
+def _plan_items(
+    exact: list[list[int]],
+    near: Pairs,
+    within: np.ndarray,
+    cross: np.ndarray,
+    overlaps: list[Any],
+    quality: dict[str, list[int]],
+    n_train: int,
+) -> list[PlanItem]:
     """Remove from train: later copies, train members of cross-split pairs, overlap tiles, bad images."""
     reasons: dict[int, str] = {}
     for group in exact:
         train_ids = [k for k in group if k < n_train]
         has_dev = any(k >= n_train for k in group)
         for k in train_ids if has_dev else train_ids[1:]:
-            reasons.setdefault(k, "exact duplicate" + (" of a dev image" if has_dev else f" of train {train_ids[0]}"))
+            reasons.setdefault(
+                k, "exact duplicate" + (" of a dev image" if has_dev else f" of train {train_ids[0]}")
+            )
     for a, b in zip(near.i[cross].tolist(), near.j[cross].tolist(), strict=True):
         reasons.setdefault(a, f"near duplicate of dev {b - n_train} (split hygiene)")
     for a, b in zip(near.i[within].tolist(), near.j[within].tolist(), strict=True):
@@ -214,4 +278,7 @@ def _plan_items(exact: list[list[int]], near: Pairs, within: np.ndarray, cross: 
     for kind, ids in quality.items():
         for k in ids:
             reasons.setdefault(k, f"quality: {kind}")
-    return [PlanItem(split="train", image_id=k, action=Action.REMOVE, reason=r) for k, r in sorted(reasons.items())]
+    return [
+        PlanItem(split="train", image_id=k, action=Action.REMOVE, reason=r)
+        for k, r in sorted(reasons.items())
+    ]

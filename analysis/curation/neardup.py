@@ -46,9 +46,24 @@ PROBE_RADIUS = 2  # band keys are probed with every change of up to this many bi
 MIN_BANDS = 13  # at least this many bands: keys of <= 20 bits, a direct table of <= 8 MiB per band
 
 __all__ = [
-    "CHUNK_IMAGES", "DUPLICATE_RMS", "EMBED_DIMS", "EMBED_MIN_COSINE", "MAX_PAIRS", "NEAR_NEIGHBOUR_BITS", "Fingerprints",
-    "Pairs", "all_embedding_pairs", "all_pairs", "candidate_pairs", "embed", "embedding_pairs", "fingerprint",
-    "hash_duplicates", "near_duplicates", "thumbnail_rms", "union",
+    "CHUNK_IMAGES",
+    "DUPLICATE_RMS",
+    "EMBED_DIMS",
+    "EMBED_MIN_COSINE",
+    "MAX_PAIRS",
+    "NEAR_NEIGHBOUR_BITS",
+    "Fingerprints",
+    "Pairs",
+    "all_embedding_pairs",
+    "all_pairs",
+    "candidate_pairs",
+    "embed",
+    "embedding_pairs",
+    "fingerprint",
+    "hash_duplicates",
+    "near_duplicates",
+    "thumbnail_rms",
+    "union",
 ]
 
 
@@ -111,7 +126,9 @@ def _spectrum(small: np.ndarray) -> np.ndarray:
     """The embedding of already shrunk (N, 32, 32) images."""
     small = small - small.mean(axis=(1, 2), keepdims=True)
     spectrum = np.abs(scipy_fft.rfft2(small.astype(np.float32), workers=-1))  # (N, 32, 17)
-    low = np.concatenate([spectrum[:, :EMBED_FREQ, :EMBED_FREQ], spectrum[:, -EMBED_FREQ + 1:, :EMBED_FREQ]], axis=1)
+    low = np.concatenate(
+        [spectrum[:, :EMBED_FREQ, :EMBED_FREQ], spectrum[:, -EMBED_FREQ + 1 :, :EMBED_FREQ]], axis=1
+    )
     out: np.ndarray = np.log1p(low.reshape(len(small), -1)).astype(np.float32)
     return out
 
@@ -154,7 +171,7 @@ def _band_keys(hashes: np.ndarray, n_bands: int) -> np.ndarray:
     edges = np.linspace(0, HASH_BITS, n_bands + 1).round().astype(int)
     keys = np.empty((n_bands, len(hashes)), dtype=np.uint32)
     for b in range(n_bands):
-        band = bits[:, edges[b]:edges[b + 1]].astype(np.uint32)
+        band = bits[:, edges[b] : edges[b + 1]].astype(np.uint32)
         keys[b] = band @ (np.uint32(1) << np.arange(band.shape[1], dtype=np.uint32))
     return keys
 
@@ -175,8 +192,9 @@ def _cosines(emb: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _probe_kernel(keys: np.ndarray, width: int, flips: np.ndarray, hashes: np.ndarray, max_bits: int,
-                  cap: int) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
+def _probe_kernel(
+    keys: np.ndarray, width: int, flips: np.ndarray, hashes: np.ndarray, max_bits: int, cap: int
+) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
     """Pairs (i < j) whose band keys differ by one of ``flips`` and whose hashes are within max_bits.
 
     The band's images are bucketed by key in a direct-address table (counting sort), so each
@@ -222,8 +240,9 @@ def _flips(width: int) -> np.ndarray:
     return np.array([0, *single, *(double if PROBE_RADIUS >= 2 else [])], dtype=np.uint32)
 
 
-def _probe_band(keys: np.ndarray, width: int, max_bits: int, hashes: np.ndarray, max_pairs: int
-                ) -> tuple[np.ndarray, np.ndarray]:
+def _probe_band(
+    keys: np.ndarray, width: int, max_bits: int, hashes: np.ndarray, max_pairs: int
+) -> tuple[np.ndarray, np.ndarray]:
     flips = _flips(width)
     cap = min(max_pairs, max(1024, 4 * len(keys)))
     while True:
@@ -231,13 +250,16 @@ def _probe_band(keys: np.ndarray, width: int, max_bits: int, hashes: np.ndarray,
         if count >= 0:
             return i[:count], j[:count]
         if cap >= max_pairs:
-            raise LimitExceeded(f"more than MAX_PAIRS={max_pairs} image pairs within {max_bits} bits; "
-                                "lower the threshold or curate a smaller set")
+            raise LimitExceeded(
+                f"more than MAX_PAIRS={max_pairs} image pairs within {max_bits} bits; "
+                "lower the threshold or curate a smaller set"
+            )
         cap = min(max_pairs, cap * 4)
 
 
-def candidate_pairs(prints: Fingerprints, max_bits: int = NEAR_NEIGHBOUR_BITS, *,
-                    max_pairs: int = MAX_PAIRS) -> Pairs:
+def candidate_pairs(
+    prints: Fingerprints, max_bits: int = NEAR_NEIGHBOUR_BITS, *, max_pairs: int = MAX_PAIRS
+) -> Pairs:
     """Every pair within ``max_bits`` (exact, by multi-index hashing), with its embedding cosine.
 
     With m >= (max_bits + 1) / (r + 1) bands (r = PROBE_RADIUS), two hashes within max_bits
@@ -249,15 +271,19 @@ def candidate_pairs(prints: Fingerprints, max_bits: int = NEAR_NEIGHBOUR_BITS, *
     n_bands = max(MIN_BANDS, -(-(max_bits + 1) // (PROBE_RADIUS + 1)))
     keys = _band_keys(prints.hashes, n_bands)
     edges = np.linspace(0, HASH_BITS, n_bands + 1).round().astype(int)
-    found = [_probe_band(keys[b], int(edges[b + 1] - edges[b]), max_bits, prints.hashes, max_pairs)
-             for b in range(n_bands)]
+    found = [
+        _probe_band(keys[b], int(edges[b + 1] - edges[b]), max_bits, prints.hashes, max_pairs)
+        for b in range(n_bands)
+    ]
     i = np.concatenate([f[0] for f in found]).astype(np.int64)
     j = np.concatenate([f[1] for f in found]).astype(np.int64)
     n = max(1, len(prints))
     unique = np.unique(i * n + j)
     if len(unique) > max_pairs:
-        raise LimitExceeded(f"{len(unique)} image pairs within {max_bits} bits, more than MAX_PAIRS={max_pairs}; "
-                            "lower the threshold or curate a smaller set")
+        raise LimitExceeded(
+            f"{len(unique)} image pairs within {max_bits} bits, more than MAX_PAIRS={max_pairs}; "
+            "lower the threshold or curate a smaller set"
+        )
     i, j = unique // n, unique % n
     return Pairs(i, j, hamming(prints.hashes[i], prints.hashes[j]), _cosines(prints.embeddings, i, j))
 
@@ -280,8 +306,12 @@ def hash_duplicates(prints: Fingerprints, images: np.ndarray, max_bits: int = NE
     return Pairs(found.i[keep], found.j[keep], found.bits[keep], found.cosine[keep])
 
 
-def near_duplicates(prints: Fingerprints, images: np.ndarray, max_bits: int = NEAR_NEIGHBOUR_BITS,
-                    min_cosine: float = EMBED_MIN_COSINE) -> Pairs:
+def near_duplicates(
+    prints: Fingerprints,
+    images: np.ndarray,
+    max_bits: int = NEAR_NEIGHBOUR_BITS,
+    min_cosine: float = EMBED_MIN_COSINE,
+) -> Pairs:
     """Near duplicates at the documented thresholds: hash copies (pHash + thumbnail RMS) or embedding cosine."""
     return union(hash_duplicates(prints, images, max_bits), embedding_pairs(prints, min_cosine))
 
@@ -305,8 +335,9 @@ def all_pairs(prints: Fingerprints, max_bits: int = NEAR_NEIGHBOUR_BITS, block: 
 
 
 @numba.njit(cache=True)
-def _scan_tables(keys: np.ndarray, orders: np.ndarray, emb: np.ndarray, min_cosine: float,
-                 cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
+def _scan_tables(
+    keys: np.ndarray, orders: np.ndarray, emb: np.ndarray, min_cosine: float, cap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
     """Every pair sharing a table key with cosine >= min_cosine, reported in its first shared table."""
     n_tables, n = keys.shape
     keys_t = np.ascontiguousarray(keys.T)  # (N, tables): one image's keys side by side
@@ -358,8 +389,14 @@ def _lsh_keys(emb: np.ndarray, tables: int, bits: int) -> np.ndarray:
     return keys
 
 
-def embedding_pairs(prints: Fingerprints, min_cosine: float = EMBED_MIN_COSINE, *, tables: int = LSH_TABLES,
-                    bits: int = LSH_BITS, max_pairs: int = MAX_PAIRS) -> Pairs:
+def embedding_pairs(
+    prints: Fingerprints,
+    min_cosine: float = EMBED_MIN_COSINE,
+    *,
+    tables: int = LSH_TABLES,
+    bits: int = LSH_BITS,
+    max_pairs: int = MAX_PAIRS,
+) -> Pairs:
     """Pairs with embedding cosine >= ``min_cosine`` found by random-hyperplane LSH (recall < 1, measured)."""
     keys = _lsh_keys(prints.embeddings, tables, bits)
     orders = np.argsort(keys, axis=1, kind="stable").astype(np.int64)
@@ -369,8 +406,10 @@ def embedding_pairs(prints: Fingerprints, min_cosine: float = EMBED_MIN_COSINE, 
         if count >= 0:
             break
         if cap >= max_pairs:
-            raise LimitExceeded(f"more than MAX_PAIRS={max_pairs} image pairs with cosine >= {min_cosine}; "
-                                "raise the threshold or curate a smaller set")
+            raise LimitExceeded(
+                f"more than MAX_PAIRS={max_pairs} image pairs with cosine >= {min_cosine}; "
+                "raise the threshold or curate a smaller set"
+            )
         cap = min(max_pairs, cap * 4)
     order = np.lexsort((j[:count], i[:count]))
     i, j = i[:count][order], j[:count][order]
@@ -382,11 +421,17 @@ def union(a: Pairs, b: Pairs) -> Pairs:
     i = np.concatenate([a.i, b.i])
     j = np.concatenate([a.j, b.j])
     _, first = np.unique(i * (1 << 32) + j, return_index=True)
-    return Pairs(i[first], j[first], np.concatenate([a.bits, b.bits])[first],
-                 np.concatenate([a.cosine, b.cosine])[first])
+    return Pairs(
+        i[first],
+        j[first],
+        np.concatenate([a.bits, b.bits])[first],
+        np.concatenate([a.cosine, b.cosine])[first],
+    )
 
 
-def all_embedding_pairs(prints: Fingerprints, min_cosine: float = EMBED_MIN_COSINE, block: int = 1024) -> Pairs:
+def all_embedding_pairs(
+    prints: Fingerprints, min_cosine: float = EMBED_MIN_COSINE, block: int = 1024
+) -> Pairs:
     """The exact reference for ``embedding_pairs``: every pair's cosine (O(N^2))."""
     e = prints.embeddings
     found_i, found_j = [], []

@@ -88,13 +88,17 @@ def read_plan(path: Path) -> Plan:
 def check_plan(plan: Plan, version: DatasetVersion) -> None:
     """Raise DataError unless the plan fits this exact version and names existing items."""
     if plan.content_hash != version.content_hash:
-        raise DataError(f"plan was made for {plan.dataset} with content hash {plan.content_hash[:12]}…, "
-                        f"but {version.ref} has {version.content_hash[:12]}…; make a new plan for it")
+        raise DataError(
+            f"plan was made for {plan.dataset} with content hash {plan.content_hash[:12]}…, "
+            f"but {version.ref} has {version.content_hash[:12]}…; make a new plan for it"
+        )
     for split in ("train", "dev"):
         n = len(read_split(getattr(version, split), mmap=True))
         missing = sorted({it.image_id for it in plan.items if it.split == split and it.image_id >= n})
         if missing:
-            raise DataError(f"plan names {split} images {missing[:10]} that do not exist ({split} has {n} images)")
+            raise DataError(
+                f"plan names {split} images {missing[:10]} that do not exist ({split} has {n} images)"
+            )
     if not plan.items:
         raise DataError("the plan lists no items; there is nothing to apply")
 
@@ -130,10 +134,17 @@ def _curated_split(src: Path, items: list[PlanItem], out: Path) -> Path:
     metas = []
     for pos, source in enumerate(order):
         metas.append({**split.image_meta[source], "id": pos, "source_id": source})
-    defects = [{**d, "image_id": pos} for pos, source in enumerate(order) for d in split.defects
-               if d["image_id"] == source]
-    manifest = {k: v for k, v in split.manifest.items()
-                if k not in ("count", "shape", "n_defects", "files", "content_hash", "manifest_version")}
+    defects = [
+        {**d, "image_id": pos}
+        for pos, source in enumerate(order)
+        for d in split.defects
+        if d["image_id"] == source
+    ]
+    manifest = {
+        k: v
+        for k, v in split.manifest.items()
+        if k not in ("count", "shape", "n_defects", "files", "content_hash", "manifest_version")
+    }
     manifest["parent"] = split.content_hash
     return write_split(out, images, masks, metas, defects, manifest)
 
@@ -144,14 +155,18 @@ def apply_plan(home_root: Path, plan: Plan) -> tuple[DatasetVersion, bool]:
     check_plan(plan, base)
     done = _applied(home_root, base.name)
     if plan.plan_hash in done:
-        raise UsageError(f"this plan was already applied (it made {done[plan.plan_hash]}); nothing was changed")
+        raise UsageError(
+            f"this plan was already applied (it made {done[plan.plan_hash]}); nothing was changed"
+        )
     staging = Path(tempfile.mkdtemp(prefix=".curate-", dir=home_root / "datasets"))
     try:
         splits: dict[str, Path | None] = {}
         for split in ("train", "dev"):
             items = [it for it in plan.items if it.split == split]
             splits[split] = _curated_split(getattr(base, split), items, staging / split) if items else None
-        version = create_version(home_root, base.name, splits, parent=base.ref, approve_it=not plan.changes_labels)
+        version = create_version(
+            home_root, base.name, splits, parent=base.ref, approve_it=not plan.changes_labels
+        )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     _record_applied(home_root, base.name, plan.plan_hash, version.ref)
@@ -163,9 +178,14 @@ def apply_plan(home_root: Path, plan: Plan) -> tuple[DatasetVersion, bool]:
 def _pending_approval(home_root: Path, plan: Plan, version: DatasetVersion) -> Path:
     folder = home_root / "datasets" / "approvals" / "pending"
     folder.mkdir(parents=True, exist_ok=True)
-    record = {"kind": "dataset_version", "ref": version.ref, "content_hash": version.content_hash,
-              "plan_hash": plan.plan_hash, "reason": "the curation plan changes labels (redraw)",
-              "items": [it.model_dump(mode="json") for it in plan.items if it.action == Action.REDRAW]}
+    record = {
+        "kind": "dataset_version",
+        "ref": version.ref,
+        "content_hash": version.content_hash,
+        "plan_hash": plan.plan_hash,
+        "reason": "the curation plan changes labels (redraw)",
+        "items": [it.model_dump(mode="json") for it in plan.items if it.action == Action.REDRAW],
+    }
     path = folder / f"{version.name}-{version.version}.json"
     path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return path

@@ -55,7 +55,7 @@ def find_overlaps(images: np.ndarray) -> list[Overlap]:
         return []
     grid_keys, grid_ids = [], []
     for start in range(0, n, CHUNK):
-        q = _quantise(np.asarray(images[start:start + CHUNK], dtype=np.float32))
+        q = _quantise(np.asarray(images[start : start + CHUNK], dtype=np.float32))
         hashes = _window_hashes(q)[:, ::BLOCK, ::BLOCK]  # (B, gy, gx)
         blocks = sliding_window_view(q, (BLOCK, BLOCK), axis=(1, 2))[:, ::BLOCK, ::BLOCK]
         flat = (blocks.max(axis=(3, 4)) - blocks.min(axis=(3, 4))) < FLAT_LEVELS
@@ -70,7 +70,7 @@ def find_overlaps(images: np.ndarray) -> list[Overlap]:
     keys, ids = keys[order], ids[order]
     votes: dict[tuple[int, int, int, int], int] = defaultdict(int)
     for start in range(0, n, CHUNK):
-        q = _quantise(np.asarray(images[start:start + CHUNK], dtype=np.float32))
+        q = _quantise(np.asarray(images[start : start + CHUNK], dtype=np.float32))
         hashes = _window_hashes(q)
         pos = np.minimum(np.searchsorted(keys, hashes), len(keys) - 1)
         b, y, x = np.nonzero(keys[pos] == hashes)
@@ -81,8 +81,11 @@ def find_overlaps(images: np.ndarray) -> list[Overlap]:
                 dy, dx = yy - ya, xx - xa
                 if a != bb and (dy, dx) != (0, 0):
                     votes[(a, bb, dy, dx)] += 1
-    found = [Overlap(a, b, dy, dx, (h - abs(dy)) * (w - abs(dx)) / (h * w))
-             for (a, b, dy, dx), v in votes.items() if v >= MIN_VOTES and a < b]
+    found = [
+        Overlap(a, b, dy, dx, (h - abs(dy)) * (w - abs(dx)) / (h * w))
+        for (a, b, dy, dx), v in votes.items()
+        if v >= MIN_VOTES and a < b
+    ]
     return sorted(found, key=lambda o: (o.a, o.b))
 
 

@@ -11,5 +11,13 @@ from analysis.realism._tests import c2st, mmd_test
 from analysis.realism.report import NOT_THE_TEST, realism_report
 from analysis.realism.standin import STAND_IN_NOTE, write_stand_in
 
-__all__ = ["NOT_THE_TEST", "STAND_IN_NOTE", "SetStats", "c2st", "mmd_test", "realism_report", "set_stats",
-           "write_stand_in"]
+__all__ = [
+    "NOT_THE_TEST",
+    "STAND_IN_NOTE",
+    "SetStats",
+    "c2st",
+    "mmd_test",
+    "realism_report",
+    "set_stats",
+    "write_stand_in",
+]

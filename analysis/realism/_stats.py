@@ -51,7 +51,7 @@ def _radial_matrix(h: int, w: int) -> np.ndarray:
     """(h * (w//2+1), NPS_BINS) averaging matrix from rfft2 cells to radial frequency bins."""
     fy = np.fft.fftfreq(h)[:, None]
     fx = np.fft.rfftfreq(w)[None, :]
-    radius = np.sqrt(fy ** 2 + fx ** 2).ravel() / 0.5  # 1.0 = Nyquist
+    radius = np.sqrt(fy**2 + fx**2).ravel() / 0.5  # 1.0 = Nyquist
     index = np.minimum((radius * NPS_BINS).astype(int), NPS_BINS - 1)
     onehot = np.zeros((radius.size, NPS_BINS))
     onehot[np.arange(radius.size), index] = 1.0
@@ -120,7 +120,7 @@ def _voids(images: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def _features(images: np.ndarray, masks: np.ndarray, nps: np.ndarray) -> np.ndarray:
     """(N, F) simple features: mean, std, gradient energy, void fraction, log NPS in 4 bands."""
     gy, gx = np.gradient(images, axis=(1, 2))
-    grad = np.sqrt(gy ** 2 + gx ** 2).mean(axis=(1, 2))
+    grad = np.sqrt(gy**2 + gx**2).mean(axis=(1, 2))
     bands = np.log(np.stack([b.mean(axis=1) for b in np.array_split(nps, 4, axis=1)], axis=1) + 1e-12)
     cols = [images.mean(axis=(1, 2)), images.std(axis=(1, 2)), grad, (masks > 0).mean(axis=(1, 2))]
     return np.column_stack([*cols, bands]).astype(np.float64)
@@ -132,6 +132,13 @@ def set_stats(images: np.ndarray, masks: np.ndarray) -> SetStats:
     nps = noise_spectra(images)
     area, contrast, bins, profile = _voids(images, np.asarray(masks))
     hist, _ = np.histogram(images, bins=HIST_BINS, range=(0.0, 1.0), density=True)
-    return SetStats(n_images=int(images.shape[0]), void_area=area, void_contrast=contrast, void_bin=bins,
-                    edge_profile=profile, nps=nps.mean(axis=0), features=_features(images, masks, nps),
-                    intensity_hist=hist)
+    return SetStats(
+        n_images=int(images.shape[0]),
+        void_area=area,
+        void_contrast=contrast,
+        void_bin=bins,
+        edge_profile=profile,
+        nps=nps.mean(axis=0),
+        features=_features(images, masks, nps),
+        intensity_hist=hist,
+    )

@@ -28,8 +28,9 @@ def _subsample(x: np.ndarray, cap: int, rng: np.random.Generator) -> np.ndarray:
     return x if len(x) <= cap else x[np.sort(rng.choice(len(x), cap, replace=False))]
 
 
-def mmd_test(fx: np.ndarray, fy: np.ndarray, *, seed: int = 0,
-             permutations: int = MMD_PERMUTATIONS) -> dict[str, Any]:
+def mmd_test(
+    fx: np.ndarray, fy: np.ndarray, *, seed: int = 0, permutations: int = MMD_PERMUTATIONS
+) -> dict[str, Any]:
     """Biased MMD² between two feature sets, its permutation p-value and the bandwidth."""
     rng = np.random.default_rng(seed)
     fx, fy = _subsample(fx, MMD_MAX_PER_SIDE, rng), _subsample(fy, MMD_MAX_PER_SIDE, rng)
@@ -39,17 +40,31 @@ def mmd_test(fx: np.ndarray, fy: np.ndarray, *, seed: int = 0,
     d2 = np.maximum(sq[:, None] + sq[None, :] - 2 * z @ z.T, 0.0)
     pick = rng.choice(len(z), min(len(z), 1000), replace=False)
     bandwidth = float(np.sqrt(np.median(d2[np.ix_(pick, pick)][np.triu_indices(len(pick), 1)]) / 2) or 1.0)
-    k = np.exp(-d2 / (2 * bandwidth ** 2))
+    k = np.exp(-d2 / (2 * bandwidth**2))
     nx, ny = len(fx), len(fy)
     signs = np.concatenate([np.full(nx, 1.0 / nx), np.full(ny, -1.0 / ny)])
     table = np.column_stack([signs] + [rng.permutation(signs) for _ in range(permutations)])
     stats = np.einsum("ip,ip->p", table, k @ table)  # s^T K s per column
     observed = float(stats[0])
     p_value = float((1 + np.sum(stats[1:] >= observed)) / (permutations + 1))
-    return {"mmd2": observed, "p_value": p_value, "permutations": permutations, "bandwidth": bandwidth,
-            "n_synthetic": nx, "n_real": ny, "features": ["mean", "std", "gradient", "void_fraction",
-                                                           "log_nps_band1", "log_nps_band2", "log_nps_band3",
-                                                           "log_nps_band4"]}
+    return {
+        "mmd2": observed,
+        "p_value": p_value,
+        "permutations": permutations,
+        "bandwidth": bandwidth,
+        "n_synthetic": nx,
+        "n_real": ny,
+        "features": [
+            "mean",
+            "std",
+            "gradient",
+            "void_fraction",
+            "log_nps_band1",
+            "log_nps_band2",
+            "log_nps_band3",
+            "log_nps_band4",
+        ],
+    }
 
 
 def _resize(images: np.ndarray, side: int) -> np.ndarray:
@@ -63,20 +78,34 @@ def _cnn() -> Any:
     from torch import nn
 
     return nn.Sequential(  # (B, 1, 32, 32) -> logit
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # 16 x 16
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # 8 x 8
-        nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(32, 1))
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 16 x 16
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),  # 8 x 8
+        nn.Conv2d(32, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 1),
+    )
 
 
-def c2st(synthetic: np.ndarray, real: np.ndarray, *, seed: int = 0, steps: int = C2ST_STEPS) -> dict[str, Any]:
+def c2st(
+    synthetic: np.ndarray, real: np.ndarray, *, seed: int = 0, steps: int = C2ST_STEPS
+) -> dict[str, Any]:
     """Held-out accuracy of a small CNN telling real (1) from synthetic (0), Wilson 95% interval."""
     import torch
 
     rng = np.random.default_rng(seed)
     n = min(len(synthetic), len(real), C2ST_MAX_PER_SIDE)
-    x = np.concatenate([_resize(_subsample(synthetic, n, rng)[:n], C2ST_SIDE_PX),
-                        _resize(_subsample(real, n, rng)[:n], C2ST_SIDE_PX)])
+    x = np.concatenate(
+        [
+            _resize(_subsample(synthetic, n, rng)[:n], C2ST_SIDE_PX),
+            _resize(_subsample(real, n, rng)[:n], C2ST_SIDE_PX),
+        ]
+    )
     x = (x - x.mean()) / max(float(x.std()), 1e-6)  # one pooled scale: it keeps the two sets' differences
     y = np.concatenate([np.zeros(n), np.ones(n)]).astype(np.float32)
     order = rng.permutation(len(x))
@@ -91,8 +120,9 @@ def c2st(synthetic: np.ndarray, real: np.ndarray, *, seed: int = 0, steps: int =
         torch.set_num_threads(threads)
 
 
-def _fit_and_score(x: np.ndarray, y: np.ndarray, train: np.ndarray, held: np.ndarray, rng: np.random.Generator,
-                   steps: int) -> dict[str, Any]:
+def _fit_and_score(
+    x: np.ndarray, y: np.ndarray, train: np.ndarray, held: np.ndarray, rng: np.random.Generator, steps: int
+) -> dict[str, Any]:
     import torch
 
     from segfactory.stats import wilson_interval
@@ -112,6 +142,13 @@ def _fit_and_score(x: np.ndarray, y: np.ndarray, train: np.ndarray, held: np.nda
         pred = (model(xt[held])[:, 0] > 0).numpy()
     correct = int((pred == (y[held] > 0.5)).sum())
     interval = wilson_interval(correct, len(held))
-    return {"accuracy": interval.as_dict(), "n_train": int(len(train)), "n_held_out": int(len(held)),
-            "steps": steps, "batch": C2ST_BATCH, "train_seconds": round(train_s, 3), "chance": 0.5,
-            "distinguishable": interval.low > 0.5}
+    return {
+        "accuracy": interval.as_dict(),
+        "n_train": int(len(train)),
+        "n_held_out": int(len(held)),
+        "steps": steps,
+        "batch": C2ST_BATCH,
+        "train_seconds": round(train_s, 3),
+        "chance": 0.5,
+        "distinguishable": interval.low > 0.5,
+    }

@@ -68,16 +68,23 @@ def new_session(synthetic_dir: Path, real_dir: Path, n: int, seed: int | None = 
             y, x = _corners(split.images.shape[1:], side, rng)
             trials.append(Trial(source=source, index=int(index), y=y, x=x))
     order = rng.permutation(len(trials))
-    return BlindSession(id=secrets.token_hex(6), synthetic=str(synthetic_dir), real=str(real.path), side=side,
-                        trials=[trials[i] for i in order])
+    return BlindSession(
+        id=secrets.token_hex(6),
+        synthetic=str(synthetic_dir),
+        real=str(real.path),
+        side=side,
+        trials=[trials[i] for i in order],
+    )
 
 
 def crop(session: BlindSession, k: int) -> np.ndarray:
     """Pixels of trial ``k`` (float32, side x side) for the person's screen only."""
     trial = session.trials[k]
     split = read_split(Path(session.real if trial.source == "real" else session.synthetic), mmap=True)
-    out: np.ndarray = np.array(split.images[trial.index, trial.y:trial.y + session.side,
-                                            trial.x:trial.x + session.side], dtype=np.float32)
+    out: np.ndarray = np.array(
+        split.images[trial.index, trial.y : trial.y + session.side, trial.x : trial.x + session.side],
+        dtype=np.float32,
+    )
     return out
 
 
@@ -97,8 +104,14 @@ def score(session: BlindSession) -> dict[str, Any]:
 
     answered = [t for t in session.trials if t.guess is not None]
     correct = sum(t.guess == t.source for t in answered)
-    return {"id": session.id, "answered": len(answered), "trials": len(session.trials), "correct": correct,
-            "accuracy": wilson_interval(correct, len(answered)).as_dict(), "chance": 0.5}
+    return {
+        "id": session.id,
+        "answered": len(answered),
+        "trials": len(session.trials),
+        "correct": correct,
+        "accuracy": wilson_interval(correct, len(answered)).as_dict(),
+        "chance": 0.5,
+    }
 
 
 def session_path(people_dir: Path, session_id: str) -> Path:

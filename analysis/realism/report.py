@@ -21,9 +21,11 @@ from segfactory.errors import DataError, UsageError
 from synthetic.splits import read_split
 from vision.metrics import SIZE_BIN_NAMES
 
-NOT_THE_TEST = ("These realism numbers are descriptive only. They are not the test that counts: synthetic "
-                "data is judged by whether a real held-out slice improves against matched controls "
-                "(segfactory topup). A set can look real and not help, or look fake and help.")
+NOT_THE_TEST = (
+    "These realism numbers are descriptive only. They are not the test that counts: synthetic "
+    "data is judged by whether a real held-out slice improves against matched controls "
+    "(segfactory topup). A set can look real and not help, or look fake and help."
+)
 REPORT_FILE = "realism.json"
 PLOT_FILE = "realism.png"
 
@@ -33,11 +35,15 @@ def load_real(path: Path) -> Any:
     folder = path / "real-dev" if (path / "real-dev").is_dir() else path
     split = read_split(folder, mmap=True)
     if split.manifest.get("real_part") == "holdout":
-        raise UsageError(f"{folder} is the holdout part of a real set: it belongs in the vault "
-                         f"(`gate add-real`); run realism checks on the real-dev part")
+        raise UsageError(
+            f"{folder} is the holdout part of a real set: it belongs in the vault "
+            f"(`gate add-real`); run realism checks on the real-dev part"
+        )
     if split.manifest.get("kind") != "real":
-        raise DataError(f"{folder} is not a real set (manifest kind {split.manifest.get('kind')!r}); "
-                        f"import it with `data import SRC --out DIR --real`")
+        raise DataError(
+            f"{folder} is not a real set (manifest kind {split.manifest.get('kind')!r}); "
+            f"import it with `data import SRC --out DIR --real`"
+        )
     return split
 
 
@@ -64,34 +70,59 @@ def _slice_rows(syn: SetStats, real: SetStats) -> list[dict[str, Any]]:
         s, r = syn.void_bin == b, real.void_bin == b
         diff = np.abs(syn.edge_profile[b] - real.edge_profile[b])
         gap = float(diff[~np.isnan(diff)].mean()) if (~np.isnan(diff)).any() else np.nan
-        rows.append({
-            "slice": name, "n_synthetic": int(s.sum()), "n_real": int(r.sum()),
-            "share_synthetic": round(float(s.mean()), 6) if s.size else None,
-            "share_real": round(float(r.mean()), 6) if r.size else None,
-            "median_area": {"synthetic": _median(syn.void_area[s]), "real": _median(real.void_area[r])},
-            "median_contrast": {"synthetic": _median(syn.void_contrast[s]), "real": _median(real.void_contrast[r])},
-            "contrast_ks": _ks(syn.void_contrast[s], real.void_contrast[r]),
-            "edge_profile": {"distance_px": list(range(-EDGE_PX, EDGE_PX + 1)),
-                             "synthetic": _profile(syn.edge_profile[b]), "real": _profile(real.edge_profile[b]),
-                             "mean_abs_gap": None if np.isnan(gap) else round(float(gap), 6)},
-        })
+        rows.append(
+            {
+                "slice": name,
+                "n_synthetic": int(s.sum()),
+                "n_real": int(r.sum()),
+                "share_synthetic": round(float(s.mean()), 6) if s.size else None,
+                "share_real": round(float(r.mean()), 6) if r.size else None,
+                "median_area": {"synthetic": _median(syn.void_area[s]), "real": _median(real.void_area[r])},
+                "median_contrast": {
+                    "synthetic": _median(syn.void_contrast[s]),
+                    "real": _median(real.void_contrast[r]),
+                },
+                "contrast_ks": _ks(syn.void_contrast[s], real.void_contrast[r]),
+                "edge_profile": {
+                    "distance_px": list(range(-EDGE_PX, EDGE_PX + 1)),
+                    "synthetic": _profile(syn.edge_profile[b]),
+                    "real": _profile(real.edge_profile[b]),
+                    "mean_abs_gap": None if np.isnan(gap) else round(float(gap), 6),
+                },
+            }
+        )
     return rows
 
 
-def compare(syn_images: np.ndarray, syn_masks: np.ndarray, real_images: np.ndarray, real_masks: np.ndarray,
-            *, seed: int = 0, classifier: bool = True) -> tuple[dict[str, Any], SetStats, SetStats]:
+def compare(
+    syn_images: np.ndarray,
+    syn_masks: np.ndarray,
+    real_images: np.ndarray,
+    real_masks: np.ndarray,
+    *,
+    seed: int = 0,
+    classifier: bool = True,
+) -> tuple[dict[str, Any], SetStats, SetStats]:
     """The report dict (aggregates only) and both sets' statistics (for the plots)."""
     started = time.perf_counter()
     syn, real = set_stats(syn_images, syn_masks), set_stats(real_images, real_masks)
     nps_gap = float(np.mean(np.abs(np.log(syn.nps + 1e-12) - np.log(real.nps + 1e-12))))
     report: dict[str, Any] = {
-        "note": NOT_THE_TEST, "n_synthetic": syn.n_images, "n_real": real.n_images,
-        "voids": {"n_synthetic": int(syn.void_area.size), "n_real": int(real.void_area.size),
-                  "area_ks": _ks(syn.void_area, real.void_area),
-                  "contrast_ks": _ks(syn.void_contrast, real.void_contrast)},
+        "note": NOT_THE_TEST,
+        "n_synthetic": syn.n_images,
+        "n_real": real.n_images,
+        "voids": {
+            "n_synthetic": int(syn.void_area.size),
+            "n_real": int(real.void_area.size),
+            "area_ks": _ks(syn.void_area, real.void_area),
+            "contrast_ks": _ks(syn.void_contrast, real.void_contrast),
+        },
         "slices": _slice_rows(syn, real),
-        "noise_power_spectrum": {"synthetic": [float(v) for v in syn.nps], "real": [float(v) for v in real.nps],
-                                 "mean_abs_log_ratio": round(nps_gap, 6)},
+        "noise_power_spectrum": {
+            "synthetic": [float(v) for v in syn.nps],
+            "real": [float(v) for v in real.nps],
+            "mean_abs_log_ratio": round(nps_gap, 6),
+        },
         "mmd": mmd_test(syn.features, real.features, seed=seed),
     }
     report["statistics_seconds"] = round(time.perf_counter() - started, 3)
@@ -121,7 +152,12 @@ def plot(syn: SetStats, real: SetStats, path: Path) -> Path:
         axes[0, 1].hist(stats.void_contrast, bins=30, range=(0, 0.5), density=True, alpha=0.5, label=label)
         axes[1, 0].semilogy(np.linspace(0, 1, stats.nps.size), stats.nps, label=label)
         axes[1, 1].plot(range(-EDGE_PX, EDGE_PX + 1), _pooled_profile(stats), label=label)
-    titles = ("pixel intensity", "void contrast", "noise power spectrum (1 = Nyquist)", "edge profile I/r - 1")
+    titles = (
+        "pixel intensity",
+        "void contrast",
+        "noise power spectrum (1 = Nyquist)",
+        "edge profile I/r - 1",
+    )
     for ax, title in zip(axes.ravel(), titles, strict=True):
         ax.set_title(title)
         ax.legend()
@@ -132,14 +168,20 @@ def plot(syn: SetStats, real: SetStats, path: Path) -> Path:
     return path
 
 
-def realism_report(synthetic_dir: Path, real_path: Path, out_dir: Path, *, seed: int = 0,
-                   classifier: bool = True) -> dict[str, Any]:
+def realism_report(
+    synthetic_dir: Path, real_path: Path, out_dir: Path, *, seed: int = 0, classifier: bool = True
+) -> dict[str, Any]:
     """Compare a synthetic split with a real-dev split; write realism.json and realism.png."""
     syn_split = read_split(synthetic_dir, mmap=True)
     real_split = load_real(real_path)
-    report, syn, real = compare(np.asarray(syn_split.images), np.asarray(syn_split.masks),
-                                np.asarray(real_split.images), np.asarray(real_split.masks),
-                                seed=seed, classifier=classifier)
+    report, syn, real = compare(
+        np.asarray(syn_split.images),
+        np.asarray(syn_split.masks),
+        np.asarray(real_split.images),
+        np.asarray(real_split.masks),
+        seed=seed,
+        classifier=classifier,
+    )
     report["stand_in"] = bool(real_split.manifest.get("stand_in", False))
     out_dir.mkdir(parents=True, exist_ok=True)
     report["plot"] = str(plot(syn, real, out_dir / PLOT_FILE))

@@ -15,16 +15,23 @@ from typing import Any
 
 from synthetic.params import GenParams, make_params
 
-STAND_IN_NOTE = ("NOT REAL DATA: a synthetic stand-in drawn with shifted physics (part family, noise, "
-                 "blur, dose) for tests and the demo; replace it with your own labelled images")
+STAND_IN_NOTE = (
+    "NOT REAL DATA: a synthetic stand-in drawn with shifted physics (part family, noise, "
+    "blur, dose) for tests and the demo; replace it with your own labelled images"
+)
 STAND_IN_OVERRIDES: dict[str, Any] = {
-    "thickness_min": 12.0, "thickness_max": 36.0,  # thicker castings
-    "mu": 0.06, "beam_hardening": 0.03,  # another alloy, harder beam
-    "blur_min": 1.0, "blur_max": 2.0,  # wider detector PSF
+    "thickness_min": 12.0,
+    "thickness_max": 36.0,  # thicker castings
+    "mu": 0.06,
+    "beam_hardening": 0.03,  # another alloy, harder beam
+    "blur_min": 1.0,
+    "blur_max": 2.0,  # wider detector PSF
     "read_noise": 8.0,  # noisier detector
-    "dose_min": 150.0, "dose_max": 900.0,  # lower dose range
+    "dose_min": 150.0,
+    "dose_max": 900.0,  # lower dose range
     "backgrounds": ("vignette", "texture"),
-    "contrast_min": 0.04, "contrast_max": 0.30,
+    "contrast_min": 0.04,
+    "contrast_max": 0.30,
 }
 
 
@@ -50,5 +57,12 @@ def write_stand_in(out: Path, n: int, size: int, seed: int, idx_path: Path | Non
         export_png(split, out)
     note = {"stand_in": True, "note": STAND_IN_NOTE, "seed": seed, "params": params.model_dump(mode="json")}
     (out / STAND_IN_FILE).write_text(json.dumps(note, indent=2, sort_keys=True) + "\n")
-    return {"out": str(out), "count": n, "size": size, "seed": seed, "stand_in": True,
-            "n_defects": len(drawn.defects), "note": STAND_IN_NOTE}
+    return {
+        "out": str(out),
+        "count": n,
+        "size": size,
+        "seed": seed,
+        "stand_in": True,
+        "n_defects": len(drawn.defects),
+        "note": STAND_IN_NOTE,
+    }

@@ -73,10 +73,13 @@ def rlimits() -> dict:
 
 def cgroup_limits() -> dict:
     found = {}
-    for key, path in (("memory", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
-                      ("memsw", "/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"),
-                      ("pids", "/sys/fs/cgroup/pids/pids.max"),
-                      ("memory", "/sys/fs/cgroup/memory.max"), ("pids", "/sys/fs/cgroup/pids.max")):
+    for key, path in (
+        ("memory", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        ("memsw", "/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"),
+        ("pids", "/sys/fs/cgroup/pids/pids.max"),
+        ("memory", "/sys/fs/cgroup/memory.max"),
+        ("pids", "/sys/fs/cgroup/pids.max"),
+    ):
         try:
             with open(path) as handle:
                 found[key] = handle.read().strip()
@@ -121,8 +124,11 @@ def gpus() -> dict:
         except (OSError, KeyError, ValueError):
             continue
     visible = sorted(int(n[6:]) for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit())
-    return {"visible": visible, "models": {str(m): models.get(m, "?") for m in visible},
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {
+        "visible": visible,
+        "models": {str(m): models.get(m, "?") for m in visible},
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
 
 
 def main() -> None:
@@ -137,12 +143,22 @@ def main() -> None:
     except OSError:
         decoy_opened = False
     report = {
-        "uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "status": status_fields(),
-        "mountinfo": mountinfo, "canary_hits": hits, "files_scanned": scanned,
-        "interfaces": interfaces(), "network": network_reach(),
+        "uid": os.getuid(),
+        "euid": os.geteuid(),
+        "gid": os.getgid(),
+        "status": status_fields(),
+        "mountinfo": mountinfo,
+        "canary_hits": hits,
+        "files_scanned": scanned,
+        "interfaces": interfaces(),
+        "network": network_reach(),
         "docker_socket": [p for p in ("/var/run/docker.sock", "/run/docker.sock") if os.path.lexists(p)],
-        "rlimits": rlimits(), "cgroup": cgroup_limits(), "decoy_opened": decoy_opened,
-        "root_writable": os.access("/", os.W_OK), "cwd": os.getcwd(), "userns": user_namespaces(),
+        "rlimits": rlimits(),
+        "cgroup": cgroup_limits(),
+        "decoy_opened": decoy_opened,
+        "root_writable": os.access("/", os.W_OK),
+        "cwd": os.getcwd(),
+        "userns": user_namespaces(),
         "gpus": gpus(),
     }
     sys.stdout.write(json.dumps(report) + "\n")

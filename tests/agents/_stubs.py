@@ -60,8 +60,16 @@ class StubFactoryServices:
 
     def _save(self) -> None:
         if self.ledger is not None:
-            self.ledger.write_text(json.dumps({"runs": self.runs, "queries": self.queries, "ended": self.ended,
-                                               "cache": {k: v.model_dump(mode="json") for k, v in self.cache.items()}}))
+            self.ledger.write_text(
+                json.dumps(
+                    {
+                        "runs": self.runs,
+                        "queries": self.queries,
+                        "ended": self.ended,
+                        "cache": {k: v.model_dump(mode="json") for k, v in self.cache.items()},
+                    }
+                )
+            )
 
     @staticmethod
     def _write(path: Path, line: str) -> None:
@@ -74,16 +82,22 @@ class StubFactoryServices:
             os.kill(os.getpid(), signal.SIGKILL)
 
     def analyse(self) -> DevAnalysis:
-        recs = [recommendation(f"q{i}", key, 1).model_copy(update={"kind": TicketKind.DATA_REQUEST})
-                for i, key in enumerate(self.requests, 1)]
-        recs += [recommendation(f"r{i}", key, 1) for i, key in enumerate(self.dev, 1) if key not in self.requests]
+        recs = [
+            recommendation(f"q{i}", key, 1).model_copy(update={"kind": TicketKind.DATA_REQUEST})
+            for i, key in enumerate(self.requests, 1)
+        ]
+        recs += [
+            recommendation(f"r{i}", key, 1) for i, key in enumerate(self.dev, 1) if key not in self.requests
+        ]
         return DevAnalysis(summary="dev IoU 0.6", recommendations=tuple(recs))
 
     def realise(self, analysis: DevAnalysis) -> DevAnalysis:
         return analysis  # the stub's recommendations are concrete already
 
     def incumbent(self) -> Incumbent:
-        return Incumbent(sha256="stub-best", model="models/best.onnx", config={"epochs": 1}, dataset="synthetic/v1")
+        return Incumbent(
+            sha256="stub-best", model="models/best.onnx", config={"epochs": 1}, dataset="synthetic/v1"
+        )
 
     def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
         if self.on_run is not None:
@@ -96,10 +110,16 @@ class StubFactoryServices:
             raise Crash(ticket.id)
         status = self.dev[next(iter(ticket.change))]
         if self.home is not None:  # the host's dev comparison, people only, as HostServices writes it
-            self._write(self.home / "runs" / "people" / "dev_comparisons.jsonl",
-                        json.dumps({"ticket_id": ticket.id, "object_f1": SENTINEL}) + "\n")
-        return RunOutcome(ticket_id=ticket.id, status=status, device_seconds=10,  # type: ignore[arg-type]
-                          model_ref=None if status == "failed" else f"models/{ticket.id}.onnx")
+            self._write(
+                self.home / "runs" / "people" / "dev_comparisons.jsonl",
+                json.dumps({"ticket_id": ticket.id, "object_f1": SENTINEL}) + "\n",
+            )
+        return RunOutcome(
+            ticket_id=ticket.id,
+            status=status,
+            device_seconds=10,  # type: ignore[arg-type]
+            model_ref=None if status == "failed" else f"models/{ticket.id}.onnx",
+        )
 
     def submit(self, ticket: Ticket, model_ref: str, replicate_of: str | None) -> CoarseVerdict:
         if ticket.id not in self.cache:  # the gate answers a repeated ticket id from its cache
@@ -107,10 +127,16 @@ class StubFactoryServices:
             verdicts = self.gate[next(iter(ticket.change))]
             verdict = verdicts[1 if replicate_of else 0]
             if self.home is not None:  # the gate's confirm score, in the vault, as the real gate keeps it
-                self._write(self.home / "vault" / "ledger-scores.jsonl",
-                            json.dumps({"ticket_id": ticket.id, "confirm_a_object_f1": SENTINEL}) + "\n")
-            self.cache[ticket.id] = CoarseVerdict(ticket_id=ticket.id, tier="confirm-b" if replicate_of else "confirm-a",
-                                                  verdict=verdict, queries_left=10 - len(self.queries))
+                self._write(
+                    self.home / "vault" / "ledger-scores.jsonl",
+                    json.dumps({"ticket_id": ticket.id, "confirm_a_object_f1": SENTINEL}) + "\n",
+                )
+            self.cache[ticket.id] = CoarseVerdict(
+                ticket_id=ticket.id,
+                tier="confirm-b" if replicate_of else "confirm-a",
+                verdict=verdict,
+                queries_left=10 - len(self.queries),
+            )
             self._save()
         self._maybe_die(f"gate:{ticket.id}")
         if ticket.id in self.crash_after_gate:
@@ -130,26 +156,38 @@ class StubFactoryServices:
         self._save()
 
 
-def make_graph(services: StubFactoryServices, log: Any, tmp_path: Path, tickets: int = 20,
-               approvals: Any = None) -> Any:
+def make_graph(
+    services: StubFactoryServices, log: Any, tmp_path: Path, tickets: int = 20, approvals: Any = None
+) -> Any:
     """The loop with the rules proposer over the stub services; checkpoints in tmp_path/state.sqlite."""
     policy = load_budget_policy()
     seeds = itertools.count(100)
     deps = LoopDeps(
-        services=services, judge=Judge(log), sink=log, usage=LLMUsage(),
-        proposer=get_proposer("rules", sink=log, usage=LLMUsage(), default_budget=Budget(device_seconds=60, epochs=2),
-                              caps=Budget(device_seconds=120, epochs=10)),
+        services=services,
+        judge=Judge(log),
+        sink=log,
+        usage=LLMUsage(),
+        proposer=get_proposer(
+            "rules",
+            sink=log,
+            usage=LLMUsage(),
+            default_budget=Budget(device_seconds=60, epochs=2),
+            caps=Budget(device_seconds=120, epochs=10),
+        ),
         caps=RunCaps(wall_seconds=600, device_seconds=600, tickets=tickets, llm_tokens=0),
-        check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: next(seeds), approvals=approvals)
+        check=lambda t: ticket_problems(t, policy, "demo"),
+        make_seed=lambda: next(seeds),
+        approvals=approvals,
+    )
     return build_graph(deps, tmp_path / "state.sqlite")
 
 
 def make_services(**kw: Any) -> StubFactoryServices:
     return StubFactoryServices(
         dev={"optim.lr": "dev_win", "epochs": "dev_loss", "grad_accum": "dev_win", "batch_size": "failed"},
-        gate={"optim.lr": [Verdict.WIN, Verdict.WIN], "grad_accum": [Verdict.NO_WIN]}, **kw)
-
-
+        gate={"optim.lr": [Verdict.WIN, Verdict.WIN], "grad_accum": [Verdict.NO_WIN]},
+        **kw,
+    )
 
 
 def main() -> None:
@@ -164,8 +202,15 @@ def main() -> None:
     services = make_services(ledger=workdir / "ledger.json", kill_at=None if kill_at == "-" else kill_at)
     with AuditLog(Home(home), MemoryAnchorStore()) as log:
         state = run_loop(make_graph(services, log, workdir), run_id, resume="--resume" in sys.argv)
-    sys.stdout.write(json.dumps({"history": [h["ticket_id"] for h in state["history"]],
-                                 "decisions": [(d["ticket_id"], d["decision"]) for d in state["decisions"]]}) + "\n")
+    sys.stdout.write(
+        json.dumps(
+            {
+                "history": [h["ticket_id"] for h in state["history"]],
+                "decisions": [(d["ticket_id"], d["decision"]) for d in state["decisions"]],
+            }
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

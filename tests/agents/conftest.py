@@ -55,16 +55,22 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def recommendation(rid: str, key: str, value: Any) -> Recommendation:
     return Recommendation(
-        id=rid, evidence={"slice": "small voids", "count": 41, "dev_iou": 0.52}, action=f"set {key}={value}",
-        kind=TicketKind.CONFIG, change={key: value},
+        id=rid,
+        evidence={"slice": "small voids", "count": 41, "dev_iou": 0.52},
+        action=f"set {key}={value}",
+        kind=TicketKind.CONFIG,
+        change={key: value},
         predicted_effect=ExpectedEffect(metric="iou", slice="small voids", direction=Direction.UP, size=0.02),
-        rationale="small voids are missed on dev")
+        rationale="small voids are missed on dev",
+    )
 
 
 @pytest.fixture
 def context() -> Context:
-    analysis = DevAnalysis(summary="dev IoU 0.61; small voids missed",
-                           recommendations=(recommendation("r1", "lr", 0.0005), recommendation("r2", "epochs", 6)))
+    analysis = DevAnalysis(
+        summary="dev IoU 0.61; small voids missed",
+        recommendations=(recommendation("r1", "lr", 0.0005), recommendation("r2", "epochs", 6)),
+    )
     return build_context(analysis, [])
 
 

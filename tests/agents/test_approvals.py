@@ -16,9 +16,16 @@ from tests.agents.conftest import Log
 
 
 def _request(tid: str) -> Ticket:
-    return Ticket(id=tid, arm=Arm.AGENT, kind=TicketKind.DATA_REQUEST, hypothesis="more real small voids",
-                  change={"request_real": 200}, budget=Budget(device_seconds=60, epochs=2), seed=1,
-                  expected_effect=ExpectedEffect(metric="iou", slice="small", direction=Direction.UP, size=0.02))
+    return Ticket(
+        id=tid,
+        arm=Arm.AGENT,
+        kind=TicketKind.DATA_REQUEST,
+        hypothesis="more real small voids",
+        change={"request_real": 200},
+        budget=Budget(device_seconds=60, epochs=2),
+        seed=1,
+        expected_effect=ExpectedEffect(metric="iou", slice="small", direction=Direction.UP, size=0.02),
+    )
 
 
 def test_each_request_waits_on_its_own_thread_until_decided(audit_log: Log, tmp_path: Path) -> None:
@@ -33,7 +40,9 @@ def test_each_request_waits_on_its_own_thread_until_decided(audit_log: Log, tmp_
     assert again.graph.get_state(again._config("q2")).next == ()  # q2's thread ran to its end
     assert again.graph.get_state(again._config("q1")).next == ("await_decision",)  # q1 still waits
     assert queue.decide("q1", approve=False, by="bob", reason="no budget").status == "denied"
-    assert [t.id for t in queue.approved("run1")] == ["q2-data"] and queue.approved("run1")[0].kind is TicketKind.DATA
+    assert [t.id for t in queue.approved("run1")] == ["q2-data"] and queue.approved("run1")[
+        0
+    ].kind is TicketKind.DATA
     with pytest.raises(UsageError, match="already approved"):
         queue.decide("q2", approve=False, by="eve")
     with pytest.raises(UsageError, match="no approval request"):
@@ -41,14 +50,18 @@ def test_each_request_waits_on_its_own_thread_until_decided(audit_log: Log, tmp_
     assert [e["status"] for e in audit_log.events("approval_decided")] == ["approved", "denied"]
 
 
-def test_the_loop_does_not_wait_and_an_approved_request_enters_the_queue(audit_log: Log, tmp_path: Path) -> None:
+def test_the_loop_does_not_wait_and_an_approved_request_enters_the_queue(
+    audit_log: Log, tmp_path: Path
+) -> None:
     services = make_services(requests=("request_real",))
     services.dev["request_real"] = "dev_loss"
     queue = ApprovalQueue(tmp_path / "state.sqlite", audit_log)
 
     def person_approves_meanwhile(ticket: Ticket) -> None:
         pending = queue.requests("pending")
-        if ran_before_approval[-1:] == ["run7-t002-rep"] and pending:  # the loop ran on while the request waited
+        if (
+            ran_before_approval[-1:] == ["run7-t002-rep"] and pending
+        ):  # the loop ran on while the request waited
             queue.decide(pending[0].id, approve=True, by="alice")
         ran_before_approval.append(ticket.id)
 
@@ -64,9 +77,16 @@ def test_the_loop_does_not_wait_and_an_approved_request_enters_the_queue(audit_l
 
 
 def _escalated(tid: str, reason: str = "the reviewer doubts the gain") -> tuple[Ticket, JudgeDecision]:
-    ticket = Ticket(id=tid, arm=Arm.AGENT, kind=TicketKind.CONFIG, hypothesis="a lower learning rate",
-                    change={"lr": 0.0005}, budget=Budget(device_seconds=60, epochs=2), seed=1,
-                    expected_effect=ExpectedEffect(metric="iou", slice="small", direction=Direction.UP, size=0.02))
+    ticket = Ticket(
+        id=tid,
+        arm=Arm.AGENT,
+        kind=TicketKind.CONFIG,
+        hypothesis="a lower learning rate",
+        change={"lr": 0.0005},
+        budget=Budget(device_seconds=60, epochs=2),
+        seed=1,
+        expected_effect=ExpectedEffect(metric="iou", slice="small", direction=Direction.UP, size=0.02),
+    )
     return ticket, JudgeDecision(ticket_id=tid, decision=Decision.ESCALATE, reason=reason, by="llm")
 
 
@@ -78,20 +98,35 @@ def test_an_escalation_waits_for_a_person_and_is_answered_once(audit_log: Log, t
     assert queue.escalate(ticket, decision, "run1", pending="promote") == item  # idempotent per (run, ticket)
     assert queue.answered_escalations("run1") == []  # held: nobody answered yet
     [listed] = queue.escalations("pending")
-    assert (listed.kind, listed.pending, listed.judge_reason) == ("escalation", "promote", "the reviewer doubts the gain")
-    assert queue.requests() == [] and queue.approved("run1") == []  # never a data request, never a data ticket
+    assert (listed.kind, listed.pending, listed.judge_reason) == (
+        "escalation",
+        "promote",
+        "the reviewer doubts the gain",
+    )
+    assert (
+        queue.requests() == [] and queue.approved("run1") == []
+    )  # never a data request, never a data ticket
     other = ApprovalQueue(tmp_path / "state.sqlite", audit_log)  # the console or the CLI, another connection
     assert other.decide(item, approve=True, by="alice", reason="the curve looks right").status == "approved"
     with pytest.raises(UsageError, match="already approved"):
         queue.decide(item, approve=False, by="eve")
     assert queue.answered_escalations("run1") == [
-        EscalationAnswer(id=item, ticket_id="run1-t004", pending="promote", approved=True, by="alice",
-                         reason="the curve looks right")]
+        EscalationAnswer(
+            id=item,
+            ticket_id="run1-t004",
+            pending="promote",
+            approved=True,
+            by="alice",
+            reason="the curve looks right",
+        )
+    ]
     assert queue.answered_escalations("run2") == []
     [asked] = audit_log.events("escalation_requested")  # the repeat escalate wrote nothing new
     assert asked["pending"] == "promote" and asked["decision"]["decision"] == "escalate"
     [answered] = [r for r in audit_log.records() if r.event == "approval_decided"]
-    assert answered.actor == "human" and answered.payload["kind"] == "escalation" and answered.run_id == "run1"
+    assert (
+        answered.actor == "human" and answered.payload["kind"] == "escalation" and answered.run_id == "run1"
+    )
 
 
 def test_a_denied_escalation_is_answered_and_both_kinds_are_listed(audit_log: Log, tmp_path: Path) -> None:
@@ -99,12 +134,17 @@ def test_a_denied_escalation_is_answered_and_both_kinds_are_listed(audit_log: Lo
     queue.request(_request("q1"), "run1")
     ticket, decision = _escalated("t1")
     first = queue.escalate(ticket, decision, "runA", pending="replicate")
-    second = queue.escalate(ticket, decision, "runB", pending="replicate")  # the same ticket id in another run
+    second = queue.escalate(
+        ticket, decision, "runB", pending="replicate"
+    )  # the same ticket id in another run
     assert first == "t1-esc" and second == "runB-t1-esc"
     assert [i.id for i in queue.items()] == ["q1", first, second]
     queue.decide(second, approve=False, by="bob", reason="seed noise")
     assert queue.answered_escalations("runB") == [
-        EscalationAnswer(id=second, ticket_id="t1", pending="replicate", approved=False, by="bob", reason="seed noise")]
+        EscalationAnswer(
+            id=second, ticket_id="t1", pending="replicate", approved=False, by="bob", reason="seed noise"
+        )
+    ]
     assert [i.id for i in queue.items("pending")] == ["q1", first]
 
 

@@ -21,7 +21,10 @@ from segfactory.records import Actor
 from tests.agents.conftest import Log
 from tests.agents.fakes import Step, anthropic_server, openai_server
 
-PROVIDERS = {"openai": ("openai:gpt-4o", openai_server), "anthropic": ("anthropic:claude-sonnet-4-6", anthropic_server)}
+PROVIDERS = {
+    "openai": ("openai:gpt-4o", openai_server),
+    "anthropic": ("anthropic:claude-sonnet-4-6", anthropic_server),
+}
 
 
 def _runner() -> CommandRunner:
@@ -46,8 +49,9 @@ def _workspace(tmp_path: Path) -> Path:
 
 @pytest.mark.bwrap
 @pytest.mark.parametrize("flavour", ["openai", "anthropic"])
-def test_protected_path_and_symlink_escape_are_refused_and_flagged(flavour: str, keys: None, audit_log: Log,
-                                                                   tmp_path: Path) -> None:
+def test_protected_path_and_symlink_escape_are_refused_and_flagged(
+    flavour: str, keys: None, audit_log: Log, tmp_path: Path
+) -> None:
     home = audit_log.home.root
     vault_file = f"{home}/vault/confirm-a/v1/masks.npy"
     script = [
@@ -61,8 +65,12 @@ def test_protected_path_and_symlink_escape_are_refused_and_flagged(flavour: str,
     name, server = PROVIDERS[flavour]
     root = _workspace(tmp_path)
     with server(script) as fake:
-        caller = LLMCaller(make_provider(name, audit_log, Actor.CODE_AGENT, base_url=fake.base_url, timeout_s=10),
-                           audit_log, LLMUsage(), Actor.CODE_AGENT)
+        caller = LLMCaller(
+            make_provider(name, audit_log, Actor.CODE_AGENT, base_url=fake.base_url, timeout_s=10),
+            audit_log,
+            LLMUsage(),
+            Actor.CODE_AGENT,
+        )
         tools = CodeTools(Workspace(root, home=home), _runner(), audit_log, run_id="r1", ticket_id="t1")
         outcome = CodeAgent(caller, tools).run("Widen the decoder.")
     results = [(c["tool"], c["ok"], c["result"][:200]) for c in audit_log.events("tool_call")]
@@ -74,20 +82,36 @@ def test_protected_path_and_symlink_escape_are_refused_and_flagged(flavour: str,
     assert b"refused" in fake.received[2] and b"refused" in fake.received[4]  # corrective tool messages
     assert b"root:x:0:0" not in b"".join(fake.received)
     tool_calls = audit_log.events("tool_call")
-    assert [c["tool"] for c in tool_calls] == ["list_files", "read_file", "run", "read_file", "write_file", "submit"]
+    assert [c["tool"] for c in tool_calls] == [
+        "list_files",
+        "read_file",
+        "run",
+        "read_file",
+        "write_file",
+        "submit",
+    ]
     findings = check_records(audit_log.records(), load_policy(), home)
     flagged = {(f.event, f.path) for f in findings if f.kind == "event"}
     assert flagged == {("protected_read_attempt", vault_file), ("path_escape_attempt", "code/etc/passwd")}
 
 
-def test_tool_misuse_gets_corrective_messages_and_the_step_cap_holds(keys: None, audit_log: Log,
-                                                                       tmp_path: Path) -> None:
-    script = [Step.call("rm_rf", {}), Step("bad_json_args", tool="read_file", text="{path:"),
-              Step.call("write_file", {"path": "config.yaml", "content": "x"}), Step("text", text="thinking"),
-              Step("text", text="still thinking")]
+def test_tool_misuse_gets_corrective_messages_and_the_step_cap_holds(
+    keys: None, audit_log: Log, tmp_path: Path
+) -> None:
+    script = [
+        Step.call("rm_rf", {}),
+        Step("bad_json_args", tool="read_file", text="{path:"),
+        Step.call("write_file", {"path": "config.yaml", "content": "x"}),
+        Step("text", text="thinking"),
+        Step("text", text="still thinking"),
+    ]
     with openai_server(script) as fake:
-        caller = LLMCaller(make_provider("openai:gpt-4o", audit_log, Actor.CODE_AGENT, base_url=fake.base_url,
-                                         timeout_s=10), audit_log, LLMUsage(), Actor.CODE_AGENT)
+        caller = LLMCaller(
+            make_provider("openai:gpt-4o", audit_log, Actor.CODE_AGENT, base_url=fake.base_url, timeout_s=10),
+            audit_log,
+            LLMUsage(),
+            Actor.CODE_AGENT,
+        )
         tools = CodeTools(Workspace(_workspace(tmp_path)), _runner(), audit_log)
         outcome = CodeAgent(caller, tools, max_steps=5).run("task")
     assert (outcome.submitted, outcome.stopped_by, outcome.steps) == (False, "step_cap", 5)

@@ -28,42 +28,85 @@ from tests.agents.fakes import Step, openai_server
 
 TARGET = "code/vision/worker.py"
 MARK = "\n# the code-editing agent was here\n"
-CODE_DRAFT = {"kind": "code", "hypothesis": "a marked worker trains exactly as before",
-              "change": {"files": [TARGET]}, "budget": {"device_seconds": 60, "epochs": 2},
-              "expected_effect": {"metric": "object_f1", "direction": "up", "size": 0.01}}
-CONFIG_DRAFT = {"kind": "config", "hypothesis": "a lower learning rate", "change": {"optim.lr": 0.001},
-                "budget": {"device_seconds": 60, "epochs": 2},
-                "expected_effect": {"metric": "object_f1", "direction": "up", "size": 0.01}}
+CODE_DRAFT = {
+    "kind": "code",
+    "hypothesis": "a marked worker trains exactly as before",
+    "change": {"files": [TARGET]},
+    "budget": {"device_seconds": 60, "epochs": 2},
+    "expected_effect": {"metric": "object_f1", "direction": "up", "size": 0.01},
+}
+CONFIG_DRAFT = {
+    "kind": "config",
+    "hypothesis": "a lower learning rate",
+    "change": {"optim.lr": 0.001},
+    "budget": {"device_seconds": 60, "epochs": 2},
+    "expected_effect": {"metric": "object_f1", "direction": "up", "size": 0.01},
+}
 
 
 def _agent_steps(content: str) -> list[Step]:
-    return [Step.call("read_file", {"path": TARGET}), Step.call("write_file", {"path": TARGET, "content": content}),
-            Step.call("submit", {"summary": "marked the worker"})]
+    return [
+        Step.call("read_file", {"path": TARGET}),
+        Step.call("write_file", {"path": TARGET, "content": content}),
+        Step.call("submit", {"summary": "marked the worker"}),
+    ]
 
 
 def _proposer(base_url: str, log: Log, root: Path) -> CodeArmProposer:
     usage = LLMUsage()
-    inner = get_proposer("openai:gpt-4o", sink=log, usage=usage, base_url=base_url, run_id="r1", timeout_s=10,
-                         default_budget=Budget(device_seconds=60, epochs=2), caps=Budget(device_seconds=120, epochs=10),
-                         backoff_base_s=0.01)
-    caller = LLMCaller(make_provider("openai:gpt-4o", log, Actor.CODE_AGENT, base_url=base_url, run_id="r1",
-                                     timeout_s=10), log, usage, Actor.CODE_AGENT, run_id="r1", backoff_base_s=0.01)
+    inner = get_proposer(
+        "openai:gpt-4o",
+        sink=log,
+        usage=usage,
+        base_url=base_url,
+        run_id="r1",
+        timeout_s=10,
+        default_budget=Budget(device_seconds=60, epochs=2),
+        caps=Budget(device_seconds=120, epochs=10),
+        backoff_base_s=0.01,
+    )
+    caller = LLMCaller(
+        make_provider("openai:gpt-4o", log, Actor.CODE_AGENT, base_url=base_url, run_id="r1", timeout_s=10),
+        log,
+        usage,
+        Actor.CODE_AGENT,
+        run_id="r1",
+        backoff_base_s=0.01,
+    )
 
     def no_sandbox(command: list[str], workspace: Path, timeout_s: float) -> None:
         raise AssertionError("these scripts never call the run tool")
 
-    return CodeArmProposer(inner, CodeArm(caller, no_sandbox, log, root=root, run_id="r1",  # type: ignore[arg-type]
-                                          home=log.home.root))
+    return CodeArmProposer(
+        inner,
+        CodeArm(
+            caller,
+            no_sandbox,
+            log,
+            root=root,
+            run_id="r1",  # type: ignore[arg-type]
+            home=log.home.root,
+        ),
+    )
 
 
 def _valid(proposer: CodeArmProposer, context: ProposerContext, log: Log) -> list[Ticket]:
     policy, ids, seeds = load_budget_policy(), itertools.count(1), itertools.count(7)
-    return propose_valid(proposer, context, 1, check=lambda t: ticket_problems(t, policy, "demo"),
-                         make_id=lambda: f"r1-t{next(ids):03d}", make_seed=lambda: next(seeds), sink=log, run_id="r1")
+    return propose_valid(
+        proposer,
+        context,
+        1,
+        check=lambda t: ticket_problems(t, policy, "demo"),
+        make_id=lambda: f"r1-t{next(ids):03d}",
+        make_seed=lambda: next(seeds),
+        sink=log,
+        run_id="r1",
+    )
 
 
-def test_a_code_draft_carries_the_files_the_agent_wrote(keys: None, audit_log: Log, context: ProposerContext,
-                                                        tmp_path: Path) -> None:
+def test_a_code_draft_carries_the_files_the_agent_wrote(
+    keys: None, audit_log: Log, context: ProposerContext, tmp_path: Path
+) -> None:
     source = (SOURCE_ROOT / "vision" / "worker.py").read_text()
     root = tmp_path / "home" / "runs" / "r1" / "code-agent"
     script = [Step.call("propose_tickets", {"tickets": [CODE_DRAFT]}), *_agent_steps(source + MARK)]
@@ -78,7 +121,10 @@ def test_a_code_draft_carries_the_files_the_agent_wrote(keys: None, audit_log: L
     assert json.loads(result["content"])["content"] == source  # read_file sent back the copy of the real file
     calls = [r for r in audit_log.records() if r.event == "tool_call"]
     assert [(r.actor, r.payload["tool"], r.payload["ok"]) for r in calls] == [
-        ("code-agent", "read_file", True), ("code-agent", "write_file", True), ("code-agent", "submit", True)]
+        ("code-agent", "read_file", True),
+        ("code-agent", "write_file", True),
+        ("code-agent", "submit", True),
+    ]
     assert {r.actor for r in audit_log.records() if r.event == "llm_attempt"} == {"proposer", "code-agent"}
     assert len(audit_log.events("llm_http_request")) == len(fake.received) == 4  # every exchange on record
     [files] = audit_log.events("code_agent_files")
@@ -89,8 +135,9 @@ def test_a_code_draft_carries_the_files_the_agent_wrote(keys: None, audit_log: L
     assert not (work / "code" / "code").exists()
 
 
-def test_the_same_draft_again_reuses_the_agents_result_without_asking(keys: None, audit_log: Log,
-                                                                      tmp_path: Path) -> None:
+def test_the_same_draft_again_reuses_the_agents_result_without_asking(
+    keys: None, audit_log: Log, tmp_path: Path
+) -> None:
     source = (SOURCE_ROOT / "vision" / "worker.py").read_text()
     draft = TicketDraft.model_validate(CODE_DRAFT)
     with openai_server(_agent_steps(source + MARK)) as fake:
@@ -102,12 +149,18 @@ def test_the_same_draft_again_reuses_the_agents_result_without_asking(keys: None
 
 
 def test_an_agent_that_changes_nothing_drops_the_draft_and_the_proposer_hears_why(
-        keys: None, audit_log: Log, context: ProposerContext, tmp_path: Path) -> None:
-    script = [Step.call("propose_tickets", {"tickets": [CODE_DRAFT]}), Step.call("submit", {"summary": "done"}),
-              Step.call("propose_tickets", {"tickets": [CONFIG_DRAFT]})]
+    keys: None, audit_log: Log, context: ProposerContext, tmp_path: Path
+) -> None:
+    script = [
+        Step.call("propose_tickets", {"tickets": [CODE_DRAFT]}),
+        Step.call("submit", {"summary": "done"}),
+        Step.call("propose_tickets", {"tickets": [CONFIG_DRAFT]}),
+    ]
     with openai_server(script) as fake:
         proposer = _proposer(fake.base_url, audit_log, tmp_path / "arm")
-        assert _valid(proposer, context, audit_log) == []  # nothing to train: no ticket, not the unchanged code
+        assert (
+            _valid(proposer, context, audit_log) == []
+        )  # nothing to train: no ticket, not the unchanged code
         [ticket] = _valid(proposer, context, audit_log)
     assert ticket.kind.value == "config"
     [failed] = audit_log.events("code_agent_failed")
@@ -133,32 +186,53 @@ def test_a_symlink_or_a_deleted_file_is_no_code_change(tmp_path: Path) -> None:
 
 @pytest.mark.bwrap
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-def test_the_agents_run_tool_works_on_its_copy_in_the_real_sandbox(keys: None, audit_log: Log,
-                                                                   tmp_path: Path) -> None:
+def test_the_agents_run_tool_works_on_its_copy_in_the_real_sandbox(
+    keys: None, audit_log: Log, tmp_path: Path
+) -> None:
     source = (SOURCE_ROOT / "vision" / "worker.py").read_text()
-    probe = ["python", "-c", "import sys; sys.path.insert(0, 'code'); import vision.worker as w; print(w.__file__)"]
-    script = [Step.call("write_file", {"path": TARGET, "content": source + MARK}),
-              Step.call("run", {"command": probe, "timeout_s": 120}), Step.call("submit", {"summary": "checked"})]
+    probe = [
+        "python",
+        "-c",
+        "import sys; sys.path.insert(0, 'code'); import vision.worker as w; print(w.__file__)",
+    ]
+    script = [
+        Step.call("write_file", {"path": TARGET, "content": source + MARK}),
+        Step.call("run", {"command": probe, "timeout_s": 120}),
+        Step.call("submit", {"summary": "checked"}),
+    ]
     with openai_server(script) as fake:
         base = _proposer(fake.base_url, audit_log, tmp_path / "arm").arm
-        arm = CodeArm(base.caller, sandbox_runner("bwrap"), audit_log, root=tmp_path / "arm", run_id="r1",
-                      home=audit_log.home.root)
+        arm = CodeArm(
+            base.caller,
+            sandbox_runner("bwrap"),
+            audit_log,
+            root=tmp_path / "arm",
+            run_id="r1",
+            home=audit_log.home.root,
+        )
         written = arm.write(TicketDraft.model_validate(CODE_DRAFT))
     assert written.change["files"] == {TARGET: source + MARK}
     [executed] = audit_log.events("sandbox_exec")
     assert executed["exit_code"] == 0, audit_log.events("tool_call")[1]
     [result] = [m for m in json.loads(fake.received[2])["messages"] if m["role"] == "tool"][-1:]
-    assert "/work/code/vision/worker.py" in json.loads(result["content"])["stdout"]  # the copy, not the source
+    assert (
+        "/work/code/vision/worker.py" in json.loads(result["content"])["stdout"]
+    )  # the copy, not the source
 
 
-def test_a_proposers_own_draft_is_the_agents_start_and_a_bad_one_is_refused(keys: None, audit_log: Log,
-                                                                            tmp_path: Path) -> None:
+def test_a_proposers_own_draft_is_the_agents_start_and_a_bad_one_is_refused(
+    keys: None, audit_log: Log, tmp_path: Path
+) -> None:
     source = (SOURCE_ROOT / "vision" / "worker.py").read_text()
     drafted = TicketDraft.model_validate({**CODE_DRAFT, "change": {"files": {TARGET: source + MARK}}})
-    outside = TicketDraft.model_validate({**CODE_DRAFT, "change": {"files": {"config.yaml": "epochs: 999\n"}}})
+    outside = TicketDraft.model_validate(
+        {**CODE_DRAFT, "change": {"files": {"config.yaml": "epochs: 999\n"}}}
+    )
     with openai_server([Step.call("submit", {"summary": "the proposer's draft is right"})]) as fake:
         arm = _proposer(fake.base_url, audit_log, tmp_path / "arm").arm
         assert arm.write(drafted).change["files"] == {TARGET: source + MARK}
-        with pytest.raises(CodeArmFailed, match="draft of 'config.yaml' cannot be written: 'config.yaml': only files"):
+        with pytest.raises(
+            CodeArmFailed, match="draft of 'config.yaml' cannot be written: 'config.yaml': only files"
+        ):
             arm.write(outside)
     assert len(fake.received) == 1  # the refused draft never reached the agent

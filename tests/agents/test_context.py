@@ -19,17 +19,36 @@ from segfactory.records import (
 
 
 def _ticket(tid: str = "t1") -> Ticket:
-    return Ticket(id=tid, arm=Arm.AGENT, kind=TicketKind.CONFIG, hypothesis="lower lr", change={"lr": 1e-4},
-                  budget=Budget(device_seconds=60, epochs=2),
-                  expected_effect=ExpectedEffect(metric="iou", direction=Direction.UP, size=0.01), seed=3)
+    return Ticket(
+        id=tid,
+        arm=Arm.AGENT,
+        kind=TicketKind.CONFIG,
+        hypothesis="lower lr",
+        change={"lr": 1e-4},
+        budget=Budget(device_seconds=60, epochs=2),
+        expected_effect=ExpectedEffect(metric="iou", direction=Direction.UP, size=0.01),
+        seed=3,
+    )
 
 
 def test_context_fields_are_the_allowlist() -> None:
-    assert set(ProposerContext.model_fields) == {"schema_version", "analysis", "history", "history_truncated",
-                                                 "incumbent"}
+    assert set(ProposerContext.model_fields) == {
+        "schema_version",
+        "analysis",
+        "history",
+        "history_truncated",
+        "incumbent",
+    }
     assert set(DevAnalysis.model_fields) == {"schema_version", "summary", "recommendations"}
-    assert set(VerdictEntry.model_fields) == {"schema_version", "ticket_id", "arm", "hypothesis", "change",
-                                              "tier", "verdict"}
+    assert set(VerdictEntry.model_fields) == {
+        "schema_version",
+        "ticket_id",
+        "arm",
+        "hypothesis",
+        "change",
+        "tier",
+        "verdict",
+    }
 
 
 def test_builder_refuses_other_types() -> None:
@@ -59,10 +78,23 @@ def test_from_report_takes_only_an_analysis_report() -> None:
     with pytest.raises(TypeError):
         DevAnalysis.from_report(object())
     rec = DevAnalysis(summary="x", recommendations=()).recommendations
-    report = AnalysisReport(model_sha256="ab" * 32, data="dev", n_images=40, n_defects=55, threshold=0.5,
-                            overall={"dice": 0.61}, error_counts={}, problems=[], slices=[], n_slices_tested=0,
-                            n_slices_below_support=0, findings=[], recommendations=list(rec),
-                            notes=["small voids missed"], train_dev_gap=0.04)
+    report = AnalysisReport(
+        model_sha256="ab" * 32,
+        data="dev",
+        n_images=40,
+        n_defects=55,
+        threshold=0.5,
+        overall={"dice": 0.61},
+        error_counts={},
+        problems=[],
+        slices=[],
+        n_slices_tested=0,
+        n_slices_below_support=0,
+        findings=[],
+        recommendations=list(rec),
+        notes=["small voids missed"],
+        train_dev_gap=0.04,
+    )
     analysis = DevAnalysis.from_report(report)
     assert "40 images" in analysis.summary and "dice=0.610" in analysis.summary
     assert "small voids missed" in analysis.summary and "ab" * 32 not in analysis.summary

@@ -10,17 +10,27 @@ from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, T
 
 
 def _ticket(kind: TicketKind, change: dict[str, object]) -> Ticket:
-    return Ticket(id="t1", arm=Arm.AGENT, kind=kind, hypothesis="h", change=change,
-                  budget=Budget(device_seconds=60, epochs=2),
-                  expected_effect=ExpectedEffect(metric="miss_rate", direction=Direction.DOWN, size=0.1), seed=1)
+    return Ticket(
+        id="t1",
+        arm=Arm.AGENT,
+        kind=kind,
+        hypothesis="h",
+        change=change,
+        budget=Budget(device_seconds=60, epochs=2),
+        expected_effect=ExpectedEffect(metric="miss_rate", direction=Direction.DOWN, size=0.1),
+        seed=1,
+    )
 
 
-@pytest.mark.parametrize("slice_name,expected", [
-    ("contrast<0.124", "low-contrast"),
-    ("contrast<0.124 & background=texture", "low-contrast+background:texture"),
-    ("diameter<3", "tiny"),
-    ("shape=shrinkage", "thin"),
-])
+@pytest.mark.parametrize(
+    "slice_name,expected",
+    [
+        ("contrast<0.124", "low-contrast"),
+        ("contrast<0.124 & background=texture", "low-contrast+background:texture"),
+        ("diameter<3", "tiny"),
+        ("shape=shrinkage", "thin"),
+    ],
+)
 def test_analysis_slices_map_to_generator_constraints(slice_name: str, expected: str) -> None:
     assert generator_constraint(slice_name) == expected
 
@@ -52,5 +62,7 @@ def test_a_run_opens_with_the_unchanged_base_config_and_it_passes_validation() -
     assert ticket_problems(base, load_budget_policy(), "demo") == []
     later = rules.propose(build_context(analysis, [VerdictEntry.not_submitted(base, "DEV_LOSS")]), 5)
     assert [d.change for d in later] == [{"optim.lr": 0.001}]  # only once per run
-    assert [d.change for d in RulesProposer(Budget(device_seconds=60, epochs=2)).propose(
-        build_context(analysis, []), 5)] == [{"optim.lr": 0.001}]
+    assert [
+        d.change
+        for d in RulesProposer(Budget(device_seconds=60, epochs=2)).propose(build_context(analysis, []), 5)
+    ] == [{"optim.lr": 0.001}]

@@ -30,7 +30,10 @@ def test_without_a_gpu_it_runs_the_cpu_sized_config_and_says_why() -> None:
     assert defaults.base_config == "configs/run-default-cpu.yaml" and defaults.cpu is None
     assert defaults.ticket.device_seconds == 300 and defaults.ticket.epochs == 4
     assert "no NVIDIA GPU on this machine" in defaults.sized_note
-    assert "configs/run-default-cpu.yaml" in defaults.sized_note and "configs/run-default.yaml" in defaults.sized_note
+    assert (
+        "configs/run-default-cpu.yaml" in defaults.sized_note
+        and "configs/run-default.yaml" in defaults.sized_note
+    )
     assert defaults.run == load_run_defaults("default", has_gpu=True).run  # the run's own caps stay
     check_base_config(defaults, has_gpu=False)
 
@@ -42,8 +45,11 @@ def test_the_demo_profile_is_the_same_on_either_machine() -> None:
 
 def test_a_config_that_asks_for_cuda_without_a_gpu_is_one_clear_error_before_anything_starts() -> None:
     gpu_sized = load_run_defaults("default", has_gpu=True)
-    with pytest.raises(UsageError, match=r"configs/run-default.yaml asks for device cuda and this machine has no "
-                                         r"NVIDIA GPU"):
+    with pytest.raises(
+        UsageError,
+        match=r"configs/run-default.yaml asks for device cuda and this machine has no "
+        r"NVIDIA GPU",
+    ):
         check_base_config(gpu_sized, has_gpu=False)
 
 
@@ -59,7 +65,10 @@ def test_the_cpu_config_is_the_same_recipe_cut_down() -> None:
     cpu = yaml.safe_load((REPO / "configs" / "run-default-cpu.yaml").read_text())
     cut = {"model", "epochs", "batch_size", "sampling", "device", "threads", "max_train_images"}
     assert {k: v for k, v in cpu.items() if k not in cut} == {k: v for k, v in gpu.items() if k not in cut}
-    assert cpu["model"]["name"] == gpu["model"]["name"] and cpu["model"]["decoder_width"] < gpu["model"]["decoder_width"]
+    assert (
+        cpu["model"]["name"] == gpu["model"]["name"]
+        and cpu["model"]["decoder_width"] < gpu["model"]["decoder_width"]
+    )
     assert cpu["sampling"]["defect_centred_p"] == gpu["sampling"]["defect_centred_p"]
     assert load_config(REPO / "configs" / "run-default-cpu.yaml").device == "cpu"
 
@@ -76,10 +85,26 @@ def test_a_cpu_variant_that_does_not_parse_names_the_file_and_line(tmp_path: Pat
 
 def test_the_report_names_the_training_config_and_why() -> None:
     sized = load_run_defaults("default", has_gpu=False)
-    report = rpt.RunReport(run_id="r1", profile="default", proposer="rules", backend="bwrap", stop_reason="done",
-                           base_config=sized.base_config, sized_note=sized.sized_note,
-                           started_at=1.0, ended_at=2.0, win_rule_sha256=None, tickets=[], not_run=[], approvals=[],
-                           counts=rpt.counts([], {}), device_seconds=0.0, milestone=None, audit=None, llm_usage={},
-                           analysis_dir=None)
+    report = rpt.RunReport(
+        run_id="r1",
+        profile="default",
+        proposer="rules",
+        backend="bwrap",
+        stop_reason="done",
+        base_config=sized.base_config,
+        sized_note=sized.sized_note,
+        started_at=1.0,
+        ended_at=2.0,
+        win_rule_sha256=None,
+        tickets=[],
+        not_run=[],
+        approvals=[],
+        counts=rpt.counts([], {}),
+        device_seconds=0.0,
+        milestone=None,
+        audit=None,
+        llm_usage={},
+        analysis_dir=None,
+    )
     md = render_markdown(report)
     assert "- training config `configs/run-default-cpu.yaml`: no NVIDIA GPU on this machine" in md

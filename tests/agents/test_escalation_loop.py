@@ -24,21 +24,35 @@ from tests.agents.fakes import Step, openai_server
 RUN = "esc1"
 
 
-def _graph(services: StubFactoryServices, log: Log, tmp_path: Path, base_url: str, queue: ApprovalQueue) -> object:
+def _graph(
+    services: StubFactoryServices, log: Log, tmp_path: Path, base_url: str, queue: ApprovalQueue
+) -> object:
     policy, seeds, usage = load_budget_policy(), itertools.count(100), LLMUsage()
     reviewer = make_reviewer("llm:openai:gpt-4o", sink=log, usage=usage, run_id=RUN, base_url=base_url)
     assert reviewer is not None
     deps = LoopDeps(
-        services=services, judge=Judge(log, reviewer=reviewer, run_id=RUN), sink=log, usage=usage,
-        proposer=get_proposer("rules", sink=log, usage=usage, default_budget=Budget(device_seconds=60, epochs=2),
-                              caps=Budget(device_seconds=120, epochs=10)),
+        services=services,
+        judge=Judge(log, reviewer=reviewer, run_id=RUN),
+        sink=log,
+        usage=usage,
+        proposer=get_proposer(
+            "rules",
+            sink=log,
+            usage=usage,
+            default_budget=Budget(device_seconds=60, epochs=2),
+            caps=Budget(device_seconds=120, epochs=10),
+        ),
         caps=RunCaps(wall_seconds=600, device_seconds=600, tickets=20, llm_tokens=0),
-        check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: next(seeds), approvals=queue)
+        check=lambda t: ticket_problems(t, policy, "demo"),
+        make_seed=lambda: next(seeds),
+        approvals=queue,
+    )
     return build_graph(deps, tmp_path / "state.sqlite")
 
 
-def test_an_escalated_replicate_is_held_until_a_person_approves_it(keys: None, audit_log: Log,
-                                                                   tmp_path: Path) -> None:
+def test_an_escalated_replicate_is_held_until_a_person_approves_it(
+    keys: None, audit_log: Log, tmp_path: Path
+) -> None:
     services = make_services()
     queue = ApprovalQueue(tmp_path / "state.sqlite", audit_log)
     person = ApprovalQueue(tmp_path / "state.sqlite", audit_log)  # the console's own connection
@@ -50,16 +64,25 @@ def test_an_escalated_replicate_is_held_until_a_person_approves_it(keys: None, a
             person.decide(pending[0].id, approve=True, by="alice", reason="the slice gain is the point")
 
     services.on_run = person_answers_meanwhile
-    script = [Step.call("review", {"decision": "escalate", "reason": "one slice carries the whole gain"}),
-              Step.call("review", {"decision": "agree", "reason": "both WINs stand"})]
+    script = [
+        Step.call("review", {"decision": "escalate", "reason": "one slice carries the whole gain"}),
+        Step.call("review", {"decision": "agree", "reason": "both WINs stand"}),
+    ]
     with openai_server(script) as fake:
         state = run_loop(_graph(services, audit_log, tmp_path, fake.base_url, queue), RUN)
     first = f"{RUN}-t001"
     [item] = queue.escalations()
-    assert (item.id, item.status, item.pending, item.decided_by) == (f"{first}-esc", "approved", "replicate", "alice")
+    assert (item.id, item.status, item.pending, item.decided_by) == (
+        f"{first}-esc",
+        "approved",
+        "replicate",
+        "alice",
+    )
     assert services.runs.count(f"{first}-rep") == 1  # the held replicate ran once, after the answer
     assert services.promoted == [first]  # and its confirm-b WIN promoted by the coded rule, reviewer agreeing
-    decisions = [(d["ticket_id"], d["decision"], d["by"]) for d in state["decisions"] if d["ticket_id"] == first]
+    decisions = [
+        (d["ticket_id"], d["decision"], d["by"]) for d in state["decisions"] if d["ticket_id"] == first
+    ]
     assert decisions == [(first, "escalate", "llm"), (first, "replicate", "rule"), (first, "promote", "rule")]
     assert len(fake.received) == 2
     [held] = audit_log.events("ticket_held")

@@ -19,7 +19,9 @@ BUDGET = Budget(device_seconds=60, epochs=4)
 def _incumbent() -> dict:  # type: ignore[type-arg]
     from vision.config import parse_config
 
-    return parse_config(yaml.safe_load((REPO / "configs" / "run-demo.yaml").read_text())).model_dump(mode="json")
+    return parse_config(yaml.safe_load((REPO / "configs" / "run-demo.yaml").read_text())).model_dump(
+        mode="json"
+    )
 
 
 def test_with_nothing_recommended_the_batch_is_filled_with_distinct_changes_of_the_incumbent() -> None:
@@ -42,8 +44,17 @@ def test_with_nothing_recommended_the_batch_is_filled_with_distinct_changes_of_t
 def test_tried_changes_are_not_proposed_again_and_no_incumbent_means_no_exploration() -> None:
     proposer = ExploringProposer(RulesProposer(BUDGET), BUDGET, seed=3)
     first = proposer.propose(build_context(DevAnalysis(summary="dev"), [], incumbent=_incumbent()), 2)
-    history = [VerdictEntry(ticket_id=f"t{k}", arm=Arm.AGENT, hypothesis=d.hypothesis, change=d.change, tier=None,
-                            verdict="DEV_LOSS") for k, d in enumerate(first)]
+    history = [
+        VerdictEntry(
+            ticket_id=f"t{k}",
+            arm=Arm.AGENT,
+            hypothesis=d.hypothesis,
+            change=d.change,
+            tier=None,
+            verdict="DEV_LOSS",
+        )
+        for k, d in enumerate(first)
+    ]
     again = proposer.propose(build_context(DevAnalysis(summary="dev"), history, incumbent=_incumbent()), 4)
     tried = {repr(sorted(d.change.items())) for d in first}
     assert again and not tried & {repr(sorted(d.change.items())) for d in again}

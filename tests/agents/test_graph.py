@@ -56,12 +56,16 @@ def test_the_written_plateau_rule_stops_a_run_that_stopped_improving(audit_log: 
     assert state["stop_reason"].startswith("plateau: 3 tickets in a row without a dev win")
 
 
-@pytest.mark.parametrize(("share", "tickets", "reason"), [
-    (0.5, 2, "budget: device time 24 s: 4 s left, under 0.5 of a ticket at the average 10 s"),
-    (0.0, 3, "budget: device time 24 s spent"),  # a compare arm: a ticket starts while any time is left
-])
-def test_the_device_budget_stops_by_the_left_share_rule(share: float, tickets: int, reason: str, audit_log: Log,
-                                                       tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("share", "tickets", "reason"),
+    [
+        (0.5, 2, "budget: device time 24 s: 4 s left, under 0.5 of a ticket at the average 10 s"),
+        (0.0, 3, "budget: device time 24 s spent"),  # a compare arm: a ticket starts while any time is left
+    ],
+)
+def test_the_device_budget_stops_by_the_left_share_rule(
+    share: float, tickets: int, reason: str, audit_log: Log, tmp_path: Path
+) -> None:
     services = make_services()
     services.dev = {k: "dev_loss" for k in services.dev}  # every stub ticket spends 10 device-s
     deps = _deps_of(services, audit_log, device_left_share=share)
@@ -70,10 +74,14 @@ def test_the_device_budget_stops_by_the_left_share_rule(share: float, tickets: i
     assert state["tickets_run"] == tickets and state["stop_reason"] == reason
 
 
-def test_a_replicate_owed_to_a_confirm_win_runs_past_the_device_budget(audit_log: Log, tmp_path: Path) -> None:
+def test_a_replicate_owed_to_a_confirm_win_runs_past_the_device_budget(
+    audit_log: Log, tmp_path: Path
+) -> None:
     services = make_services()
     deps = _deps_of(services, audit_log)
-    deps.caps = RunCaps(wall_seconds=600, device_seconds=10, tickets=20, llm_tokens=0)  # one stub ticket's worth
+    deps.caps = RunCaps(
+        wall_seconds=600, device_seconds=10, tickets=20, llm_tokens=0
+    )  # one stub ticket's worth
     state = run_loop(build_graph(deps, tmp_path / "owed.sqlite"), "run11")
     assert services.queries == ["run11-t001", "run11-t001-rep"]  # the confirm-a WIN got its replicate
     assert _summary(state) == [("run11-t001", "replicate"), ("run11-t001", "promote")]
@@ -83,12 +91,23 @@ def test_a_replicate_owed_to_a_confirm_win_runs_past_the_device_budget(audit_log
 def _deps_of(services: StubFactoryServices, log: Log, **kw: Any) -> LoopDeps:
     policy = load_budget_policy()
     seeds = itertools.count(100)
-    return LoopDeps(services=services, judge=Judge(log), sink=log, usage=LLMUsage(),
-                    proposer=get_proposer("rules", sink=log, usage=LLMUsage(),
-                                          default_budget=Budget(device_seconds=60, epochs=2),
-                                          caps=Budget(device_seconds=120, epochs=10)),
-                    caps=RunCaps(wall_seconds=600, device_seconds=600, tickets=20, llm_tokens=0),
-                    check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: next(seeds), **kw)
+    return LoopDeps(
+        services=services,
+        judge=Judge(log),
+        sink=log,
+        usage=LLMUsage(),
+        proposer=get_proposer(
+            "rules",
+            sink=log,
+            usage=LLMUsage(),
+            default_budget=Budget(device_seconds=60, epochs=2),
+            caps=Budget(device_seconds=120, epochs=10),
+        ),
+        caps=RunCaps(wall_seconds=600, device_seconds=600, tickets=20, llm_tokens=0),
+        check=lambda t: ticket_problems(t, policy, "demo"),
+        make_seed=lambda: next(seeds),
+        **kw,
+    )
 
 
 def _checkpointed_states(graph: Any, run_id: str) -> list[dict[str, Any]]:
@@ -106,7 +125,9 @@ class _Recording:
         return self.inner.propose(context, n, rejected)
 
 
-def test_no_score_reaches_the_state_the_audit_the_proposer_or_the_judge(audit_log: Log, tmp_path: Path) -> None:
+def test_no_score_reaches_the_state_the_audit_the_proposer_or_the_judge(
+    audit_log: Log, tmp_path: Path
+) -> None:
     """The stub host and gate write a sentinel score where the real ones write scores (people/ and
     the vault); it must reach no checkpoint, audit record, proposer context or judge input."""
     services = make_services(home=tmp_path / "home")
@@ -117,13 +138,19 @@ def test_no_score_reaches_the_state_the_audit_the_proposer_or_the_judge(audit_lo
     deps.judge.decide = lambda j: (judged.append(j.model_dump_json()), decide(j))[1]  # type: ignore[method-assign]
     graph = build_graph(deps, tmp_path / "state.sqlite")
     run_loop(graph, "run3")
-    planted = [tmp_path / "home" / "runs" / "people" / "dev_comparisons.jsonl",
-               tmp_path / "home" / "vault" / "ledger-scores.jsonl"]
+    planted = [
+        tmp_path / "home" / "runs" / "people" / "dev_comparisons.jsonl",
+        tmp_path / "home" / "vault" / "ledger-scores.jsonl",
+    ]
     assert all(str(SENTINEL) in p.read_text() for p in planted)  # the score is really there to leak
     states = _checkpointed_states(graph, "run3")
     assert len(states) > 10 and deps.proposer.seen and judged
-    for name, text in (("checkpoints", repr(states)), ("audit", repr(audit_log.records())),
-                       ("proposer contexts", "".join(deps.proposer.seen)), ("judge inputs", "".join(judged))):
+    for name, text in (
+        ("checkpoints", repr(states)),
+        ("audit", repr(audit_log.records())),
+        ("proposer contexts", "".join(deps.proposer.seen)),
+        ("judge inputs", "".join(judged)),
+    ):
         assert str(SENTINEL) not in text, f"the sentinel score reached the {name}"
     floats = {k for s in states for k, v in s.items() if isinstance(v, float)}
     assert floats <= {"started_at", "device_seconds"}
@@ -138,12 +165,18 @@ def test_resume_after_a_crash_mid_ticket_loses_none_and_repeats_none(audit_log: 
     state = run_loop(make_graph(services, audit_log, tmp_path), "run4", resume=True)
     assert services.runs.count("run4-t001") == 1 and services.runs.count("run4-t005") == 1
     assert services.runs.count("run4-t006") == 2  # the crashed ticket runs again, once
-    assert [h["ticket_id"] for h in state["history"]] == ["run4-t001", "run4-t001-rep", "run4-t005", "run4-t006",
-                                                          "run4-t007"]
+    assert [h["ticket_id"] for h in state["history"]] == [
+        "run4-t001",
+        "run4-t001-rep",
+        "run4-t005",
+        "run4-t006",
+        "run4-t007",
+    ]
 
 
 def test_resume_after_a_crash_between_verdict_and_checkpoint_spends_no_second_query(
-        audit_log: Log, tmp_path: Path) -> None:
+    audit_log: Log, tmp_path: Path
+) -> None:
     services = make_services()
     services.crash_after_gate = {"run5-t006"}
     with pytest.raises(Crash):
@@ -154,7 +187,9 @@ def test_resume_after_a_crash_between_verdict_and_checkpoint_spends_no_second_qu
 
 
 @pytest.mark.slow
-def test_a_short_run_with_an_llm_proposer_never_shows_it_a_score(keys: None, audit_log: Log, tmp_path: Path) -> None:
+def test_a_short_run_with_an_llm_proposer_never_shows_it_a_score(
+    keys: None, audit_log: Log, tmp_path: Path
+) -> None:
     """The real OpenAI SDK against the fake drives a run; a planted sentinel never reaches a prompt."""
     from tests.agents.fakes import Step, openai_server
 
@@ -162,41 +197,68 @@ def test_a_short_run_with_an_llm_proposer_never_shows_it_a_score(keys: None, aud
     for planted in (home.vault / "confirm-a" / "scores.json", home.people_dir("run6") / "report.md"):
         planted.parent.mkdir(parents=True, exist_ok=True)
         planted.write_text(f"confirm-a score {SENTINEL}")
-    draft = {"kind": "config", "hypothesis": "lower lr", "change": {"optim.lr": 0.001},
-             "budget": {"device_seconds": 60, "epochs": 2},
-             "expected_effect": {"metric": "iou", "direction": "up", "size": 0.01}}
+    draft = {
+        "kind": "config",
+        "hypothesis": "lower lr",
+        "change": {"optim.lr": 0.001},
+        "budget": {"device_seconds": 60, "epochs": 2},
+        "expected_effect": {"metric": "iou", "direction": "up", "size": 0.01},
+    }
     services = make_services()
     with openai_server([Step.call("propose_tickets", {"tickets": [draft]})]) as fake:
         usage = LLMUsage()
-        proposer = get_proposer("openai:gpt-4o", sink=audit_log, usage=usage, base_url=fake.base_url,
-                                default_budget=Budget(device_seconds=60, epochs=2), backoff_base_s=0.01,
-                                caps=Budget(device_seconds=120, epochs=10))
+        proposer = get_proposer(
+            "openai:gpt-4o",
+            sink=audit_log,
+            usage=usage,
+            base_url=fake.base_url,
+            default_budget=Budget(device_seconds=60, epochs=2),
+            backoff_base_s=0.01,
+            caps=Budget(device_seconds=120, epochs=10),
+        )
         graph = _llm_graph(services, audit_log, tmp_path, proposer, usage)
         state = run_loop(graph, "run6")
     assert _summary(state) == [("run6-t001", "replicate"), ("run6-t001", "promote")]
-    assert state["stop_reason"].startswith("proposer failed")  # the unscripted second ask: bounded, clean stop
+    assert state["stop_reason"].startswith(
+        "proposer failed"
+    )  # the unscripted second ask: bounded, clean stop
     sent = b"".join(fake.received)
     assert str(SENTINEL).encode() not in sent
     assert b"people" not in sent and b"vault" not in sent  # not even the names of where it lies
     assert usage.input_tokens > 0 and audit_log.events("proposer_failed")
 
 
-def _llm_graph(services: StubFactoryServices, log: Log, tmp_path: Path, proposer: Any,
-                  usage: LLMUsage) -> Any:
+def _llm_graph(
+    services: StubFactoryServices, log: Log, tmp_path: Path, proposer: Any, usage: LLMUsage
+) -> Any:
     policy = load_budget_policy()
     seeds = itertools.count(100)
-    deps = LoopDeps(services=services, judge=Judge(log), sink=log, usage=usage, proposer=proposer,
-                    caps=RunCaps(wall_seconds=600, device_seconds=600, tickets=20, llm_tokens=100_000),
-                    check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: next(seeds))
+    deps = LoopDeps(
+        services=services,
+        judge=Judge(log),
+        sink=log,
+        usage=usage,
+        proposer=proposer,
+        caps=RunCaps(wall_seconds=600, device_seconds=600, tickets=20, llm_tokens=100_000),
+        check=lambda t: ticket_problems(t, policy, "demo"),
+        make_seed=lambda: next(seeds),
+    )
     return build_graph(deps, tmp_path / "state-llm.sqlite")
 
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _subprocess_run(home: Path, workdir: Path, run_id: str, kill_at: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.agents._stubs", str(home), str(workdir), run_id, kill_at, *extra],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+def _subprocess_run(
+    home: Path, workdir: Path, run_id: str, kill_at: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tests.agents._stubs", str(home), str(workdir), run_id, kill_at, *extra],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.slow

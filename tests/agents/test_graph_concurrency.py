@@ -41,7 +41,9 @@ def _history_ids(state: FactoryState) -> list[str]:
     return [h["ticket_id"] for h in state["history"]]
 
 
-def test_two_tickets_train_at_once_and_each_is_judged_once_in_queue_order(audit_log: Log, tmp_path: Path) -> None:
+def test_two_tickets_train_at_once_and_each_is_judged_once_in_queue_order(
+    audit_log: Log, tmp_path: Path
+) -> None:
     services = make_services()
     services.on_run = flight = _InFlight()
     state = run_loop(build_graph(_deps(services, audit_log, concurrency=2), tmp_path / "c.sqlite"), "c1")
@@ -57,17 +59,22 @@ def test_two_tickets_train_at_once_and_each_is_judged_once_in_queue_order(audit_
         assert first < second
     # promotion is still only after both WINs: the replicate's confirm-b WIN comes first
     promoted = [d["ticket_id"] for d in state["decisions"] if d["decision"] == "promote"]
-    assert promoted == ["c1-t001"] and services.queries.index("c1-t001-rep") > services.queries.index("c1-t001")
+    assert promoted == ["c1-t001"] and services.queries.index("c1-t001-rep") > services.queries.index(
+        "c1-t001"
+    )
     assert not state.get("trained")
 
 
-def test_the_partner_of_a_promoted_ticket_is_judged_before_the_loop_re_analyses(audit_log: Log,
-                                                                                 tmp_path: Path) -> None:
+def test_the_partner_of_a_promoted_ticket_is_judged_before_the_loop_re_analyses(
+    audit_log: Log, tmp_path: Path
+) -> None:
     services = make_services()
     services.on_run = _InFlight(hold_s=0.05)
     state = run_loop(build_graph(_deps(services, audit_log, concurrency=2), tmp_path / "p.sqlite"), "p1")
     promote_at = next(i for i, h in enumerate(state["history"]) if h["ticket_id"] == "p1-t001-rep")
-    partner = next(b["tickets"] for b in audit_log.events("tickets_trained_together") if "p1-t001-rep" in b["tickets"])
+    partner = next(
+        b["tickets"] for b in audit_log.events("tickets_trained_together") if "p1-t001-rep" in b["tickets"]
+    )
     other = next(t for t in partner if t != "p1-t001-rep")
     assert _history_ids(state).index(other) == promote_at + 1  # recorded right after, not dropped
     # the round after the promotion starts with the ticket after that partner
@@ -77,7 +84,9 @@ def test_the_partner_of_a_promoted_ticket_is_judged_before_the_loop_re_analyses(
 def test_a_batch_never_passes_the_ticket_cap(audit_log: Log, tmp_path: Path) -> None:
     services = make_services()
     services.dev = {k: "dev_loss" for k in services.dev}
-    state = run_loop(build_graph(_deps(services, audit_log, concurrency=2, tickets=3), tmp_path / "t.sqlite"), "t1")
+    state = run_loop(
+        build_graph(_deps(services, audit_log, concurrency=2, tickets=3), tmp_path / "t.sqlite"), "t1"
+    )
     assert state["tickets_run"] == 3 == len(services.runs)
     assert state["stop_reason"] == "budget: 3 tickets run"
 
@@ -85,14 +94,16 @@ def test_a_batch_never_passes_the_ticket_cap(audit_log: Log, tmp_path: Path) -> 
 def test_concurrency_one_trains_one_ticket_at_a_time(audit_log: Log, tmp_path: Path) -> None:
     services = make_services()
     services.on_run = flight = _InFlight(hold_s=0.05)
-    state: dict[str, Any] = dict(run_loop(build_graph(_deps(services, audit_log, concurrency=1),
-                                                     tmp_path / "one.sqlite"), "o1"))
+    state: dict[str, Any] = dict(
+        run_loop(build_graph(_deps(services, audit_log, concurrency=1), tmp_path / "one.sqlite"), "o1")
+    )
     assert flight.peak == 1 and not audit_log.events("tickets_trained_together")
     assert state["tickets_run"] == len(services.runs)
 
 
-def test_a_promotion_the_gate_refuses_because_the_best_moved_is_a_recorded_reject(audit_log: Log,
-                                                                                  tmp_path: Path) -> None:
+def test_a_promotion_the_gate_refuses_because_the_best_moved_is_a_recorded_reject(
+    audit_log: Log, tmp_path: Path
+) -> None:
     """Two tickets win confirm-a against the same best and their replicates train together: the
     first promotion moves the best, and the gate refuses the second (its confirm-a WIN was against
     the old best). The loop records a reject with the gate's reason and goes on."""
@@ -101,12 +112,16 @@ def test_a_promotion_the_gate_refuses_because_the_best_moved_is_a_recorded_rejec
     class MovingBest(StubFactoryServices):
         def promote(self, ticket_id: str) -> None:
             if self.promoted:
-                raise GateError(f"gate POST /promote answered 409: ticket {ticket_id!r} won confirm-a against "
-                                "an earlier best; promotion refused")
+                raise GateError(
+                    f"gate POST /promote answered 409: ticket {ticket_id!r} won confirm-a against "
+                    "an earlier best; promotion refused"
+                )
             super().promote(ticket_id)
 
     base = make_services()
-    services = MovingBest(dev={**base.dev, "epochs": "dev_win"}, gate={**base.gate, "epochs": base.gate["optim.lr"]})
+    services = MovingBest(
+        dev={**base.dev, "epochs": "dev_win"}, gate={**base.gate, "epochs": base.gate["optim.lr"]}
+    )
     state = run_loop(build_graph(_deps(services, audit_log, concurrency=2), tmp_path / "m.sqlite"), "m1")
     refused = [d for d in state["decisions"] if d["reason"].startswith("promotion refused by the gate")]
     assert len(services.promoted) == 1 and len(refused) >= 1

@@ -40,11 +40,27 @@ class Gate:
         return {"current_best": self.best}
 
 
-def _ticket(tid: str, kind: TicketKind = TicketKind.CONFIG, change: dict[str, Any] | None = None, *,
-            evidence: list[str] | None = None, arm: Arm = Arm.AGENT, replicate_of: str | None = None) -> Ticket:
-    return Ticket(id=tid, arm=arm, kind=kind, hypothesis="h", change=change or {}, replicate_of=replicate_of,
-                  budget=Budget(device_seconds=60, epochs=4), evidence=evidence or ["recommendation:r-0"], seed=7,
-                  expected_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.01))
+def _ticket(
+    tid: str,
+    kind: TicketKind = TicketKind.CONFIG,
+    change: dict[str, Any] | None = None,
+    *,
+    evidence: list[str] | None = None,
+    arm: Arm = Arm.AGENT,
+    replicate_of: str | None = None,
+) -> Ticket:
+    return Ticket(
+        id=tid,
+        arm=arm,
+        kind=kind,
+        hypothesis="h",
+        change=change or {},
+        replicate_of=replicate_of,
+        budget=Budget(device_seconds=60, epochs=4),
+        evidence=evidence or ["recommendation:r-0"],
+        seed=7,
+        expected_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.01),
+    )
 
 
 @pytest.fixture
@@ -55,27 +71,50 @@ def services(audit_log: Log, tmp_path: Path) -> HostServices:
     baseline.write_bytes(b"classical baseline")
     generate(24, 32, 1).write(tmp_path / "train")
     generate(12, 32, 2).write(tmp_path / "dev")
-    version = create_version(home.root, "synthetic", {"train": tmp_path / "train", "dev": tmp_path / "dev"},
-                             approve_it=True)
-    setup = RunSetup(home=home, run_id="k1", backend="bwrap", dataset=version,
-                     base_config=REPO / "configs" / "run-demo.yaml", gate=Gate(sha256_file(baseline)),
-                     audit=audit_log, dev_margin=0.005, max_epochs=10)
+    version = create_version(
+        home.root, "synthetic", {"train": tmp_path / "train", "dev": tmp_path / "dev"}, approve_it=True
+    )
+    setup = RunSetup(
+        home=home,
+        run_id="k1",
+        backend="bwrap",
+        dataset=version,
+        base_config=REPO / "configs" / "run-demo.yaml",
+        gate=Gate(sha256_file(baseline)),
+        audit=audit_log,
+        dev_margin=0.005,
+        max_epochs=10,
+    )
     return HostServices(setup)
 
 
 def _rec(rule: str, **evidence: Any) -> Recommendation:
-    return Recommendation(id=f"{rule}-0", evidence=evidence, action=rule, kind=TicketKind.CONFIG,
-                          change={"action": rule},
-                          predicted_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.02))
+    return Recommendation(
+        id=f"{rule}-0",
+        evidence=evidence,
+        action=rule,
+        kind=TicketKind.CONFIG,
+        change={"action": rule},
+        predicted_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.02),
+    )
 
 
-@pytest.mark.parametrize("rule,evidence", [("model-underfit", {}), ("model-capacity", {}), ("regularise", {}),
-                                           ("robustness", {"perturbation": "lower_dose"})])
-def test_each_config_action_trains_a_config_other_than_the_incumbents(services: HostServices, rule: str,
-                                                                       evidence: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "rule,evidence",
+    [
+        ("model-underfit", {}),
+        ("model-capacity", {}),
+        ("regularise", {}),
+        ("robustness", {"perturbation": "lower_dose"}),
+    ],
+)
+def test_each_config_action_trains_a_config_other_than_the_incumbents(
+    services: HostServices, rule: str, evidence: dict[str, Any]
+) -> None:
     incumbent = services.incumbent()
-    got = realise_config(rule, load_catalogue().actions[rule], _rec(rule, **evidence), incumbent.config, set(),
-                         max_epochs=10)
+    got = realise_config(
+        rule, load_catalogue().actions[rule], _rec(rule, **evidence), incumbent.config, set(), max_epochs=10
+    )
     assert not isinstance(got, NotExecutable), got
     ticket = _ticket("k1-t001", change=got.change)
     if got.epochs:
@@ -89,14 +128,28 @@ def test_each_config_action_trains_a_config_other_than_the_incumbents(services: 
     assert services.check(ticket) == []
 
 
-def test_robustness_widens_the_augmentation_that_covers_the_failing_perturbation(services: HostServices) -> None:
+def test_robustness_widens_the_augmentation_that_covers_the_failing_perturbation(
+    services: HostServices,
+) -> None:
     entry = load_catalogue().actions["robustness"]
-    got = realise_config("robustness", entry, _rec("robustness", perturbation="detector_blur"),
-                         services.incumbent().config, set(), max_epochs=10)
+    got = realise_config(
+        "robustness",
+        entry,
+        _rec("robustness", perturbation="detector_blur"),
+        services.incumbent().config,
+        set(),
+        max_epochs=10,
+    )
     assert not isinstance(got, NotExecutable)
     assert got.change["augment.blur_sigma"] == {"low": 0.0, "high": 1.5}  # severity 3 of detector_blur
-    none = realise_config("robustness", entry, _rec("robustness", perturbation="banding"),
-                          services.incumbent().config, set(), max_epochs=10)
+    none = realise_config(
+        "robustness",
+        entry,
+        _rec("robustness", perturbation="banding"),
+        services.incumbent().config,
+        set(),
+        max_epochs=10,
+    )
     assert isinstance(none, NotExecutable) and "no training augmentation covers" in none.reason
 
 
@@ -105,22 +158,32 @@ def test_an_option_already_tried_on_the_incumbent_gives_way_to_the_next(services
     config = services.incumbent().config
     first = realise_config("model-capacity", entry, _rec("model-capacity"), config, set(), max_epochs=10)
     assert not isinstance(first, NotExecutable) and first.change == {"model.decoder_width": 32}
-    second = realise_config("model-capacity", entry, _rec("model-capacity"), config,
-                            {json.dumps(first.change, separators=(",", ":"), sort_keys=True)}, max_epochs=10)
+    second = realise_config(
+        "model-capacity",
+        entry,
+        _rec("model-capacity"),
+        config,
+        {json.dumps(first.change, separators=(",", ":"), sort_keys=True)},
+        max_epochs=10,
+    )
     assert not isinstance(second, NotExecutable) and second.change == {"model.name": "unet-resnet10t"}
 
 
 def test_a_change_that_keeps_the_incumbents_inputs_is_refused_and_the_repeat_kinds_are_not(
-        services: HostServices) -> None:
+    services: HostServices,
+) -> None:
     _promote_with(services, config_patch={"optim.lr": 0.004})
     same = _ticket("k1-t001", change={"optim.lr": 0.004})  # what the incumbent already trained with
     assert "trains exactly what its parent" in services.check(same)[0]
     clamped = _ticket("k1-t002", change={"epochs": 8})  # a budget of 4 epochs would train 4: the same again
     assert "trains exactly what its parent" in services.check(clamped)[0]
-    for repeat in (_ticket("k1-t003", evidence=[BASE_CONFIG_EVIDENCE]),
-                   _ticket("k1-t004", evidence=[DEFAULT_ACTION_EVIDENCE]),
-                   _ticket("k1-t005", arm=Arm.AA, evidence=[]), _ticket("k1-t006", arm=Arm.CHALLENGE, evidence=[]),
-                   _ticket("k1-t001-rep", change={"epochs": 4}, replicate_of="k1-t001")):
+    for repeat in (
+        _ticket("k1-t003", evidence=[BASE_CONFIG_EVIDENCE]),
+        _ticket("k1-t004", evidence=[DEFAULT_ACTION_EVIDENCE]),
+        _ticket("k1-t005", arm=Arm.AA, evidence=[]),
+        _ticket("k1-t006", arm=Arm.CHALLENGE, evidence=[]),
+        _ticket("k1-t001-rep", change={"epochs": 4}, replicate_of="k1-t001"),
+    ):
         assert services.check(repeat) == [], repeat.id
 
 
@@ -148,12 +211,14 @@ def _capped(services: HostServices, tmp_path: Path, cap: int, run_id: str) -> Ho
     config = yaml.safe_load((REPO / "configs" / "run-demo.yaml").read_text()) | {"max_train_images": cap}
     path = tmp_path / f"capped-{cap}.yaml"
     path.write_text(yaml.safe_dump(config))
-    return HostServices(services.setup.__class__(**{**services.setup.__dict__, "base_config": path,
-                                                    "run_id": run_id}))
+    return HostServices(
+        services.setup.__class__(**{**services.setup.__dict__, "base_config": path, "run_id": run_id})
+    )
 
 
-def test_a_top_up_on_a_capped_parent_trains_the_parents_images_and_every_added_one(services: HostServices,
-                                                                                   tmp_path: Path) -> None:
+def test_a_top_up_on_a_capped_parent_trains_the_parents_images_and_every_added_one(
+    services: HostServices, tmp_path: Path
+) -> None:
     """Training keeps the first max_train_images images and a top-up's come last: without care the
     cap cuts exactly them, and the ticket trains its parent's images under another name."""
     capped = _capped(services, tmp_path, 16, "k2")  # the parent trains on the first 16 of 24
@@ -167,8 +232,9 @@ def test_a_top_up_on_a_capped_parent_trains_the_parents_images_and_every_added_o
     assert plan.fingerprint != plan.parent_fingerprint
 
 
-def test_a_curation_ticket_trains_on_the_applied_plan_or_is_not_executable(services: HostServices,
-                                                                           tmp_path: Path) -> None:
+def test_a_curation_ticket_trains_on_the_applied_plan_or_is_not_executable(
+    services: HostServices, tmp_path: Path
+) -> None:
     rec = _rec("curation")
     realised = services.realise(_analysis(rec))
     assert realised.recommendations == ()  # the generator's own images hold no duplicate: an empty plan
@@ -177,13 +243,20 @@ def test_a_curation_ticket_trains_on_the_applied_plan_or_is_not_executable(servi
     # a train split with exact copies makes a plan; the ticket trains on the version it produces
     base = resolve(services.home.root, "synthetic/v1")
     train = read_split(base.train)
-    dup = write_split(tmp_path / "dup", np.concatenate([train.images, train.images[:3]]),
-                      np.concatenate([train.masks, train.masks[:3]]),
-                      [*train.image_meta, *({**m, "id": 24 + k} for k, m in enumerate(train.image_meta[:3]))],
-                      [*train.defects, *({**d, "image_id": 24 + int(d["image_id"])} for d in train.defects
-                                         if int(d["image_id"]) < 3)], {"generator": "test copies"})
-    dupped = create_version(services.home.root, "synthetic", {"train": dup, "dev": None}, parent=base.ref,
-                            approve_it=True)
+    dup = write_split(
+        tmp_path / "dup",
+        np.concatenate([train.images, train.images[:3]]),
+        np.concatenate([train.masks, train.masks[:3]]),
+        [*train.image_meta, *({**m, "id": 24 + k} for k, m in enumerate(train.image_meta[:3]))],
+        [
+            *train.defects,
+            *({**d, "image_id": 24 + int(d["image_id"])} for d in train.defects if int(d["image_id"]) < 3),
+        ],
+        {"generator": "test copies"},
+    )
+    dupped = create_version(
+        services.home.root, "synthetic", {"train": dup, "dev": None}, parent=base.ref, approve_it=True
+    )
     _promote_with(services, dataset=dupped.ref)
     curated = services.realise(_analysis(rec)).recommendations
     assert len(curated) == 1 and curated[0].kind is TicketKind.CURATION
@@ -192,7 +265,9 @@ def test_a_curation_ticket_trains_on_the_applied_plan_or_is_not_executable(servi
     assert len(read_split(resolve(services.home.root, plan.dataset).train)) < 27
 
 
-def test_a_label_fix_waits_for_the_reviewed_version_then_trains_on_it(services: HostServices, tmp_path: Path) -> None:
+def test_a_label_fix_waits_for_the_reviewed_version_then_trains_on_it(
+    services: HostServices, tmp_path: Path
+) -> None:
     rec = _rec("label-fix")
     assert services.realise(_analysis(rec)).recommendations == ()
     assert "waits for a reviewed version" in (services.people / "not_executable.jsonl").read_text()
@@ -200,20 +275,29 @@ def test_a_label_fix_waits_for_the_reviewed_version_then_trains_on_it(services: 
     train = read_split(base.train)
     masks = train.masks.copy()
     masks[0] = 0  # a person removed a wrong label
-    reviewed = write_split(tmp_path / "rev", train.images, masks, train.image_meta, train.defects[1:],
-                           {"generator": "reviewed"})
-    version = create_version(services.home.root, "synthetic", {"train": reviewed, "dev": None}, parent=base.ref,
-                             approve_it=True)
+    reviewed = write_split(
+        tmp_path / "rev", train.images, masks, train.image_meta, train.defects[1:], {"generator": "reviewed"}
+    )
+    version = create_version(
+        services.home.root, "synthetic", {"train": reviewed, "dev": None}, parent=base.ref, approve_it=True
+    )
     got = services.realise(_analysis(rec)).recommendations
     assert len(got) == 1 and got[0].change["dataset"] == version.ref
     plan = services.plan(_ticket("k1-t002", TicketKind.CURATION, dict(got[0].change)))
     assert plan.dataset == version.ref and plan.fingerprint != plan.parent_fingerprint
 
 
-def test_leave_it_and_an_approved_request_without_data_become_no_silent_ticket(services: HostServices) -> None:
-    leave = Recommendation(id="leave-it-0", evidence={}, action="leave_it", kind=TicketKind.CONFIG,
-                           change={"action": "leave_it"},
-                           predicted_effect=ExpectedEffect(metric="dice", direction=Direction.NONE, size=0))
+def test_leave_it_and_an_approved_request_without_data_become_no_silent_ticket(
+    services: HostServices,
+) -> None:
+    leave = Recommendation(
+        id="leave-it-0",
+        evidence={},
+        action="leave_it",
+        kind=TicketKind.CONFIG,
+        change={"action": "leave_it"},
+        predicted_effect=ExpectedEffect(metric="dice", direction=Direction.NONE, size=0),
+    )
     assert services.realise(_analysis(leave)).recommendations == ()
     approved = _ticket("k1-q1-data", TicketKind.DATA, {"request": "real images", "approved_request": "k1-q1"})
     with pytest.raises(UsageError, match="names no dataset version"):
@@ -231,8 +315,11 @@ def test_after_a_promotion_tickets_patch_the_promoted_config_and_data(services: 
     _promote_with(services, config_patch={"optim.lr": 0.002})
     incumbent = services.incumbent()
     assert incumbent.trained and incumbent.config["optim"]["lr"] == 0.002
-    plan = services.plan(_ticket("k1-t005", change={"epochs": 6}, evidence=["recommendation:x-0"]).model_copy(
-        update={"budget": Budget(device_seconds=60, epochs=6)}))
+    plan = services.plan(
+        _ticket("k1-t005", change={"epochs": 6}, evidence=["recommendation:x-0"]).model_copy(
+            update={"budget": Budget(device_seconds=60, epochs=6)}
+        )
+    )
     assert plan.config["optim"]["lr"] == 0.002 and plan.config["epochs"] == 6  # built on what won
     assert plan.parent_sha256 == incumbent.sha256
 
@@ -243,40 +330,60 @@ def _analysis(*recs: Recommendation) -> Any:
     return DevAnalysis(summary="dev", recommendations=recs)
 
 
-def _promote_with(services: HostServices, *, dataset: str = "synthetic/v1",
-                  config_patch: dict[str, Any] | None = None) -> None:
+def _promote_with(
+    services: HostServices, *, dataset: str = "synthetic/v1", config_patch: dict[str, Any] | None = None
+) -> None:
     """Record a promoted ticket as HostServices.promote does, and make it the gate's best."""
     ticket = _ticket("k1-p1", change=config_patch or {"optim.lr": 0.004})
     row = services.plan(ticket)
-    row = row.model_copy(update={"dataset": dataset,
-                                 "dataset_hash": resolve(services.home.root, dataset).content_hash})
+    row = row.model_copy(
+        update={"dataset": dataset, "dataset_hash": resolve(services.home.root, dataset).content_hash}
+    )
     model = services.home.tickets_dir("k1") / "k1-p1" / "model.onnx"
     model.parent.mkdir(parents=True)
     model.write_bytes(b"promoted model " + dataset.encode())
-    append_jsonl(services.home.runs / PROMOTIONS_FILE,
-                 {"model": str(model), "sha256": sha256_file(model), "run_id": "k1", "ticket_id": "k1-p1",
-                  "config": row.config, "dataset": row.dataset, "dataset_hash": row.dataset_hash, "code": {},
-                  "fingerprint": row.fingerprint, "parent_sha256": row.parent_sha256})
+    append_jsonl(
+        services.home.runs / PROMOTIONS_FILE,
+        {
+            "model": str(model),
+            "sha256": sha256_file(model),
+            "run_id": "k1",
+            "ticket_id": "k1-p1",
+            "config": row.config,
+            "dataset": row.dataset,
+            "dataset_hash": row.dataset_hash,
+            "code": {},
+            "fingerprint": row.fingerprint,
+            "parent_sha256": row.parent_sha256,
+        },
+    )
     services.setup.gate = Gate(sha256_file(model))
 
 
-def test_robustness_falls_back_to_the_worst_perturbation_an_augmentation_covers(services: HostServices) -> None:
+def test_robustness_falls_back_to_the_worst_perturbation_an_augmentation_covers(
+    services: HostServices,
+) -> None:
     entry = load_catalogue().actions["robustness"]
-    rec = _rec("robustness", perturbation="dead_hot_pixels",
-               drops={"dead_hot_pixels": 0.26, "lower_dose": 0.15, "detector_blur": 0.13, "banding": 0.10})
+    rec = _rec(
+        "robustness",
+        perturbation="dead_hot_pixels",
+        drops={"dead_hot_pixels": 0.26, "lower_dose": 0.15, "detector_blur": 0.13, "banding": 0.10},
+    )
     got = realise_config("robustness", entry, rec, services.incumbent().config, set(), max_epochs=10)
     assert not isinstance(got, NotExecutable)
     assert got.change["augment.noise_std"] == {"low": 0.0, "high": 0.04}  # lower_dose at severity 3
 
 
 def test_an_approved_request_trains_on_the_approved_images_within_count_and_scope_even_in_a_later_run(
-        services: HostServices, audit_log: Log, tmp_path: Path) -> None:
+    services: HostServices, audit_log: Log, tmp_path: Path
+) -> None:
     from agents.approvals import ApprovalQueue
 
     generate(10, 32, 9).write(tmp_path / "extra" / "train")
     generate(4, 32, 10).write(tmp_path / "extra" / "dev")
-    extra = create_version(services.home.root, "real", {s: tmp_path / "extra" / s for s in ("train", "dev")},
-                           approve_it=True)
+    extra = create_version(
+        services.home.root, "real", {s: tmp_path / "extra" / s for s in ("train", "dev")}, approve_it=True
+    )
     queue = ApprovalQueue(tmp_path / "approvals.sqlite", audit_log)
     request = _ticket("r0-t003", TicketKind.DATA_REQUEST, {"request": "real images of thin voids"})
     queue.request(request, "r0")  # an overnight run asked; it ended before anyone answered
@@ -288,14 +395,20 @@ def test_an_approved_request_trains_on_the_approved_images_within_count_and_scop
     assert len(read_split(resolve(services.home.root, plan.dataset).train)) == 24 + 3  # the approved count
     assert plan.fingerprint != plan.parent_fingerprint
     shapes = sorted({str(d["shape"]) for d in read_split(extra.train).defects})
-    scoped = taken[0].model_copy(update={"id": "r0-t003-data-b",
-                                         "change": {**taken[0].change, "approved_count": 100,
-                                                    "approved_scope": f"shape={shapes[0]}"}})
+    scoped = taken[0].model_copy(
+        update={
+            "id": "r0-t003-data-b",
+            "change": {**taken[0].change, "approved_count": 100, "approved_scope": f"shape={shapes[0]}"},
+        }
+    )
     services_b = HostServices(services.setup.__class__(**{**services.setup.__dict__, "run_id": "k9"}))
     in_scope = {int(d["image_id"]) for d in read_split(extra.train).defects if str(d["shape"]) == shapes[0]}
-    assert len(read_split(resolve(services.home.root, services_b.plan(scoped).dataset).train)) == 24 + len(in_scope)
-    vague = scoped.model_copy(update={"id": "r0-t003-data-c",
-                                      "change": {**scoped.change, "approved_scope": "thin voids only"}})
+    assert len(read_split(resolve(services.home.root, services_b.plan(scoped).dataset).train)) == 24 + len(
+        in_scope
+    )
+    vague = scoped.model_copy(
+        update={"id": "r0-t003-data-c", "change": {**scoped.change, "approved_scope": "thin voids only"}}
+    )
     with pytest.raises(UsageError, match="not a slice the factory can apply"):
         HostServices(services.setup.__class__(**{**services.setup.__dict__, "run_id": "k8"})).plan(vague)
     capped = _capped(services, tmp_path, 16, "k7")  # a parent on the first 16: they and the 3 approved

@@ -39,13 +39,30 @@ def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def _ticket(tid: str, evidence: list[str], effect: ExpectedEffect) -> Ticket:
-    return Ticket(id=tid, arm=Arm.AGENT, kind=TicketKind.CONFIG, hypothesis="h", change={"epochs": 8},
-                  budget=Budget(device_seconds=60, epochs=8), expected_effect=effect, evidence=evidence, seed=1)
+    return Ticket(
+        id=tid,
+        arm=Arm.AGENT,
+        kind=TicketKind.CONFIG,
+        hypothesis="h",
+        change={"epochs": 8},
+        budget=Budget(device_seconds=60, epochs=8),
+        expected_effect=effect,
+        evidence=evidence,
+        seed=1,
+    )
 
 
 def _lineage(tid: str, parent: str) -> Lineage:
-    return Lineage(ticket_id=tid, run_id="p1", parent_sha256=parent, parent_fingerprint="p", config={}, dataset="d/v1",
-                   dataset_hash="h", fingerprint=tid)
+    return Lineage(
+        ticket_id=tid,
+        run_id="p1",
+        parent_sha256=parent,
+        parent_fingerprint="p",
+        config={},
+        dataset="d/v1",
+        dataset_hash="h",
+        fingerprint=tid,
+    )
 
 
 def test_a_prediction_is_scored_against_its_parent_and_the_default_action_in_either_order(setup) -> None:  # type: ignore[no-untyped-def]
@@ -54,7 +71,9 @@ def test_a_prediction_is_scored_against_its_parent_and_the_default_action_in_eit
     down = ExpectedEffect(metric="miss_rate", slice="all", direction=Direction.DOWN, size=0.2)
     rec = _ticket("p1-t002", ["recommendation:model-capacity-0"], down)
     row = predictions.after_ticket(rec, _lineage("p1-t002", "P"), better, parent)
-    assert row is not None and row["held"] is True and row["observed_change"] < -0.2  # misses fell as predicted
+    assert (
+        row is not None and row["held"] is True and row["observed_change"] < -0.2
+    )  # misses fell as predicted
     assert row["default"] is None  # no control has run for this parent yet
     default = _ticket("p1-t003", [DEFAULT_ACTION_EVIDENCE], down).model_copy(update={"change": {}})
     assert predictions.after_ticket(default, _lineage("p1-t003", "P"), control, parent) is None
@@ -72,8 +91,12 @@ def test_a_prediction_is_scored_against_its_parent_and_the_default_action_in_eit
 def test_a_prediction_the_dev_split_cannot_measure_is_recorded_not_guessed(setup) -> None:  # type: ignore[no-untyped-def]
     predictions, model, home = setup
     effect = ExpectedEffect(metric="object_f1", slice="size<3", direction=Direction.UP, size=0.1)
-    row = predictions.after_ticket(_ticket("p1-t005", ["recommendation:x-0"], effect), _lineage("p1-t005", "P"),
-                                   model("a", 0.9), model("b", 0.5))
+    row = predictions.after_ticket(
+        _ticket("p1-t005", ["recommendation:x-0"], effect),
+        _lineage("p1-t005", "P"),
+        model("a", 0.9),
+        model("b", 0.5),
+    )
     assert row is not None and row["held"] is None and "cannot be measured" in row["reason"]
     assert summary(home, "p1")["hit_rate"]["recommendation"]["n"] == 0
 

@@ -20,9 +20,13 @@ CAPS = Budget(device_seconds=120, epochs=10)
 
 
 def _draft(device_seconds: float, key: str = "optim.lr") -> dict[str, object]:
-    return {"kind": "config", "hypothesis": f"try {key}", "change": {key: 0.001},
-            "budget": {"device_seconds": device_seconds, "epochs": 2},
-            "expected_effect": {"metric": "iou", "direction": "up", "size": 0.01}}
+    return {
+        "kind": "config",
+        "hypothesis": f"try {key}",
+        "change": {key: 0.001},
+        "budget": {"device_seconds": device_seconds, "epochs": 2},
+        "expected_effect": {"metric": "iou", "direction": "up", "size": 0.01},
+    }
 
 
 def _check(ticket: Ticket) -> list[str]:
@@ -34,15 +38,29 @@ def _ids() -> object:
     return lambda: f"t{next(counter):03d}"
 
 
-def test_invalid_tickets_are_recorded_and_the_llm_asked_again(keys: None, audit_log: Log,
-                                                              context: ProposerContext) -> None:
+def test_invalid_tickets_are_recorded_and_the_llm_asked_again(
+    keys: None, audit_log: Log, context: ProposerContext
+) -> None:
     over = {"tickets": [_draft(10_000)]}
     script = [Step.call("propose_tickets", over), Step.call("propose_tickets", {"tickets": [_draft(60)]})]
     with openai_server(script) as fake:
-        proposer = get_proposer("openai:gpt-4o", sink=audit_log, usage=LLMUsage(), default_budget=CAPS, caps=CAPS,
-                                base_url=fake.base_url)
-        tickets = propose_valid(proposer, context, 1, check=_check, make_id=_ids(),  # type: ignore[arg-type]
-                                make_seed=lambda: 7, sink=audit_log)
+        proposer = get_proposer(
+            "openai:gpt-4o",
+            sink=audit_log,
+            usage=LLMUsage(),
+            default_budget=CAPS,
+            caps=CAPS,
+            base_url=fake.base_url,
+        )
+        tickets = propose_valid(
+            proposer,
+            context,
+            1,
+            check=_check,
+            make_id=_ids(),  # type: ignore[arg-type]
+            make_seed=lambda: 7,
+            sink=audit_log,
+        )
     assert [t.id for t in tickets] == ["t002"] and tickets[0].arm is Arm.AGENT and tickets[0].seed == 7
     invalid = audit_log.events("ticket_invalid")
     assert len(invalid) == 1 and "per-ticket cap" in invalid[0]["reasons"][0]
@@ -51,12 +69,28 @@ def test_invalid_tickets_are_recorded_and_the_llm_asked_again(keys: None, audit_
 
 
 def test_re_asks_are_bounded(keys: None, audit_log: Log, context: ProposerContext) -> None:
-    script = [Step.call("propose_tickets", {"tickets": [_draft(10_000 + i)]}) for i in range(MAX_PROPOSAL_ROUNDS + 2)]
+    script = [
+        Step.call("propose_tickets", {"tickets": [_draft(10_000 + i)]})
+        for i in range(MAX_PROPOSAL_ROUNDS + 2)
+    ]
     with anthropic_server(script) as fake:
-        proposer = get_proposer("anthropic:claude-sonnet-4-6", sink=audit_log, usage=LLMUsage(),
-                                default_budget=CAPS, caps=CAPS, base_url=fake.base_url)
-        tickets = propose_valid(proposer, context, 1, check=_check, make_id=_ids(),  # type: ignore[arg-type]
-                                make_seed=lambda: 1, sink=audit_log)
+        proposer = get_proposer(
+            "anthropic:claude-sonnet-4-6",
+            sink=audit_log,
+            usage=LLMUsage(),
+            default_budget=CAPS,
+            caps=CAPS,
+            base_url=fake.base_url,
+        )
+        tickets = propose_valid(
+            proposer,
+            context,
+            1,
+            check=_check,
+            make_id=_ids(),  # type: ignore[arg-type]
+            make_seed=lambda: 1,
+            sink=audit_log,
+        )
     assert tickets == [] and len(fake.received) == MAX_PROPOSAL_ROUNDS
     assert len(audit_log.events("ticket_invalid")) == MAX_PROPOSAL_ROUNDS
 
@@ -65,12 +99,29 @@ def test_rules_tickets_pass_validation(audit_log: Log, context: ProposerContext)
     from agents.context import DevAnalysis, build_context
     from tests.agents.conftest import recommendation
 
-    analysis = DevAnalysis(summary="s", recommendations=(recommendation("r1", "optim.lr", 0.001),
-                                                          recommendation("r2", "test_split", "confirm-a")))
-    proposer = get_proposer("rules", sink=audit_log, usage=LLMUsage(), default_budget=Budget(device_seconds=60,
-                            epochs=2), caps=CAPS)
-    tickets = propose_valid(proposer, build_context(analysis, []), 5, check=_check,
-                            make_id=_ids(), make_seed=lambda: 3, sink=audit_log)  # type: ignore[arg-type]
+    analysis = DevAnalysis(
+        summary="s",
+        recommendations=(
+            recommendation("r1", "optim.lr", 0.001),
+            recommendation("r2", "test_split", "confirm-a"),
+        ),
+    )
+    proposer = get_proposer(
+        "rules",
+        sink=audit_log,
+        usage=LLMUsage(),
+        default_budget=Budget(device_seconds=60, epochs=2),
+        caps=CAPS,
+    )
+    tickets = propose_valid(
+        proposer,
+        build_context(analysis, []),
+        5,
+        check=_check,
+        make_id=_ids(),
+        make_seed=lambda: 3,
+        sink=audit_log,
+    )  # type: ignore[arg-type]
     assert [t.change for t in tickets] == [{"optim.lr": 0.001}]
     assert len(audit_log.events("ticket_invalid")) == 1
 
@@ -81,22 +132,42 @@ def _png(path: Path, size: int) -> Path:
 
 
 @pytest.mark.parametrize("flavour", ["openai", "anthropic"])
-def test_attachments_are_sent_or_nothing_is(flavour: str, keys: None, audit_log: Log, tmp_path: Path,
-                                            context: ProposerContext) -> None:
-    server, name = (openai_server, "openai:gpt-4o") if flavour == "openai" else \
-        (anthropic_server, "anthropic:claude-sonnet-4-6")
+def test_attachments_are_sent_or_nothing_is(
+    flavour: str, keys: None, audit_log: Log, tmp_path: Path, context: ProposerContext
+) -> None:
+    server, name = (
+        (openai_server, "openai:gpt-4o")
+        if flavour == "openai"
+        else (anthropic_server, "anthropic:claude-sonnet-4-6")
+    )
     crop = _png(tmp_path / "crop.png", 64)
-    cases = [([tmp_path / "missing.png"], DataError), ([_png(tmp_path / "big.png", MAX_ATTACHMENT_BYTES + 1)],
-                                                        LimitExceeded)]
+    cases = [
+        ([tmp_path / "missing.png"], DataError),
+        ([_png(tmp_path / "big.png", MAX_ATTACHMENT_BYTES + 1)], LimitExceeded),
+    ]
     with server([Step.call("propose_tickets", {"tickets": [_draft(60)]})]) as fake:
         for attachments, error in cases:
-            proposer = get_proposer(name, sink=audit_log, usage=LLMUsage(), default_budget=CAPS, caps=CAPS,
-                                    base_url=fake.base_url, attachments=attachments)
+            proposer = get_proposer(
+                name,
+                sink=audit_log,
+                usage=LLMUsage(),
+                default_budget=CAPS,
+                caps=CAPS,
+                base_url=fake.base_url,
+                attachments=attachments,
+            )
             with pytest.raises(error, match="not sent"):
                 proposer.propose(context, 1)
         assert fake.received == []  # a prompt is never sent without its attachment
-        proposer = get_proposer(name, sink=audit_log, usage=LLMUsage(), default_budget=CAPS, caps=CAPS,
-                                base_url=fake.base_url, attachments=[crop])
+        proposer = get_proposer(
+            name,
+            sink=audit_log,
+            usage=LLMUsage(),
+            default_budget=CAPS,
+            caps=CAPS,
+            base_url=fake.base_url,
+            attachments=[crop],
+        )
         assert len(proposer.propose(context, 1)) == 1
     import base64
 

@@ -13,25 +13,75 @@ from segfactory.home import Home
 
 
 def _round() -> LabelRound:
-    return LabelRound(round="labels/v1", reviewed_version="labels/v2", proposer_sha256="ab" * 32, n_images=24,
-                      n_proposed=41, reviewed=6, kept=0, fixed=5, dropped=1, precision=0.244, human_seconds=7.2,
-                      human_minutes_per_image=0.02, labels_per_hour=2532.0, ticket_id="labels-ft1", status="DONE",
-                      dev_object_f1=0.423, proposer_dev_object_f1=0.166, dev_gain=0.257, gate_verdict="WIN")
+    return LabelRound(
+        round="labels/v1",
+        reviewed_version="labels/v2",
+        proposer_sha256="ab" * 32,
+        n_images=24,
+        n_proposed=41,
+        reviewed=6,
+        kept=0,
+        fixed=5,
+        dropped=1,
+        precision=0.244,
+        human_seconds=7.2,
+        human_minutes_per_image=0.02,
+        labels_per_hour=2532.0,
+        ticket_id="labels-ft1",
+        status="DONE",
+        dev_object_f1=0.423,
+        proposer_dev_object_f1=0.166,
+        dev_gain=0.257,
+        gate_verdict="WIN",
+    )
 
 
 def _challenge(verdict: Verdict, ticket: str) -> ChallengeRecord:
-    claim = Claim(kind=ClaimKind.COLLAPSE, ticket_id=ticket, run_id="r0", source="claims/c.json",
-                  claimed=0.1, reference=0.59, perturbation="blur", severity=5, value=1.5)
-    return ChallengeRecord(challenge_id=f"ch-{ticket}", claim=claim, seeds=[1, 2], conditions=[], diff={},
-                           range_checks=[], verdict=verdict, reasons=[f"{ticket}: did not re-derive"])
+    claim = Claim(
+        kind=ClaimKind.COLLAPSE,
+        ticket_id=ticket,
+        run_id="r0",
+        source="claims/c.json",
+        claimed=0.1,
+        reference=0.59,
+        perturbation="blur",
+        severity=5,
+        value=1.5,
+    )
+    return ChallengeRecord(
+        challenge_id=f"ch-{ticket}",
+        claim=claim,
+        seeds=[1, 2],
+        conditions=[],
+        diff={},
+        range_checks=[],
+        verdict=verdict,
+        reasons=[f"{ticket}: did not re-derive"],
+    )
 
 
 def _rendered(records: dict[str, list[dict[str, Any]]]) -> str:
     """An otherwise empty run report carrying ``records``, as Markdown."""
-    report = rpt.RunReport(run_id="r1", profile="demo", proposer="rules", backend="bwrap", stop_reason="done",
-                           started_at=1.0, ended_at=2.0, win_rule_sha256=None, tickets=[], not_run=[], approvals=[],
-                           counts=rpt.counts([], {}), device_seconds=0.0, milestone=None, audit=None, llm_usage={},
-                           analysis_dir=None, **records)
+    report = rpt.RunReport(
+        run_id="r1",
+        profile="demo",
+        proposer="rules",
+        backend="bwrap",
+        stop_reason="done",
+        started_at=1.0,
+        ended_at=2.0,
+        win_rule_sha256=None,
+        tickets=[],
+        not_run=[],
+        approvals=[],
+        counts=rpt.counts([], {}),
+        device_seconds=0.0,
+        milestone=None,
+        audit=None,
+        llm_usage={},
+        analysis_dir=None,
+        **records,
+    )
     return render_markdown(report)
 
 
@@ -69,10 +119,18 @@ def test_the_report_lists_the_drafts_validation_refused(tmp_path: Path) -> None:
     reason = "the generator cannot target the slice term 'shape=cluster'"
     with AuditLog(home, None) as log:
         for _ in range(2):  # refused at two propose steps: listed once
-            log.append(Actor.SYSTEM.value, "ticket_invalid",
-                       {"ticket": {"hypothesis": "top up clusters", "kind": "data"}, "reasons": [reason]}, run_id="r1")
-        log.append(Actor.SYSTEM.value, "ticket_invalid", {"ticket": {"hypothesis": "other run"}, "reasons": ["x"]},
-                   run_id="r2")
+            log.append(
+                Actor.SYSTEM.value,
+                "ticket_invalid",
+                {"ticket": {"hypothesis": "top up clusters", "kind": "data"}, "reasons": [reason]},
+                run_id="r1",
+            )
+        log.append(
+            Actor.SYSTEM.value,
+            "ticket_invalid",
+            {"ticket": {"hypothesis": "other run"}, "reasons": ["x"]},
+            run_id="r2",
+        )
     refused = rpt.refused_drafts(home, "r1")
     assert refused == [{"hypothesis": "top up clusters", "kind": "data", "reasons": [reason]}]
     md = _rendered({"refused": refused})

@@ -42,9 +42,16 @@ class Dataset:
 
 
 def _ticket(tid: str) -> Ticket:
-    return Ticket(id=tid, arm="agent", kind=TicketKind.CONFIG, hypothesis="h", change={"epochs": 1},
-                  budget=Budget(device_seconds=60, epochs=1),
-                  expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.01), seed=1)
+    return Ticket(
+        id=tid,
+        arm="agent",
+        kind=TicketKind.CONFIG,
+        hypothesis="h",
+        change={"epochs": 1},
+        budget=Budget(device_seconds=60, epochs=1),
+        expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.01),
+        seed=1,
+    )
 
 
 @pytest.fixture
@@ -58,24 +65,47 @@ def services(audit_log: Log, tmp_path: Path) -> HostServices:
     def scorer(model: Path, images: np.ndarray) -> np.ndarray:  # predicts nothing: object F1 0
         return np.zeros((len(images), 1, *images.shape[1:]), dtype=np.float32)
 
-    setup = RunSetup(home=home, run_id="s1", backend="bwrap", dataset=Dataset(dev=dev, train=dev),
-                     base_config=Path("configs/run-demo.yaml"), gate=StatusOnlyGate(sha256_file(baseline)),
-                     audit=audit_log, dev_margin=0.005, scorer=scorer)
+    setup = RunSetup(
+        home=home,
+        run_id="s1",
+        backend="bwrap",
+        dataset=Dataset(dev=dev, train=dev),
+        base_config=Path("configs/run-demo.yaml"),
+        gate=StatusOnlyGate(sha256_file(baseline)),
+        audit=audit_log,
+        dev_margin=0.005,
+        scorer=scorer,
+    )
     return HostServices(setup)
 
 
 def _lineage(tid: str) -> Lineage:
-    return Lineage(ticket_id=tid, run_id="s1", parent_sha256="b" * 64, parent_fingerprint="p", config={"epochs": 1},
-                   dataset="synthetic/v1", dataset_hash="d", fingerprint="f")
+    return Lineage(
+        ticket_id=tid,
+        run_id="s1",
+        parent_sha256="b" * 64,
+        parent_fingerprint="p",
+        config={"epochs": 1},
+        dataset="synthetic/v1",
+        dataset_hash="d",
+        fingerprint="f",
+    )
 
 
 def _done(services: HostServices, tid: str, f1: float) -> None:
     folder = services.home.tickets_dir("s1") / tid
     folder.mkdir(parents=True)
-    evidence = Evidence(model_sha256="ab" * 32, model_bytes=10, manifest={}, manifest_file="m.json",
-                        dev_metrics={"object_f1": f1, "dice": 0.1}, threshold=0.5)
-    outcome = TicketOutcome(ticket_id=tid, run_id="s1", status=TicketStatus.DONE, device_seconds=42.0,
-                            evidence=evidence)
+    evidence = Evidence(
+        model_sha256="ab" * 32,
+        model_bytes=10,
+        manifest={},
+        manifest_file="m.json",
+        dev_metrics={"object_f1": f1, "dice": 0.1},
+        threshold=0.5,
+    )
+    outcome = TicketOutcome(
+        ticket_id=tid, run_id="s1", status=TicketStatus.DONE, device_seconds=42.0, evidence=evidence
+    )
     (folder / "outcome.json").write_text(outcome.model_dump_json())
 
 
@@ -85,20 +115,29 @@ def test_a_finished_ticket_is_answered_from_its_outcome_and_compared_on_dev(serv
     services._execute = lambda *a: pytest.fail("a finished ticket must not train again")  # type: ignore[method-assign]
     services.plan = lambda ticket: _lineage(ticket.id)  # type: ignore[method-assign]
     win, loss = services.run_ticket(_ticket("s1-t001")), services.run_ticket(_ticket("s1-t002"))
-    assert (win.status, win.device_seconds) == ("dev_win", 42.0) and win.model_ref and win.model_ref.endswith("model.onnx")
+    assert (
+        (win.status, win.device_seconds) == ("dev_win", 42.0)
+        and win.model_ref
+        and win.model_ref.endswith("model.onnx")
+    )
     assert loss.status == "dev_loss"  # 0.004 above a best of 0.0 is under the 0.005 margin
     rows = [json.loads(line) for line in (services.people / DEV_COMPARISONS).read_text().splitlines()]
     assert [(r["ticket_id"], r["dev_win"], r["best_object_f1"]) for r in rows] == [
-        ("s1-t001", True, 0.0), ("s1-t002", False, 0.0)]
+        ("s1-t001", True, 0.0),
+        ("s1-t002", False, 0.0),
+    ]
 
 
 def test_a_crashed_ticket_folder_is_set_aside_and_the_ticket_runs_once_more(
-        services: HostServices, audit_log: Log) -> None:
+    services: HostServices, audit_log: Log
+) -> None:
     folder = services.home.tickets_dir("s1") / "s1-t003"
     (folder / "work").mkdir(parents=True)
     ran: list[str] = []
 
-    def execute(ticket: Ticket, parent: object, lineage: Lineage, wall_left_s: float | None = None) -> TicketOutcome:
+    def execute(
+        ticket: Ticket, parent: object, lineage: Lineage, wall_left_s: float | None = None
+    ) -> TicketOutcome:
         ran.append(ticket.id)
         assert not folder.exists()  # the runner refuses a ticket id that already has a folder
         return TicketOutcome(ticket_id=ticket.id, run_id="s1", status=TicketStatus.FAILED, reason="boom")

@@ -12,12 +12,22 @@ from segfactory.errors import PolicyError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 
 
-def _ticket(kind: TicketKind = TicketKind.CONFIG, change: dict[str, Any] | None = None,
-            device_seconds: float = 60, epochs: int = 2) -> Ticket:
-    return Ticket(id="t1", arm=Arm.AGENT, kind=kind, hypothesis="h", seed=1,
-                  change={"optim.lr": 0.001} if change is None else change,
-                  budget=Budget(device_seconds=device_seconds, epochs=epochs),
-                  expected_effect=ExpectedEffect(metric="iou", direction=Direction.UP, size=0.01))
+def _ticket(
+    kind: TicketKind = TicketKind.CONFIG,
+    change: dict[str, Any] | None = None,
+    device_seconds: float = 60,
+    epochs: int = 2,
+) -> Ticket:
+    return Ticket(
+        id="t1",
+        arm=Arm.AGENT,
+        kind=kind,
+        hypothesis="h",
+        seed=1,
+        change={"optim.lr": 0.001} if change is None else change,
+        budget=Budget(device_seconds=device_seconds, epochs=epochs),
+        expected_effect=ExpectedEffect(metric="iou", direction=Direction.UP, size=0.01),
+    )
 
 
 def test_policy_loads_and_has_both_profiles() -> None:
@@ -43,20 +53,24 @@ def test_a_ticket_within_caps_is_valid() -> None:
 def test_over_budget_tickets_are_refused_with_reasons() -> None:
     policy = load_budget_policy()
     caps = policy.for_profile("demo").ticket
-    problems = ticket_problems(_ticket(device_seconds=caps.max_device_seconds + 1, epochs=caps.max_epochs + 1),
-                               policy, "demo")
+    problems = ticket_problems(
+        _ticket(device_seconds=caps.max_device_seconds + 1, epochs=caps.max_epochs + 1), policy, "demo"
+    )
     assert len(problems) == 2 and "per-ticket cap" in problems[0]
     left = ticket_problems(_ticket(device_seconds=50), policy, "demo", device_seconds_left=30)
     assert left and "left in this run" in left[0]
 
 
-@pytest.mark.parametrize("change, fragment", [
-    ({"eval_split": "confirm-a"}, "not changeable"),
-    ({"seed": 7}, "not changeable"),  # host-owned
-    ({}, "at least one key"),
-    ({"optim": {"lr": -1.0}}, "invalid"),  # re-validated by vision's TrainConfig
-    ({"optim.nesterov": True}, "invalid"),
-])
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"eval_split": "confirm-a"}, "not changeable"),
+        ({"seed": 7}, "not changeable"),  # host-owned
+        ({}, "at least one key"),
+        ({"optim": {"lr": -1.0}}, "invalid"),  # re-validated by vision's TrainConfig
+        ({"optim.nesterov": True}, "invalid"),
+    ],
+)
 def test_config_changes_outside_the_allowlist_are_refused(change: dict[str, Any], fragment: str) -> None:
     problems = ticket_problems(_ticket(change=change), load_budget_policy(), "demo")
     assert problems and fragment in problems[0]
@@ -67,17 +81,22 @@ def test_nested_and_dotted_config_changes_are_accepted() -> None:
     assert ticket_problems(_ticket(change={"optim": {"lr": 0.01}, "augment.p": 0.3}), policy, "demo") == []
 
 
-@pytest.mark.parametrize("name, fragment", [
-    ("code/model.py", None),
-    ("code/sub/aug.py", None),
-    ("gate/scorer.py", "outside"),
-    ("../code/x.py", "without '..'"),
-    ("/etc/passwd", "without '..'"),
-    ("code/vault/seeds.json", "protected"),
-    ("code", "outside"),
-])
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("code/model.py", None),
+        ("code/sub/aug.py", None),
+        ("gate/scorer.py", "outside"),
+        ("../code/x.py", "without '..'"),
+        ("/etc/passwd", "without '..'"),
+        ("code/vault/seeds.json", "protected"),
+        ("code", "outside"),
+    ],
+)
 def test_code_paths_stay_in_the_code_copy(name: str, fragment: str | None) -> None:
-    problems = ticket_problems(_ticket(TicketKind.CODE, {"files": {name: "x = 1\n"}}), load_budget_policy(), "demo")
+    problems = ticket_problems(
+        _ticket(TicketKind.CODE, {"files": {name: "x = 1\n"}}), load_budget_policy(), "demo"
+    )
     if fragment is None:
         assert problems == []
     else:
@@ -90,9 +109,13 @@ def test_a_code_ticket_must_name_files() -> None:
 
 def test_a_data_ticket_for_a_slice_the_generator_cannot_draw_is_refused() -> None:
     policy = load_budget_policy()
+
     def data(slice_name: str) -> Ticket:
-        return _ticket(TicketKind.DATA, {"action": "targeted_synthetic",
-                                         "synthetic": {"slice": slice_name, "images": 250}})
+        return _ticket(
+            TicketKind.DATA,
+            {"action": "targeted_synthetic", "synthetic": {"slice": slice_name, "images": 250}},
+        )
+
     problems = ticket_problems(data("shape=cluster & background=texture"), policy, "demo")
     assert len(problems) == 1 and "cannot target the slice term 'shape=cluster'" in problems[0]
     assert ticket_problems(data("contrast<0.124 & background=texture"), policy, "demo") == []

@@ -33,7 +33,10 @@ def test_promote_is_called_once_after_the_replicate_win(audit_log: Log, tmp_path
     services = make_services()
     state = run_loop(make_graph(services, audit_log, tmp_path), "w1")
     assert services.promoted == ["w1-t001"]
-    assert [d["decision"] for d in state["decisions"] if d["ticket_id"] == "w1-t001"] == ["replicate", "promote"]
+    assert [d["decision"] for d in state["decisions"] if d["ticket_id"] == "w1-t001"] == [
+        "replicate",
+        "promote",
+    ]
 
 
 def test_a_replicate_that_loses_on_dev_is_rejected_without_a_query(audit_log: Log, tmp_path: Path) -> None:
@@ -43,22 +46,44 @@ def test_a_replicate_that_loses_on_dev_is_rejected_without_a_query(audit_log: Lo
     decisions = [(d["ticket_id"], d["decision"]) for d in state["decisions"]]
     assert ("w2-t001", "reject") in decisions and ("w2-t001", "promote") not in decisions
     assert services.stub.promoted == [] and state.get("awaiting_replicate") == {}
-    assert any(p["decision"]["reason"].startswith("the replicate w2-t001-rep did not win on dev")
-               for p in audit_log.events("judge_decision") if "reason" in p.get("decision", {}))
+    assert any(
+        p["decision"]["reason"].startswith("the replicate w2-t001-rep did not win on dev")
+        for p in audit_log.events("judge_decision")
+        if "reason" in p.get("decision", {})
+    )
 
 
 def test_the_report_lists_every_ticket_and_says_no_llm_was_configured(audit_log: Log, tmp_path: Path) -> None:
     services = make_services()
     state = run_loop(make_graph(services, audit_log, tmp_path), "w3")
-    rows = rpt.ticket_rows(dict(state), tmp_path / "tickets", [{"ticket_id": "w3-t001", "dev_win": True,
-                                                                 "best_object_f1": 0.2}], {})
+    rows = rpt.ticket_rows(
+        dict(state),
+        tmp_path / "tickets",
+        [{"ticket_id": "w3-t001", "dev_win": True, "best_object_f1": 0.2}],
+        {},
+    )
     assert [r.ticket_id for r in rows] == [h["ticket_id"] for h in state["history"]]
     counts = rpt.counts(rows, dict(state))
     assert counts["promoted"] == 1 and counts["survived_confirm_a"] == 2 and counts["dev_wins"] == 1
-    report = rpt.RunReport(run_id="w3", profile="demo", proposer="rules", backend="bwrap", stop_reason="done",
-                           started_at=1.0, ended_at=2.0, win_rule_sha256="ab" * 32, tickets=rows, not_run=[],
-                           approvals=[], counts=counts, device_seconds=50.0, milestone=None, audit=None,
-                           llm_usage={}, analysis_dir=None)
+    report = rpt.RunReport(
+        run_id="w3",
+        profile="demo",
+        proposer="rules",
+        backend="bwrap",
+        stop_reason="done",
+        started_at=1.0,
+        ended_at=2.0,
+        win_rule_sha256="ab" * 32,
+        tickets=rows,
+        not_run=[],
+        approvals=[],
+        counts=counts,
+        device_seconds=50.0,
+        milestone=None,
+        audit=None,
+        llm_usage={},
+        analysis_dir=None,
+    )
     paths = rpt.write(report, tmp_path / "people")
     md = paths["md"].read_text()
     assert "No LLM was configured" in md and "## What this run did not do" in md
@@ -90,13 +115,23 @@ def test_the_run_stops_when_the_next_ticket_would_pass_the_wall_time(audit_log: 
         return train(ticket, wall_left_s=wall_left_s)
 
     services.run_ticket = a_ticket_takes_100_s  # type: ignore[method-assign]
-    deps = LoopDeps(services=services, judge=Judge(audit_log), sink=audit_log, usage=LLMUsage(),
-                    proposer=get_proposer("rules", sink=audit_log, usage=LLMUsage(),
-                                          default_budget=Budget(device_seconds=60, epochs=2),
-                                          caps=Budget(device_seconds=120, epochs=10)),
-                    caps=RunCaps(wall_seconds=250, device_seconds=600, tickets=20, llm_tokens=0),
-                    check=lambda t: ticket_problems(t, policy, "demo"), make_seed=lambda: 7,
-                    clock=lambda: 100.0 * tickets_done[0])
+    deps = LoopDeps(
+        services=services,
+        judge=Judge(audit_log),
+        sink=audit_log,
+        usage=LLMUsage(),
+        proposer=get_proposer(
+            "rules",
+            sink=audit_log,
+            usage=LLMUsage(),
+            default_budget=Budget(device_seconds=60, epochs=2),
+            caps=Budget(device_seconds=120, epochs=10),
+        ),
+        caps=RunCaps(wall_seconds=250, device_seconds=600, tickets=20, llm_tokens=0),
+        check=lambda t: ticket_problems(t, policy, "demo"),
+        make_seed=lambda: 7,
+        clock=lambda: 100.0 * tickets_done[0],
+    )
     state = run_loop(build_graph(deps, tmp_path / "state.sqlite"), "w4")
     assert state["tickets_run"] == 2  # 200 s spent at 100 s a ticket: a third would end at 300 > 250
     assert state["stop_reason"] == "budget: wall time 250 s would be passed by the next ticket"

@@ -34,8 +34,15 @@ def test_escapes_are_refused(ws: Workspace, path: str) -> None:
     assert info.value.kind == "path_escape_attempt"
 
 
-@pytest.mark.parametrize("path", ["vault/seeds.json", "code/../people/report.md", "/proc/1/environ",
-                                  "/var/lib/segfactory/vault/confirm-a/labels.npy"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "vault/seeds.json",
+        "code/../people/report.md",
+        "/proc/1/environ",
+        "/var/lib/segfactory/vault/confirm-a/labels.npy",
+    ],
+)
 def test_protected_paths_are_refused_as_such(ws: Workspace, path: str) -> None:
     with pytest.raises(PathRefused) as info:
         ws.read(path)

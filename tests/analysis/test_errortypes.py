@@ -22,9 +22,14 @@ def _scene() -> tuple[np.ndarray, np.ndarray, list[dict[str, object]]]:
     gt[0, 30:34, 32:36] = 1  # F: hit
     pred[0, 30:34, 32:36] = 1
     pred[0, 36:39, 2:5] = 1  # false alarm (9 px)
-    defects: list[dict[str, object]] = [{"image_id": "a", "bbox": [2, 2, 6, 6]}, {"image_id": "a", "bbox": [2, 20, 12, 30]},
-               {"image_id": "a", "bbox": [20, 2, 24, 6]}, {"image_id": "a", "bbox": [30, 20, 38, 28]},
-               {"image_id": "a", "bbox": [30, 32, 34, 36]}, {"image_id": "a", "bbox": [0, 0, 1, 1]}]
+    defects: list[dict[str, object]] = [
+        {"image_id": "a", "bbox": [2, 2, 6, 6]},
+        {"image_id": "a", "bbox": [2, 20, 12, 30]},
+        {"image_id": "a", "bbox": [20, 2, 24, 6]},
+        {"image_id": "a", "bbox": [30, 20, 38, 28]},
+        {"image_id": "a", "bbox": [30, 32, 34, 36]},
+        {"image_id": "a", "bbox": [0, 0, 1, 1]},
+    ]
     return pred, gt, defects
 
 
@@ -35,7 +40,10 @@ def test_every_error_type_is_named_and_binned_by_size() -> None:
     assert counts[ErrorType.MISSED.value] == {"tiny": 0, "small": 1, "medium": 0, "large": 0}
     assert counts[ErrorType.SPLIT.value]["medium"] == 1
     assert sum(counts[ErrorType.MERGED.value].values()) == 2
-    assert counts[ErrorType.WRONG_BOUNDARY.value]["large"] == 0 and counts[ErrorType.WRONG_BOUNDARY.value]["medium"] == 1
+    assert (
+        counts[ErrorType.WRONG_BOUNDARY.value]["large"] == 0
+        and counts[ErrorType.WRONG_BOUNDARY.value]["medium"] == 1
+    )
     assert counts[ErrorType.FALSE_ALARM.value]["tiny"] == 1
     assert result.defect_outcome == ["missed", "split", "merged", "wrong_boundary", "ok", "unlabelled"]
     assert 0 < result.per_image["dice"][0] < 1
@@ -60,4 +68,11 @@ def test_ranked_problems_are_ordered_by_count_and_sum_to_one() -> None:
 
 def test_size_bins_are_closed_below() -> None:
     assert [size_bin(a) for a in (1, 15, 16, 63, 64, 256, 10_000)] == [
-        "tiny", "tiny", "small", "small", "medium", "large", "large"]
+        "tiny",
+        "tiny",
+        "small",
+        "small",
+        "medium",
+        "large",
+        "large",
+    ]

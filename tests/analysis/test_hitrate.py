@@ -23,11 +23,25 @@ def test_held_needs_the_predicted_direction_and_half_the_size() -> None:
 def test_outcomes_and_summary_are_written_for_people_only(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     for k, change in enumerate([-0.2, -0.12, 0.05]):
-        mark(home, "r1", arm="recommendation", recommendation_id=f"rec-{k}", ticket_id=f"t{k}",
-             predicted=DOWN, observed_change=change)
+        mark(
+            home,
+            "r1",
+            arm="recommendation",
+            recommendation_id=f"rec-{k}",
+            ticket_id=f"t{k}",
+            predicted=DOWN,
+            observed_change=change,
+        )
     for k, change in enumerate([0.0, -0.11]):
-        mark(home, "r1", arm="default", recommendation_id="reseed", ticket_id=f"d{k}", predicted=DOWN,
-             observed_change=change)
+        mark(
+            home,
+            "r1",
+            arm="default",
+            recommendation_id="reseed",
+            ticket_id=f"d{k}",
+            predicted=DOWN,
+            observed_change=change,
+        )
     result = summary(home, "r1")
     assert (result.recommendation.held, result.recommendation.n) == (2, 3)
     assert (result.default.held, result.default.n) == (1, 2)
@@ -40,5 +54,12 @@ def test_outcomes_and_summary_are_written_for_people_only(tmp_path: Path) -> Non
 
 def test_a_run_id_cannot_escape_the_people_folder(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
-        mark(Home(tmp_path), "../x", arm="default", recommendation_id="r", ticket_id="t", predicted=DOWN,
-             observed_change=0.0)
+        mark(
+            Home(tmp_path),
+            "../x",
+            arm="default",
+            recommendation_id="r",
+            ticket_id="t",
+            predicted=DOWN,
+            observed_change=0.0,
+        )

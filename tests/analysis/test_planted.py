@@ -26,9 +26,18 @@ from analysis.toy import HistogramTrainer, toy_split
 
 # a fixed mix of every cause, two of size, two null runs trained with the reference's seed, and two
 # trained with another seed (training noise only); magnitudes drawn from seeds 100 + k
-MIX = [MixRun("size", 1, 1, 100), MixRun("contrast", 1, 1, 101), MixRun("masks", 1, 1, 102),
-       MixRun("capacity", 1, 1, 103), MixRun("background", 1, 1, 104), MixRun("size", 2, 2, 105),
-       MixRun("none", 1, 1, 106), MixRun("none", 2, 2, 107), MixRun("none", 1, 11, 108), MixRun("none", 2, 12, 109)]
+MIX = [
+    MixRun("size", 1, 1, 100),
+    MixRun("contrast", 1, 1, 101),
+    MixRun("masks", 1, 1, 102),
+    MixRun("capacity", 1, 1, 103),
+    MixRun("background", 1, 1, 104),
+    MixRun("size", 2, 2, 105),
+    MixRun("none", 1, 1, 106),
+    MixRun("none", 2, 2, 107),
+    MixRun("none", 1, 11, 108),
+    MixRun("none", 2, 12, 109),
+]
 NOISE_SEED = 100  # the seed-noise band: the unplanted model with seed + NOISE_SEED
 
 
@@ -65,7 +74,9 @@ def test_planted_causes_are_recovered_and_null_runs_stay_silent() -> None:
     results: list[PlantedResult] = [r for r, _ in runs]
     for result, report in runs:
         if result.cause.kind == "none":
-            assert result.n_findings == 0 and report.recommendations[0].action == "leave_it", report.recommendations
+            assert result.n_findings == 0 and report.recommendations[0].action == "leave_it", (
+                report.recommendations
+            )
     summary = rates(results)
     planted = [r for r in results if r.cause.kind != "none"]
     assert sum(r.recovered for r in planted) >= 2 / 3 * len(planted), rate_lines(results)

@@ -32,9 +32,17 @@ NULL_OFFSET = 200  # a "none" null run of reference seed s trains with s + NULL_
 # A fixed mix over two reference seeds: per seed, three planted causes trained with the reference's
 # seed, a placebo null (a random 15-30 % of the images removed, same seed) and a null trained with
 # another seed. Magnitudes are drawn from ``draw_seed`` (random, but fixed for CI).
-MIX = [run for ref in (1, 2) for run in (
-    MixRun("size", ref, ref, 100), MixRun("masks", ref, ref, 101), MixRun("capacity", ref, ref, 102),
-    MixRun("placebo", ref, ref, 103), MixRun("none", ref, ref + NULL_OFFSET, 104))]
+MIX = [
+    run
+    for ref in (1, 2)
+    for run in (
+        MixRun("size", ref, ref, 100),
+        MixRun("masks", ref, ref, 101),
+        MixRun("capacity", ref, ref, 102),
+        MixRun("placebo", ref, ref, 103),
+        MixRun("none", ref, ref + NULL_OFFSET, 104),
+    )
+]
 
 
 def test_a_shrunk_config_scales_the_decoder_and_keeps_the_rest() -> None:
@@ -64,18 +72,28 @@ def test_vision_magnitudes_are_drawn_from_their_ranges() -> None:
 
 @pytest.mark.slow
 def test_planted_causes_on_vision_models_are_recovered_and_null_runs_stay_silent(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     train, dev = planted_data()
     trainer = VisionTrainer(planted_config(), images_per_epoch=len(train.images))
-    runs = run_mix(MIX, trainer, train, dev, noise_offset=NOISE_OFFSETS, ranges=VISION_RANGES,
-                   workers=min(2, os.cpu_count() or 1))
+    runs = run_mix(
+        MIX,
+        trainer,
+        train,
+        dev,
+        noise_offset=NOISE_OFFSETS,
+        ranges=VISION_RANGES,
+        workers=min(2, os.cpu_count() or 1),
+    )
     results: list[PlantedResult] = [r for r, _ in runs]
     with capsys.disabled():  # people-facing: the rates with their intervals, in the test output
         print("\nplanted causes on vision models:\n  " + "\n  ".join(rate_lines(results)))
     for result, report in runs:
         if result.cause.kind in NULL_KINDS:
             assert result.n_findings == 0 and report.recommendations[0].action == "leave_it", (
-                [f.name for f in report.findings], [r.id for r in report.recommendations])
+                [f.name for f in report.findings],
+                [r.id for r in report.recommendations],
+            )
     planted = [r for r in results if r.cause.kind not in NULL_KINDS]
     assert len(planted) >= 4 and len(results) - len(planted) >= 2
     assert sum(r.recovered for r in planted) >= 2 / 3 * len(planted), rate_lines(results)

@@ -14,28 +14,60 @@ from segfactory.records import Direction, Recommendation, TicketKind
 
 
 def _row(name: str, attrs: list[str], score: float, complement: float, n: int = 120) -> SliceRow:
-    return SliceRow(name=name, unit="defect", attributes=attrs, n=n, score=score, low=score - 0.05,
-                    high=score + 0.05, complement=complement, effect=score - complement, discovery_n=n // 2,
-                    discovery_effect=score - complement, p_value=1e-4, q_value=1e-3, discovered=True,
-                    confirm_n=n // 2, confirm_effect=score - complement, confirm_p=1e-3, confirmed=True)
+    return SliceRow(
+        name=name,
+        unit="defect",
+        attributes=attrs,
+        n=n,
+        score=score,
+        low=score - 0.05,
+        high=score + 0.05,
+        complement=complement,
+        effect=score - complement,
+        discovery_n=n // 2,
+        discovery_effect=score - complement,
+        p_value=1e-4,
+        q_value=1e-3,
+        discovered=True,
+        confirm_n=n // 2,
+        confirm_effect=score - complement,
+        confirm_p=1e-3,
+        confirmed=True,
+    )
 
 
 def _labels(split: str, rate: float) -> LabelEstimate:
-    return LabelEstimate(split=split, n_images=200, flagged=int(rate * 200), rate=rate, low=rate - 0.05,
-                         high=rate + 0.05, sampled=False, flagged_ids=[])
+    return LabelEstimate(
+        split=split,
+        n_images=200,
+        flagged=int(rate * 200),
+        rate=rate,
+        low=rate - 0.05,
+        high=rate + 0.05,
+        sampled=False,
+        flagged_ids=[],
+    )
 
 
 def test_the_shipped_policy_is_valid() -> None:
     policy = load_policy()
     assert policy.rules[-1].input == "always"
-    assert {r.action for r in policy.rules} >= {"data_request", "targeted_synthetic", "curation",
-                                                 "model_change", "label_fix", "leave_it"}
+    assert {r.action for r in policy.rules} >= {
+        "data_request",
+        "targeted_synthetic",
+        "curation",
+        "model_change",
+        "label_fix",
+        "leave_it",
+    }
 
 
 def test_an_invalid_policy_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "recommend.yaml"
-    bad.write_text("version: 1\nmax_recommendations: 3\nrules:\n  - {id: x, input: horoscope, min_value: 0,"
-                   " action: a, kind: config, effect_share: 0}\n")
+    bad.write_text(
+        "version: 1\nmax_recommendations: 3\nrules:\n  - {id: x, input: horoscope, min_value: 0,"
+        " action: a, kind: config, effect_share: 0}\n"
+    )
     with pytest.raises(PolicyError, match="horoscope"):
         load_policy(bad)
 
@@ -43,7 +75,9 @@ def test_an_invalid_policy_is_refused(tmp_path: Path) -> None:
 def test_a_confirmed_slice_becomes_targeted_synthetic_data_with_evidence() -> None:
     recs = recommend(Inputs(findings=[_row("contrast<0.1", ["contrast"], 0.6, 0.2)]))
     top = recs[0]
-    assert isinstance(top, Recommendation) and top.action == "targeted_synthetic" and top.kind == TicketKind.DATA
+    assert (
+        isinstance(top, Recommendation) and top.action == "targeted_synthetic" and top.kind == TicketKind.DATA
+    )
     assert top.predicted_effect.slice == "contrast<0.1" and top.predicted_effect.direction == Direction.DOWN
     assert top.predicted_effect.size == pytest.approx(0.2)  # effect_share 0.5 of the 0.4 shortfall
     assert top.evidence["n"] == 120 and top.evidence["interval"] == pytest.approx([0.55, 0.65])
@@ -58,16 +92,26 @@ def test_a_strong_background_slice_also_asks_people_for_real_data() -> None:
 
 
 def test_scalar_inputs_map_to_their_actions() -> None:
-    recs = recommend(Inputs(learning_curve={"0.25": 0.40, "0.5": 0.50, "1.0": 0.56}, train_dev_gap=0.2,
-                            dev_labels=_labels("dev", 0.4), model_dice=0.7))
+    recs = recommend(
+        Inputs(
+            learning_curve={"0.25": 0.40, "0.5": 0.50, "1.0": 0.56},
+            train_dev_gap=0.2,
+            dev_labels=_labels("dev", 0.4),
+            model_dice=0.7,
+        )
+    )
     actions = [r.action for r in recs]
     assert actions == ["data_request", "training_change", "curation"]
     assert recs[0].predicted_effect.direction == Direction.UP
 
 
 def test_train_labels_much_worse_than_dev_come_first_as_label_fixes() -> None:
-    inputs = Inputs(findings=[_row("size<8", ["size"], 0.5, 0.2)], dev_labels=_labels("dev", 0.1),
-                    train_labels=_labels("train", 0.4), model_dice=0.7)
+    inputs = Inputs(
+        findings=[_row("size<8", ["size"], 0.5, 0.2)],
+        dev_labels=_labels("dev", 0.1),
+        train_labels=_labels("train", 0.4),
+        model_dice=0.7,
+    )
     recs = recommend(inputs)
     assert recs[0].action == "label_fix" and recs[1].action == "targeted_synthetic"
     inputs.model_dice = 0.1  # a weak model's label flags say more about the model than the labels

@@ -23,8 +23,12 @@ def fitted() -> Fitted:
 
 def _relative(fitted: Fitted, cand_dev: np.ndarray, cand_train: np.ndarray) -> list[str]:
     train, dev, ptrain, pdev = fitted
-    extras = Extras(reference=Evaluated(dev, pdev), reference_train=Evaluated(train, ptrain),
-                    train=Evaluated(train, cand_train), label_estimate=False)
+    extras = Extras(
+        reference=Evaluated(dev, pdev),
+        reference_train=Evaluated(train, ptrain),
+        train=Evaluated(train, cand_train),
+        label_estimate=False,
+    )
     report, _ = analyse(Evaluated(dev, cand_dev), extras=extras)
     return [r.id for r in report.recommendations]
 
@@ -37,22 +41,32 @@ def test_a_collapsed_candidate_that_fits_nothing_is_a_capacity_problem(fitted: F
 
 def test_a_collapsed_candidate_that_fits_its_training_masks_points_at_the_labels(fitted: Fitted) -> None:
     train, _, ptrain, pdev = fitted
-    ids = _relative(fitted, np.zeros_like(pdev), train.masks.astype(np.float32))  # fits its train masks exactly
+    ids = _relative(
+        fitted, np.zeros_like(pdev), train.masks.astype(np.float32)
+    )  # fits its train masks exactly
     assert ids[0] == "labels-teach-nothing-0"
     assert not any(i.startswith("targeted-synthetic") for i in ids)  # slices of a collapse are withdrawn
 
 
-def test_a_candidate_finding_voids_where_its_training_masks_say_none_points_at_the_labels(fitted: Fitted) -> None:
+def test_a_candidate_finding_voids_where_its_training_masks_say_none_points_at_the_labels(
+    fitted: Fitted,
+) -> None:
     train, dev, ptrain, pdev = fitted
     erased = train.masks.copy()
     erased[: len(erased) // 2] = 0  # half the training masks lose their voids; the model still finds them
-    extras = Extras(reference=Evaluated(dev, pdev), reference_train=Evaluated(train, ptrain),
-                    train=Evaluated(ToySplit(train.images, erased, train.image_meta, train.defects), ptrain),
-                    label_estimate=False)
+    extras = Extras(
+        reference=Evaluated(dev, pdev),
+        reference_train=Evaluated(train, ptrain),
+        train=Evaluated(ToySplit(train.images, erased, train.image_meta, train.defects), ptrain),
+        label_estimate=False,
+    )
     report, _ = analyse(Evaluated(dev, pdev), extras=extras)
     top = report.recommendations[0]
     assert top.id == "labels-miss-voids-0" and top.action == "label_fix"
-    assert top.evidence["train_empty_images_with_a_void_found"] > top.evidence["dev_empty_images_with_a_void_found"]
+    assert (
+        top.evidence["train_empty_images_with_a_void_found"]
+        > top.evidence["dev_empty_images_with_a_void_found"]
+    )
     assert any(n.startswith("images labelled empty where the model finds a void") for n in report.notes)
 
 
@@ -81,7 +95,9 @@ def test_a_relative_image_count_slice_is_not_sliced(fitted: Fitted) -> None:
     train, dev, ptrain, pdev = fitted
     half = pdev * 0.0
     half[::2] = pdev[::2]  # worse on every other image, whatever it holds
-    extras = Extras(reference=Evaluated(dev, pdev), reference_train=Evaluated(train, ptrain), label_estimate=False)
+    extras = Extras(
+        reference=Evaluated(dev, pdev), reference_train=Evaluated(train, ptrain), label_estimate=False
+    )
     report, _ = analyse(Evaluated(dev, half), extras=extras)
     assert not any(r.unit == "image" and "count" in r.attributes for r in report.slices)
     assert any(r.unit == "defect" and "count" in r.attributes for r in report.slices)

@@ -35,7 +35,9 @@ def test_a_chance_slice_on_one_half_is_not_reported() -> None:
     rng = np.random.default_rng(3)
     outcome = base.outcome.copy()
     low = np.array([float(c) < 0.25 for c in base.columns["contrast"]])
-    outcome[disc & low] = (rng.random(int((disc & low).sum())) < 0.7).astype(float)  # only on the discovery half
+    outcome[disc & low] = (rng.random(int((disc & low).sum())) < 0.7).astype(
+        float
+    )  # only on the discovery half
     units = Units("defect", base.columns, outcome, base.image)
     report = find_slices(units, seed=5)
     discovered = [r for r in report.rows if r.discovered and r.name.startswith("contrast<")]

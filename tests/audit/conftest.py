@@ -81,16 +81,34 @@ def run_code_ticket(root: Path, worker: str, ticket_id: str) -> Home:
     home.root.mkdir(parents=True)
     for name, n, seed in (("train", 8, 0), ("dev", 6, 1)):
         write_split(root / "src" / name, *draw(n, 32, seed), {"generator": "tests.discs"})
-    version = create_version(home.root, "discs", {s: root / "src" / s for s in ("train", "dev")}, approve_it=True)
+    version = create_version(
+        home.root, "discs", {s: root / "src" / s for s in ("train", "dev")}, approve_it=True
+    )
     settings = SchedulerSettings(reserve_bytes=0)
-    scheduler = Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings)
-    ticket = Ticket(id=ticket_id, arm="agent-code", kind="code", hypothesis="a worker that does what it likes",
-                    change={"files": {"vision/worker.py": worker}},
-                    budget={"device_seconds": 120, "epochs": 1},
-                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0}, seed=1)
+    scheduler = Scheduler(
+        MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings
+    )
+    ticket = Ticket(
+        id=ticket_id,
+        arm="agent-code",
+        kind="code",
+        hypothesis="a worker that does what it likes",
+        change={"files": {"vision/worker.py": worker}},
+        budget={"device_seconds": 120, "epochs": 1},
+        expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0},
+        seed=1,
+    )
     with AuditLog(home, MemoryAnchorStore()) as log:
-        outcome = execute_ticket(ticket, home=home, dataset_version=version, backend="bwrap",
-                                 base_config=dict(BASE_CONFIG), audit=log, run_id="r1", scheduler=scheduler)
+        outcome = execute_ticket(
+            ticket,
+            home=home,
+            dataset_version=version,
+            backend="bwrap",
+            base_config=dict(BASE_CONFIG),
+            audit=log,
+            run_id="r1",
+            scheduler=scheduler,
+        )
     assert outcome.status == TicketStatus.DONE, (outcome.reason, outcome.attempts)
     return home
 

@@ -14,7 +14,10 @@ from segfactory.errors import PolicyError
 from segfactory.home import Home
 from tests.audit.conftest import DECOY_READ, HOSTILE_TICKET
 
-needs_bwrap = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+needs_bwrap = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 
 
 def _findings(home: Home) -> list[Finding]:
@@ -54,7 +57,9 @@ def test_a_tool_call_padded_into_a_blob_hides_nothing(home: Home, _: None) -> No
 
 def test_an_unreadable_blob_is_a_finding_and_llm_traffic_stays_closed(home: Home) -> None:
     with AuditLog(home, None) as log:
-        big = log.append("proposer", "ticket_proposed", {"ticket": {"code": "x" * INLINE_MAX_BYTES + " /vault/seeds.json"}})
+        big = log.append(
+            "proposer", "ticket_proposed", {"ticket": {"code": "x" * INLINE_MAX_BYTES + " /vault/seeds.json"}}
+        )
         ref = log.put_blob(b'{"messages": [{"content": "never read /vault/confirm-a/labels.npy"}]}')
         log.append("proposer", "llm_http_request", {"body": ref})
     assert [(f.kind, f.path) for f in _findings(home)] == [("argument", "/vault/seeds.json")]
@@ -65,7 +70,9 @@ def test_an_unreadable_blob_is_a_finding_and_llm_traffic_stays_closed(home: Home
 def test_benign_records_are_not_findings(home: Home) -> None:
     with AuditLog(home, None) as log:
         log.append("code-agent", "tool_call", {"tool": "write_file", "args": {"path": "/work/train.py"}})
-        log.append("sandbox", "exec_start", {"command": ["python", "-m", "vision.train", "--data", "/data/train"]})
+        log.append(
+            "sandbox", "exec_start", {"command": ["python", "-m", "vision.train", "--data", "/data/train"]}
+        )
         log.append("gate", "verdict", {"tier": "confirm-a", "vault": f"{home.root}/vault/ledger.sqlite"})
         log.append("proposer", "llm_request", {"tier": "confirm-a", "note": "never read the vault"})
     assert _findings(home) == []
@@ -73,8 +80,14 @@ def test_benign_records_are_not_findings(home: Home) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/proc/1/environ", "/proc/self/environ", "/var/run/docker.sock", "/proc/1/root/etc/passwd",
-     "/home/x/.local/share/segfactory/vault/gate-pinned/abc/gate/service.py", "/srv/h/audit/log.jsonl"],
+    [
+        "/proc/1/environ",
+        "/proc/self/environ",
+        "/var/run/docker.sock",
+        "/proc/1/root/etc/passwd",
+        "/home/x/.local/share/segfactory/vault/gate-pinned/abc/gate/service.py",
+        "/srv/h/audit/log.jsonl",
+    ],
 )
 def test_policy_protects_host_escapes_and_home_internals(path: str) -> None:
     assert match_protected(path, load_policy().for_home(Path("/srv/h"))) is not None

@@ -18,14 +18,22 @@ from tests.audit.conftest import DECOY_READ, HOSTILE_TICKET, log_lines, write_li
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
-needs_bwrap = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+needs_bwrap = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 
 
 def _fill(home: Home) -> str:
     """A small log anchored in a file; returns the --anchor value."""
     anchor = home.root / "anchor.json"
     with AuditLog(home, FileAnchorStore(anchor)) as log:
-        log.append("code-agent", "tool_call", {"tool": "read_file", "args": {"path": "/work/config.yaml"}}, run_id="r1")
+        log.append(
+            "code-agent",
+            "tool_call",
+            {"tool": "read_file", "args": {"path": "/work/config.yaml"}},
+            run_id="r1",
+        )
         log.append("human", "approval_decided", {"id": "d1"}, run_id="r1")
         log.append("gate", "gate.verdict", {"ticket_id": "t1"}, run_id="r2")
         log.close_run("r2")
@@ -67,13 +75,30 @@ def test_check_passes_a_clean_log(home: Home, cli: Cli) -> None:
 @pytest.mark.parametrize("_", [pytest.param(None, marks=needs_bwrap)])
 def test_show_filters(ticket_home: Home, cli: Cli, _: None) -> None:
     home = str(ticket_home.root)
-    result = cli("audit", "show", "--json", "--run", "r1", "--actor", "sandbox", "--event", "protected_read_attempt",
-                 "--since", "1h", "--home", home)
+    result = cli(
+        "audit",
+        "show",
+        "--json",
+        "--run",
+        "r1",
+        "--actor",
+        "sandbox",
+        "--event",
+        "protected_read_attempt",
+        "--since",
+        "1h",
+        "--home",
+        home,
+    )
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["count"] >= 1 and {r["payload"]["path"] for r in shown["records"]} == {DECOY_READ}
     assert {r["payload"]["ticket_id"] for r in shown["records"]} == {HOSTILE_TICKET}
     table = cli("audit", "show", "--event", "ticket_attempt", "--home", home)
-    assert table.returncode == 0 and "ticket_attempt" in table.stdout and "protected_read_attempt" not in table.stdout
+    assert (
+        table.returncode == 0
+        and "ticket_attempt" in table.stdout
+        and "protected_read_attempt" not in table.stdout
+    )
     unknown = cli("audit", "show", "--actor", "intruder", "--home", home)
     assert unknown.returncode == 2 and "unknown actor 'intruder'" in unknown.stderr

@@ -34,7 +34,9 @@ def gate_service(home: Home) -> Iterator[tuple[object, object]]:
     gate = Gate(home.vault, home_root=home.root)
     sock_path = home.root / "gate-run" / "gate.sock"
     server = uvicorn.Server(uvicorn.Config(create_app(gate), log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [bind_unix_socket(sock_path)]}, daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [bind_unix_socket(sock_path)]}, daemon=True
+    )
     thread.start()
     client = GateClient(socket_path=sock_path)
     deadline = time.monotonic() + START_S
@@ -68,7 +70,9 @@ def test_head_is_anchored_in_the_gate_ledger(home: Home, gate_service: tuple[obj
     assert not verify_log(home.audit, store.get()).ok
 
 
-def test_gate_events_are_pulled_acked_and_not_repeated(home: Home, gate_service: tuple[object, object]) -> None:
+def test_gate_events_are_pulled_acked_and_not_repeated(
+    home: Home, gate_service: tuple[object, object]
+) -> None:
     gate, client = gate_service
     ledger = gate.ledger  # type: ignore[attr-defined]
     ledger.queue_event("gate.verdict", {"ticket_id": "t1", "run_id": "r1", "verdict": "NO_WIN"})
@@ -80,14 +84,19 @@ def test_gate_events_are_pulled_acked_and_not_repeated(home: Home, gate_service:
         assert pull(client, log) == 1  # type: ignore[arg-type]
     records = list(iter_records(home.audit / "log.jsonl"))
     assert [(r.actor.value, r.event) for r in records] == [
-        ("gate", "gate.verdict"), ("gate", "gate.invalid"), ("gate", "gate.verdict")]
+        ("gate", "gate.verdict"),
+        ("gate", "gate.invalid"),
+        ("gate", "gate.verdict"),
+    ]
     assert records[0].run_id == "r1" and records[1].payload["reason"] == "custom op domain"
     assert [r.payload["ticket_id"] for r in records] == ["t1", "t2", "t3"]
     assert all(isinstance(r.payload["gate_event_id"], int) for r in records)
     assert ledger.events_after(0) == []  # acknowledged events are dropped from the gate's queue
 
 
-def test_cli_verify_asks_the_served_gate(home: Home, gate_service: tuple[object, object], cli: Callable[..., CliResult]) -> None:
+def test_cli_verify_asks_the_served_gate(
+    home: Home, gate_service: tuple[object, object], cli: Callable[..., CliResult]
+) -> None:
     _, client = gate_service
     with AuditLog(home, GateAnchorStore(client)) as log:  # type: ignore[arg-type]
         log.append("human", "approve", {"id": "d1"})
@@ -116,7 +125,9 @@ class _CrashOnAck:
         raise ConnectionError("killed before the ack")
 
 
-def test_a_crash_before_the_ack_does_not_duplicate_events(home: Home, gate_service: tuple[object, object]) -> None:
+def test_a_crash_before_the_ack_does_not_duplicate_events(
+    home: Home, gate_service: tuple[object, object]
+) -> None:
     gate, client = gate_service
     gate.ledger.queue_event("gate.verdict", {"ticket_id": "t1"})  # type: ignore[attr-defined]
     with AuditLog(home, None) as log:
@@ -128,7 +139,8 @@ def test_a_crash_before_the_ack_does_not_duplicate_events(home: Home, gate_servi
 
 
 def test_a_cut_and_regrown_log_is_caught_by_the_gates_anchors(
-        home: Home, gate_service: tuple[object, object], cli: Callable[..., CliResult]) -> None:
+    home: Home, gate_service: tuple[object, object], cli: Callable[..., CliResult]
+) -> None:
     """Cut the log, re-anchor it lower (refused), grow it past the old head and anchor that
     (accepted: it is ahead): `audit verify` still fails, on the old anchor the new log lacks."""
     import httpx
@@ -212,7 +224,9 @@ PULLER = """
 """
 
 
-def test_two_pulling_processes_append_each_event_once(home: Home, gate_service: tuple[object, object]) -> None:
+def test_two_pulling_processes_append_each_event_once(
+    home: Home, gate_service: tuple[object, object]
+) -> None:
     import subprocess
     import sys
     import textwrap
@@ -220,8 +234,12 @@ def test_two_pulling_processes_append_each_event_once(home: Home, gate_service: 
     from tests.conftest import REPO
 
     gate, _ = gate_service
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(PULLER), str(home.root)], cwd=REPO,
-                              stderr=subprocess.PIPE) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(PULLER), str(home.root)], cwd=REPO, stderr=subprocess.PIPE
+        )
+        for _ in range(2)
+    ]
     try:
         for i in range(60):
             gate.ledger.queue_event("gate.verdict", {"ticket_id": f"t{i}"})  # type: ignore[attr-defined]
@@ -231,5 +249,7 @@ def test_two_pulling_processes_append_each_event_once(home: Home, gate_service: 
         (home.root / "stop").touch()
         errors = [p.communicate(timeout=60)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
-    tickets = [r.payload["ticket_id"] for r in iter_records(home.audit / "log.jsonl") if r.actor.value == "gate"]
+    tickets = [
+        r.payload["ticket_id"] for r in iter_records(home.audit / "log.jsonl") if r.actor.value == "gate"
+    ]
     assert sorted(tickets, key=lambda t: int(t[1:])) == [f"t{i}" for i in range(60)]

@@ -20,8 +20,10 @@ WAIT_S = 20  # a child that has not reached its state by then fails the test
 
 def _spawn(code: str, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code), *args], cwd=REPO,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -120,5 +122,7 @@ def test_two_processes_keep_one_chain(home: Home) -> None:
     records = list(iter_records(home.audit / "log.jsonl"))
     for name in ("a", "b"):
         assert [r.payload["i"] for r in records if r.payload["writer"] == name] == list(range(per_writer))
-    switches = sum(a.payload["writer"] != b.payload["writer"] for a, b in zip(records, records[1:], strict=False))
+    switches = sum(
+        a.payload["writer"] != b.payload["writer"] for a, b in zip(records, records[1:], strict=False)
+    )
     assert switches >= 2, "the two writers did not overlap; the test proved nothing"

@@ -41,7 +41,15 @@ def test_intact_log_agrees_with_anchor(anchored: tuple[Home, MemoryAnchorStore])
     assert report.head_seq == RECORDS - 1
     assert report.anchor is not None and report.anchor.seq == RECORDS - 1
     assert report.unanchored_from is None
-    assert set(report.to_json()) >= {"ok", "records", "head_seq", "head_hash", "anchor", "unanchored_from", "problems"}
+    assert set(report.to_json()) >= {
+        "ok",
+        "records",
+        "head_seq",
+        "head_hash",
+        "anchor",
+        "unanchored_from",
+        "problems",
+    }
 
 
 def test_edited_record(anchored: tuple[Home, MemoryAnchorStore]) -> None:

@@ -29,9 +29,16 @@ scheduler = runner_fixtures.scheduler
 
 
 def make_ticket(tid: str = "t1", seconds: float = 60) -> Ticket:
-    return Ticket(id=tid, arm="agent", kind="config", hypothesis="a smaller learning rate helps",
-                  change={"optim": {"lr": 0.001}}, budget={"device_seconds": seconds, "epochs": 1},
-                  expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01}, seed=11)
+    return Ticket(
+        id=tid,
+        arm="agent",
+        kind="config",
+        hypothesis="a smaller learning rate helps",
+        change={"optim": {"lr": 0.001}},
+        budget={"device_seconds": seconds, "epochs": 1},
+        expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01},
+        seed=11,
+    )
 
 
 @pytest.fixture
@@ -55,14 +62,24 @@ class Finished:
 
 
 @pytest.fixture
-def finished(marked_home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> Finished:
+def finished(
+    marked_home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> Finished:
     """Ticket t1 of run r1, DONE, with its ticket row in people/tickets.jsonl (no claim yet)."""
     ticket = make_ticket()
     people = marked_home.people_dir(RUN)
     people.mkdir(parents=True)
     (people / "tickets.jsonl").write_text(ticket.model_dump_json() + "\n")
-    outcome = execute_ticket(ticket, home=marked_home, dataset_version=dataset, backend=StandinLauncher(),
-                             base_config=dict(BASE_CONFIG), audit=audit_log, run_id=RUN, scheduler=scheduler)
+    outcome = execute_ticket(
+        ticket,
+        home=marked_home,
+        dataset_version=dataset,
+        backend=StandinLauncher(),
+        base_config=dict(BASE_CONFIG),
+        audit=audit_log,
+        run_id=RUN,
+        scheduler=scheduler,
+    )
     assert outcome.status is TicketStatus.DONE, outcome.reason
     assert outcome.evidence is not None
     setup = ChallengeSetup(marked_home, audit_log, backend=StandinLauncher(), scheduler=scheduler)
@@ -72,8 +89,10 @@ def finished(marked_home: Home, dataset: DatasetVersion, audit_log: AuditLog, sc
 def dev_comparison(home: Home, ticket_id: str, f1: float, best_f1: float, win: bool = True) -> None:
     """What agents.services writes for a ticket compared on dev."""
     with (home.people_dir(RUN) / "dev_comparisons.jsonl").open("a") as fh:
-        fh.write(json.dumps({"ticket_id": ticket_id, "object_f1": f1, "best_object_f1": best_f1,
-                             "dev_win": win}) + "\n")
+        fh.write(
+            json.dumps({"ticket_id": ticket_id, "object_f1": f1, "best_object_f1": best_f1, "dev_win": win})
+            + "\n"
+        )
 
 
 def challenge_files(home: Home) -> list[Path]:

@@ -36,11 +36,20 @@ from tests.conftest import REPO
 from tests.vision._data import make_version
 from vision.evaluate import evaluate
 
-pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 
-NARROW = {"model": {"name": "unet-mobilenetv3", "decoder_width": 8}, "epochs": 5, "batch_size": 16, "threads": 1,
-          "optim": {"lr": 0.006}, "augment": {"p": 0.5, "blur_sigma": {"low": 0.0, "high": 0.25}}}
+NARROW = {
+    "model": {"name": "unet-mobilenetv3", "decoder_width": 8},
+    "epochs": 5,
+    "batch_size": 16,
+    "threads": 1,
+    "optim": {"lr": 0.006},
+    "augment": {"p": 0.5, "blur_sigma": {"low": 0.0, "high": 0.25}},
+}
 ARTIFACTS = REPO / "test-artifacts" / "challenge"
 SEVERITY = 3  # detector_blur sigma 1.5 px: six times the trained 0.25
 
@@ -48,34 +57,54 @@ SEVERITY = 3  # detector_blur sigma 1.5 px: six times the trained 0.25
 @pytest.fixture
 def discs(home: Home, tmp_path: Path) -> DatasetVersion:
     make_version(tmp_path / "src", 192, 64, 32, seed=0, radii=(2.0, 3.0, 4.0), contrast=0.3, noise=0.02)
-    return create_version(home.root, "discs", {s: tmp_path / "src" / s for s in ("train", "dev")}, approve_it=True)
+    return create_version(
+        home.root, "discs", {s: tmp_path / "src" / s for s in ("train", "dev")}, approve_it=True
+    )
 
 
 def _train_narrow(home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> Any:
-    ticket = Ticket(id="t-narrow", arm="agent", kind="config", hypothesis="the reference preset, light blur aug",
-                    change={}, budget={"device_seconds": 600, "epochs": 5},
-                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0}, seed=7)
-    outcome = execute_ticket(ticket, home=home, dataset_version=dataset, backend="bwrap", base_config=NARROW,
-                             audit=audit_log, run_id=RUN, scheduler=scheduler)
+    ticket = Ticket(
+        id="t-narrow",
+        arm="agent",
+        kind="config",
+        hypothesis="the reference preset, light blur aug",
+        change={},
+        budget={"device_seconds": 600, "epochs": 5},
+        expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0},
+        seed=7,
+    )
+    outcome = execute_ticket(
+        ticket,
+        home=home,
+        dataset_version=dataset,
+        backend="bwrap",
+        base_config=NARROW,
+        audit=audit_log,
+        run_id=RUN,
+        scheduler=scheduler,
+    )
     assert outcome.status is TicketStatus.DONE, outcome.reason
     return outcome
 
 
-def test_out_of_range_collapse_is_retracted(marked_home: Home, discs: DatasetVersion, audit_log: AuditLog,
-                                            scheduler: Scheduler) -> None:
+def test_out_of_range_collapse_is_retracted(
+    marked_home: Home, discs: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> None:
     home = marked_home
     home.marker.write_text('{"profile": "default", "created": 0.0, "layout": 1}')
     _train_narrow(home, discs, audit_log, scheduler)
-    report = evaluate(home.tickets_dir(RUN) / "t-narrow" / "model.onnx", discs.dev, with_robustness=True,
-                      n_boot=200)
+    report = evaluate(
+        home.tickets_dir(RUN) / "t-narrow" / "model.onnx", discs.dev, with_robustness=True, n_boot=200
+    )
     claim = collapse_claim(report, "t-narrow", RUN, perturbation="detector_blur", severity=SEVERITY)
     assert claim is not None and claim.effect >= 0.2, report["robustness"]["cells"]  # the "collapse"
     ci = report["intervals"]["object_f1"]
     assert auto_challenge_needed(claim.effect, ci["low"], ci["high"]).needed  # far beyond the noise floor
     write_claim(home, claim)
 
-    record = challenge_ticket(ChallengeSetup(home, audit_log, backend="bwrap", scheduler=scheduler), "t-narrow",
-                              seeds=2, run_id=RUN)
+    record = challenge_ticket(
+        ChallengeSetup(home, audit_log, backend="bwrap", scheduler=scheduler), "t-narrow", seeds=2, run_id=RUN
+    )
 
     assert record.claim.kind is ClaimKind.COLLAPSE
     assert record.verdict is Verdict.RETRACTED, record.reasons

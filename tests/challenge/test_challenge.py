@@ -28,7 +28,9 @@ def payloads(home: Home, event: str) -> list[dict[str, Any]]:
     return [r.payload for r in iter_records(home.audit / "log.jsonl") if r.event == event]
 
 
-def test_unknown_ticket_is_a_clear_cli_error_and_is_audited(marked_home: Home, cli: Callable[..., Any]) -> None:
+def test_unknown_ticket_is_a_clear_cli_error_and_is_audited(
+    marked_home: Home, cli: Callable[..., Any]
+) -> None:
     res = cli("challenge", "t-nope", "--home", str(marked_home.root), "--json")
     assert res.returncode != 0 and res.stdout == ""
     assert res.stderr.strip().count("\n") == 0
@@ -92,8 +94,9 @@ def test_a_retracted_promoted_win_demotes_the_best_in_the_ledger(finished: Finis
     model = home.tickets_dir(RUN) / "t1" / "model.onnx"
     baseline_sha = _ledger_with_promoted(home, model, tmp_path)
     dev_comparison(home, "t1", finished.dev_f1 + 0.2, finished.dev_f1 + 0.1)  # a win that will not reproduce
-    (home.runs / "promotions.jsonl").write_text(json.dumps({"model": str(model), "run_id": RUN,
-                                                            "ticket_id": "t1"}) + "\n")
+    (home.runs / "promotions.jsonl").write_text(
+        json.dumps({"model": str(model), "run_id": RUN, "ticket_id": "t1"}) + "\n"
+    )
     with served_gate(home) as gate:  # the demotion goes through the gate's POST /retract
         record = challenge_ticket(replace(finished.setup, gate=gate), "t1", seeds=1)
     assert record.verdict is Verdict.RETRACTED and record.claim.promoted

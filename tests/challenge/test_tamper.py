@@ -23,7 +23,10 @@ from synthetic.versions import DatasetVersion
 from tests.challenge.conftest import RUN, dev_comparison
 from tests.runner.conftest import BASE_CONFIG
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 TAMPERING_WORKER = '''
 """Writes a valid model, then rewrites the config it was given: a low threshold, another seed."""
 import sys
@@ -49,23 +52,40 @@ config_path.write_text(yaml.safe_dump(config))
 
 
 def test_a_challenge_ignores_a_config_the_sandbox_rewrote(
-        marked_home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
-    ticket = Ticket(id="t1", arm="agent-code", kind="code", hypothesis="a worker that edits its own config",
-                    change={"files": {"vision/worker.py": TAMPERING_WORKER}},
-                    budget={"device_seconds": 60, "epochs": 1},
-                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01}, seed=11)
+    marked_home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> None:
+    ticket = Ticket(
+        id="t1",
+        arm="agent-code",
+        kind="code",
+        hypothesis="a worker that edits its own config",
+        change={"files": {"vision/worker.py": TAMPERING_WORKER}},
+        budget={"device_seconds": 60, "epochs": 1},
+        expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01},
+        seed=11,
+    )
     people = marked_home.people_dir(RUN)
     people.mkdir(parents=True)
     (people / "tickets.jsonl").write_text(ticket.model_dump_json() + "\n")
-    outcome = execute_ticket(ticket, home=marked_home, dataset_version=dataset, backend="bwrap",
-                             base_config=dict(BASE_CONFIG), audit=audit_log, run_id=RUN, scheduler=scheduler)
+    outcome = execute_ticket(
+        ticket,
+        home=marked_home,
+        dataset_version=dataset,
+        backend="bwrap",
+        base_config=dict(BASE_CONFIG),
+        audit=audit_log,
+        run_id=RUN,
+        scheduler=scheduler,
+    )
     assert outcome.status is TicketStatus.DONE and outcome.evidence is not None, outcome.reason
     folder = marked_home.tickets_dir(RUN) / "t1"
     assert "threshold: 0.01" in (folder / "work" / "config.yaml").read_text()  # the sandbox did rewrite it
     assert (folder / HOST_CONFIG_FILE).is_file()
     host_threshold = outcome.evidence.threshold
     dev_f1 = float(outcome.evidence.dev_metrics["object_f1"])
-    dev_comparison(marked_home, "t1", dev_f1, dev_f1 - 0.1)  # a claimed dev win, so there is something to challenge
+    dev_comparison(
+        marked_home, "t1", dev_f1, dev_f1 - 0.1
+    )  # a claimed dev win, so there is something to challenge
 
     located = locate(marked_home, "t1")
     assert located.config["threshold"] == host_threshold != 0.01 and located.config["seed"] == 11

@@ -25,17 +25,34 @@ FULL = {"noise_std": {"low": 0.0, "high": 0.1}, "p": 0.8}
 
 
 def claim(kind: ClaimKind = ClaimKind.COLLAPSE, **kw: Any) -> Claim:
-    base: dict[str, Any] = {"kind": kind, "ticket_id": "t1", "run_id": "r1", "source": "test", "claimed": 0.2,
-                            "reference": 0.8}
+    base: dict[str, Any] = {
+        "kind": kind,
+        "ticket_id": "t1",
+        "run_id": "r1",
+        "source": "test",
+        "claimed": 0.2,
+        "reference": 0.8,
+    }
     if kind is ClaimKind.COLLAPSE:
         base.update(perturbation="lower_dose", severity=5, value=0.1)
     return Claim(**{**base, **kw})
 
 
-def cond(label: str, seed: int, augment: dict[str, Any], clean: float | None, pert: float | None = None) -> Condition:
-    return Condition(label=label, ticket_id=label, seed=seed, dataset="d/v1", dataset_hash="h", code_sha256="c",
-                     config_sha256="cfg-" + str(sorted(augment)), augment=augment, dev_object_f1=clean,
-                     perturbed_object_f1=pert)
+def cond(
+    label: str, seed: int, augment: dict[str, Any], clean: float | None, pert: float | None = None
+) -> Condition:
+    return Condition(
+        label=label,
+        ticket_id=label,
+        seed=seed,
+        dataset="d/v1",
+        dataset_hash="h",
+        code_sha256="c",
+        config_sha256="cfg-" + str(sorted(augment)),
+        augment=augment,
+        dev_object_f1=clean,
+        perturbed_object_f1=pert,
+    )
 
 
 def test_range_check_reads_the_trained_augmentation_range() -> None:
@@ -69,17 +86,22 @@ def test_collapse_branches_upheld_and_not_reproduced() -> None:
     rederived = [cond("s1", 2, NARROW, 0.8, 0.25)]
     checks = [range_check(claim(), original)]
     still = cond("full", 2, FULL, 0.8, 0.3)
-    verdict, reasons = collapse_verdict(claim(), original, rederived, still, [*checks, range_check(claim(), still)],
-                                        POLICY)
+    verdict, reasons = collapse_verdict(
+        claim(), original, rederived, still, [*checks, range_check(claim(), still)], POLICY
+    )
     assert verdict is Verdict.UPHELD and "even when trained over the full range" in reasons[-1]
     inside = cond("claimed", 1, FULL, 0.8, 0.2)
-    verdict, reasons = collapse_verdict(claim(), inside, [cond("s1", 2, FULL, 0.8, 0.3)], None,
-                                        [range_check(claim(), inside)], POLICY)
+    verdict, reasons = collapse_verdict(
+        claim(), inside, [cond("s1", 2, FULL, 0.8, 0.3)], None, [range_check(claim(), inside)], POLICY
+    )
     assert verdict is Verdict.UPHELD and "real vulnerability" in reasons[-1]
-    verdict, reasons = collapse_verdict(claim(), inside, [cond("s1", 2, FULL, 0.8, 0.75)], None,
-                                        [range_check(claim(), inside)], POLICY)
+    verdict, reasons = collapse_verdict(
+        claim(), inside, [cond("s1", 2, FULL, 0.8, 0.75)], None, [range_check(claim(), inside)], POLICY
+    )
     assert verdict is Verdict.RETRACTED and "does not reproduce" in reasons[-1]
-    verdict, reasons = collapse_verdict(claim(), original, [cond("s1", 2, NARROW, 0.8, 0.75)], None, checks, POLICY)
+    verdict, reasons = collapse_verdict(
+        claim(), original, [cond("s1", 2, NARROW, 0.8, 0.75)], None, checks, POLICY
+    )
     assert verdict is Verdict.RETRACTED and "extrapolation" in reasons[-1]
 
 
@@ -87,28 +109,54 @@ def test_an_out_of_range_artefact_is_retracted_even_when_the_narrow_seeds_vary()
     original = cond("claimed", 1, NARROW, 0.8, 0.3)
     control = cond("full", 2, FULL, 0.8, 0.78)
     checks = [range_check(claim(), original), range_check(claim(), control)]
-    verdict, reasons = collapse_verdict(claim(), original, [cond("s1", 2, NARROW, 0.8, 0.65)], control, checks,
-                                        POLICY)
+    verdict, reasons = collapse_verdict(
+        claim(), original, [cond("s1", 2, NARROW, 0.8, 0.65)], control, checks, POLICY
+    )
     assert verdict is Verdict.RETRACTED and reasons[0].startswith("0/1") and "artefact" in reasons[-1]
 
 
 def test_win_verdict_counts_seeds_that_beat_the_reference() -> None:
     win = claim(ClaimKind.WIN, claimed=0.7, reference=0.6)
     up, _ = win_verdict(win, [cond("s1", 1, {}, 0.66), cond("s2", 2, {}, 0.58)], POLICY)
-    down, reasons = win_verdict(win, [cond("s1", 1, {}, 0.55), cond("s2", 2, {}, 0.58), cond("s3", 3, {}, None)],
-                                POLICY)
+    down, reasons = win_verdict(
+        win, [cond("s1", 1, {}, 0.55), cond("s2", 2, {}, 0.58), cond("s3", 3, {}, None)], POLICY
+    )
     assert up is Verdict.UPHELD and down is Verdict.RETRACTED
     assert "0/2 re-derived seeds" in reasons[0]
 
 
 def test_collapse_claim_from_an_evaluate_report() -> None:
-    report = {"metrics": {"object_f1": 0.8}, "robustness": {"cells": [
-        {"perturbation": "lower_dose", "severity": 4, "value": 0.06, "object_f1": 0.5, "object_f1_drop": 0.3,
-         "finding": "extrapolation"},
-        {"perturbation": "lower_dose", "severity": 5, "value": 0.1, "object_f1": 0.1, "object_f1_drop": 0.7,
-         "finding": "extrapolation"},
-        {"perturbation": "shift", "severity": 1, "value": 1, "object_f1": 0.79, "object_f1_drop": 0.01,
-         "finding": "ok"}]}}
+    report = {
+        "metrics": {"object_f1": 0.8},
+        "robustness": {
+            "cells": [
+                {
+                    "perturbation": "lower_dose",
+                    "severity": 4,
+                    "value": 0.06,
+                    "object_f1": 0.5,
+                    "object_f1_drop": 0.3,
+                    "finding": "extrapolation",
+                },
+                {
+                    "perturbation": "lower_dose",
+                    "severity": 5,
+                    "value": 0.1,
+                    "object_f1": 0.1,
+                    "object_f1_drop": 0.7,
+                    "finding": "extrapolation",
+                },
+                {
+                    "perturbation": "shift",
+                    "severity": 1,
+                    "value": 1,
+                    "object_f1": 0.79,
+                    "object_f1_drop": 0.01,
+                    "finding": "ok",
+                },
+            ]
+        },
+    }
     made = collapse_claim(report, "t1", "r1")
     assert made is not None and made.severity == 5 and made.effect == pytest.approx(0.7)
     assert collapse_claim({"metrics": {"object_f1": 0.8}, "robustness": {"cells": []}}, "t1", "r1") is None

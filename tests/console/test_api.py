@@ -17,6 +17,7 @@ def _records(ch: ConsoleHome, event: str) -> list[dict[str, Any]]:
 
 # --- auth -------------------------------------------------------------------------------------
 
+
 def test_every_page_and_api_needs_the_token(app: Any) -> None:
     from fastapi.testclient import TestClient
 
@@ -55,11 +56,16 @@ def test_a_post_without_its_csrf_token_is_refused(client: Any, console_home: Con
 
 def test_a_huge_body_is_refused_before_it_is_read(client: Any) -> None:
     big = "x" * (MAX_BODY_BYTES + 1)
-    assert client.post(f"/approvals/{REQUEST}/reply", content=big,
-                       headers={"content-type": "text/plain"}).status_code == 413
+    assert (
+        client.post(
+            f"/approvals/{REQUEST}/reply", content=big, headers={"content-type": "text/plain"}
+        ).status_code
+        == 413
+    )
 
 
 # --- audit review -----------------------------------------------------------------------------
+
 
 def test_filters_and_a_highlighted_protected_read(client: Any) -> None:
     page = client.get("/audit", params={"actor": "sandbox", "run": RUN}).text
@@ -67,7 +73,9 @@ def test_filters_and_a_highlighted_protected_read(client: Any) -> None:
     rows = re.findall(r'<tr class="rec( protected)?"', page)
     assert rows == [" protected"]
     assert "protected read: /vault/confirm-a/labels.npy" in page
-    assert "run_start" not in client.get("/audit", params={"event": "llm_attempt"}).text.split('id="records"')[1]
+    assert (
+        "run_start" not in client.get("/audit", params={"event": "llm_attempt"}).text.split('id="records"')[1]
+    )
 
 
 def test_hostile_payloads_render_inert(client: Any, console_home: ConsoleHome) -> None:
@@ -96,6 +104,7 @@ def test_a_tampered_log_shows_a_broken_chain(client: Any, console_home: ConsoleH
 
 # --- approvals chat ---------------------------------------------------------------------------
 
+
 def _say(client: Any, text: str) -> str:
     csrf = csrf_of(client.get(f"/approvals/{REQUEST}").text)
     client.post(f"/approvals/{REQUEST}/reply", data={"text": text, "csrf": csrf})
@@ -108,7 +117,9 @@ def _confirm(client: Any, page: str) -> str:
     return client.get(f"/approvals/{REQUEST}").text
 
 
-def test_approve_in_own_words_then_confirm_queues_the_data_ticket(client: Any, console_home: ConsoleHome) -> None:
+def test_approve_in_own_words_then_confirm_queues_the_data_ticket(
+    client: Any, console_home: ConsoleHome
+) -> None:
     page = _say(client, "approve 200, thin voids only")
     assert "I read this as: APPROVE, for 200 images, limited to: thin voids only" in page
     assert client.get("/api/approvals").json()["requests"][0]["status"] == "pending"  # nothing decided yet
@@ -117,7 +128,10 @@ def test_approve_in_own_words_then_confirm_queues_the_data_ticket(client: Any, c
     approved = client.get(f"/api/runs/{RUN}").json()["approved_data_tickets"]
     assert approved == [{"id": "r1-dr1-data", "taken": False}]
     decided = _records(console_home, "approval_decided")
-    assert decided[0]["actor"] == "human" and decided[0]["payload"]["reason"] == "count=200; scope=thin voids only"
+    assert (
+        decided[0]["actor"] == "human"
+        and decided[0]["payload"]["reason"] == "count=200; scope=thin voids only"
+    )
 
 
 def test_double_approval_changes_nothing_and_says_so(client: Any, console_home: ConsoleHome) -> None:
@@ -149,8 +163,9 @@ def test_deny_with_a_reason(client: Any, console_home: ConsoleHome) -> None:
     assert client.get(f"/api/runs/{RUN}").json()["approved_data_tickets"] == []
 
 
-def test_approval_for_an_ended_run_is_recorded_and_says_it_will_not_run(client: Any,
-                                                                        console_home: ConsoleHome) -> None:
+def test_approval_for_an_ended_run_is_recorded_and_says_it_will_not_run(
+    client: Any, console_home: ConsoleHome
+) -> None:
     console_home.log.append("system", "run_end", {"stop_reason": "budget: wall"}, run_id=RUN)
     page = _say(client, "approve")
     assert "has ended (budget: wall), so its queue takes no new tickets" in page  # warned before confirming
@@ -162,7 +177,9 @@ def test_approval_for_an_ended_run_is_recorded_and_says_it_will_not_run(client: 
 
 def test_a_huge_reply_is_refused_and_nothing_read(client: Any, console_home: ConsoleHome) -> None:
     csrf = csrf_of(client.get(f"/approvals/{REQUEST}").text)
-    reply = client.post(f"/approvals/{REQUEST}/reply", data={"text": "approve " * MAX_REPLY_CHARS, "csrf": csrf})
+    reply = client.post(
+        f"/approvals/{REQUEST}/reply", data={"text": "approve " * MAX_REPLY_CHARS, "csrf": csrf}
+    )
     assert reply.status_code == 413 and "at most 2000 characters" in reply.text
     assert not _records(console_home, "approval_reply")
 
@@ -174,11 +191,14 @@ def test_bearer_callers_get_json_and_need_no_csrf(client: Any) -> None:
     with TestClient(client.app, base_url="http://127.0.0.1") as script:
         answer = script.post(f"/approvals/{REQUEST}/reply", data={"text": "approve"}, headers=auth).json()
         assert answer["pending"] is True
-        done = script.post(f"/approvals/{REQUEST}/confirm", data={"message_id": answer["id"]}, headers=auth).json()
+        done = script.post(
+            f"/approvals/{REQUEST}/confirm", data={"message_id": answer["id"]}, headers=auth
+        ).json()
         assert "queued for run r1" in done["text"]
 
 
 # --- runs -------------------------------------------------------------------------------------
+
 
 def test_run_page_shows_verdicts_and_plots(client: Any, console_home: ConsoleHome) -> None:
     from PIL import Image
@@ -196,7 +216,8 @@ def test_run_page_shows_verdicts_and_plots(client: Any, console_home: ConsoleHom
 
 
 def test_a_ticket_training_now_shows_its_latest_epoch_as_numbers_marked_not_evidence(
-        client: Any, console_home: ConsoleHome) -> None:
+    client: Any, console_home: ConsoleHome
+) -> None:
     from runner._progress import PROGRESS_FILE, CurveWatcher
     from tests.console.conftest import HOSTILE
 
@@ -204,7 +225,8 @@ def test_a_ticket_training_now_shows_its_latest_epoch_as_numbers_marked_not_evid
     work = tickets / "r1-t009" / "work"
     (work / "out").mkdir(parents=True)
     (work / "out" / "learning_curve.jsonl").write_text(
-        json.dumps({"epoch": 1, "train_loss": 0.4321, "note": HOSTILE}) + "\n")
+        json.dumps({"epoch": 1, "train_loss": 0.4321, "note": HOSTILE}) + "\n"
+    )
     CurveWatcher(work, "r1-t009", 4, 12.0, 120.0, None, record=tickets / "r1-t009" / PROGRESS_FILE).poll()
     (tickets / "r1-t008").mkdir()  # finished: an outcome beside its last progress is not training
     (tickets / "r1-t008" / PROGRESS_FILE).write_text(json.dumps({"epoch": 4, "epochs": 4}))
@@ -213,7 +235,9 @@ def test_a_ticket_training_now_shows_its_latest_epoch_as_numbers_marked_not_evid
     training = client.get(f"/api/runs/{RUN}").json()["training"]
     assert [t["ticket_id"] for t in training] == ["r1-t009"]
     row = training[0]
-    assert (row["epoch"], row["epochs"], row["train_loss"]) == (2, 4, 0.4321) and "not evidence" in row["note"]
+    assert (row["epoch"], row["epochs"], row["train_loss"]) == (2, 4, 0.4321) and "not evidence" in row[
+        "note"
+    ]
     assert row["device_seconds_spent"] >= 12.0 and row["device_seconds_left"] <= 108.0
     assert "script" not in json.dumps(training)  # the sandbox's text never reaches the page
     page = client.get(f"/runs/{RUN}").text

@@ -24,8 +24,11 @@ from tests.console.conftest import REQUEST, RUN, ConsoleHome, seed_run
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts" / "console"
 DOCS_SHOTS = REPO / "docs" / "screenshots"
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"),
+]
 
 
 def _free_port() -> int:
@@ -57,8 +60,17 @@ def page(server: str) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"])
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+            ],
+        )
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         tab = context.new_page()
         tab.set_default_timeout(15_000)
@@ -99,7 +111,9 @@ def test_approve_a_data_request_through_the_chat(page: Any, console_home: Consol
     expect(page.locator(".plots img")).to_have_count(1)
     expect(page.locator("#verdicts")).to_contain_text("NO_WIN")
     _shot(page, "run.png")
-    seed_run(console_home.home, RUN, {"tickets_run": 2, "device_seconds": 99.0, "taken_approvals": ["r1-dr1-data"]})
+    seed_run(
+        console_home.home, RUN, {"tickets_run": 2, "device_seconds": 99.0, "taken_approvals": ["r1-dr1-data"]}
+    )
     expect(page.locator("#tickets-run")).to_have_text("2", timeout=10_000)  # the page polls /api/runs/<id>
     expect(page.locator("#approved-tickets")).to_contain_text("taken into the run's queue")
 
@@ -146,9 +160,14 @@ def test_fix_and_drop_labels(page: Any, console_home: ConsoleHome) -> None:
     page.click("#apply")
     expect(page.locator("#applied")).to_contain_text("synthetic/v2")
     root = console_home.home.root
-    old, new = read_split(resolve(root, "synthetic/v1").train), read_split(resolve(root, "synthetic/v2").train)
+    old, new = (
+        read_split(resolve(root, "synthetic/v1").train),
+        read_split(resolve(root, "synthetic/v2").train),
+    )
     assert len(new) == len(old) - 1
-    assert int(new.masks[2].sum()) > int(old.masks[3].sum())  # image 3 (index 2 after the drop) gained the stroke
+    assert int(new.masks[2].sum()) > int(
+        old.masks[3].sum()
+    )  # image 3 (index 2 after the drop) gained the stroke
     assert np.array_equal(new.masks[0], old.masks[0])
 
 

@@ -20,9 +20,14 @@ from tests.console.test_browser import _free_port
 def test_console_prints_a_login_link_and_guards_every_page(tmp_home: Path) -> None:
     port = _free_port()
     env = {**os.environ, "SEGFACTORY_CONSOLE_TOKEN": ""}
-    proc = subprocess.Popen([sys.executable, "-m", "segfactory", "console", "--home", str(tmp_home),
-                             "--port", str(port)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "segfactory", "console", "--home", str(tmp_home), "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline(), proc.stdout.readline()]

@@ -11,13 +11,21 @@ import yaml
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed")
+pytestmark = pytest.mark.skipif(
+    shutil.which("docker-compose") is None, reason="docker-compose is not installed"
+)
 
 
 @pytest.fixture(scope="module")
 def stack() -> dict[str, Any]:
-    out = subprocess.run(["docker-compose", "-f", str(REPO / "docker-compose.yml"), "config"], cwd=REPO,
-                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PWD": str(REPO)})
+    out = subprocess.run(
+        ["docker-compose", "-f", str(REPO / "docker-compose.yml"), "config"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PWD": str(REPO)},
+    )
     assert out.returncode == 0, out.stderr
     services: dict[str, Any] = yaml.safe_load(out.stdout)["services"]
     return services

@@ -16,11 +16,22 @@ ITEM = f"{TICKET}-esc"
 
 
 def _escalate(ch: ConsoleHome, pending: str = "promote") -> ApprovalQueue:
-    ticket = Ticket(id=TICKET, arm=Arm.AGENT, kind=TicketKind.CONFIG, hypothesis="a lower learning rate",
-                    change={"lr": 0.0005}, budget=Budget(device_seconds=60, epochs=2), seed=3,
-                    expected_effect=ExpectedEffect(metric="dice", slice="thin", direction=Direction.UP, size=0.02))
-    decision = JudgeDecision(ticket_id=TICKET, decision=Decision.ESCALATE, by="llm",
-                             reason="the gain sits in one slice only; a person should look")
+    ticket = Ticket(
+        id=TICKET,
+        arm=Arm.AGENT,
+        kind=TicketKind.CONFIG,
+        hypothesis="a lower learning rate",
+        change={"lr": 0.0005},
+        budget=Budget(device_seconds=60, epochs=2),
+        seed=3,
+        expected_effect=ExpectedEffect(metric="dice", slice="thin", direction=Direction.UP, size=0.02),
+    )
+    decision = JudgeDecision(
+        ticket_id=TICKET,
+        decision=Decision.ESCALATE,
+        by="llm",
+        reason="the gain sits in one slice only; a person should look",
+    )
     queue = ApprovalQueue(ch.home.state_db, ch.log)
     assert queue.escalate(ticket, decision, RUN, pending=pending) == ITEM
     return queue
@@ -43,13 +54,17 @@ def _decided(ch: ConsoleHome) -> list[dict[str, Any]]:
     return [r for r in map(json.loads, lines) if r["event"] == "approval_decided"]
 
 
-def test_an_escalation_is_listed_and_its_thread_says_what_approval_does(client: Any, console_home: ConsoleHome) -> None:
+def test_an_escalation_is_listed_and_its_thread_says_what_approval_does(
+    client: Any, console_home: ConsoleHome
+) -> None:
     _escalate(console_home)
     listing = client.get("/approvals").text
     assert ITEM in listing and "escalation: promote?" in listing
     api = client.get("/api/approvals").json()
     assert [r["id"] for r in api["requests"]] == ["r1-dr1"]  # data requests keep their key
-    assert [(e["id"], e["kind"], e["pending"]) for e in api["escalations"]] == [(ITEM, "escalation", "promote")]
+    assert [(e["id"], e["kind"], e["pending"]) for e in api["escalations"]] == [
+        (ITEM, "escalation", "promote")
+    ]
     page = client.get(f"/approvals/{ITEM}").text
     assert "The judge of run r1 escalated ticket r1-t002" in page and "one slice only" in page
     assert "If you approve, the coded rule promotes it" in page and 'id="approved-tickets"' not in page
@@ -70,7 +85,8 @@ def test_approving_in_the_chat_answers_the_escalation_once(client: Any, console_
 
 
 def test_a_count_means_nothing_for_an_escalation_and_a_denial_holds_the_ticket_back(
-        client: Any, console_home: ConsoleHome) -> None:
+    client: Any, console_home: ConsoleHome
+) -> None:
     queue = _escalate(console_home, pending="replicate")
     page = _say(client, "approve 200")
     assert "approved or denied as a whole" in page and 'name="message_id"' not in page
@@ -80,8 +96,9 @@ def test_a_count_means_nothing_for_an_escalation_and_a_denial_holds_the_ticket_b
     assert (answer.approved, answer.pending, answer.reason) == (False, "replicate", "seed noise, I think")
 
 
-def test_an_answer_after_the_run_ended_is_recorded_and_says_nothing_follows(client: Any,
-                                                                            console_home: ConsoleHome) -> None:
+def test_an_answer_after_the_run_ended_is_recorded_and_says_nothing_follows(
+    client: Any, console_home: ConsoleHome
+) -> None:
     queue = _escalate(console_home)
     console_home.log.append("system", "run_end", {"stop_reason": "budget: wall"}, run_id=RUN)
     page = _confirm(client, _say(client, "approve"))

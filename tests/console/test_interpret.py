@@ -42,7 +42,12 @@ def _read(script: list[Step], reply: str, log: AuditLog) -> tuple[Any, Any]:
 def test_the_llm_reads_a_reply_the_rules_cannot(log: AuditLog) -> None:
     args = {"kind": "approve", "count": 200, "scope": "thin ones only", "reason": "", "why_unclear": ""}
     reading, fake = _read([Step.call("read_reply", args)], "sure, 200 of them, but thin ones only", log)
-    assert (reading.kind, reading.count, reading.scope, reading.by) == ("approve", 200, "thin ones only", "llm")
+    assert (reading.kind, reading.count, reading.scope, reading.by) == (
+        "approve",
+        200,
+        "thin ones only",
+        "llm",
+    )
     body = json.loads(fake.received[0])
     assert "sure, 200 of them" in json.dumps(body) and body["tool_choice"]["function"]["name"] == "read_reply"
     records = [json.loads(x) for x in log.path.read_text().splitlines()]

@@ -24,10 +24,15 @@ def _png(mask: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
 
 
-def _decide(client: Any, image_id: int, action: str, *, rev: int = 0, mask: str = "", base: str = BASE) -> Any:
+def _decide(
+    client: Any, image_id: int, action: str, *, rev: int = 0, mask: str = "", base: str = BASE
+) -> Any:
     csrf = csrf_of(client.get(f"{base}/train/{image_id}").text)
-    return client.post(f"{base}/train/{image_id}/decide", follow_redirects=False,
-                       data={"csrf": csrf, "action": action, "rev": str(rev), "seconds": "30", "mask": mask})
+    return client.post(
+        f"{base}/train/{image_id}/decide",
+        follow_redirects=False,
+        data={"csrf": csrf, "action": action, "rev": str(rev), "seconds": "30", "mask": mask},
+    )
 
 
 def test_queue_lists_the_suspects_with_images(client: Any) -> None:
@@ -47,7 +52,10 @@ def test_keep_fix_drop_then_apply_makes_a_new_version(client: Any, console_home:
     page = client.post(f"{BASE}/apply", data={"csrf": csrf_of(client.get(BASE).text)})
     assert "Created <b>synthetic/v2</b>" in page.text
     root = console_home.home.root
-    old, new = read_split(resolve(root, "synthetic/v1").train), read_split(resolve(root, "synthetic/v2").train)
+    old, new = (
+        read_split(resolve(root, "synthetic/v1").train),
+        read_split(resolve(root, "synthetic/v2").train),
+    )
     assert len(old) == 8 and len(new) == 7  # image 1 dropped; v1 kept as it was
     assert np.array_equal(new.masks[2], fixed)  # image 3 is index 2 once image 1 is gone
     assert [m["id"] for m in new.image_meta][:3] == ["img000", "img002", "img003"]

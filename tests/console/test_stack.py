@@ -19,8 +19,11 @@ import pytest
 from tests.conftest import REPO
 from tests.console.test_browser import _free_port
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed")]
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed"),
+]
 TOKEN = "stack-test-token"
 UP_TIMEOUT_S = 420  # the gate's first start runs `segfactory init --profile demo`
 
@@ -33,20 +36,42 @@ def _engine_ok() -> bool:
 def stack(tmp_path: Path) -> Iterator[tuple[dict[str, str], int]]:
     if not _engine_ok():
         pytest.skip("no Docker engine answers")
-    subprocess.run([sys.executable, "-m", "segfactory", "sandbox", "build", "--home", str(tmp_path / "build-home")],
-                   cwd=REPO, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "segfactory", "sandbox", "build", "--home", str(tmp_path / "build-home")],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     port = _free_port()
-    env = {**os.environ, "PWD": str(REPO), "SEGFACTORY_STACK_HOME": str(tmp_path / "home"),
-           "SEGFACTORY_STACK_TMP": str(tmp_path / "scratch"), "SEGFACTORY_PYTHON_PREFIX": sys.base_prefix,
-           "SEGFACTORY_CONSOLE_PORT": str(port), "SEGFACTORY_CONSOLE_TOKEN": TOKEN,
-           "COMPOSE_PROJECT_NAME": f"sftest{port}"}
+    env = {
+        **os.environ,
+        "PWD": str(REPO),
+        "SEGFACTORY_STACK_HOME": str(tmp_path / "home"),
+        "SEGFACTORY_STACK_TMP": str(tmp_path / "scratch"),
+        "SEGFACTORY_PYTHON_PREFIX": sys.base_prefix,
+        "SEGFACTORY_CONSOLE_PORT": str(port),
+        "SEGFACTORY_CONSOLE_TOKEN": TOKEN,
+        "COMPOSE_PROJECT_NAME": f"sftest{port}",
+    }
     try:
-        subprocess.run(["docker-compose", "up", "-d", "gate", "console"], cwd=REPO, env=env, check=True,
-                       capture_output=True, timeout=UP_TIMEOUT_S)
+        subprocess.run(
+            ["docker-compose", "up", "-d", "gate", "console"],
+            cwd=REPO,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=UP_TIMEOUT_S,
+        )
         yield env, port
     finally:
-        subprocess.run(["docker-compose", "down", "-v", "--timeout", "5"], cwd=REPO, env=env, capture_output=True,
-                       timeout=120)
+        subprocess.run(
+            ["docker-compose", "down", "-v", "--timeout", "5"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
 
 
 def _wait_for(url: str, deadline_s: float) -> httpx.Response:
@@ -69,9 +94,25 @@ def test_stack_serves_the_console_and_verifies_its_sandboxes(stack: tuple[dict[s
         assert "Chain: intact" in audit and "no anchor store consulted" not in audit  # the gate's anchor
     home = Path(env["SEGFACTORY_STACK_HOME"])
     assert not any((home / "vault").iterdir())  # the real vault is the gate's volume, not this folder
-    verify = subprocess.run(["docker-compose", "run", "--rm", "worker", "segfactory", "sandbox", "verify",
-                             "--backend", "docker", "--json"], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=300)
+    verify = subprocess.run(
+        [
+            "docker-compose",
+            "run",
+            "--rm",
+            "worker",
+            "segfactory",
+            "sandbox",
+            "verify",
+            "--backend",
+            "docker",
+            "--json",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     report = json.loads(verify.stdout.strip().splitlines()[-1])
     checks = {c["name"]: c["ok"] for c in report["checks"]}
     assert report["ok"] and checks["docker_socket"] and checks["canary"], checks

@@ -31,11 +31,17 @@ class FakeServices:
         self.tickets.append(ticket)
         score = self.score_of(ticket)
         if score is None:
-            return RunOutcome(ticket_id=ticket.id, status="failed", device_seconds=self.seconds, reason="boom")
+            return RunOutcome(
+                ticket_id=ticket.id, status="failed", device_seconds=self.seconds, reason="boom"
+            )
         self.scores[ticket.id] = score
         win = score - self.best >= DEV_MARGIN
-        return RunOutcome(ticket_id=ticket.id, status="dev_win" if win else "dev_loss",
-                          device_seconds=self.seconds, model_ref=f"/m/{ticket.id}.onnx")
+        return RunOutcome(
+            ticket_id=ticket.id,
+            status="dev_win" if win else "dev_loss",
+            device_seconds=self.seconds,
+            model_ref=f"/m/{ticket.id}.onnx",
+        )
 
     def dev_score(self, ticket_id: str) -> float | None:
         return self.scores.get(ticket_id)
@@ -43,7 +49,9 @@ class FakeServices:
     def submit(self, ticket: Ticket, model_ref: str, replicate_of: str | None) -> CoarseVerdict:
         tier = "confirm-b" if replicate_of else "confirm-a"
         self.queries[tier].append(ticket.id)
-        return CoarseVerdict(ticket_id=ticket.id, tier=tier, verdict=self.verdict_of(ticket, tier), queries_left=9)
+        return CoarseVerdict(
+            ticket_id=ticket.id, tier=tier, verdict=self.verdict_of(ticket, tier), queries_left=9
+        )
 
     def promote(self, ticket_id: str) -> None:
         self.promoted.append(ticket_id)

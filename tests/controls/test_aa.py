@@ -12,9 +12,20 @@ from tests.controls._fakes import FakeServices, ListSink
 
 BUDGET = Budget(device_seconds=60, epochs=2)
 # Dev scores by ticket id: the reference, then 8 runs and the replicates that wins ask for.
-SCORES = {"aa-ref": 0.50, "aa-aa000": 0.49, "aa-aa001": 0.503, "aa-aa002": 0.52, "aa-aa002-rep": 0.53,
-          "aa-aa003": 0.47, "aa-aa004": 0.56, "aa-aa004-rep": 0.49, "aa-aa005": 0.50, "aa-aa006": 0.59,
-          "aa-aa006-rep": 0.60, "aa-aa007": 0.62}
+SCORES = {
+    "aa-ref": 0.50,
+    "aa-aa000": 0.49,
+    "aa-aa001": 0.503,
+    "aa-aa002": 0.52,
+    "aa-aa002-rep": 0.53,
+    "aa-aa003": 0.47,
+    "aa-aa004": 0.56,
+    "aa-aa004-rep": 0.49,
+    "aa-aa005": 0.50,
+    "aa-aa006": 0.59,
+    "aa-aa006-rep": 0.60,
+    "aa-aa007": 0.62,
+}
 
 
 def verdicts(ticket: Ticket, tier: str) -> Verdict:
@@ -23,8 +34,15 @@ def verdicts(ticket: Ticket, tier: str) -> Verdict:
 
 def test_aa_bookkeeping_matches_the_ledger_and_the_sandbox_runs() -> None:
     services = FakeServices(score_of=lambda t: SCORES[t.id], verdict_of=verdicts)
-    result = run_aa(8, services, Judge(ListSink()), run_id="aa", budget=BUDGET, make_seed=lambda: 11,
-                    set_reference=services.set_reference)
+    result = run_aa(
+        8,
+        services,
+        Judge(ListSink()),
+        run_id="aa",
+        budget=BUDGET,
+        make_seed=lambda: 11,
+        set_reference=services.set_reference,
+    )
     s = result.summary()
     # dev wins (margin 0.005) against the moving best: 002, 004, 006 (after 002's promotion), 007
     assert s["dev_wins"] == 4 and s["confirm_a_wins"] == 3 and s["replicates"] == 3
@@ -36,7 +54,9 @@ def test_aa_bookkeeping_matches_the_ledger_and_the_sandbox_runs() -> None:
     gate, naive = s["gate_rule"], s["naive_rule"]
     assert (gate["wins"], gate["runs"]) == (2, 8) and services.promoted == ["aa-aa002", "aa-aa006"]
     assert (naive["wins"], naive["runs"]) == (5, 8)  # 0.503 0.52 0.56 0.59 0.62 beat 0.50; 0.50 ties
-    assert gate["false_win_rate"]["k"] == gate["false_win_rate"]["n"] == 2  # every win is false by construction
+    assert (
+        gate["false_win_rate"]["k"] == gate["false_win_rate"]["n"] == 2
+    )  # every win is false by construction
     assert gate["wins_per_run"]["wilson"]["low"] < 0.25 < gate["wins_per_run"]["wilson"]["high"]
     assert s["selection_effect"]["n"] == 8
 
@@ -45,17 +65,24 @@ def test_aa_tickets_are_the_default_config_with_no_op_code_edits() -> None:
     plain, code = aa_ticket("aa", 0, BUDGET, 5), aa_ticket("aa", 1, BUDGET, 6)
     assert plain.kind is TicketKind.CONFIG and plain.change == {} and plain.arm is Arm.AA
     assert code.kind is TicketKind.CODE and code.change["config"] == {}
-    (name, text), = code.change["files"].items()
+    ((name, text),) = code.change["files"].items()
     original = (__import__("pathlib").Path(__file__).resolve().parents[2] / name).read_text()
-    assert text.startswith(original) and text[len(original):].strip().startswith("#")
-    assert noop_edit(3)[name][len(original):].strip() == ""  # whitespace only
+    assert text.startswith(original) and text[len(original) :].strip().startswith("#")
+    assert noop_edit(3)[name][len(original) :].strip() == ""  # whitespace only
 
 
 def test_an_aa_without_a_reference_fails_clearly() -> None:
     services = FakeServices(score_of=lambda t: None)
     with pytest.raises(DataError, match="reference"):
-        run_aa(2, services, Judge(ListSink()), run_id="aa", budget=BUDGET, make_seed=lambda: 1,
-               set_reference=services.set_reference)
+        run_aa(
+            2,
+            services,
+            Judge(ListSink()),
+            run_id="aa",
+            budget=BUDGET,
+            make_seed=lambda: 1,
+            set_reference=services.set_reference,
+        )
 
 
 def test_runs_that_could_not_win_are_not_counted_as_runs_that_did_not() -> None:
@@ -65,11 +92,24 @@ def test_runs_that_could_not_win_are_not_counted_as_runs_that_did_not() -> None:
 
     from cli.controls_cmds import _refuse_failed_runs
 
-    scores = {"aa-ref": 0.50, "aa-aa000": 0.49, "aa-aa001": None, "aa-aa002": 0.52, "aa-aa002-rep": None,
-              "aa-aa003": None}
+    scores = {
+        "aa-ref": 0.50,
+        "aa-aa000": 0.49,
+        "aa-aa001": None,
+        "aa-aa002": 0.52,
+        "aa-aa002-rep": None,
+        "aa-aa003": None,
+    }
     services = FakeServices(score_of=lambda t: scores[t.id])
-    result = run_aa(4, services, Judge(ListSink()), run_id="aa", budget=BUDGET, make_seed=lambda: 11,
-                    set_reference=services.set_reference)
+    result = run_aa(
+        4,
+        services,
+        Judge(ListSink()),
+        run_id="aa",
+        budget=BUDGET,
+        make_seed=lambda: 11,
+        set_reference=services.set_reference,
+    )
     s = result.summary()
     assert (s["runs"], s["failed"], s["undecided"]) == (4, 2, 1)
     assert (s["gate_rule"]["wins"], s["gate_rule"]["runs"]) == (0, 1)  # only aa000 reached a decision

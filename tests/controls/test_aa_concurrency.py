@@ -34,8 +34,16 @@ class SlowServices(FakeServices):
 
 def test_concurrent_aa_respects_the_limit_and_keeps_run_order() -> None:
     services, seeds = SlowServices(), count(100)
-    result = run_aa(9, services, Judge(ListSink()), run_id="aa", budget=Budget(device_seconds=60, epochs=2),
-                    make_seed=lambda: next(seeds), set_reference=lambda ticket_id: None, concurrency=3)
+    result = run_aa(
+        9,
+        services,
+        Judge(ListSink()),
+        run_id="aa",
+        budget=Budget(device_seconds=60, epochs=2),
+        make_seed=lambda: next(seeds),
+        set_reference=lambda ticket_id: None,
+        concurrency=3,
+    )
     assert 1 < services.peak <= 3
     assert [r.ticket_id for r in result.runs] == [f"aa-aa{i:03d}" for i in range(9)]
     seeds_by_id = {t.id: t.seed for t in services.tickets}
@@ -45,6 +53,13 @@ def test_concurrent_aa_respects_the_limit_and_keeps_run_order() -> None:
 
 def test_concurrency_one_is_sequential() -> None:
     services = SlowServices()
-    run_aa(3, services, Judge(ListSink()), run_id="aa", budget=Budget(device_seconds=60, epochs=2),
-           make_seed=lambda: 1, set_reference=lambda ticket_id: None)
+    run_aa(
+        3,
+        services,
+        Judge(ListSink()),
+        run_id="aa",
+        budget=Budget(device_seconds=60, epochs=2),
+        make_seed=lambda: 1,
+        set_reference=lambda ticket_id: None,
+    )
     assert services.peak == 1

@@ -11,7 +11,9 @@ import pytest
 from tests.conftest import CliResult
 
 
-def test_agent_code_is_a_known_arm_that_needs_an_llm_proposer(cli: Callable[..., CliResult], tmp_home: Path) -> None:
+def test_agent_code_is_a_known_arm_that_needs_an_llm_proposer(
+    cli: Callable[..., CliResult], tmp_home: Path
+) -> None:
     result = cli("compare", "--arms", "agent,agent-code", "--proposer", "rules", "--home", str(tmp_home))
     assert result.returncode != 0 and "--arms agent-code needs an LLM --proposer" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not tmp_home.exists()
@@ -19,7 +21,9 @@ def test_agent_code_is_a_known_arm_that_needs_an_llm_proposer(cli: Callable[...,
     assert "known: agent, agent-code, sweep-tpe" in unknown.stderr
 
 
-def test_the_agent_code_arm_is_a_run_with_the_code_agent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_agent_code_arm_is_a_run_with_the_code_agent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import agents.run
     from controls import compare
 
@@ -27,14 +31,17 @@ def test_the_agent_code_arm_is_a_run_with_the_code_agent(monkeypatch: pytest.Mon
     monkeypatch.setattr(agents.run, "start_run", lambda req: asked.append(req) or {"run_id": "r-none"})
     for arm in ("agent", "agent-code"):
         compare._run_arm(tmp_path / "home", arm, 0, 60.0, "openai:gpt-4o", "demo", "bwrap", lambda line: None)
-    assert [(r.proposer, r.code_agent, r.budget_s) for r in asked] == [("openai:gpt-4o", False, 60.0),
-                                                                       ("openai:gpt-4o", True, 60.0)]
+    assert [(r.proposer, r.code_agent, r.budget_s) for r in asked] == [
+        ("openai:gpt-4o", False, 60.0),
+        ("openai:gpt-4o", True, 60.0),
+    ]
     # both stop by the sweeps' rule: only the budget (device time, the profile's compare_arm caps)
     assert [(r.fill_budget, r.wall_s) for r in asked] == [(True, None), (True, None)]
 
 
-def test_an_agent_arm_budget_above_the_run_cap_is_refused_before_anything(cli: Callable[..., CliResult],
-                                                                          tmp_home: Path) -> None:
+def test_an_agent_arm_budget_above_the_run_cap_is_refused_before_anything(
+    cli: Callable[..., CliResult], tmp_home: Path
+) -> None:
     result = cli("compare", "--arms", "agent,nnunet", "--budget", "40m", "--home", str(tmp_home))
     assert result.returncode != 0 and "above the demo compare_arm cap 1800" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not tmp_home.exists()

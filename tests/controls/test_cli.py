@@ -12,13 +12,21 @@ from tests.conftest import CliResult
 Cli = Callable[..., CliResult]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["sweep", "--sampler", "grid", "--budget", "10m"], "sampler 'grid' is not registered; known: random, tpe"),
-    (["sweep", "--sampler", "tpe", "--budget", "30s"], "too small for one trial"),
-    (["aa", "--runs", "0"], "--runs 0: expected 1..500"),
-    (["compare", "--arms", "agent,grid", "--budget", "10m"], "unknown grid"),
-])
-def test_bad_input_is_one_clear_error_and_no_home(cli: Cli, tmp_home: Path, args: list[str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["sweep", "--sampler", "grid", "--budget", "10m"],
+            "sampler 'grid' is not registered; known: random, tpe",
+        ),
+        (["sweep", "--sampler", "tpe", "--budget", "30s"], "too small for one trial"),
+        (["aa", "--runs", "0"], "--runs 0: expected 1..500"),
+        (["compare", "--arms", "agent,grid", "--budget", "10m"], "unknown grid"),
+    ],
+)
+def test_bad_input_is_one_clear_error_and_no_home(
+    cli: Cli, tmp_home: Path, args: list[str], message: str
+) -> None:
     result = cli(*args, "--home", str(tmp_home), "--json")
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.startswith("segfactory: error:") and message in result.stderr, result.stderr

@@ -15,15 +15,23 @@ from segfactory.home import Home
 
 
 def run(f1: float, worst: float | None) -> dict[str, Any]:
-    return {"curve": _curve([(100.0, 0.5)]), "promoted": 0, "llm": {},
-            "sealed": {"object_f1": {"estimate": f1, "low": f1 - 0.02, "high": f1 + 0.02},
-                       "worst_slice_recall": worst}}
+    return {
+        "curve": _curve([(100.0, 0.5)]),
+        "promoted": 0,
+        "llm": {},
+        "sealed": {
+            "object_f1": {"estimate": f1, "low": f1 - 0.02, "high": f1 + 0.02},
+            "worst_slice_recall": worst,
+        },
+    }
 
 
 def test_arms_are_ranked_by_worst_slice_not_by_object_f1() -> None:
-    results = {"agent": [run(0.50, 0.20), run(0.52, 0.22), run(0.48, 0.18)],
-               "nnunet": [run(0.70, 0.30), run(0.72, 0.34), run(0.71, 0.29)],
-               "sweep-tpe": [run(0.55, 0.10), run(0.56, 0.12), run(0.54, 0.08)]}  # better F1, worse worst slice
+    results = {
+        "agent": [run(0.50, 0.20), run(0.52, 0.22), run(0.48, 0.18)],
+        "nnunet": [run(0.70, 0.30), run(0.72, 0.34), run(0.71, 0.29)],
+        "sweep-tpe": [run(0.55, 0.10), run(0.56, 0.12), run(0.54, 0.08)],
+    }  # better F1, worse worst slice
     rank = ranking(results)
     assert rank["metric"] == "worst_slice_recall" and rank["order"] == ["nnunet", "agent", "sweep-tpe"]
     assert rank["note"] is None and rank["per_arm"]["agent"]["object_f1"]["n"] == 3
@@ -40,8 +48,14 @@ def test_arms_are_ranked_by_worst_slice_not_by_object_f1() -> None:
 def test_without_a_worst_slice_score_the_ranking_says_so() -> None:
     results = {"agent": [run(0.5, None)], "nnunet": [run(0.7, None)]}
     rank = ranking(results)
-    assert rank["metric"] == "object_f1" and rank["order"] == ["nnunet", "agent"] and "no worst-slice" in rank["note"]
-    assert pairwise_differences(results)["agent - nnunet"]["object_f1"]["low"] is None  # one seed: no interval
+    assert (
+        rank["metric"] == "object_f1"
+        and rank["order"] == ["nnunet", "agent"]
+        and "no worst-slice" in rank["note"]
+    )
+    assert (
+        pairwise_differences(results)["agent - nnunet"]["object_f1"]["low"] is None
+    )  # one seed: no interval
 
 
 def test_the_nnunet_ticket_is_one_run_at_the_arms_budget() -> None:
@@ -61,9 +75,21 @@ def test_the_nnunet_arm_reads_its_ticket_and_plan(tmp_path: Path) -> None:
     folder = home.tickets_dir("nn") / "nn-nnunet"
     folder.mkdir(parents=True)
     (folder / "outcome.json").write_text(json.dumps({"device_seconds": 470.0}))
-    summary = {"run_id": "nn", "plan": {"patch_size": [64, 64], "epochs": 6}, "replicate_plan": None,
-               "candidate": {"ticket_id": "nn-nnunet", "dev_score": 0.61, "replicate_id": None, "status": "dev_win",
-                             "confirm_a": "NO_WIN", "decision": "reject"}}
+    summary = {
+        "run_id": "nn",
+        "plan": {"patch_size": [64, 64], "epochs": 6},
+        "replicate_plan": None,
+        "candidate": {
+            "ticket_id": "nn-nnunet",
+            "dev_score": 0.61,
+            "replicate_id": None,
+            "status": "dev_win",
+            "confirm_a": "NO_WIN",
+            "decision": "reject",
+        },
+    }
     arm = _nnunet_arm(home, summary)
     assert arm["curve"] == [(470.0, 0.61)] and arm["best_ticket"] == "nn-nnunet"
-    assert (arm["dev_wins"], arm["confirm_a_wins"], arm["promoted"]) == (1, 0, 0) and arm["plan"]["epochs"] == 6
+    assert (arm["dev_wins"], arm["confirm_a_wins"], arm["promoted"]) == (1, 0, 0) and arm["plan"][
+        "epochs"
+    ] == 6

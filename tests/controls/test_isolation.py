@@ -65,7 +65,9 @@ def promoting_arms(store: LedgerStore, promotions: dict[str, int]) -> tuple[Any,
 
 def test_every_arm_run_starts_from_the_same_incumbent(tmp_path: Path) -> None:
     store = LedgerStore(tmp_path / "ledger.sqlite")
-    run_arm, seen = promoting_arms(store, {"agent": 1, "sweep-tpe": 2})  # two in a row: retract cannot undo it
+    run_arm, seen = promoting_arms(
+        store, {"agent": 1, "sweep-tpe": 2}
+    )  # two in a row: retract cannot undo it
     incumbent, results = run_arms(["agent", "sweep-tpe", "nnunet"], 2, run_arm, store)
     assert incumbent.sha256 == "base"
     assert {sha for _, _, sha in seen} == {"base"} and len(seen) == 6
@@ -91,9 +93,11 @@ def test_no_restore_is_recorded_when_nothing_moved(tmp_path: Path) -> None:
 def test_a_promotion_after_a_restore_is_paired_with_the_incumbent(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     home.runs.mkdir(parents=True)
-    rows = [{"run_id": "agent-0", "ticket_id": "agent-0-t001", "model": "/m/a.onnx"},
-            {"run_id": "cmp", "ticket_id": f"cmp{RESTORE_SUFFIX}", "model": "/m/base.onnx", "restored": True},
-            {"run_id": "sweep-0", "ticket_id": "sweep-0-t003", "model": "/m/s.onnx"}]
+    rows = [
+        {"run_id": "agent-0", "ticket_id": "agent-0-t001", "model": "/m/a.onnx"},
+        {"run_id": "cmp", "ticket_id": f"cmp{RESTORE_SUFFIX}", "model": "/m/base.onnx", "restored": True},
+        {"run_id": "sweep-0", "ticket_id": "sweep-0-t003", "model": "/m/s.onnx"},
+    ]
     (home.runs / "promotions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (pair,) = pairs_for(home, {"sweep-0"})
     assert pair["previous"] == "/m/base.onnx"  # not the agent arm's promotion: it never was this arm's bar
@@ -106,7 +110,9 @@ def test_no_arm_run_spends_another_arms_query_budget(tmp_path: Path) -> None:
 
     def run_arm(arm: str, seed: int) -> dict[str, Any]:
         # the first arm-run spends every confirm-a query it has, and asks two more
-        answered[f"{arm}-{seed}"] = [store.query(f"{arm}-{seed}-t{k}") for k in range(5 if arm == "agent" else 1)]
+        answered[f"{arm}-{seed}"] = [
+            store.query(f"{arm}-{seed}-t{k}") for k in range(5 if arm == "agent" else 1)
+        ]
         return {"run_id": f"{arm}-{seed}"}
 
     _, results = run_arms(["agent", "sweep-tpe", "nnunet"], 2, run_arm, store)
@@ -114,16 +120,27 @@ def test_no_arm_run_spends_another_arms_query_budget(tmp_path: Path) -> None:
     assert all(answered[f"{arm}-{seed}"][0] for arm in ("sweep-tpe", "nnunet", "agent") for seed in (0, 1))
     assert results["agent"][0]["fresh_tiers"] == {}  # nothing queried yet: the tiers are left as they are
     assert results["sweep-tpe"][0]["fresh_tiers"] == {"confirm-a": 2}
-    versions = [r["fresh_tiers"]["confirm-a"] for runs in zip(*results.values(), strict=True) for r in runs if r["fresh_tiers"]]
+    versions = [
+        r["fresh_tiers"]["confirm-a"]
+        for runs in zip(*results.values(), strict=True)
+        for r in runs
+        if r["fresh_tiers"]
+    ]
     assert versions == [2, 3, 4, 5, 6]  # a version of its own for every arm-run after the first
-    assert {r["tier"]: r["version"] for r in store.ledger.tier_versions() if r["tier"] != "confirm-a"} == \
-        {"confirm-b": 1, "sealed": 1}  # unqueried tiers and the sealed tier are never redrawn
+    assert {r["tier"]: r["version"] for r in store.ledger.tier_versions() if r["tier"] != "confirm-a"} == {
+        "confirm-b": 1,
+        "sealed": 1,
+    }  # unqueried tiers and the sealed tier are never redrawn
 
 
 def test_spent_tiers_reads_only_the_current_version_of_the_queried_tiers() -> None:
-    rows = [{"tier": "confirm-a", "version": 1, "spent": 30}, {"tier": "confirm-a", "version": 2, "spent": 0},
-            {"tier": "confirm-b", "version": 1, "spent": 1}, {"tier": "sealed", "version": 1, "spent": 5},
-            {"tier": "never-queried", "version": 1, "spent": 3}]
+    rows = [
+        {"tier": "confirm-a", "version": 1, "spent": 30},
+        {"tier": "confirm-a", "version": 2, "spent": 0},
+        {"tier": "confirm-b", "version": 1, "spent": 1},
+        {"tier": "sealed", "version": 1, "spent": 5},
+        {"tier": "never-queried", "version": 1, "spent": 3},
+    ]
     assert spent_tiers(rows) == ["confirm-b"]
     assert spent_tiers(rows[:1]) == ["confirm-a"]
     assert spent_tiers([]) == []

@@ -9,9 +9,15 @@ from tests.controls._fakes import FakeServices, ListSink
 
 
 def ticket(tid: str = "r-t000") -> Ticket:
-    return Ticket(id=tid, arm=Arm.SWEEP_TPE, kind=TicketKind.CONFIG, hypothesis="h", seed=1,
-                  budget=Budget(device_seconds=60, epochs=2),
-                  expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0))
+    return Ticket(
+        id=tid,
+        arm=Arm.SWEEP_TPE,
+        kind=TicketKind.CONFIG,
+        hypothesis="h",
+        seed=1,
+        budget=Budget(device_seconds=60, epochs=2),
+        expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0),
+    )
 
 
 def test_a_dev_loss_spends_no_query() -> None:

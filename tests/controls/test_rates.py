@@ -35,13 +35,16 @@ def test_rate_of_no_wins_is_unknown_and_bad_counts_raise() -> None:
         rate(3, 2)
 
 
-@pytest.mark.parametrize(("estimate", "low", "high", "margin", "false"), [
-    (0.0, -0.02, 0.02, 0.0, True),     # a point estimate of exactly zero is false
-    (-0.01, -0.03, 0.01, 0.0, True),   # below zero
-    (0.01, -0.01, 0.03, 0.0, False),   # positive, interval straddles: not (yet) false
-    (0.01, 0.002, 0.008, 0.01, True),  # whole interval below the margin
-    (0.02, 0.005, 0.03, 0.01, False),  # interval reaches the margin
-])
+@pytest.mark.parametrize(
+    ("estimate", "low", "high", "margin", "false"),
+    [
+        (0.0, -0.02, 0.02, 0.0, True),  # a point estimate of exactly zero is false
+        (-0.01, -0.03, 0.01, 0.0, True),  # below zero
+        (0.01, -0.01, 0.03, 0.0, False),  # positive, interval straddles: not (yet) false
+        (0.01, 0.002, 0.008, 0.01, True),  # whole interval below the margin
+        (0.02, 0.005, 0.03, 0.01, False),  # interval reaches the margin
+    ],
+)
 def test_false_win_definition(estimate: float, low: float, high: float, margin: float, false: bool) -> None:
     assert is_false_win(Interval(estimate, low, high), margin) is false
 

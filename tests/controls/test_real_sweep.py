@@ -27,8 +27,11 @@ import yaml
 
 from tests.conftest import REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 
 
 def _docker_drop_possible() -> str | None:
@@ -41,7 +44,11 @@ def _docker_drop_possible() -> str | None:
     if problem := docker_problem():
         return f"no Docker engine could be started: {problem}"
     socket, groups = _drop.docker_socket_groups()
-    return None if groups else f"the engine's socket {socket} is not shared through a group (the sweep keeps root)"
+    return (
+        None
+        if groups
+        else f"the engine's socket {socket} is not shared through a group (the sweep keeps root)"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +61,39 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         env["SEGFACTORY_NO_USER_SEPARATION"] = "1"
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "segfactory", *args, "--home", str(home)], capture_output=True,
-                              text=True, timeout=900, cwd=REPO, env=env)
+        return subprocess.run(
+            [sys.executable, "-m", "segfactory", *args, "--home", str(home)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=REPO,
+            env=env,
+        )
 
     init = cli("init", "--profile", "demo")
     assert init.returncode == 0, init.stderr[-3000:]
-    result = cli("sweep", "--sampler", "random", "--budget", "2m", "--seed", "3", "--max-trials", "1",
-                 "--backend", backend, "--json")
+    result = cli(
+        "sweep",
+        "--sampler",
+        "random",
+        "--budget",
+        "2m",
+        "--seed",
+        "3",
+        "--max-trials",
+        "1",
+        "--backend",
+        backend,
+        "--json",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    return {"home": home, "backend": backend, "why_not_docker": why_not, "summary": json.loads(result.stdout),
-            "stderr": result.stderr}
+    return {
+        "home": home,
+        "backend": backend,
+        "why_not_docker": why_not,
+        "summary": json.loads(result.stdout),
+        "stderr": result.stderr,
+    }
 
 
 def test_a_real_sweep_trial_is_the_default_config(sweep: dict[str, Any]) -> None:
@@ -83,9 +113,15 @@ def test_a_real_sweep_trial_is_the_default_config(sweep: dict[str, Any]) -> None
     log = [json.loads(line) for line in (home / "audit" / "log.jsonl").read_text().splitlines()]
     attempts = [r for r in log if r["run_id"] == summary["run_id"] and r["event"] == "ticket_attempt"]
     assert len(attempts) == 1 + (1 if row["replicate_id"] else 0)
-    started = [r["payload"] for r in log if r["event"] == "ticket_started" and r["payload"]["ticket_id"] == row["ticket_id"]]
+    started = [
+        r["payload"]
+        for r in log
+        if r["event"] == "ticket_started" and r["payload"]["ticket_id"] == row["ticket_id"]
+    ]
     assert [p["backend"] for p in started] == [sweep["backend"]]
-    outcome = json.loads((home / "runs" / summary["run_id"] / "tickets" / row["ticket_id"] / "outcome.json").read_text())
+    outcome = json.loads(
+        (home / "runs" / summary["run_id"] / "tickets" / row["ticket_id"] / "outcome.json").read_text()
+    )
     assert outcome["evidence"]["dev_metrics"]["object_f1"] == pytest.approx(summary["best_dev_score"])
 
 
@@ -108,4 +144,6 @@ def test_started_as_root_with_docker_the_sweep_continues_as_segfactory(sweep: di
     written = [p for p in (home / "runs" / run_id).rglob("*") if p.is_file()]
     assert written and {p.stat().st_uid for p in written} == {uid}  # the container wrote as segfactory too
     socket_group = grp.getgrgid(os.stat(_drop.docker_socket_groups()[0]).st_gid)
-    assert users.ORCHESTRATOR_USER not in socket_group.gr_mem  # the group was the process tree's, not the user's
+    assert (
+        users.ORCHESTRATOR_USER not in socket_group.gr_mem
+    )  # the group was the process tree's, not the user's

@@ -15,11 +15,14 @@ def test_each_promotion_is_paired_with_the_best_it_replaced(tmp_path: Path) -> N
     home = Home(tmp_path / "home")
     home.runs.mkdir(parents=True)
     rows = [("aa1", "aa1-ref"), ("aa1", "aa1-aa002"), ("other", "o-t001"), ("aa1", "aa1-aa006")]
-    (home.runs / "promotions.jsonl").write_text("".join(
-        json.dumps({"run_id": r, "ticket_id": t, "model": f"/m/{t}.onnx"}) + "\n" for r, t in rows))
+    (home.runs / "promotions.jsonl").write_text(
+        "".join(json.dumps({"run_id": r, "ticket_id": t, "model": f"/m/{t}.onnx"}) + "\n" for r, t in rows)
+    )
     pairs = pairs_for(home, {"aa1"})
     assert [(p["ticket_id"], Path(p["previous"]).name) for p in pairs] == [
-        ("aa1-aa002", "aa1-ref.onnx"), ("aa1-aa006", "o-t001.onnx")]  # the A/A reference is not a win
+        ("aa1-aa002", "aa1-ref.onnx"),
+        ("aa1-aa006", "o-t001.onnx"),
+    ]  # the A/A reference is not a win
     assert pairs_for(home, {"other"})[0]["previous"] == "/m/aa1-aa002.onnx"
 
 
@@ -31,8 +34,18 @@ def test_the_unpaired_difference_is_conservative() -> None:
 def test_sealed_scores_are_read_by_model_hash(tmp_path: Path) -> None:
     model = tmp_path / "m.onnx"
     model.write_bytes(b"model bytes")
-    report = {"tiers": {"sealed": {"version": 2, "models": {
-        sha256_file(model): {"object_f1": {"estimate": 0.5, "low": 0.4, "high": 0.6, "alpha": 0.1}}}}}}
+    report = {
+        "tiers": {
+            "sealed": {
+                "version": 2,
+                "models": {
+                    sha256_file(model): {
+                        "object_f1": {"estimate": 0.5, "low": 0.4, "high": 0.6, "alpha": 0.1}
+                    }
+                },
+            }
+        }
+    }
     assert sealed_f1(report, model) == Interval(0.5, 0.4, 0.6, 0.1)
     other = tmp_path / "n.onnx"
     other.write_bytes(b"x")

@@ -32,13 +32,22 @@ def by_lr(ticket: Ticket) -> float:
 def test_the_first_trial_is_the_default_config_and_the_budget_is_spent(tmp_path: Path) -> None:
     services = FakeServices(score_of=by_lr, best=0.9)  # nothing beats the best: no queries
     people = tmp_path / "people"
-    result = run_sweep(plan(tmp_path), services, Judge(ListSink()), run_id="sw1", make_seed=lambda: 3, people=people)
+    result = run_sweep(
+        plan(tmp_path), services, Judge(ListSink()), run_id="sw1", make_seed=lambda: 3, people=people
+    )
     first = services.tickets[0]
     assert first.arm is Arm.SWEEP_TPE and first.id == "sw1-t000"
     # trial 0 is the base config itself (configs/run-demo.yaml), read over the search space's keys
-    assert first.change == {"optim.lr": 0.01, "optim.weight_decay": 0.0001, "batch_size": 8,
-                            "model.decoder_width": 16, "augment.p": 0.5, "sampling.rare_oversample": 1.0,
-                            "model.name": "unet-mobilenetv3", "schedule.name": "cosine"}
+    assert first.change == {
+        "optim.lr": 0.01,
+        "optim.weight_decay": 0.0001,
+        "batch_size": 8,
+        "model.decoder_width": 16,
+        "augment.p": 0.5,
+        "sampling.rare_oversample": 1.0,
+        "model.name": "unet-mobilenetv3",
+        "schedule.name": "cosine",
+    }
     assert len(result.trials) == 4 and result.device_seconds == 200.0  # 4 x 50 s: stops once >= 200
     assert services.queries == {"confirm-a": [], "confirm-b": []}
     rows = [json.loads(line) for line in (people / "sweep.jsonl").read_text().splitlines()]
@@ -51,11 +60,20 @@ def test_the_study_is_stored_in_the_home_and_seeded(tmp_path: Path) -> None:
 
     for name, home in (("a", tmp_path / "a"), ("b", tmp_path / "b")):
         home.mkdir()
-        run_sweep(plan(home, "random", seed=5), FakeServices(score_of=by_lr, best=0.9), Judge(ListSink()),
-                  run_id=name, make_seed=lambda: 3)
-    studies = [optuna.load_study(study_name=f"{n}-sweep-random", storage=storage_url(tmp_path / n, None))
-               for n in ("a", "b")]
-    assert [t.params for t in studies[0].trials] == [t.params for t in studies[1].trials]  # same seed, same trials
+        run_sweep(
+            plan(home, "random", seed=5),
+            FakeServices(score_of=by_lr, best=0.9),
+            Judge(ListSink()),
+            run_id=name,
+            make_seed=lambda: 3,
+        )
+    studies = [
+        optuna.load_study(study_name=f"{n}-sweep-random", storage=storage_url(tmp_path / n, None))
+        for n in ("a", "b")
+    ]
+    assert [t.params for t in studies[0].trials] == [
+        t.params for t in studies[1].trials
+    ]  # same seed, same trials
     assert len({json.dumps(t.params, sort_keys=True) for t in studies[0].trials}) == 4
 
 
@@ -68,23 +86,31 @@ def test_only_dev_wins_query_and_a_failed_trial_is_recorded(tmp_path: Path) -> N
     assert services.queries == {"confirm-a": ["sw2-t001"], "confirm-b": ["sw2-t001-rep"]}
 
 
-@pytest.mark.parametrize(("kwargs", "error", "message"), [
-    ({"sampler": "grid"}, UsageError, "known: random, tpe"),
-    ({"budget_s": 30.0}, UsageError, "too small for one trial"),
-])
-def test_bad_sweep_input_is_refused(tmp_path: Path, kwargs: dict[str, Any], error: type, message: str) -> None:
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"sampler": "grid"}, UsageError, "known: random, tpe"),
+        ({"budget_s": 30.0}, UsageError, "too small for one trial"),
+    ],
+)
+def test_bad_sweep_input_is_refused(
+    tmp_path: Path, kwargs: dict[str, Any], error: type, message: str
+) -> None:
     with pytest.raises(error, match=message):
         plan(tmp_path, **kwargs)
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize(("space", "message"), [
-    ("params: {optim.lr: {type: float, low: 0.1, high: 0.01}}", "low 0.1 must be below high"),
-    ("params: {optim.lr: {type: float, low: 0, high: 0.1, log: true}}", "log range needs low > 0"),
-    ("params: {optim.lr: {type: normal, mu: 1}}", "params.optim.lr"),
-    ("params: {}", "params"),
-    ("params: [", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        ("params: {optim.lr: {type: float, low: 0.1, high: 0.01}}", "low 0.1 must be below high"),
+        ("params: {optim.lr: {type: float, low: 0, high: 0.1, log: true}}", "log range needs low > 0"),
+        ("params: {optim.lr: {type: normal, mu: 1}}", "params.optim.lr"),
+        ("params: {}", "params"),
+        ("params: [", "not valid YAML"),
+    ],
+)
 def test_an_invalid_search_space_is_a_clear_error(tmp_path: Path, space: str, message: str) -> None:
     path = tmp_path / "space.yaml"
     path.write_text(space)

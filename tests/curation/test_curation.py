@@ -33,10 +33,21 @@ def planted() -> tuple[np.ndarray, set[tuple[int, int]]]:
     rng = np.random.default_rng(0)
     exact = base[:N_EXACT].copy()
     src = np.arange(N_EXACT, N_EXACT + N_NEAR)
-    near = np.stack([np.clip(np.roll(base[k], tuple(rng.integers(-2, 3, 2)), axis=(0, 1))
-                             + rng.normal(0, 0.01, base[k].shape), 0, 1) for k in src]).astype(np.float32)
+    near = np.stack(
+        [
+            np.clip(
+                np.roll(base[k], tuple(rng.integers(-2, 3, 2)), axis=(0, 1))
+                + rng.normal(0, 0.01, base[k].shape),
+                0,
+                1,
+            )
+            for k in src
+        ]
+    ).astype(np.float32)
     images = np.concatenate([base, exact, near])
-    pairs = {(k, N_BASE + k) for k in range(N_EXACT)} | {(int(k), N_BASE + N_EXACT + n) for n, k in enumerate(src)}
+    pairs = {(k, N_BASE + k) for k in range(N_EXACT)} | {
+        (int(k), N_BASE + N_EXACT + n) for n, k in enumerate(src)
+    }
     return images, pairs
 
 
@@ -45,7 +56,9 @@ def _precision_recall(found: set[tuple[int, int]], truth: set[tuple[int, int]]) 
     return hit / max(1, len(found)), hit / len(truth)
 
 
-def test_planted_duplicates_found_at_documented_thresholds(planted: tuple[np.ndarray, set[tuple[int, int]]]) -> None:
+def test_planted_duplicates_found_at_documented_thresholds(
+    planted: tuple[np.ndarray, set[tuple[int, int]]],
+) -> None:
     images, truth = planted
     found = near_duplicates(fingerprint(images), images).as_set()
     precision, recall = _precision_recall(found, truth)
@@ -65,7 +78,7 @@ def test_blocked_search_matches_all_pairs(planted: tuple[np.ndarray, set[tuple[i
 def test_overlapping_tiles_traced_to_their_source() -> None:
     big = generate(12, 160, 5, engine="numpy").images
     offsets = [(0, 0), (0, 48), (48, 20)]
-    tiles = np.stack([big[k, y:y + 96, x:x + 96] for k in range(12) for y, x in offsets])
+    tiles = np.stack([big[k, y : y + 96, x : x + 96] for k in range(12) for y, x in offsets])
     others = generate(20, 96, 9, engine="numpy").images
     overlaps = find_overlaps(np.concatenate([tiles, others]))
     truth = {(3 * k + a, 3 * k + b) for k in range(12) for a in range(3) for b in range(a + 1, 3)}
@@ -131,7 +144,9 @@ def test_curate_images_apply_end_to_end(tmp_home: Path, cli) -> None:  # type: i
     meta = json.loads((home / "datasets/syn/v2/version.json").read_text())
     v1 = json.loads((home / "datasets/syn/v1/version.json").read_text())
     assert meta["parent"] == v1["content_hash"]
-    assert (home / "datasets/syn/v2/dev/images.npy").stat().st_ino == (home / "datasets/syn/v1/dev/images.npy").stat().st_ino
+    assert (home / "datasets/syn/v2/dev/images.npy").stat().st_ino == (
+        home / "datasets/syn/v1/dev/images.npy"
+    ).stat().st_ino
     again = cli("curate", "apply", str(plan), "--home", str(home))
     assert again.returncode != 0 and "already applied" in again.stderr
     assert not (home / "datasets/syn/v3").exists()

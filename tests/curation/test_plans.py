@@ -25,7 +25,9 @@ def version(tmp_home: Path, tmp_path: Path) -> DatasetVersion:
     tmp_home.mkdir(parents=True)
     generate(40, 64, 1, engine="numpy").write(tmp_path / "src" / "train")
     generate(16, 64, 2, engine="numpy").write(tmp_path / "src" / "dev")
-    return create_version(tmp_home, "syn", {s: tmp_path / "src" / s for s in ("train", "dev")}, approve_it=True)
+    return create_version(
+        tmp_home, "syn", {s: tmp_path / "src" / s for s in ("train", "dev")}, approve_it=True
+    )
 
 
 def _plan(version: DatasetVersion, *items: PlanItem) -> Plan:
@@ -37,8 +39,11 @@ def _remove(k: int) -> PlanItem:
 
 
 def test_apply_keeps_the_parent_and_records_its_hash(tmp_home: Path, version: DatasetVersion) -> None:
-    plan = _plan(version, _remove(3), PlanItem(split="train", image_id=4, action=Action.OVERSAMPLE,
-                                                reason="rare", times=2))
+    plan = _plan(
+        version,
+        _remove(3),
+        PlanItem(split="train", image_id=4, action=Action.OVERSAMPLE, reason="rare", times=2),
+    )
     new, approved = apply_plan(tmp_home, plan)
     assert approved and new.ref == "syn/v2" and new.parent == version.content_hash
     train = read_split(new.train)
@@ -50,8 +55,16 @@ def test_apply_keeps_the_parent_and_records_its_hash(tmp_home: Path, version: Da
 
 def test_label_change_waits_for_a_person(tmp_home: Path, version: DatasetVersion, tmp_path: Path) -> None:
     np.save(tmp_path / "m.npy", np.zeros((64, 64), np.uint8))
-    plan = _plan(version, PlanItem(split="train", image_id=0, action=Action.REDRAW, reason="bad mask",
-                                   mask_file=str(tmp_path / "m.npy")))
+    plan = _plan(
+        version,
+        PlanItem(
+            split="train",
+            image_id=0,
+            action=Action.REDRAW,
+            reason="bad mask",
+            mask_file=str(tmp_path / "m.npy"),
+        ),
+    )
     new, approved = apply_plan(tmp_home, plan)
     assert not approved and not resolve(tmp_home, new.ref).approved
     pending = json.loads((tmp_home / "datasets/approvals/pending/syn-v2.json").read_text())
@@ -63,7 +76,9 @@ def test_bad_plans_are_refused_and_nothing_is_written(tmp_home: Path, version: D
     with pytest.raises(DataError, match="do not exist"):
         apply_plan(tmp_home, _plan(version, _remove(40)))
     with pytest.raises(DataError, match="was made for"):
-        apply_plan(tmp_home, Plan(kind="images", dataset=version.ref, content_hash="f" * 64, items=[_remove(1)]))
+        apply_plan(
+            tmp_home, Plan(kind="images", dataset=version.ref, content_hash="f" * 64, items=[_remove(1)])
+        )
     with pytest.raises(DataError, match="no items"):
         apply_plan(tmp_home, _plan(version))
     assert not (tmp_home / "datasets/syn/v2").exists()
@@ -86,7 +101,8 @@ def test_defects_repeated_across_the_split_and_bad_masks(tmp_home: Path, tmp_pat
     k = next(i for i in range(len(dev.images)) if dev.masks[i].any())
     train.images[7], train.masks[7] = dev.images[k], dev.masks[k]  # one physical defect in both splits
     train.defects = [d for d in train.defects if d["image_id"] != 7] + [
-        {**d, "image_id": 7} for d in dev.defects if d["image_id"] == k]
+        {**d, "image_id": 7} for d in dev.defects if d["image_id"] == k
+    ]
     train.image_meta[7] = {**dev.image_meta[k], "id": 7}
     j = next(i for i in range(len(train.images)) if train.masks[i].any() and i != 7)
     train.masks[j] = np.roll(train.masks[j], (9, 9), axis=(0, 1))  # a mask off its void
@@ -106,7 +122,9 @@ def _disc_version(home: Home, tmp_path: Path) -> DatasetVersion:
     for name, n, seed in (("train", 24, 0), ("dev", 12, 1)):
         images, masks, meta, defects = draw(n, 32, seed)
         write_split(tmp_path / "src" / name, images, masks, meta, defects, {"generator": "tests.discs"})
-    return create_version(home.root, "discs", {s: tmp_path / "src" / s for s in ("train", "dev")}, approve_it=True)
+    return create_version(
+        home.root, "discs", {s: tmp_path / "src" / s for s in ("train", "dev")}, approve_it=True
+    )
 
 
 class _Recording:
@@ -120,7 +138,9 @@ class _Recording:
         return {"status": "DONE", "dev_metrics": {"dice": 0.5}, "verdict": None}
 
 
-def test_control_removes_as_many_random_items_with_same_budget_and_seed(tmp_home: Path, version: DatasetVersion) -> None:
+def test_control_removes_as_many_random_items_with_same_budget_and_seed(
+    tmp_home: Path, version: DatasetVersion
+) -> None:
     plan = _plan(version, _remove(1), _remove(2), _remove(5))
     control = control_plan(tmp_home, plan, seed=4)
     assert len(control.items) == 3 and control.kind == "control"
@@ -147,14 +167,24 @@ def test_compare_runs_both_arms_through_the_runner_in_bwrap(tmp_home: Path, tmp_
     tmp_home.mkdir(parents=True)
     home = Home(tmp_home)
     version = _disc_version(home, tmp_path)
-    plan = Plan(kind="images", dataset=version.ref, content_hash=version.content_hash,
-                items=[_remove(k) for k in (0, 1, 2, 3)])
+    plan = Plan(
+        kind="images",
+        dataset=version.ref,
+        content_hash=version.content_hash,
+        items=[_remove(k) for k in (0, 1, 2, 3)],
+    )
     settings = SchedulerSettings(reserve_bytes=0)
-    scheduler = Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings)
+    scheduler = Scheduler(
+        MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings
+    )
     with AuditLog(home, MemoryAnchorStore()) as audit:
-        executor = RunnerExecutor(home, backend="bwrap", audit=audit, scheduler=scheduler,
-                                  base_config={"model": {"name": "unet-mobilenetv3"}, "epochs": 1,
-                                               "batch_size": 8, "threads": 1})
+        executor = RunnerExecutor(
+            home,
+            backend="bwrap",
+            audit=audit,
+            scheduler=scheduler,
+            base_config={"model": {"name": "unet-mobilenetv3"}, "epochs": 1, "batch_size": 8, "threads": 1},
+        )
         result = compare_plan(home.root, plan, budget_s=240, seed=3, executor=executor)
     for arm in ("curated", "control"):
         assert result[arm]["status"] == "DONE", result[arm]
@@ -168,10 +198,18 @@ def _sigmoid_model(path: Path, scale: float) -> Path:
 
     x = helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, "H", "W"])
     y = helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1, "H", "W"])
-    nodes = [helper.make_node("Sub", ["image", "half"], ["c"]), helper.make_node("Mul", ["c", "k"], ["z"]),
-             helper.make_node("Sigmoid", ["z"], ["prob"])]
-    inits = [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]), helper.make_tensor("k", TensorProto.FLOAT, [], [scale])]
-    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+    nodes = [
+        helper.make_node("Sub", ["image", "half"], ["c"]),
+        helper.make_node("Mul", ["c", "k"], ["z"]),
+        helper.make_node("Sigmoid", ["z"], ["prob"]),
+    ]
+    inits = [
+        helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]),
+        helper.make_tensor("k", TensorProto.FLOAT, [], [scale]),
+    ]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)]
+    )
     model.ir_version = 8
     save(model, str(path))
     return path
@@ -185,8 +223,9 @@ def test_hard_images_and_label_review_with_a_model(version: DatasetVersion, tmp_
     losses = [row["loss"] for row in report["hard_images"]]
     assert len(losses) == min(50, len(train)) and losses == sorted(losses, reverse=True)
     queue = tmp_path / "review.jsonl"
-    rep, _ = curate_defects(train, dev, dataset=version.ref, content_hash=version.content_hash, model=model,
-                            review_queue=queue)
+    rep, _ = curate_defects(
+        train, dev, dataset=version.ref, content_hash=version.content_hash, model=model, review_queue=queue
+    )
     rows = [json.loads(line) for line in queue.read_text().splitlines()]
     assert rep["label_review"]["n"] == len(rows) and rows[0]["source"] == "cleanlab"
     assert len({r["image_id"] for r in rows if r["source"] == "cleanlab"}) == min(100, len(train))

@@ -52,8 +52,15 @@ class KillRun:
         cmd = [sys.executable, "-m", "segfactory", "run", *args, "--home", str(self.home), "--json"]
         out, err = (self.logs / f"run{n}.out").open("w"), (self.logs / f"run{n}.err").open("w")
         with out, err:  # the child holds its own copies of the descriptors
-            return subprocess.Popen(cmd, stdout=out, stderr=err, text=True, cwd=REPO,
-                                    env={**self.env, **(extra_env or {})}, start_new_session=True)
+            return subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=err,
+                text=True,
+                cwd=REPO,
+                env={**self.env, **(extra_env or {})},
+                start_new_session=True,
+            )
 
     def finish(self, proc: subprocess.Popen[str], args: list[str], started: float) -> Invocation:
         """Wait for ``proc``, then SIGKILL whatever is left in its process group (an orphaned gate)."""
@@ -62,8 +69,13 @@ class KillRun:
         finally:
             kill_group(proc.pid)
         n = len(self.invocations)
-        run = Invocation(args, proc.returncode, (self.logs / f"run{n}.out").read_text(),
-                         (self.logs / f"run{n}.err").read_text(), time.monotonic() - started)
+        run = Invocation(
+            args,
+            proc.returncode,
+            (self.logs / f"run{n}.out").read_text(),
+            (self.logs / f"run{n}.err").read_text(),
+            time.monotonic() - started,
+        )
         self.invocations.append(run)
         return run
 
@@ -78,7 +90,9 @@ class KillRun:
         try:
             run_id, pid = self.wait_for_sandbox(proc)
             time.sleep(INSIDE_SANDBOX_S)
-            assert proc.poll() is None and pid_alive(pid), "the run ended before it could be killed mid-ticket"
+            assert proc.poll() is None and pid_alive(pid), (
+                "the run ended before it could be killed mid-ticket"
+            )
             os.killpg(proc.pid, signal.SIGKILL)
         except BaseException:
             kill_group(proc.pid)
@@ -154,7 +168,9 @@ def audit_records(home: Path) -> list[dict[str, Any]]:
     return [r.model_dump(mode="json") for r in iter_records(home / "audit" / "log.jsonl")]
 
 
-def events(records: list[dict[str, Any]], event: str, run_id: str, ticket: str | None = None) -> list[dict[str, Any]]:
+def events(
+    records: list[dict[str, Any]], event: str, run_id: str, ticket: str | None = None
+) -> list[dict[str, Any]]:
     found = [r for r in records if r["event"] == event and r.get("run_id") in (run_id, None)]
     if ticket is None:
         return found
@@ -164,8 +180,12 @@ def events(records: list[dict[str, Any]], event: str, run_id: str, ticket: str |
 def ledger_queries(home: Path, run_id: str) -> list[tuple[str, str, str]]:
     """(ticket id, tier, verdict) of every gate query of the run, from the gate's own ledger."""
     with sqlite3.connect(home / "vault" / "ledger.sqlite") as db:
-        return [tuple(r) for r in db.execute(
-            "SELECT ticket_id, tier, verdict FROM queries WHERE run_id = ? ORDER BY id", (run_id,))]
+        return [
+            tuple(r)
+            for r in db.execute(
+                "SELECT ticket_id, tier, verdict FROM queries WHERE run_id = ? ORDER BY id", (run_id,)
+            )
+        ]
 
 
 def checkpoints(home: Path, run_id: str) -> list[dict[str, Any]]:
@@ -175,8 +195,10 @@ def checkpoints(home: Path, run_id: str) -> list[dict[str, Any]]:
     conn = sqlite3.connect(home / "state.sqlite")
     try:
         saver = SqliteSaver(conn)
-        return [{"values": t.checkpoint["channel_values"], "writes": t.pending_writes}
-                for t in saver.list({"configurable": {"thread_id": run_id}})]
+        return [
+            {"values": t.checkpoint["channel_values"], "writes": t.pending_writes}
+            for t in saver.list({"configurable": {"thread_id": run_id}})
+        ]
     finally:
         conn.close()
 
@@ -188,8 +210,9 @@ def sentinel_forms(value: float) -> list[bytes]:
     return [text, struct.pack("<d", value), struct.pack(">d", value)]
 
 
-def sentinel_hits(home: Path, run_id: str, value: float, prompts: list[bytes],
-                  also: tuple[bytes, ...] = ()) -> dict[str, list[str]]:
+def sentinel_hits(
+    home: Path, run_id: str, value: float, prompts: list[bytes], also: tuple[bytes, ...] = ()
+) -> dict[str, list[str]]:
     """Where ``value`` (or any of ``also``) shows up in what an agent can see; empty lists: nowhere.
 
     prompts: the bytes the fake LLM received plus every blob an ``llm_*`` record references
@@ -203,15 +226,27 @@ def sentinel_hits(home: Path, run_id: str, value: float, prompts: list[bytes],
     forms = [*sentinel_forms(value), *also]
     blobs = BlobStore(home / "audit" / "blobs")
     records = [r for r in audit_records(home) if r["actor"] in AGENT_ACTORS]
-    llm = [blobs.path_for(ref).read_bytes() for r in records if r["event"].startswith("llm_")
-           for ref in blob_refs(r["payload"])]
-    tool = [json.dumps(r).encode() for r in records] + [blobs.path_for(ref).read_bytes() for r in records
-                                                         for ref in blob_refs(r["payload"])]
+    llm = [
+        blobs.path_for(ref).read_bytes()
+        for r in records
+        if r["event"].startswith("llm_")
+        for ref in blob_refs(r["payload"])
+    ]
+    tool = [json.dumps(r).encode() for r in records] + [
+        blobs.path_for(ref).read_bytes() for r in records for ref in blob_refs(r["payload"])
+    ]
     db = [p.read_bytes() for p in home.glob("state.sqlite*")]
     decoded = [repr(c).encode() for c in checkpoints(home, run_id)]
-    files = sorted(p for p in (home / "runs" / run_id / "tickets").rglob("*") if p.is_file() and not p.is_symlink())
-    places = {"prompts": [("fake server", b) for b in prompts] + [("llm blob", b) for b in llm],
-              "workspaces": [(str(p), p.read_bytes()) for p in files],
-              "graph state": [("state.sqlite", b) for b in db] + [("checkpoint", b) for b in decoded],
-              "tool results": [("audit", b) for b in tool]}
-    return {place: [name for name, data in items if any(f in data for f in forms)] for place, items in places.items()}
+    files = sorted(
+        p for p in (home / "runs" / run_id / "tickets").rglob("*") if p.is_file() and not p.is_symlink()
+    )
+    places = {
+        "prompts": [("fake server", b) for b in prompts] + [("llm blob", b) for b in llm],
+        "workspaces": [(str(p), p.read_bytes()) for p in files],
+        "graph state": [("state.sqlite", b) for b in db] + [("checkpoint", b) for b in decoded],
+        "tool results": [("audit", b) for b in tool],
+    }
+    return {
+        place: [name for name, data in items if any(f in data for f in forms)]
+        for place, items in places.items()
+    }

@@ -25,28 +25,43 @@ from segfactory.home import SOURCE_ROOT
 from tests.conftest import REPO
 from tests.e2e._killrun import audit_records, events
 
-pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 
 TARGET = "code/vision/worker.py"
 MARK = "code-agent-mark: this worker was written by the code-editing agent"
 HOOK = f"\nimport atexit\n\natexit.register(lambda: sys.stderr.write({MARK!r} + '\\n'))\n"
 FAKE_LIFETIME_S = 1500.0  # the fake outlives init and the run
 RUN_TIMEOUT_S = 1200.0
-DRAFT = {"kind": "code", "hypothesis": "a worker with an exit hook trains exactly as the base does",
-         "change": {"files": [TARGET]}, "budget": {"device_seconds": 120, "epochs": 1},  # what it learns is not under test
-         "expected_effect": {"metric": "object_f1", "direction": "up", "size": 0.05}}
+DRAFT = {
+    "kind": "code",
+    "hypothesis": "a worker with an exit hook trains exactly as the base does",
+    "change": {"files": [TARGET]},
+    "budget": {"device_seconds": 120, "epochs": 1},  # what it learns is not under test
+    "expected_effect": {"metric": "object_f1", "direction": "up", "size": 0.05},
+}
 
 
 def _marked(source: str) -> str:
     head = "from __future__ import annotations\n"
     assert head in source
-    return source.replace(head, head + HOOK, 1)  # before the module's sys.exit(main()): the hook is registered
+    return source.replace(
+        head, head + HOOK, 1
+    )  # before the module's sys.exit(main()): the hook is registered
 
 
 def _cli(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "segfactory", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "segfactory", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,22 +73,48 @@ def code_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     init = _cli(["init", "--profile", "demo", "--home", str(home)], env, 900)
     assert init.returncode == 0, init.stderr[-3000:]
     source = (SOURCE_ROOT / "vision" / "worker.py").read_text()
-    script = [Step.call("propose_tickets", {"tickets": [DRAFT]}), Step.call("read_file", {"path": TARGET}),
-              Step.call("write_file", {"path": TARGET, "content": _marked(source)}),
-              Step.call("submit", {"summary": "an exit hook that marks the worker's stderr"})]
+    script = [
+        Step.call("propose_tickets", {"tickets": [DRAFT]}),
+        Step.call("read_file", {"path": TARGET}),
+        Step.call("write_file", {"path": TARGET, "content": _marked(source)}),
+        Step.call("submit", {"summary": "an exit hook that marks the worker's stderr"}),
+    ]
     lifetime, _server.LIFETIME_S = _server.LIFETIME_S, FAKE_LIFETIME_S
     try:
         with openai_server(script) as fake:
-            proc = _cli(["run", "--profile", "demo", "--budget", "10s", "--proposer", "openai:gpt-4o-mini",
-                         "--code-agent", "--judge", "rules", "--home", str(home), "--json"],
-                        {**env, "OPENAI_BASE_URL": fake.base_url}, RUN_TIMEOUT_S)
+            proc = _cli(
+                [
+                    "run",
+                    "--profile",
+                    "demo",
+                    "--budget",
+                    "10s",
+                    "--proposer",
+                    "openai:gpt-4o-mini",
+                    "--code-agent",
+                    "--judge",
+                    "rules",
+                    "--home",
+                    str(home),
+                    "--json",
+                ],
+                {**env, "OPENAI_BASE_URL": fake.base_url},
+                RUN_TIMEOUT_S,
+            )
             received = list(fake.received)
     finally:
         _server.LIFETIME_S = lifetime
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads(proc.stdout)
-    yield {"home": home, "summary": summary, "run_id": summary["run_id"], "source": source, "received": received,
-           "records": audit_records(home), "stderr": proc.stderr}
+    yield {
+        "home": home,
+        "summary": summary,
+        "run_id": summary["run_id"],
+        "source": source,
+        "received": received,
+        "records": audit_records(home),
+        "stderr": proc.stderr,
+    }
 
 
 def _code_ticket(run: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +147,9 @@ def test_every_agent_exchange_and_tool_call_is_on_record(code_run: dict[str, Any
     assert list(files["payload"]["files"]) == [TARGET]
 
 
-def test_the_agents_code_is_what_trained_in_the_sandbox_and_the_ticket_is_recorded(code_run: dict[str, Any]) -> None:
+def test_the_agents_code_is_what_trained_in_the_sandbox_and_the_ticket_is_recorded(
+    code_run: dict[str, Any],
+) -> None:
     home, run_id, ticket = code_run["home"], code_run["run_id"], _code_ticket(code_run)
     work = home / "runs" / run_id / "tickets" / ticket["id"] / "work"
     assert (work / "code" / "vision" / "worker.py").read_text() == _marked(code_run["source"])

@@ -25,8 +25,11 @@ import pytest
 
 from segfactory.records import CoarseVerdict, Verdict
 
-pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 
 SMALL_DIAMETER_PX = 6.0  # the planted version's pores start here (the demo's start at 2 px)
 PLANTED_SEED = 20261201  # the planted train split's generator seed
@@ -44,12 +47,22 @@ class ScriptedGate:
     def status(self) -> dict[str, Any]:
         return {"current_best": self.best}
 
-    def submit(self, model: Any, data: Any, ticket_id: str, replicate_of: str | None = None,
-               run_id: str | None = None) -> CoarseVerdict:
+    def submit(
+        self,
+        model: Any,
+        data: Any,
+        ticket_id: str,
+        replicate_of: str | None = None,
+        run_id: str | None = None,
+    ) -> CoarseVerdict:
         win = ticket_id.endswith("-t001") or ticket_id.endswith("-t001-rep")
         self.verdicts[ticket_id] = "WIN" if win else "NO_WIN"
-        return CoarseVerdict(ticket_id=ticket_id, tier="confirm-b" if replicate_of else "confirm-a",
-                             verdict=Verdict.WIN if win else Verdict.NO_WIN, queries_left=9)
+        return CoarseVerdict(
+            ticket_id=ticket_id,
+            tier="confirm-b" if replicate_of else "confirm-a",
+            verdict=Verdict.WIN if win else Verdict.NO_WIN,
+            queries_left=9,
+        )
 
     def promote(self, ticket_id: str) -> str:
         from synthetic.splits import sha256_file
@@ -82,7 +95,9 @@ def _without_small_voids(home_root: Path, tmp: Path) -> Any:
     train = read_split(base.train, mmap=True)
     params = make_params(**{**base_params(train.manifest).model_dump(), "diameter_min": SMALL_DIAMETER_PX})
     out = generate(len(train), int(train.images.shape[1]), PLANTED_SEED, params).write(tmp / "train")
-    return create_version(home_root, "synthetic", {"train": out, "dev": None}, parent=base.ref, approve_it=True)
+    return create_version(
+        home_root, "synthetic", {"train": out, "dev": None}, parent=base.ref, approve_it=True
+    )
 
 
 def _small_slice(change: dict[str, Any]) -> bool:
@@ -106,26 +121,49 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
 
     root = tmp_path / "home"
     env = {**os.environ, "SEGFACTORY_NO_USER_SEPARATION": "1"}
-    init = subprocess.run([sys.executable, "-m", "segfactory", "init", "--profile", "demo", "--home", str(root)],
-                          capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    init = subprocess.run(
+        [sys.executable, "-m", "segfactory", "init", "--profile", "demo", "--home", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env=env,
+    )
     assert init.returncode == 0, init.stderr[-2000:]
     home = Home(root)
     planted = _without_small_voids(root, tmp_path)
     run_id = "planted1"
     with AuditLog(home, MemoryAnchorStore()) as audit:
         gate = ScriptedGate(str(sha256_file(root / BASELINE_MODEL)), home.tickets_dir(run_id))
-        setup = RunSetup(home=home, run_id=run_id, backend="bwrap", dataset=planted,
-                         base_config=REPO / "configs" / "run-demo.yaml", gate=gate, audit=audit, dev_margin=0.005,
-                         max_epochs=10, progress=lambda line: sys.stderr.write(line + "\n"))
+        setup = RunSetup(
+            home=home,
+            run_id=run_id,
+            backend="bwrap",
+            dataset=planted,
+            base_config=REPO / "configs" / "run-demo.yaml",
+            gate=gate,
+            audit=audit,
+            dev_margin=0.005,
+            max_epochs=10,
+            progress=lambda line: sys.stderr.write(line + "\n"),
+        )
         services = HostServices(setup)
         policy = load_budget_policy()
         seeds = itertools.count(11)
-        deps = LoopDeps(services=services, proposer=RulesProposer(Budget(device_seconds=120, epochs=4),
-                                                                  base_first=True),
-                        judge=Judge(audit, run_id=run_id), sink=audit, usage=LLMUsage(),
-                        caps=RunCaps(wall_seconds=3600, device_seconds=3000, tickets=TICKETS, llm_tokens=0),
-                        check=lambda t: ticket_problems(t, policy, "demo", base_config=services.incumbent().config)
-                        or services.check(t) or only_the_fix_once_promoted(t), make_seed=lambda: next(seeds))
+        deps = LoopDeps(
+            services=services,
+            proposer=RulesProposer(Budget(device_seconds=120, epochs=4), base_first=True),
+            judge=Judge(audit, run_id=run_id),
+            sink=audit,
+            usage=LLMUsage(),
+            caps=RunCaps(wall_seconds=3600, device_seconds=3000, tickets=TICKETS, llm_tokens=0),
+            check=lambda t: (
+                ticket_problems(t, policy, "demo", base_config=services.incumbent().config)
+                or services.check(t)
+                or only_the_fix_once_promoted(t)
+            ),
+            make_seed=lambda: next(seeds),
+        )
         run_ticket = services.run_ticket
 
         def only_the_fix_once_promoted(ticket: Any) -> list[str]:
@@ -136,7 +174,9 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
             return ["not under test: only the small-size top-up trains on the promoted model"]
 
         def run_then_end_after_the_fix(ticket: Any, wall_left_s: float | None = None) -> Any:
-            outcome = run_ticket(ticket, wall_left_s)  # the prediction is scored on dev inside, with the outcome
+            outcome = run_ticket(
+                ticket, wall_left_s
+            )  # the prediction is scored on dev inside, with the outcome
             if ticket.kind is TicketKind.DATA and _small_slice(ticket.change):
                 deps.caps = deps.caps.model_copy(update={"tickets": 0})  # what follows is not under test
             return outcome
@@ -150,12 +190,18 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
     analysis = DevAnalysis.model_validate(state["analysis"])  # the re-analysis of the promoted model
     small = [r for r in analysis.recommendations if r.kind is TicketKind.DATA and _small_slice(r.change)]
     assert small, f"the analysis did not name a small-size slice: {[r.id for r in analysis.recommendations]}"
-    tickets = [json.loads(line) for line in (home.people_dir(run_id) / "tickets.jsonl").read_text().splitlines()]
-    fixes = [t for t in tickets if t["kind"] == "data" and t["change"]["synthetic"]["slice"].startswith("size<")]
+    tickets = [
+        json.loads(line) for line in (home.people_dir(run_id) / "tickets.jsonl").read_text().splitlines()
+    ]
+    fixes = [
+        t for t in tickets if t["kind"] == "data" and t["change"]["synthetic"]["slice"].startswith("size<")
+    ]
     assert fixes, "the loop did not try a top-up for the small voids on the promoted model"
     lineage = services.lineage()
     assert lineage[fixes[0]["id"]].parent_sha256 == promoted.sha256  # tried on the model that misses them
     assert lineage[fixes[0]["id"]].dataset != planted.ref  # a top-up of the planted version, really
-    rows = [json.loads(line) for line in (home.people_dir(run_id) / "predictions.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (home.people_dir(run_id) / "predictions.jsonl").read_text().splitlines()
+    ]
     scored = [r for r in rows if r.get("stage") == "dev" and r["ticket_id"] == fixes[0]["id"]]
     assert scored and scored[0]["held"] in (True, False) and scored[0]["observed_change"] is not None

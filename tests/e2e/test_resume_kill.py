@@ -42,22 +42,36 @@ from tests.e2e._killrun import (
     sentinel_hits,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 
 SENTINEL = 0.8642097531  # a confirm-a "score" no real model run would print to 8 decimals
 RUN_BUDGET = "10s"  # device time: the loop stops after its first ticket
 FAKE_LIFETIME_S = 1500.0  # the fake LLM outlives all three invocations
-BASE_TICKET = {"kind": "config", "hypothesis": "the base config as it is beats the classical best",
-               "change": {}, "evidence": ["base-config"], "budget": {"device_seconds": 120, "epochs": 4},
-               "expected_effect": {"metric": "object_f1", "direction": "up", "size": 0.05}}
+BASE_TICKET = {
+    "kind": "config",
+    "hypothesis": "the base config as it is beats the classical best",
+    "change": {},
+    "evidence": ["base-config"],
+    "budget": {"device_seconds": 120, "epochs": 4},
+    "expected_effect": {"metric": "object_f1", "direction": "up", "size": 0.05},
+}
 # The base config (configs/run-demo.yaml, 4 epochs): dev object F1 ~0.4 against the classical
 # best's 0.17, so a dev win and a gate query; 2 epochs measured 0.147 (a dev loss, no query).
 
 
 def _init(home: Path, env: dict[str, str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "segfactory", "init", "--profile", "demo", "--home", str(home)],
-                          capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "segfactory", "init", "--profile", "demo", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -80,16 +94,30 @@ def killed_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     try:
         with openai_server([Step.call("propose_tickets", {"tickets": [BASE_TICKET]})]) as fake:
             kr = KillRun(home=home, logs=root, env=env)
-            first, run_id = kr.run_and_kill_in_sandbox("--profile", "demo", "--budget", RUN_BUDGET,
-                                                       "--proposer", f"local:{fake.base_url}#fake-model",
-                                                       "--judge", "rules")  # one scripted LLM answer: no reviewer
+            first, run_id = kr.run_and_kill_in_sandbox(
+                "--profile",
+                "demo",
+                "--budget",
+                RUN_BUDGET,
+                "--proposer",
+                f"local:{fake.base_url}#fake-model",
+                "--judge",
+                "rules",
+            )  # one scripted LLM answer: no reviewer
             orphans_after_first = left_running(str(home))
             _plant(home / "runs" / run_id / "people" / "planted-confirm.md")
             second = kr.run("--resume", run_id, extra_env={"SEGFACTORY_TEST_KILL_AT": "after_verdict"})
             third = kr.run("--resume", run_id)
-            yield {"home": home, "run_id": run_id, "first": first, "second": second, "third": third,
-                   "orphans": orphans_after_first, "received": list(fake.received),
-                   "records": audit_records(home)}
+            yield {
+                "home": home,
+                "run_id": run_id,
+                "first": first,
+                "second": second,
+                "third": third,
+                "orphans": orphans_after_first,
+                "received": list(fake.received),
+                "records": audit_records(home),
+            }
     finally:
         _server.LIFETIME_S = lifetime
 
@@ -136,8 +164,11 @@ def test_the_resumed_run_finished_every_ticket_once(killed_run: dict[str, Any]) 
     assert [r["payload"]["ticket_id"] for r in ended] == tickets  # each trained to its end once
     people = killed_run["home"] / "runs" / run_id / "people"
     comparisons = people / "dev_comparisons.jsonl"
-    compared = [json.loads(line)["ticket_id"] for line in comparisons.read_text().splitlines()] \
-        if comparisons.is_file() else []
+    compared = (
+        [json.loads(line)["ticket_id"] for line in comparisons.read_text().splitlines()]
+        if comparisons.is_file()
+        else []
+    )
     done = [r["payload"]["ticket_id"] for r in ended if r["event"] == "ticket_done"]
     assert compared == done  # compared on dev at most once
     report = json.loads((people / "report.json").read_text())
@@ -150,8 +181,10 @@ def test_a_kill_between_verdict_and_checkpoint_spends_the_query_once(killed_run:
     comparisons = killed_run["home"] / "runs" / run_id / "people" / "dev_comparisons.jsonl"
     dev = [json.loads(line) for line in comparisons.read_text().splitlines()] if comparisons.is_file() else []
     if not any(row["dev_win"] for row in dev):  # the fault point is in the gate node: it needs a dev win
-        pytest.skip(f"{ticket} was no dev win (trained: {bool(dev)}; a loaded machine may time it out), "
-                    "so there was no gate query to kill after")
+        pytest.skip(
+            f"{ticket} was no dev win (trained: {bool(dev)}; a loaded machine may time it out), "
+            "so there was no gate query to kill after"
+        )
     assert second.returncode == -9, second.stderr[-2000:]
     assert "SEGFACTORY_TEST_KILL_AT=after_verdict" in second.stderr
     verdicts = events(killed_run["records"], "gate.verdict", run_id, ticket)
@@ -159,7 +192,9 @@ def test_a_kill_between_verdict_and_checkpoint_spends_the_query_once(killed_run:
     assert len({v["payload"]["verdict"] for v in verdicts}) == 1
     assert len({v["payload"]["queries_left"] for v in verdicts}) == 1  # the replay spent nothing
     queries = ledger_queries(killed_run["home"], run_id)
-    owed = [(f"{ticket}-rep", "confirm-b")] if len(_run_tickets(killed_run)) == 2 else []  # the WIN's replicate
+    owed = (
+        [(f"{ticket}-rep", "confirm-b")] if len(_run_tickets(killed_run)) == 2 else []
+    )  # the WIN's replicate
     assert [(q[0], q[1]) for q in queries] == [(ticket, "confirm-a"), *owed]
     assert queries[0][2] == verdicts[0]["payload"]["verdict"]
 
@@ -178,7 +213,9 @@ def test_the_planted_confirm_score_reaches_no_agent(killed_run: dict[str, Any]) 
     sent = [r["payload"]["body"] for r in events(killed_run["records"], "llm_http_request", run_id)]
     assert sent == ["blob:" + hashlib.sha256(received[0]).hexdigest()]  # the search covers what was sent
     assert (home / "runs" / run_id / "tickets" / _ticket(killed_run) / "work" / "out").is_dir()
-    hits = sentinel_hits(home, run_id, SENTINEL, received, also=_confirm_intervals(killed_run["records"], run_id))
+    hits = sentinel_hits(
+        home, run_id, SENTINEL, received, also=_confirm_intervals(killed_run["records"], run_id)
+    )
     assert hits == {"prompts": [], "workspaces": [], "graph state": [], "tool results": []}
 
 

@@ -26,8 +26,11 @@ import pytest
 
 from tests.conftest import CliResult
 
-pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 
 Cli = Callable[..., CliResult]
 RUN_BUDGET = "10s"  # device time: the loop stops after the first ticket (each spends more)
@@ -44,8 +47,14 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "SEGFACTORY_NO_USER_SEPARATION"}
 
     def cli(*args: str) -> CliResult:
-        proc = subprocess.run([sys.executable, "-m", "segfactory", *args, "--home", str(home)], capture_output=True,
-                              text=True, timeout=600, cwd=REPO, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "segfactory", *args, "--home", str(home)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=REPO,
+            env=env,
+        )
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
     init = cli("init", "--profile", "demo")
@@ -74,13 +83,23 @@ def test_the_run_shows_progress_and_writes_the_report(finished_run: dict[str, An
     assert summary["stop_reason"].startswith("budget: device time")
     people = home / "runs" / summary["run_id"] / "people"
     md = (people / "report.md").read_text()
-    for section in ("## Outcome", "## Rounds: weakness, fix tried, result", "## Scored predictions",
-                    "## Every ticket", "## Milestone", "## Audit", "## LLM usage",
-                    "## What this run did not do", "No LLM was configured"):
+    for section in (
+        "## Outcome",
+        "## Rounds: weakness, fix tried, result",
+        "## Scored predictions",
+        "## Every ticket",
+        "## Milestone",
+        "## Audit",
+        "## LLM usage",
+        "## What this run did not do",
+        "No LLM was configured",
+    ):
         assert section in md
     assert (people / "report.html").is_file() and (people / "plots").is_dir()
     report = json.loads((people / "report.json").read_text())
-    assert [t["ticket_id"] for t in report["tickets"]] == _tickets(finished_run) and report["audit"]["ok"] is True
+    assert [t["ticket_id"] for t in report["tickets"]] == _tickets(finished_run) and report["audit"][
+        "ok"
+    ] is True
     assert [r["round"] for r in report["rounds"]] == [1] and report["rounds"][0]["tried"][0]["ticket_id"]
     assert set(summary["hit_rate"]) >= {"recommendation", "default", "sealed"}
     assert "sealed" in report["milestone"]["tiers"] and "never-queried" in report["milestone"]["tiers"]
@@ -115,8 +134,10 @@ def test_the_audit_verifies_with_no_unanchored_window(finished_run: dict[str, An
 
 def test_the_ledger_holds_queries_only_for_dev_wins(finished_run: dict[str, Any], tmp_path: Path) -> None:
     home, run_id = finished_run["home"], finished_run["summary"]["run_id"]
-    rows = [json.loads(line) for line in
-            (home / "runs" / run_id / "people" / "dev_comparisons.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (home / "runs" / run_id / "people" / "dev_comparisons.jsonl").read_text().splitlines()
+    ]
     wins = {r["ticket_id"] for r in rows if r["dev_win"]}
     copy = tmp_path / "ledger"  # a copy: sqlite would leave root-owned -shm/-wal files in the gate's vault
     copy.mkdir()
@@ -155,8 +176,16 @@ def test_promotion_without_the_gates_wins_is_refused_by_the_gate(finished_run: d
     with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as log:
         promotions = home.runs / PROMOTIONS_FILE
         before = promotions.read_text() if promotions.exists() else ""
-        setup = RunSetup(home=home, run_id=run_id, backend="bwrap", dataset=None, base_config=Path("."),
-                         gate=anchor.client, audit=log, dev_margin=0.005)
+        setup = RunSetup(
+            home=home,
+            run_id=run_id,
+            backend="bwrap",
+            dataset=None,
+            base_config=Path("."),
+            gate=anchor.client,
+            audit=log,
+            dev_margin=0.005,
+        )
         services = HostServices(setup)
         best_before = anchor.client.status()["current_best"]
         if ticket_id in before:  # the run promoted it: promoting again moves nothing, writes nothing
@@ -167,4 +196,3 @@ def test_promotion_without_the_gates_wins_is_refused_by_the_gate(finished_run: d
                 services.promote(ticket_id)
         assert anchor.client.status()["current_best"] == best_before
         log.close_run(run_id)
-

@@ -26,7 +26,9 @@ class _State(TypedDict, total=False):
     notes: Annotated[list[Any], operator.add]
 
 
-def _home(tmp_path: Path, *, in_blob: bytes = b"{}", in_state: Any = "nothing", in_workspace: bytes = b"") -> Path:
+def _home(
+    tmp_path: Path, *, in_blob: bytes = b"{}", in_state: Any = "nothing", in_workspace: bytes = b""
+) -> Path:
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import END, START, StateGraph
 
@@ -35,8 +37,16 @@ def _home(tmp_path: Path, *, in_blob: bytes = b"{}", in_state: Any = "nothing", 
 
     home = tmp_path / "home"
     ref = BlobStore(home / "audit" / "blobs").put(in_blob)
-    record = AuditRecord(seq=1, ts=0.0, run_id=RUN, actor="proposer", event="llm_attempt",
-                         payload={"request": ref, "response": None}, prev="0" * 64, hash="0" * 64)
+    record = AuditRecord(
+        seq=1,
+        ts=0.0,
+        run_id=RUN,
+        actor="proposer",
+        event="llm_attempt",
+        payload={"request": ref, "response": None},
+        prev="0" * 64,
+        hash="0" * 64,
+    )
     (home / "audit" / "log.jsonl").write_text(record.model_dump_json() + "\n")
     work = home / "runs" / RUN / "tickets" / f"{RUN}-t001" / "work"
     work.mkdir(parents=True)
@@ -58,12 +68,20 @@ def test_a_clean_home_has_no_hit(tmp_path: Path) -> None:
 @pytest.mark.parametrize("leak", ["prompt", "blob", "workspace", "state-text", "state-float"])
 def test_each_leak_is_found_where_it_is(tmp_path: Path, leak: str) -> None:
     text = f"confirm-a object F1 {SENTINEL}".encode()
-    home = _home(tmp_path, in_blob=json.dumps({"m": text.decode()}).encode() if leak == "blob" else b"{}",
-                 in_state=SENTINEL if leak == "state-float" else text.decode() if leak == "state-text" else "-",
-                 in_workspace=text if leak == "workspace" else b"")
+    home = _home(
+        tmp_path,
+        in_blob=json.dumps({"m": text.decode()}).encode() if leak == "blob" else b"{}",
+        in_state=SENTINEL if leak == "state-float" else text.decode() if leak == "state-text" else "-",
+        in_workspace=text if leak == "workspace" else b"",
+    )
     hits = sentinel_hits(home, RUN, SENTINEL, [text if leak == "prompt" else b"a prompt"])
-    expected = {"prompt": ["prompts"], "blob": ["prompts", "tool results"], "workspace": ["workspaces"],
-                "state-text": ["graph state"], "state-float": ["graph state"]}[leak]
+    expected = {
+        "prompt": ["prompts"],
+        "blob": ["prompts", "tool results"],
+        "workspace": ["workspaces"],
+        "state-text": ["graph state"],
+        "state-float": ["graph state"],
+    }[leak]
     assert sorted(place for place, names in hits.items() if names) == expected
 
 

@@ -33,11 +33,19 @@ from tests.vision._data import draw
 
 RUN_ID = "run-1"
 CANDIDATE = models.threshold_model(bias=-0.45)  # what every ticket "trains": better on faint voids
-DRAFT = {"kind": "config", "hypothesis": "a lower learning rate helps faint voids", "change": {"optim.lr": 0.001},
-         "budget": {"device_seconds": 60, "epochs": 1},
-         "expected_effect": {"metric": "object_f1", "slice": "faint voids", "direction": "up", "size": 0.02},
-         "evidence": ["recommendation:r1"]}
-SECOND = {**DRAFT, "hypothesis": "a slightly higher learning rate helps faint voids", "change": {"optim.lr": 0.002}}
+DRAFT = {
+    "kind": "config",
+    "hypothesis": "a lower learning rate helps faint voids",
+    "change": {"optim.lr": 0.001},
+    "budget": {"device_seconds": 60, "epochs": 1},
+    "expected_effect": {"metric": "object_f1", "slice": "faint voids", "direction": "up", "size": 0.02},
+    "evidence": ["recommendation:r1"],
+}
+SECOND = {
+    **DRAFT,
+    "hypothesis": "a slightly higher learning rate helps faint voids",
+    "change": {"optim.lr": 0.002},
+}
 LLM_SCRIPT = [{"tickets": [DRAFT]}, {"tickets": [SECOND]}]  # one propose_tickets tool call per request
 
 
@@ -80,30 +88,55 @@ def run_script(home_root: Path, dataset: DatasetVersion, fake_url: str, response
 
     home = Home(home_root)
     settings = SchedulerSettings(reserve_bytes=0)
-    scheduler = Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings)
-    analysis = DevAnalysis(summary="dev object F1 0.41; faint voids missed",
-                           recommendations=(recommendation("r1", "optim.lr", 0.001),))
-    with AuditLog(home, MemoryAnchorStore()) as audit, running_gate(home_root, ["--answer-time", "0"]) as client:
+    scheduler = Scheduler(
+        MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings
+    )
+    analysis = DevAnalysis(
+        summary="dev object F1 0.41; faint voids missed",
+        recommendations=(recommendation("r1", "optim.lr", 0.001),),
+    )
+    with (
+        AuditLog(home, MemoryAnchorStore()) as audit,
+        running_gate(home_root, ["--answer-time", "0"]) as client,
+    ):
         client._http.event_hooks["response"].append(lambda r: responses.append(r.read()))
-        proposer = get_proposer("openai:gpt-4o-mini", sink=audit, usage=LLMUsage(), run_id=RUN_ID,
-                                default_budget=Budget(device_seconds=60, epochs=1),
-                                caps=Budget(device_seconds=120, epochs=3), base_url=fake_url, timeout_s=10)
+        proposer = get_proposer(
+            "openai:gpt-4o-mini",
+            sink=audit,
+            usage=LLMUsage(),
+            run_id=RUN_ID,
+            default_budget=Budget(device_seconds=60, epochs=1),
+            caps=Budget(device_seconds=120, epochs=3),
+            base_url=fake_url,
+            timeout_s=10,
+        )
 
         def execute(ticket: Ticket) -> CoarseVerdict:
-            outcome = execute_ticket(ticket, home=home, dataset_version=dataset, backend=FixedTrainer(),
-                                     base_config=dict(BASE_CONFIG), audit=audit, run_id=RUN_ID,
-                                     scheduler=scheduler, budget_policy=load_budget_policy("demo"))
+            outcome = execute_ticket(
+                ticket,
+                home=home,
+                dataset_version=dataset,
+                backend=FixedTrainer(),
+                base_config=dict(BASE_CONFIG),
+                audit=audit,
+                run_id=RUN_ID,
+                scheduler=scheduler,
+                budget_policy=load_budget_policy("demo"),
+            )
             assert outcome.evidence is not None, outcome.reason
             model = home.tickets_dir(RUN_ID) / ticket.id / "model.onnx"  # as HostServices.submit does
-            return client.submit(model, dataset.ref, ticket.id, replicate_of=ticket.replicate_of, run_id=RUN_ID)
+            return client.submit(
+                model, dataset.ref, ticket.id, replicate_of=ticket.replicate_of, run_id=RUN_ID
+            )
 
         history: list[tuple[Ticket, CoarseVerdict]] = []
         first = to_ticket(proposer.propose(build_context(analysis, []), 1)[0], f"{RUN_ID}-t001", seed=1)
         history.append((first, execute(first)))
         replicate = first.model_copy(update={"id": f"{first.id}-rep", "replicate_of": first.id, "seed": 2})
         history.append((replicate, execute(replicate)))  # the script replicates whatever the verdict was
-        second = to_ticket(proposer.propose(build_context(analysis, _history(history)), 1)[0], f"{RUN_ID}-t002",
-                           seed=3)
+        second = to_ticket(
+            proposer.propose(build_context(analysis, _history(history)), 1)[0], f"{RUN_ID}-t002", seed=3
+        )
         history.append((second, execute(second)))  # the same model: answered from the verdict cache
         _raw_submissions(client._http, client._credential())
 
@@ -112,8 +145,12 @@ def _raw_submissions(http: httpx.Client, auth: dict[str, str]) -> None:
     """What an agent could also send by hand: a replay, a non-ONNX file, malformed JSON."""
     bad = base64.b64encode(b"not a model").decode()
     good = base64.b64encode(CANDIDATE.SerializeToString()).decode()
-    http.post("/submit", json={"ticket_id": f"{RUN_ID}-t001", "model_b64": good, "replicate_of": None}, headers=auth)
-    http.post("/submit", json={"ticket_id": f"{RUN_ID}-t003", "model_b64": bad, "replicate_of": None}, headers=auth)
+    http.post(
+        "/submit", json={"ticket_id": f"{RUN_ID}-t001", "model_b64": good, "replicate_of": None}, headers=auth
+    )
+    http.post(
+        "/submit", json={"ticket_id": f"{RUN_ID}-t003", "model_b64": bad, "replicate_of": None}, headers=auth
+    )
     http.post("/submit", content=b"{oops", headers=auth)
 
 

@@ -20,7 +20,9 @@ STRONG_VOID = 0.78  # the baseline's threshold: voids brighter than this are "st
 TIER_SIZES = {"confirm-a": 160, "confirm-b": 160, "sealed": 120, "never-queried": 80}
 
 
-def make_split(seed: int, n: int, size: int = SIZE, strong_labels: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def make_split(
+    seed: int, n: int, size: int = SIZE, strong_labels: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Images with 1-4 small bright voids of varied contrast.
 
     ``strong_labels`` keeps the images and labels only the high-contrast voids: a vault with the
@@ -58,15 +60,20 @@ def build_home(root: Path, strong_labels: bool = False, separate_users: bool = F
     for offset, (tier, n) in enumerate(TIER_SIZES.items()):
         images, masks = make_split(100 + offset, n, strong_labels=strong_labels)
         write_tier(vault, tier, images, masks)
-    baseline = models.save(models.threshold_model(bias=-STRONG_VOID), root.parent / f"{root.name}-baseline.onnx")
+    baseline = models.save(
+        models.threshold_model(bias=-STRONG_VOID), root.parent / f"{root.name}-baseline.onnx"
+    )
     init_gate(root, baseline, separate_users=separate_users)
     return root, baseline
 
 
 def vault_hashes(vault: Path) -> dict[str, str]:
     """sha256 of every held-back tier file (what must not change under attack)."""
-    return {str(p.relative_to(vault)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((vault / "tiers").rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(vault)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((vault / "tiers").rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture

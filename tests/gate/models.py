@@ -18,8 +18,12 @@ def _io(out_shape: list[str | int | None] | None = None) -> tuple[onnx.ValueInfo
     return image, prob
 
 
-def _model(nodes: list[onnx.NodeProto], inits: list[TensorProto] | None = None,
-           out_shape: list[str | int | None] | None = None, opset: list[onnx.OperatorSetIdProto] | None = None) -> onnx.ModelProto:
+def _model(
+    nodes: list[onnx.NodeProto],
+    inits: list[TensorProto] | None = None,
+    out_shape: list[str | int | None] | None = None,
+    opset: list[onnx.OperatorSetIdProto] | None = None,
+) -> onnx.ModelProto:
     image, prob = _io(out_shape)
     graph = helper.make_graph(nodes, "g", [image], [prob], initializer=inits or [])
     model = helper.make_model(graph, opset_imports=opset or OPSET)
@@ -29,11 +33,15 @@ def _model(nodes: list[onnx.NodeProto], inits: list[TensorProto] | None = None,
 
 def threshold_model(scale: float = 20.0, bias: float = -0.5) -> onnx.ModelProto:
     """prob = sigmoid(scale * (image + bias)): a 'dark/bright' detector with a knob to vary it."""
-    inits = [numpy_helper.from_array(np.array(bias, np.float32), "b"),
-             numpy_helper.from_array(np.array(scale, np.float32), "s")]
-    nodes = [helper.make_node("Add", ["image", "b"], ["x"]),
-             helper.make_node("Mul", ["x", "s"], ["y"]),
-             helper.make_node("Sigmoid", ["y"], ["prob"])]
+    inits = [
+        numpy_helper.from_array(np.array(bias, np.float32), "b"),
+        numpy_helper.from_array(np.array(scale, np.float32), "s"),
+    ]
+    nodes = [
+        helper.make_node("Add", ["image", "b"], ["x"]),
+        helper.make_node("Mul", ["x", "s"], ["y"]),
+        helper.make_node("Sigmoid", ["y"], ["prob"]),
+    ]
     return _model(nodes, inits)
 
 
@@ -43,10 +51,12 @@ def conv_model(channels: int = 4, seed: int = 0) -> onnx.ModelProto:
     w1 = rng.normal(0, 0.3, (channels, 1, 3, 3)).astype(np.float32)
     w2 = rng.normal(0, 0.3, (1, channels, 1, 1)).astype(np.float32)
     inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")]
-    nodes = [helper.make_node("Conv", ["image", "w1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"]),
-             helper.make_node("Sigmoid", ["c2"], ["prob"])]
+    nodes = [
+        helper.make_node("Conv", ["image", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+        helper.make_node("Sigmoid", ["c2"], ["prob"]),
+    ]
     return _model(nodes, inits)
 
 
@@ -63,13 +73,20 @@ def epcontext_model() -> onnx.ModelProto:
 def unbounded_loop_model() -> onnx.ModelProto:
     """A Loop with an empty trip count (runs while cond holds: forever)."""
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["v_in"], ["v_out"])],
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Identity", ["v_in"], ["v_out"]),
+        ],
         "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, None)],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, None),
+        ],
     )
     inits = [numpy_helper.from_array(np.array(True), "cond")]
     nodes = [helper.make_node("Loop", ["", "cond", "image"], ["prob"], body=body)]
@@ -78,25 +95,33 @@ def unbounded_loop_model() -> onnx.ModelProto:
 
 def huge_constant_of_shape_model() -> onnx.ModelProto:
     inits = [numpy_helper.from_array(np.array([100000, 100000, 100], np.int64), "shape")]
-    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"]),
-             helper.make_node("Identity", ["image"], ["prob"])]
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["big"]),
+        helper.make_node("Identity", ["image"], ["prob"]),
+    ]
     return _model(nodes, inits)
 
 
 def short_range_model() -> onnx.ModelProto:
     """A Range node given two constant inputs instead of three: a shape the intake's own bound
     check once failed on with an unexpected exception (not a refusal)."""
-    inits = [numpy_helper.from_array(np.array(0, np.int64), "start"),
-             numpy_helper.from_array(np.array(4, np.int64), "limit")]
-    nodes = [helper.make_node("Range", ["start", "limit"], ["r"]),
-             helper.make_node("Identity", ["image"], ["prob"])]
+    inits = [
+        numpy_helper.from_array(np.array(0, np.int64), "start"),
+        numpy_helper.from_array(np.array(4, np.int64), "limit"),
+    ]
+    nodes = [
+        helper.make_node("Range", ["start", "limit"], ["r"]),
+        helper.make_node("Identity", ["image"], ["prob"]),
+    ]
     return _model(nodes, inits)
 
 
 def wrong_output_shape_model() -> onnx.ModelProto:
     """Declares [N, 1, H, W] but returns [N, 1, H/2, W/2] at run time (caught by the parent)."""
-    nodes = [helper.make_node("MaxPool", ["image"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-             helper.make_node("Sigmoid", ["p"], ["prob"])]
+    nodes = [
+        helper.make_node("MaxPool", ["image"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Sigmoid", ["p"], ["prob"]),
+    ]
     return _model(nodes)
 
 

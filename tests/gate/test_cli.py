@@ -24,7 +24,9 @@ def test_attack_boost_leaks_on_naive_and_not_through_the_gate() -> None:
 
 @pytest.mark.slow
 def test_attack_cli_prints_one_json_object(cli: Callable[..., object], tmp_path: Path) -> None:
-    out = cli("attack", "boost", "--n", "500", "--k", "50", "--reps", "2", "--json", "--home", str(tmp_path / "h"))
+    out = cli(
+        "attack", "boost", "--n", "500", "--k", "50", "--reps", "2", "--json", "--home", str(tmp_path / "h")
+    )
     data = json.loads(out.stdout)  # type: ignore[attr-defined]
     assert set(data["evaluators"]) == {"naive", "gate", "gate-a-only"}
     bad = cli("attack", "boost", "--k", "0", "--json")
@@ -40,7 +42,19 @@ def test_submit_status_and_milestone_commands(cli: Callable[..., object], tmp_pa
     assert json.loads(sub.stdout)["verdict"] == "WIN", sub.stderr  # type: ignore[attr-defined]
     status = json.loads(cli("gate", "status", "--home", str(home), "--json").stdout)  # type: ignore[attr-defined]
     assert {t["tier"]: t["spent"] for t in status["tiers"]}["confirm-a"] == 1
-    args = ("gate", "milestone", "--home", str(home), "--name", "m1", "--run", "r1", "--tiers", "sealed", "--json")
+    args = (
+        "gate",
+        "milestone",
+        "--home",
+        str(home),
+        "--name",
+        "m1",
+        "--run",
+        "r1",
+        "--tiers",
+        "sealed",
+        "--json",
+    )
     first = cli(*args)
     assert json.loads(first.stdout)["tiers"] == ["sealed"], first.stderr  # type: ignore[attr-defined]
     assert (home / "runs" / "r1" / "people" / "milestones" / "m1.md").is_file()
@@ -56,6 +70,15 @@ def test_an_answer_time_from_the_environment_must_be_seconds(tmp_path: Path) -> 
     from tests.conftest import REPO
 
     env = {**os.environ, "SEGFACTORY_GATE_ANSWER_TIME": "soon"}
-    proc = subprocess.run([sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(tmp_path / "h")],
-                          capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
-    assert proc.returncode != 0 and "SEGFACTORY_GATE_ANSWER_TIME='soon' is not a number of seconds" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(tmp_path / "h")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env,
+    )
+    assert (
+        proc.returncode != 0
+        and "SEGFACTORY_GATE_ANSWER_TIME='soon' is not a number of seconds" in proc.stderr
+    )

@@ -19,7 +19,9 @@ from tests.gate.conftest import make_split, vault_hashes
 pytestmark = pytest.mark.bwrap
 
 
-def test_better_model_wins_and_same_model_does_not(gate: Gate, better_model: Path, gate_home: tuple[Path, Path]) -> None:
+def test_better_model_wins_and_same_model_does_not(
+    gate: Gate, better_model: Path, gate_home: tuple[Path, Path]
+) -> None:
     _, baseline = gate_home
     win = gate.submit(better_model.read_bytes(), "t-win")
     assert win.verdict.verdict is Verdict.WIN and win.verdict.tier == "confirm-a"
@@ -74,7 +76,9 @@ def _bad_inputs(tmp: Path) -> dict[str, bytes]:
     }
 
 
-def test_every_bad_input_is_one_undifferentiated_invalid(gate: Gate, gate_home: tuple[Path, Path], tmp_path: Path) -> None:
+def test_every_bad_input_is_one_undifferentiated_invalid(
+    gate: Gate, gate_home: tuple[Path, Path], tmp_path: Path
+) -> None:
     home, _ = gate_home
     before = vault_hashes(home / "vault")
     spent_before = gate.ledger.budget_left("confirm-a", 1)
@@ -93,7 +97,9 @@ def test_every_bad_input_is_one_undifferentiated_invalid(gate: Gate, gate_home: 
     assert "external data" in stored["bad-external-data"]
 
 
-def test_changed_win_rule_stops_queries(gate_home: tuple[Path, Path], better_model: Path, tmp_path: Path) -> None:
+def test_changed_win_rule_stops_queries(
+    gate_home: tuple[Path, Path], better_model: Path, tmp_path: Path
+) -> None:
     home, _ = gate_home
     rule = tmp_path / "win_rule.yaml"
     shutil.copy(Path(__file__).parents[2] / "policies" / "win_rule.yaml", rule)
@@ -105,10 +111,22 @@ def test_changed_win_rule_stops_queries(gate_home: tuple[Path, Path], better_mod
 
 
 def _dataset(home: Path, images: np.ndarray, masks: np.ndarray, approve: bool = True) -> str:
-    train = write_split(home.parent / "src-train", images, masks,
-                        [{"id": str(i), "sha256": image_sha256(img)} for i, img in enumerate(images)], [], {})
-    dev = write_split(home.parent / "src-dev", images[:4], masks[:4],
-                      [{"id": str(i), "sha256": image_sha256(img)} for i, img in enumerate(images[:4])], [], {})
+    train = write_split(
+        home.parent / "src-train",
+        images,
+        masks,
+        [{"id": str(i), "sha256": image_sha256(img)} for i, img in enumerate(images)],
+        [],
+        {},
+    )
+    dev = write_split(
+        home.parent / "src-dev",
+        images[:4],
+        masks[:4],
+        [{"id": str(i), "sha256": image_sha256(img)} for i, img in enumerate(images[:4])],
+        [],
+        {},
+    )
     return create_version(home, "synthetic", {"train": train, "dev": dev}, approve_it=approve).ref
 
 
@@ -120,11 +138,17 @@ def test_clean_training_data_passes(gate: Gate, gate_home: tuple[Path, Path], be
 
 
 @pytest.mark.parametrize("kind", ["exact", "near"])
-def test_leak_quarantines_the_run(gate: Gate, gate_home: tuple[Path, Path], better_model: Path, kind: str) -> None:
+def test_leak_quarantines_the_run(
+    gate: Gate, gate_home: tuple[Path, Path], better_model: Path, kind: str
+) -> None:
     home, _ = gate_home
     held, masks = make_split(100, 160)  # the confirm-a images (same seed as the tier)
     images = held[:20] if kind == "exact" else np.clip(held[:20] + 0.002, 0, 1)
-    ref = _dataset(home, np.concatenate([make_split(5, 20)[0], images]), np.concatenate([make_split(5, 20)[1], masks[:20]]))
+    ref = _dataset(
+        home,
+        np.concatenate([make_split(5, 20)[0], images]),
+        np.concatenate([make_split(5, 20)[1], masks[:20]]),
+    )
     answer = gate.submit(better_model.read_bytes(), f"t-leak-{kind}", train_data=ref, run_id="r-leak")
     assert answer.verdict.verdict is Verdict.INVALID
     assert gate.status()["quarantine"][0]["run_id"] == "r-leak"
@@ -132,7 +156,9 @@ def test_leak_quarantines_the_run(gate: Gate, gate_home: tuple[Path, Path], bett
     assert later.verdict.verdict is Verdict.INVALID and "quarantined" in later.reason
 
 
-def test_unapproved_or_traversing_dataset_is_invalid(gate: Gate, gate_home: tuple[Path, Path], better_model: Path) -> None:
+def test_unapproved_or_traversing_dataset_is_invalid(
+    gate: Gate, gate_home: tuple[Path, Path], better_model: Path
+) -> None:
     home, _ = gate_home
     ref = _dataset(home, *make_split(998, 10), approve=False)
     for i, name in enumerate([ref, "../../vault/v1", "synthetic/v99"]):

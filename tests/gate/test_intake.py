@@ -103,7 +103,6 @@ def test_large_initializers_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
         _intake_rules.check(models.conv_model(channels=8).SerializeToString())
 
 
-
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_inits_own_model_check_applies_the_same_rules(name: str, tmp_path: Path) -> None:
     """``inspect_own_model`` (init's baseline only) runs in process but refuses what the confined one does."""

@@ -42,8 +42,9 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_a_dark_real_tier_is_outside_and_its_collapse_is_a_shift(gate: Gate, better_model: Path,
-                                                                 tmp_path: Path) -> None:
+def test_a_dark_real_tier_is_outside_and_its_collapse_is_a_shift(
+    gate: Gate, better_model: Path, tmp_path: Path
+) -> None:
     train = _write(tmp_path / "train", *make_split(1, 40))
     _ticket(gate, better_model, train)
     images, masks = make_split(7, 40)
@@ -52,8 +53,12 @@ def test_a_dark_real_tier_is_outside_and_its_collapse_is_a_shift(gate: Gate, bet
     (tmp_path / "run2").mkdir()
     outsider = models.save(models.threshold_model(bias=-0.5), tmp_path / "run2" / "model.onnx")
     write_training_record(outsider.parent, train)  # a run folder outside the home, as `train` leaves it
-    req = MilestoneRequest(name="real-dark", run_id="r1", tiers=["real-holdout"],
-                           models_b64=[base64.b64encode(p.read_bytes()).decode() for p in (better_model, outsider)])
+    req = MilestoneRequest(
+        name="real-dark",
+        run_id="r1",
+        tiers=["real-holdout"],
+        models_b64=[base64.b64encode(p.read_bytes()).decode() for p in (better_model, outsider)],
+    )
     report = run_milestone(gate, req)
     block = report["tiers"]["real-holdout"]
     shift = block["models"][_sha(better_model)]["training_range"]
@@ -67,8 +72,9 @@ def test_a_dark_real_tier_is_outside_and_its_collapse_is_a_shift(gate: Gate, bet
     assert _milestone_md(report).count("**outside the training range**: intensity:") == 2
 
 
-def test_add_real_compares_with_the_current_best_or_train_data(gate: Gate, better_model: Path,
-                                                                tmp_path: Path) -> None:
+def test_add_real_compares_with_the_current_best_or_train_data(
+    gate: Gate, better_model: Path, tmp_path: Path
+) -> None:
     train = _write(tmp_path / "train", *make_split(1, 40))
     images, masks = make_split(7, 40)
     real = _write(tmp_path / "real", images, masks)

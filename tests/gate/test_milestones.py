@@ -40,7 +40,10 @@ def test_report_has_intervals_and_a_name_is_used_once(gate: Gate, better_model: 
 @pytest.mark.slow
 def test_quota_counts_models_per_sealed_version(gate: Gate, tmp_path: Path) -> None:
     quota = gate.rule().milestone_quota["sealed"]
-    paths = [models.save(models.threshold_model(bias=-0.4 - i / 100), tmp_path / f"m{i}.onnx") for i in range(quota + 1)]
+    paths = [
+        models.save(models.threshold_model(bias=-0.4 - i / 100), tmp_path / f"m{i}.onnx")
+        for i in range(quota + 1)
+    ]
     run_milestone(gate, _req("first", paths[:quota]))
     with pytest.raises(GateError, match="quota"):
         run_milestone(gate, _req("second", paths[quota:]))
@@ -61,14 +64,21 @@ def models_sha(path: Path) -> str:
 
 
 @pytest.mark.slow
-def test_real_holdout_is_added_as_versions_and_scored_only_by_milestones(gate: Gate, better_model: Path,
-                                                                        tmp_path: Path) -> None:
+def test_real_holdout_is_added_as_versions_and_scored_only_by_milestones(
+    gate: Gate, better_model: Path, tmp_path: Path
+) -> None:
     """The real/held-out tier: `gate add-real` versions it in the vault; milestones score it."""
     images, masks = make_split(7, 40)
     meta = [{"id": f"real-{i}", "sha256": image_sha256(img)} for i, img in enumerate(images)]
     write_split(tmp_path / "real", images, masks, meta, [], {"source": "import"})
     assert add_real(gate, tmp_path / "real") == 1 and add_real(gate, tmp_path / "real") == 2
-    assert {"tier": "real-holdout", "version": 2, "budget": 0, "spent": 0, "left": 0} in gate.ledger.tier_versions()
+    assert {
+        "tier": "real-holdout",
+        "version": 2,
+        "budget": 0,
+        "spent": 0,
+        "left": 0,
+    } in gate.ledger.tier_versions()
     report = run_milestone(gate, _req("real-1", [better_model], ["real-holdout"]))
     scored = report["tiers"]["real-holdout"]
     assert scored["version"] == 2 and scored["models"][models_sha(better_model)]["n_images"] == 40

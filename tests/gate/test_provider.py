@@ -39,8 +39,11 @@ def test_a_cuda_pin_on_a_machine_without_cuda_is_refused_and_names_rotate(tmp_pa
     version = tmp_path / "confirm-a" / "v2"
     version.mkdir(parents=True)
     assert pinned_scoring(version, machine=Scoring(CUDA, H200)) == Scoring(CUDA, H200)
-    with pytest.raises(ProviderError, match=r"scored with CUDAExecutionProvider .* a change of provider is a new "
-                                            r"version: .*segfactory gate rotate --tier confirm-a"):
+    with pytest.raises(
+        ProviderError,
+        match=r"scored with CUDAExecutionProvider .* a change of provider is a new "
+        r"version: .*segfactory gate rotate --tier confirm-a",
+    ):
         pinned_scoring(version, gpus=[])  # this machine: no GPU
     (version / PIN_FILE).write_text(json.dumps({"provider": "TensorrtExecutionProvider"}))
     with pytest.raises(ProviderError, match="names provider 'TensorrtExecutionProvider'"):
@@ -60,7 +63,8 @@ def _stand_in_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_cuda_child_gets_only_its_gpus_nodes_and_uuid_and_the_cpu_child_none(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dev = _stand_in_nodes(tmp_path, monkeypatch)
     cpu, cuda = bwrap_command(2), bwrap_command(2, Scoring(CUDA, H200))
     assert not any("nvidia" in arg for arg in cpu) and cpu[-1] == CPU
@@ -73,7 +77,8 @@ def test_the_cuda_child_gets_only_its_gpus_nodes_and_uuid_and_the_cpu_child_none
 
 @pytest.mark.bwrap
 def test_the_child_refuses_a_provider_it_does_not_have_rather_than_fall_back(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _stand_in_nodes(tmp_path, monkeypatch)
     checked = inspect_bytes(models.threshold_model().SerializeToString())
     images = np.zeros((2, 16, 16), np.float32)

@@ -71,7 +71,9 @@ def _raw_uds(client: GateClient, request: bytes) -> bytes:
 
 def _ledger_rows(home: Path, ticket_id: str) -> list[tuple[str, str, str]]:
     with sqlite3.connect(f"file:{home / 'vault' / 'ledger.sqlite'}?mode=ro", uri=True) as db:
-        return list(db.execute("SELECT verdict, model_sha256, reason FROM queries WHERE ticket_id = ?", (ticket_id,)))
+        return list(
+            db.execute("SELECT verdict, model_sha256, reason FROM queries WHERE ticket_id = ?", (ticket_id,))
+        )
 
 
 def _left(client: GateClient, tier: str = "confirm-a") -> int:
@@ -86,11 +88,18 @@ def test_status_reports_hashes_and_budgets(served: tuple[GateClient, Path, Path]
 
 
 # -- credentials --------------------------------------------------------------------------------
-HOST_ONLY = [("GET", "/audit/events", None), ("POST", "/audit/ack", {"up_to": 1}),
-             ("PUT", "/anchor", {"seq": 99, "hash": "ee" * 32, "run_id": None}), ("GET", "/anchor", None),
-             ("GET", "/anchor/history", None), ("POST", "/milestone", {"name": "m-agent", "run_id": "r"}),
-             ("POST", "/promote", {"ticket_id": "x"}), ("POST", "/retract", {"model_sha256": "0" * 64, "reason": "r"}),
-             ("POST", "/reference", {"model_b64": "", "reason": "r"}), ("POST", "/rotate", {"tier": "confirm-a"})]
+HOST_ONLY = [
+    ("GET", "/audit/events", None),
+    ("POST", "/audit/ack", {"up_to": 1}),
+    ("PUT", "/anchor", {"seq": 99, "hash": "ee" * 32, "run_id": None}),
+    ("GET", "/anchor", None),
+    ("GET", "/anchor/history", None),
+    ("POST", "/milestone", {"name": "m-agent", "run_id": "r"}),
+    ("POST", "/promote", {"ticket_id": "x"}),
+    ("POST", "/retract", {"model_sha256": "0" * 64, "reason": "r"}),
+    ("POST", "/reference", {"model_b64": "", "reason": "r"}),
+    ("POST", "/rotate", {"tier": "confirm-a"}),
+]
 
 
 def test_the_agent_credential_reaches_only_submit_and_status(served: tuple[GateClient, Path, Path]) -> None:
@@ -106,7 +115,9 @@ def test_the_agent_credential_reaches_only_submit_and_status(served: tuple[GateC
         before_events, before_ledger = len(client.pull_events(0)), vault_hashes(home / "vault")
         for method, path, body in HOST_ONLY:
             answer = agent._call(method, path, json=body) if body is not None else agent._call(method, path)
-            assert answer.status_code == 403, f"agent credential reached {method} {path}: {answer.status_code}"
+            assert answer.status_code == 403, (
+                f"agent credential reached {method} {path}: {answer.status_code}"
+            )
             assert set(answer.json()) == {"error"}  # nothing of what lies behind it
         assert client.get_anchor()["seq"] == 3  # type: ignore[index]
         assert vault_hashes(home / "vault") == before_ledger
@@ -149,11 +160,21 @@ def test_every_submit_answer_leaves_at_the_one_fixed_time(tmp_path: Path) -> Non
         timed("cache hit", lambda: client.submit(better, None, "pad-2"))
         timed("replay", lambda: client.submit(better, None, "pad-1"))
         timed("intake refusal", lambda: client.submit(home / "home.json", None, "pad-3"))
-        timed("malformed json", lambda: client._http.post("/submit", content=b"{not json",
-                                                          headers=client._credential()))
+        timed(
+            "malformed json",
+            lambda: client._http.post("/submit", content=b"{not json", headers=client._credential()),
+        )
         timed("unexpected error", lambda: client.submit(crashing, None, "pad-4"))
         timed("identical replicate", lambda: client.submit(better, None, "pad-5", replicate_of="pad-1"))
-    assert [answers[k][0] for k in answers] == ["WIN", "WIN", "WIN", "INVALID", "INVALID", "INVALID", "INVALID"]
+    assert [answers[k][0] for k in answers] == [
+        "WIN",
+        "WIN",
+        "WIN",
+        "INVALID",
+        "INVALID",
+        "INVALID",
+        "INVALID",
+    ]
     off = {k: round(t, 2) for k, (_, t) in answers.items() if not ANSWER <= t <= ANSWER + TRANSPORT}
     assert not off, f"answers away from the fixed time {ANSWER} s: {off}"
 
@@ -173,18 +194,25 @@ def test_a_verdict_past_the_answer_time_is_an_invalid_overrun(tmp_path: Path) ->
         events = [e for e in client.pull_events(0) if e["event"] == "gate.overrun"]
     assert verdict.verdict.value == "INVALID" and quick <= elapsed <= quick + TRANSPORT, (verdict, elapsed)
     recorded, _, reason = _ledger_rows(home, "late-1")[0]
-    assert recorded == "INVALID" and reason.startswith("overrun") and "WIN" in reason  # the late verdict, for people
+    assert (
+        recorded == "INVALID" and reason.startswith("overrun") and "WIN" in reason
+    )  # the late verdict, for people
     assert events and events[-1]["payload"]["ticket_id"] == "late-1"
 
 
-def test_an_unexpected_error_is_the_same_invalid(served: tuple[GateClient, Path, Path], tmp_path: Path) -> None:
+def test_an_unexpected_error_is_the_same_invalid(
+    served: tuple[GateClient, Path, Path], tmp_path: Path
+) -> None:
     client, home, _ = served
     crashing = models.save(models.short_range_model(), tmp_path / "range.onnx")
     body = {"ticket_id": "crash-range", "model_b64": base64.b64encode(crashing.read_bytes()).decode()}
     answer = client._http.post("/submit", json=body, headers=client._credential())
-    refusal = client._http.post("/submit", json={"ticket_id": "refused-json", "model_b64": ""},
-                                headers=client._credential())
-    assert answer.status_code == refusal.status_code == 200 and answer.json()["verdict"] == "INVALID", answer.text
+    refusal = client._http.post(
+        "/submit", json={"ticket_id": "refused-json", "model_b64": ""}, headers=client._credential()
+    )
+    assert answer.status_code == refusal.status_code == 200 and answer.json()["verdict"] == "INVALID", (
+        answer.text
+    )
     assert set(answer.json()) == set(refusal.json())  # the same shape as any other INVALID
     assert _ledger_rows(home, "crash-range")[0][0] == "INVALID"
 
@@ -198,9 +226,12 @@ def test_bad_requests_get_invalid_and_the_service_stays_up(served: tuple[GateCli
     assert bad_json.json()["verdict"] == "INVALID"
     wrong_types = client._http.post("/submit", json={"ticket_id": 7, "model_b64": "AAAA"}, headers=auth)
     assert wrong_types.json()["verdict"] == "INVALID"
-    oversized = _raw_uds(client, b"POST /submit HTTP/1.1\r\nhost: gate\r\ncontent-type: application/json\r\n"
-                                 + f"authorization: {auth['authorization']}\r\n".encode()
-                                 + b"content-length: 99999999999\r\n\r\n{}")
+    oversized = _raw_uds(
+        client,
+        b"POST /submit HTTP/1.1\r\nhost: gate\r\ncontent-type: application/json\r\n"
+        + f"authorization: {auth['authorization']}\r\n".encode()
+        + b"content-length: 99999999999\r\n\r\n{}",
+    )
     assert b'"verdict":"INVALID"' in oversized
     assert _left(client) == left - 3  # every submission spends
     assert vault_hashes(home / "vault") == before
@@ -211,7 +242,9 @@ def test_a_pending_ticket_is_bound_to_its_first_model(tmp_path: Path) -> None:
     import threading
 
     home, _ = build_home(tmp_path / "home")
-    first = models.save(models.threshold_model(bias=-0.9), tmp_path / "first.onnx")  # fires on nothing: NO_WIN
+    first = models.save(
+        models.threshold_model(bias=-0.9), tmp_path / "first.onnx"
+    )  # fires on nothing: NO_WIN
     better = models.save(models.threshold_model(bias=-0.45), tmp_path / "better.onnx")
     with running_gate(home, ["--answer-time", "0"]) as client:
         errors: list[Exception] = []
@@ -238,7 +271,11 @@ def test_a_pending_ticket_is_bound_to_its_first_model(tmp_path: Path) -> None:
             client.promote("crashed-1")
     assert other_bytes.verdict.value == "INVALID" and again.verdict.value == "INVALID"
     verdict, model_sha, reason = _ledger_rows(home, "crashed-1")[0]
-    assert verdict == "INVALID" and model_sha == hashlib.sha256(first.read_bytes()).hexdigest() and "bound" in reason
+    assert (
+        verdict == "INVALID"
+        and model_sha == hashlib.sha256(first.read_bytes()).hexdigest()
+        and "bound" in reason
+    )
 
 
 def test_promotion_needs_retrained_wins_against_the_current_best(tmp_path: Path) -> None:
@@ -266,8 +303,9 @@ def _served_copy(client: GateClient) -> Path:
     return Path(argv[argv.index(b"--pinned") + 1].decode())
 
 
-def test_the_served_copy_is_the_ledger_s_and_stays_as_pinned(served: tuple[GateClient, Path, Path],
-                                                           tmp_path: Path) -> None:
+def test_the_served_copy_is_the_ledger_s_and_stays_as_pinned(
+    served: tuple[GateClient, Path, Path], tmp_path: Path
+) -> None:
     client, home, _ = served
     client.submit(models.save(models.threshold_model(bias=-0.45), tmp_path / "m.onnx"), None, "pin-1")
     copy = _served_copy(client)
@@ -280,14 +318,23 @@ def test_the_served_copy_is_the_ledger_s_and_stays_as_pinned(served: tuple[GateC
     assert not writable, f"writable entries in the pinned copy: {writable[:3]}"
 
 
-def test_the_gate_process_never_loads_a_model_parser(served: tuple[GateClient, Path, Path], tmp_path: Path) -> None:
+def test_the_gate_process_never_loads_a_model_parser(
+    served: tuple[GateClient, Path, Path], tmp_path: Path
+) -> None:
     client, _, _ = served
     client.submit(models.save(models.threshold_model(bias=-0.45), tmp_path / "m.onnx"), None, "parse-1")
     client.submit(models.save(models.custom_domain_model(), tmp_path / "evil.onnx"), None, "parse-2")
     maps = Path(f"/proc/{client.server_pid}/maps").read_text()
-    loaded = sorted({line.split()[-1] for line in maps.splitlines()
-                     if any(k in line for k in ("onnx_cpp2py_export", "onnxruntime_pybind", "google/_upb",
-                                                "google/protobuf"))})
+    loaded = sorted(
+        {
+            line.split()[-1]
+            for line in maps.splitlines()
+            if any(
+                k in line
+                for k in ("onnx_cpp2py_export", "onnxruntime_pybind", "google/_upb", "google/protobuf")
+            )
+        }
+    )
     assert not loaded, f"the vault-holding process mapped model-parsing code: {loaded}"
 
 
@@ -380,19 +427,26 @@ def test_tcp_needs_a_token_and_checks_it(served: tuple[GateClient, Path, Path]) 
     _, home, _ = served
     cmd = [sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(home), "--host", "127.0.0.1"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEGFACTORY_GATE_")}
-    refused = subprocess.run(cmd + ["--port", "0"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    refused = subprocess.run(
+        cmd + ["--port", "0"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60
+    )
     assert refused.returncode != 0 and "token" in refused.stderr
     port = _free_port()
-    proc = subprocess.Popen(cmd + ["--port", str(port), "--answer-time", "0"], cwd=REPO, stderr=subprocess.PIPE,
-                            env={**env, "SEGFACTORY_GATE_TOKEN": "s3cret-token",
-                                 "SEGFACTORY_GATE_AGENT_TOKEN": "agent-token"})
+    proc = subprocess.Popen(
+        cmd + ["--port", str(port), "--answer-time", "0"],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        env={**env, "SEGFACTORY_GATE_TOKEN": "s3cret-token", "SEGFACTORY_GATE_AGENT_TOKEN": "agent-token"},
+    )
     try:
         good = GateClient(url=f"http://127.0.0.1:{port}", token="s3cret-token")
         wait_ready(good, proc)
         for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "s3cret-token"}):
             response = httpx.post(f"http://127.0.0.1:{port}/submit", headers=headers, json={"ticket_id": "x"})
             assert response.status_code == 401 and response.json() == {"verdict": "INVALID"}
-        agent = httpx.get(f"http://127.0.0.1:{port}/audit/events", headers={"authorization": "Bearer agent-token"})
+        agent = httpx.get(
+            f"http://127.0.0.1:{port}/audit/events", headers={"authorization": "Bearer agent-token"}
+        )
         assert agent.status_code == 403
         assert good.status()["win_rule_ok"]
         assert json.loads(json.dumps(good.pull_events(0)))[-1]["event"] == "gate.auth_refused"
@@ -401,7 +455,9 @@ def test_tcp_needs_a_token_and_checks_it(served: tuple[GateClient, Path, Path]) 
         proc.wait(timeout=10)
 
 
-def test_a_served_rotation_draws_the_tier_without_forking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_served_rotation_draws_the_tier_without_forking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The served gate runs threads; a generator pool forked from it deadlocked a real compare's
     replay here (a forked worker stuck on a lock another thread held). It must draw in-process."""
     from starlette.testclient import TestClient
@@ -414,7 +470,9 @@ def test_a_served_rotation_draws_the_tier_without_forking(tmp_path: Path, monkey
     gate = Gate(home / "vault", home_root=home)
     asked: list[int | None] = []
     real = synth_tiers.build_tier
-    monkeypatch.setattr(synth_tiers, "build_tier", lambda *a, **k: asked.append(k.get("workers")) or real(*a, **k))
+    monkeypatch.setattr(
+        synth_tiers, "build_tier", lambda *a, **k: asked.append(k.get("workers")) or real(*a, **k)
+    )
     try:
         with TestClient(create_app(gate, answer_time_s=0)) as http:
             answer = http.post("/rotate", json={"tier": "sealed"})

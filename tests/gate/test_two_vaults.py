@@ -31,7 +31,9 @@ from tests.gate.conftest import build_home
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 VERDICT_WORDS = rb"NO_WIN|WIN|INVALID|BUDGET_EXHAUSTED"
-CLOCK_KEYS = frozenset({"wall_seconds"})  # wall-clock measurements (the stand-in trainer reports fixed durations)
+CLOCK_KEYS = frozenset(
+    {"wall_seconds"}
+)  # wall-clock measurements (the stand-in trainer reports fixed durations)
 PROGRESS_CLOCK_KEYS = frozenset({"updated_at", "device_seconds_spent", "device_seconds_left"})
 
 
@@ -84,7 +86,8 @@ def _drive(tmp_path: Path, name: str, strong_labels: bool) -> dict[str, Any]:
 
 
 def test_a_fixed_agent_script_sees_the_same_bytes_in_both_vaults_but_the_verdicts(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
     one, two = _drive(tmp_path, "one", False), _drive(tmp_path, "two", True)
     # The labels do change the verdicts: t001, its replicate, t002 (cached), the replay, non-ONNX, malformed.
@@ -92,7 +95,9 @@ def test_a_fixed_agent_script_sees_the_same_bytes_in_both_vaults_but_the_verdict
     assert _verdicts(two["submits"]) == ["NO_WIN", "INVALID", "NO_WIN", "NO_WIN", "INVALID", "INVALID"]
     assert [_masked(r) for r in one["submits"]] == [_masked(r) for r in two["submits"]]
     assert len(one["submits"]) == 6  # three tickets through the runner, a replay, a non-ONNX, malformed JSON
-    assert set(one["tickets"]) == set(two["tickets"]) and any(k.endswith("model.onnx") for k in one["tickets"])
+    assert set(one["tickets"]) == set(two["tickets"]) and any(
+        k.endswith("model.onnx") for k in one["tickets"]
+    )
     differing = [k for k in one["tickets"] if one["tickets"][k] != two["tickets"][k]]
     assert differing == []
     assert len(one["llm"]) == len(two["llm"]) == 2

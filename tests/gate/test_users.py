@@ -29,7 +29,9 @@ from tests.gate import models
 from tests.gate.conftest import build_home
 
 pytestmark = [
-    pytest.mark.root, pytest.mark.slow, pytest.mark.bwrap,
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.bwrap,
     pytest.mark.skipif(os.geteuid() != 0, reason="user separation needs root (root bypasses modes)"),
 ]
 START_S = 120.0  # the console's set-up: the gate served as its own user, then the drop
@@ -57,7 +59,12 @@ class Orchestrator:
 def _ids(pid: int) -> tuple[int, int, list[int], int]:
     status = Path(f"/proc/{pid}/status").read_text()
     field = {line.split(":")[0]: line.split(":", 1)[1].split() for line in status.splitlines()}
-    return int(field["Uid"][1]), int(field["Gid"][1]), [int(g) for g in field["Groups"]], int(field["CapEff"][0], 16)
+    return (
+        int(field["Uid"][1]),
+        int(field["Gid"][1]),
+        [int(g) for g in field["Groups"]],
+        int(field["CapEff"][0], 16),
+    )
 
 
 def _listener(port: int, timeout: float = 60.0) -> int:
@@ -98,8 +105,12 @@ def _free_port() -> int:
 def orchestrator(separated_home: Path) -> Iterator[Orchestrator]:
     """``segfactory console`` started as root, the way a person starts it; the process that serves."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "segfactory", "console", "--home", str(separated_home),
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "segfactory", "console", "--home", str(separated_home), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout or []], daemon=True).start()
     deadline, url = time.monotonic() + START_S, ""
@@ -109,7 +120,9 @@ def orchestrator(separated_home: Path) -> Iterator[Orchestrator]:
         except queue.Empty:
             continue
         url = found.group(1) if found else ""
-    assert url, f"the console did not start: {proc.stderr.read() if proc.poll() is not None and proc.stderr else ''}"
+    assert url, (
+        f"the console did not start: {proc.stderr.read() if proc.poll() is not None and proc.stderr else ''}"
+    )
     try:
         pid = _listener(port)
         uid, gid, groups, _ = _ids(pid)
@@ -123,11 +136,22 @@ def orchestrator(separated_home: Path) -> Iterator[Orchestrator]:
             proc.wait()
 
 
-def _as(who: Orchestrator | tuple[int, int, list[int]], script: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _as(
+    who: Orchestrator | tuple[int, int, list[int]], script: str, *args: str
+) -> subprocess.CompletedProcess[str]:
     uid, gid, groups = (who.uid, who.gid, who.groups) if isinstance(who, Orchestrator) else who
-    ids = [f"--reuid={uid}", f"--regid={gid}", f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"]
-    return subprocess.run(["setpriv", *ids, "sh", "-c", script, "sh", *args], capture_output=True, text=True,
-                          timeout=60, cwd="/")
+    ids = [
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups",
+    ]
+    return subprocess.run(
+        ["setpriv", *ids, "sh", "-c", script, "sh", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
 
 
 def test_vault_belongs_to_the_gate_user(separated_home: Path) -> None:
@@ -146,11 +170,14 @@ def test_the_orchestrator_runs_as_the_unprivileged_user(orchestrator: Orchestrat
     assert caps == 0, f"the orchestrator kept capabilities {caps:#x}"
 
 
-def test_the_orchestrator_user_gets_eacces_on_every_vault_file(separated_home: Path,
-                                                               orchestrator: Orchestrator) -> None:
+def test_the_orchestrator_user_gets_eacces_on_every_vault_file(
+    separated_home: Path, orchestrator: Orchestrator
+) -> None:
     files = [str(p) for p in (separated_home / "vault").rglob("*") if p.is_file()]
     assert len(files) > 10
-    script = "for f; do if cat \"$f\" >/dev/null 2>/tmp/sf-err-$$; then echo READ; else cat /tmp/sf-err-$$; fi; done"
+    script = (
+        'for f; do if cat "$f" >/dev/null 2>/tmp/sf-err-$$; then echo READ; else cat /tmp/sf-err-$$; fi; done'
+    )
     out = _as(orchestrator, script, *files)
     lines = out.stdout.strip().splitlines()
     assert len(lines) == len(files) and all("Permission denied" in line for line in lines), out.stdout[:500]
@@ -169,8 +196,11 @@ def test_the_gate_user_cannot_write_its_pinned_copy(separated_home: Path) -> Non
     assert pinned is not None
     entry = pwd.getpwnam(users.GATE_USER)
     gate_ids = (entry.pw_uid, entry.pw_gid, [entry.pw_gid, *os.getgrouplist(users.GATE_USER, entry.pw_gid)])
-    out = _as(gate_ids, 'mkdir "$1/gate/__pycache__" 2>&1; echo x >> "$1/gate/core.py" 2>&1; chmod u+w "$1/gate/core.py" 2>&1',
-              str(pinned))
+    out = _as(
+        gate_ids,
+        'mkdir "$1/gate/__pycache__" 2>&1; echo x >> "$1/gate/core.py" 2>&1; chmod u+w "$1/gate/core.py" 2>&1',
+        str(pinned),
+    )
     said = out.stdout + out.stderr  # the shell reports a refused redirection on its own stderr
     assert said.count("Permission denied") + said.count("Operation not permitted") == 3, said
 
@@ -200,5 +230,7 @@ def test_two_inits_at_once_may_both_try_to_create_a_user(monkeypatch: pytest.Mon
     monkeypatch.setattr(users.subprocess, "run", lost_the_race)
     users._create(lambda: bool(made), ["useradd", "--system", "segfactory"])
     assert made == ["segfactory"]
-    with pytest.raises(HomeError, match="useradd segfactory failed \\(9\\): useradd: user 'segfactory' already"):
+    with pytest.raises(
+        HomeError, match="useradd segfactory failed \\(9\\): useradd: user 'segfactory' already"
+    ):
         users._create(lambda: False, ["useradd", "--system", "segfactory"])

@@ -20,8 +20,19 @@ REPO = Path(__file__).resolve().parents[2]
 VAULT_MODULES = {"gate.core", "gate.ledger", "gate.setup", "gate.tiers", "gate.leakage"}
 # Outside gate/, only root's set-up and a person's own gate commands may use them.
 ALLOWED = {"cli/init.py", "cli/gate_cmds.py"}
-HOST_PACKAGES = ("cli", "agents", "controls", "runner", "audit", "console", "sandbox", "segfactory", "analysis", "vision",
-                 "synthetic")
+HOST_PACKAGES = (
+    "cli",
+    "agents",
+    "controls",
+    "runner",
+    "audit",
+    "console",
+    "sandbox",
+    "segfactory",
+    "analysis",
+    "vision",
+    "synthetic",
+)
 
 
 def _imports(path: Path) -> set[str]:
@@ -87,6 +98,10 @@ def test_a_redrawn_confirm_tier_has_its_full_budget(served: tuple[GateClient, Pa
     client.submit(model, None, "t-spends-one")
     assert spent_tiers(client.status()["tiers"]) == ["confirm-a"]
     version = client.rotate("confirm-a")
-    current = max((t for t in client.status()["tiers"] if t["tier"] == "confirm-a"), key=lambda t: t["version"])
-    assert current["version"] == version and current["spent"] == 0 and current["left"] == current["budget"] > 0
+    current = max(
+        (t for t in client.status()["tiers"] if t["tier"] == "confirm-a"), key=lambda t: t["version"]
+    )
+    assert (
+        current["version"] == version and current["spent"] == 0 and current["left"] == current["budget"] > 0
+    )
     assert spent_tiers(client.status()["tiers"]) == []

@@ -46,10 +46,14 @@ def test_unknown_keys_are_refused(tmp_path: Path) -> None:
         load_win_rule(bad)
 
 
-def _views(rule: WinRule, images: np.ndarray, masks: np.ndarray, best_thr: float, cand_thr: float) -> list[View]:
+def _views(
+    rule: WinRule, images: np.ndarray, masks: np.ndarray, best_thr: float, cand_thr: float
+) -> list[View]:
     """Two thresholding "models" scored on each of the rule's perturbed views."""
-    return [((x > best_thr).astype(np.float32), (x > cand_thr).astype(np.float32), m)
-            for x, m in perturbed_views(images, masks, rule)]
+    return [
+        ((x > best_thr).astype(np.float32), (x > cand_thr).astype(np.float32), m)
+        for x, m in perturbed_views(images, masks, rule)
+    ]
 
 
 def test_decide_wins_only_when_clearly_better() -> None:

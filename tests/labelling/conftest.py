@@ -32,8 +32,9 @@ def home(tmp_home: Path) -> Home:
     best = home.runs / "r0" / "tickets" / "t1" / "model.onnx"
     best.parent.mkdir(parents=True)
     best.write_bytes(tiny_model())  # prob = sigmoid(40 (x - 0.55)): the discs are ~0.7, background ~0.45
-    (home.runs / "promotions.jsonl").write_text(json.dumps({"model": str(best), "run_id": "r0",
-                                                            "ticket_id": "t1"}) + "\n")
+    (home.runs / "promotions.jsonl").write_text(
+        json.dumps({"model": str(best), "run_id": "r0", "ticket_id": "t1"}) + "\n"
+    )
     home.vault.mkdir()
     ledger = Ledger(home.vault / "ledger.sqlite")
     ledger.set_best(inspect_model(best).sha256, str(best), "promotion", "test")
@@ -56,8 +57,14 @@ def unlabelled(discs: Path, tmp_path: Path) -> Path:
 
     split = read_split(discs)
     images = np.asarray(split.images)
-    write_split(tmp_path / "unlabelled", images, np.zeros(images.shape, np.uint8), list(split.image_meta), [],
-                {"generator": "import", "kind": "unlabelled"})
+    write_split(
+        tmp_path / "unlabelled",
+        images,
+        np.zeros(images.shape, np.uint8),
+        list(split.image_meta),
+        [],
+        {"generator": "import", "kind": "unlabelled"},
+    )
     return tmp_path / "unlabelled"
 
 
@@ -67,5 +74,6 @@ def base(home: Home, tmp_path: Path) -> DatasetVersion:
     for name, n, seed in (("train", 16, 0), ("dev", 8, 1)):
         images, masks, meta, defects = draw(n, 32, seed, radii=(2.0, 3.0), contrast=0.3, noise=0.01)
         write_split(tmp_path / "base" / name, images, masks, meta, defects, {"generator": "tests.discs"})
-    return create_version(home.root, "discs", {s: tmp_path / "base" / s for s in ("train", "dev")},
-                          approve_it=True)
+    return create_version(
+        home.root, "discs", {s: tmp_path / "base" / s for s in ("train", "dev")}, approve_it=True
+    )

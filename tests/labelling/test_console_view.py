@@ -11,19 +11,51 @@ from segfactory.home import Home
 
 
 def _round() -> LabelRound:
-    return LabelRound(round="labels/v1", reviewed_version="labels/v2", proposer_sha256="a" * 64, n_images=24,
-                      n_proposed=300, reviewed=6, kept=1, fixed=4, dropped=1, precision=0.25, human_seconds=60.0,
-                      human_minutes_per_image=0.1667, labels_per_hour=300.0, ticket_id="label-labels-v2-0001",
-                      status="DONE", dev_object_f1=0.41, proposer_dev_object_f1=0.166, dev_gain=0.244,
-                      gate_verdict="WIN")
+    return LabelRound(
+        round="labels/v1",
+        reviewed_version="labels/v2",
+        proposer_sha256="a" * 64,
+        n_images=24,
+        n_proposed=300,
+        reviewed=6,
+        kept=1,
+        fixed=4,
+        dropped=1,
+        precision=0.25,
+        human_seconds=60.0,
+        human_minutes_per_image=0.1667,
+        labels_per_hour=300.0,
+        ticket_id="label-labels-v2-0001",
+        status="DONE",
+        dev_object_f1=0.41,
+        proposer_dev_object_f1=0.166,
+        dev_gain=0.244,
+        gate_verdict="WIN",
+    )
 
 
 def _retraction() -> ChallengeRecord:
-    claim = Claim(kind="collapse", ticket_id="t-narrow", run_id="r1", source="claims/t-narrow.json", claimed=0.4,
-                  reference=0.97, perturbation="detector_blur", severity=3, value=1.5)
-    return ChallengeRecord(challenge_id="ch-0badf00d", claim=claim, seeds=[1, 2], conditions=[], diff={},
-                           range_checks=[], verdict=Verdict.RETRACTED,
-                           reasons=["the collapse is an artefact <script>alert(1)</script>"])
+    claim = Claim(
+        kind="collapse",
+        ticket_id="t-narrow",
+        run_id="r1",
+        source="claims/t-narrow.json",
+        claimed=0.4,
+        reference=0.97,
+        perturbation="detector_blur",
+        severity=3,
+        value=1.5,
+    )
+    return ChallengeRecord(
+        challenge_id="ch-0badf00d",
+        claim=claim,
+        seeds=[1, 2],
+        conditions=[],
+        diff={},
+        range_checks=[],
+        verdict=Verdict.RETRACTED,
+        reasons=["the collapse is an artefact <script>alert(1)</script>"],
+    )
 
 
 def test_labels_page_shows_rounds_and_retractions(tmp_home: Path) -> None:

@@ -42,11 +42,15 @@ def test_no_current_best_is_a_clear_error(tmp_home: Path, discs: Path) -> None:
         propose_labels(Home(tmp_home), discs)
 
 
-def test_cli_prints_one_json_object(home: Home, discs: Path, base: DatasetVersion, cli: Callable[..., Any]) -> None:
+def test_cli_prints_one_json_object(
+    home: Home, discs: Path, base: DatasetVersion, cli: Callable[..., Any]
+) -> None:
     res = cli("label", "propose", "--data", str(discs), "--home", str(home.root), "--json")
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["n_items"] > 0 and Path(summary["queue"]).is_file()
     assert summary["round"] == "labels/v1" and summary["base"] == base.ref == "discs/v1"
-    assert np.isclose(summary["mean_confidence"], np.mean([i["confidence"] for i in
-                                                           json.loads(Path(summary["queue"]).read_text())["items"]]))
+    assert np.isclose(
+        summary["mean_confidence"],
+        np.mean([i["confidence"] for i in json.loads(Path(summary["queue"]).read_text())["items"]]),
+    )

@@ -45,8 +45,9 @@ def _open(home: Home, unlabelled: Path, base: DatasetVersion) -> str:
     return open_round(home, queue, path, base=base).ref
 
 
-def test_a_round_opens_as_a_version_with_a_console_queue(home: Home, unlabelled: Path, base: DatasetVersion,
-                                                         discs: Path) -> None:
+def test_a_round_opens_as_a_version_with_a_console_queue(
+    home: Home, unlabelled: Path, base: DatasetVersion, discs: Path
+) -> None:
     ref = _open(home, unlabelled, base)
     assert ref == "labels/v1" and load_round(home, ref).base == base.ref
     version = resolve(home.root, ref)
@@ -71,7 +72,8 @@ class _Sink:
 
 @pytest.mark.slow  # ~20 s: six confined-scorer runs and a stand-in training
 def test_finetune_trains_on_what_survived_review_and_records_the_round(
-        home: Home, unlabelled: Path, base: DatasetVersion, discs: Path, scheduler: Scheduler) -> None:
+    home: Home, unlabelled: Path, base: DatasetVersion, discs: Path, scheduler: Scheduler
+) -> None:
     queue, path = propose_labels(home, unlabelled)
     ref = open_round(home, queue, path, base=base).ref
     desk, truth = LabelDesk(home, _Sink()), read_split(discs)
@@ -86,7 +88,9 @@ def test_finetune_trains_on_what_survived_review_and_records_the_round(
     assert record.status == "DONE", record.reason
     assert (record.reviewed, record.kept, record.fixed, record.dropped) == (4, 2, 1, 1)
     assert record.human_minutes_per_image == 0.75 and record.labels_per_hour == 3 * 3600 / 180
-    assert record.precision == pytest.approx((n[a] + n[b] + n[c]) / sum(n.values()), abs=1e-4)  # d's were wrong
+    assert record.precision == pytest.approx(
+        (n[a] + n[b] + n[c]) / sum(n.values()), abs=1e-4
+    )  # d's were wrong
     reviewed = resolve(home.root, record.reviewed_version)
     train = read_split(reviewed.train)
     assert reviewed.approved and len(train) == 16 + 3  # base train + kept and fixed, not the dropped one
@@ -101,7 +105,9 @@ def test_finetune_trains_on_what_survived_review_and_records_the_round(
         desk.decide(ref, "train", d + 1, "keep", by="ann", seconds=5, rev_seen=0)
 
 
-def test_finetuning_with_no_reviewed_labels_is_refused(home: Home, unlabelled: Path, base: DatasetVersion) -> None:
+def test_finetuning_with_no_reviewed_labels_is_refused(
+    home: Home, unlabelled: Path, base: DatasetVersion
+) -> None:
     ref = _open(home, unlabelled, base)
     with AuditLog(home, MemoryAnchorStore()) as log:
         setup = FinetuneSetup(home, log, backend=StandinLauncher())

@@ -28,9 +28,13 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts" / "labelling"
 REVIEWED = 6  # images the scripted person reviews
 MESSY = 6  # more wrong proposals than this on one image: the person drops it
-pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.bwrap,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"),
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.bwrap,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 
 
 def _ok(res: Any) -> dict[str, Any]:
@@ -39,11 +43,28 @@ def _ok(res: Any) -> dict[str, Any]:
     return out
 
 
-def _unlabelled(cli: Callable[..., Any], home: Path, tmp: Path, name: str, n: int, seed: int) -> tuple[Path, Path]:
+def _unlabelled(
+    cli: Callable[..., Any], home: Path, tmp: Path, name: str, n: int, seed: int
+) -> tuple[Path, Path]:
     """(an unlabelled split imported as a person would, the generator's split with its true masks)."""
     h = ("--home", str(home), "--json")
-    _ok(cli("data", "generate", "--out", str(tmp / f"{name}-gen"), "--n", str(n), "--size", "64", "--seed",
-            str(seed), "--workers", "1", *h))
+    _ok(
+        cli(
+            "data",
+            "generate",
+            "--out",
+            str(tmp / f"{name}-gen"),
+            "--n",
+            str(n),
+            "--size",
+            "64",
+            "--seed",
+            str(seed),
+            "--workers",
+            "1",
+            *h,
+        )
+    )
     _ok(cli("data", "export", str(tmp / f"{name}-gen"), "--png", "--out", str(tmp / f"{name}-png"), *h))
     shutil.rmtree(tmp / f"{name}-png" / "masks")
     _ok(cli("data", "import", str(tmp / f"{name}-png"), "--out", str(tmp / name), "--unlabelled", *h))
@@ -62,14 +83,17 @@ def console_url() -> Iterator[Callable[[Home], str]]:
 
         def start(home: Home) -> str:
             log = stack.enter_context(AuditLog(home, None))
-            app = create_app(home, log, auth=Auth("round-token"), anchor=lambda: (None, False),
-                             person="human:reviewer")
+            app = create_app(
+                home, log, auth=Auth("round-token"), anchor=lambda: (None, False), person="human:reviewer"
+            )
             return stack.enter_context(serving(app))
 
         yield start
 
 
-def _plan(proposed: np.ndarray, truth: np.ndarray) -> tuple[str, list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+def _plan(
+    proposed: np.ndarray, truth: np.ndarray
+) -> tuple[str, list[tuple[int, int, int]], list[tuple[int, int, int]]]:
     """The scripted person's decision: (action, (y, x, brush size) to paint, (y, x, size) to erase).
 
     A fix paints every true void over its centre at about its radius and erases every proposal
@@ -140,8 +164,9 @@ def _truth_precision(queue_file: Path, truth: np.ndarray) -> float:
     return right / len(queue.items) if queue.items else 0.0
 
 
-def test_one_labelling_round_end_to_end(tmp_path: Path, cli: Callable[..., Any],
-                                        console_url: Callable[[Home], str]) -> None:
+def test_one_labelling_round_end_to_end(
+    tmp_path: Path, cli: Callable[..., Any], console_url: Callable[[Home], str]
+) -> None:
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -157,8 +182,17 @@ def test_one_labelling_round_end_to_end(tmp_path: Path, cli: Callable[..., Any],
     truth = read_split(first_truth).masks
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"])
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+            ],
+        )
         page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
         page.set_default_timeout(20_000)
         done = _review(page, console_url(home), "labels/v1", proposed, truth)
@@ -179,9 +213,15 @@ def test_one_labelling_round_end_to_end(tmp_path: Path, cli: Callable[..., Any],
     report = _ok(cli("label", "report", *h))
     assert [r["round"] for r in report["rounds"]] == ["labels/v1"]
     assert "| labels/v1 | 6 |" in (home.people_dir("labels") / "report.md").read_text()
-    figures = {"round": record, "decisions": done, "wall_seconds": round(time.monotonic() - started, 1),
-               "pass1_truth_precision": round(_truth_precision(Path(opened["queue"]), truth), 4),
-               "pass2_truth_precision": round(_truth_precision(Path(next_pass["queue"]),
-                                                               read_split(second_truth).masks), 4),
-               "pass1_items": opened["n_items"], "pass2_items": next_pass["n_items"]}
+    figures = {
+        "round": record,
+        "decisions": done,
+        "wall_seconds": round(time.monotonic() - started, 1),
+        "pass1_truth_precision": round(_truth_precision(Path(opened["queue"]), truth), 4),
+        "pass2_truth_precision": round(
+            _truth_precision(Path(next_pass["queue"]), read_split(second_truth).masks), 4
+        ),
+        "pass1_items": opened["n_items"],
+        "pass2_items": next_pass["n_items"],
+    }
     (ARTIFACTS / "round.json").write_text(json.dumps(figures, indent=1, sort_keys=True))

@@ -23,7 +23,9 @@ def sets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root / "syn", root / "real"
 
 
-def test_session_is_balanced_shuffled_and_scores_with_an_interval(sets: tuple[Path, Path], tmp_path: Path) -> None:
+def test_session_is_balanced_shuffled_and_scores_with_an_interval(
+    sets: tuple[Path, Path], tmp_path: Path
+) -> None:
     syn, real = sets
     session = blind.new_session(syn, real, 20, seed=3)
     sources = [t.source for t in session.trials]
@@ -31,10 +33,11 @@ def test_session_is_balanced_shuffled_and_scores_with_an_interval(sets: tuple[Pa
     k_real = sources.index("real")
     expected = np.load(real / "real-dev" / "images.npy")[session.trials[k_real].index]
     t = session.trials[k_real]
-    assert np.array_equal(blind.crop(session, k_real), expected[t.y:t.y + 32, t.x:t.x + 32])
+    assert np.array_equal(blind.crop(session, k_real), expected[t.y : t.y + 32, t.x : t.x + 32])
     for k, trial in enumerate(session.trials):  # a person who is right 3 times in 4
-        session = blind.record_guess(session, k, trial.source if k % 4 else
-                                     ("synthetic" if trial.source == "real" else "real"))
+        session = blind.record_guess(
+            session, k, trial.source if k % 4 else ("synthetic" if trial.source == "real" else "real")
+        )
     blind.save(session, tmp_path)
     result = blind.score(blind.load(tmp_path, session.id))
     assert result["answered"] == 20 and result["correct"] == 15

@@ -22,8 +22,11 @@ from tests.conftest import REPO
 from tests.console.test_browser import ARTIFACTS, CHROMIUM, page, server  # noqa: F401  (fixtures over our app)
 
 TRIALS = 6
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"),
+]
 
 
 @pytest.fixture

@@ -68,12 +68,17 @@ def test_the_blind_page_shows_no_label_and_scores_form_guesses(client: tuple[Any
     assert c.get("/login?token=test-token").status_code == 200
     form = c.get("/blind").text
     csrf = re.search(r'name="csrf" value="([^"]+)"', form).group(1)  # type: ignore[union-attr]
-    started = c.post("/blind", data={"csrf": csrf, "synthetic": str(syn), "real": str(real), "n": "6"},
-                     follow_redirects=False)
+    started = c.post(
+        "/blind",
+        data={"csrf": csrf, "synthetic": str(syn), "real": str(real), "n": "6"},
+        follow_redirects=False,
+    )
     assert started.status_code == 303, started.text
     sid = started.headers["location"].rsplit("/", 1)[1]
     session = blind.load(home.people_dir("blind"), sid)
-    assert c.post(f"/blind/{sid}/guess/0", data={"csrf": csrf, "guess": "real"}).status_code == 200  # redirect followed
+    assert (
+        c.post(f"/blind/{sid}/guess/0", data={"csrf": csrf, "guess": "real"}).status_code == 200
+    )  # redirect followed
     pages: dict[str, str] = {}
     for k in range(1, 6):
         pages.setdefault(session.trials[k].source, _trial_page(c, sid))

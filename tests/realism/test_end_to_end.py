@@ -23,12 +23,20 @@ from synthetic._files import to_unit
 from synthetic.splits import read_split
 from tests.conftest import CliResult
 
-pytestmark = [pytest.mark.slow, pytest.mark.bwrap,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 CANARY = "000000_canary_real_7f3a"  # sorts second: the seeded split puts it in real-dev
 SIDE = 64  # the demo profile's image side
-SMALL = {"train": 192, "dev": 64}  # images of synthetic/v1 the top-up base keeps (keeps each ticket ~15 CPU-s)
-TICKET_BUDGET = "120s"  # device-time cap per ticket, the demo policy's limit (every arm and round two get the same)
+SMALL = {
+    "train": 192,
+    "dev": 64,
+}  # images of synthetic/v1 the top-up base keeps (keeps each ticket ~15 CPU-s)
+TICKET_BUDGET = (
+    "120s"  # device-time cap per ticket, the demo policy's limit (every arm and round two get the same)
+)
 
 
 def _plant(src: Path) -> np.ndarray:
@@ -36,7 +44,9 @@ def _plant(src: Path) -> np.ndarray:
     from PIL import Image
 
     rng = np.random.default_rng(424242)
-    pixels = (20000 + 9000 * (np.arange(SIDE)[None, :] % 5) + rng.integers(0, 4000, (SIDE, SIDE))).astype(np.uint16)
+    pixels = (20000 + 9000 * (np.arange(SIDE)[None, :] % 5) + rng.integers(0, 4000, (SIDE, SIDE))).astype(
+        np.uint16
+    )
     Image.fromarray(pixels).save(src / "images" / f"{CANARY}.png")
     mask = np.zeros((SIDE, SIDE), np.uint8)
     mask[10:14, 12:16] = 255
@@ -49,21 +59,58 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("e2e")
     home, real = root / "home", root / "real"
     cli = _runner(home)
-    outputs = [cli("init", "--profile", "demo", "--json"),
-               cli("stand-in", "--out", str(root / "src"), "--n", "120", "--size", str(SIDE), "--json")]
+    outputs = [
+        cli("init", "--profile", "demo", "--json"),
+        cli("stand-in", "--out", str(root / "src"), "--n", "120", "--size", str(SIDE), "--json"),
+    ]
     pixels = _plant(root / "src")
     outputs.append(cli("data", "import", str(root / "src"), "--out", str(real), "--real", "--json"))
     outputs.append(cli("gate", "add-real", str(real / "holdout"), "--json"))
     outputs.append(cli("realism", "--synthetic", "synthetic/v1", "--real", str(real), "--json"))
     base = _small_base(home, root / "small")
-    outputs.append(cli("topup", "--slice", "thin", "--n", "0,100", "--real", str(real), "--data", base, "--config",
-                       "configs/run-demo.yaml", "--ticket-budget", TICKET_BUDGET, "--epochs", "1", "--budget", "8m",
-                       "--run-id", "ci", "--round-two", "--json"))
+    outputs.append(
+        cli(
+            "topup",
+            "--slice",
+            "thin",
+            "--n",
+            "0,100",
+            "--real",
+            str(real),
+            "--data",
+            base,
+            "--config",
+            "configs/run-demo.yaml",
+            "--ticket-budget",
+            TICKET_BUDGET,
+            "--epochs",
+            "1",
+            "--budget",
+            "8m",
+            "--run-id",
+            "ci",
+            "--round-two",
+            "--json",
+        )
+    )
     for out in outputs:
         assert out.returncode == 0, out.stderr[-3000:]
     nothing = json.loads(outputs[-1].stdout)["tickets"][0]["model"]
-    outputs.append(cli("gate", "milestone", "--name", "real-check", "--run", "ci", "--model", nothing, "--tiers",
-                       "real-holdout", "--json"))
+    outputs.append(
+        cli(
+            "gate",
+            "milestone",
+            "--name",
+            "real-check",
+            "--run",
+            "ci",
+            "--model",
+            nothing,
+            "--tiers",
+            "real-holdout",
+            "--json",
+        )
+    )
     assert outputs[-1].returncode == 0, outputs[-1].stderr[-3000:]
     return {"root": root, "home": home, "pixels": pixels, "outputs": outputs}
 
@@ -78,9 +125,17 @@ def _small_base(home: Path, work: Path) -> str:
         split = read_split(demo.path / name)
         meta = split.image_meta[:n]
         ids = {str(m["id"]) for m in meta}
-        write_split(work / name, np.asarray(split.images[:n]), np.asarray(split.masks[:n]), meta,
-                    [d for d in split.defects if str(d["image_id"]) in ids], dict(split.manifest))
-    return create_version(home, "demo-small", {s: work / s for s in SMALL}, parent=demo.ref, approve_it=True).ref
+        write_split(
+            work / name,
+            np.asarray(split.images[:n]),
+            np.asarray(split.masks[:n]),
+            meta,
+            [d for d in split.defects if str(d["image_id"]) in ids],
+            dict(split.manifest),
+        )
+    return create_version(
+        home, "demo-small", {s: work / s for s in SMALL}, parent=demo.ref, approve_it=True
+    ).ref
 
 
 def _runner(home: Path) -> Callable[..., CliResult]:
@@ -90,11 +145,21 @@ def _runner(home: Path) -> Callable[..., CliResult]:
 
     from tests.conftest import REPO
 
-    env = {**os.environ, "SEGFACTORY_LOG_LEVEL": "INFO", "SEGFACTORY_NO_USER_SEPARATION": "1"}  # a throw-away home
+    env = {
+        **os.environ,
+        "SEGFACTORY_LOG_LEVEL": "INFO",
+        "SEGFACTORY_NO_USER_SEPARATION": "1",
+    }  # a throw-away home
 
     def call(*args: str) -> CliResult:
-        proc = subprocess.run([sys.executable, "-m", "segfactory", *args, "--home", str(home)], capture_output=True,
-                              text=True, timeout=900, cwd=REPO, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "segfactory", *args, "--home", str(home)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=REPO,
+            env=env,
+        )
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
     return call

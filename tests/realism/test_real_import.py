@@ -35,7 +35,8 @@ def test_stand_in_import_splits_into_real_dev_and_holdout(stand_in: Path, tmp_pa
         assert split.manifest["stand_in_note"] == STAND_IN_NOTE and split.manifest["real_part"] == part
         assert len(split.defects) >= MIN_REAL_VOIDS
         assert sorted({d["image_id"] for d in split.defects}) == sorted(
-            {d["image_id"] for d in split.defects if 0 <= d["image_id"] < len(split)})
+            {d["image_id"] for d in split.defects if 0 <= d["image_id"] < len(split)}
+        )
     assert not set(m["sha256"] for m in dev.image_meta) & set(m["sha256"] for m in hold.image_meta)
     assert stat.S_IMODE((tmp_path / "real").stat().st_mode) == 0o700  # real images: owner only
     assert json.loads((stand_in / "stand_in.json").read_text())["stand_in"] is True
@@ -73,8 +74,17 @@ def test_realism_refuses_the_holdout_part_and_non_real_sets(stand_in: Path, tmp_
 
 
 def test_cli_data_import_real(stand_in: Path, tmp_path: Path, cli: Callable[..., CliResult]) -> None:
-    result = cli("data", "import", str(stand_in), "--out", str(tmp_path / "real"), "--real", "--json",
-                 "--home", str(tmp_path / "home"))
+    result = cli(
+        "data",
+        "import",
+        str(stand_in),
+        "--out",
+        str(tmp_path / "real"),
+        "--real",
+        "--json",
+        "--home",
+        str(tmp_path / "home"),
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["stand_in"] is True and out["counts"]["real-dev"] == 30

@@ -25,14 +25,33 @@ from synthetic import generate
 
 
 def _row(name: str, effect: float, n: int = 40, confirmed: bool = False, unit: str = "defect") -> SliceRow:
-    return SliceRow(name=name, unit=unit, attributes=[name.split("<")[0]], n=n, score=0.5 + effect, low=0.0, high=1.0,
-                    complement=0.5, effect=effect, discovery_n=n // 2, discovery_effect=effect, p_value=0.01,
-                    q_value=0.02, discovered=True, confirmed=confirmed)
+    return SliceRow(
+        name=name,
+        unit=unit,
+        attributes=[name.split("<")[0]],
+        n=n,
+        score=0.5 + effect,
+        low=0.0,
+        high=1.0,
+        complement=0.5,
+        effect=effect,
+        discovery_n=n // 2,
+        discovery_effect=effect,
+        p_value=0.01,
+        q_value=0.02,
+        discovered=True,
+        confirmed=confirmed,
+    )
 
 
 def _rec(action: str, kind: TicketKind) -> Recommendation:
-    return Recommendation(id=action, evidence={}, action=action, kind=kind,
-                          predicted_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.01))
+    return Recommendation(
+        id=action,
+        evidence={},
+        action=action,
+        kind=kind,
+        predicted_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.01),
+    )
 
 
 def _report(slices: list[SliceRow], recs: list[Recommendation] | None = None) -> Any:
@@ -40,23 +59,36 @@ def _report(slices: list[SliceRow], recs: list[Recommendation] | None = None) ->
 
 
 def test_picks_the_weakest_untried_slice_preferring_confirmed_ones() -> None:
-    report = _report([_row("size<9", 0.30), _row("contrast<0.1", 0.10, confirmed=True), _row("dose<500", 0.5, n=5),
-                      _row("background=flat", 0.6, unit="image"), _row("shape=round", -0.2)])
+    report = _report(
+        [
+            _row("size<9", 0.30),
+            _row("contrast<0.1", 0.10, confirmed=True),
+            _row("dose<500", 0.5, n=5),
+            _row("background=flat", 0.6, unit="image"),
+            _row("shape=round", -0.2),
+        ]
+    )
     assert pick_next(report, []).slice == "contrast<0.1"  # confirmed beats a larger unconfirmed effect
     done = [RoundRecord(weakness="w", fix_kind="training", fix="{}", result="r", slice="contrast<0.1")]
     nxt = pick_next(report, done)
     assert nxt.slice == "size<9"  # dose<500 is below the minimum support; image slices are skipped
     assert nxt.fix_kind == "model"  # a different kind from the round that was tried
     with pytest.raises(DataError, match="no untried defect slice"):
-        pick_next(_report([_row("size<9", 0.3)]), [RoundRecord(weakness="w", fix_kind="t", fix="", result="",
-                                                                 slice="size<9")])
+        pick_next(
+            _report([_row("size<9", 0.3)]),
+            [RoundRecord(weakness="w", fix_kind="t", fix="", result="", slice="size<9")],
+        )
 
 
 def test_the_analysis_recommendation_chooses_the_kind_and_curation_is_left_to_people() -> None:
-    report = _report([_row("size<9", 0.3)], [_rec("label_fix", TicketKind.CURATION),
-                                            _rec("model_change", TicketKind.CONFIG)])
+    report = _report(
+        [_row("size<9", 0.3)],
+        [_rec("label_fix", TicketKind.CURATION), _rec("model_change", TicketKind.CONFIG)],
+    )
     nxt = pick_next(report, [RoundRecord(weakness="thin", fix_kind="targeted_synthetic", fix="", result="")])
-    assert nxt.fix_kind == "model" and "recommended by the dev analysis" in nxt.reason and "curate" in nxt.reason
+    assert (
+        nxt.fix_kind == "model" and "recommended by the dev analysis" in nxt.reason and "curate" in nxt.reason
+    )
     tried = [RoundRecord(weakness="a", fix_kind=k, fix="", result="") for k in ("training", "model")]
     with pytest.raises(DataError, match="was tried already"):
         pick_next(report, tried)

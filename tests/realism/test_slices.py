@@ -25,14 +25,18 @@ def test_thin_and_background_combine() -> None:
     assert sum(in_slice("thin", d) for d in drawn.defects) == len(drawn.defects)
 
 
-@pytest.mark.parametrize(("base", "slice_name", "message"), [
-    ({}, "background:marble", "no background 'marble'"),
-    ({}, "wide", "unknown slice constraint 'wide'"),
-    ({"contrast_min": 0.2}, "low-contrast", "base contrast_min is 0.2"),
-    ({"diameter_min": 6.0}, "thin", "base diameter_min is 6.0"),
-])
-def test_a_constraint_the_generator_cannot_meet_is_a_clear_error(base: dict[str, float], slice_name: str,
-                                                                  message: str) -> None:
+@pytest.mark.parametrize(
+    ("base", "slice_name", "message"),
+    [
+        ({}, "background:marble", "no background 'marble'"),
+        ({}, "wide", "unknown slice constraint 'wide'"),
+        ({"contrast_min": 0.2}, "low-contrast", "base contrast_min is 0.2"),
+        ({"diameter_min": 6.0}, "thin", "base diameter_min is 6.0"),
+    ],
+)
+def test_a_constraint_the_generator_cannot_meet_is_a_clear_error(
+    base: dict[str, float], slice_name: str, message: str
+) -> None:
     with pytest.raises(UsageError, match=message):
         constrain(make_params(**base), slice_name)
 

@@ -16,8 +16,8 @@ def _discs(n: int, size: int, seed: int, contrast_step: float, noise: float) -> 
     masks = np.zeros((n, size, size), dtype=np.uint8)
     for i in range(n):
         y, x = rng.integers(6, size - 11, 2)
-        masks[i, y:y + 5, x:x + 5] = 1
-        images[i, y:y + 5, x:x + 5] += contrast_step
+        masks[i, y : y + 5, x : x + 5] = 1
+        images[i, y : y + 5, x : x + 5] += contrast_step
     images += rng.normal(0, noise, images.shape).astype(np.float32)
     return np.clip(images, 0, 1), masks
 
@@ -53,4 +53,7 @@ def test_classifier_tells_noisy_from_clean_and_reports_training_time() -> None:
     noisy, _ = _discs(150, 32, 6, 0.1, 0.08)
     out = c2st(clean, noisy, seed=0, steps=60)
     assert out["distinguishable"] and out["accuracy"]["low"] > 0.5 and out["train_seconds"] > 0
-    assert out["n_held_out"] == 90 and out["accuracy"]["low"] <= out["accuracy"]["estimate"] <= out["accuracy"]["high"]
+    assert (
+        out["n_held_out"] == 90
+        and out["accuracy"]["low"] <= out["accuracy"]["estimate"] <= out["accuracy"]["high"]
+    )

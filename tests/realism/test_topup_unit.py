@@ -19,8 +19,14 @@ from synthetic.versions import create_version, resolve
 
 
 def _plan(**kw: object) -> TopupPlan:
-    values: dict[str, object] = {"slice_name": "low-contrast", "doses": [0, 100], "ticket_seconds": 60.0,
-                                 "epochs": 1, "seed": 3, "budget_s": None}
+    values: dict[str, object] = {
+        "slice_name": "low-contrast",
+        "doses": [0, 100],
+        "ticket_seconds": 60.0,
+        "epochs": 1,
+        "seed": 3,
+        "budget_s": None,
+    }
     values.update(kw)
     return TopupPlan(**values)  # type: ignore[arg-type]
 
@@ -43,7 +49,9 @@ def test_a_top_up_exceeding_the_budget_is_refused_before_anything_runs() -> None
 def test_arm_versions_add_n_images_and_keep_dev(tmp_path: Path) -> None:
     for name, seed in (("train", 1), ("dev", 2)):
         generate(20, 32, seed, workers=1).write(tmp_path / "src" / name)
-    base = create_version(tmp_path, "synthetic", {s: tmp_path / "src" / s for s in ("train", "dev")}, approve_it=True)
+    base = create_version(
+        tmp_path, "synthetic", {s: tmp_path / "src" / s for s in ("train", "dev")}, approve_it=True
+    )
     plan = _plan()
     params = plan.check(GenParams())
     syn = build_arm(tmp_path, base, "synthetic", 12, params, plan.slice_name, plan.seed, tmp_path / "work")
@@ -51,11 +59,15 @@ def test_arm_versions_add_n_images_and_keep_dev(tmp_path: Path) -> None:
     base_train = read_split(base.train)
     for version in (syn, aug):
         assert resolve(tmp_path, version.ref).approved
-        assert len(read_split(version.train)) == 32 and version.split_hashes["dev"] == base.split_hashes["dev"]
-    added = read_split(syn.train).defects[len(base_train.defects):]
+        assert (
+            len(read_split(version.train)) == 32 and version.split_hashes["dev"] == base.split_hashes["dev"]
+        )
+    added = read_split(syn.train).defects[len(base_train.defects) :]
     assert added and all(d["contrast"] <= LOW_CONTRAST_MAX + 1e-9 for d in added)
     aug_split = read_split(aug.train)
-    for row, image, mask in zip(aug_split.image_meta[20:], aug_split.images[20:], aug_split.masks[20:], strict=True):
+    for row, image, mask in zip(
+        aug_split.image_meta[20:], aug_split.images[20:], aug_split.masks[20:], strict=True
+    ):
         src_mask = base_train.masks[row["augmented_from"]]  # same void pixels, flipped or turned
         assert mask.sum() == src_mask.sum() and image.shape == (32, 32)
     ticket = make_ticket("t-syn", "synthetic", 12, syn, plan)
@@ -73,13 +85,21 @@ def test_dose_response_names_where_more_stops_helping_and_where_it_hurts() -> No
     nothing = _counts([30])
     better = (np.clip(nothing[0] + (np.arange(60) < 25), 0, 1), nothing[1])  # helps a lot
     worse = (np.where(np.arange(60) < 40, 0.0, nothing[0]), nothing[1])  # loses most hits
-    curve = {"nothing": {0: nothing}, "synthetic": {100: better, 200: worse}, "augment": {100: nothing, 200: nothing}}
+    curve = {
+        "nothing": {0: nothing},
+        "synthetic": {100: better, 200: worse},
+        "augment": {100: nothing, 200: nothing},
+    }
     result = summarise(curve, [0, 100, 200], seed=0)
     point = result["turning_point"]
     assert point["best_n"] == 100 and point["helping"] == [100] and point["hurting"] == [200]
     assert point["stops_helping_after"] == 100 and "starts hurting at n=200" in point["summary"]
-    flat = turning_point([{"n": 0, "synthetic": {"vs_nothing": {"estimate": 0.0, "low": 0.0, "high": 0.0}}},
-                          {"n": 50, "synthetic": {"vs_nothing": {"estimate": 0.01, "low": -0.05, "high": 0.07}}}])
+    flat = turning_point(
+        [
+            {"n": 0, "synthetic": {"vs_nothing": {"estimate": 0.0, "low": 0.0, "high": 0.0}}},
+            {"n": 50, "synthetic": {"vs_nothing": {"estimate": 0.01, "low": -0.05, "high": 0.07}}},
+        ]
+    )
     assert flat["helping"] == [] and "no dose measurably changed" in flat["summary"]
 
 
@@ -87,8 +107,10 @@ def test_rounds_are_recorded_for_people_including_null_results(tmp_path: Path) -
     from controls.rounds import RoundRecord, record_round
 
     for result in ("no dose measurably changed real-slice recall", "helps at n=[250]"):
-        record_round(tmp_path, RoundRecord(weakness="thin voids", fix_kind="targeted_synthetic", fix="n=250",
-                                           result=result))
+        record_round(
+            tmp_path,
+            RoundRecord(weakness="thin voids", fix_kind="targeted_synthetic", fix="n=250", result=result),
+        )
     rows = (tmp_path / "rounds.jsonl").read_text().splitlines()
     assert len(rows) == 2 and "no dose measurably changed" in rows[0]
 

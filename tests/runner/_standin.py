@@ -29,9 +29,11 @@ def tiny_model() -> bytes:
     prob = helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1, "H", "W"])
     shift = helper.make_tensor("shift", TensorProto.FLOAT, [], [0.55])
     gain = helper.make_tensor("gain", TensorProto.FLOAT, [], [GAIN])
-    nodes = [helper.make_node("Sub", ["image", "shift"], ["centred"]),
-             helper.make_node("Mul", ["centred", "gain"], ["logit"]),
-             helper.make_node("Sigmoid", ["logit"], ["prob"])]
+    nodes = [
+        helper.make_node("Sub", ["image", "shift"], ["centred"]),
+        helper.make_node("Mul", ["centred", "gain"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["prob"]),
+    ]
     graph = helper.make_graph(nodes, "standin", [image], [prob], initializer=[shift, gain])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -53,8 +55,9 @@ def main() -> int:
     out.mkdir()  # like vision.worker: a leftover output folder from an earlier attempt is an error
     (out / "learning_curve.jsonl").write_text("")
     block = np.ones(config["batch_size"] * args.mib_per_sample * 2**20, dtype=np.uint8)  # touches every page
-    (out / "result.json").write_text(json.dumps({"usable": True, "dev_metrics": {"object_f1": 0.999},
-                                                 "allocated": int(block.size)}))
+    (out / "result.json").write_text(
+        json.dumps({"usable": True, "dev_metrics": {"object_f1": 0.999}, "allocated": int(block.size)})
+    )
     model = out / "model.onnx"
     if args.mode == "symlink":
         os.symlink(args.target, model)

@@ -43,8 +43,9 @@ def dataset(home: Home, tmp_path: Path) -> DatasetVersion:
     for name, n, seed in (("train", 24, 0), ("dev", 12, 1)):
         images, masks, meta, defects = draw(n, 32, seed)
         write_split(tmp_path / "src" / name, images, masks, meta, defects, {"generator": "tests.discs"})
-    return create_version(home.root, "discs", {s: tmp_path / "src" / s for s in ("train", "dev")},
-                          approve_it=True)
+    return create_version(
+        home.root, "discs", {s: tmp_path / "src" / s for s in ("train", "dev")}, approve_it=True
+    )
 
 
 @pytest.fixture
@@ -62,8 +63,13 @@ class StandinLauncher:
 
     name = "standin"
 
-    def __init__(self, mode: str = "honest", memory_bytes: int | None = None, target: str = "/etc/passwd",
-                 mib_per_sample: int = 32) -> None:
+    def __init__(
+        self,
+        mode: str = "honest",
+        memory_bytes: int | None = None,
+        target: str = "/etc/passwd",
+        mib_per_sample: int = 32,
+    ) -> None:
         self.mode, self.memory_bytes, self.target = mode, memory_bytes, target
         self.mib_per_sample = mib_per_sample
         self.requests: list[LaunchRequest] = []
@@ -78,22 +84,46 @@ class StandinLauncher:
 
         start = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, str(STANDIN), "--work", str(request.workspace), "--mode", self.mode,
-             "--target", self.target, "--mib-per-sample", str(self.mib_per_sample)],
-            capture_output=True, timeout=request.timeout_s, preexec_fn=confine,
+            [
+                sys.executable,
+                str(STANDIN),
+                "--work",
+                str(request.workspace),
+                "--mode",
+                self.mode,
+                "--target",
+                self.target,
+                "--mib-per-sample",
+                str(self.mib_per_sample),
+            ],
+            capture_output=True,
+            timeout=request.timeout_s,
+            preexec_fn=confine,
         )
-        return LaunchResult(exit_code=proc.returncode, duration_s=time.monotonic() - start,
-                            stdout_tail=proc.stdout.decode()[-4000:], stderr_tail=proc.stderr.decode()[-4000:])
+        return LaunchResult(
+            exit_code=proc.returncode,
+            duration_s=time.monotonic() - start,
+            stdout_tail=proc.stdout.decode()[-4000:],
+            stderr_tail=proc.stderr.decode()[-4000:],
+        )
 
 
 PROFILED = DeviceProfile(
-    device="cpu", device_name="test cpu", total_bytes=64 * 2**30, created=0.0, torch_version="n/a",
-    measurements=[Measurement(preset="unet-mobilenetv3", batch_size=b, image_size=32, peak_bytes=p, seconds=0.0)
-                  for b, p in ((4, 600 * 2**20), (16, 700 * 2**20))],
+    device="cpu",
+    device_name="test cpu",
+    total_bytes=64 * 2**30,
+    created=0.0,
+    torch_version="n/a",
+    measurements=[
+        Measurement(preset="unet-mobilenetv3", batch_size=b, image_size=32, peak_bytes=p, seconds=0.0)
+        for b, p in ((4, 600 * 2**20), (16, 700 * 2**20))
+    ],
 )  # a profile as `device profile` stores it (numbers of the order measured on this machine)
 
 
 @pytest.fixture
 def scheduler(home: Home) -> Scheduler:
     settings = SchedulerSettings(reserve_bytes=0)
-    return Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings)
+    return Scheduler(
+        MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings
+    )

@@ -17,14 +17,28 @@ def test_bad_batch_sizes_are_one_clear_error(cli: Callable[..., Any], tmp_home: 
     result = cli("device", "profile", "--home", str(tmp_home), "--batch-sizes", "4,x", "--json")
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip().splitlines() == [
-        "segfactory: error: --batch-sizes must be comma-separated integers, e.g. 4,16; got '4,x'"]
+        "segfactory: error: --batch-sizes must be comma-separated integers, e.g. 4,16; got '4,x'"
+    ]
     assert not (tmp_home / "device_profile.json").exists()
 
 
 @pytest.mark.slow
 def test_profile_measures_each_batch_in_its_own_process(cli: Callable[..., Any], tmp_home: Path) -> None:
-    result = cli("device", "profile", "--home", str(tmp_home), "--presets", "unet-mobilenetv3",
-                 "--batch-sizes", "2,16", "--image-size", "32", "--device", "cpu", "--json")
+    result = cli(
+        "device",
+        "profile",
+        "--home",
+        str(tmp_home),
+        "--presets",
+        "unet-mobilenetv3",
+        "--batch-sizes",
+        "2,16",
+        "--image-size",
+        "32",
+        "--device",
+        "cpu",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["device"] == "cpu" and summary["image_size"] == 32

@@ -15,11 +15,15 @@ from synthetic.versions import DatasetVersion
 from tests.runner.conftest import BASE_CONFIG
 
 pytestmark = [pytest.mark.slow]
-needs_bwrap = [pytest.mark.bwrap,
-               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+needs_bwrap = [
+    pytest.mark.bwrap,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 
 
-@pytest.fixture(params=[pytest.param("bwrap", marks=needs_bwrap), pytest.param("docker", marks=pytest.mark.docker)])
+@pytest.fixture(
+    params=[pytest.param("bwrap", marks=needs_bwrap), pytest.param("docker", marks=pytest.mark.docker)]
+)
 def backend(request: pytest.FixtureRequest) -> str:
     """Every sandbox backend; docker skips (with the reason) only when no engine can be started."""
     if request.param == "docker":
@@ -33,12 +37,28 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.mark.bwrap
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_ticket_trains_in_bwrap_with_host_computed_evidence(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
-    ticket = Ticket(id="e2e", arm="agent", kind="config", hypothesis="one epoch trains a usable model",
-                    change={"optim": {"lr": 0.003}, "epochs": 5}, budget={"device_seconds": 240, "epochs": 1},
-                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0}, seed=3)
-    outcome = execute_ticket(ticket, home=home, dataset_version=dataset, backend="bwrap",
-                             base_config=dict(BASE_CONFIG), audit=audit_log, run_id="r1", scheduler=scheduler)
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> None:
+    ticket = Ticket(
+        id="e2e",
+        arm="agent",
+        kind="config",
+        hypothesis="one epoch trains a usable model",
+        change={"optim": {"lr": 0.003}, "epochs": 5},
+        budget={"device_seconds": 240, "epochs": 1},
+        expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0},
+        seed=3,
+    )
+    outcome = execute_ticket(
+        ticket,
+        home=home,
+        dataset_version=dataset,
+        backend="bwrap",
+        base_config=dict(BASE_CONFIG),
+        audit=audit_log,
+        run_id="r1",
+        scheduler=scheduler,
+    )
     assert outcome.status == TicketStatus.DONE, (outcome.reason, outcome.attempts)
     assert len(outcome.attempts) == 1 and outcome.attempts[0].exit_code == 0
     assert outcome.device_seconds > 0
@@ -74,18 +94,34 @@ model.ir_version = 8
 
 
 def test_oom_in_a_memory_limited_sandbox_is_retried_at_half_the_batch(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, backend: str) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, backend: str
+) -> None:
     from runner.scheduler import Admission, MemoryEstimator, SchedulerSettings
     from tests.runner.conftest import PROFILED
 
     settings = SchedulerSettings(reserve_bytes=0, memory_limit_bytes=640 * 2**20)  # batch 16 needs 768 MiB
-    scheduler = Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings),
-                          settings)
-    ticket = Ticket(id="oom", arm="agent-code", kind="code", hypothesis="a bigger batch fits",
-                    change={"files": {"vision/worker.py": OOM_WORKER}, "config": {"batch_size": 16}},
-                    budget={"device_seconds": 120, "epochs": 1},
-                    expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0}, seed=5)
-    outcome = execute_ticket(ticket, home=home, dataset_version=dataset, backend=backend,
-                             base_config=dict(BASE_CONFIG), audit=audit_log, run_id="r1", scheduler=scheduler)
+    scheduler = Scheduler(
+        MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings
+    )
+    ticket = Ticket(
+        id="oom",
+        arm="agent-code",
+        kind="code",
+        hypothesis="a bigger batch fits",
+        change={"files": {"vision/worker.py": OOM_WORKER}, "config": {"batch_size": 16}},
+        budget={"device_seconds": 120, "epochs": 1},
+        expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0},
+        seed=5,
+    )
+    outcome = execute_ticket(
+        ticket,
+        home=home,
+        dataset_version=dataset,
+        backend=backend,
+        base_config=dict(BASE_CONFIG),
+        audit=audit_log,
+        run_id="r1",
+        scheduler=scheduler,
+    )
     assert outcome.status == TicketStatus.DONE, (outcome.reason, outcome.attempts)
     assert [(a.batch_size, a.grad_accum, a.oom) for a in outcome.attempts] == [(16, 1, True), (8, 2, False)]

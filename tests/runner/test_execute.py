@@ -26,23 +26,47 @@ MIB = 2**20
 
 
 def make_ticket(tid: str = "t1", seconds: float = 60, change: dict[str, Any] | None = None) -> Ticket:
-    return Ticket(id=tid, arm="agent", kind="config", hypothesis="a smaller learning rate helps",
-                  change=change or {"optim": {"lr": 0.001}}, budget={"device_seconds": seconds, "epochs": 1},
-                  expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01}, seed=11)
+    return Ticket(
+        id=tid,
+        arm="agent",
+        kind="config",
+        hypothesis="a smaller learning rate helps",
+        change=change or {"optim": {"lr": 0.001}},
+        budget={"device_seconds": seconds, "epochs": 1},
+        expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01},
+        seed=11,
+    )
 
 
 def events(home: Home) -> list[str]:
     return [record.event for record in iter_records(home.audit / "log.jsonl")]
 
 
-def run(ticket: Ticket, home: Home, dataset: DatasetVersion, launcher: StandinLauncher, audit_log: AuditLog,
-        scheduler: Scheduler, **kw: Any) -> Any:
-    return execute_ticket(ticket, home=home, dataset_version=dataset, backend=launcher,
-                          base_config=dict(BASE_CONFIG), audit=audit_log, run_id="r1", scheduler=scheduler, **kw)
+def run(
+    ticket: Ticket,
+    home: Home,
+    dataset: DatasetVersion,
+    launcher: StandinLauncher,
+    audit_log: AuditLog,
+    scheduler: Scheduler,
+    **kw: Any,
+) -> Any:
+    return execute_ticket(
+        ticket,
+        home=home,
+        dataset_version=dataset,
+        backend=launcher,
+        base_config=dict(BASE_CONFIG),
+        audit=audit_log,
+        run_id="r1",
+        scheduler=scheduler,
+        **kw,
+    )
 
 
 def test_budget_beyond_policy_is_refused_before_anything_starts(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> None:
     launcher = StandinLauncher()
     outcome = run(make_ticket(seconds=10 * 3600), home, dataset, launcher, audit_log, scheduler)
     assert outcome.status == TicketStatus.REFUSED
@@ -53,10 +77,17 @@ def test_budget_beyond_policy_is_refused_before_anything_starts(
 
 
 def test_path_outside_workspace_and_bad_config_are_refused(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> None:
     launcher = StandinLauncher()
-    escaping = run(make_ticket(change={"model": {"encoder_weights": "/root/.ssh/id_rsa"}}), home, dataset,
-                   launcher, audit_log, scheduler)
+    escaping = run(
+        make_ticket(change={"model": {"encoder_weights": "/root/.ssh/id_rsa"}}),
+        home,
+        dataset,
+        launcher,
+        audit_log,
+        scheduler,
+    )
     invalid = run(make_ticket("t2", change={"batch_size": -3}), home, dataset, launcher, audit_log, scheduler)
     assert escaping.status == invalid.status == TicketStatus.REFUSED
     assert "outside the ticket's workspace" in str(escaping.reason)
@@ -74,7 +105,8 @@ def expected_dev_metrics(model: Path, dev_dir: Path, threshold: float) -> dict[s
 
 @pytest.mark.bwrap
 def test_evidence_is_host_computed_not_sandbox_reported(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> None:
     outcome = run(make_ticket(), home, dataset, StandinLauncher(), audit_log, scheduler)
     assert outcome.status == TicketStatus.DONE, outcome.reason
     evidence = outcome.evidence
@@ -92,11 +124,19 @@ def test_evidence_is_host_computed_not_sandbox_reported(
 
 
 def test_oom_is_retried_at_half_the_batch_under_a_real_rlimit(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> None:
     # batch 16 asks for 512 MiB, batch 8 for 256 MiB: a 400 MiB data limit fails the first, passes the second
     launcher = StandinLauncher(memory_bytes=400 * MIB)
-    outcome = run(make_ticket(change={"batch_size": 16}), home, dataset, launcher, audit_log, scheduler,
-                  scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32))
+    outcome = run(
+        make_ticket(change={"batch_size": 16}),
+        home,
+        dataset,
+        launcher,
+        audit_log,
+        scheduler,
+        scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32),
+    )
     assert outcome.status == TicketStatus.DONE, outcome.reason
     assert [(a.batch_size, a.grad_accum, a.oom) for a in outcome.attempts] == [(16, 1, True), (8, 2, False)]
     assert outcome.attempts[0].memory_estimate_bytes and outcome.attempts[1].memory_estimate_bytes
@@ -106,7 +146,8 @@ def test_oom_is_retried_at_half_the_batch_under_a_real_rlimit(
 
 
 def test_oom_at_every_batch_fails_as_a_recorded_state(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> None:
     launcher = StandinLauncher(memory_bytes=400 * MIB, mib_per_sample=1024)  # even batch 1 is too big
     outcome = run(make_ticket(change={"batch_size": 4}), home, dataset, launcher, audit_log, scheduler)
     assert outcome.status == TicketStatus.FAILED
@@ -118,12 +159,13 @@ def test_oom_at_every_batch_fails_as_a_recorded_state(
 
 @pytest.mark.parametrize("mode", ["symlink", "fifo"])
 def test_planted_model_is_refused_and_recorded(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, mode: str,
-        tmp_path: Path) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, mode: str, tmp_path: Path
+) -> None:
     secret = tmp_path / "host-secret.onnx"
     secret.write_bytes(b"not for the sandbox")
-    outcome = run(make_ticket(), home, dataset, StandinLauncher(mode=mode, target=str(secret)), audit_log,
-                  scheduler)
+    outcome = run(
+        make_ticket(), home, dataset, StandinLauncher(mode=mode, target=str(secret)), audit_log, scheduler
+    )
     assert outcome.status == TicketStatus.FAILED
     assert "UnsafeArtifact" in str(outcome.reason)
     assert not (home.tickets_dir("r1") / "t1" / "model.onnx").exists()
@@ -131,12 +173,20 @@ def test_planted_model_is_refused_and_recorded(
 
 
 def test_a_retry_neither_follows_a_planted_config_nor_reuses_old_output(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, tmp_path: Path) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, tmp_path: Path
+) -> None:
     target = tmp_path / "host-file.txt"
     target.write_text("host content\n")
     launcher = StandinLauncher(mode="plant-config", memory_bytes=400 * MIB, target=str(target))
-    outcome = run(make_ticket(change={"batch_size": 16}), home, dataset, launcher, audit_log, scheduler,
-                  scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32))
+    outcome = run(
+        make_ticket(change={"batch_size": 16}),
+        home,
+        dataset,
+        launcher,
+        audit_log,
+        scheduler,
+        scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32),
+    )
     assert outcome.status == TicketStatus.DONE, outcome.reason
     assert [a.batch_size for a in outcome.attempts] == [16, 8]
     assert target.read_text() == "host content\n"
@@ -144,37 +194,64 @@ def test_a_retry_neither_follows_a_planted_config_nor_reuses_old_output(
 
 
 def test_an_unreachable_gate_fails_the_ticket_but_keeps_its_evidence(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, tmp_path: Path) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, tmp_path: Path
+) -> None:
     from gate.client import GateClient
 
     gate = GateClient(socket_path=tmp_path / "no-gate.sock")  # the real client; nothing listens there
-    outcome = run(make_ticket(), home, dataset, StandinLauncher(), audit_log, scheduler, gate=gate,
-                  scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32))
+    outcome = run(
+        make_ticket(),
+        home,
+        dataset,
+        StandinLauncher(),
+        audit_log,
+        scheduler,
+        gate=gate,
+        scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32),
+    )
     assert outcome.status == TicketStatus.FAILED
     assert str(outcome.reason).startswith("gate submission failed")
     assert outcome.evidence is not None and outcome.verdict is None
 
 
 def test_the_gate_is_told_the_training_data_by_its_version_ref_never_a_path(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> None:
     from segfactory.records import CoarseVerdict, Verdict
 
     seen: list[str | None] = []
 
     class RecordingGate:  # the gate answers INVALID (and quarantines) for anything but NAME/vK
-        def submit(self, model_path: Path | str, train_data: str | None, ticket_id: str,
-                   replicate_of: str | None = None, run_id: str | None = None) -> CoarseVerdict:
+        def submit(
+            self,
+            model_path: Path | str,
+            train_data: str | None,
+            ticket_id: str,
+            replicate_of: str | None = None,
+            run_id: str | None = None,
+        ) -> CoarseVerdict:
             seen.append(train_data)
-            return CoarseVerdict(ticket_id=ticket_id, tier="confirm-a", verdict=Verdict.NO_WIN, queries_left=3)
+            return CoarseVerdict(
+                ticket_id=ticket_id, tier="confirm-a", verdict=Verdict.NO_WIN, queries_left=3
+            )
 
-    outcome = run(make_ticket(), home, dataset, StandinLauncher(), audit_log, scheduler, gate=RecordingGate(),
-                  scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32))
+    outcome = run(
+        make_ticket(),
+        home,
+        dataset,
+        StandinLauncher(),
+        audit_log,
+        scheduler,
+        gate=RecordingGate(),
+        scorer=lambda _model, images: np.zeros((len(images), 1, *images.shape[1:]), np.float32),
+    )
     assert outcome.verdict is not None and outcome.verdict.verdict == Verdict.NO_WIN
     assert seen == [dataset.ref]
 
 
 def test_a_ticket_gets_no_more_than_the_runs_wall_and_none_below_the_minimum(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+) -> None:
     from runner._execute import MIN_WALL_S, TIMEOUT_MARGIN_S
 
     launcher = StandinLauncher()
@@ -189,13 +266,16 @@ def test_a_ticket_gets_no_more_than_the_runs_wall_and_none_below_the_minimum(
 
 
 def test_with_two_tickets_at_once_on_the_cpu_each_trains_on_its_share_of_the_cores(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from runner.scheduler import Admission, MemoryEstimator, SchedulerSettings
     from tests.runner.conftest import PROFILED
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     settings = SchedulerSettings(reserve_bytes=0, concurrency=2)
-    shared = Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings)
+    shared = Scheduler(
+        MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings
+    )
     assert shared.cpu_share() == 1
     launcher = StandinLauncher()
     done = run(make_ticket("s1"), home, dataset, launcher, audit_log, shared)
@@ -218,34 +298,69 @@ def scheduler_alone(home: Home) -> Scheduler:
     from tests.runner.conftest import PROFILED
 
     settings = SchedulerSettings(reserve_bytes=0)
-    return Scheduler(MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings)
+    return Scheduler(
+        MemoryEstimator(home, PROFILED), Admission("cpu", PROFILED.total_bytes, settings), settings
+    )
 
 
 def test_a_cap_that_would_cut_the_images_a_version_adds_is_refused_before_anything_starts(
-        home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, tmp_path: Path) -> None:
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, tmp_path: Path
+) -> None:
     """A top-up puts its images after the base's; a cap below its size trains the parent's images."""
     base = read_split(dataset.train)
     images, masks, meta, defects = draw(6, 32, 5)
     renamed = {str(m["id"]): f"added-{i}" for i, m in enumerate(meta)}
-    write_split(tmp_path / "topped" / "train", np.concatenate([base.images, images]),
-                np.concatenate([base.masks, masks]), [*base.image_meta, *({**m, "id": renamed[str(m["id"])]} for m in meta)],
-                [*base.defects, *({**d, "image_id": renamed[str(d["image_id"])]} for d in defects)],
-                {"generator": "tests.topup", "appended": 6})
-    topped = create_version(home.root, "discs-topped", {"train": tmp_path / "topped" / "train", "dev": None},
-                            parent=dataset.ref, approve_it=True)
+    write_split(
+        tmp_path / "topped" / "train",
+        np.concatenate([base.images, images]),
+        np.concatenate([base.masks, masks]),
+        [*base.image_meta, *({**m, "id": renamed[str(m["id"])]} for m in meta)],
+        [*base.defects, *({**d, "image_id": renamed[str(d["image_id"])]} for d in defects)],
+        {"generator": "tests.topup", "appended": 6},
+    )
+    topped = create_version(
+        home.root,
+        "discs-topped",
+        {"train": tmp_path / "topped" / "train", "dev": None},
+        parent=dataset.ref,
+        approve_it=True,
+    )
     launcher = StandinLauncher()
-    capped = execute_ticket(make_ticket("c1"), home=home, dataset_version=topped, backend=launcher,
-                            base_config={**BASE_CONFIG, "max_train_images": len(base)}, audit=audit_log,
-                            run_id="r1", scheduler=scheduler)
+    capped = execute_ticket(
+        make_ticket("c1"),
+        home=home,
+        dataset_version=topped,
+        backend=launcher,
+        base_config={**BASE_CONFIG, "max_train_images": len(base)},
+        audit=audit_log,
+        run_id="r1",
+        scheduler=scheduler,
+    )
     assert capped.status == TicketStatus.REFUSED and launcher.requests == []
-    assert f"max_train_images={len(base)} would cut 6 of the 6 images dataset version {topped.ref} adds" \
+    assert (
+        f"max_train_images={len(base)} would cut 6 of the 6 images dataset version {topped.ref} adds"
         in str(capped.reason)
-    lifted = execute_ticket(make_ticket("c2"), home=home, dataset_version=topped, backend=launcher,
-                            base_config={**BASE_CONFIG, "max_train_images": None}, audit=audit_log,
-                            run_id="r1", scheduler=scheduler)
+    )
+    lifted = execute_ticket(
+        make_ticket("c2"),
+        home=home,
+        dataset_version=topped,
+        backend=launcher,
+        base_config={**BASE_CONFIG, "max_train_images": None},
+        audit=audit_log,
+        run_id="r1",
+        scheduler=scheduler,
+    )
     assert lifted.status == TicketStatus.DONE, lifted.reason
     # the same cap on a version that adds nothing is the cap's ordinary use: a quick run on fewer images
-    plain = execute_ticket(make_ticket("c3"), home=home, dataset_version=dataset, backend=launcher,
-                           base_config={**BASE_CONFIG, "max_train_images": 16}, audit=audit_log,
-                           run_id="r1", scheduler=scheduler)
+    plain = execute_ticket(
+        make_ticket("c3"),
+        home=home,
+        dataset_version=dataset,
+        backend=launcher,
+        base_config={**BASE_CONFIG, "max_train_images": 16},
+        audit=audit_log,
+        run_id="r1",
+        scheduler=scheduler,
+    )
     assert plain.status == TicketStatus.DONE, plain.reason

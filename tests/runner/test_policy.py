@@ -14,11 +14,19 @@ from segfactory.records import Ticket
 POLICY = BudgetPolicy(max_device_seconds=120, max_epochs=10)
 
 
-def ticket(change: dict[str, Any] | None = None, kind: str = "config", seconds: float = 60,
-           epochs: int = 2) -> Ticket:
-    return Ticket(id="t1", arm="agent", kind=kind, hypothesis="h", change=change or {},
-                  budget={"device_seconds": seconds, "epochs": epochs},
-                  expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01}, seed=7)
+def ticket(
+    change: dict[str, Any] | None = None, kind: str = "config", seconds: float = 60, epochs: int = 2
+) -> Ticket:
+    return Ticket(
+        id="t1",
+        arm="agent",
+        kind=kind,
+        hypothesis="h",
+        change=change or {},
+        budget={"device_seconds": seconds, "epochs": epochs},
+        expected_effect={"metric": "object_f1", "direction": "up", "size": 0.01},
+        seed=7,
+    )
 
 
 def test_a_plain_config_ticket_may_start() -> None:
@@ -30,8 +38,17 @@ def test_budget_beyond_policy_is_refused() -> None:
     assert "11 epochs exceeds" in str(refusal_reason(ticket(epochs=11), POLICY))
 
 
-@pytest.mark.parametrize("value", ["/etc/passwd", "../../vault/confirm-a", "/work/../root", "~/.ssh/id_rsa",
-                                   "/data/train/images.npy", "..\\..\\x"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "/etc/passwd",
+        "../../vault/confirm-a",
+        "/work/../root",
+        "~/.ssh/id_rsa",
+        "/data/train/images.npy",
+        "..\\..\\x",
+    ],
+)
 def test_paths_outside_the_workspace_are_refused(value: str) -> None:
     reason = refusal_reason(ticket({"model": {"encoder_weights": value}}), POLICY)
     assert reason is not None and "outside the ticket's workspace" in reason

@@ -15,9 +15,15 @@ def _line(**fields: object) -> bytes:
 
 
 def test_only_complete_well_formed_epochs_are_read() -> None:
-    data = (_line(epoch=0, train_loss=0.5) + b"not json\n" + _line(epoch=True, train_loss=0.4)
-            + _line(epoch=1, train_loss=float("nan")) + _line(epoch="2", train_loss=0.3)
-            + _line(epoch=1, train_loss=0.25) + b'{"epoch": 2, "train_loss": 0.2')  # the last one still being written
+    data = (
+        _line(epoch=0, train_loss=0.5)
+        + b"not json\n"
+        + _line(epoch=True, train_loss=0.4)
+        + _line(epoch=1, train_loss=float("nan"))
+        + _line(epoch="2", train_loss=0.3)
+        + _line(epoch=1, train_loss=0.25)
+        + b'{"epoch": 2, "train_loss": 0.2'
+    )  # the last one still being written
     assert epoch_lines(data) == [(0, 0.5), (1, 0.25)]
 
 
@@ -32,7 +38,9 @@ def test_each_epoch_is_reported_once_with_numbers_only(tmp_path: Path) -> None:
     watcher.poll()
     curve.write_bytes(curve.read_bytes() + _line(epoch=1, train_loss=0.31))
     watcher.poll()
-    assert len(lines) == 2 and lines[0].startswith("  t001: epoch 1/4, train loss 0.5123; 10 device-s spent, 110 left")
+    assert len(lines) == 2 and lines[0].startswith(
+        "  t001: epoch 1/4, train loss 0.5123; 10 device-s spent, 110 left"
+    )
     assert lines[1].startswith("  t001: epoch 2/4, train loss 0.3100;") and "not evidence" in lines[1]
     assert not any("\x1b" in line or "click" in line for line in lines)
 

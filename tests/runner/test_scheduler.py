@@ -60,7 +60,10 @@ def admission(free: Callable[[], int], **settings: Any) -> Admission:
 
 
 def test_an_estimate_larger_than_the_device_is_refused_at_once() -> None:
-    with pytest.raises(LimitExceeded, match="exceeds the device's 7168 MiB"), admission(lambda: 8 * 1024 * MIB).admit(7200 * MIB):
+    with (
+        pytest.raises(LimitExceeded, match="exceeds the device's 7168 MiB"),
+        admission(lambda: 8 * 1024 * MIB).admit(7200 * MIB),
+    ):
         pass
 
 
@@ -100,16 +103,27 @@ def test_concurrency_is_a_setting() -> None:
     assert peak[0] == 2
 
 
-def test_with_several_gpus_concurrent_tickets_spread_over_them_and_wait_when_none_has_room(home: Home) -> None:
+def test_with_several_gpus_concurrent_tickets_spread_over_them_and_wait_when_none_has_room(
+    home: Home,
+) -> None:
     """Each GPU its own admission; a ticket goes to the one with the most headroom that fits it."""
     settings = SchedulerSettings(reserve_bytes=1024 * MIB, concurrency=4, admission_wait_s=5)
     free = {0: 8 * 1024 * MIB, 1: 8 * 1024 * MIB}  # what each GPU's driver reports free
-    gpus = {minor: Admission("cuda", 8 * 1024 * MIB, settings, lambda minor=minor: free[minor]) for minor in free}
-    scheduler = Scheduler(MemoryEstimator(home, None, "cuda"), Admission("cuda", 8 * 1024 * MIB, settings),
-                          settings, gpu_admissions=gpus)
+    gpus = {
+        minor: Admission("cuda", 8 * 1024 * MIB, settings, lambda minor=minor: free[minor]) for minor in free
+    }
+    scheduler = Scheduler(
+        MemoryEstimator(home, None, "cuda"),
+        Admission("cuda", 8 * 1024 * MIB, settings),
+        settings,
+        gpu_admissions=gpus,
+    )
     assert scheduler.device_gpus() == [0, 1]
     with scheduler.admit(3000 * MIB) as first, scheduler.admit(3000 * MIB) as second:
-        assert (first, second) == ([0], [1])  # both would fit on GPU 0: the second goes where the first is not
+        assert (first, second) == (
+            [0],
+            [1],
+        )  # both would fit on GPU 0: the second goes where the first is not
         free[1] = 2000 * MIB  # another tenant takes most of GPU 1
         with scheduler.admit(2000 * MIB) as third:
             assert third == [0]  # 8192 - 1024 - 3000 = 4168 MiB of headroom on GPU 0, none on GPU 1
@@ -120,20 +134,34 @@ def test_with_several_gpus_concurrent_tickets_spread_over_them_and_wait_when_non
             assert fourth == [1] and time.monotonic() - started >= 0.5
     with pytest.raises(LimitExceeded, match="exceeds every GPU's 7168 MiB"), scheduler.admit(7200 * MIB):
         pass
-    tight = Scheduler(MemoryEstimator(home, None, "cuda"), Admission("cuda", 8 * 1024 * MIB, settings),
-                      settings.model_copy(update={"admission_wait_s": 0.3}), gpu_admissions=gpus)
+    tight = Scheduler(
+        MemoryEstimator(home, None, "cuda"),
+        Admission("cuda", 8 * 1024 * MIB, settings),
+        settings.model_copy(update={"admission_wait_s": 0.3}),
+        gpu_admissions=gpus,
+    )
     free[0] = free[1] = 1500 * MIB
-    with pytest.raises(LimitExceeded, match="did not fit in the free memory of any of 2 GPUs"), tight.admit(600 * MIB):
+    with (
+        pytest.raises(LimitExceeded, match="did not fit in the free memory of any of 2 GPUs"),
+        tight.admit(600 * MIB),
+    ):
         pass
 
 
 def test_the_ticket_slots_bound_the_host_not_each_gpu(home: Home) -> None:
     settings = SchedulerSettings(reserve_bytes=0, concurrency=1, admission_wait_s=0.3)
     gpus = {minor: Admission("cuda", 8 * 1024 * MIB, settings, lambda: 8 * 1024 * MIB) for minor in (0, 1)}
-    scheduler = Scheduler(MemoryEstimator(home, None, "cuda"), Admission("cuda", 8 * 1024 * MIB, settings),
-                          settings, gpu_admissions=gpus)
-    with scheduler.admit(10 * MIB), pytest.raises(LimitExceeded, match="no free ticket slot"), \
-            scheduler.admit(10 * MIB):
+    scheduler = Scheduler(
+        MemoryEstimator(home, None, "cuda"),
+        Admission("cuda", 8 * 1024 * MIB, settings),
+        settings,
+        gpu_admissions=gpus,
+    )
+    with (
+        scheduler.admit(10 * MIB),
+        pytest.raises(LimitExceeded, match="no free ticket slot"),
+        scheduler.admit(10 * MIB),
+    ):
         pass
 
 
@@ -149,21 +177,24 @@ def test_oom_detection_and_shrinking() -> None:
 
 
 def test_concurrent_tickets_on_the_cpu_split_its_cores_and_a_gpu_or_one_ticket_keeps_the_policys(
-        home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from runner.scheduler import Scheduler
 
     def scheduler(device: str, concurrency: int) -> Scheduler:
         settings = SchedulerSettings(concurrency=concurrency)
-        return Scheduler(MemoryEstimator(home, None, device), Admission(device, PROFILED.total_bytes, settings),
-                         settings)
+        return Scheduler(
+            MemoryEstimator(home, None, device), Admission(device, PROFILED.total_bytes, settings), settings
+        )
 
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert [scheduler("cpu", n).cpu_share() for n in (1, 2, 3, 4, 32)] == [None, 8, 5, 4, 1]
     assert scheduler("cuda", 4).cpu_share() is None
 
 
-def test_a_share_of_the_cores_tightens_the_sandbox_policy_and_never_loosens_it(monkeypatch: pytest.MonkeyPatch,
-                                                                             tmp_path: Any) -> None:
+def test_a_share_of_the_cores_tightens_the_sandbox_policy_and_never_loosens_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
     import sandbox
     from runner._launch import LaunchRequest, SandboxLauncher
     from sandbox import load_policy

@@ -51,10 +51,12 @@ def _start_docker() -> str | None:
     return problem
 
 
-@pytest.fixture(params=[
-    pytest.param("bwrap", marks=pytest.mark.bwrap),
-    pytest.param("docker", marks=pytest.mark.docker),
-])
+@pytest.fixture(
+    params=[
+        pytest.param("bwrap", marks=pytest.mark.bwrap),
+        pytest.param("docker", marks=pytest.mark.docker),
+    ]
+)
 def backend(request: pytest.FixtureRequest) -> SandboxBackend:
     if request.param == "bwrap" and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")

@@ -27,8 +27,11 @@ from tests.sandbox.test_redteam import FORK_BOMB_MEMORY
 
 # serial: the delegation test hands the host's sandbox cgroup parents to another user and back,
 # which would take them from a dropped run of another worker
-pytestmark = [pytest.mark.bwrap, pytest.mark.serial,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
+pytestmark = [
+    pytest.mark.bwrap,
+    pytest.mark.serial,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
 REFUSED = "refusing to start a bwrap sandbox without a whole-sandbox memory limit"
 
 
@@ -37,8 +40,14 @@ def _cgroup2_without(controller: str) -> Path | None:
 
 
 def _cgroup2_with(*controllers: str) -> Path | None:
-    return next((m for m in _mounts() if set(controllers) <= _words(m / "cgroup.controllers")
-                 and os.access(m, os.W_OK)), None)
+    return next(
+        (
+            m
+            for m in _mounts()
+            if set(controllers) <= _words(m / "cgroup.controllers") and os.access(m, os.W_OK)
+        ),
+        None,
+    )
 
 
 def test_a_cgroup2_parent_without_memory_is_refused(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
@@ -48,9 +57,25 @@ def test_a_cgroup2_parent_without_memory_is_refused(tmp_path: Path, cli: Callabl
     if (bare := _cgroup2_without("memory")) is not None:
         parents.append(bare)
     for parent in parents:
-        env = {**os.environ, PARENT_ENV: str(parent), MEMORY_ENV: PER_PROCESS}  # a named parent is never waived
-        result = cli("sandbox", "exec", "--backend", "bwrap", "--home", str(tmp_path / "h"), "--",
-                     "sh", "-c", "echo STARTED", env=env, timeout=60)
+        env = {
+            **os.environ,
+            PARENT_ENV: str(parent),
+            MEMORY_ENV: PER_PROCESS,
+        }  # a named parent is never waived
+        result = cli(
+            "sandbox",
+            "exec",
+            "--backend",
+            "bwrap",
+            "--home",
+            str(tmp_path / "h"),
+            "--",
+            "sh",
+            "-c",
+            "echo STARTED",
+            env=env,
+            timeout=60,
+        )
         assert result.returncode != 0 and "STARTED" not in result.stdout, result
         assert REFUSED in result.stderr and str(parent) in result.stderr
 
@@ -64,7 +89,8 @@ def no_cgroup_v1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_without_a_run_cgroup_a_sandbox_starts_only_on_the_named_opt_out(
-        no_cgroup_v1: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    no_cgroup_v1: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sandbox._cgroup2 import find_parent
 
     if find_parent()[0] is not None:
@@ -86,10 +112,14 @@ def _delegated_v2() -> Iterator[Path]:
     """A fresh cgroup2 parent with memory and pids enabled for its children (root of a v2 host)."""
     mount = _cgroup2_with("memory", "pids")
     if mount is None:
-        pytest.skip("no writable cgroup2 hierarchy with the memory and pids controllers on this host "
-                    "(on a hybrid host they are bound to cgroup v1)")
+        pytest.skip(
+            "no writable cgroup2 hierarchy with the memory and pids controllers on this host "
+            "(on a hybrid host they are bound to cgroup v1)"
+        )
     enabled = _words(mount / "cgroup.subtree_control")
-    (mount / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in ("memory", "pids") if c not in enabled))
+    (mount / "cgroup.subtree_control").write_text(
+        " ".join(f"+{c}" for c in ("memory", "pids") if c not in enabled)
+    )
     parent = mount / f"segfactory-test-{uuid.uuid4().hex[:8]}"
     parent.mkdir()
     try:
@@ -103,12 +133,17 @@ def _delegated_v2() -> Iterator[Path]:
 
 @pytest.mark.slow
 def test_a_delegated_cgroup2_subtree_limits_the_whole_sandbox(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with _delegated_v2() as parent:
         monkeypatch.setenv(PARENT_ENV, str(parent))
         backend = get_backend("bwrap")
-        spec = SandboxSpec(command=["python", "-c", FORK_BOMB_MEMORY], workspace=tmp_path, timeout_s=60,
-                           limits=small_limits(memory_bytes=256 * 1024**2))
+        spec = SandboxSpec(
+            command=["python", "-c", FORK_BOMB_MEMORY],
+            workspace=tmp_path,
+            timeout_s=60,
+            limits=small_limits(memory_bytes=256 * 1024**2),
+        )
         result = backend.run(spec)
         evidence = backend.limit_evidence()
         assert evidence["kind"] == "cgroup-v2" and evidence["memory"] == str(256 * 1024**2)
@@ -127,10 +162,14 @@ def test_v1_delegation_lets_an_unprivileged_user_make_and_join_a_run_cgroup() ->
         pytest.skip("needs root on a cgroup v1 host")
     uid = 10001
     parent = CGROUP_V1 / "memory" / PARENT
-    owner = (parent.stat().st_uid, parent.stat().st_gid) if parent.is_dir() else (0, 0)  # a dropped run's, maybe
+    owner = (
+        (parent.stat().st_uid, parent.stat().st_gid) if parent.is_dir() else (0, 0)
+    )  # a dropped run's, maybe
     child = parent / f"delegated-{uuid.uuid4().hex[:8]}"
-    script = (f"mkdir {child} && echo 268435456 > {child}/memory.limit_in_bytes && "
-              f"echo $$ > {child}/cgroup.procs && cat {child}/memory.limit_in_bytes")
+    script = (
+        f"mkdir {child} && echo 268435456 > {child}/memory.limit_in_bytes && "
+        f"echo $$ > {child}/cgroup.procs && cat {child}/memory.limit_in_bytes"
+    )
     as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", "sh", "-c", script]
     try:
         delegate_v1(0, 0)

@@ -13,13 +13,21 @@ import pytest
 from sandbox._cgroup import CGROUP_V1, PARENT, PARENT_CPU_SHARES, SHARES_PER_CPU, CgroupV1
 from sandbox._policy import Limits
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not (CGROUP_V1 / "cpu").is_dir(),
-                                reason="needs root on a cgroup v1 host")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not (CGROUP_V1 / "cpu").is_dir(), reason="needs root on a cgroup v1 host"
+)
 
 
 def _limits(cpus: float) -> Limits:
-    return Limits(cpus=cpus, memory_bytes=256 << 20, pids=64, workspace_bytes=1 << 20, file_bytes=1 << 20,
-                  tmp_bytes=1 << 20, timeout_s=5)
+    return Limits(
+        cpus=cpus,
+        memory_bytes=256 << 20,
+        pids=64,
+        workspace_bytes=1 << 20,
+        file_bytes=1 << 20,
+        tmp_bytes=1 << 20,
+        timeout_s=5,
+    )
 
 
 @pytest.mark.parametrize("cpus", [0.5, 2.0])

@@ -27,8 +27,10 @@ def test_workspace_is_rw_cwd_and_data_is_ro(run_in: Run, tmp_path: Path) -> None
     train = tmp_path / "train"
     train.mkdir()
     (train / "images.npy").write_bytes(b"x" * 10)
-    result = run_in("pwd; wc -c < /data/train/images.npy; echo made > out.txt; touch /data/train/y 2>&1 || echo ro",
-                    data={"train": train})
+    result = run_in(
+        "pwd; wc -c < /data/train/images.npy; echo made > out.txt; touch /data/train/y 2>&1 || echo ro",
+        data={"train": train},
+    )
     assert result.stdout.data.split(b"\n")[:2] == [b"/work", b"10"]
     assert b"ro" in result.stdout.data and not (train / "y").exists()
     assert (tmp_path / "ws" / "out.txt").read_text() == "made\n"
@@ -62,7 +64,9 @@ def test_timeout_is_enforced(run_in: Run) -> None:
 
 def test_decoy_open_is_seen_live_by_the_host(backend: SandboxBackend, tmp_path: Path) -> None:
     seen: list[SandboxEvent] = []
-    spec = SandboxSpec(command=["sh", "-c", "head -c 8 /data/holdout/labels.npy >/dev/null"], workspace=tmp_path)
+    spec = SandboxSpec(
+        command=["sh", "-c", "head -c 8 /data/holdout/labels.npy >/dev/null"], workspace=tmp_path
+    )
     result = backend.run(spec, on_event=seen.append)
     hits = [e for e in result.events if e.kind == "protected_read_attempt"]
     assert [e.path for e in hits] == ["/data/holdout/labels.npy"] and seen == result.events
@@ -85,7 +89,8 @@ def test_no_decoys_when_the_spec_says_so(run_in: Run) -> None:
 @pytest.mark.parametrize("field", ["workspace", "data", "extra_ro"])
 def test_repo_root_is_refused_before_start(backend: SandboxBackend, tmp_path: Path, field: str) -> None:
     options: dict[str, dict[str, Any]] = {
-        "workspace": {"workspace": SOURCE_ROOT}, "data": {"data": {"train": SOURCE_ROOT}},
+        "workspace": {"workspace": SOURCE_ROOT},
+        "data": {"data": {"train": SOURCE_ROOT}},
         "extra_ro": {"extra_ro": {"/src": SOURCE_ROOT}},
     }
     mounts = options[field]

@@ -39,7 +39,9 @@ def test_every_open_is_an_event_up_to_the_cap(tmp_path: Path) -> None:
     assert [g.detail["seen"] for g in gaps] == [MAX_EVENTS + 5]
 
 
-def test_queue_overflow_is_recorded_as_a_monitoring_gap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_queue_overflow_is_recorded_as_a_monitoring_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     limit = int(MAX_QUEUED.read_text())
     if limit > 100_000:
         pytest.skip(f"max_queued_events is {limit}: overflowing it would take too long")

@@ -18,8 +18,13 @@ def _orphan(backend: SandboxBackend) -> str:
     backend.ensure_image()
     dead = subprocess.Popen(["true"])
     dead.wait()
-    return str(backend.api().create_container(backend.policy.image, command=["sleep", "100"],
-                                              labels={LABEL: "1", PID_LABEL: f"{_pid_namespace()}:{dead.pid}"})["Id"])
+    return str(
+        backend.api().create_container(
+            backend.policy.image,
+            command=["sleep", "100"],
+            labels={LABEL: "1", PID_LABEL: f"{_pid_namespace()}:{dead.pid}"},
+        )["Id"]
+    )
 
 
 @pytest.mark.docker
@@ -45,8 +50,9 @@ def test_image_holds_no_secrets_only_mount_points(docker_backend: SandboxBackend
 
 
 @pytest.mark.docker
-def test_an_orphan_another_run_removed_first_is_not_an_error(docker_backend: SandboxBackend,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_orphan_another_run_removed_first_is_not_an_error(
+    docker_backend: SandboxBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two runs on one host both clean up orphans before their sandboxes start: the one that
     comes second finds the container gone, and its ticket must not fail for that."""
     assert isinstance(docker_backend, DockerBackend)

@@ -27,7 +27,8 @@ def _driver(root: Path) -> tuple[Path, Path]:
         (info / bus).mkdir(parents=True)
         (info / bus / "information").write_text(
             f"Model: \t\t NVIDIA H200\nIRQ:   \t\t 42\nGPU UUID: \t {uuid}\nVideo BIOS: \t 96.00.99.00.01\n"
-            f"Bus Type: \t PCIe\nDMA Size: \t 52 bits\nDevice Minor: \t {minor}\n")
+            f"Bus Type: \t PCIe\nDMA Size: \t 52 bits\nDevice Minor: \t {minor}\n"
+        )
     dev.mkdir()
     for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1", "nvidia-caps"):
         (dev / name).touch()
@@ -36,7 +37,10 @@ def _driver(root: Path) -> tuple[Path, Path]:
 
 def test_the_driver_describes_each_gpu_by_minor(tmp_path: Path) -> None:
     info, _ = _driver(tmp_path)
-    assert host_gpus(info) == [Gpu(0, UUID0, "NVIDIA H200", "0000:41:00.0"), Gpu(1, UUID1, "NVIDIA H200", "0000:c1:00.0")]
+    assert host_gpus(info) == [
+        Gpu(0, UUID0, "NVIDIA H200", "0000:41:00.0"),
+        Gpu(1, UUID1, "NVIDIA H200", "0000:c1:00.0"),
+    ]
     assert host_gpus(tmp_path / "no-driver") == []
 
 
@@ -44,7 +48,10 @@ def test_an_assigned_gpu_gets_its_node_and_the_control_nodes_only(tmp_path: Path
     info, dev = _driver(tmp_path)
     plan = plan_gpus([1], host_gpus(info), dev)
     assert plan.nodes() == [dev / "nvidiactl", dev / "nvidia-uvm", dev / "nvidia-uvm-tools", dev / "nvidia1"]
-    assert plan.bwrap_args()[:2] == ["--dev-bind", str(dev / "nvidiactl")] and str(dev / "nvidia0") not in plan.bwrap_args()
+    assert (
+        plan.bwrap_args()[:2] == ["--dev-bind", str(dev / "nvidiactl")]
+        and str(dev / "nvidia0") not in plan.bwrap_args()
+    )
     # CUDA's own numbering need not follow the minors: inside, the UUID names the GPU
     assert plan.env() == {"CUDA_VISIBLE_DEVICES": UUID1, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert plan.record() == [{"minor": 1, "uuid": UUID1, "model": "NVIDIA H200"}]
@@ -56,12 +63,19 @@ def test_no_assignment_binds_nothing_and_sets_nothing(tmp_path: Path) -> None:
     assert plan.nodes() == [] and plan.env() == {} and plan.docker_device_requests() == []
 
 
-@pytest.mark.parametrize(("assigned", "message"), [
-    ([2], "GPU 2 was assigned to the sandbox but is not on this machine; GPUs here: 0 (NVIDIA H200), 1 (NVIDIA H200)"),
-    ([0, 0], "names a GPU twice"),
-])
-def test_a_gpu_this_machine_lacks_is_refused_naming_what_it_has(tmp_path: Path, assigned: list[int],
-                                                                 message: str) -> None:
+@pytest.mark.parametrize(
+    ("assigned", "message"),
+    [
+        (
+            [2],
+            "GPU 2 was assigned to the sandbox but is not on this machine; GPUs here: 0 (NVIDIA H200), 1 (NVIDIA H200)",
+        ),
+        ([0, 0], "names a GPU twice"),
+    ],
+)
+def test_a_gpu_this_machine_lacks_is_refused_naming_what_it_has(
+    tmp_path: Path, assigned: list[int], message: str
+) -> None:
     info, dev = _driver(tmp_path)
     with pytest.raises(PolicyError, match=message.replace("(", r"\(").replace(")", r"\)")):
         plan_gpus(assigned, host_gpus(info), dev)
@@ -81,8 +95,11 @@ def test_on_a_machine_without_gpus_a_spec_asking_for_one_starts_nothing(tmp_path
         pytest.skip("this machine has an NVIDIA GPU")
     (tmp_path / "ws").mkdir()
     spec = SandboxSpec(command=["touch", "/work/ran"], workspace=tmp_path / "ws", gpus=[0])
-    with pytest.raises(PolicyError, match="GPU 0 was assigned to the sandbox but is not on this machine; "
-                                          "GPUs here: none: this machine has no NVIDIA GPU"):
+    with pytest.raises(
+        PolicyError,
+        match="GPU 0 was assigned to the sandbox but is not on this machine; "
+        "GPUs here: none: this machine has no NVIDIA GPU",
+    ):
         get_backend("bwrap").run(spec)
     assert not (tmp_path / "ws" / "ran").exists()
 
@@ -92,22 +109,32 @@ def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: list[int]): 
     from sandbox import SandboxSpec
 
     info, dev = _driver(tmp_path / "host")
-    monkeypatch.setattr(session_module, "plan_gpus",
-                        lambda assigned, control_nodes: plan_gpus(assigned, host_gpus(info), dev, control_nodes))
+    monkeypatch.setattr(
+        session_module,
+        "plan_gpus",
+        lambda assigned, control_nodes: plan_gpus(assigned, host_gpus(info), dev, control_nodes),
+    )
     (tmp_path / "ws").mkdir()
-    spec = SandboxSpec(command=["true"], workspace=tmp_path / "ws", gpus=gpus, env={"CUDA_VISIBLE_DEVICES": "0,1"},
-                       decoys=False)
+    spec = SandboxSpec(
+        command=["true"],
+        workspace=tmp_path / "ws",
+        gpus=gpus,
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+        decoys=False,
+    )
     return session_module.Session(spec, load_policy(), None), dev
 
 
-def test_bwrap_binds_the_assigned_gpu_after_its_fresh_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bwrap_binds_the_assigned_gpu_after_its_fresh_dev(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sandbox._bwrap import BwrapBackend
 
     session, dev = _session(tmp_path, monkeypatch, [0])
     with session:
         args = BwrapBackend(load_policy())._bwrap_args(session, {}, 3)
     at = args.index("--dev")
-    assert args[at:at + 2] == ["--dev", "/dev"]
+    assert args[at : at + 2] == ["--dev", "/dev"]
     binds = [args[i + 1] for i, a in enumerate(args) if a == "--dev-bind"]
     assert binds == [str(dev / n) for n in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0")]
     assert args.index("--dev-bind") > at  # bound into the fresh /dev, not replaced by it
@@ -122,12 +149,15 @@ def test_docker_requests_exactly_the_assigned_gpus(tmp_path: Path, monkeypatch: 
     from sandbox._docker import DockerBackend
 
     backend = DockerBackend(load_policy())
-    backend._api = docker.APIClient(base_url="unix:///nonexistent/docker.sock", version="1.43")  # never dialled
+    backend._api = docker.APIClient(
+        base_url="unix:///nonexistent/docker.sock", version="1.43"
+    )  # never dialled
     session, _ = _session(tmp_path, monkeypatch, [1])
     with session:
         config = backend._host_config(session)
-    assert config["DeviceRequests"] == [{"Driver": "nvidia", "Count": 0, "DeviceIDs": [UUID1],
-                                         "Capabilities": [["gpu"]], "Options": {}}]
+    assert config["DeviceRequests"] == [
+        {"Driver": "nvidia", "Count": 0, "DeviceIDs": [UUID1], "Capabilities": [["gpu"]], "Options": {}}
+    ]
     none, _ = _session(tmp_path / "none", monkeypatch, [])
     with none:
         assert "DeviceRequests" not in backend._host_config(none)
@@ -160,7 +190,8 @@ def test_the_policy_may_name_driver_control_nodes_never_a_gpu(tmp_path: Path) ->
 
 
 def test_the_scheduler_assigns_no_gpu_on_the_cpu_and_refuses_a_cuda_profile_without_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import segfactory.gpus
     from runner.scheduler import Admission, MemoryEstimator, Scheduler, SchedulerSettings
     from segfactory.home import Home
@@ -173,8 +204,9 @@ def test_the_scheduler_assigns_no_gpu_on_the_cpu_and_refuses_a_cuda_profile_with
         assert gpus == []
 
     def on_cuda() -> Scheduler:
-        return Scheduler(MemoryEstimator(home, None, "cuda"), Admission("cuda", 2**34, settings, lambda: 2**34),
-                         settings)
+        return Scheduler(
+            MemoryEstimator(home, None, "cuda"), Admission("cuda", 2**34, settings, lambda: 2**34), settings
+        )
 
     monkeypatch.setattr(segfactory.gpus, "host_gpus", lambda: [Gpu(3, UUID1, "NVIDIA H200", "0000:c1:00.0")])
     one = on_cuda()

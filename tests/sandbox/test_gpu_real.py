@@ -14,9 +14,11 @@ from segfactory.gpus import host_gpus
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not host_gpus(), reason="no NVIDIA GPU on this machine")]
 
-PROBE = ("import json, torch; n = torch.cuda.device_count(); "
-         "print(json.dumps([n, torch.cuda.get_device_name(0) if n else None, "
-         "float((torch.ones(256, 256, device='cuda') @ torch.ones(256, 256, device='cuda')).sum()) if n else None]))")
+PROBE = (
+    "import json, torch; n = torch.cuda.device_count(); "
+    "print(json.dumps([n, torch.cuda.get_device_name(0) if n else None, "
+    "float((torch.ones(256, 256, device='cuda') @ torch.ones(256, 256, device='cuda')).sum()) if n else None]))"
+)
 
 
 def _seen(result: SandboxResult) -> list[object]:
@@ -25,7 +27,8 @@ def _seen(result: SandboxResult) -> list[object]:
 
 
 def test_an_assigned_gpu_is_visible_inside_by_count_and_name_and_computes(
-        run_in: Callable[..., SandboxResult]) -> None:
+    run_in: Callable[..., SandboxResult],
+) -> None:
     gpu = host_gpus()[0]
     count, name, total = _seen(run_in(["python", "-c", PROBE], gpus=[gpu.minor], timeout_s=120))
     assert count == 1 and name == gpu.model and total == 256.0**3

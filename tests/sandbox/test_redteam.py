@@ -67,8 +67,9 @@ def _assert_host_healthy(token: str, cgroups_before: set[Path]) -> None:
     assert leaked == []
 
 
-def test_vault_home_proc_root_and_environ_are_unreachable(run_in: Run, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vault_home_proc_root_and_environ_are_unreachable(
+    run_in: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home, token = _fake_home(tmp_path)
     monkeypatch.setenv("SEGF_REDTEAM", token)
     seeds = home / "vault" / "seeds.json"
@@ -120,8 +121,19 @@ true"""
 def test_writes_outside_work_fail(run_in: Run, tmp_path: Path) -> None:
     train = tmp_path / "train"
     train.mkdir()
-    targets = ["/", "/usr", "/etc", "/opt/python", "/opt/segfactory/src/vision", "/opt/venv/site-packages",
-               "/data/train", "/data/holdout", "/vault", "/bin", "/sbin"]
+    targets = [
+        "/",
+        "/usr",
+        "/etc",
+        "/opt/python",
+        "/opt/segfactory/src/vision",
+        "/opt/venv/site-packages",
+        "/data/train",
+        "/data/holdout",
+        "/vault",
+        "/bin",
+        "/sbin",
+    ]
     script = "; ".join(f"touch {t}/pwned 2>/dev/null && echo WROTE {t}" for t in targets)
     result = run_in(script + "; touch /tmp/ok /work/ok && echo fine", data={"train": train})
     assert b"WROTE" not in result.stdout.data and b"fine" in result.stdout.data
@@ -132,8 +144,10 @@ def test_pinned_gate_cannot_be_modified(run_in: Run, tmp_path: Path) -> None:
     home, _token = _fake_home(tmp_path)
     gate = home / "vault" / "gate-pinned" / "gate.py"
     before = hashlib.sha256(gate.read_bytes()).hexdigest()
-    result = run_in(f"echo 'WIN=1' >> {gate}; echo 'WIN=1' >> /proc/1/root{gate}; "
-                    f"python -c \"open('{gate}', 'a').write('x')\"; true")
+    result = run_in(
+        f"echo 'WIN=1' >> {gate}; echo 'WIN=1' >> /proc/1/root{gate}; "
+        f"python -c \"open('{gate}', 'a').write('x')\"; true"
+    )
     assert hashlib.sha256(gate.read_bytes()).hexdigest() == before
     assert result.stderr.data.count(b"cannot create") == 2 and b"FileNotFoundError" in result.stderr.data
 
@@ -145,7 +159,9 @@ def static_reader(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
     return out if shutil.which("gcc") and _compile_static(out) else None
 
 
-def test_decoy_reads_are_detected_whatever_the_reader(run_in: Run, tmp_path: Path, static_reader: Path | None) -> None:
+def test_decoy_reads_are_detected_whatever_the_reader(
+    run_in: Run, tmp_path: Path, static_reader: Path | None
+) -> None:
     readers = {
         "/data/holdout/images.npy": "cat /data/holdout/images.npy | head -c 16 >/dev/null",
         "/data/holdout/labels.npy": "python -S -c \"open('/data/holdout/labels.npy','rb').read(16)\"",
@@ -163,15 +179,19 @@ def test_decoy_reads_are_detected_whatever_the_reader(run_in: Run, tmp_path: Pat
 def _compile_static(out: Path) -> bool:
     source = out.with_suffix(".c")
     source.write_text(STATIC_READER)
-    proc = subprocess.run(["gcc", "-static", "-O1", "-o", str(out), str(source)], capture_output=True, timeout=60)
+    proc = subprocess.run(
+        ["gcc", "-static", "-O1", "-o", str(out), str(source)], capture_output=True, timeout=60
+    )
     return proc.returncode == 0
 
 
 def test_no_user_namespace_can_be_made_inside(run_in: Run) -> None:
     """A user namespace of its own would give sandboxed code capabilities over fresh namespaces,
     and with them kernel interfaces closed to an unprivileged user."""
-    script = ("unshare -r true && echo MADE-BY-UNSHARE; "
-              "python -c \"import ctypes; print('syscall', ctypes.CDLL(None).unshare(0x10000000))\"; true")
+    script = (
+        "unshare -r true && echo MADE-BY-UNSHARE; "
+        "python -c \"import ctypes; print('syscall', ctypes.CDLL(None).unshare(0x10000000))\"; true"
+    )
     result = run_in(script)
     assert b"MADE-BY-UNSHARE" not in result.stdout.data, result.stderr.data
     assert b"syscall -1" in result.stdout.data, (result.stdout.data, result.stderr.data)
@@ -223,9 +243,11 @@ def test_memory_bomb_of_forked_processes_is_oom_killed(run_in: Run) -> None:
 @pytest.mark.slow
 def test_full_disk_in_work_and_tmp_is_contained(run_in: Run, tmp_path: Path) -> None:
     limit = 64 * 1024**2
-    script = ("dd if=/dev/zero of=/work/one bs=1M count=100 2>/dev/null; echo one=$?; "
-              "head -c 32000000 /dev/zero > /tmp/t; echo tmp=$?; rm -f /work/one; "
-              "i=0; while true; do head -c 16000000 /dev/zero > /work/f$i; i=$((i+1)); done")
+    script = (
+        "dd if=/dev/zero of=/work/one bs=1M count=100 2>/dev/null; echo one=$?; "
+        "head -c 32000000 /dev/zero > /tmp/t; echo tmp=$?; rm -f /work/one; "
+        "i=0; while true; do head -c 16000000 /dev/zero > /work/f$i; i=$((i+1)); done"
+    )
     limits = small_limits(workspace_bytes=limit, file_bytes=32 * 1024**2, tmp_bytes=16 * 1024**2)
     result = run_in(script, limits=limits, timeout_s=20)
     assert b"one=0" not in result.stdout.data and b"tmp=0" not in result.stdout.data
@@ -237,8 +259,10 @@ def test_full_disk_in_work_and_tmp_is_contained(run_in: Run, tmp_path: Path) -> 
 @pytest.mark.slow
 def test_outliving_the_timeout_is_killed(run_in: Run) -> None:
     token = secrets.token_hex(8)
-    script = (f"trap '' TERM; setsid sh -c \"trap '' TERM; sleep 1000 # {token}\" & "
-              f"nohup sleep 1001 & sh -c \"trap '' TERM; sleep 1002 # {token}\"")
+    script = (
+        f"trap '' TERM; setsid sh -c \"trap '' TERM; sleep 1000 # {token}\" & "
+        f"nohup sleep 1001 & sh -c \"trap '' TERM; sleep 1002 # {token}\""
+    )
     before = _run_cgroups()
     result = run_in(script, timeout_s=1)
     assert result.timed_out and result.duration_s < 15
@@ -264,8 +288,10 @@ def test_hook_events_past_the_cap_are_a_monitoring_gap(run_in: Run) -> None:
     from sandbox._session import HOOK_MAX_EVENTS
 
     lines = HOOK_MAX_EVENTS + 500
-    writer = ("import json\nwith open('/run/segfactory/hook.jsonl', 'a') as f:\n"
-              f"    for i in range({lines}): f.write(json.dumps({{'ts': 1.0, 'path': f'/data/holdout/{{i}}'}}) + '\\n')")
+    writer = (
+        "import json\nwith open('/run/segfactory/hook.jsonl', 'a') as f:\n"
+        f"    for i in range({lines}): f.write(json.dumps({{'ts': 1.0, 'path': f'/data/holdout/{{i}}'}}) + '\\n')"
+    )
     result = run_in(["python", "-I", "-c", writer])
     assert result.exit_code == 0, result.stderr.data
     assert sum(e.kind == "file_open" for e in result.events) == HOOK_MAX_EVENTS

@@ -47,14 +47,19 @@ def test_clean_split_and_round_trip(split_dir: Path, exported: Path, tmp_path: P
 
 
 def test_corrupt_files_are_named(exported: Path, tmp_path: Path) -> None:
-    (exported / "images" / "000001.png").write_text("<!DOCTYPE html><html><body>502 Bad Gateway</body></html>")
+    (exported / "images" / "000001.png").write_text(
+        "<!DOCTYPE html><html><body>502 Bad Gateway</body></html>"
+    )
     full = (exported / "images" / "000002.png").read_bytes()
     (exported / "images" / "000002.png").write_bytes(full[: len(full) // 2])
     shutil.copy(exported / "images" / "000003.png", exported / "images" / "000003.jpg")
     (exported / "images" / "000003.png").unlink()
     found = kinds(exported)
-    assert {("corrupt", "images/000001.png"), ("corrupt", "images/000002.png"),
-            ("corrupt", "images/000003.jpg")} <= found
+    assert {
+        ("corrupt", "images/000001.png"),
+        ("corrupt", "images/000002.png"),
+        ("corrupt", "images/000003.jpg"),
+    } <= found
     with pytest.raises(DataError, match="nothing written"):
         import_folder(exported, tmp_path / "never")
     assert not (tmp_path / "never").exists()
@@ -74,7 +79,8 @@ def test_bad_content_in_import_layout(exported: Path) -> None:
 
 def test_image_shape_mismatch_in_import_layout(exported: Path) -> None:
     Image.fromarray(np.random.default_rng(0).integers(0, 60000, (40, 32)).astype(np.uint16)).save(
-        exported / "images" / "000008.png")
+        exported / "images" / "000008.png"
+    )
     assert ("shape", "images/000008") in kinds(exported)
 
 
@@ -112,7 +118,9 @@ def test_import_tiff_16_bit_and_jpeg_8_bit(tmp_path: Path) -> None:
     (src / "masks").mkdir()
     rng = np.random.default_rng(1)
     tifffile.imwrite(src / "images" / "a.tif", rng.integers(1000, 60000, (24, 24)).astype(np.uint16))
-    Image.fromarray(rng.integers(20, 230, (24, 24)).astype(np.uint8)).save(src / "images" / "b.jpg", quality=95)
+    Image.fromarray(rng.integers(20, 230, (24, 24)).astype(np.uint8)).save(
+        src / "images" / "b.jpg", quality=95
+    )
     mask = np.zeros((24, 24), np.uint8)
     mask[3:7, 3:8] = 1
     mask[15:18, 0:2] = 200

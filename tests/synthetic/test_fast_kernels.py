@@ -12,8 +12,17 @@ from synthetic._kernels import NORMAL_TABLE_BITS, normal_table
 from synthetic._parts import sample_spec, thickness_fast, thickness_numpy
 from synthetic._physics import FULL_SCALE, GAUSS_MIN_COUNTS, expose_fast
 
-QUIET: dict[str, Any] = {"background": "flat", "dose": 1000.0, "blur": 0.0, "gain": 1.0, "offset": 0.0, "scatter": 0.0,
-         "read_noise": 0.0, "mu": 0.08, "beam_hardening": 0.0}
+QUIET: dict[str, Any] = {
+    "background": "flat",
+    "dose": 1000.0,
+    "blur": 0.0,
+    "gain": 1.0,
+    "offset": 0.0,
+    "scatter": 0.0,
+    "read_noise": 0.0,
+    "mu": 0.08,
+    "beam_hardening": 0.0,
+}
 
 
 @pytest.mark.parametrize("size", [33, 96])

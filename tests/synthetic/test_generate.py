@@ -13,8 +13,17 @@ from synthetic._physics import GAUSS_MIN_COUNTS, expose, photon_counts
 from synthetic._voids import Ellipse, contrast_of, depth_for_contrast, render_path
 from synthetic.splits import image_sha256
 
-QUIET = {"background": "flat", "dose": 1e6, "blur": 0.0, "gain": 1.0, "offset": 0.0, "scatter": 0.0,
-         "read_noise": 0.0, "mu": 0.08, "beam_hardening": 0.01}
+QUIET = {
+    "background": "flat",
+    "dose": 1e6,
+    "blur": 0.0,
+    "gain": 1.0,
+    "offset": 0.0,
+    "scatter": 0.0,
+    "read_noise": 0.0,
+    "mu": 0.08,
+    "beam_hardening": 0.01,
+}
 
 
 def test_intensity_falls_with_thickness() -> None:
@@ -34,7 +43,7 @@ def test_contrast_rises_with_void_depth() -> None:
         assert rendered is not None
         box, unit = rendered
         t_eff = np.full((32, 32), 20.0)
-        t_eff[box[0]:box[2], box[1]:box[3]] -= unit
+        t_eff[box[0] : box[2], box[1] : box[3]] -= unit
         image = expose(t_eff, QUIET, rng)
         measured.append(float(image[16, 16] - image[2, 2]))
     assert all(a < b for a, b in zip(measured, measured[1:], strict=False))
@@ -123,9 +132,16 @@ def test_parameters_steer_the_draw() -> None:
     assert {m["background"] for m in only_flat.image_meta} == {"flat"}
 
 
-@pytest.mark.parametrize("values", [{"contrast_max": 1.5}, {"contrast_min": 0.5, "contrast_max": 0.2},
-                                    {"part_source": "lego"}, {"backgrounds": ("plaid",)},
-                                    {"part_source": "fashion-mnist"}])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"contrast_max": 1.5},
+        {"contrast_min": 0.5, "contrast_max": 0.2},
+        {"part_source": "lego"},
+        {"backgrounds": ("plaid",)},
+        {"part_source": "fashion-mnist"},
+    ],
+)
 def test_bad_parameters_are_usage_errors(values: dict[str, object]) -> None:
     with pytest.raises(UsageError):
         make_params(**values)
@@ -141,7 +157,9 @@ def test_fast_and_reference_engines_draw_the_same_scene() -> None:
     fast = generate(40, 48, seed=9, workers=1, engine="fast")
     reference = generate(40, 48, seed=9, workers=1, engine="numpy")
     assert np.array_equal(fast.masks, reference.masks) and fast.defects == reference.defects
-    assert abs(float(fast.images.mean()) - float(reference.images.mean())) < 0.01  # noise differs, not the scene
+    assert (
+        abs(float(fast.images.mean()) - float(reference.images.mean())) < 0.01
+    )  # noise differs, not the scene
 
 
 def test_fast_exposure_matches_reference_without_noise_and_in_moments() -> None:
@@ -151,8 +169,11 @@ def test_fast_exposure_matches_reference_without_noise_and_in_moments() -> None:
     t_eff = rng.uniform(0, 30, (40, 40))
     field = np.ones((40, 40))
     acq = dict(QUIET, dose=800.0, blur=0.9, read_noise=4.0, scatter=0.02, offset=0.01)
-    assert np.allclose(expose_fast(t_eff, field, acq, rng, noise=False),
-                       expose_numpy(t_eff, field, acq, rng, noise=False), atol=1e-5)
+    assert np.allclose(
+        expose_fast(t_eff, field, acq, rng, noise=False),
+        expose_numpy(t_eff, field, acq, rng, noise=False),
+        atol=1e-5,
+    )
     flat = np.full((400, 400), 12.0)
     fast = expose_fast(flat, np.ones_like(flat), acq, rng)
     reference = expose_numpy(flat, np.ones_like(flat), acq, rng)

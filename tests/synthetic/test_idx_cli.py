@@ -50,15 +50,32 @@ def test_idx_errors(tmp_path: Path) -> None:
 
 def test_fashion_mnist_part_source(tmp_path: Path) -> None:
     write_idx(tmp_path / "fm", tiny_silhouettes())
-    drawn = generate(10, 32, 3, make_params(part_source="fashion-mnist", idx_path=str(tmp_path / "fm")), workers=1)
+    drawn = generate(
+        10, 32, 3, make_params(part_source="fashion-mnist", idx_path=str(tmp_path / "fm")), workers=1
+    )
     assert {m["part"] for m in drawn.image_meta} == {"fashion-mnist"}
     corner, centre = drawn.images[:, 0, 0].mean(), drawn.images[:, 14:18, 14:18].mean()
     assert centre < corner  # metal in the middle attenuates; open beam at the corners
 
 
 def test_cli_generate_writes_a_split(tmp_path: Path, cli: Callable[..., Any]) -> None:
-    result = cli("data", "generate", "--out", str(tmp_path / "s"), "--n", "8", "--size", "32", "--seed", "7",
-                 "--param", "contrast_min=0.1", "--param", "backgrounds=flat,gradient", "--json")
+    result = cli(
+        "data",
+        "generate",
+        "--out",
+        str(tmp_path / "s"),
+        "--n",
+        "8",
+        "--size",
+        "32",
+        "--seed",
+        "7",
+        "--param",
+        "contrast_min=0.1",
+        "--param",
+        "backgrounds=flat,gradient",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     split = read_split(tmp_path / "s")
@@ -68,16 +85,23 @@ def test_cli_generate_writes_a_split(tmp_path: Path, cli: Callable[..., Any]) ->
     assert again.returncode != 0 and "already exists" in again.stderr
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--n", "4", "--size", "-32"], "size"),
-    (["--n", "0", "--size", "32"], "n must be"),
-    (["--n", "4", "--size", "32", "--param", "contrast_max=1.4"], "contrast_max"),
-    (["--n", "4", "--size", "32", "--part-source", "voxels"], "unknown part source"),
-    (["--n", "4", "--size", "32", "--part-source", "fashion-mnist", "--idx", "/nonexistent/idx"], "not found"),
-    (["--n", "4", "--size", "32", "--param", "wobble=3"], "not a generator parameter"),
-])
-def test_cli_bad_input_is_one_line_and_non_zero(args: list[str], needle: str, tmp_path: Path,
-                                               cli: Callable[..., Any]) -> None:
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--n", "4", "--size", "-32"], "size"),
+        (["--n", "0", "--size", "32"], "n must be"),
+        (["--n", "4", "--size", "32", "--param", "contrast_max=1.4"], "contrast_max"),
+        (["--n", "4", "--size", "32", "--part-source", "voxels"], "unknown part source"),
+        (
+            ["--n", "4", "--size", "32", "--part-source", "fashion-mnist", "--idx", "/nonexistent/idx"],
+            "not found",
+        ),
+        (["--n", "4", "--size", "32", "--param", "wobble=3"], "not a generator parameter"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_non_zero(
+    args: list[str], needle: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
     result = cli("data", "generate", "--out", str(tmp_path / "x"), "--seed", "1", *args)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()

@@ -27,7 +27,7 @@ def _masks(n: int, rng: np.random.Generator) -> list[np.ndarray]:
     for _ in range(n):
         mask = np.zeros((SIZE, SIZE), np.uint8)
         y, x = rng.integers(4, SIZE - 8, 2)
-        mask[y:y + 4, x:x + 4] = 255
+        mask[y : y + 4, x : x + 4] = 255
         out.append(mask)
     return out
 
@@ -36,7 +36,9 @@ def write_set(root: Path, raw: list[np.ndarray], suffix: str = ".png", **tiff: o
     """An import-layout folder holding ``raw`` pixel arrays as they are (no rescaling)."""
     (root / "images").mkdir(parents=True)
     (root / "masks").mkdir()
-    for i, (pixels, mask) in enumerate(zip(raw, _masks(len(raw), np.random.default_rng(len(raw))), strict=True)):
+    for i, (pixels, mask) in enumerate(
+        zip(raw, _masks(len(raw), np.random.default_rng(len(raw))), strict=True)
+    ):
         if suffix == ".png":
             Image.fromarray(pixels).save(root / "images" / f"{i:03d}.png")
         else:
@@ -62,7 +64,9 @@ def test_12_bit_in_16_bit_png_is_detected_recorded_and_mapped(tmp_path: Path) ->
     assert mapping["detected_from"] == "data maximum 3300"
     assert mapping["windows"] == {"16": [0.0, 4095.0]} and mapping["raw_range"] == {"16": [400, 3300]}
     assert {(m["bit_depth"], m["container_bits"]) for m in split.image_meta} == {(12, 16)}
-    assert split.images.min() == pytest.approx(400 / 4095) and split.images.max() == pytest.approx(3300 / 4095)
+    assert split.images.min() == pytest.approx(400 / 4095) and split.images.max() == pytest.approx(
+        3300 / 4095
+    )
     assert summary["warnings"] == [] and summary["range"] == pytest.approx([400 / 4095, 3300 / 4095])
     assert split.manifest["intensity"]["intensity"]["median"] > 0.3  # recorded stats of the mapped set
 
@@ -86,7 +90,9 @@ def test_14_bit_tiff_set_detected_from_data_and_from_bits_per_sample(tmp_path: P
     assert a.manifest["intensity_mapping"]["windows"] == {"16": [0.0, 16383.0]}
     assert a.images.min() == pytest.approx(1000 / 16383) and a.images.max() == pytest.approx(12000 / 16383)
     # values that would fit 12 bits, but the files declare 14 (BitsPerSample): the declaration wins
-    import_folder(write_set(tmp_path / "declared", detector(5, 100, 3000), ".tif", bitspersample=14), tmp_path / "b")
+    import_folder(
+        write_set(tmp_path / "declared", detector(5, 100, 3000), ".tif", bitspersample=14), tmp_path / "b"
+    )
     b = read_split(tmp_path / "b")
     assert b.manifest["intensity_mapping"]["bit_depth"] == 14
     assert "declaration" in b.manifest["intensity_mapping"]["detected_from"]
@@ -94,10 +100,16 @@ def test_14_bit_tiff_set_detected_from_data_and_from_bits_per_sample(tmp_path: P
 
 
 def test_8_bit_set(tmp_path: Path) -> None:
-    summary = import_folder(write_set(tmp_path / "src", detector(4, 20, 230, dtype=np.uint8)), tmp_path / "out")
+    summary = import_folder(
+        write_set(tmp_path / "src", detector(4, 20, 230, dtype=np.uint8)), tmp_path / "out"
+    )
     split = read_split(tmp_path / "out")
     mapping = split.manifest["intensity_mapping"]
-    assert (mapping["bit_depth"], mapping["windows"], mapping["detected_from"]) == (8, {"8": [0.0, 255.0]}, "8-bit files")
+    assert (mapping["bit_depth"], mapping["windows"], mapping["detected_from"]) == (
+        8,
+        {"8": [0.0, 255.0]},
+        "8-bit files",
+    )
     assert [m["bit_depth"] for m in split.image_meta] == [8] * 4
     assert summary["range"] == pytest.approx([20 / 255, 230 / 255])
 
@@ -111,7 +123,9 @@ def test_window_and_percentile_are_recorded_and_shared_by_both_real_parts(tmp_pa
     import_folder(src, tmp_path / "p", request=MappingRequest(percentile=(1, 99)))
     p = read_split(tmp_path / "p").manifest["intensity_mapping"]
     low, high = p["windows"]["16"]
-    assert p["mode"] == "percentile" and p["percentiles"] == [1.0, 99.0] and 400 < low < 500 < 3200 < high < 3300
+    assert (
+        p["mode"] == "percentile" and p["percentiles"] == [1.0, 99.0] and 400 < low < 500 < 3200 < high < 3300
+    )
     real_src = write_set(tmp_path / "real-src", detector(48, 400, 3300, seed=3))
     import_real(real_src, tmp_path / "real", request=MappingRequest(percentile=(1, 99)))
     parts = [read_split(tmp_path / "real" / part).manifest for part in ("real-dev", "holdout")]
@@ -128,7 +142,9 @@ def test_saturation_and_values_above_the_declared_depth_warn(tmp_path: Path) -> 
     assert any("12.5% of pixels sit at the top of the mapping (4095 -> 1)" in w for w in summary["warnings"])
     raw = detector(4, 400, 3300)
     raw[1][0, :3] = 5000
-    summary = import_folder(write_set(tmp_path / "above", raw), tmp_path / "b", request=MappingRequest(bit_depth=12))
+    summary = import_folder(
+        write_set(tmp_path / "above", raw), tmp_path / "b", request=MappingRequest(bit_depth=12)
+    )
     (warning,) = summary["warnings"]
     assert warning.startswith("3 pixels (0.07%) lie above 4095, the top of the declared 12-bit range")
     assert "--bit-depth 14" in warning
@@ -155,7 +171,9 @@ def test_bad_flags_are_one_clear_usage_error() -> None:
 def test_multi_page_tiff_is_refused_naming_the_file(tmp_path: Path) -> None:
     src = write_set(tmp_path / "src", detector(2, 400, 3300), ".tif")
     tifffile.imwrite(src / "images" / "001.tif", np.stack(detector(3, 400, 3300)), photometric="minisblack")
-    with pytest.raises(DataError, match=r"images/001\.tif: multi-page TIFF \(3 pages\); import takes one image"):
+    with pytest.raises(
+        DataError, match=r"images/001\.tif: multi-page TIFF \(3 pages\); import takes one image"
+    ):
         import_folder(src, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -195,8 +213,11 @@ def test_dicom_without_pydicom_says_how_to_convert(tmp_path: Path, monkeypatch: 
     (src / "images" / "000.png").unlink()
     (src / "images" / "000.dcm").write_bytes(header)
     monkeypatch.setitem(sys.modules, "pydicom", None)  # what an environment without pydicom sees
-    with pytest.raises(DataError, match=r"000\.dcm: DICOM/DICONDE file, and pydicom is not installed: install "
-                                        r"pydicom .*dcm2pnm \+on2"):
+    with pytest.raises(
+        DataError,
+        match=r"000\.dcm: DICOM/DICONDE file, and pydicom is not installed: install "
+        r"pydicom .*dcm2pnm \+on2",
+    ):
         import_folder(src, tmp_path / "out")
 
 
@@ -212,7 +233,9 @@ def test_export_of_a_dark_set_imports_back_exactly(tmp_path: Path) -> None:
     assert np.abs(back.images - dark).max() <= 0.5 / 65535 + 1e-7
 
 
-def test_cli_import_prints_the_detection_and_json_keeps_its_keys(tmp_path: Path, cli: Callable[..., CliResult]) -> None:
+def test_cli_import_prints_the_detection_and_json_keeps_its_keys(
+    tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
     src = write_set(tmp_path / "src", detector(4, 400, 3300))
     home = ["--home", str(tmp_path / "home")]
     res = cli("data", "import", str(src), "--out", str(tmp_path / "a"), *home)
@@ -222,7 +245,19 @@ def test_cli_import_prints_the_detection_and_json_keeps_its_keys(tmp_path: Path,
     out = json.loads(res.stdout)
     assert {"out", "count", "kind", "n_defects", "intensity_mapping", "warnings", "range"} <= set(out)
     assert "warning: values 400..3300 use 4.4%" in res.stderr
-    res = cli("data", "import", str(src), "--out", str(tmp_path / "c"), "--bit-depth", "12", "--window", "1:2", *home)
+    res = cli(
+        "data",
+        "import",
+        str(src),
+        "--out",
+        str(tmp_path / "c"),
+        "--bit-depth",
+        "12",
+        "--window",
+        "1:2",
+        *home,
+    )
     assert res.returncode != 0 and res.stderr.strip().splitlines() == [
-        "segfactory: error: choose one intensity mapping; got --bit-depth, --window"]
+        "segfactory: error: choose one intensity mapping; got --bit-depth, --window"
+    ]
     assert not (tmp_path / "c").exists()

@@ -36,7 +36,9 @@ def test_build_tier_versions_and_secret(tmp_path: Path) -> None:
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     assert read_secret_seed(vault, "confirm-a", "v1") != read_secret_seed(vault, "confirm-a", "v2")
     manifest = json.loads((first / "manifest.json").read_text())
-    assert manifest["seed"] == "secret" and str(read_secret_seed(vault, "confirm-a", "v1")) not in json.dumps(manifest)
+    assert manifest["seed"] == "secret" and str(read_secret_seed(vault, "confirm-a", "v1")) not in json.dumps(
+        manifest
+    )
     a, b = read_split(first), read_split(second)
     assert not {m["sha256"] for m in a.image_meta} & {m["sha256"] for m in b.image_meta}
     with pytest.raises(DataError):

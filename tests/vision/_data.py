@@ -9,8 +9,15 @@ import numpy as np
 from synthetic.splits import image_sha256, write_split
 
 
-def draw(n: int, size: int, seed: int, radii: tuple[float, ...] = (0.8, 1.5, 3.0), max_voids: int = 3,
-         contrast: float = 0.25, noise: float = 0.03) -> tuple[np.ndarray, np.ndarray, list[dict], list[dict]]:
+def draw(
+    n: int,
+    size: int,
+    seed: int,
+    radii: tuple[float, ...] = (0.8, 1.5, 3.0),
+    max_voids: int = 3,
+    contrast: float = 0.25,
+    noise: float = 0.03,
+) -> tuple[np.ndarray, np.ndarray, list[dict], list[dict]]:
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[:size, :size]
     images = np.empty((n, size, size), dtype=np.float32)
@@ -27,12 +34,23 @@ def draw(n: int, size: int, seed: int, radii: tuple[float, ...] = (0.8, 1.5, 3.0
             masks[i][disc] = 1
             img[disc] += contrast
             ys, xs = np.nonzero(disc)
-            defects.append({"image_id": f"img{i:05d}", "area": int(disc.sum()), "diameter": 2 * r,
-                            "contrast": contrast, "thickness": 10.0, "noise": noise, "shape": "pore",
-                            "bbox": [int(ys.min()), int(xs.min()), int(ys.max()) + 1, int(xs.max()) + 1],
-                            "edge": False})
+            defects.append(
+                {
+                    "image_id": f"img{i:05d}",
+                    "area": int(disc.sum()),
+                    "diameter": 2 * r,
+                    "contrast": contrast,
+                    "thickness": 10.0,
+                    "noise": noise,
+                    "shape": "pore",
+                    "bbox": [int(ys.min()), int(xs.min()), int(ys.max()) + 1, int(xs.max()) + 1],
+                    "edge": False,
+                }
+            )
         images[i] = np.clip(img, 0, 1)
-        meta.append({"id": f"img{i:05d}", "sha256": image_sha256(images[i]), "dose": float(rng.choice([500, 2000]))})
+        meta.append(
+            {"id": f"img{i:05d}", "sha256": image_sha256(images[i]), "dose": float(rng.choice([500, 2000]))}
+        )
     return images, masks, meta, defects
 
 

@@ -36,14 +36,19 @@ def test_detector_polarity_finds_bright_voids() -> None:
 @pytest.mark.slow
 def test_fit_tunes_on_dev_and_exports(tmp_path: Path) -> None:
     data = make_version(tmp_path / "v", n_train=8, n_dev=24, size=32, radii=(1.5, 3.0))
-    result = train(parse_config({"epochs": 1, "batch_size": 8, "model": {"name": "baseline-classical"}}),
-                   data, tmp_path / "c")
+    result = train(
+        parse_config({"epochs": 1, "batch_size": 8, "model": {"name": "baseline-classical"}}),
+        data,
+        tmp_path / "c",
+    )
     assert result.usable and result.reload_ok and result.parity["ok"]
     assert result.dev["object_f1"] > 0.8  # bright discs on a flat background are easy
     params = json.loads((tmp_path / "c" / "classical.json").read_text())
     assert params["polarity"] == 1.0
     model = onnx.load(str(tmp_path / "c" / "model.onnx"))
-    assert [i.name for i in model.graph.input] == ["image"] and [o.name for o in model.graph.output] == ["prob"]
+    assert [i.name for i in model.graph.input] == ["image"] and [o.name for o in model.graph.output] == [
+        "prob"
+    ]
     report = evaluate(tmp_path / "c", data, n_boot=50)  # the same model scored through onnxruntime
     assert abs(report["metrics"]["object_f1"] - result.dev["object_f1"]) < 1e-9
     assert np.isfinite(report["intervals"]["object_f1"]["low"])

@@ -27,7 +27,7 @@ def test_tiles_cover_every_pixel_overlap_and_end_flush_with_the_edge() -> None:
     assert all(b - a <= TILE_PX - OVERLAP_PX for a, b in zip(offsets, offsets[1:], strict=False))
     cover = np.zeros((2048, 1300), np.int32)
     for y, x in tile_boxes(2048, 1300):
-        cover[y:y + TILE_PX, x:x + TILE_PX] += 1
+        cover[y : y + TILE_PX, x : x + TILE_PX] += 1
     assert cover.min() >= 1
 
 
@@ -48,7 +48,8 @@ def test_small_images_keep_their_batches_and_large_ones_are_bounded_by_pixels() 
 
 @pytest.mark.slow
 def test_a_2048_px_radiograph_trains_on_crops_and_is_scored_in_tiles_within_the_measured_memory(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     from gate.scorer import score_model
     from runner.scheduler import Scheduler
     from segfactory.home import Home
@@ -57,9 +58,16 @@ def test_a_2048_px_radiograph_trains_on_crops_and_is_scored_in_tiles_within_the_
     from vision.onnx_infer import predict
 
     data = make_version(tmp_path / "v", 3, 1, 2048, seed=5, radii=(3.0, 6.0, 12.0), max_voids=25)
-    config = {"version": 1, "model": {"name": "unet-mobilenetv3", "decoder_width": 16}, "epochs": 1,
-              "batch_size": 2, "sampling": {"crop": 64, "defect_centred_p": 0.7}, "seed": 0, "device": "cpu",
-              "threads": 2}
+    config = {
+        "version": 1,
+        "model": {"name": "unet-mobilenetv3", "decoder_width": 16},
+        "epochs": 1,
+        "batch_size": 2,
+        "sampling": {"crop": 64, "defect_centred_p": 0.7},
+        "seed": 0,
+        "device": "cpu",
+        "threads": 2,
+    }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     home = Home(tmp_path / "home")
     home.root.mkdir()
@@ -67,10 +75,27 @@ def test_a_2048_px_radiograph_trains_on_crops_and_is_scored_in_tiles_within_the_
     estimate = Scheduler.for_home(home).estimate(validated, 2048, data_bytes=4 * 2048 * 2048 * 5)
 
     out, log = tmp_path / "run", tmp_path / "train.json"
-    with log.open("wb") as stdout:  # the worker as a process of its own; wait4 reads its peak RSS, as the probe's
-        proc = subprocess.Popen([sys.executable, "-m", "segfactory", "train", "--config", str(tmp_path / "config.yaml"),
-                                 "--data", str(data), "--out", str(out), "--json"], cwd=REPO, stdout=stdout,
-                                stderr=subprocess.PIPE)
+    with log.open(
+        "wb"
+    ) as stdout:  # the worker as a process of its own; wait4 reads its peak RSS, as the probe's
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "segfactory",
+                "train",
+                "--config",
+                str(tmp_path / "config.yaml"),
+                "--data",
+                str(data),
+                "--out",
+                str(out),
+                "--json",
+            ],
+            cwd=REPO,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+        )
         assert proc.stderr is not None
         err = proc.stderr.read()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -79,7 +104,9 @@ def test_a_2048_px_radiograph_trains_on_crops_and_is_scored_in_tiles_within_the_
     result = json.loads(log.read_text())
     assert result["usable"] and result["parity"]["ok"] and "object_f1" in result["dev"]
     peak = int(usage.ru_maxrss) * 1024
-    assert peak <= estimate, f"the worker peaked at {peak / 2**20:.0f} MiB, over the estimate {estimate / 2**20:.0f} MiB"
+    assert peak <= estimate, (
+        f"the worker peaked at {peak / 2**20:.0f} MiB, over the estimate {estimate / 2**20:.0f} MiB"
+    )
 
     dev = np.asarray(read_split(data / "dev").images)
     gate_prob = score_model(out / "model.onnx", dev)[:, 0]

@@ -39,9 +39,15 @@ def test_combination_is_the_weighted_sum(pair: tuple[torch.Tensor, torch.Tensor]
 
 
 def test_augment_is_seeded_and_keeps_masks_binary() -> None:
-    cfg = AugmentConfig(p=1.0, shift_px=Range(low=0, high=3), scale=Range(low=0.9, high=1.2),
-                        noise_std=Range(low=0, high=0.05), blur_sigma=Range(low=0, high=1.5),
-                        gain=Range(low=0.8, high=1.2), gradient=Range(low=0, high=0.2))
+    cfg = AugmentConfig(
+        p=1.0,
+        shift_px=Range(low=0, high=3),
+        scale=Range(low=0.9, high=1.2),
+        noise_std=Range(low=0, high=0.05),
+        blur_sigma=Range(low=0, high=1.5),
+        gain=Range(low=0.8, high=1.2),
+        gradient=Range(low=0, high=0.2),
+    )
     x = torch.rand(4, 1, 16, 16)
     y = (torch.rand(4, 1, 16, 16) > 0.9).float()
     a = augment(x, y, cfg, torch.Generator().manual_seed(3))

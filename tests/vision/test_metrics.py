@@ -38,7 +38,9 @@ def test_partial_overlap_hand_computed() -> None:
 def test_empty_gt_and_empty_prediction_is_perfect() -> None:
     prob, gt = blank(2)
     m = per_image_metrics(prob, gt)
-    assert list(m.pixel_iou) == [1.0, 1.0] and list(m.dice) == [1.0, 1.0] and list(m.boundary_iou) == [1.0, 1.0]
+    assert (
+        list(m.pixel_iou) == [1.0, 1.0] and list(m.dice) == [1.0, 1.0] and list(m.boundary_iou) == [1.0, 1.0]
+    )
     agg = aggregate(m)
     assert agg["n_gt_objects"] == 0 and agg["n_pred_objects"] == 0
     assert agg["object_f1"] == 1.0 and agg["object_recall"] == 1.0 and agg["object_precision"] == 1.0
@@ -121,7 +123,11 @@ def test_recall_by_size_bin() -> None:
     prob[0, 5:7, 5:8] = 1.0
     prob[0, 10:15, 10:15] = 1.0
     agg = aggregate(per_image_metrics(prob, gt))
-    assert (agg["recall_size_tiny_lt4"], agg["recall_size_small_4_15"], agg["recall_size_medium_16_63"]) == (0, 1, 1)
+    assert (agg["recall_size_tiny_lt4"], agg["recall_size_small_4_15"], agg["recall_size_medium_16_63"]) == (
+        0,
+        1,
+        1,
+    )
     assert "recall_size_large_ge64" not in agg
 
 

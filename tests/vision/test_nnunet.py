@@ -61,7 +61,9 @@ def test_nnunet_config_is_validated() -> None:
     from segfactory.errors import UsageError
 
     with pytest.raises(UsageError, match="nnunet.iterations_per_epoch"):
-        parse_config({"engine": "nnunet", "epochs": 2, "batch_size": 2, "nnunet": {"iterations_per_epoch": 0}})
+        parse_config(
+            {"engine": "nnunet", "epochs": 2, "batch_size": 2, "nnunet": {"iterations_per_epoch": 0}}
+        )
     with pytest.raises(UsageError, match="engine"):
         parse_config({"engine": "monai", "epochs": 2, "batch_size": 2})
 
@@ -70,14 +72,43 @@ def test_nnunet_config_is_validated() -> None:
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("nnunet")
     data = make_version(root / "data", 24, 8, 32, seed=1)
-    config = {"engine": "nnunet", "epochs": 3, "batch_size": 2, "device": "cpu", "threads": 2, "seed": 3,
-              "nnunet": {"time_budget_s": 120, "iterations_per_epoch": 3, "val_iterations": 1,
-                         "export_reserve_s": 10, "data_workers": 0, "max_val_cases": 4, "parity_images": 4}}
+    config = {
+        "engine": "nnunet",
+        "epochs": 3,
+        "batch_size": 2,
+        "device": "cpu",
+        "threads": 2,
+        "seed": 3,
+        "nnunet": {
+            "time_budget_s": 120,
+            "iterations_per_epoch": 3,
+            "val_iterations": 1,
+            "export_reserve_s": 10,
+            "data_workers": 0,
+            "max_val_cases": 4,
+            "parity_images": 4,
+        },
+    }
     (root / "config.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "2"}
-    done = subprocess.run([sys.executable, "-m", "vision.worker", "--config", str(root / "config.yaml"),
-                           "--data", str(data), "--out", str(root / "out")], env=env, cwd=root,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vision.worker",
+            "--config",
+            str(root / "config.yaml"),
+            "--data",
+            str(data),
+            "--out",
+            str(root / "out"),
+        ],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return root
 
@@ -96,7 +127,9 @@ def test_worker_records_the_plan(trained: Path) -> None:
 @pytest.mark.slow
 def test_onnx_equals_nnunets_predictor(trained: Path) -> None:
     dev = read_split(trained / "data" / "dev")
-    images = np.asarray(dev.images, dtype=np.float32)  # all 8 dev images, 4 of them unseen by the worker's check
+    images = np.asarray(
+        dev.images, dtype=np.float32
+    )  # all 8 dev images, 4 of them unseen by the worker's check
     folder = _train.model_folder({"nnUNet_results": trained / "out" / "nnunet" / "results"})
     predictor, network = _export.nnunet_probs(folder, images)
     from vision.onnx_infer import predict

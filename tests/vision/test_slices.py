@@ -24,8 +24,15 @@ def scene(n_small: int, n_large: int) -> tuple[np.ndarray, np.ndarray, list[dict
             prob[i, 5:10, 5:10] = 1.0
             bbox = [5, 5, 10, 10]
         meta.append({"id": f"i{i}", "sha256": "x", "background": "flat" if small else "texture"})
-        defects.append({"image_id": f"i{i}", "area": 1 if small else 25, "shape": "pore" if small else "cavity",
-                        "bbox": bbox, "edge": False})
+        defects.append(
+            {
+                "image_id": f"i{i}",
+                "area": 1 if small else 25,
+                "shape": "pore" if small else "cavity",
+                "bbox": bbox,
+                "edge": False,
+            }
+        )
     return prob, gt, meta, defects
 
 

@@ -20,10 +20,20 @@ from vision.config import TrainConfig, parse_config
 from vision.onnx_infer import predict
 from vision.train import train
 
-TINY = {"epochs": 2, "batch_size": 8, "threads": 1, "model": {"name": "unet-mobilenetv3", "decoder_width": 8},
-        "augment": {"noise_std": {"low": 0, "high": 0.02}, "blur_sigma": {"low": 0, "high": 0.8},
-                    "gain": {"low": 0.9, "high": 1.1}, "shift_px": {"low": 0, "high": 2}, "gradient": {"low": 0, "high": 0.05}},
-        "sampling": {"rare_oversample": 2.0}}
+TINY = {
+    "epochs": 2,
+    "batch_size": 8,
+    "threads": 1,
+    "model": {"name": "unet-mobilenetv3", "decoder_width": 8},
+    "augment": {
+        "noise_std": {"low": 0, "high": 0.02},
+        "blur_sigma": {"low": 0, "high": 0.8},
+        "gain": {"low": 0.9, "high": 1.1},
+        "shift_px": {"low": 0, "high": 2},
+        "gradient": {"low": 0, "high": 0.05},
+    },
+    "sampling": {"rare_oversample": 2.0},
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +65,9 @@ def test_run_writes_a_usable_model(run: Path, data: Path) -> None:
 
 def test_onnx_follows_the_contract(run: Path) -> None:
     model = onnx.load(str(run / "model.onnx"))
-    assert [i.name for i in model.graph.input] == ["image"] and [o.name for o in model.graph.output] == ["prob"]
+    assert [i.name for i in model.graph.input] == ["image"] and [o.name for o in model.graph.output] == [
+        "prob"
+    ]
     assert max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 17
     assert {n.domain for n in model.graph.node} <= {""}  # standard ops only
     assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
@@ -72,7 +84,9 @@ def test_same_seed_same_weights(run: Path, data: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_resume_replays_the_same_run(run: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_replays_the_same_run(
+    run: Path, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     original = train_mod.Trainer.end_epoch
 
     def crash_after_first(self: train_mod.Trainer, epoch: int, loss: float) -> dict[str, float]:
@@ -91,8 +105,9 @@ def test_resume_replays_the_same_run(run: Path, data: Path, tmp_path: Path, monk
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_nan_loss_stops_and_keeps_last_good_checkpoint(data: Path, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = train_mod.combined_loss
     calls = {"n": 0}
 
@@ -120,8 +135,13 @@ def test_empty_and_mismatched_data_are_refused(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_other_options_train_usable(data: Path, tmp_path: Path) -> None:
-    config = cfg(grad_accum=2, optim={"name": "sgd", "lr": 0.01}, schedule={"name": "onecycle"},
-                 loss=[{"name": "focal"}, {"name": "tversky", "weight": 0.5}],
-                 sampling={"crop": 12, "defect_centred_p": 0.5}, model={"name": "unet-resnet10t", "decoder_width": 8})
+    config = cfg(
+        grad_accum=2,
+        optim={"name": "sgd", "lr": 0.01},
+        schedule={"name": "onecycle"},
+        loss=[{"name": "focal"}, {"name": "tversky", "weight": 0.5}],
+        sampling={"crop": 12, "defect_centred_p": 0.5},
+        model={"name": "unet-resnet10t", "decoder_width": 8},
+    )
     result = train(config, data, tmp_path / "o")
     assert result.usable and result.epochs_completed == 2

@@ -44,7 +44,9 @@ def test_analyse_refuses_a_changed_train_split(cli: Callable[..., CliResult], tm
     _tamper(data / "train")
     model = tmp_path / "model.onnx"
     model.write_bytes(b"never read")
-    res = cli("analyse", "--model", str(model), "--data", str(data), "--json", "--home", str(tmp_path / "home"))
+    res = cli(
+        "analyse", "--model", str(model), "--data", str(data), "--json", "--home", str(tmp_path / "home")
+    )
     assert res.returncode != 0 and f"{data / 'train' / 'images.npy'} does not match" in res.stderr
 
 
@@ -97,18 +99,41 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     config.update(epochs=1, batch_size=16)
     config["model"]["decoder_width"] = 8
     (root / "c.yaml").write_text(yaml.safe_dump(config))
-    proc = subprocess.run([sys.executable, "-m", "segfactory", "train", "--config", str(root / "c.yaml"), "--data",
-                           str(root / "v"), "--out", str(root / "run"), "--json", "--home", str(root / "home")],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "segfactory",
+            "train",
+            "--config",
+            str(root / "c.yaml"),
+            "--data",
+            str(root / "v"),
+            "--out",
+            str(root / "run"),
+            "--json",
+            "--home",
+            str(root / "home"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     export_png(root / "v" / "dev", root / "png")
-    return {"root": root, "run": root / "run", "home": root / "home",
-            "detector": _write_12_bit(root / "png", root / "detector")}
+    return {
+        "root": root,
+        "run": root / "run",
+        "home": root / "home",
+        "detector": _write_12_bit(root / "png", root / "detector"),
+    }
 
 
 @pytest.mark.slow
 def test_a_demo_model_on_a_mis_scaled_set_is_outside_its_training_range(
-        cli: Callable[..., CliResult], demo_run: dict[str, Path], tmp_path: Path) -> None:
+    cli: Callable[..., CliResult], demo_run: dict[str, Path], tmp_path: Path
+) -> None:
     run, src, home = demo_run["run"], demo_run["detector"], ["--home", str(demo_run["home"])]
     assert (run / "training_data.json").is_file()
     res = cli("data", "import", str(src), "--out", str(tmp_path / "wrong"), "--bit-depth", "16", *home)
@@ -117,11 +142,15 @@ def test_a_demo_model_on_a_mis_scaled_set_is_outside_its_training_range(
 
     reports = {}
     for name in ("wrong", "right"):
-        res = cli("evaluate", "--model", str(run), "--data", str(tmp_path / name), "--n-boot", "20", "--json", *home)
+        res = cli(
+            "evaluate", "--model", str(run), "--data", str(tmp_path / name), "--n-boot", "20", "--json", *home
+        )
         assert res.returncode == 0, res.stderr
         reports[name] = json.loads(res.stdout)
     wrong, right = reports["wrong"], reports["right"]
-    assert wrong["outside_training_range"] is True and wrong["training_range"]["source"] == "training_data.json"
+    assert (
+        wrong["outside_training_range"] is True and wrong["training_range"]["source"] == "training_data.json"
+    )
     assert {r.split(":")[0] for r in wrong["training_range"]["reasons"]} >= {"intensity", "noise"}
     assert not wrong["training_range"]["zero_detections"] or wrong["training_range"]["finding"] == "shift"
     assert right["outside_training_range"] is False and right["training_range"]["reasons"] == []
@@ -132,14 +161,39 @@ def test_a_demo_model_on_a_mis_scaled_set_is_outside_its_training_range(
 
 @pytest.mark.slow
 def test_analyse_marks_a_mis_scaled_set_in_json_and_report(
-        cli: Callable[..., CliResult], demo_run: dict[str, Path], tmp_path: Path) -> None:
+    cli: Callable[..., CliResult], demo_run: dict[str, Path], tmp_path: Path
+) -> None:
     home = ["--home", str(demo_run["home"])]
-    assert cli("data", "import", str(demo_run["detector"]), "--out", str(tmp_path / "wrong"), "--bit-depth", "16",
-               *home).returncode == 0
-    res = cli("analyse", "--model", str(demo_run["run"]), "--data", str(tmp_path / "wrong"), "--no-labels",
-              "--out", str(tmp_path / "an"), "--json", *home)
+    assert (
+        cli(
+            "data",
+            "import",
+            str(demo_run["detector"]),
+            "--out",
+            str(tmp_path / "wrong"),
+            "--bit-depth",
+            "16",
+            *home,
+        ).returncode
+        == 0
+    )
+    res = cli(
+        "analyse",
+        "--model",
+        str(demo_run["run"]),
+        "--data",
+        str(tmp_path / "wrong"),
+        "--no-labels",
+        "--out",
+        str(tmp_path / "an"),
+        "--json",
+        *home,
+    )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["outside_training_range"] is True and out["training_range"]["known"] is True
     assert out["notes"][0].startswith("the analysed set lies outside the model's training range: intensity:")
-    assert "outside the model's training range" in json.loads((tmp_path / "an" / "report.json").read_text())["notes"][0]
+    assert (
+        "outside the model's training range"
+        in json.loads((tmp_path / "an" / "report.json").read_text())["notes"][0]
+    )

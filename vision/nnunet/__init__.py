@@ -55,7 +55,7 @@ def train_nnunet(config: TrainConfig, data_dir: Path, out_dir: Path) -> Any:
     data = load_version(data_dir)
     train = (np.asarray(data.train.images), np.asarray(data.train.masks))
     if config.max_train_images is not None:
-        train = (train[0][:config.max_train_images], train[1][:config.max_train_images])
+        train = (train[0][: config.max_train_images], train[1][: config.max_train_images])
     n_val = min(config.nnunet.max_val_cases, len(data.dev))
     val = (np.asarray(data.dev.images[:n_val]), np.asarray(data.dev.masks[:n_val]))
     timings: dict[str, float] = {}
@@ -68,21 +68,44 @@ def train_nnunet(config: TrainConfig, data_dir: Path, out_dir: Path) -> Any:
     now = _timed(timings, "train_s", now)
     size = tuple(int(s) for s in train[0].shape[1:])
     _export.export_nnunet_onnx(trainer.network, out_dir / ONNX_FILE, (size[0], size[1]))
-    parity = _export.parity(_train.model_folder(dirs), out_dir / ONNX_FILE,
-                            np.asarray(data.dev.images[:config.nnunet.parity_images], dtype=np.float32))
+    parity = _export.parity(
+        _train.model_folder(dirs),
+        out_dir / ONNX_FILE,
+        np.asarray(data.dev.images[: config.nnunet.parity_images], dtype=np.float32),
+    )
     _timed(timings, "export_parity_s", now)
     timings["total_s"] = round(time.monotonic() - started, 3)
-    plan = {**_train.plan_summary(plans), **schedule, "time_budget_s": config.nnunet.time_budget_s,
-            "device": str(device), "postprocessing": "none (every component kept)",
-            "test_time_mirroring": False, "timings": timings}
+    plan = {
+        **_train.plan_summary(plans),
+        **schedule,
+        "time_budget_s": config.nnunet.time_budget_s,
+        "device": str(device),
+        "postprocessing": "none (every component kept)",
+        "test_time_mirroring": False,
+        "timings": timings,
+    }
     (out_dir / PLAN_FILE).write_text(json.dumps(plan, indent=2) + "\n")
-    log.info("nnU-Net run: %d epochs x %d iterations in %.0f s; ONNX parity max |diff| %.2e",
-             schedule["epochs"], schedule["iterations_per_epoch"], timings["train_s"], parity["max_abs_diff"])
-    result = TrainResult(usable=bool(parity["ok"]), model=MODEL_NAME, epochs_completed=schedule["epochs"],
-                         device=str(device), reload_ok=bool(parity["ok"]), parity=parity, timings=timings,
-                         stopped_reason="stopped before the planned epochs: slower than measured"
-                         if schedule["stopped_early"] else None, plan=plan,
-                         files={p.name: p.name for p in sorted(out_dir.iterdir()) if p.is_file()})
+    log.info(
+        "nnU-Net run: %d epochs x %d iterations in %.0f s; ONNX parity max |diff| %.2e",
+        schedule["epochs"],
+        schedule["iterations_per_epoch"],
+        timings["train_s"],
+        parity["max_abs_diff"],
+    )
+    result = TrainResult(
+        usable=bool(parity["ok"]),
+        model=MODEL_NAME,
+        epochs_completed=schedule["epochs"],
+        device=str(device),
+        reload_ok=bool(parity["ok"]),
+        parity=parity,
+        timings=timings,
+        stopped_reason="stopped before the planned epochs: slower than measured"
+        if schedule["stopped_early"]
+        else None,
+        plan=plan,
+        files={p.name: p.name for p in sorted(out_dir.iterdir()) if p.is_file()},
+    )
     write_result(out_dir, result)
     return result
 

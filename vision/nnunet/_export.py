@@ -69,9 +69,16 @@ def export_nnunet_onnx(network: nn.Module, path: Path, size: tuple[int, int]) ->
     dynamic = {0: "n", 2: "h", 3: "w"}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(folded, (example,), cast(Any, buffer), input_names=[INPUT_NAME],
-                          output_names=[OUTPUT_NAME], dynamic_axes={INPUT_NAME: dynamic, OUTPUT_NAME: dynamic},
-                          opset_version=OPSET, dynamo=False)
+        torch.onnx.export(
+            folded,
+            (example,),
+            cast(Any, buffer),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: dynamic, OUTPUT_NAME: dynamic},
+            opset_version=OPSET,
+            dynamo=False,
+        )
     proto = onnx.load_from_string(buffer.getvalue())
     onnx.checker.check_model(proto)
     path.write_bytes(proto.SerializeToString())
@@ -81,15 +88,25 @@ def export_nnunet_onnx(network: nn.Module, path: Path, size: tuple[int, int]) ->
 def _predictor(model_folder: Path, checkpoint: str) -> Any:
     from nnunetv2.inference.predict_from_raw_data import nnUNetPredictor
 
-    predictor = nnUNetPredictor(tile_step_size=0.5, use_gaussian=True, use_mirroring=False,
-                                perform_everything_on_device=False, device=torch.device("cpu"),
-                                verbose=False, verbose_preprocessing=False, allow_tqdm=False)
-    predictor.initialize_from_trained_model_folder(str(model_folder), use_folds=(0,), checkpoint_name=checkpoint)
+    predictor = nnUNetPredictor(
+        tile_step_size=0.5,
+        use_gaussian=True,
+        use_mirroring=False,
+        perform_everything_on_device=False,
+        device=torch.device("cpu"),
+        verbose=False,
+        verbose_preprocessing=False,
+        allow_tqdm=False,
+    )
+    predictor.initialize_from_trained_model_folder(
+        str(model_folder), use_folds=(0,), checkpoint_name=checkpoint
+    )
     return predictor
 
 
-def nnunet_probs(model_folder: Path, images: np.ndarray,
-                 checkpoint: str = "checkpoint_final.pth") -> tuple[np.ndarray, np.ndarray]:
+def nnunet_probs(
+    model_folder: Path, images: np.ndarray, checkpoint: str = "checkpoint_final.pth"
+) -> tuple[np.ndarray, np.ndarray]:
     """Void probabilities (N, H, W) from nnU-Net's own code on its own final checkpoint, two ways.
 
     First: its predictor end to end (preprocessing, sliding window, softmax, no mirroring).
@@ -106,21 +123,35 @@ def nnunet_probs(model_folder: Path, images: np.ndarray,
         case = (image.astype(np.float32) + np.float32(INTENSITY_SHIFT))[None, None]
         _, probs = predictor.predict_single_npy_array(case, {"spacing": [999.0, 1.0, 1.0]}, None, None, True)
         ends.append(np.asarray(probs)[1, 0])  # (classes, 1, H, W) -> the void class
-        data, _, _ = preprocessor.run_case_npy(case, None, {"spacing": [999.0, 1.0, 1.0]}, predictor.plans_manager,
-                                               predictor.configuration_manager, predictor.dataset_json)
+        data, _, _ = preprocessor.run_case_npy(
+            case,
+            None,
+            {"spacing": [999.0, 1.0, 1.0]},
+            predictor.plans_manager,
+            predictor.configuration_manager,
+            predictor.dataset_json,
+        )
         with torch.no_grad():
             logits = network(torch.from_numpy(np.ascontiguousarray(data[:, 0])).float()[None])  # (1, 2, H, W)
         nets.append(torch.softmax(logits, dim=1)[0, 1].numpy())
     return np.stack(ends).astype(np.float32), np.stack(nets).astype(np.float32)
 
 
-def parity(model_folder: Path, onnx_path: Path, images: np.ndarray, threshold: float = 0.5) -> dict[str, float | bool]:
+def parity(
+    model_folder: Path, onnx_path: Path, images: np.ndarray, threshold: float = 0.5
+) -> dict[str, float | bool]:
     """ONNX (onnxruntime) against nnU-Net's network (``PARITY_ATOL``) and predictor (``PREDICTOR_ATOL``)."""
     predictor, network = nnunet_probs(model_folder, images)
     got = predict(onnx_path, images, session=open_session(onnx_path))
     net_diff = float(np.abs(network - got).max())
     pred_diff = float(np.abs(predictor - got).max())
     flips = float(np.mean((predictor >= threshold) != (got >= threshold)))
-    return {"ok": bool(net_diff <= PARITY_ATOL and pred_diff <= PREDICTOR_ATOL), "max_abs_diff": net_diff,
-            "atol": PARITY_ATOL, "predictor_max_abs_diff": pred_diff, "predictor_atol": PREDICTOR_ATOL,
-            "predictor_pixel_flips": flips, "images": int(len(images))}
+    return {
+        "ok": bool(net_diff <= PARITY_ATOL and pred_diff <= PREDICTOR_ATOL),
+        "max_abs_diff": net_diff,
+        "atol": PARITY_ATOL,
+        "predictor_max_abs_diff": pred_diff,
+        "predictor_atol": PREDICTOR_ATOL,
+        "predictor_pixel_flips": flips,
+        "images": int(len(images)),
+    }

@@ -46,12 +46,21 @@ def _write_case(folder: Path, case: str, image: np.ndarray, mask: np.ndarray) ->
     sitk.WriteImage(seg, str(folder / "labelsTr" / f"{case}{FILE_ENDING}"))
 
 
-def write_raw(train_images: np.ndarray, train_masks: np.ndarray, val_images: np.ndarray, val_masks: np.ndarray,
-              raw_root: Path, dataset_id: int, name: str = RAW_NAME) -> RawDataset:
+def write_raw(
+    train_images: np.ndarray,
+    train_masks: np.ndarray,
+    val_images: np.ndarray,
+    val_masks: np.ndarray,
+    raw_root: Path,
+    dataset_id: int,
+    name: str = RAW_NAME,
+) -> RawDataset:
     """Write the raw dataset; raises DataError on shapes nnU-Net cannot take or a mask without voids anywhere."""
     if train_images.ndim != 3 or train_images.shape != train_masks.shape:
-        raise DataError(f"nnU-Net export needs (N, H, W) images and masks of one shape; got "
-                        f"{train_images.shape} and {train_masks.shape}")
+        raise DataError(
+            f"nnU-Net export needs (N, H, W) images and masks of one shape; got "
+            f"{train_images.shape} and {train_masks.shape}"
+        )
     if not train_masks.any():
         raise DataError("the training split has no void pixels; nnU-Net cannot plan a foreground class")
     dataset = f"Dataset{dataset_id:03d}_{name}"
@@ -60,11 +69,16 @@ def write_raw(train_images: np.ndarray, train_masks: np.ndarray, val_images: np.
         (folder / sub).mkdir(parents=True, exist_ok=True)
     train_ids = [f"tr{i:05d}" for i in range(len(train_images))]
     val_ids = [f"dev{i:05d}" for i in range(len(val_images))]
-    for case, image, mask in zip(train_ids + val_ids, [*train_images, *val_images], [*train_masks, *val_masks],
-                                 strict=True):
+    for case, image, mask in zip(
+        train_ids + val_ids, [*train_images, *val_images], [*train_masks, *val_masks], strict=True
+    ):
         _write_case(folder, case, image, mask)
-    meta = {"channel_names": {"0": CHANNEL_NAME}, "labels": {"background": 0, "void": 1},
-            "numTraining": len(train_ids) + len(val_ids), "file_ending": FILE_ENDING}
+    meta = {
+        "channel_names": {"0": CHANNEL_NAME},
+        "labels": {"background": 0, "void": 1},
+        "numTraining": len(train_ids) + len(val_ids),
+        "file_ending": FILE_ENDING,
+    }
     (folder / "dataset.json").write_text(json.dumps(meta, indent=2))
     return RawDataset(folder, dataset, train_ids, val_ids)
 

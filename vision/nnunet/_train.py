@@ -42,7 +42,9 @@ PLANS = "nnUNetPlans"
 TRAINER = "nnUNetTrainer"
 WORK_DIR = "nnunet"  # beneath the run's output folder: raw/, preprocessed/, results/
 ENV_DIRS = {"nnUNet_raw": "raw", "nnUNet_preprocessed": "preprocessed", "nnUNet_results": "results"}
-RESIZE_AFTER_EPOCHS = 2  # the epoch count is re-sized after each of the first epochs (warm-up makes the first slow)
+RESIZE_AFTER_EPOCHS = (
+    2  # the epoch count is re-sized after each of the first epochs (warm-up makes the first slow)
+)
 
 
 def point_env(out_dir: Path, data_workers: int) -> dict[str, Path]:
@@ -67,8 +69,14 @@ def plan_and_preprocess(processes: int) -> dict[str, Any]:
 
     workers = os.environ.get("nnUNet_n_proc_DA", "1")
     os.environ["nnUNet_n_proc_DA"] = str(max(1, int(workers)))  # the planner sets torch's threads from it
-    extract_fingerprints([DATASET_ID], num_processes=processes, check_dataset_integrity=True, clean=True,
-                         verbose=False, show_progress_bar=False)
+    extract_fingerprints(
+        [DATASET_ID],
+        num_processes=processes,
+        check_dataset_integrity=True,
+        clean=True,
+        verbose=False,
+        show_progress_bar=False,
+    )
     plan_experiments([DATASET_ID])
     preprocess([DATASET_ID], PLANS, (CONFIGURATION,), (processes,), verbose=False, show_progress_bar=False)
     os.environ["nnUNet_n_proc_DA"] = workers  # 0 again means augmentation in the training process
@@ -83,10 +91,17 @@ def plan_summary(plans: dict[str, Any]) -> dict[str, Any]:
     """What nnU-Net planned for 2D: patch, batch, depth, widths, normalisation."""
     cfg = plans["configurations"][CONFIGURATION]
     arch = cfg["architecture"]["arch_kwargs"]
-    return {"configuration": CONFIGURATION, "patch_size": list(cfg["patch_size"]), "batch_size": int(cfg["batch_size"]),
-            "n_stages": int(arch["n_stages"]), "features_per_stage": list(arch["features_per_stage"]),
-            "n_conv_per_stage": list(arch["n_conv_per_stage"]), "network": cfg["architecture"]["network_class_name"],
-            "normalization": list(cfg["normalization_schemes"]), "spacing": list(cfg["spacing"])}
+    return {
+        "configuration": CONFIGURATION,
+        "patch_size": list(cfg["patch_size"]),
+        "batch_size": int(cfg["batch_size"]),
+        "n_stages": int(arch["n_stages"]),
+        "features_per_stage": list(arch["features_per_stage"]),
+        "n_conv_per_stage": list(arch["n_conv_per_stage"]),
+        "network": cfg["architecture"]["network_class_name"],
+        "normalization": list(cfg["normalization_schemes"]),
+        "spacing": list(cfg["spacing"]),
+    }
 
 
 def make_trainer(plans: dict[str, Any], config: TrainConfig, device: Any) -> Any:
@@ -94,8 +109,9 @@ def make_trainer(plans: dict[str, Any], config: TrainConfig, device: Any) -> Any
 
     dataset_json = json.loads((_preprocessed_dataset() / "dataset.json").read_text())
     plans = {**plans, "continue_training": False}  # the trainer pops this key (run_training.py sets it)
-    trainer = nnUNetTrainer(plans=plans, configuration=CONFIGURATION, fold=0, dataset_json=dataset_json,
-                            device=device)
+    trainer = nnUNetTrainer(
+        plans=plans, configuration=CONFIGURATION, fold=0, dataset_json=dataset_json, device=device
+    )
     trainer.num_iterations_per_epoch = config.nnunet.iterations_per_epoch
     trainer.num_val_iterations_per_epoch = config.nnunet.val_iterations
     trainer.num_epochs = config.epochs  # provisional: re-sized after the first epochs
@@ -121,7 +137,10 @@ def _one_epoch(trainer: Any, deadline: float) -> int:
     trainer.on_train_epoch_end(outputs)
     with torch.no_grad():
         trainer.on_validation_epoch_start()
-        val = [trainer.validation_step(next(trainer.dataloader_val)) for _ in range(trainer.num_val_iterations_per_epoch)]
+        val = [
+            trainer.validation_step(next(trainer.dataloader_val))
+            for _ in range(trainer.num_val_iterations_per_epoch)
+        ]
         trainer.on_validation_epoch_end(val)
     trainer.on_epoch_end()
     return len(outputs)
@@ -162,9 +181,14 @@ def train_within(trainer: Any, deadline: float, cap: int) -> dict[str, Any]:
             break
     planned = int(trainer.num_epochs)
     trainer.on_train_end()
-    return {"epochs": int(trainer.current_epoch), "planned_epochs": planned,
-            "iterations_per_epoch": int(trainer.num_iterations_per_epoch), "iterations": iterations,
-            "epoch_seconds": [round(t, 2) for t in times], "stopped_early": stopped_early}
+    return {
+        "epochs": int(trainer.current_epoch),
+        "planned_epochs": planned,
+        "iterations_per_epoch": int(trainer.num_iterations_per_epoch),
+        "iterations": iterations,
+        "epoch_seconds": [round(t, 2) for t in times],
+        "stopped_early": stopped_early,
+    }
 
 
 def seed_everything(seed: int) -> None:
@@ -180,8 +204,13 @@ def model_folder(dirs: dict[str, Path]) -> Path:
     return dirs["nnUNet_results"] / DATASET_NAME / f"{TRAINER}__{PLANS}__{CONFIGURATION}"
 
 
-def prepare(config: TrainConfig, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
-            dirs: dict[str, Path], processes: int) -> dict[str, Any]:
+def prepare(
+    config: TrainConfig,
+    train: tuple[np.ndarray, np.ndarray],
+    val: tuple[np.ndarray, np.ndarray],
+    dirs: dict[str, Path],
+    processes: int,
+) -> dict[str, Any]:
     """Raw export, plan, preprocess and our fold-0 split; returns the plans."""
     raw = write_raw(*train, *val, dirs["nnUNet_raw"], DATASET_ID, RAW_NAME)
     plans = plan_and_preprocess(processes)

@@ -61,7 +61,11 @@ class FakeLLMServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1" if self.flavour == "openai" else f"http://127.0.0.1:{self.port}"
+        return (
+            f"http://127.0.0.1:{self.port}/v1"
+            if self.flavour == "openai"
+            else f"http://127.0.0.1:{self.port}"
+        )
 
     def next_step(self) -> Step:
         if not self.script:
@@ -75,16 +79,22 @@ def _openai_body(server: FakeLLMServer, step: Step, model: str) -> dict[str, Any
     finish = "stop"
     if step.kind in {"tool", "bad_json_args"}:
         arguments = step.text if step.kind == "bad_json_args" else json.dumps(step.args)
-        message["tool_calls"] = [{"id": f"call_{n}", "type": "function",
-                                  "function": {"name": step.tool, "arguments": arguments}}]
+        message["tool_calls"] = [
+            {"id": f"call_{n}", "type": "function", "function": {"name": step.tool, "arguments": arguments}}
+        ]
         finish = "tool_calls"
     elif step.kind == "refusal":
         message["refusal"] = step.text or "I can't help with that."
     else:
         message["content"] = step.text
-    return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+    }
 
 
 def _anthropic_body(server: FakeLLMServer, step: Step, model: str) -> dict[str, Any]:
@@ -102,14 +112,23 @@ def _anthropic_body(server: FakeLLMServer, step: Step, model: str) -> dict[str, 
         stop = "refusal"
     else:
         content = [{"type": "text", "text": step.text}]
-    return {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": 100, "output_tokens": 20}}
+    return {
+        "id": f"msg_{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 100, "output_tokens": 20},
+    }
 
 
 def _error(flavour: str, status: int) -> Response:
     if flavour == "openai":
-        body: dict[str, Any] = {"error": {"message": f"scripted {status}", "type": "server_error", "code": None}}
+        body: dict[str, Any] = {
+            "error": {"message": f"scripted {status}", "type": "server_error", "code": None}
+        }
     else:
         body = {"type": "error", "error": {"type": "api_error", "message": f"scripted {status}"}}
     return JSONResponse(body, status_code=status)
