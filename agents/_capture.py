@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx2
 
-from agents._audit import AuditSink
 from segfactory.records import Actor
+from segfactory.seams import AuditSink
 
 REDACTED_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "cookie"})
 

@@ -28,7 +28,8 @@ def render_markdown(r: Any) -> str:
             if r.base_config
             else []
         ),
-        f"- started {_when(r.started_at)}, ended {_when(r.ended_at)}; stopped because: {r.stop_reason or 'done'}",
+        f"- started {_when(r.started_at)}, ended {_when(r.ended_at)}; "
+        f"stopped because: {r.stop_reason or 'done'}",
         f"- win rule sha256 `{(r.win_rule_sha256 or NOT_MEASURED)[:16]}` (pinned at start)",
         f"- device time spent {r.device_seconds:.0f} s"
         + (
@@ -175,7 +176,9 @@ def _plots(r: Any) -> list[str]:
         "errors": "Error types of the starting best on dev",
         "slices": "Slices of the starting best on dev",
         "learning_curve": "Learning curve of the starting best",
-        "curves": "Learning curves of the tickets (train loss as the sandboxed worker reported it; not evidence)",
+        "curves": (
+            "Learning curves of the tickets (train loss as the sandboxed worker reported it; not evidence)"
+        ),
     }
     lines = ["## Plots", ""]
     for key, path in r.plots.items():
@@ -256,8 +259,8 @@ def _labelling(r: Any) -> list[str]:
         ]
     else:
         lines += [
-            "| round | reviewed | kept / fixed / dropped | precision | min/image | labels/hour | dev object F1 "
-            "| dev gain | gate |",
+            "| round | reviewed | kept / fixed / dropped | precision | min/image | labels/hour "
+            "| dev object F1 | dev gain | gate |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [
@@ -302,8 +305,9 @@ def _llm(r: Any) -> list[str]:
     return [
         "## LLM usage",
         "",
-        f"- calls {u.get('calls', 0)}, attempts {u.get('attempts', 0)}, tokens in {u.get('input_tokens', 0)} / "
-        f"out {u.get('output_tokens', 0)}, latency {u.get('latency_s', 0):.1f} s, cost {cost}",
+        f"- calls {u.get('calls', 0)}, attempts {u.get('attempts', 0)}, "
+        f"tokens in {u.get('input_tokens', 0)} / out {u.get('output_tokens', 0)}, "
+        f"latency {u.get('latency_s', 0):.1f} s, cost {cost}",
         "",
     ]
 

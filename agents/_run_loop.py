@@ -17,7 +17,7 @@ from segfactory.records import Actor, Budget
 USAGE_FILE = "llm_usage.json"  # runs/<id>/: LLM totals, carried over a resume
 
 
-def _config(run_id: str) -> dict[str, Any]:
+def _config(run_id: str) -> Any:  # a langgraph RunnableConfig
     return {"configurable": {"thread_id": run_id}}
 
 
@@ -35,7 +35,8 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
     from agents.graph import DEVICE_LEFT_SHARE, LoopDeps
     from agents.judge import Judge, default_judge, make_reviewer
     from agents.proposer import get_proposer
-    from agents.validate import RunCaps, load_budget_policy, ticket_problems
+    from agents.validate import ticket_problems
+    from segfactory.budgets import RunCaps, load_budget_policy
 
     policy = load_budget_policy()
     ticket_caps = policy.for_profile(record["profile"]).ticket
@@ -101,9 +102,9 @@ def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults:
     from agents.graph import build_graph, run_loop
     from agents.run import DATASET, REPO
     from agents.services import HostServices, RunSetup
-    from agents.validate import load_budget_policy
     from audit.gate_events import pull
     from gate.win_rule import load_win_rule
+    from segfactory.budgets import load_budget_policy
     from synthetic.versions import resolve
 
     home, run_id = req.home, record["run_id"]

@@ -31,10 +31,10 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
-from agents._audit import AuditSink
 from agents.judge import Decision, JudgeDecision
 from segfactory.errors import UsageError
 from segfactory.records import Actor, Ticket, TicketKind
+from segfactory.seams import AuditSink
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS approvals (
     id TEXT PRIMARY KEY, run_id TEXT NOT NULL, ticket TEXT NOT NULL, requested_at REAL NOT NULL,

@@ -17,12 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents._audit import AuditSink
 from agents.llm import LLMCaller, LLMFailed, ToolResultTurn, ToolSpec, Turn, UserTurn
 from agents.prompts import load_prompt
 from agents.workspace import PathRefused, Workspace
 from segfactory.errors import LimitExceeded
 from segfactory.records import Actor
+from segfactory.seams import AuditSink
 
 MAX_AGENT_STEPS = 30  # model replies per task; past it the task ends unsubmitted ("step cap")
 MAX_TOOL_OUTPUT_CHARS = 8000  # per tool result sent back to the model; past it: cut, marked truncated

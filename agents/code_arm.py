@@ -30,7 +30,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agents._audit import AuditSink
 from agents.code_agent import CodeAgent, CodeTools, CommandRunner, sandbox_runner
 from agents.context import ProposerContext
 from agents.graph import LoopDeps
@@ -41,6 +40,7 @@ from runner._workspace import TRAINING_PACKAGES
 from segfactory.errors import SegfactoryError, UsageError
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor, TicketKind, canonical_json
+from segfactory.seams import AuditSink
 
 ARM_DIR = "code-agent"  # runs/<run>/code-agent/<draft key>/: the agent's workspace and result (agent-visible)
 CODE_DIR = "code"  # the training-code copy inside the agent's workspace, as validation names it

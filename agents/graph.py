@@ -13,6 +13,7 @@ tickets, coarse verdicts, dev-win flags and budget counters only (trust rules 4,
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import signal
 import sqlite3
@@ -20,18 +21,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypedDict, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents._audit import AuditSink
 from agents.approvals import ApprovalQueue
 from agents.context import DevAnalysis, VerdictEntry, build_context
 from agents.incumbent import DEFAULT_ACTION_EVIDENCE, Incumbent
 from agents.judge import Decision, Judge, JudgeDecision, JudgeInput, TicketMeta, rule_decision
 from agents.llm import LLMFailed, LLMUsage
 from agents.proposer import Proposer, propose_valid
-from agents.validate import RunCaps
+from segfactory.budgets import RunCaps
 from segfactory.errors import GateError, LimitExceeded
 from segfactory.records import (
     Actor,
@@ -43,6 +43,10 @@ from segfactory.records import (
     Ticket,
     TicketKind,
 )
+from segfactory.seams import AuditSink
+
+if TYPE_CHECKING:  # langgraph is imported only when a graph is built: the CLI starts without it
+    from langgraph.graph.state import CompiledStateGraph
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +110,12 @@ class FactoryServices(Protocol):
 
 
 class FactoryState(TypedDict, total=False):
-    """The checkpointed state: JSON-friendly, no scores."""
+    """The checkpointed state: JSON-friendly, no scores.
+
+    The append-only lists carry LangGraph's ``operator.add`` reducer: a node returns only the
+    items it adds, and the graph appends them, so no node can drop or rewrite what an earlier
+    step recorded (history, decisions, rounds, taken approvals, answered escalations).
+    """
 
     run_id: str
     started_at: float
@@ -116,21 +125,23 @@ class FactoryState(TypedDict, total=False):
     outcome: dict[str, Any] | None
     verdict: dict[str, Any] | None
     awaiting_replicate: dict[str, dict[str, Any]]  # original id -> {"ticket": ..., "confirm_a": verdict}
-    history: list[dict[str, Any]]
-    decisions: list[dict[str, Any]]
+    history: Annotated[list[dict[str, Any]], operator.add]
+    decisions: Annotated[list[dict[str, Any]], operator.add]
     device_seconds: float
     tickets_run: int
     next_id: int
-    taken_approvals: list[str]  # approved data tickets already queued (ids)
+    taken_approvals: Annotated[list[str], operator.add]  # approved data tickets already queued (ids)
     stop_reason: str
     reanalyse: bool  # the best moved: analyse the new best before proposing again
-    rounds: list[dict[str, Any]]  # one per analysis: {"round", "incumbent", "first_ticket"} (no score)
+    rounds: Annotated[
+        list[dict[str, Any]], operator.add
+    ]  # one per analysis: {"round", "incumbent", "first_ticket"} (no score)
     since_dev_win: int  # tickets in a row without a dev win (the plateau rule)
     held: dict[str, dict[str, Any]]  # escalated ticket id -> {"ticket", "confirm_a", "pending"}
     trained: list[
         dict[str, Any]
     ]  # trained alongside the current ticket, not yet judged: {"ticket", "outcome"}
-    answered: list[str]  # escalation item ids already acted on
+    answered: Annotated[list[str], operator.add]  # escalation item ids already acted on
 
 
 @dataclass
@@ -170,14 +181,11 @@ class _Nodes:
     def analyse(self, state: FactoryState) -> FactoryState:
         """Analyse the current best; after a promotion, tickets queued for the old best are dropped."""
         analysis = self.d.services.analyse()
-        rounds = list(state.get("rounds", []))
-        rounds.append(
-            {
-                "round": len(rounds) + 1,
-                "first_ticket": state.get("tickets_run", 0) + 1,
-                "incumbent": self._incumbent_ref(),
-            }
-        )
+        new_round = {
+            "round": len(state.get("rounds", [])) + 1,
+            "first_ticket": state.get("tickets_run", 0) + 1,
+            "incumbent": self._incumbent_ref(),
+        }
         queue = [q for q in state.get("queue", []) if q.get("replicate_of")]
         dropped = [q["id"] for q in state.get("queue", []) if not q.get("replicate_of")]
         if dropped:
@@ -186,7 +194,7 @@ class _Nodes:
             )
         update: FactoryState = {
             "analysis": analysis.model_dump(mode="json"),
-            "rounds": rounds,
+            "rounds": [new_round],
             "reanalyse": False,
             "started_at": state.get("started_at") or self.d.clock(),
             "queue": queue,
@@ -231,7 +239,7 @@ class _Nodes:
             valid = [t for t in approved if not self._invalid(state, t)]
             return {
                 "queue": [*state.get("queue", []), *(t.model_dump(mode="json") for t in valid)],
-                "taken_approvals": [*state.get("taken_approvals", []), *(t.id for t in approved)],
+                "taken_approvals": [t.id for t in approved],
             }
         if state.get("queue"):
             return {}
@@ -279,7 +287,7 @@ class _Nodes:
         if not answers:
             return {}
         held, queue = dict(state.get("held", {})), list(state.get("queue", []))
-        awaiting, decisions = dict(state.get("awaiting_replicate", {})), list(state.get("decisions", []))
+        awaiting, decisions = dict(state.get("awaiting_replicate", {})), []
         update: FactoryState = {}
         for answer in answers:
             item = held.pop(answer.ticket_id, None)
@@ -315,7 +323,7 @@ class _Nodes:
             "queue": queue,
             "awaiting_replicate": awaiting,
             "decisions": decisions,
-            "answered": [*done, *(a.id for a in answers)],
+            "answered": [a.id for a in answers],
         }
 
     def _replicate(self, ticket: Ticket) -> Ticket:
@@ -461,7 +469,7 @@ class _Nodes:
                     run_id=state["run_id"],
                 )
         update: FactoryState = {
-            "decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
+            "decisions": [decision.model_dump(mode="json")],
             "awaiting_replicate": awaiting,
         }
         if reanalyse:
@@ -515,7 +523,7 @@ class _Nodes:
             run_id=state["run_id"],
         )
         return {
-            "decisions": [*state.get("decisions", []), decision.model_dump(mode="json")],
+            "decisions": [decision.model_dump(mode="json")],
             "awaiting_replicate": awaiting,
         }
 
@@ -533,7 +541,7 @@ class _Nodes:
         if ticket.replicate_of is None and outcome.status != "control":
             since = 0 if outcome.status == "dev_win" else since + 1
         update: FactoryState = {
-            "history": [*state.get("history", []), entry.model_dump(mode="json")],
+            "history": [entry.model_dump(mode="json")],
             "current": None,
             "outcome": None,
             "verdict": None,
@@ -618,7 +626,7 @@ def _after_record(state: FactoryState) -> str:
     return "run" if state.get("queue") else "propose"
 
 
-def build_graph(deps: LoopDeps, checkpoint_db: Path) -> Any:
+def build_graph(deps: LoopDeps, checkpoint_db: Path) -> CompiledStateGraph[FactoryState]:
     """The compiled graph with a SQLite checkpointer at ``checkpoint_db``."""
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import END, START, StateGraph
@@ -640,10 +648,10 @@ def build_graph(deps: LoopDeps, checkpoint_db: Path) -> Any:
     return graph.compile(checkpointer=SqliteSaver(conn))
 
 
-def run_loop(graph: Any, run_id: str, *, resume: bool = False) -> FactoryState:
+def run_loop(graph: CompiledStateGraph[FactoryState], run_id: str, *, resume: bool = False) -> FactoryState:
     """Start run ``run_id``, or with ``resume`` continue it from its last checkpoint."""
-    config = {"configurable": {"thread_id": run_id}, "recursion_limit": RECURSION_LIMIT}
+    config: Any = {"configurable": {"thread_id": run_id}, "recursion_limit": RECURSION_LIMIT}
+    start: FactoryState | None = None if resume else {"run_id": run_id}
     # durability="sync": each checkpoint is written before the next node starts, so a kill -9
     # loses at most the node that was running (the default "async" may lose several).
-    state: FactoryState = graph.invoke(None if resume else {"run_id": run_id}, config, durability="sync")
-    return state
+    return cast(FactoryState, graph.invoke(start, config, durability="sync"))

@@ -17,11 +17,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agents._audit import AuditSink
 from agents.llm import KNOWN_PROVIDERS, LLMCaller, LLMFailed, LLMUsage, ToolSpec, UserTurn, make_provider
 from agents.prompts import load_prompt
 from segfactory.errors import LimitExceeded, UsageError
 from segfactory.records import Actor, Arm, CoarseVerdict, Ticket, TicketKind, Verdict, canonical_json
+from segfactory.seams import AuditSink
 
 MAX_CHANGE_CHARS = 4000  # the change as canonical JSON; past it: truncated, with `change_truncated`
 KNOWN_JUDGES = ("rules", *(f"llm:{p}" for p in KNOWN_PROVIDERS))

@@ -141,7 +141,7 @@ def run_caps(req: RunRequest, defaults: RunDefaults) -> Any:
     """budgets.yaml's run caps, tightened by run.yaml, then by --budget/--wall (never loosened).
     A compare arm (``fill_budget``) has budgets.yaml's ``compare_arm`` caps, tightened only by its
     budget: run.yaml's defaults are a person's run, not an arm's."""
-    from agents.validate import RunCaps, load_budget_policy
+    from segfactory.budgets import RunCaps, load_budget_policy
 
     budgets = load_budget_policy().for_profile(req.profile)
     cap = budgets.arm_caps() if req.fill_budget else budgets.run

@@ -9,72 +9,20 @@ the training code and name no protected path.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from pathlib import PurePosixPath
+from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from agents._paths import POLICY_DIR, is_protected
-from segfactory.errors import PolicyError, UsageError
+from agents._paths import is_protected
+from segfactory.budgets import BudgetPolicy, TicketCaps
+from segfactory.errors import UsageError
 from segfactory.records import Ticket, TicketKind
 
-BUDGETS_POLICY = POLICY_DIR / "budgets.yaml"
 # Config fields the host owns: a ticket never sets them (the seed is the ticket's own, host-chosen).
 HOST_OWNED_CONFIG_KEYS = frozenset({"version", "seed", "device", "threads", "max_train_images"})
 # The config a change is applied to when the caller gives none (TrainConfig requires these two).
 BASE_CONFIG_FOR_CHECKS: dict[str, Any] = {"epochs": 1, "batch_size": 8}
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TicketCaps(_Strict):
-    max_device_seconds: float = Field(gt=0)
-    max_epochs: int = Field(ge=1)
-
-
-class RunCaps(_Strict):
-    wall_seconds: float = Field(gt=0)
-    device_seconds: float = Field(gt=0)
-    tickets: int = Field(ge=1)
-    llm_tokens: int = Field(ge=0)
-
-
-class ProfileBudgets(_Strict):
-    ticket: TicketCaps
-    run: RunCaps
-    compare_arm: RunCaps | None = None  # one agent arm-run of ``compare``; absent: the run caps
-
-    def arm_caps(self) -> RunCaps:
-        return self.compare_arm or self.run
-
-
-class BudgetPolicy(_Strict):
-    """``policies/budgets.yaml``, validated."""
-
-    schema_version: Literal[1]
-    profiles: dict[str, ProfileBudgets]
-    config_keys_fallback: tuple[str, ...]
-    code_root: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-
-    def for_profile(self, profile: str) -> ProfileBudgets:
-        if profile not in self.profiles:
-            raise PolicyError(
-                f"budgets.yaml has no profile {profile!r}; known: {', '.join(sorted(self.profiles))}"
-            )
-        return self.profiles[profile]
-
-
-@lru_cache(maxsize=4)
-def load_budget_policy(path: Path = BUDGETS_POLICY) -> BudgetPolicy:
-    """Load and validate the budget policy; an invalid file is a ``PolicyError``."""
-    try:
-        return BudgetPolicy.model_validate(yaml.safe_load(path.read_text()))
-    except (OSError, yaml.YAMLError, ValidationError) as exc:
-        raise PolicyError(f"invalid budget policy {path}: {exc}; fix the file and retry") from exc
 
 
 def ticket_problems(

@@ -186,11 +186,15 @@ class Problem:
     share: float  # of all errors
 
     def describe(self) -> str:
-        return f"{self.count} {self.error_type.replace('_', ' ')} ({self.size_bin} voids), {self.share:.0%} of errors"
+        return (
+            f"{self.count} {self.error_type.replace('_', ' ')} ({self.size_bin} voids), "
+            f"{self.share:.0%} of errors"
+        )
 
 
 def rank_problems(counts: dict[str, dict[str, int]], top: int = 10) -> list[Problem]:
-    """Error (type, size bin) cells of ``ErrorAnalysis.counts()`` by count, largest first; empty cells left out."""
+    """Error (type, size bin) cells of ``ErrorAnalysis.counts()`` by count, largest first; empty cells
+    left out."""
     cells = [(t, b, c) for t, row in counts.items() for b, c in row.items() if c > 0]
     total = sum(c for _, _, c in cells)
     cells.sort(key=lambda cell: (-cell[2], cell[0], cell[1]))

@@ -3,9 +3,10 @@
 ``toy_split`` draws images with voids and the metadata columns of a split folder (dose,
 background, thickness; per void area, diameter, contrast, shape, bbox, edge). ``HistogramTrainer``
 finds candidate regions of raised contrast and learns P(void) per cell of (area, peak contrast,
-background class); a cell it never saw in training predicts background, so removing a size or contrast range, a background type, or corrupting
-masks changes it in the way the planted-cause experiments need. It is a test instrument, not a
-segmentation model; real runs use ONNX models through ``analysis.predict``.
+background class); a cell it never saw in training predicts background, so removing a size or
+contrast range, a background type, or corrupting masks changes it in the way the planted-cause
+experiments need. It is a test instrument, not a segmentation model; real runs use ONNX models
+through ``analysis.predict``.
 """
 
 from __future__ import annotations

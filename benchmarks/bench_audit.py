@@ -63,7 +63,8 @@ def main() -> None:
         log.close()
     total = chunk * ROUNDS
     print(
-        f"audit appends: {total / audit_s:,.0f}/s ({audit_s / total * 1e6:.0f} us each, {line_size} B lines, fsync each)"
+        f"audit appends: {total / audit_s:,.0f}/s "
+        f"({audit_s / total * 1e6:.0f} us each, {line_size} B lines, fsync each)"
     )
     print(f"bare append+fsync: {total / bare_s:,.0f}/s ({bare_s / total * 1e6:.0f} us each)")
     print(f"ratio audit/bare time per record: {audit_s / bare_s:.2f}")

@@ -3,9 +3,10 @@
 Generates the images once into a temporary ``.npy`` memmap (smooth random content: a 12x12
 random field upsampled x8 plus pixel noise) with planted near duplicates (a copy of another
 image with fresh noise; half of them also shifted by one pixel). The 5,000-image recall subset
-holds every planted pair plus random others, so the reference has pairs to find. The search itself runs in a child process so
-that its peak anonymous memory is measured alone: a sampler thread reads ``RssAnon`` from
-``/proc/self/status`` every 10 ms (file-backed pages of the memmap are not anonymous).
+holds every planted pair plus random others, so the reference has pairs to find. The search itself
+runs in a child process so that its peak anonymous memory is measured alone: a sampler thread
+reads ``RssAnon`` from ``/proc/self/status`` every 10 ms (file-backed pages of the memmap are not
+anonymous).
 
 Prints: machine load, search time, peak anonymous memory, recall of the blocked search against
 an exact all-pairs search on a 5,000-image subset, recall of the planted duplicates, and the
@@ -160,10 +161,12 @@ def main() -> None:
     sys.stdout.write(
         f"machine: {os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n"
         f"near-duplicate search over {r['n']} images: {r['seconds']:.1f} s "
-        f"(fingerprints {r['fingerprint_seconds']:.1f} s, pHash search {r['hash_seconds']:.1f} s, embedding LSH "
-        f"{r['seconds'] - r['fingerprint_seconds'] - r['hash_seconds']:.1f} s), {int(r['pairs'])} pairs found\n"
+        f"(fingerprints {r['fingerprint_seconds']:.1f} s, pHash search {r['hash_seconds']:.1f} s, "
+        f"embedding LSH {r['seconds'] - r['fingerprint_seconds'] - r['hash_seconds']:.1f} s), "
+        f"{int(r['pairs'])} pairs found\n"
         f"peak anonymous memory {r['peak_anon_bytes'] / mib:.0f} MiB "
-        f"(at start {r['anon_at_start_bytes'] / mib:.0f} MiB; peak RSS incl. mapped file {r['vm_hwm_bytes'] / mib:.0f} MiB)\n"
+        f"(at start {r['anon_at_start_bytes'] / mib:.0f} MiB; "
+        f"peak RSS incl. mapped file {r['vm_hwm_bytes'] / mib:.0f} MiB)\n"
         f"recall vs exact all-pairs on a {SUBSET}-image subset: {r['subset_recall']:.4f} "
         f"({int(r['subset_pairs'])} reference pairs; pHash search {r['subset_hash_recall']:.4f} of "
         f"{int(r['subset_hash_pairs'])}, embedding LSH {r['subset_embedding_recall']:.4f} of "

@@ -214,8 +214,8 @@ def summary_block(train: dict[str, Any], score: dict[str, Any], load: tuple[floa
                 if train["peak_memory_mib"] is not None
                 else []
             ),
-            f"gate scoring      {score['images']} images in {score['gate_seconds']:.2f} s ({score['gate_provider']}, "
-            f"confined child)",
+            f"gate scoring      {score['images']} images in {score['gate_seconds']:.2f} s "
+            f"({score['gate_provider']}, confined child)",
             f"bare onnxruntime  {score['bare_seconds']:.2f} s ({score['bare_provider']}); gate / bare "
             f"{score['gate_over_bare']}x; max |diff| {score['max_abs_diff']:.2e}",
         ]

@@ -129,7 +129,8 @@ def main() -> None:
     load = os.getloadavg()
     out = sys.stdout.write
     out(
-        f"run {args.run}: wall {wall:.1f} s, {len(tickets)} tickets, {rounds} rounds, {proposals} proposal steps\n"
+        f"run {args.run}: wall {wall:.1f} s, {len(tickets)} tickets, {rounds} rounds, "
+        f"{proposals} proposal steps\n"
     )
     out(f"analysis of a best      {t_analyse:7.2f} s  x {rounds}\n")
     out(f"realise recommendations {t_realise:7.2f} s  x {proposals}\n")

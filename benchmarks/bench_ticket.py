@@ -148,7 +148,8 @@ def main() -> None:
         bare2 = bare_run(dataset, config, root / "bare-out2")  # bracket the ticket against load drift
         base = (bare + bare2) / 2
         sys.stdout.write(
-            f"ticket overhead ({args.n_train} train / {args.n_dev} dev, {args.size}px, {args.epochs} epochs, bwrap):\n"
+            f"ticket overhead ({args.n_train} train / {args.n_dev} dev, {args.size}px, "
+            f"{args.epochs} epochs, bwrap):\n"
             f"  bare in-process train+export+dev scoring: {bare:.1f}s, {bare2:.1f}s (mean {base:.1f}s)\n"
             f"  same worker as a fresh host process (no sandbox): {process:.1f}s\n"
             f"  ticket wall (no gate): {wall:.1f}s = worker in sandbox {in_sandbox:.1f}s"

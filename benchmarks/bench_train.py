@@ -76,7 +76,8 @@ def main() -> int:
     ratio = max(ours) / max(bare)
     e2e = EPOCHS * (N_TRAIN // BATCH) * BATCH / min(wall) / max(bare)
     sys.stdout.write(
-        f"bench_train: preset {REFERENCE_PRESET}, {N_TRAIN} images {SIZE}x{SIZE}, {EPOCHS} epochs, batch {BATCH}, 1 thread\n"
+        f"bench_train: preset {REFERENCE_PRESET}, {N_TRAIN} images {SIZE}x{SIZE}, "
+        f"{EPOCHS} epochs, batch {BATCH}, 1 thread\n"
         f"  bare loop            {max(bare):.1f} images/s\n"
         f"  segfactory train     {max(ours):.1f} images/s (training phase)\n"
         f"  ratio                {ratio:.3f} (target >= {TARGET}) {'OK' if ratio >= TARGET else 'MISSED'}\n"

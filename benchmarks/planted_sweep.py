@@ -167,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                 result, _ = analysed(r, p, name)
                 recovered.setdefault(p.cause.kind, []).append(result.recovered)
                 print(
-                    f"  seed {r} {name}: top recommendation {result.named}, top finding {result.top_finding}: "
-                    f"{'ok' if result.recovered else 'missed'}",
+                    f"  seed {r} {name}: top recommendation {result.named}, "
+                    f"top finding {result.top_finding}: {'ok' if result.recovered else 'missed'}",
                     flush=True,
                 )
 

@@ -97,8 +97,8 @@ def run_cmd(
         str | None,
         typer.Option(
             "--judge",
-            help="rules | llm:PROVIDER (e.g. llm:openai:MODEL), the LLM reviewer that may reject or escalate; "
-            "default: rules with the rules proposer, else the proposer's provider.",
+            help="rules | llm:PROVIDER (e.g. llm:openai:MODEL), the LLM reviewer that may reject or "
+            "escalate; default: rules with the rules proposer, else the proposer's provider.",
         ),
     ] = None,
     code_agent: Annotated[
@@ -303,12 +303,13 @@ def _decide(
     elif decided.kind == "escalation":
         typer.echo(
             f"{decided.id}: {decided.status}; run {decided.run_id} may now {decided.pending} ticket "
-            f"{decided.ticket.id} when it next proposes (`segfactory run --resume {decided.run_id}` if it stopped)"
+            f"{decided.ticket.id} when it next proposes "
+            f"(`segfactory run --resume {decided.run_id}` if it stopped)"
         )
     else:
         typer.echo(
-            f"{decided.id}: {decided.status}; it becomes a data ticket when run {decided.run_id} next proposes "
-            f"(`segfactory run --resume {decided.run_id}`)"
+            f"{decided.id}: {decided.status}; it becomes a data ticket when run {decided.run_id} "
+            f"next proposes (`segfactory run --resume {decided.run_id}`)"
         )
 
 

@@ -142,7 +142,8 @@ def analyse_cmd(
         str | None,
         typer.Option(
             "--train-data",
-            help="The model's training data (dataset version, split folder or NAME/vK) when nothing beside the model records it.",
+            help="The model's training data (dataset version, split folder or NAME/vK) "
+            "when nothing beside the model records it.",
         ),
     ] = None,
     home: HomeOpt = None,

@@ -249,7 +249,7 @@ def compare_cmd(
             f"--budget {budget}: too small for one ticket ({defaults.ticket.device_seconds:g} device-s)"
         )
     if {"agent", "agent-code"} & set(wanted):  # the agent arm is a run: refused here, before any arm starts
-        from agents.validate import load_budget_policy
+        from segfactory.budgets import load_budget_policy
 
         cap = load_budget_policy().for_profile(profile).arm_caps().device_seconds
         if budget_s > cap:

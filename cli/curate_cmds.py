@@ -107,8 +107,9 @@ def defects_cmd(
         emit_json(report)
         return
     typer.echo(
-        f"{version.ref}: {report['n_defects_train']} train defects, {report['n_duplicate_defects']} duplicate, "
-        f"{report['n_bad_masks']} bad masks; plan of {report['plan_items']} items -> {path}"
+        f"{version.ref}: {report['n_defects_train']} train defects, "
+        f"{report['n_duplicate_defects']} duplicate, {report['n_bad_masks']} bad masks; "
+        f"plan of {report['plan_items']} items -> {path}"
     )
 
 
@@ -163,7 +164,8 @@ def compare_cmd(
 ) -> None:
     """The curated version against a random control of the same size, as two curation tickets."""
     from analysis.curation.plan import read_plan
-    from controls.curate_compare import RunnerExecutor, compare_plan
+    from controls.curate_compare import compare_plan
+    from controls.executor import RunnerExecutor
     from segfactory.units import parse_duration
 
     resolved = home_for(home, create=True)
@@ -172,7 +174,7 @@ def compare_cmd(
         from gate.client import GateClient
 
         gate = GateClient(socket_path=gate_socket)
-    executor = RunnerExecutor(resolved, backend=backend, base_config=config, gate=gate)
+    executor = RunnerExecutor(resolved, backend=backend, base_config=config, gate=gate, run_id="curation")
     result = compare_plan(
         resolved.root,
         read_plan(plan),

@@ -130,8 +130,8 @@ def check_cmd(
                 f"{b}-bit files {lo:g}..{hi:g}" for b, (lo, hi) in sorted(m["windows"].items())
             )
             out.print(
-                f"intensity mapping: {m['mode']}, source bit depth {m['bit_depth']} (from {m['detected_from']}); "
-                f"{windows} -> 0..1",
+                f"intensity mapping: {m['mode']}, source bit depth {m['bit_depth']} "
+                f"(from {m['detected_from']}); {windows} -> 0..1",
                 highlight=False,
                 soft_wrap=True,
             )

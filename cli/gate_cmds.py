@@ -39,7 +39,8 @@ def serve_cmd(
         typer.Option(
             "--answer-time",
             "--pad-quantum",
-            help="Seconds after which every /submit answer leaves (default by home profile; 0: unpadded, tests only).",
+            help="Seconds after which every /submit answer leaves "
+            "(default by home profile; 0: unpadded, tests only).",
         ),
     ] = None,
 ) -> None:

@@ -115,7 +115,8 @@ def topup_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Targeted synthetic top-up against plain augmentation and nothing, measured on a real slice."""
-    from controls.topup import RunnerExecutor, TopupPlan, parse_doses, run_topup, topup_config
+    from controls.executor import RunnerExecutor
+    from controls.topup import TopupPlan, parse_doses, run_topup, topup_config
     from segfactory.units import parse_duration
     from synthetic.versions import resolve
 
@@ -176,8 +177,9 @@ def round_two_cmd(
     """Round two after a top-up: the next weakest dev slice and a different kind of fix, recorded."""
     import json
 
+    from controls.executor import RunnerExecutor
     from controls.rounds import run_round_two
-    from controls.topup import RunnerExecutor, topup_config
+    from controls.topup import topup_config
     from segfactory.errors import UsageError
     from synthetic.versions import resolve
 

@@ -6,8 +6,9 @@ Public API (docs/console.md)::
     app = create_app(home, audit_log, auth=Auth(), anchor=lambda: (anchor, True))
 
 ``review_stats(home)`` gives reports the label-review figures (reviewed, confirmed errors,
-human minutes per image). Agents never reach the console; it is served on 127.0.0.1 with a token printed at start.
-Importing this package imports FastAPI but not torch or LangGraph (those come with ``create_app``).
+human minutes per image). Agents never reach the console; it is served on 127.0.0.1 with a token
+printed at start. Importing this package imports FastAPI but not torch or LangGraph (those come
+with ``create_app``).
 """
 
 from console._auth import SESSION_TTL_S, Auth, AuthError, CsrfError

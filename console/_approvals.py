@@ -214,7 +214,8 @@ def _escalation_approved(request: ApprovalRequest, ended: str | None) -> str:
     if ended is not None:
         return (
             f"Approved and recorded, but run {request.run_id} has ended ({ended}): that run will not act on "
-            f"it, so ticket {request.ticket.id} is not {'promoted' if request.pending == 'promote' else 'replicated'}."
+            f"it, so ticket {request.ticket.id} is not "
+            f"{'promoted' if request.pending == 'promote' else 'replicated'}."
         )
     return (
         f"Approved. Run {request.run_id} may now {request.pending} ticket {request.ticket.id}; it takes the "

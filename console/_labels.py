@@ -220,7 +220,8 @@ class LabelDesk:
         return _stats(self.conn, dataset)
 
     def apply(self, dataset: str, *, by: str) -> dict[str, Any]:
-        """The decisions on ``dataset`` as its next version (the old one kept); returns the new ref and stats."""
+        """The decisions on ``dataset`` as its next version (the old one kept); returns the new ref and
+        stats."""
         self._check_latest(dataset)
         with self._lock:
             rows = self.conn.execute(

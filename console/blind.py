@@ -4,8 +4,9 @@ Pages: ``/blind`` (start a session, list past ones) and ``/blind/{id}`` (one unl
 time with two buttons, then the accuracy). The JSON API under ``/api/blind`` does the same for
 scripts. ``console.app.create_app`` mounts ``router``. Sessions are ``analysis.realism.blind``
 records under ``<home>/runs/blind/people/`` (people only). The crop PNG served here is the only
-place a real crop is shown, to the person at the console; it is never logged. Every session start and guess is an audit record (actor ``human``) holding the
-session id, trial number and guess, never pixels.
+place a real crop is shown, to the person at the console; it is never logged. Every session start
+and guess is an audit record (actor ``human``) holding the session id, trial number and guess,
+never pixels.
 """
 
 from __future__ import annotations

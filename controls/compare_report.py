@@ -65,7 +65,8 @@ def _per_seed(runs: list[dict[str, Any]], metric: str) -> list[float | None]:
 
 
 def pairwise_differences(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """``"a - b"`` for every pair of arms (in the order given), per metric: per-seed differences and a t interval.
+    """``"a - b"`` for every pair of arms (in the order given), per metric: per-seed differences and a
+    t interval.
 
     Only seeds where both arms have a sealed score count; a seed is paired with the same seed.
     """

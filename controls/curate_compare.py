@@ -3,7 +3,7 @@
 The control plan removes the same number of *random* train images (seeded) from the same parent
 version, so "curation" is compared with "removing that many items at random". Both versions go
 through the same executor as ``curation`` tickets with the same budget, epochs and training
-seed. The executor is injectable (``TicketExecutor``); ``RunnerExecutor`` is the real one: it
+seed. The executor is injectable (``controls.executor``); its ``RunnerExecutor`` is the real one: it
 calls ``runner.execute_ticket`` (sandboxed training, host-computed dev metrics) and, when a gate
 client is given, the gate. The result says which arm did better on dev and carries the coarse
 verdicts; the sealed worst-slice score is reported at the next milestone, not here.
@@ -12,73 +12,18 @@ verdicts; the sealed worst-slice score is reported at the next milestone, not he
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from analysis.curation.plan import Action, Plan, PlanItem, apply_plan
+from controls.executor import TicketExecutor
 from segfactory.errors import DataError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 from synthetic.splits import read_split
 from synthetic.versions import DatasetVersion, resolve
 
 CONTROL_EPOCHS = 8  # default epochs per ticket in the comparison (both arms; the budget may stop it sooner)
-
-
-class TicketExecutor(Protocol):
-    """Runs one ticket on one dataset version; returns a JSON-able outcome with ``status``,
-    ``dev_metrics`` (dict or None) and ``verdict`` (str or None). Never raises for a bad ticket."""
-
-    def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]: ...
-
-
-class RunnerExecutor:
-    """The real executor: ``runner.execute_ticket`` in a sandbox, audited, optionally gated.
-
-    ``audit`` defaults to the home's audit log (unanchored until the next anchored writer);
-    ``scheduler`` to the home's (``Scheduler.for_home``); ``gate`` is a gate client or None.
-    """
-
-    def __init__(
-        self,
-        home: Any,
-        *,
-        backend: Any,
-        base_config: Path | dict[str, Any],
-        gate: Any = None,
-        run_id: str = "curation",
-        audit: Any = None,
-        scheduler: Any = None,
-    ) -> None:
-        self.home, self.backend, self.base_config = home, backend, base_config
-        self.gate, self.run_id, self.audit, self.scheduler = gate, run_id, audit, scheduler
-
-    def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]:
-        from audit import AuditLog
-        from runner import execute_ticket
-
-        audit = self.audit or AuditLog(self.home, None)
-        try:
-            outcome = execute_ticket(
-                ticket,
-                home=self.home,
-                dataset_version=version,
-                backend=self.backend,
-                base_config=self.base_config,
-                audit=audit,
-                gate=self.gate,
-                run_id=self.run_id,
-                scheduler=self.scheduler,
-            )
-        finally:
-            if self.audit is None:
-                audit.close()
-        return {
-            "status": outcome.status.value,
-            "reason": outcome.reason,
-            "dev_metrics": outcome.evidence.dev_metrics if outcome.evidence else None,
-            "verdict": outcome.verdict.verdict.value if outcome.verdict else None,
-        }
 
 
 def control_plan(home_root: Path, plan: Plan, seed: int) -> Plan:

@@ -7,10 +7,10 @@ change the incumbent its tickets patch. So before each arm-run the best is moved
 incumbent the comparison started from: through the gate's host surface, as the reference the
 arm-run is measured against (a move of kind ``reference`` in the gate's ledger, never a
 promotion, with its reason; the gate's ``retract`` cannot do it, since it steps back one model
-at a time and, after two promotions, steps back onto the later one), and a row in ``runs/promotions.jsonl`` (ticket id ``<label>-restore``) that names the
-restored model, so that the false-win replay pairs each later promotion with the best it really
-replaced. After the last arm-run the incumbent is restored once more: a comparison leaves the
-home's best as it found it.
+at a time and, after two promotions, steps back onto the later one), and a row in
+``runs/promotions.jsonl`` (ticket id ``<label>-restore``) that names the restored model, so that
+the false-win replay pairs each later promotion with the best it really replaced. After the last
+arm-run the incumbent is restored once more: a comparison leaves the home's best as it found it.
 
 The query budgets are per tier version, and the arms would otherwise share them: an early arm
 that spends confirm-a's 30 queries leaves the next arm only BUDGET_EXHAUSTED answers, and its
@@ -83,7 +83,8 @@ def host_copy(home: Home, sha256: str) -> Path:
 
 
 class GateBestStore:
-    """The home's gate, through its host surface (only the gate opens the vault); events go to the audit log."""
+    """The home's gate, through its host surface (only the gate opens the vault); events go to the audit
+    log."""
 
     def __init__(self, home: Home, compare_id: str) -> None:
         self.home, self.compare_id = home, compare_id

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from controls.session import ControlServices
-from runner import BudgetPolicy
+from segfactory.budgets import TicketCaps
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 
 NNUNET_MAX_EPOCHS = 1000  # nnU-Net's own epoch count, as the cap; the budget decides how many run
@@ -72,7 +72,7 @@ class NnunetServices(ControlServices):
         from synthetic.versions import resolve
 
         s = self.setup
-        policy = BudgetPolicy(max_device_seconds=runnable.budget.device_seconds, max_epochs=NNUNET_MAX_EPOCHS)
+        policy = TicketCaps(max_device_seconds=runnable.budget.device_seconds, max_epochs=NNUNET_MAX_EPOCHS)
         return execute_ticket(
             runnable,
             home=s.home,
@@ -138,7 +138,8 @@ def run_nnunet_arm(
     progress(
         f"nnunet arm {run_id}: dev {candidate.dev_score} ({candidate.status}, {candidate.decision}); "
         f"plan patch {plan.get('patch_size')} batch {plan.get('batch_size')} stages {plan.get('n_stages')}, "
-        f"{plan.get('iterations')} iterations in {plan.get('epochs')} epochs of up to {plan.get('iterations_per_epoch')}"
+        f"{plan.get('iterations')} iterations in {plan.get('epochs')} epochs "
+        f"of up to {plan.get('iterations_per_epoch')}"
     )
     return summary
 

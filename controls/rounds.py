@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from controls.executor import TicketExecutor
 from segfactory.errors import DataError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 
@@ -174,7 +175,7 @@ def run_round_two(
     home: Any,
     topup_report: dict[str, Any],
     *,
-    executor: Any,
+    executor: TicketExecutor,
     run_id: str,
     scorer: Scorer | None = None,
     threshold: float = 0.5,
@@ -209,7 +210,8 @@ def run_round_two(
         topup_report["epochs"],
         topup_report["seed"],
     )
-    status, model = executor(ticket, version)
+    outcome = executor(ticket, version)
+    status, model = outcome["status"], Path(outcome["model"]) if outcome["model"] else None
     out: dict[str, Any] = {
         "slice": plan.slice,
         "slice_effect": plan.slice_effect,

@@ -35,7 +35,8 @@ class ControlServices(HostServices):
 
     def set_reference(self, ticket_id: str) -> None:
         """Make a ticket's model the current best for A/A runs: the gate records it as a move of kind
-        ``reference`` (never a promotion). It goes through the gate's host surface: only the gate opens the vault."""
+        ``reference`` (never a promotion). It goes through the gate's host surface: only the gate opens
+        the vault."""
         from audit.gate_events import pull
         from synthetic.splits import sha256_file
 

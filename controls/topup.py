@@ -22,10 +22,11 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from controls.executor import TicketExecutor
 from controls.rounds import RoundRecord, record_round
 from segfactory.errors import DataError, LimitExceeded, UsageError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
@@ -37,15 +38,6 @@ from synthetic.versions import DatasetVersion, resolve
 
 MAX_DOSE = 100_000  # images added per arm; past this the top-up is refused
 N_BOOT = 1000  # paired bootstrap resamples
-
-
-class ArmExecutor(Protocol):
-    """Runs one ticket on one dataset version; returns (status, model.onnx path or None).
-
-    Never raises for a failed ticket: it returns its status (``DONE`` / ``FAILED`` / ``REFUSED``).
-    """
-
-    def __call__(self, ticket: Ticket, version: DatasetVersion) -> tuple[str, Path | None]: ...
 
 
 @dataclass
@@ -253,42 +245,6 @@ def plot_curve(report: dict[str, Any], path: Path) -> Path:
     return path
 
 
-class RunnerExecutor:
-    """The real executor: ``runner.execute_ticket`` in a sandbox, audited to the home's log."""
-
-    def __init__(
-        self,
-        home: Any,
-        *,
-        backend: Any,
-        base_config: Path | dict[str, Any],
-        run_id: str,
-        gate: Any = None,
-        scheduler: Any = None,
-    ) -> None:
-        self.home, self.backend, self.base_config = home, backend, base_config
-        self.run_id, self.gate, self.scheduler = run_id, gate, scheduler
-
-    def __call__(self, ticket: Ticket, version: DatasetVersion) -> tuple[str, Path | None]:
-        from audit import AuditLog
-        from runner import TicketStatus, execute_ticket
-
-        with AuditLog(self.home, None) as audit:
-            outcome = execute_ticket(
-                ticket,
-                home=self.home,
-                dataset_version=version,
-                backend=self.backend,
-                base_config=self.base_config,
-                audit=audit,
-                gate=self.gate,
-                run_id=self.run_id,
-                scheduler=self.scheduler,
-            )
-        model = self.home.tickets_dir(self.run_id) / ticket.id / "model.onnx"
-        return outcome.status.value, model if outcome.status == TicketStatus.DONE else None
-
-
 Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, W)) -> probabilities (N, H, W)
 
 
@@ -298,7 +254,7 @@ def run_topup(
     *,
     base_ref: str,
     real_path: Path,
-    executor: ArmExecutor,
+    executor: TicketExecutor,
     run_id: str,
     scorer: Scorer | None = None,
     threshold: float = 0.5,
@@ -328,7 +284,8 @@ def run_topup(
         ]
     for arm, n, version in arms:
         ticket = make_ticket(f"{run_id}-{arm}-n{n}", arm, n, version, plan)
-        status, model = executor(ticket, version)
+        outcome = executor(ticket, version)
+        status, model = outcome["status"], Path(outcome["model"]) if outcome["model"] else None
         tickets.append(
             {
                 "ticket": ticket.id,

@@ -89,9 +89,10 @@ def pinned_scoring(
     here = machine_scoring(gpus) if machine is None else machine
     if here.provider != CUDA or here.gpu is None:
         raise ProviderError(
-            f"tier version {version_dir.parent.name} {version_dir.name} is scored with {CUDA} (pinned in {pin}) and "
-            f"this machine cannot run it (no NVIDIA GPU or no {GPU_DISTRIBUTION}); a change of provider is a new "
-            f"version: a person rotates the tier (`segfactory gate rotate --tier {version_dir.parent.name}`)"
+            f"tier version {version_dir.parent.name} {version_dir.name} is scored with {CUDA} "
+            f"(pinned in {pin}) and this machine cannot run it (no NVIDIA GPU or no {GPU_DISTRIBUTION}); "
+            "a change of provider is a new version: a person rotates the tier "
+            f"(`segfactory gate rotate --tier {version_dir.parent.name}`)"
         )
     return here
 

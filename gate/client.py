@@ -112,7 +112,8 @@ class GateClient:
         return str(self._json("POST", "/promote", json={"ticket_id": ticket_id})["model_sha256"])
 
     def retract(self, model_sha256: str, reason: str) -> str | None:
-        """A challenge retracted this model's win: the sha256 the best moved back to, None if it was not the best."""
+        """A challenge retracted this model's win: the sha256 the best moved back to, None if it was not
+        the best."""
         moved = self._json("POST", "/retract", json={"model_sha256": model_sha256, "reason": reason})[
             "moved_to"
         ]
@@ -236,7 +237,8 @@ SERVED_SOCKET = Path("gate-run") / "gate.sock"  # `segfactory gate serve` withou
 
 @contextmanager
 def home_gate(home: Path, role: str = HOST) -> Iterator[GateClient]:
-    """The home's served gate (``<home>/gate-run/gate.sock``) when it answers, else one started for the duration."""
+    """The home's served gate (``<home>/gate-run/gate.sock``) when it answers, else one started for the
+    duration."""
     sock = Path(home) / SERVED_SOCKET
     if sock.exists():
         client = GateClient(socket_path=sock, role=role)

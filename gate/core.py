@@ -189,7 +189,8 @@ class Gate:
             # verdict would be filed under the first model's hash, the one promotion installs.
             reason = (
                 f"ticket {known.ticket_id} is bound to the model first submitted under it (sha256 "
-                f"{known.model_sha256[:12]}…); other bytes ({model_sha[:12]}…) are refused and the ticket is closed"
+                f"{known.model_sha256[:12]}…); other bytes ({model_sha[:12]}…) are refused "
+                "and the ticket is closed"
             )
             self.ledger.finish_query(
                 known.ticket_id, Verdict.INVALID.value, reason, cache=False, best_sha256=self._best_sha()
@@ -238,8 +239,8 @@ class Gate:
         if deadline is not None and not deadline.claim("verdict"):
             took = time.monotonic() - started
             reason = (
-                f"overrun: the verdict took {took:.1f} s, past the fixed answer time, so the agent was answered "
-                f"INVALID; the late verdict was {verdict.value} ({reason})"
+                f"overrun: the verdict took {took:.1f} s, past the fixed answer time, so the agent was "
+                f"answered INVALID; the late verdict was {verdict.value} ({reason})"
             )
             self.ledger.queue_event(
                 "gate.overrun",

@@ -1,4 +1,5 @@
-"""Hardened ONNX intake (trust rule 3): a model is checked as plain protobuf, confined, before anything runs it.
+"""Hardened ONNX intake (trust rule 3): a model is checked as plain protobuf, confined, before anything
+runs it.
 
 ``inspect_model(path)`` reads the file once (``O_NOFOLLOW``, size-capped); ``inspect_bytes(data)``
 sends the bytes to a confined child (``gate._intake_rules`` in the bwrap namespace of

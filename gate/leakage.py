@@ -66,7 +66,8 @@ def check_training_data(home_root: Path, vault: Path, ref: str) -> None:
         exact = [i for i, img in enumerate(held) if image_sha256(img) in train_hashes]
         if exact:
             raise LeakError(
-                f"{len(exact)} train images of {ref} equal {tier} v{version} images (e.g. rows {exact[:MAX_LEAK_EXAMPLES]})"
+                f"{len(exact)} train images of {ref} equal {tier} v{version} images "
+                f"(e.g. rows {exact[:MAX_LEAK_EXAMPLES]})"
             )
         near = _near_matches(train, held)
         if near:

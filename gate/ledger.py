@@ -86,7 +86,8 @@ class Ledger:
         self._lock = threading.RLock()  # one connection shared by the service's threads
 
     def _add_missing_columns(self) -> None:
-        """A ledger written before ``queries.best_sha256`` existed gains it (NULL: compared with no known best)."""
+        """A ledger written before ``queries.best_sha256`` existed gains it (NULL: compared with no known
+        best)."""
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(queries)")}
         if "best_sha256" not in columns:
             self._db.execute("ALTER TABLE queries ADD COLUMN best_sha256 TEXT")
@@ -175,7 +176,8 @@ class Ledger:
                 "UPDATE tier_versions SET spent = spent + 1 WHERE tier = ? AND version = ?", (tier, version)
             )
             db.execute(
-                "INSERT INTO queries (ticket_id, tier, version, model_sha256, ts, verdict, replicate_of, run_id) "
+                "INSERT INTO queries "
+                "(ticket_id, tier, version, model_sha256, ts, verdict, replicate_of, run_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (ticket_id, tier, version, model_sha256, time.time(), PENDING, replicate_of, run_id),
             )
@@ -305,8 +307,9 @@ class Ledger:
             last = db.execute("SELECT seq, hash FROM anchors ORDER BY id DESC LIMIT 1").fetchone()
             if last is not None and (seq < int(last[0]) or (seq == int(last[0]) and digest != str(last[1]))):
                 raise LedgerError(
-                    f"anchor refused: seq {seq} hash {digest[:12]}... is behind the latest anchor seq {last[0]} "
-                    f"hash {str(last[1])[:12]}...; the audit log was cut or rewritten. Keep it for review."
+                    f"anchor refused: seq {seq} hash {digest[:12]}... is behind the latest anchor "
+                    f"seq {last[0]} hash {str(last[1])[:12]}...; the audit log was cut or rewritten. "
+                    "Keep it for review."
                 )
             db.execute(
                 "INSERT INTO anchors (seq, hash, run_id, ts) VALUES (?, ?, ?, ?)",

@@ -124,7 +124,8 @@ def _unexpected_entries(pinned: Path, manifest: dict[str, str]) -> list[str]:
 
 
 def verify_files(pinned: Path, expected_digest: str | None = None) -> str:
-    """Re-hash the copy against its manifest (and the ledger's digest); returns the digest or raises PinError."""
+    """Re-hash the copy against its manifest (and the ledger's digest); returns the digest or raises
+    PinError."""
     if expected_digest is not None and pinned.name != expected_digest:
         raise PinError(
             f"the served copy {pinned} is not the one pinned in the ledger ({expected_digest[:12]}…)"

@@ -1,4 +1,5 @@
-"""The gate service (trust rules 4-5): FastAPI on a Unix socket, or TCP, every request with a bearer credential.
+"""The gate service (trust rules 4-5): FastAPI on a Unix socket, or TCP, every request with a bearer
+credential.
 
 Two credentials, two surfaces. The **agent** credential reaches only what an agent-facing caller
 needs; the **host** credential (the orchestrator, the audit writer, a person's CLI) reaches
@@ -482,8 +483,8 @@ def serve(
     """Run the service until stopped, always with both credentials.
 
     On a Unix socket both are drawn fresh and written beside it (``token_file``); on TCP the host
-    credential is ``token`` (refused when missing: a gate on TCP without a token is unsafe) and the agent credential
-    ``agent_token``, else a random one nobody holds.
+    credential is ``token`` (refused when missing: a gate on TCP without a token is unsafe) and
+    the agent credential ``agent_token``, else a random one nobody holds.
     """
     import uvicorn
 

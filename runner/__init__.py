@@ -14,7 +14,7 @@ from runner._copyout import MAX_MODEL_BYTES, CopiedFile, UnsafeArtifact, copy_ou
 from runner._execute import TIMEOUT_MARGIN_S, AuditSink, GateSubmitter, Scorer, default_scorer, execute_ticket
 from runner._launch import HOST_CONFIG_FILE, LaunchRequest, LaunchResult, SandboxLauncher, WorkerLauncher
 from runner._manifest import SplitDigest, TrainingManifest, training_manifest
-from runner._policy import BudgetPolicy, load_budget_policy, refusal_reason
+from runner._policy import refusal_reason
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import (
     Admission,
@@ -26,6 +26,7 @@ from runner.scheduler import (
     profile_device,
     save_profile,
 )
+from segfactory.budgets import TicketCaps, ticket_caps
 
 __all__ = [
     "HOST_CONFIG_FILE",
@@ -34,7 +35,7 @@ __all__ = [
     "Admission",
     "Attempt",
     "AuditSink",
-    "BudgetPolicy",
+    "TicketCaps",
     "CopiedFile",
     "DeviceProfile",
     "Evidence",
@@ -55,7 +56,7 @@ __all__ = [
     "copy_out",
     "default_scorer",
     "execute_ticket",
-    "load_budget_policy",
+    "ticket_caps",
     "load_profile",
     "open_beneath",
     "profile_device",

@@ -34,13 +34,15 @@ from runner._launch import (
     output_record,
 )
 from runner._manifest import TrainingManifest, training_manifest, write_manifest
-from runner._policy import BudgetPolicy, load_budget_policy, refusal_reason
+from runner._policy import refusal_reason
 from runner._workspace import OUT_DIR
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import Scheduler, is_oom, shrink_for_oom
+from segfactory.budgets import TicketCaps, ticket_caps
 from segfactory.errors import DataError
 from segfactory.home import Home
 from segfactory.records import Actor, CoarseVerdict, Ticket
+from segfactory.seams import AuditSink
 from synthetic.versions import DatasetVersion
 
 TIMEOUT_MARGIN_S = 30.0  # added to the remaining device-second budget per attempt (start-up, export)
@@ -52,16 +54,6 @@ RESULT_FILE = "result.json"
 log = logging.getLogger(__name__)
 
 Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, W)) -> prob (N, 1, H, W)
-
-
-class AuditSink(Protocol):
-    """The audit log as the runner uses it (``audit.AuditLog`` satisfies it)."""
-
-    def append(
-        self, actor: Actor | str, event: str, payload: dict[str, Any], run_id: str | None = None
-    ) -> Any: ...
-
-    def put_blob(self, data: bytes) -> str: ...
 
 
 class GateSubmitter(Protocol):
@@ -127,7 +119,7 @@ def execute_ticket(
     run_id: str = "adhoc",
     scheduler: Scheduler | None = None,
     scorer: Scorer = default_scorer,
-    budget_policy: BudgetPolicy | None = None,
+    budget_policy: TicketCaps | None = None,
     progress: Callable[[str], None] | None = None,
     wall_left_s: float | None = None,
 ) -> TicketOutcome:
@@ -137,7 +129,7 @@ def execute_ticket(
     ticket is not started with less than ``MIN_WALL_S``. ``progress`` receives a line per epoch
     the worker reports while it trains (the sandbox's claim, for people)."""
     started = time.monotonic()
-    policy = budget_policy or load_budget_policy(_profile_of(home))
+    policy = budget_policy or ticket_caps(_profile_of(home))
     config, reason = _checked_config(ticket, dataset_version, base_config, policy)
     ticket_dir = home.tickets_dir(run_id) / ticket.id
     if reason is None and ticket_dir.exists():
@@ -195,7 +187,7 @@ def _launcher(backend: WorkerLauncher | str) -> WorkerLauncher:
 
 
 def _checked_config(
-    ticket: Ticket, dataset: DatasetVersion, base: dict[str, Any] | Path, policy: BudgetPolicy
+    ticket: Ticket, dataset: DatasetVersion, base: dict[str, Any] | Path, policy: TicketCaps
 ) -> tuple[dict[str, Any] | None, str | None]:
     """(validated config, None), or (None, why the ticket is refused)."""
     reason = refusal_reason(ticket, policy)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from segfactory.records import Actor
+from segfactory.seams import AuditSink
 
 TAIL_BYTES = 8 * 1024  # stdout/stderr kept in a LaunchResult; past it: the tail, *_truncated=true, *_bytes
 
@@ -72,14 +73,6 @@ class WorkerLauncher(Protocol):
     name: str
 
     def launch(self, request: LaunchRequest) -> LaunchResult: ...
-
-
-class AuditSink(Protocol):
-    """The audit log as the launcher's helpers use it (``audit.AuditLog`` satisfies it)."""
-
-    def append(
-        self, actor: Actor | str, event: str, payload: dict[str, Any], run_id: str | None = None
-    ) -> Any: ...
 
 
 def tail(data: bytes, limit: int = TAIL_BYTES) -> str:

@@ -1,57 +1,25 @@
 """Checks a ticket must pass before anything starts: budget within policy, paths in /work.
 
-The budget limits come from ``policies/budgets.yaml`` when it exists (``profiles.<profile>.ticket``
-with ``max_device_seconds`` and ``max_epochs``); otherwise from the named constants below. A ticket
-that fails a check is REFUSED: no workspace is made, no sandbox starts, no query is spent.
+The budget limits are the profile's ``ticket`` caps in ``policies/budgets.yaml``
+(``segfactory.budgets.ticket_caps``: ``max_device_seconds`` and ``max_epochs``). A ticket that
+fails a check is REFUSED: no workspace is made, no sandbox starts, no query is spent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from segfactory.errors import PolicyError
-from segfactory.home import SOURCE_ROOT
+from segfactory.budgets import TicketCaps
 from segfactory.records import Ticket, TicketKind
 
-MAX_TICKET_DEVICE_SECONDS = 2 * 3600.0  # seconds of device time one ticket may spend, by default
-MAX_TICKET_EPOCHS = 200  # epochs one ticket may train, by default
-BUDGETS_FILE = SOURCE_ROOT / "policies" / "budgets.yaml"
 WORKSPACE_MOUNT = PurePosixPath("/work")  # where the ticket's workspace appears in the sandbox
 CODE_DIR = "code"  # code tickets: the training code copy, beneath the workspace
 RUNNABLE_KINDS = frozenset({TicketKind.CONFIG, TicketKind.CODE, TicketKind.DATA, TicketKind.CURATION})
 
 
-class BudgetPolicy(BaseModel):
-    """The most one ticket may ask for."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    max_device_seconds: float = Field(default=MAX_TICKET_DEVICE_SECONDS, gt=0)
-    max_epochs: int = Field(default=MAX_TICKET_EPOCHS, ge=1)
-
-
-def load_budget_policy(profile: str = "default", path: Path = BUDGETS_FILE) -> BudgetPolicy:
-    """The profile's ticket section of ``budgets.yaml``; the defaults when the file is absent."""
-    if not path.is_file():
-        return BudgetPolicy()
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-        profiles = data.get("profiles", {})
-        if profile not in profiles:
-            raise PolicyError(
-                f"{path}: no budget for profile {profile!r}; known: {', '.join(sorted(profiles))}"
-            )
-        return BudgetPolicy.model_validate(profiles[profile].get("ticket", {}))
-    except (yaml.YAMLError, ValidationError, AttributeError) as exc:
-        raise PolicyError(f"{path}: invalid budget policy ({exc}); fix the file") from None
-
-
-def refusal_reason(ticket: Ticket, policy: BudgetPolicy) -> str | None:
+def refusal_reason(ticket: Ticket, policy: TicketCaps) -> str | None:
     """Why ``ticket`` must not start, or None when it may."""
     if ticket.kind not in RUNNABLE_KINDS:
         return f"ticket kind {ticket.kind.value!r} is not runnable; it goes to the approvals queue"

@@ -1,10 +1,11 @@
 """One memory measurement, run as its own process by ``runner.scheduler``.
 
 ``python -m runner._probe --preset P --batch-size B --image-size S --device cpu|cuda
-[--decoder-width W]`` builds the preset's model (at that decoder width), runs one training step (forward, BCE loss, backward, AdamW step) on a random
-batch and exits. On CPU the parent reads this process's peak RSS from ``os.wait4``; on CUDA the
-probe writes ``{"peak_bytes": torch.cuda.max_memory_allocated()}`` on stdout. This is host code
-measuring itself, not ticket code: it runs outside any sandbox.
+[--decoder-width W]`` builds the preset's model (at that decoder width), runs one training step
+(forward, BCE loss, backward, AdamW step) on a random batch and exits. On CPU the parent reads
+this process's peak RSS from ``os.wait4``; on CUDA the probe writes
+``{"peak_bytes": torch.cuda.max_memory_allocated()}`` on stdout. This is host code measuring itself,
+not ticket code: it runs outside any sandbox.
 """
 
 from __future__ import annotations

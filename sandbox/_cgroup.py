@@ -65,8 +65,8 @@ def run_cgroup(limits: Limits) -> CgroupV1 | CgroupV2 | None:
         return None
     raise SandboxError(
         f"refusing to start a bwrap sandbox without a whole-sandbox memory limit: no writable cgroup v1 "
-        f"hierarchy, and {why}. Run as root, delegate a cgroup2 subtree and set ${PARENT_ENV} (docs/sandbox.md), "
-        f"or accept per-process limits with {MEMORY_ENV}={PER_PROCESS}"
+        f"hierarchy, and {why}. Run as root, delegate a cgroup2 subtree and set ${PARENT_ENV} "
+        f"(docs/sandbox.md), or accept per-process limits with {MEMORY_ENV}={PER_PROCESS}"
     )
 
 

@@ -37,7 +37,10 @@ def _home_reason(path: Path) -> str | None:
     if not parts or parts[0] not in HOME_MOUNTABLE:
         return f"the factory home {home} (only its {' and '.join(HOME_MOUNTABLE)} folders may be mounted)"
     if parts[0] == "runs" and len(parts) < 3:  # runs/ and runs/<id>/ hold each run's people/
-        return f"{'the runs folder' if len(parts) == 1 else 'a whole run'}, which holds people/ (mount a ticket's folder)"
+        return (
+            f"{'the runs folder' if len(parts) == 1 else 'a whole run'}, which holds people/ "
+            "(mount a ticket's folder)"
+        )
     if parts[0] == "runs" and parts[2] == "people":
         return "a run's people/ folder (for people only)"
     return None

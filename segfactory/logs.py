@@ -54,7 +54,8 @@ def _processor_formatter(json_lines: bool) -> logging.Formatter:
 
 
 def configure(*, json_lines: bool | None = None, level: str | None = None) -> None:
-    """Route the root logger through structlog; ``None`` reads the environment (default: readable, WARNING)."""
+    """Route the root logger through structlog; ``None`` reads the environment (default: readable,
+    WARNING)."""
     if json_lines is None:
         json_lines = os.environ.get(JSON_ENV, "") not in ("", "0")
     handler = logging.StreamHandler(sys.stderr)

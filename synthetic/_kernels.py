@@ -274,9 +274,10 @@ def expose_kernel(
 ) -> int:  # pragma: no cover
     """``out`` = the normalised reading of a transmission ``e = exp(-A)`` (float32 (H, W) arrays).
 
-    ``acq`` = [scatter, dose, gain, offset, read noise, normalisation, low-count threshold]. ``raw`` holds one uint64 per two pixels (empty: no noise). Writes the
-    expected counts into ``lam`` and returns how many pixels are below the threshold: the caller
-    redraws those with Poisson counts.
+    ``acq`` = [scatter, dose, gain, offset, read noise, normalisation, low-count threshold].
+    ``raw`` holds one uint64 per two pixels (empty: no noise). Writes the expected counts into
+    ``lam`` and returns how many pixels are below the threshold: the caller redraws those with
+    Poisson counts.
     """
     h, w = e.shape
     scatter, dose, gain, offset, read, scale, threshold = (

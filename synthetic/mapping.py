@@ -234,8 +234,8 @@ def _saturation_warnings(mapping: IntensityMapping, bits: str, raw: np.ndarray) 
     if mapping.mode == "bit-depth" and above:
         out.append(
             f"{above} pixels ({above / raw.size:.2%}) lie above {high:g}, the top of the declared "
-            f"{mapping.depth_of(int(bits))}-bit range, and were clipped to 1.0; pass --bit-depth {needed_depth(vmax)} "
-            f"or a --window that reaches {vmax}"
+            f"{mapping.depth_of(int(bits))}-bit range, and were clipped to 1.0; "
+            f"pass --bit-depth {needed_depth(vmax)} or a --window that reaches {vmax}"
         )
     expect = (
         (0.0, 0.0)

@@ -1,4 +1,5 @@
-"""Declared dependencies: the checkpoint stack is pinned past its known flaws, and every import is declared."""
+"""Declared dependencies: the checkpoint stack is pinned past its known flaws, and every import is
+declared."""
 
 from __future__ import annotations
 

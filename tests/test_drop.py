@@ -150,8 +150,8 @@ def test_as_segfactory_with_the_sockets_group_a_docker_sandbox_writes_its_own_wo
         folder.mkdir()
         os.chown(folder, me.pw_uid, me.pw_gid)
     script = (
-        "import sys; from pathlib import Path; from sandbox import get_backend; from sandbox import SandboxSpec; "
-        "from segfactory.errors import SandboxError\n"
+        "import sys; from pathlib import Path; from sandbox import get_backend; "
+        "from sandbox import SandboxSpec; from segfactory.errors import SandboxError\n"
         "try:\n"
         f"    r = get_backend('docker').run(SandboxSpec(command=['sh', '-c', 'id -u > /work/uid'], "
         f"workspace=Path({str(workspace)!r}), timeout_s=60))\n"

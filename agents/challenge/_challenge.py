@@ -43,7 +43,7 @@ class ChallengeSetup:
     """What a challenge needs. ``backend`` is a sandbox name or a ``runner.WorkerLauncher``."""
 
     home: Home
-    audit: Any  # runner.AuditSink (audit.AuditLog)
+    audit: Any  # segfactory.seams.AuditSink (audit.AuditLog)
     backend: Any = "bwrap"
     scheduler: Any = None  # runner.Scheduler; None: Scheduler.for_home
     scorer: Any = None  # runner.Scorer; None: runner.default_scorer (the confined scorer)
@@ -57,7 +57,8 @@ class ChallengeSetup:
 def challenge_ticket(
     setup: ChallengeSetup, ticket_id: str, *, seeds: int | None = None, run_id: str | None = None
 ) -> ChallengeRecord:
-    """Re-derive ``ticket_id``'s claimed result; raises UsageError / LimitExceeded (audited) before running."""
+    """Re-derive ``ticket_id``'s claimed result; raises UsageError / LimitExceeded (audited) before
+    running."""
     policy = setup.policy or load_policy()
     k = policy.default_seeds if seeds is None else seeds
     try:

@@ -72,7 +72,7 @@ class FinetuneSetup:
     """What a finetune needs; ``backend`` is a sandbox name or a ``runner.WorkerLauncher``."""
 
     home: Home
-    audit: Any  # runner.AuditSink (audit.AuditLog)
+    audit: Any  # segfactory.seams.AuditSink (audit.AuditLog)
     backend: Any = "bwrap"
     gate: Any = None  # gate.client.GateClient: submit the finetuned model (None: host dev metrics only)
     scheduler: Any = None

@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from agents._audit import AuditSink
 from agents.llm._provider import LLMProvider, ProviderFailure
 from agents.llm._types import LLMReply, ToolResultTurn, ToolSpec, Turn, UserTurn
 from agents.llm._usage import LLMUsage
 from segfactory.errors import SegfactoryError
 from segfactory.records import Actor
+from segfactory.seams import AuditSink
 
 MAX_LLM_ATTEMPTS = 4  # per logical call, all failure kinds together; past it: LLMFailed
 BACKOFF_BASE_S = 1.0  # first wait after a transient failure; doubles each time

@@ -12,11 +12,11 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from agents._audit import AuditSink
 from agents._capture import CapturingTransport
 from agents.llm._types import LLMReply, ToolSpec, Turn
 from segfactory.errors import SegfactoryError, UsageError
 from segfactory.records import Actor
+from segfactory.seams import AuditSink
 
 REQUEST_TIMEOUT_S = 60.0  # per HTTP attempt; past it the attempt fails as kind "timeout" and is retried
 MAX_OUTPUT_TOKENS = 4096  # per reply (Anthropic requires a bound)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agents._audit import AuditSink
 from agents.context import ProposerContext
 from agents.proposer._base import Proposer, Rejected, TicketDraft
 from segfactory.records import Actor, Arm, Ticket, TicketKind
+from segfactory.seams import AuditSink
 
 MAX_PROPOSAL_ROUNDS = 3  # first ask + 2 re-asks; past it the loop goes on with what it has
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from agents._audit import AuditSink
 from agents.llm import KNOWN_PROVIDERS, LLMCaller, LLMUsage, make_provider
 from agents.llm._call import BACKOFF_BASE_S
 from agents.llm._provider import REQUEST_TIMEOUT_S
@@ -14,6 +13,7 @@ from agents.proposer.llm import LLMProposer
 from agents.proposer.rules import RulesProposer
 from segfactory.errors import UsageError
 from segfactory.records import Actor, Budget
+from segfactory.seams import AuditSink
 
 KNOWN_PROPOSERS = ("rules", *KNOWN_PROVIDERS)
 

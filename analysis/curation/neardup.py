@@ -300,7 +300,8 @@ def thumbnail_rms(images: Any, i: np.ndarray, j: np.ndarray) -> np.ndarray:
 
 
 def hash_duplicates(prints: Fingerprints, images: np.ndarray, max_bits: int = NEAR_NEIGHBOUR_BITS) -> Pairs:
-    """Copies up to noise (``synthetic.phash`` rule): hash within ``max_bits``, thumbnails within DUPLICATE_RMS."""
+    """Copies up to noise (``synthetic.phash`` rule): hash within ``max_bits``, thumbnails within
+    DUPLICATE_RMS."""
     found = candidate_pairs(prints, max_bits)
     keep = thumbnail_rms(images, found.i, found.j) <= DUPLICATE_RMS
     return Pairs(found.i[keep], found.j[keep], found.bits[keep], found.cosine[keep])
@@ -312,7 +313,8 @@ def near_duplicates(
     max_bits: int = NEAR_NEIGHBOUR_BITS,
     min_cosine: float = EMBED_MIN_COSINE,
 ) -> Pairs:
-    """Near duplicates at the documented thresholds: hash copies (pHash + thumbnail RMS) or embedding cosine."""
+    """Near duplicates at the documented thresholds: hash copies (pHash + thumbnail RMS) or embedding
+    cosine."""
     return union(hash_duplicates(prints, images, max_bits), embedding_pairs(prints, min_cosine))
 
 

@@ -22,7 +22,8 @@ from agents.incumbent import Incumbent
 from agents.judge import Judge
 from agents.llm import LLMUsage
 from agents.proposer import get_proposer
-from agents.validate import RunCaps, load_budget_policy, ticket_problems
+from agents.validate import ticket_problems
+from segfactory.budgets import RunCaps, load_budget_policy
 from segfactory.records import Budget, CoarseVerdict, Ticket, TicketKind, Verdict
 from tests.agents.conftest import recommendation
 
@@ -191,7 +192,8 @@ def make_services(**kw: Any) -> StubFactoryServices:
 
 
 def main() -> None:
-    """``python -m tests.agents._stubs HOME WORKDIR RUN_ID KILL_AT|- [--resume]``: one run in its own process."""
+    """``python -m tests.agents._stubs HOME WORKDIR RUN_ID KILL_AT|- [--resume]``: one run in its own
+    process."""
     import sys
 
     from agents.graph import run_loop

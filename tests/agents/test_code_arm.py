@@ -18,9 +18,10 @@ from agents.code_arm import CodeArm, CodeArmFailed, CodeArmProposer, _fresh, cha
 from agents.context import ProposerContext
 from agents.llm import LLMCaller, LLMUsage, make_provider
 from agents.proposer import TicketDraft, get_proposer, propose_valid
-from agents.validate import load_budget_policy, ticket_problems
+from agents.validate import ticket_problems
 from agents.workspace import Workspace
 from runner._workspace import materialise
+from segfactory.budgets import load_budget_policy
 from segfactory.home import SOURCE_ROOT
 from segfactory.records import Actor, Arm, Budget, Ticket
 from tests.agents.conftest import Log

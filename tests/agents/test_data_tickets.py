@@ -51,7 +51,8 @@ def test_a_run_opens_with_the_unchanged_base_config_and_it_passes_validation() -
     from agents.context import DevAnalysis, VerdictEntry, build_context
     from agents.proposer import to_ticket
     from agents.proposer.rules import RulesProposer
-    from agents.validate import load_budget_policy, ticket_problems
+    from agents.validate import ticket_problems
+    from segfactory.budgets import load_budget_policy
     from tests.agents.conftest import recommendation
 
     analysis = DevAnalysis(summary="s", recommendations=(recommendation("r1", "optim.lr", 0.001),))

@@ -15,7 +15,8 @@ from agents.graph import LoopDeps, build_graph, run_loop
 from agents.judge import Judge, make_reviewer
 from agents.llm import LLMUsage
 from agents.proposer import get_proposer
-from agents.validate import RunCaps, load_budget_policy, ticket_problems
+from agents.validate import ticket_problems
+from segfactory.budgets import RunCaps, load_budget_policy
 from segfactory.records import Budget, Ticket
 from tests.agents._stubs import StubFactoryServices, make_services
 from tests.agents.conftest import Log

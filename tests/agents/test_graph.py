@@ -19,7 +19,8 @@ from agents.graph import FactoryState, LoopDeps, build_graph, run_loop
 from agents.judge import Judge
 from agents.llm import LLMUsage
 from agents.proposer import get_proposer
-from agents.validate import RunCaps, load_budget_policy, ticket_problems
+from agents.validate import ticket_problems
+from segfactory.budgets import RunCaps, load_budget_policy
 from segfactory.records import Budget
 from tests.agents._stubs import SENTINEL, Crash, StubFactoryServices, make_graph, make_services
 from tests.agents.conftest import Log

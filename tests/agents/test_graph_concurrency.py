@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.graph import FactoryState, LoopDeps, build_graph, run_loop
-from agents.validate import RunCaps
+from segfactory.budgets import RunCaps
 from segfactory.records import Ticket
 from tests.agents._stubs import StubFactoryServices, make_services
 from tests.agents.conftest import Log

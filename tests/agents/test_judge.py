@@ -217,7 +217,7 @@ def test_a_run_records_its_judge_so_a_resume_keeps_it(
     proposer: str, judge: str | None, recorded: str, tmp_path: Any
 ) -> None:
     from agents.run import RunRequest, _run_record, load_run_defaults
-    from agents.validate import RunCaps
+    from segfactory.budgets import RunCaps
     from segfactory.home import Home
 
     home = Home(tmp_path / "home")
@@ -242,7 +242,7 @@ def test_the_run_loop_wires_the_recorded_judge_and_code_arm(
     from agents._run_loop import _deps
     from agents.code_arm import CodeArmProposer
     from agents.run import RunRequest, load_run_defaults
-    from agents.validate import RunCaps
+    from segfactory.budgets import RunCaps
     from tests.agents._stubs import make_services
 
     home = audit_log.home

@@ -10,7 +10,8 @@ import pytest
 from agents.context import ProposerContext
 from agents.llm import MAX_ATTACHMENT_BYTES, LLMUsage
 from agents.proposer import MAX_PROPOSAL_ROUNDS, get_proposer, propose_valid
-from agents.validate import load_budget_policy, ticket_problems
+from agents.validate import ticket_problems
+from segfactory.budgets import load_budget_policy
 from segfactory.errors import DataError, LimitExceeded
 from segfactory.records import Arm, Budget, Ticket
 from tests.agents.conftest import Log

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from agents.validate import BUDGETS_POLICY, load_budget_policy, ticket_problems
+from agents.validate import ticket_problems
+from segfactory.budgets import BUDGETS_POLICY, load_budget_policy
 from segfactory.errors import PolicyError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 

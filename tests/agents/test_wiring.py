@@ -101,7 +101,8 @@ def test_the_run_stops_when_the_next_ticket_would_pass_the_wall_time(audit_log: 
     from agents.judge import Judge
     from agents.llm import LLMUsage
     from agents.proposer import get_proposer
-    from agents.validate import RunCaps, load_budget_policy, ticket_problems
+    from agents.validate import ticket_problems
+    from segfactory.budgets import RunCaps, load_budget_policy
     from segfactory.records import Budget
 
     policy = load_budget_policy()

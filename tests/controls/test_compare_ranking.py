@@ -59,15 +59,17 @@ def test_without_a_worst_slice_score_the_ranking_says_so() -> None:
 
 
 def test_the_nnunet_ticket_is_one_run_at_the_arms_budget() -> None:
-    from runner import BudgetPolicy, refusal_reason
+    from runner import TicketCaps, refusal_reason
     from runner._workspace import ticket_config
 
     ticket = nnunet_ticket("cmp", 480.0, seed=7)
     config = ticket_config({"epochs": 2, "batch_size": 16}, ticket)
     assert config["engine"] == "nnunet" and config["epochs"] == NNUNET_MAX_EPOCHS
     assert config["nnunet"]["time_budget_s"] == 470.0 and config["seed"] == 7
-    assert refusal_reason(ticket, BudgetPolicy(max_device_seconds=480, max_epochs=NNUNET_MAX_EPOCHS)) is None
-    assert "exceeds the policy limit" in str(refusal_reason(ticket, BudgetPolicy(max_device_seconds=120)))
+    assert refusal_reason(ticket, TicketCaps(max_device_seconds=480, max_epochs=NNUNET_MAX_EPOCHS)) is None
+    assert "exceeds the policy limit" in str(
+        refusal_reason(ticket, TicketCaps(max_device_seconds=120, max_epochs=NNUNET_MAX_EPOCHS))
+    )
 
 
 def test_the_nnunet_arm_reads_its_ticket_and_plan(tmp_path: Path) -> None:

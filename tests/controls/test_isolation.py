@@ -18,7 +18,8 @@ from segfactory.home import Home
 
 
 class LedgerStore:
-    """``BestStore`` over the gate's ledger itself; ``restore`` records a ``reference`` move as the gate does."""
+    """``BestStore`` over the gate's ledger itself; ``restore`` records a ``reference`` move as the gate
+    does."""
 
     def __init__(self, path: Path, budget: int = 3) -> None:
         self.ledger = Ledger(path)

@@ -15,7 +15,7 @@ import pytest
 
 from audit import AuditLog, MemoryAnchorStore
 from controls.nnunet_arm import NNUNET_MAX_EPOCHS, nnunet_ticket
-from runner import BudgetPolicy, TicketStatus, execute_ticket
+from runner import TicketCaps, TicketStatus, execute_ticket
 from runner.scheduler import Scheduler
 from segfactory.home import Home
 from synthetic.splits import write_split
@@ -65,7 +65,7 @@ def test_the_nnunet_ticket_trains_in_the_sandbox(
     ticket = ticket.model_copy(
         update={"change": {**ticket.change, "epochs": 2, "nnunet": {**ticket.change["nnunet"], **TINY}}}
     )
-    policy = BudgetPolicy(max_device_seconds=150.0, max_epochs=NNUNET_MAX_EPOCHS)
+    policy = TicketCaps(max_device_seconds=150.0, max_epochs=NNUNET_MAX_EPOCHS)
     base = {
         "model": {"name": "unet-mobilenetv3"},
         "epochs": 1,
@@ -101,7 +101,7 @@ def test_the_nnunet_ticket_trains_in_the_sandbox(
         base_config=base,
         audit=audit_log,
         run_id="r1",
-        budget_policy=BudgetPolicy(max_device_seconds=120.0),
+        budget_policy=TicketCaps(max_device_seconds=120.0, max_epochs=NNUNET_MAX_EPOCHS),
     )
     assert (
         refused.status == TicketStatus.REFUSED

@@ -11,7 +11,8 @@ import pytest
 
 from analysis.curation import Action, Plan, PlanItem, apply_plan, curate_defects
 from analysis.curation.images import curate_images
-from controls.curate_compare import RunnerExecutor, compare_plan, control_plan
+from controls.curate_compare import compare_plan, control_plan
+from controls.executor import RunnerExecutor
 from segfactory.errors import DataError
 from segfactory.home import Home
 from segfactory.records import Ticket
@@ -181,6 +182,7 @@ def test_compare_runs_both_arms_through_the_runner_in_bwrap(tmp_home: Path, tmp_
         executor = RunnerExecutor(
             home,
             backend="bwrap",
+            run_id="curation",
             audit=audit,
             scheduler=scheduler,
             base_config={"model": {"name": "unet-mobilenetv3"}, "epochs": 1, "batch_size": 8, "threads": 1},

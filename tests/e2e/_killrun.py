@@ -84,7 +84,8 @@ class KillRun:
         return self.finish(self.start(*args, extra_env=extra_env), list(args), started)
 
     def run_and_kill_in_sandbox(self, *args: str) -> tuple[Invocation, str]:
-        """Start a run, wait until its first ticket's sandbox runs, kill -9 the whole run; (result, run id)."""
+        """Start a run, wait until its first ticket's sandbox runs, kill -9 the whole run;
+        (result, run id)."""
         started = time.monotonic()
         proc = self.start(*args)
         try:
@@ -216,10 +217,10 @@ def sentinel_hits(
     """Where ``value`` (or any of ``also``) shows up in what an agent can see; empty lists: nowhere.
 
     prompts: the bytes the fake LLM received plus every blob an ``llm_*`` record references
-    (HTTP request and response bodies byte for byte); workspaces: every file under runs/<id>/tickets/ (set-aside ones included); graph
-    state: the raw checkpoint database and every decoded checkpoint; tool results: every audit
-    record of an agent-side actor (proposer, code agent, judge, runner, sandbox, scheduler) and the
-    blobs it references.
+    (HTTP request and response bodies byte for byte); workspaces: every file under
+    runs/<id>/tickets/ (set-aside ones included); graph state: the raw checkpoint database and
+    every decoded checkpoint; tool results: every audit record of an agent-side actor (proposer,
+    code agent, judge, runner, sandbox, scheduler) and the blobs it references.
     """
     from audit.blobs import BlobStore, blob_refs
 

@@ -1,12 +1,12 @@
 """A planted weakness: train data without small voids leads the loop to name them, try a fix, score it.
 
 A real demo home (``segfactory init``), then a training version drawn by the same generator with
-no pore under 6 px across (its dev split is the home's own, small voids included). The loop runs on it with the real runner,
-bwrap sandbox, analysis, action catalogue and prediction scoring; only the gate is a scripted
-stand-in (the base ticket and its replicate WIN, everything else NO_WIN), since what is under
-test is the loop, not the gate's statistics. The promoted base model never saw a small void; the
-re-analysis of it must name a small-size slice, the loop must try the targeted top-up for it on
-that model, and the prediction must be scored on dev, whichever way it goes.
+no pore under 6 px across (its dev split is the home's own, small voids included). The loop runs
+on it with the real runner, bwrap sandbox, analysis, action catalogue and prediction scoring; only
+the gate is a scripted stand-in (the base ticket and its replicate WIN, everything else NO_WIN),
+since what is under test is the loop, not the gate's statistics. The promoted base model never saw
+a small void; the re-analysis of it must name a small-size slice, the loop must try the targeted
+top-up for it on that model, and the prediction must be scored on dev, whichever way it goes.
 """
 
 from __future__ import annotations
@@ -111,9 +111,10 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
     from agents.llm import LLMUsage
     from agents.proposer.rules import RulesProposer
     from agents.services import BASELINE_MODEL, HostServices, RunSetup
-    from agents.validate import RunCaps, load_budget_policy, ticket_problems
+    from agents.validate import ticket_problems
     from audit import AuditLog
     from audit.anchor import MemoryAnchorStore
+    from segfactory.budgets import RunCaps, load_budget_policy
     from segfactory.home import Home
     from segfactory.records import Budget, TicketKind
     from synthetic.splits import sha256_file

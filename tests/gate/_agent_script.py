@@ -21,7 +21,7 @@ from agents.llm import LLMUsage
 from agents.proposer import get_proposer, to_ticket
 from audit import AuditLog, MemoryAnchorStore
 from gate.client import running_gate
-from runner import LaunchRequest, LaunchResult, execute_ticket, load_budget_policy
+from runner import LaunchRequest, LaunchResult, execute_ticket, ticket_caps
 from segfactory.home import Home
 from segfactory.records import Budget, CoarseVerdict, Ticket
 from synthetic.splits import write_split
@@ -121,7 +121,7 @@ def run_script(home_root: Path, dataset: DatasetVersion, fake_url: str, response
                 audit=audit,
                 run_id=RUN_ID,
                 scheduler=scheduler,
-                budget_policy=load_budget_policy("demo"),
+                budget_policy=ticket_caps("demo"),
             )
             assert outcome.evidence is not None, outcome.reason
             model = home.tickets_dir(RUN_ID) / ticket.id / "model.onnx"  # as HostServices.submit does

@@ -68,7 +68,8 @@ def _ids(pid: int) -> tuple[int, int, list[int], int]:
 
 
 def _listener(port: int, timeout: float = 60.0) -> int:
-    """The pid of the process that holds the TCP listener on ``port`` (the link is printed before it binds)."""
+    """The pid of the process that holds the TCP listener on ``port`` (the link is printed before it
+    binds)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pid = _holder(port)
@@ -198,7 +199,10 @@ def test_the_gate_user_cannot_write_its_pinned_copy(separated_home: Path) -> Non
     gate_ids = (entry.pw_uid, entry.pw_gid, [entry.pw_gid, *os.getgrouplist(users.GATE_USER, entry.pw_gid)])
     out = _as(
         gate_ids,
-        'mkdir "$1/gate/__pycache__" 2>&1; echo x >> "$1/gate/core.py" 2>&1; chmod u+w "$1/gate/core.py" 2>&1',
+        (
+            'mkdir "$1/gate/__pycache__" 2>&1; echo x >> "$1/gate/core.py" 2>&1; '
+            'chmod u+w "$1/gate/core.py" 2>&1'
+        ),
         str(pinned),
     )
     said = out.stdout + out.stderr  # the shell reports a refused redirection on its own stderr

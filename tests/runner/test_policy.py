@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from runner import BudgetPolicy, load_budget_policy, refusal_reason
+from runner import TicketCaps, refusal_reason, ticket_caps
+from segfactory.budgets import BUDGETS_POLICY
 from segfactory.errors import PolicyError
 from segfactory.records import Ticket
 
-POLICY = BudgetPolicy(max_device_seconds=120, max_epochs=10)
+POLICY = TicketCaps(max_device_seconds=120, max_epochs=10)
 
 
 def ticket(
@@ -71,14 +72,17 @@ def test_data_requests_do_not_run() -> None:
 
 
 def test_budgets_come_from_the_policy_file_per_profile(tmp_path: Path) -> None:
-    assert load_budget_policy("demo").max_device_seconds == 120  # policies/budgets.yaml
-    assert load_budget_policy("default", tmp_path / "absent.yaml") == BudgetPolicy()
-    bad = tmp_path / "budgets.yaml"
-    bad.write_text("profiles: {demo: {ticket: {max_epochs: -1}}}\n")
+    assert ticket_caps("demo").max_device_seconds == 120  # policies/budgets.yaml
+    assert ticket_caps("demo") == TicketCaps(max_device_seconds=120, max_epochs=10)
+    with pytest.raises(PolicyError, match="invalid budget policy"):  # the runner has no fallback caps
+        ticket_caps("default", tmp_path / "absent.yaml")
+    bad = _write(
+        tmp_path / "budgets.yaml", BUDGETS_POLICY.read_text().replace("max_epochs: 10", "max_epochs: -1")
+    )
     with pytest.raises(PolicyError, match="invalid budget policy"):
-        load_budget_policy("demo", bad)
-    with pytest.raises(PolicyError, match="no budget for profile 'demo'"):
-        load_budget_policy("demo", _write(tmp_path / "other.yaml", "profiles: {default: {}}\n"))
+        ticket_caps("demo", bad)
+    with pytest.raises(PolicyError, match="no profile 'nightly'"):
+        ticket_caps("nightly")
 
 
 def _write(path: Path, text: str) -> Path:

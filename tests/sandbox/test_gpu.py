@@ -68,7 +68,8 @@ def test_no_assignment_binds_nothing_and_sets_nothing(tmp_path: Path) -> None:
     [
         (
             [2],
-            "GPU 2 was assigned to the sandbox but is not on this machine; GPUs here: 0 (NVIDIA H200), 1 (NVIDIA H200)",
+            "GPU 2 was assigned to the sandbox but is not on this machine; "
+            "GPUs here: 0 (NVIDIA H200), 1 (NVIDIA H200)",
         ),
         ([0, 0], "names a GPU twice"),
     ],

@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not host_gpus(), reason="no NV
 PROBE = (
     "import json, torch; n = torch.cuda.device_count(); "
     "print(json.dumps([n, torch.cuda.get_device_name(0) if n else None, "
-    "float((torch.ones(256, 256, device='cuda') @ torch.ones(256, 256, device='cuda')).sum()) if n else None]))"
+    "float((torch.ones(256, 256, device='cuda') @ torch.ones(256, 256, device='cuda')).sum()) "
+    "if n else None]))"
 )
 
 

@@ -25,10 +25,11 @@ from tests.sandbox.conftest import small_limits
 # serial: the bombs load the whole host, and the leak checks count every run cgroup on it
 pytestmark = pytest.mark.serial
 Run = Callable[..., SandboxResult]
-STATIC_READER = r"""
+STATIC_READER = """
 #include <fcntl.h>
 #include <unistd.h>
-int main(int argc, char **argv) { char b[16]; int fd = open(argv[1], O_RDONLY); return fd < 0 ? 1 : read(fd, b, 16) < 0; }
+int main(int argc, char **argv) { char b[16]; int fd = open(argv[1], O_RDONLY); \
+return fd < 0 ? 1 : read(fd, b, 16) < 0; }
 """
 
 
@@ -165,7 +166,9 @@ def test_decoy_reads_are_detected_whatever_the_reader(
     readers = {
         "/data/holdout/images.npy": "cat /data/holdout/images.npy | head -c 16 >/dev/null",
         "/data/holdout/labels.npy": "python -S -c \"open('/data/holdout/labels.npy','rb').read(16)\"",
-        "/vault/confirm-a/v1/masks.npy": "python -I -c \"import ctypes; ctypes.CDLL(None).open(b'/vault/confirm-a/v1/masks.npy', 0)\"",
+        "/vault/confirm-a/v1/masks.npy": (
+            "python -I -c \"import ctypes; ctypes.CDLL(None).open(b'/vault/confirm-a/v1/masks.npy', 0)\""
+        ),
     }
     if static_reader is not None:
         shutil.copy(static_reader, tmp_path / "ws" / "reader")
@@ -290,7 +293,8 @@ def test_hook_events_past_the_cap_are_a_monitoring_gap(run_in: Run) -> None:
     lines = HOOK_MAX_EVENTS + 500
     writer = (
         "import json\nwith open('/run/segfactory/hook.jsonl', 'a') as f:\n"
-        f"    for i in range({lines}): f.write(json.dumps({{'ts': 1.0, 'path': f'/data/holdout/{{i}}'}}) + '\\n')"
+        f"    for i in range({lines}): "
+        f"f.write(json.dumps({{'ts': 1.0, 'path': f'/data/holdout/{{i}}'}}) + '\\n')"
     )
     result = run_in(["python", "-I", "-c", writer])
     assert result.exit_code == 0, result.stderr.data

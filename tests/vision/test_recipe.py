@@ -1,4 +1,5 @@
-"""nnU-Net's recipe in the factory's own trainer: plain U-Net sized from the data, deep supervision, poly SGD."""
+"""nnU-Net's recipe in the factory's own trainer: plain U-Net sized from the data, deep supervision,
+poly SGD."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""evaluate / analyse: the split is verified before scoring, and a set outside the training range is marked."""
+"""evaluate / analyse: the split is verified before scoring, and a set outside the training range is
+marked."""
 
 from __future__ import annotations
 

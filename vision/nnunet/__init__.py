@@ -1,4 +1,5 @@
-"""The ``nnunet`` engine: the real ``nnunetv2`` package, trained within a budget, exported to the ONNX contract.
+"""The ``nnunet`` engine: the real ``nnunetv2`` package, trained within a budget, exported to the ONNX
+contract.
 
 ``train_nnunet(config, data_dir, out_dir)`` (called by ``vision.train.train`` when
 ``config.engine == "nnunet"``) writes into ``out_dir``: ``model.onnx`` (normalisation and

@@ -55,7 +55,8 @@ def write_raw(
     dataset_id: int,
     name: str = RAW_NAME,
 ) -> RawDataset:
-    """Write the raw dataset; raises DataError on shapes nnU-Net cannot take or a mask without voids anywhere."""
+    """Write the raw dataset; raises DataError on shapes nnU-Net cannot take or a mask without voids
+    anywhere."""
     if train_images.ndim != 3 or train_images.shape != train_masks.shape:
         raise DataError(
             f"nnU-Net export needs (N, H, W) images and masks of one shape; got "

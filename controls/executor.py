@@ -1,0 +1,79 @@
+"""The one real ticket executor of the controlled experiments: ``runner.execute_ticket`` in a sandbox.
+
+The synthetic top-up (``controls.topup``), its second round (``controls.rounds``) and the
+curation compare (``controls.curate_compare``) run their tickets through a ``TicketExecutor``;
+``RunnerExecutor`` is the real one, and tests pass stand-ins with the same call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from segfactory.records import Ticket
+from synthetic.versions import DatasetVersion
+
+
+class TicketExecutor(Protocol):
+    """Runs one ticket on one dataset version. Never raises for a bad ticket: the outcome says.
+
+    The outcome is JSON-able: ``status`` (``DONE`` / ``FAILED`` / ``REFUSED`` ...), ``reason``,
+    ``dev_metrics`` (dict or None), ``verdict`` (the gate's word or None) and ``model`` (the path
+    of the ticket's ``model.onnx`` when it is DONE, else None).
+    """
+
+    def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]: ...
+
+
+class RunnerExecutor:
+    """``runner.execute_ticket`` in a sandbox, audited, optionally gated.
+
+    ``audit`` defaults to the home's audit log (unanchored until the next anchored writer);
+    ``scheduler`` to the home's (``Scheduler.for_home``); ``gate`` is a gate client or None.
+    """
+
+    def __init__(
+        self,
+        home: Any,
+        *,
+        backend: Any,
+        base_config: Path | dict[str, Any],
+        run_id: str,
+        gate: Any = None,
+        audit: Any = None,
+        scheduler: Any = None,
+    ) -> None:
+        self.home, self.backend, self.base_config = home, backend, base_config
+        self.gate, self.run_id, self.audit, self.scheduler = gate, run_id, audit, scheduler
+
+    def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]:
+        from audit import AuditLog
+        from runner import TicketStatus, execute_ticket
+
+        audit = self.audit or AuditLog(self.home, None)
+        try:
+            outcome = execute_ticket(
+                ticket,
+                home=self.home,
+                dataset_version=version,
+                backend=self.backend,
+                base_config=self.base_config,
+                audit=audit,
+                gate=self.gate,
+                run_id=self.run_id,
+                scheduler=self.scheduler,
+            )
+        finally:
+            if self.audit is None:
+                audit.close()
+        model = self.home.tickets_dir(self.run_id) / ticket.id / "model.onnx"
+        return {
+            "status": outcome.status.value,
+            "reason": outcome.reason,
+            "dev_metrics": outcome.evidence.dev_metrics if outcome.evidence else None,
+            "verdict": outcome.verdict.verdict.value if outcome.verdict else None,
+            "model": str(model) if outcome.status == TicketStatus.DONE else None,
+        }
+
+
+__all__ = ["RunnerExecutor", "TicketExecutor"]
