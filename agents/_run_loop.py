@@ -12,6 +12,7 @@ import secrets
 import time
 from typing import Any
 
+from segfactory.home import SOURCE_ROOT
 from segfactory.records import Actor, Budget
 
 USAGE_FILE = "llm_usage.json"  # runs/<id>/: LLM totals, carried over a resume
@@ -100,7 +101,7 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
 
 def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults: Any) -> dict[str, Any]:
     from agents.graph import build_graph, run_loop
-    from agents.run import DATASET, REPO
+    from agents.run import DATASET
     from agents.services import HostServices, RunSetup
     from audit.gate_events import pull
     from gate.win_rule import load_win_rule
@@ -114,7 +115,7 @@ def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults:
         run_id=run_id,
         backend=record["backend"],
         dataset=resolve(home.root, DATASET),
-        base_config=REPO / record.get("base_config", defaults.base_config),
+        base_config=SOURCE_ROOT / record.get("base_config", defaults.base_config),
         gate=client,
         audit=audit,
         dev_margin=rule.dev_rule.dev_margin,

@@ -20,11 +20,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from segfactory.errors import PolicyError, SandboxError, UsageError
-from segfactory.home import Home
+from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Budget
 
-REPO = Path(__file__).resolve().parent.parent
-RUN_POLICY = REPO / "policies" / "run.yaml"
+RUN_POLICY = SOURCE_ROOT / "policies" / "run.yaml"
 RUN_FILE = "run.json"  # runs/<id>/run.json: what the run was started with (resume reads it)
 DATASET = "synthetic/v1"  # the dataset version a run trains on (init creates it)
 
@@ -104,7 +103,7 @@ def check_base_config(defaults: RunDefaults, *, has_gpu: bool | None = None) -> 
     """Refuse, before anything starts, a base config that asks for CUDA on a machine without a GPU."""
     from vision.config import load_config
 
-    config = load_config(REPO / defaults.base_config)
+    config = load_config(SOURCE_ROOT / defaults.base_config)
     if config.device != "cuda":
         return
     if has_gpu is None:

@@ -44,7 +44,7 @@ from agents.incumbent import (
 )
 from segfactory.errors import DataError, GateError, SegfactoryError, UsageError
 from segfactory.home import Home
-from segfactory.records import Actor, CoarseVerdict, Ticket, TicketKind, canonical_json
+from segfactory.records import Actor, CoarseVerdict, Ticket, TicketKind, canonical_json, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class HostServices:
         if not sha:
             raise GateError("the gate has no current best; `segfactory init` registers the baseline")
         for candidate in self._known_models():
-            if candidate.is_file() and _sha256(candidate) == sha:
+            if candidate.is_file() and sha256_file(candidate) == sha:
                 return str(sha), candidate
         raise DataError(
             f"the current best {sha[:12]}… has no host copy (baseline or {PROMOTIONS_FILE}); "
@@ -596,7 +596,7 @@ class HostServices:
         from audit.gate_events import pull
 
         model = self.home.tickets_dir(self.setup.run_id) / ticket_id / "model.onnx"
-        sha = _sha256(model)
+        sha = sha256_file(model)
         record = self.home.runs / PROMOTIONS_FILE
         already = any(row.get("sha256") == sha for row in read_jsonl(record))
         promoted = self.setup.gate.promote(ticket_id)
@@ -665,14 +665,14 @@ class HostServices:
             report: dict[str, Any] = self.setup.gate.milestone(name, self.setup.run_id, models, tiers)
         except GateError as exc:  # quota spent, say: the run still ends with its report
             report = {"name": name, "run_id": self.setup.run_id, "error": str(exc)}
-        report["models"] = {_sha256(m): str(m) for m in models}
+        report["models"] = {sha256_file(m): str(m) for m in models}
         return report
 
     def _with_chain(self, run_id: str, final: dict[str, Any], scored: list[Path]) -> dict[str, Any]:
         """Sealed scores of every promotion of this run and its parent, for the promoted predictions:
         the final milestone's, plus a sealed-only milestone for the models it did not score."""
         known = {r["sha256"]: Path(r["model"]) for r in read_jsonl(self.home.runs / PROMOTIONS_FILE)}
-        known[_sha256(self.home.root / BASELINE_MODEL)] = self.home.root / BASELINE_MODEL
+        known[sha256_file(self.home.root / BASELINE_MODEL)] = self.home.root / BASELINE_MODEL
         wanted: list[Path] = []
         for promo in self.promoted_in_run():
             for path in (known.get(promo.get("parent_sha256", "")), Path(promo["model"])):
@@ -717,12 +717,6 @@ def _code_files(ticket: Ticket) -> dict[str, str]:
     from runner._policy import code_files
 
     return dict(code_files(ticket))
-
-
-def _sha256(path: Path) -> str:
-    from synthetic.splits import sha256_file
-
-    return str(sha256_file(path))
 
 
 __all__ = ["BASELINE_MODEL", "DEV_COMPARISONS", "TICKETS_FILE", "PROMOTIONS_FILE", "HostServices", "RunSetup"]

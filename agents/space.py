@@ -15,9 +15,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from segfactory.errors import PolicyError
+from segfactory.home import SOURCE_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
-SEARCH_SPACE = REPO / "policies" / "search_space.yaml"
+SEARCH_SPACE = SOURCE_ROOT / "policies" / "search_space.yaml"
 MAX_PARAMS = 32  # keys in one space; past it: PolicyError
 MAX_CHOICES = 64  # values of one categorical; past it: PolicyError
 

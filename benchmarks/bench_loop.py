@@ -44,9 +44,9 @@ def main() -> None:
     from agents.context import DevAnalysis
     from agents.graph import PROPOSE_BATCH
     from agents.incumbent import read_jsonl
-    from agents.run import DATASET, REPO, load_run_defaults
+    from agents.run import DATASET, load_run_defaults
     from agents.services import HostServices, RunSetup
-    from segfactory.home import Home
+    from segfactory.home import SOURCE_ROOT, Home
     from segfactory.records import Ticket
     from synthetic.versions import resolve
 
@@ -65,7 +65,7 @@ def main() -> None:
             if promos:
                 return {"current_best": promos[-1]["sha256"]}
             from agents.services import BASELINE_MODEL
-            from synthetic.splits import sha256_file
+            from segfactory.records import sha256_file
 
             return {"current_best": sha256_file(home.root / BASELINE_MODEL)}
 
@@ -82,7 +82,7 @@ def main() -> None:
             run_id=args.run,
             backend="bwrap",
             dataset=resolve(home.root, DATASET),
-            base_config=REPO / load_run_defaults(record["profile"]).base_config,
+            base_config=SOURCE_ROOT / load_run_defaults(record["profile"]).base_config,
             gate=Gate(),
             audit=Sink(),
             dev_margin=0.005,

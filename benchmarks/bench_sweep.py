@@ -78,8 +78,7 @@ def sweep_loop(
     from agents.space import load_space
     from controls.session import ControlServices
     from controls.sweep import check_sweep, run_sweep, storage_url
-    from segfactory.records import Budget
-    from synthetic.splits import sha256_file
+    from segfactory.records import Budget, sha256_file
 
     baseline = home.root / BASELINE_MODEL
     baseline.parent.mkdir(parents=True, exist_ok=True)

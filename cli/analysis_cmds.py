@@ -155,7 +155,7 @@ def analyse_cmd(
     onnx_path = _model_path(model)
     from analysis.render import write_report
     from analysis.report import Evaluated, Extras, analyse, summary_lines
-    from synthetic.splits import sha256_file
+    from segfactory.records import sha256_file
     from vision.onnx_infer import predict
 
     dev_split, train_split = _splits(data)

@@ -17,13 +17,13 @@ from typing import Any
 
 from controls.pipeline import CandidateResult, CandidateServices, JudgeLike, run_candidate
 from controls.rates import false_win_rate, rate, selection_effect
+from segfactory.home import SOURCE_ROOT
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 
-REPO = Path(__file__).resolve().parent.parent
 NOOP_FILE = "vision/train.py"  # the module a no-op code edit touches (imported by every training run)
 
 
-def noop_edit(index: int, source: Path = REPO / NOOP_FILE) -> dict[str, str]:
+def noop_edit(index: int, source: Path = SOURCE_ROOT / NOOP_FILE) -> dict[str, str]:
     """A code change that changes nothing: a comment (odd) or trailing whitespace (even)."""
     text = source.read_text()
     tail = f"\n# A/A no-op edit {index}: this comment changes nothing\n" if index % 4 == 1 else "\n\n   \n"

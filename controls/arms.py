@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from segfactory.errors import HomeError
-from segfactory.home import Home
+from segfactory.home import SOURCE_ROOT, Home
 
 HomeOpener = Callable[[Path | None, str], Home]  # (home, profile) -> the home, ready to use
 
@@ -48,14 +48,14 @@ def run_sweep_arm(
     is called with it before the sweep starts (the CLI's drop)."""
     import yaml
 
-    from agents.run import REPO, load_run_defaults
+    from agents.run import load_run_defaults
     from agents.space import SEARCH_SPACE, load_space
     from controls.session import control_session
     from controls.sweep import check_sweep, run_sweep, storage_url
 
     profile = home_profile(home, profile)
     defaults = load_run_defaults(profile)
-    base = yaml.safe_load((REPO / defaults.base_config).read_text())
+    base = yaml.safe_load((SOURCE_ROOT / defaults.base_config).read_text())
     plan = check_sweep(
         sampler,
         budget_s,

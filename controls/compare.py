@@ -270,7 +270,7 @@ def run_compare(
 def _sealed_scores(report: dict[str, Any], model: Path) -> dict[str, Any] | None:
     """Sealed object F1 (with its interval) and, where the milestone gives it, the worst-slice score."""
     from controls.replay import SEALED, sealed_f1
-    from synthetic.splits import sha256_file
+    from segfactory.records import sha256_file
 
     f1 = sealed_f1(report, model)
     if not f1:

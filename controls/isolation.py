@@ -66,7 +66,7 @@ def spent_tiers(tier_versions: list[dict[str, Any]]) -> list[str]:
 def host_copy(home: Home, sha256: str) -> Path:
     """The host's copy of a best (a promotion row, else the classical baseline); DataError if none."""
     from segfactory.errors import DataError
-    from synthetic.splits import sha256_file
+    from segfactory.records import sha256_file
 
     path = home.runs / "promotions.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []

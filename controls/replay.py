@@ -91,7 +91,7 @@ def sealed_milestone(
 
 
 def sealed_f1(report: dict[str, Any], model: Path) -> Interval | None:
-    from synthetic.splits import sha256_file
+    from segfactory.records import sha256_file
 
     entry = report.get("tiers", {}).get(SEALED, {}).get("models", {}).get(sha256_file(model))
     if not isinstance(entry, dict):

@@ -17,7 +17,7 @@ from typing import Any
 
 from agents.run import check_win_rule
 from agents.services import PROMOTIONS_FILE, HostServices
-from segfactory.home import Home
+from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor
 
 RANDOM_SEED_BOUND = 2**31  # host-chosen training seeds lie in [0, this)
@@ -38,7 +38,7 @@ class ControlServices(HostServices):
         ``reference`` (never a promotion). It goes through the gate's host surface: only the gate opens
         the vault."""
         from audit.gate_events import pull
-        from synthetic.splits import sha256_file
+        from segfactory.records import sha256_file
 
         model = self.home.tickets_dir(self.setup.run_id) / ticket_id / "model.onnx"
         self.setup.gate.set_reference(
@@ -98,7 +98,7 @@ def control_session(
     import yaml
 
     from agents.judge import Judge
-    from agents.run import DATASET, REPO, load_run_defaults, running_user, verify_sandbox
+    from agents.run import DATASET, load_run_defaults, running_user, verify_sandbox
     from agents.services import RunSetup
     from audit import AuditLog
     from audit.anchor import gate_anchor_store
@@ -106,7 +106,7 @@ def control_session(
     from synthetic.versions import resolve
 
     defaults = load_run_defaults(profile)
-    base_path = REPO / defaults.base_config
+    base_path = SOURCE_ROOT / defaults.base_config
     verify_sandbox(backend, home, progress)
     with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as audit:
         client = anchor.client

@@ -27,8 +27,8 @@ from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
 from gate.ledger import LedgerError
 from gate.scorer import ScoringError, score_checked
 from segfactory.errors import GateError, UsageError
+from segfactory.records import sha256_file
 from synthetic.intensity import split_stats
-from synthetic.splits import sha256_file
 from vision.training_data import TICKET_MANIFEST, TRAINING_RECORD, collapse_finding, training_range
 
 MILESTONE_TIERS = ("sealed", "never-queried", "real-holdout")

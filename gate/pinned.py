@@ -24,8 +24,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from segfactory.records import canonical_json
+from segfactory.records import canonical_json, sha256_file
 
+# Its own root, not segfactory.home.SOURCE_ROOT: the service runs from the pinned copy, which
+# holds only the gate and the modules it scores with.
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 PINNED_PACKAGES = ("gate", "vision", "analysis", "synthetic")
 PINNED_FILES = (
@@ -46,10 +48,6 @@ class PinError(Exception):
     """The pinned copy does not match its manifest, or code was loaded from elsewhere."""
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _source_files(root: Path) -> list[str]:
     files = [
         str(p.relative_to(root))
@@ -61,7 +59,7 @@ def _source_files(root: Path) -> list[str]:
 
 
 def manifest_of(root: Path, files: list[str]) -> dict[str, str]:
-    return {name: _sha256(root / name) for name in files}
+    return {name: sha256_file(root / name) for name in files}
 
 
 def manifest_digest(manifest: dict[str, str]) -> str:
@@ -142,7 +140,7 @@ def verify_files(pinned: Path, expected_digest: str | None = None) -> str:
         raise PinError(f"unlisted, cached or writable entries in the pinned copy: {extra[:5]}")
     for name, expected in manifest.items():
         path = pinned / name
-        if not path.is_file() or _sha256(path) != expected:
+        if not path.is_file() or sha256_file(path) != expected:
             raise PinError(f"pinned file {name} changed: expected sha256 {expected[:12]}…")
     return digest
 

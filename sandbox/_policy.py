@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from segfactory.errors import PolicyError
 from segfactory.gpus import CONTROL_NODES
+from segfactory.home import SOURCE_ROOT
 
-POLICY_PATH = Path(__file__).resolve().parent.parent / "policies" / "sandbox.yaml"
+POLICY_PATH = SOURCE_ROOT / "policies" / "sandbox.yaml"
 
 
 class Limits(BaseModel):

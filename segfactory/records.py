@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -167,3 +168,12 @@ class AuditRecord(Record):
     def computed_hash(self) -> str:
         body = self.model_dump(mode="json", exclude={"hash"})
         return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """The hex SHA-256 of a file's bytes, read in chunks (models, splits, pinned code)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

@@ -18,9 +18,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from segfactory.errors import DataError
+from segfactory.records import sha256_file
 from synthetic._files import BadFile, read_image, read_source, sniff
 from synthetic.mapping import IntensityMapping, MappingRequest, mapping_warnings, resolve_mapping
-from synthetic.splits import SPLIT_FILES, image_sha256, sha256_file
+from synthetic.splits import SPLIT_FILES, image_sha256
 
 BLANK_STD = 1e-4  # an image whose pixel std is below this (in [0, 1] units) is blank
 SATURATED_FRACTION = 0.5  # an image with more than this fraction of pixels at 0 or 1 is saturated

@@ -29,17 +29,10 @@ from typing import Any
 import numpy as np
 
 from segfactory.errors import DataError
+from segfactory.records import sha256_file
 
 SPLIT_FILES = ("images.npy", "masks.npy", "images.jsonl", "defects.jsonl", "manifest.json")
 MANIFEST_VERSION = 1
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def image_sha256(image: np.ndarray) -> str:

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from cli.init import DEV_SEED, TRAIN_SEED
+from segfactory.records import sha256_file
 from synthetic import generate
 from synthetic.phash import fingerprint, near_duplicates
-from synthetic.splits import read_split, sha256_file
+from synthetic.splits import read_split
 from synthetic.tiers import TIERS, read_secret_seed, tier_path
 
 pytestmark = pytest.mark.slow

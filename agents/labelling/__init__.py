@@ -12,7 +12,6 @@ The labelling model is the newest finetuned one (:func:`newest_model`), else the
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from agents.labelling._propose import (
 from agents.labelling._round import RoundInfo, default_base, load_round, open_round, rounds
 from segfactory.errors import HomeError
 from segfactory.home import Home
-from segfactory.records import Actor
+from segfactory.records import Actor, sha256_file
 
 BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # written by `segfactory init`
 PROMOTIONS_FILE = "promotions.jsonl"  # under runs/: every promoted model (agents.services)
@@ -59,7 +58,7 @@ def current_best_model(home: Home) -> Path:
     if not best:
         raise HomeError("the gate has no current best; `segfactory init` registers the baseline")
     for candidate in _known_models(home):
-        if candidate.is_file() and _sha256(candidate) == best:
+        if candidate.is_file() and sha256_file(candidate) == best:
             return candidate
     raise HomeError(f"the current best {str(best)[:12]}… has no host copy; pass --model")
 
@@ -68,10 +67,6 @@ def _known_models(home: Home) -> list[Path]:
     promotions = home.runs / PROMOTIONS_FILE
     rows = promotions.read_text().splitlines() if promotions.is_file() else []
     return [*(Path(json.loads(r)["model"]) for r in reversed(rows) if r.strip()), home.root / BASELINE_MODEL]
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def propose_labels(
@@ -100,7 +95,7 @@ def propose_labels(
         data=str(Path(data).resolve()),
         data_content_hash=split.content_hash,
         model=str(model),
-        model_sha256=_sha256(model),
+        model_sha256=sha256_file(model),
         proposer=str(proposer),
         n_images=len(split),
         items=items,

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.labelling._propose import THRESHOLD, ReviewQueue, decode_mask
 from agents.labelling._round import RoundInfo, load_round
 from segfactory.errors import DataError
-from segfactory.home import Home
+from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor, Arm, Ticket, TicketKind
 
 LABEL_RUN = "labels"  # run id of labelling tickets: runs/labels/tickets/, runs/labels/people/
@@ -144,7 +144,7 @@ def _shifted(defect: dict[str, Any], by: int) -> dict[str, Any]:
 
 
 def _train(setup: FinetuneSetup, version: Any, info: RoundInfo) -> Any:
-    from agents.run import REPO, load_run_defaults
+    from agents.run import load_run_defaults
     from runner import execute_ticket
 
     profile = str(setup.home.info().get("profile", "default"))
@@ -168,7 +168,7 @@ def _train(setup: FinetuneSetup, version: Any, info: RoundInfo) -> Any:
         home=setup.home,
         dataset_version=version,
         backend=setup.backend,
-        base_config=REPO / defaults.base_config,
+        base_config=SOURCE_ROOT / defaults.base_config,
         audit=setup.audit,
         run_id=LABEL_RUN,
         **kwargs,

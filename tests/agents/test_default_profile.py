@@ -9,9 +9,10 @@ import yaml
 
 from agents import report as rpt
 from agents._report_md import render_markdown
-from agents.run import REPO, RUN_POLICY, check_base_config, load_run_defaults
+from agents.run import RUN_POLICY, check_base_config, load_run_defaults
 from runner._workspace import _deep_merge
 from segfactory.errors import PolicyError, UsageError
+from segfactory.home import SOURCE_ROOT
 from vision.config import load_config
 from vision.recipes import NNUNET_RECIPE, recipe_patch
 
@@ -54,15 +55,15 @@ def test_a_config_that_asks_for_cuda_without_a_gpu_is_one_clear_error_before_any
 
 
 def test_the_gpu_config_is_nnunets_recipe_written_out() -> None:
-    raw = yaml.safe_load((REPO / "configs" / "run-default.yaml").read_text())
+    raw = yaml.safe_load((SOURCE_ROOT / "configs" / "run-default.yaml").read_text())
     assert _deep_merge(raw, recipe_patch(NNUNET_RECIPE)) == raw  # the recipe changes nothing in it
-    config = load_config(REPO / "configs" / "run-default.yaml")
+    config = load_config(SOURCE_ROOT / "configs" / "run-default.yaml")
     assert config.device == "cuda" and config.model.name == "unet-plain" and config.deep_supervision
 
 
 def test_the_cpu_config_is_the_same_recipe_cut_down() -> None:
-    gpu = yaml.safe_load((REPO / "configs" / "run-default.yaml").read_text())
-    cpu = yaml.safe_load((REPO / "configs" / "run-default-cpu.yaml").read_text())
+    gpu = yaml.safe_load((SOURCE_ROOT / "configs" / "run-default.yaml").read_text())
+    cpu = yaml.safe_load((SOURCE_ROOT / "configs" / "run-default-cpu.yaml").read_text())
     cut = {"model", "epochs", "batch_size", "sampling", "device", "threads", "max_train_images"}
     assert {k: v for k, v in cpu.items() if k not in cut} == {k: v for k, v in gpu.items() if k not in cut}
     assert (
@@ -70,7 +71,7 @@ def test_the_cpu_config_is_the_same_recipe_cut_down() -> None:
         and cpu["model"]["decoder_width"] < gpu["model"]["decoder_width"]
     )
     assert cpu["sampling"]["defect_centred_p"] == gpu["sampling"]["defect_centred_p"]
-    assert load_config(REPO / "configs" / "run-default-cpu.yaml").device == "cpu"
+    assert load_config(SOURCE_ROOT / "configs" / "run-default-cpu.yaml").device == "cpu"
 
 
 def test_a_cpu_variant_that_does_not_parse_names_the_file_and_line(tmp_path: Path) -> None:

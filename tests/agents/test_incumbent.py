@@ -22,9 +22,18 @@ from agents.services import BASELINE_MODEL, PROMOTIONS_FILE, HostServices, RunSe
 from agents.validate import BASE_CONFIG_EVIDENCE
 from segfactory.errors import UsageError
 from segfactory.home import Home
-from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Recommendation, Ticket, TicketKind
+from segfactory.records import (
+    Arm,
+    Budget,
+    Direction,
+    ExpectedEffect,
+    Recommendation,
+    Ticket,
+    TicketKind,
+    sha256_file,
+)
 from synthetic import generate
-from synthetic.splits import read_split, sha256_file, write_split
+from synthetic.splits import read_split, write_split
 from synthetic.versions import create_version, resolve
 from tests.agents.conftest import Log
 

@@ -20,9 +20,8 @@ from agents.incumbent import Lineage
 from agents.services import BASELINE_MODEL, DEV_COMPARISONS, HostServices, RunSetup
 from runner import Evidence, TicketOutcome, TicketStatus
 from segfactory.home import Home
-from segfactory.records import Budget, Direction, ExpectedEffect, Ticket, TicketKind
+from segfactory.records import Budget, Direction, ExpectedEffect, Ticket, TicketKind, sha256_file
 from synthetic import generate
-from synthetic.splits import sha256_file
 from tests.agents.conftest import Log
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from controls.replay import pairs_for, sealed_f1, unpaired_diff
 from segfactory.home import Home
+from segfactory.records import sha256_file
 from segfactory.stats import Interval
-from synthetic.splits import sha256_file
 
 
 def test_each_promotion_is_paired_with_the_best_it_replaced(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ class ScriptedGate:
         )
 
     def promote(self, ticket_id: str) -> str:
-        from synthetic.splits import sha256_file
+        from segfactory.records import sha256_file
 
         self.best = str(sha256_file(self.tickets / ticket_id / "model.onnx"))
         return self.best
@@ -116,8 +116,7 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
     from audit.anchor import MemoryAnchorStore
     from segfactory.budgets import RunCaps, load_budget_policy
     from segfactory.home import Home
-    from segfactory.records import Budget, TicketKind
-    from synthetic.splits import sha256_file
+    from segfactory.records import Budget, TicketKind, sha256_file
     from tests.conftest import REPO
 
     root = tmp_path / "home"
