@@ -8,9 +8,6 @@ made from dev only. The folder is written to a temporary sibling and renamed int
 from __future__ import annotations
 
 import html
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,7 @@ import numpy as np
 from analysis.errortypes import SIZE_BIN_NAMES, ErrorAnalysis
 from analysis.report import AnalysisReport, Evaluated
 from segfactory.errors import UsageError
+from segfactory.files import staged_dir
 
 N_CROPS = 8  # worst dev images drawn as overlays
 CROP_PAD_PX = 4  # context around the error region of a crop
@@ -214,9 +212,7 @@ def write_report(report: AnalysisReport, dev: Evaluated, errors: ErrorAnalysis, 
     """Write everything under ``out`` (which must not exist or be empty); returns the report with crops."""
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out} exists and is not empty; choose a new folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with staged_dir(out) as tmp:  # an empty ``out`` is replaced
         report = report.model_copy(update={"crops": crops(dev, errors, report.threshold, tmp)})
         plots = {"errors": "errors.png", "slices": "slices.png"}
         error_bars(report, tmp / plots["errors"])
@@ -228,10 +224,4 @@ def write_report(report: AnalysisReport, dev: Evaluated, errors: ErrorAnalysis, 
         md = markdown(report, plots)
         (tmp / "report.md").write_text(md)
         (tmp / "report.html").write_text(to_html(md))
-        if out.exists():
-            out.rmdir()
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return report

@@ -1,7 +1,7 @@
 """The gate's pinned copy: the code that scores, frozen into the vault at init.
 
 ``pin_code(vault)`` copies ``gate/``, ``vision/``, ``analysis/``, ``synthetic/`` and
-``segfactory/{__init__,records,errors,gpus,stats}.py`` into ``vault/gate-pinned/<sha256>/`` with a
+``segfactory/{__init__,records,errors,gpus,stats,files}.py`` into ``vault/gate-pinned/<sha256>/`` with a
 ``MANIFEST.json`` of file hashes; the directory name is the sha256 of the manifest. The copy is
 made read-only (files 0444, directories 0555; as root, ``gate.users.lock_vault`` also gives it
 to root, so the gate's own user cannot make it writable again).
@@ -24,6 +24,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from segfactory.files import staged_dir
 from segfactory.records import canonical_json, sha256_file
 
 # Its own root, not segfactory.home.SOURCE_ROOT: the service runs from the pinned copy, which
@@ -36,6 +37,7 @@ PINNED_FILES = (
     "segfactory/errors.py",
     "segfactory/gpus.py",
     "segfactory/stats.py",
+    "segfactory/files.py",
 )
 MANIFEST = "MANIFEST.json"
 CURRENT = "CURRENT"  # vault/gate-pinned/CURRENT names the digest the service runs from
@@ -86,14 +88,11 @@ def current_pinned(vault: Path) -> Path | None:
 
 
 def _copy(source: Path, manifest: dict[str, str], target: Path) -> None:
-    digest = target.name
-    staging = target.with_name(f".{digest}.tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    for name in manifest:
-        (staging / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source / name, staging / name)
-    (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    os.rename(staging, target)
+    with staged_dir(target, mode=0o755) as staging:
+        for name in manifest:
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / name, staging / name)
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
     make_read_only(target)
 
 

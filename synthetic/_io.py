@@ -13,15 +13,14 @@ intensities through an explicit mapping (``synthetic.mapping``), recorded in the
 from __future__ import annotations
 
 import math
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from segfactory.errors import DataError
+from segfactory.files import staged_dir
 from synthetic.check import MAX_LISTED, import_mapping, scan_import
 from synthetic.intensity import set_stats
 from synthetic.mapping import MappingRequest
@@ -46,10 +45,8 @@ def export_png(split_dir: Path, out: Path) -> int:
     split = read_split(split_dir, mmap=True)
     if out.exists():
         raise DataError(f"{out} already exists; choose a new --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     sbit = _sbit(16)
-    try:
+    with staged_dir(out, mode=0o755) as tmp:
         (tmp / "images").mkdir()
         (tmp / "masks").mkdir()
         for i, meta in enumerate(split.image_meta):
@@ -57,11 +54,6 @@ def export_png(split_dir: Path, out: Path) -> int:
             pixels = np.round(np.clip(split.images[i], 0, 1) * 65535).astype(np.uint16)
             Image.fromarray(pixels).save(tmp / "images" / f"{stem}.png", pnginfo=sbit)
             Image.fromarray((split.masks[i] > 0).astype(np.uint8) * 255).save(tmp / "masks" / f"{stem}.png")
-        os.chmod(tmp, 0o755)
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return len(split)
 
 
@@ -229,19 +221,12 @@ def import_real(
         extra.update(
             stand_in=True, stand_in_note=json.loads(marker.read_text()).get("note", "synthetic stand-in")
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with staged_dir(out, mode=0o700) as tmp:  # real images: readable by their owner only
         whole = import_folder(src, tmp / "all", "real", request)
         parts = _real_parts(tmp / "all", dev_fraction, seed)
         for name, idx in parts.items():
             _write_part(tmp / "all", idx, tmp / name, {**extra, "real_part": name})
         shutil.rmtree(tmp / "all")
-        os.chmod(tmp, 0o700)  # real images: readable by their owner only
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     counts = {name: int(len(idx)) for name, idx in parts.items()}
     return {
         "out": str(out),

@@ -19,8 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from segfactory.errors import DataError
+from segfactory.files import staged_dir
 from segfactory.records import sha256_file
 
 SPLIT_FILES = ("images.npy", "masks.npy", "images.jsonl", "defects.jsonl", "manifest.json")
@@ -162,9 +161,8 @@ def write_split(
         raise DataError(f"{target} already exists; split folders are immutable, choose a new --out")
     split = Split(None, images, masks, image_meta, defects, manifest)
     validate_shapes(split)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    # open splits are readable (0755; the vault folder guards the tiers)
+    with staged_dir(target, mode=0o755) as tmp:
         np.save(tmp / "images.npy", np.ascontiguousarray(images, dtype=np.float32))
         np.save(tmp / "masks.npy", np.ascontiguousarray(masks, dtype=np.uint8))
         _write_jsonl(tmp / "images.jsonl", image_meta)
@@ -183,9 +181,4 @@ def write_split(
             fd = os.open(tmp / name, os.O_RDONLY)
             os.fsync(fd)
             os.close(fd)
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; open splits are readable (the vault dir guards tiers)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target

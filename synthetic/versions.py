@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from segfactory.errors import DataError, UsageError
+from segfactory.files import staged_dir
 from synthetic.splits import read_split
 
 SPLITS = ("train", "dev")
@@ -141,10 +142,7 @@ def create_version(
     folder = Path(home_root) / "datasets" / name
     folder.mkdir(parents=True, exist_ok=True)
     version = _next_version(folder)
-    staging = folder / f".{version}.building-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(mode=0o755)
-    try:
+    with staged_dir(folder / version, mode=0o755) as staging:
         hashes = {}
         for split in SPLITS:
             source = splits.get(split) or (getattr(base, split) if base else None)
@@ -162,9 +160,5 @@ def create_version(
             "created": time.time(),
         }
         (staging / "version.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        os.rename(staging, folder / version)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     ref = f"{name}/{version}"
     return approve(home_root, ref) if approve_it else resolve(home_root, ref)
