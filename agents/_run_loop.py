@@ -12,7 +12,7 @@ import secrets
 import time
 from typing import Any
 
-from segfactory.home import SOURCE_ROOT
+from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor, Budget
 
 USAGE_FILE = "llm_usage.json"  # runs/<id>/: LLM totals, carried over a resume
@@ -22,7 +22,7 @@ def _config(run_id: str) -> Any:  # a langgraph RunnableConfig
     return {"configurable": {"thread_id": run_id}}
 
 
-def _usage(home: Any, run_id: str, cap: int) -> Any:
+def _usage(home: Home, run_id: str, cap: int) -> Any:
     from agents.llm import LLMUsage
 
     path = home.runs / run_id / USAGE_FILE
@@ -204,7 +204,7 @@ def _write_report(
     services.setup.progress(f"report: {paths['md']} and {paths['html']}")
 
 
-def finished_summary(home: Any, run_id: str) -> dict[str, Any]:
+def finished_summary(home: Home, run_id: str) -> dict[str, Any]:
     """The summary of a run that already ended (``--resume`` of it is a no-op)."""
     people = home.people_dir(run_id)
     data = json.loads((people / "report.json").read_text()) if (people / "report.json").is_file() else {}
@@ -217,7 +217,7 @@ def finished_summary(home: Any, run_id: str) -> dict[str, Any]:
 
 
 def _summary(
-    home: Any, run_id: str, state: dict[str, Any], *, resumed: bool, already_finished: bool
+    home: Home, run_id: str, state: dict[str, Any], *, resumed: bool, already_finished: bool
 ) -> dict[str, Any]:
     people = home.people_dir(run_id)
     counts: dict[str, Any] = {}

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents._report_md import render_markdown
+from segfactory.home import Home
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -103,7 +104,7 @@ class RunReport(_Rec):
     )  # recommendations that became no ticket
 
 
-def home_records(home: Any) -> dict[str, list[dict[str, Any]]]:
+def home_records(home: Home) -> dict[str, list[dict[str, Any]]]:
     """The home's labelling rounds and retracted claims, as every later report lists them."""
     from agents.challenge import retractions
     from agents.labelling import label_rounds
@@ -203,7 +204,7 @@ def counts(rows: list[TicketRow], state: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def refused_drafts(home: Any, run_id: str) -> list[dict[str, Any]]:
+def refused_drafts(home: Home, run_id: str) -> list[dict[str, Any]]:
     """The run's drafts that validation refused (audit event ``ticket_invalid``), with the reasons:
     a people's list of what the proposer wanted and could not have."""
     from audit import iter_records
@@ -227,7 +228,7 @@ def refused_drafts(home: Any, run_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def audit_summary(home: Any, run_id: str, anchor: Any, anchor_checked: bool) -> AuditSummary:
+def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) -> AuditSummary:
     """The chain verified against the gate's anchor, and the protected-path findings."""
     from audit import check_records, iter_records, load_policy, verify_log
 
@@ -373,7 +374,7 @@ __all__ = [
 ]
 
 
-def loop_rounds(home: Any, run_id: str, state: dict[str, Any]) -> list[dict[str, Any]]:
+def loop_rounds(home: Home, run_id: str, state: dict[str, Any]) -> list[dict[str, Any]]:
     """The run as rounds: the weakness the analysis named, each fix tried on that best, and its result.
 
     People only (dev numbers and predictions); rounds where the fix did nothing or made things

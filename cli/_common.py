@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from segfactory.errors import UsageError
+from segfactory.home import Home
 
 HomeOpt = Annotated[
     Path | None,
@@ -48,10 +49,8 @@ def console() -> Any:
     return Console()
 
 
-def home_for(home: Path | None, *, create: bool = False, profile: str = "default") -> Any:
+def home_for(home: Path | None, *, create: bool = False, profile: str = "default") -> Home:
     """Resolve the home; with ``create`` a missing home is initialised and the user told so."""
-    from segfactory.home import Home
-
     resolved = Home.resolve(home)
     if create and not resolved.exists():
         from cli.init import initialise

@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from segfactory.home import Home
+
 GATE_START_S = 60.0  # time for the served gate to answer; past this: HomeError
 
 
@@ -46,14 +48,14 @@ def docker_keeps_root(socket: str) -> str:
     )
 
 
-def should_drop(home: Any) -> bool:
+def should_drop(home: Home) -> bool:
     from gate import users
 
     return users.is_root() and users.vault_is_separated(home.vault)
 
 
 @contextmanager
-def _served_gate(home: Any) -> Iterator[None]:
+def _served_gate(home: Home) -> Iterator[None]:
     """The home's gate on ``<home>/gate-run/gate.sock`` for the command's duration (unless one serves)."""
     from gate.client import SERVED_SOCKET, GateClient, wait_ready
     from segfactory.errors import GateError
@@ -87,7 +89,7 @@ def _served_gate(home: Any) -> Iterator[None]:
             proc.wait()
 
 
-def drop_for_agents(home: Any, backend: str, progress: Any) -> int | None:
+def drop_for_agents(home: Home, backend: str, progress: Any) -> int | None:
     """``run``, ``aa``, ``compare`` as root with separated users: verify the sandbox, delegate its
     cgroups, then continue as ``segfactory``; the exit code. None: run the command in place."""
     if not should_drop(home):
@@ -128,7 +130,7 @@ def docker_socket_groups() -> tuple[str, tuple[int, ...] | None]:
     return path, (info.st_gid,)
 
 
-def continue_unprivileged(home: Any, backend: str, progress: Any) -> None:
+def continue_unprivileged(home: Home, backend: str, progress: Any) -> None:
     """For a command's body: after a drop (``drop_for_agents``) this process exits with the
     re-started command's code; otherwise it returns and the command runs in place."""
     import typer
@@ -139,7 +141,7 @@ def continue_unprivileged(home: Any, backend: str, progress: Any) -> None:
 
 
 def rerun_as_orchestrator(
-    home: Any, env: dict[str, str] | None = None, extra_groups: tuple[int, ...] = ()
+    home: Home, env: dict[str, str] | None = None, extra_groups: tuple[int, ...] = ()
 ) -> int | None:
     """As root with separated users: run this command again as ``segfactory`` (with ``env`` added,
     and ``extra_groups`` for its process tree); its exit code. None when no drop applies (the

@@ -10,6 +10,7 @@ import typer
 
 from cli._common import HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
 from segfactory.errors import HomeError, UsageError
+from segfactory.home import Home
 
 approvals_app = typer.Typer(
     help="Data requests and judge escalations waiting for a person: list, approve, deny.",
@@ -71,7 +72,7 @@ def _check_judge(judge: str | None, proposer: str, code_agent: bool) -> None:
         )
 
 
-def _profile_of(home: Any, asked: str) -> str:
+def _profile_of(home: Home, asked: str) -> str:
     existing = str(home.info().get("profile", asked))
     if existing != asked:
         _progress(f"home {home.root} was created with the {existing} profile; using it (not {asked})")
@@ -271,7 +272,7 @@ def _decide(
     approve: bool,
     by: str,
     reason: str,
-    home: Any,
+    home: Path | None,
     json_out: bool,
     grant: dict[str, Any] | None = None,
 ) -> None:

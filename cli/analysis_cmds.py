@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from cli._common import HomeOpt, JsonOpt, emit_json, home_for
+from segfactory.home import Home
 
 TRAIN_SAMPLE_IMAGES = 256  # train images scored for the train-dev gap and the train label estimate
 
@@ -21,7 +22,7 @@ def _model_path(model: Path) -> Path:
     return path
 
 
-def _refuse_vault(data: Path, home: Any) -> None:
+def _refuse_vault(data: Path, home: Home) -> None:
     """The analysis reads open data only: a path under the home's vault is refused (trust rule 1)."""
     import os
 

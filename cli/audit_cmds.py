@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
 from segfactory.errors import UsageError
+from segfactory.home import Home
 
 if TYPE_CHECKING:
     from audit import AnchorStore, Finding, VerifyReport
@@ -123,7 +124,7 @@ def show(
 
 
 @contextmanager
-def _anchor_store(home: Any, spec: str) -> Iterator[AnchorStore | None]:
+def _anchor_store(home: Home, spec: str) -> Iterator[AnchorStore | None]:
     """The anchor store named by ``--anchor``, open for the duration."""
     from audit import FileAnchorStore
     from audit.anchor import gate_anchor_store

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from cli._common import HomeOpt, home_for
+from segfactory.home import Home
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def console_cmd(
         uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
-def _anchor_store(stack: ExitStack, home: Any) -> Any:
+def _anchor_store(stack: ExitStack, home: Home) -> Any:
     """The served gate's anchor store when its socket answers, else None (said on stderr)."""
     sock: Path = home.root / "gate-run" / "gate.sock"
     if not sock.exists():

@@ -9,6 +9,7 @@ import typer
 
 from cli._common import HomeOpt, JsonOpt, emit_json, home_for
 from segfactory.errors import DataError, PolicyError
+from segfactory.home import Home
 
 curate_app = typer.Typer(
     help="Curate training data: whole images, defect masks, plans and their random control.",
@@ -21,7 +22,7 @@ PlanOut = Annotated[
 ]
 
 
-def _version(home: Any, data: str) -> Any:
+def _version(home: Home, data: str) -> Any:
     """Resolve --data to a DatasetVersion of the home; a vault path is refused."""
     from synthetic.versions import resolve
 
@@ -43,7 +44,7 @@ def _version(home: Any, data: str) -> Any:
     return resolve(home.root, data)
 
 
-def _plan_path(home: Any, version: Any, kind: str, given: Path | None) -> Path:
+def _plan_path(home: Home, version: Any, kind: str, given: Path | None) -> Path:
     return given or home.root / "curation" / version.name / version.version / f"{kind}-plan.json"
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json
+from segfactory.home import Home
 
 device_app = typer.Typer(
     help="The device the scheduler plans with: its measured memory profile.", no_args_is_help=True
@@ -40,7 +41,7 @@ def _presets(text: str | None) -> list[str]:
     return names
 
 
-def _image_size(home: Any, given: int | None) -> int:
+def _image_size(home: Home, given: int | None) -> int:
     if given is not None:
         return given
     from segfactory.profiles import get_profile

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from segfactory.home import Home
 from segfactory.records import Ticket
 from synthetic.versions import DatasetVersion
 
@@ -34,7 +35,7 @@ class RunnerExecutor:
 
     def __init__(
         self,
-        home: Any,
+        home: Home,
         *,
         backend: Any,
         base_config: Path | dict[str, Any],

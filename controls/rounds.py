@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from controls.executor import TicketExecutor
 from segfactory.errors import DataError
+from segfactory.home import Home
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 
 MIN_SLICE_VOIDS = 20  # voids in a dev slice; smaller slices are never picked (the win rule's min_support)
@@ -172,7 +173,7 @@ Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, 
 
 
 def run_round_two(
-    home: Any,
+    home: Home,
     topup_report: dict[str, Any],
     *,
     executor: TicketExecutor,

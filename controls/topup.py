@@ -29,6 +29,7 @@ import numpy as np
 from controls.executor import TicketExecutor
 from controls.rounds import RoundRecord, record_round
 from segfactory.errors import DataError, LimitExceeded, UsageError
+from segfactory.home import Home
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 from synthetic.extend import base_params, build_arm
 from synthetic.params import GenParams
@@ -249,7 +250,7 @@ Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, 
 
 
 def run_topup(
-    home: Any,
+    home: Home,
     plan: TopupPlan,
     *,
     base_ref: str,
