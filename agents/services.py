@@ -448,28 +448,30 @@ class HostServices:
             },
         )
 
+    def _runner(self, caps: Any = None) -> Any:
+        """The run's ``runner.TicketRunner`` (``caps``: ticket caps other than the profile's)."""
+        from runner import TicketRunner
+
+        s = self.setup
+        return TicketRunner(
+            s.home,
+            s.backend,
+            s.audit,
+            run_id=s.run_id,
+            scheduler=self.scheduler(),
+            scorer=self._score,
+            budget_policy=caps,
+            progress=s.progress,
+        )
+
     def _execute(
         self, runnable: Ticket, parent: Incumbent, lineage: Lineage, wall_left_s: float | None = None
     ) -> Any:
         """The ticket (patched onto ``parent`` by ``_runnable``) in the sandbox; runs unlocked."""
-        from runner import execute_ticket
         from synthetic.versions import resolve
 
-        s = self.setup
-        dataset = resolve(s.home.root, lineage.dataset)
-        return execute_ticket(
-            runnable,
-            home=s.home,
-            dataset_version=dataset,
-            backend=s.backend,
-            base_config=_base_config(parent, dataset),
-            audit=s.audit,
-            run_id=s.run_id,
-            scorer=self._score,
-            progress=s.progress,
-            wall_left_s=wall_left_s,
-            scheduler=self.scheduler(),
-        )
+        dataset = resolve(self.setup.home.root, lineage.dataset)
+        return self._runner().run(runnable, dataset, _base_config(parent, dataset), wall_left_s=wall_left_s)
 
     def dataset_for(self, ticket: Ticket, parent: Incumbent | None = None) -> Any:
         """The dataset version a ticket trains on: the incumbent's, a version the ticket names

@@ -49,21 +49,14 @@ class RunnerExecutor:
 
     def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]:
         from audit import AuditLog
-        from runner import TicketStatus, execute_ticket
+        from runner import TicketRunner, TicketStatus
 
         audit = self.audit or AuditLog(self.home, None)
         try:
-            outcome = execute_ticket(
-                ticket,
-                home=self.home,
-                dataset_version=version,
-                backend=self.backend,
-                base_config=self.base_config,
-                audit=audit,
-                gate=self.gate,
-                run_id=self.run_id,
-                scheduler=self.scheduler,
+            runner = TicketRunner(
+                self.home, self.backend, audit, run_id=self.run_id, gate=self.gate, scheduler=self.scheduler
             )
+            outcome = runner.run(ticket, version, self.base_config)
         finally:
             if self.audit is None:
                 audit.close()

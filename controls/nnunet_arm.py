@@ -68,25 +68,11 @@ class NnunetServices(ControlServices):
     """
 
     def _execute(self, runnable: Ticket, parent: Any, lineage: Any, wall_left_s: float | None = None) -> Any:
-        from runner import execute_ticket
         from synthetic.versions import resolve
 
-        s = self.setup
-        policy = TicketCaps(max_device_seconds=runnable.budget.device_seconds, max_epochs=NNUNET_MAX_EPOCHS)
-        return execute_ticket(
-            runnable,
-            home=s.home,
-            dataset_version=resolve(s.home.root, lineage.dataset),
-            backend=s.backend,
-            base_config=parent.config,
-            audit=s.audit,
-            run_id=s.run_id,
-            scorer=self._score,
-            budget_policy=policy,
-            progress=s.progress,
-            wall_left_s=wall_left_s,
-            scheduler=self.scheduler(),
-        )
+        caps = TicketCaps(max_device_seconds=runnable.budget.device_seconds, max_epochs=NNUNET_MAX_EPOCHS)
+        dataset = resolve(self.setup.home.root, lineage.dataset)
+        return self._runner(caps).run(runnable, dataset, parent.config, wall_left_s=wall_left_s)
 
 
 def reported_plan(ticket_dir: Path) -> dict[str, Any] | None:

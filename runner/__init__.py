@@ -2,16 +2,24 @@
 
 Public API (see docs/runner.md)::
 
-    from runner import execute_ticket, TicketOutcome
-    outcome = execute_ticket(ticket, home=home, dataset_version=version, backend="bwrap",
-                             base_config=Path("configs/demo.yaml"), audit=audit_log, gate=client)
+    from runner import TicketRunner, execute_ticket, TicketOutcome
+    runner = TicketRunner(home, "bwrap", audit_log, run_id="r1", gate=client)
+    outcome = runner.run(ticket, version, Path("configs/demo.yaml"))  # execute_ticket(ticket, home=..., ...)
 
 ``execute_ticket`` never raises for a bad ticket: it returns REFUSED (a policy check failed before
 anything started), FAILED (reason and traceback blob recorded) or DONE (host-computed evidence).
 """
 
 from runner._copyout import MAX_MODEL_BYTES, CopiedFile, UnsafeArtifact, copy_out, open_beneath, read_beneath
-from runner._execute import TIMEOUT_MARGIN_S, AuditSink, GateSubmitter, Scorer, default_scorer, execute_ticket
+from runner._execute import (
+    TIMEOUT_MARGIN_S,
+    AuditSink,
+    GateSubmitter,
+    Scorer,
+    TicketRunner,
+    default_scorer,
+    execute_ticket,
+)
 from runner._launch import HOST_CONFIG_FILE, LaunchRequest, LaunchResult, SandboxLauncher, WorkerLauncher
 from runner._manifest import SplitDigest, TrainingManifest, training_manifest
 from runner._policy import refusal_reason
@@ -49,6 +57,7 @@ __all__ = [
     "Scorer",
     "SplitDigest",
     "TicketOutcome",
+    "TicketRunner",
     "TicketStatus",
     "TrainingManifest",
     "UnsafeArtifact",

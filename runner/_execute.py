@@ -171,6 +171,50 @@ def execute_ticket(
     return outcome
 
 
+@dataclass(frozen=True)
+class TicketRunner:
+    """The runner's collaborators, held once; ``run`` executes one ticket with them.
+
+    The loop's services, the controls, the challenge and the labelling finetune each hold one
+    instead of repeating ``execute_ticket``'s keywords at every call. ``scorer`` None is the
+    gate's confined scorer; ``budget_policy`` None is the home profile's ticket caps.
+    """
+
+    home: Home
+    backend: WorkerLauncher | str
+    audit: AuditSink
+    run_id: str = "adhoc"
+    gate: GateSubmitter | None = None
+    scheduler: Scheduler | None = None
+    scorer: Scorer | None = None
+    budget_policy: TicketCaps | None = None
+    progress: Callable[[str], None] | None = None
+
+    def run(
+        self,
+        ticket: Ticket,
+        dataset_version: DatasetVersion,
+        base_config: dict[str, Any] | Path,
+        *,
+        wall_left_s: float | None = None,
+    ) -> TicketOutcome:
+        return execute_ticket(
+            ticket,
+            home=self.home,
+            dataset_version=dataset_version,
+            backend=self.backend,
+            base_config=base_config,
+            audit=self.audit,
+            gate=self.gate,
+            run_id=self.run_id,
+            scheduler=self.scheduler,
+            scorer=self.scorer or default_scorer,
+            budget_policy=self.budget_policy,
+            progress=self.progress,
+            wall_left_s=wall_left_s,
+        )
+
+
 def _profile_of(home: Home) -> str:
     try:
         return str(home.info().get("profile", "default"))

@@ -196,23 +196,19 @@ def _rerun(
     label: str,
 ) -> tuple[Condition, float]:
     """One re-derivation through the runner; a failed run is a condition without metrics."""
-    from runner import TicketStatus, execute_ticket
+    from runner import TicketRunner, TicketStatus
 
     ticket = _challenge_ticket(located, ticket_id, seed, patch)
     base = {k: v for k, v in located.config.items() if k != "seed"}
-    kwargs: dict[str, Any] = {"scheduler": setup.scheduler}
-    if setup.scorer is not None:
-        kwargs["scorer"] = setup.scorer
-    outcome = execute_ticket(
-        ticket,
-        home=setup.home,
-        dataset_version=located.dataset,
-        backend=setup.backend,
-        base_config=base,
-        audit=setup.audit,
+    runner = TicketRunner(
+        setup.home,
+        setup.backend,
+        setup.audit,
         run_id=located.run_id,
-        **kwargs,
+        scheduler=setup.scheduler,
+        scorer=setup.scorer,
     )
+    outcome = runner.run(ticket, located.dataset, base)
     folder = setup.home.tickets_dir(located.run_id) / ticket_id
     if outcome.status is not TicketStatus.DONE:
         log.warning("challenge re-run %s ended %s: %s", ticket_id, outcome.status.value, outcome.reason)

@@ -145,7 +145,7 @@ def _shifted(defect: dict[str, Any], by: int) -> dict[str, Any]:
 
 def _train(setup: FinetuneSetup, version: Any, info: RoundInfo) -> Any:
     from agents.run import load_run_defaults
-    from runner import execute_ticket
+    from runner import TicketRunner
 
     profile = str(setup.home.info().get("profile", "default"))
     defaults = load_run_defaults(profile)
@@ -160,19 +160,15 @@ def _train(setup: FinetuneSetup, version: Any, info: RoundInfo) -> Any:
         expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0},
         seed=int.from_bytes(os.urandom(4), "little") % 2**31,
     )
-    kwargs: dict[str, Any] = {"scheduler": setup.scheduler}
-    if setup.scorer is not None:
-        kwargs["scorer"] = setup.scorer
-    outcome = execute_ticket(
-        ticket,
-        home=setup.home,
-        dataset_version=version,
-        backend=setup.backend,
-        base_config=SOURCE_ROOT / defaults.base_config,
-        audit=setup.audit,
+    runner = TicketRunner(
+        setup.home,
+        setup.backend,
+        setup.audit,
         run_id=LABEL_RUN,
-        **kwargs,
+        scheduler=setup.scheduler,
+        scorer=setup.scorer,
     )
+    outcome = runner.run(ticket, version, SOURCE_ROOT / defaults.base_config)
     if setup.gate is None or outcome.evidence is None:
         return outcome
     model = (
