@@ -1,6 +1,6 @@
 """Two vaults that differ only in held-back labels give agents byte-identical outputs but verdicts.
 
-Issue 4, "Done when": two homes identical except for their held-back labels, driven by the same
+Two homes identical except for their held-back labels, driven by the same
 fixed script, produce byte-identical agent-visible outputs apart from the verdicts, once
 timestamps and generated ids are normalised. Agent-visible outputs are the gate's responses,
 ``runs/<id>/tickets/`` and the LLM request blobs. Both homes are built and driven at the same
