@@ -137,23 +137,22 @@ def topup_cmd(
     if round_two:
         from controls.rounds import run_round_two
 
-        report["round_two"] = run_round_two(resolved, report, executor=executor, run_id=rid)
+        report.round_two = run_round_two(resolved, report, executor=executor, run_id=rid)
     if json_out:
-        emit_json(report)
+        emit_json(report.as_json())
         return
     c = console()
-    for row in report["dose_response"]["rows"]:
+    for row in report.dose_response.rows:
         cells = [
-            f"{arm} {row[arm]['vs_nothing']['estimate']:+.3f} [{row[arm]['vs_nothing']['low']:+.3f}, "
-            f"{row[arm]['vs_nothing']['high']:+.3f}]"
+            f"{arm} {at.vs_nothing.estimate:+.3f} [{at.vs_nothing.low:+.3f}, {at.vs_nothing.high:+.3f}]"
             for arm in ("synthetic", "augment")
-            if row.get(arm)
+            if (at := getattr(row, arm))
         ]
-        c.print(f"n={row['n']}: " + "; ".join(cells))
-    c.print(report["dose_response"]["turning_point"]["summary"])
-    c.print(f"report in {Path(report['plot']).parent}")
-    if round_two:
-        _print_round_two(report["round_two"])
+        c.print(f"n={row.n}: " + "; ".join(cells))
+    c.print(report.dose_response.turning_point.summary)
+    c.print(f"report in {Path(str(report.plot)).parent}")
+    if report.round_two is not None:
+        _print_round_two(report.round_two)
 
 
 def _print_round_two(result: dict[str, Any]) -> None:
@@ -175,11 +174,11 @@ def round_two_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Round two after a top-up: the next weakest dev slice and a different kind of fix, recorded."""
-    import json
 
     from controls.executor import RunnerExecutor
     from controls.rounds import run_round_two
     from controls.topup import topup_config
+    from controls.topup_report import TopupReport
     from segfactory.errors import UsageError
     from synthetic.versions import resolve
 
@@ -187,8 +186,8 @@ def round_two_cmd(
     path = resolved.people_dir(run_id) / "topup.json"
     if not path.is_file():
         raise UsageError(f"no top-up report at {path}; run `segfactory topup --run-id {run_id}` first")
-    topup = json.loads(path.read_text())
-    base_config = topup_config(config, resolve(resolved.root, topup["base"]).train)
+    topup = TopupReport.model_validate_json(path.read_text())
+    base_config = topup_config(config, resolve(resolved.root, topup.base).train)
     executor = RunnerExecutor(resolved, backend=backend, base_config=base_config, run_id=run_id)
     result = run_round_two(resolved, topup, executor=executor, run_id=run_id)
     if json_out:

@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from controls.executor import TicketExecutor
+from controls.topup_report import TopupReport
 from segfactory.errors import DataError
 from segfactory.home import Home
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
@@ -174,7 +175,7 @@ Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, 
 
 def run_round_two(
     home: Home,
-    topup_report: dict[str, Any],
+    topup_report: TopupReport,
     *,
     executor: TicketExecutor,
     run_id: str,
@@ -190,26 +191,26 @@ def run_round_two(
         from runner._execute import default_scorer
 
         scorer = default_scorer
-    baseline = next((t for t in topup_report["tickets"] if t["arm"] == "nothing" and t["model"]), None)
+    baseline = next((t for t in topup_report.tickets if t.arm == "nothing" and t.model), None)
     if baseline is None:
         raise DataError("round two needs the top-up's nothing-arm model, which did not train")
-    version = resolve(home.root, topup_report["base"])
+    version = resolve(home.root, topup_report.base)
     dev = read_split(version.dev)
-    base_prob = np.asarray(scorer(Path(baseline["model"]), np.asarray(dev.images))).reshape(dev.masks.shape)
+    base_prob = np.asarray(scorer(Path(str(baseline.model)), np.asarray(dev.images))).reshape(dev.masks.shape)
     report, _ = analyse(
         Evaluated(dev, base_prob),
         data=dev.content_hash or str(version.dev),
         threshold=threshold,
-        seed=topup_report["seed"],
+        seed=topup_report.seed,
     )
     people = home.people_dir(run_id)
     plan = pick_next(report, read_rounds(people))
     ticket = round_ticket(
         f"{run_id}-round2-{plan.fix_kind}",
         plan,
-        topup_report["ticket_seconds"],
-        topup_report["epochs"],
-        topup_report["seed"],
+        topup_report.ticket_seconds,
+        topup_report.epochs,
+        topup_report.seed,
     )
     outcome = executor(ticket, version)
     status, model = outcome["status"], Path(outcome["model"]) if outcome["model"] else None
@@ -230,7 +231,7 @@ def run_round_two(
     else:
         new_prob = np.asarray(scorer(model, np.asarray(dev.images))).reshape(dev.masks.shape)
         out["miss_rate_change"] = slice_change(
-            dev, base_prob, new_prob, plan.slice, threshold, topup_report["seed"]
+            dev, base_prob, new_prob, plan.slice, threshold, topup_report.seed
         )
         out["result"] = result_text(out["miss_rate_change"])
     (people / "round2.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")

@@ -28,6 +28,17 @@ import numpy as np
 
 from controls.executor import TicketExecutor
 from controls.rounds import RoundRecord, record_round
+from controls.topup_report import (
+    ArmAtDose,
+    ArmTicket,
+    DoseResponse,
+    DoseRow,
+    Interval,
+    MilestoneNote,
+    RealDev,
+    TopupReport,
+    TurningPoint,
+)
 from segfactory.errors import DataError, LimitExceeded, UsageError
 from segfactory.home import Home
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
@@ -156,39 +167,43 @@ def _recall(arrays: tuple[np.ndarray, ...]) -> float:
 
 def summarise(
     curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]], doses: list[int], seed: int
-) -> dict[str, Any]:
+) -> DoseResponse:
     """Dose-response rows with paired-bootstrap intervals and the named turning point."""
     from segfactory.stats import bootstrap_ci, paired_bootstrap_diff
 
     nothing = curve["nothing"][0]
     rows = []
     for n in doses:
-        row: dict[str, Any] = {"n": n}
+        arms: dict[str, ArmAtDose | None] = {}
         for arm in ("synthetic", "augment"):
             counts = nothing if n == 0 else curve[arm].get(n)
-            if counts is None:
-                row[arm] = None
-                continue
-            row[arm] = {
-                "recall": bootstrap_ci(counts, _recall, n_boot=N_BOOT, seed=seed).as_dict(),
-                "vs_nothing": paired_bootstrap_diff(
-                    nothing, counts, _recall, n_boot=N_BOOT, seed=seed
-                ).as_dict(),
-            }
-        if n > 0 and row["synthetic"] and row["augment"]:
-            row["synthetic_vs_augment"] = paired_bootstrap_diff(
-                curve["augment"][n], curve["synthetic"][n], _recall, n_boot=N_BOOT, seed=seed
-            ).as_dict()
+            arms[arm] = (
+                None
+                if counts is None
+                else ArmAtDose(
+                    recall=Interval(**bootstrap_ci(counts, _recall, n_boot=N_BOOT, seed=seed).as_dict()),
+                    vs_nothing=Interval(
+                        **paired_bootstrap_diff(nothing, counts, _recall, n_boot=N_BOOT, seed=seed).as_dict()
+                    ),
+                )
+            )
+        row = DoseRow(n=n, synthetic=arms["synthetic"], augment=arms["augment"])
+        if n > 0 and row.synthetic and row.augment:
+            row.synthetic_vs_augment = Interval(
+                **paired_bootstrap_diff(
+                    curve["augment"][n], curve["synthetic"][n], _recall, n_boot=N_BOOT, seed=seed
+                ).as_dict()
+            )
         rows.append(row)
-    return {"rows": rows, "turning_point": turning_point(rows)}
+    return DoseResponse(rows=rows, turning_point=turning_point(rows))
 
 
-def turning_point(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def turning_point(rows: list[DoseRow]) -> TurningPoint:
     """Where more synthetic data stops helping (the best dose) or starts hurting (interval < 0)."""
-    scored = [(r["n"], r["synthetic"]["vs_nothing"]) for r in rows if r.get("synthetic")]
-    best_n, best = max(scored, key=lambda x: x[1]["estimate"])
-    hurting = [n for n, d in scored if n > 0 and d["high"] < 0]
-    helping = [n for n, d in scored if n > 0 and d["low"] > 0]
+    scored = [(r.n, r.synthetic.vs_nothing) for r in rows if r.synthetic]
+    best_n, _ = max(scored, key=lambda x: x[1].estimate)
+    hurting = [n for n, d in scored if n > 0 and d.high < 0]
+    helping = [n for n, d in scored if n > 0 and d.low > 0]
     larger = [n for n, _ in scored if n > best_n]
     if hurting:
         text = f"synthetic top-up starts hurting at n={hurting[0]} (interval below 0 against nothing)"
@@ -200,22 +215,22 @@ def turning_point(rows: list[dict[str, Any]]) -> dict[str, Any]:
         text = "no dose measurably changed real-slice recall against nothing (every interval contains 0)"
     if larger and best_n > 0:
         text += f"; more than n={best_n} stopped helping"
-    return {
-        "best_n": best_n,
-        "helping": helping,
-        "hurting": hurting,
-        "stops_helping_after": best_n if larger else None,
-        "summary": text,
-    }
+    return TurningPoint(
+        best_n=best_n,
+        helping=helping,
+        hurting=hurting,
+        stops_helping_after=best_n if larger else None,
+        summary=text,
+    )
 
 
-def write_report(report: dict[str, Any], out_dir: Path) -> Path:
+def write_report(report: TopupReport, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "topup.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    (out_dir / "topup.json").write_text(json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n")
     return plot_curve(report, out_dir / "dose_response.png")
 
 
-def plot_curve(report: dict[str, Any], path: Path) -> Path:
+def plot_curve(report: TopupReport, path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -223,14 +238,14 @@ def plot_curve(report: dict[str, Any], path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm in ("synthetic", "augment"):
-        pts = [(r["n"], r[arm]["vs_nothing"]) for r in report["dose_response"]["rows"] if r.get(arm)]
+        pts = [(r.n, at.vs_nothing) for r in report.dose_response.rows if (at := getattr(r, arm))]
         xs = [p[0] for p in pts]
         ax.errorbar(
             xs,
-            [p[1]["estimate"] for p in pts],
+            [p[1].estimate for p in pts],
             yerr=[
-                [p[1]["estimate"] - p[1]["low"] for p in pts],
-                [p[1]["high"] - p[1]["estimate"] for p in pts],
+                [p[1].estimate - p[1].low for p in pts],
+                [p[1].high - p[1].estimate for p in pts],
             ],
             marker="o",
             capsize=3,
@@ -238,7 +253,7 @@ def plot_curve(report: dict[str, Any], path: Path) -> Path:
         )
     ax.axhline(0.0, color="grey", lw=0.8)
     ax.set_xlabel("images added")
-    ax.set_ylabel(f"real-slice recall minus nothing ({report['slice']})")
+    ax.set_ylabel(f"real-slice recall minus nothing ({report.slice})")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -259,7 +274,7 @@ def run_topup(
     run_id: str,
     scorer: Scorer | None = None,
     threshold: float = 0.5,
-) -> dict[str, Any]:
+) -> TopupReport:
     """Build, train and measure every arm; write ``people/<run>/topup.json`` and the curve plot."""
     import tempfile
 
@@ -270,7 +285,7 @@ def run_topup(
     base = resolve(home.root, base_ref)
     params = plan.check(base_params(read_split(base.train, mmap=True).manifest))
     real = load_real_dev(real_path, plan.slice_name)
-    tickets: list[dict[str, Any]] = []
+    tickets: list[ArmTicket] = []
     curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {
         "synthetic": {},
         "augment": {},
@@ -288,53 +303,53 @@ def run_topup(
         outcome = executor(ticket, version)
         status, model = outcome["status"], Path(outcome["model"]) if outcome["model"] else None
         tickets.append(
-            {
-                "ticket": ticket.id,
-                "arm": arm,
-                "n": n,
-                "dataset": version.ref,
-                "status": status,
-                "model": str(model) if model else None,
-            }
+            ArmTicket(
+                ticket=ticket.id,
+                arm=arm,
+                n=n,
+                dataset=version.ref,
+                status=status,
+                model=str(model) if model else None,
+            )
         )
         if model is not None:
             curve[arm][n] = slice_counts(
                 scorer(model, np.asarray(real.images)), real, plan.slice_name, threshold
             )
     if 0 not in curve["nothing"]:
-        raise DataError(f"the nothing arm did not train ({tickets[0]['status']}); no comparison is possible")
+        raise DataError(f"the nothing arm did not train ({tickets[0].status}); no comparison is possible")
     response = summarise(curve, plan.doses, plan.seed)
-    report: dict[str, Any] = {
-        "slice": plan.slice_name,
-        "doses": plan.doses,
-        "seed": plan.seed,
-        "epochs": plan.epochs,
-        "ticket_seconds": plan.ticket_seconds,
-        "budget_s": plan.budget_s,
-        "base": base.ref,
-        "real_dev": {
-            "n_images": len(real),
-            "n_slice_voids": int(sum(c[1].sum() for c in curve["nothing"].values())),
-            "stand_in": bool(real.manifest.get("stand_in", False)),
-        },
-        "measured_on": "real-dev (host side)",
-        "tickets": tickets,
-        "dose_response": response,
-        "milestone": {
-            "tiers": "real-holdout",
-            "models": [t["model"] for t in tickets if t["model"]],
-            "note": "the real-holdout tier is scored only at a gate milestone: "
+    report = TopupReport(
+        slice=plan.slice_name,
+        doses=plan.doses,
+        seed=plan.seed,
+        epochs=plan.epochs,
+        ticket_seconds=plan.ticket_seconds,
+        budget_s=plan.budget_s,
+        base=base.ref,
+        real_dev=RealDev(
+            n_images=len(real),
+            n_slice_voids=int(sum(c[1].sum() for c in curve["nothing"].values())),
+            stand_in=bool(real.manifest.get("stand_in", False)),
+        ),
+        measured_on="real-dev (host side)",
+        tickets=tickets,
+        dose_response=response,
+        milestone=MilestoneNote(
+            tiers="real-holdout",
+            models=[t.model for t in tickets if t.model],
+            note="the real-holdout tier is scored only at a gate milestone: "
             "segfactory gate milestone --tiers real-holdout --model M ...",
-        },
-    }
-    report["plot"] = str(write_report(report, home.people_dir(run_id)))
+        ),
+    )
+    report.plot = str(write_report(report, home.people_dir(run_id)))
     record_round(
         home.people_dir(run_id),
         RoundRecord(
             weakness=f"real-slice recall on {plan.slice_name}",
             fix_kind="targeted_synthetic",
             fix=f"top-up doses {plan.doses} against augmentation and nothing",
-            result=response["turning_point"]["summary"],
+            result=response.turning_point.summary,
             report=str(home.people_dir(run_id) / "topup.json"),
             slice=plan.slice_name,
             measured_on="real-dev slice recall (paired against the nothing arm)",

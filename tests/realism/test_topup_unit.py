@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from controls.topup import TopupPlan, make_ticket, parse_doses, summarise, turning_point
+from controls.topup_report import ArmAtDose, DoseRow, Interval
 from segfactory.errors import LimitExceeded, UsageError
 from segfactory.records import Arm, TicketKind
 from synthetic import generate
@@ -91,16 +92,21 @@ def test_dose_response_names_where_more_stops_helping_and_where_it_hurts() -> No
         "augment": {100: nothing, 200: nothing},
     }
     result = summarise(curve, [0, 100, 200], seed=0)
-    point = result["turning_point"]
-    assert point["best_n"] == 100 and point["helping"] == [100] and point["hurting"] == [200]
-    assert point["stops_helping_after"] == 100 and "starts hurting at n=200" in point["summary"]
-    flat = turning_point(
-        [
-            {"n": 0, "synthetic": {"vs_nothing": {"estimate": 0.0, "low": 0.0, "high": 0.0}}},
-            {"n": 50, "synthetic": {"vs_nothing": {"estimate": 0.01, "low": -0.05, "high": 0.07}}},
-        ]
-    )
-    assert flat["helping"] == [] and "no dose measurably changed" in flat["summary"]
+    point = result.turning_point
+    assert point.best_n == 100 and point.helping == [100] and point.hurting == [200]
+    assert point.stops_helping_after == 100 and "starts hurting at n=200" in point.summary
+    rows = result.as_json()["rows"]
+    assert (
+        "synthetic_vs_augment" not in rows[0] and "synthetic_vs_augment" in rows[1]
+    )  # only where both trained
+    assert set(rows[0]) == {"n", "synthetic", "augment"}  # the JSON keeps the shape of the plain dicts
+
+    def row(n: int, estimate: float, low: float, high: float) -> DoseRow:
+        at = Interval(estimate=estimate, low=low, high=high, alpha=0.05)
+        return DoseRow(n=n, synthetic=ArmAtDose(recall=at, vs_nothing=at), augment=None)
+
+    flat = turning_point([row(0, 0.0, 0.0, 0.0), row(50, 0.01, -0.05, 0.07)])
+    assert flat.helping == [] and "no dose measurably changed" in flat.summary
 
 
 def test_rounds_are_recorded_for_people_including_null_results(tmp_path: Path) -> None:

@@ -1,0 +1,106 @@
+"""The top-up's report as typed records: what ``segfactory topup`` writes to ``people/<run>/topup.json``
+and prints with ``--json``.
+
+A record is dumped with ``exclude_unset``, so a key is in the JSON exactly when the top-up set
+it (``synthetic_vs_augment`` only at a dose where both arms trained, ``plot`` once the plot is
+written, ``round_two`` only with ``--round-two``): the file and ``--json`` keep the shape they
+had as plain dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class Interval(_Record):
+    """A bootstrap interval (``segfactory.stats.Interval.as_dict``)."""
+
+    estimate: float
+    low: float
+    high: float
+    alpha: float
+
+
+class ArmAtDose(_Record):
+    recall: Interval  # real-slice object recall of the arm at this dose
+    vs_nothing: Interval  # paired against the nothing arm, over the real images
+
+
+class DoseRow(_Record):
+    n: int
+    synthetic: ArmAtDose | None
+    augment: ArmAtDose | None
+    synthetic_vs_augment: Interval | None = None
+
+
+class TurningPoint(_Record):
+    best_n: int
+    helping: list[int]
+    hurting: list[int]
+    stops_helping_after: int | None
+    summary: str
+
+
+class DoseResponse(_Record):
+    rows: list[DoseRow]
+    turning_point: TurningPoint
+
+
+class ArmTicket(_Record):
+    ticket: str
+    arm: str
+    n: int
+    dataset: str
+    status: str
+    model: str | None
+
+
+class RealDev(_Record):
+    n_images: int
+    n_slice_voids: int
+    stand_in: bool
+
+
+class MilestoneNote(_Record):
+    tiers: str
+    models: list[str]
+    note: str
+
+
+class TopupReport(_Record):
+    slice: str
+    doses: list[int]
+    seed: int
+    epochs: int
+    ticket_seconds: float
+    budget_s: float | None
+    base: str
+    real_dev: RealDev
+    measured_on: str
+    tickets: list[ArmTicket]
+    dose_response: DoseResponse
+    milestone: MilestoneNote
+    plot: str | None = None
+    round_two: dict[str, Any] | None = None  # controls.rounds.run_round_two's result
+
+
+__all__ = [
+    "ArmAtDose",
+    "ArmTicket",
+    "DoseResponse",
+    "DoseRow",
+    "Interval",
+    "MilestoneNote",
+    "RealDev",
+    "TopupReport",
+    "TurningPoint",
+]
