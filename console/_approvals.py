@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from agents.approvals import ApprovalQueue, ApprovalRequest
 from console._chat import MAX_REPLY_CHARS, Reading
 from console._interpret import Interpreter, RulesInterpreter
-from console._runs import run_ended
+from console._runs import run_ended, run_state
 from segfactory.errors import LimitExceeded, UsageError
 from segfactory.home import Home
 from segfactory.records import Actor
@@ -128,7 +128,6 @@ class ApprovalsDesk:
 
     def queued(self, run_id: str) -> list[dict[str, Any]]:
         """The run's approved data tickets and whether the run has taken them into its queue."""
-        from console._runs import run_state
 
         taken = set(run_state(self.home, run_id).get("taken_approvals", []))
         return [{"ticket": t, "taken": t.id in taken} for t in self.queue.approved(run_id)]

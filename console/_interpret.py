@@ -15,7 +15,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.llm import LLMCaller, LLMFailed, LLMUsage, ToolSpec, UserTurn, make_provider
 from console._chat import MAX_REPLY_CHARS, Reading, interpret
+from segfactory.records import Actor
 
 SYSTEM = (
     "You read one person's chat reply to a request for new training data, or to a judge's escalated "
@@ -72,8 +74,6 @@ class LLMInterpreter:
         self.name = f"llm:{caller.provider.name}"
 
     def read(self, request_text: str, reply: str) -> Reading:
-        from agents.llm import LLMFailed, ToolSpec, UserTurn
-
         rules = interpret(reply)
         tool = ToolSpec(
             name="read_reply",
@@ -102,8 +102,6 @@ def make_interpreter(spec: str, sink: Any) -> Interpreter:
     """``rules`` or an ``agents.llm`` provider spec (``openai:MODEL``, ``anthropic:MODEL``, ``local:URL``)."""
     if spec == "rules":
         return RulesInterpreter()
-    from agents.llm import LLMCaller, LLMUsage, make_provider
-    from segfactory.records import Actor
 
     provider = make_provider(spec, sink, Actor.CONSOLE)
     return LLMInterpreter(LLMCaller(provider, sink, LLMUsage(), Actor.CONSOLE))

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from agents.challenge import retractions
+from agents.labelling import label_rounds
 from agents.labelling.decisions import (  # the finetune reads what people decided here
     Action,
     check_ref,
@@ -31,6 +33,7 @@ from agents.labelling.decisions import (  # the finetune reads what people decid
 from segfactory.errors import DataError, UsageError
 from segfactory.home import Home
 from segfactory.records import Actor
+from synthetic._io import _component_rows
 from synthetic.splits import Split, read_split, write_split
 from synthetic.versions import SPLITS, create_version, resolve
 
@@ -288,8 +291,6 @@ def review_stats(home: Home) -> list[dict[str, Any]]:
 
 def loop_summary(home: Home) -> dict[str, Any]:
     """For the /labels page: finished labelling rounds and retracted claims (people only, read-only)."""
-    from agents.challenge import retractions
-    from agents.labelling import label_rounds
 
     return {
         "rounds": [r.model_dump(mode="json") for r in label_rounds(home)],
@@ -315,7 +316,6 @@ def _pack(mask: np.ndarray) -> bytes:
 
 def _edited(home: Home, dataset: str, split: str, rows: list[Any], out: Path) -> Path:
     """A copy of the split with fixed masks replaced and dropped images removed."""
-    from synthetic._io import _component_rows
 
     data = _split(home, dataset, split)
     images, masks = np.array(data.images), np.array(data.masks)

@@ -10,6 +10,7 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 
 from console import _audit_view, _runs
 from console._auth import Auth
+from console._labels import image_png, latest_version, loop_summary, queue_datasets
 from console.app import Services, page
 from segfactory.errors import UsageError
 
@@ -179,7 +180,6 @@ def blob_page(request: Request, ref: str) -> Response:
 @router.get("/labels")
 def labels_index(request: Request) -> Response:
     s = _services(request)
-    from console._labels import loop_summary, queue_datasets
 
     sets = [{"ref": d, **s.labels.stats(d)} for d in queue_datasets(s.home)]
     return page(request, "labels.html", {"datasets": sets, **loop_summary(s.home)})
@@ -188,7 +188,6 @@ def labels_index(request: Request) -> Response:
 @router.get("/labels/{name}/{version}")
 def label_queue(request: Request, name: str, version: str) -> Response:
     s = _services(request)
-    from console._labels import latest_version
 
     ref = f"{name}/{version}"
     return page(
@@ -217,8 +216,6 @@ def label_editor(request: Request, name: str, version: str, split: str, image_id
 
 @router.get("/labels/{name}/{version}/{split}/{image_id}/{kind}.png")
 def label_png(request: Request, name: str, version: str, split: str, image_id: int, kind: str) -> Response:
-    from console._labels import image_png
-
     if kind not in ("image", "mask"):
         raise UsageError(f"no {kind}.png; use image.png or mask.png")
     png = image_png(_services(request).home, f"{name}/{version}", split, image_id, mask=kind == "mask")

@@ -16,6 +16,7 @@ from typing import Any
 
 from audit import iter_records
 from audit.reader import LOG_NAME
+from runner._progress import NOT_EVIDENCE, PROGRESS_FILE
 from segfactory.errors import UsageError
 from segfactory.home import Home
 
@@ -114,7 +115,6 @@ def training(home: Home, run_id: str) -> list[dict[str, Any]]:
     """Tickets of the run training now (a ``progress.json`` and no ``outcome.json`` yet), with the
     latest epoch the runner read from the sandbox: the sandbox's own report, not evidence. Only
     numbers pass (the host wrote the file, but its numbers came from sandboxed code)."""
-    from runner._progress import NOT_EVIDENCE, PROGRESS_FILE
 
     folder = home.tickets_dir(run_id)
     if not folder.is_dir():

@@ -20,9 +20,11 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
+from analysis.realism import blind
 from console._auth import Auth
 from console.app import page
 from segfactory.errors import UsageError
+from synthetic.versions import resolve
 
 router = APIRouter()
 BLIND_RUN = "blind"  # sessions live in runs/blind/people/
@@ -37,8 +39,6 @@ def _people(request: Request) -> Path:
 
 
 def _session(request: Request, session_id: str) -> Any:
-    from analysis.realism import blind
-
     if not SESSION_ID.match(session_id):
         raise UsageError(f"{session_id!r} is not a blind-test session id (hex, as /blind lists them)")
     return blind.load(_people(request), session_id)
@@ -46,7 +46,6 @@ def _session(request: Request, session_id: str) -> Any:
 
 def _split_dir(request: Request, ref: str) -> Path:
     """A split folder, or a dataset version ``NAME/vK`` of the home (its train split)."""
-    from synthetic.versions import resolve
 
     path = Path(ref)
     if (path / "manifest.json").is_file():
@@ -55,8 +54,6 @@ def _split_dir(request: Request, ref: str) -> Path:
 
 
 def _start(request: Request, synthetic: str, real: str, n: int) -> Any:
-    from analysis.realism import blind
-
     session = blind.new_session(_split_dir(request, synthetic), Path(real), n)
     blind.save(session, _people(request))
     _audit(request, "blind_session_started", {"session": session.id, "trials": len(session.trials)})
@@ -89,8 +86,6 @@ def crop_png(request: Request, session_id: str, k: int) -> Response:
     """Trial ``k``'s crop as an 8-bit PNG, for the person's screen only."""
     from PIL import Image
 
-    from analysis.realism import blind
-
     session = _session(request, session_id)
     if not 0 <= k < len(session.trials):
         raise UsageError(f"trial {k} does not exist; the session has {len(session.trials)}")
@@ -112,8 +107,6 @@ async def guess(request: Request, session_id: str, k: int) -> JSONResponse:
 
 
 def _guess(request: Request, session_id: str, k: int, choice: str) -> Any:
-    from analysis.realism import blind
-
     session = blind.record_guess(_session(request, session_id), k, choice)
     blind.save(session, _people(request))
     _audit(request, "blind_guess", {"session": session_id, "trial": k, "guess": choice})
@@ -123,7 +116,6 @@ def _guess(request: Request, session_id: str, k: int, choice: str) -> Any:
 @router.get("/api/blind/{session_id}/result")
 def result(request: Request, session_id: str) -> JSONResponse:
     """The person's accuracy with a 95% Wilson interval (aggregates only)."""
-    from analysis.realism import blind
 
     return JSONResponse(blind.score(_session(request, session_id)))
 
@@ -141,7 +133,6 @@ def _trials(value: Any) -> int:
 @router.get("/blind")
 def blind_page(request: Request) -> Response:
     """Start form and the past sessions' aggregate results (newest first)."""
-    from analysis.realism import blind
 
     people = _people(request)
     files = sorted(people.glob("blind-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)[:MAX_LISTED]
@@ -163,7 +154,6 @@ async def blind_start_form(request: Request) -> Response:
 @router.get("/blind/{session_id}")
 def blind_trial_page(request: Request, session_id: str) -> Response:
     """The first unanswered crop (no label anywhere on the page), or the result when all are answered."""
-    from analysis.realism import blind
 
     session = _session(request, session_id)
     k = next((i for i, t in enumerate(session.trials) if t.guess is None), None)

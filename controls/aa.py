@@ -17,6 +17,7 @@ from typing import Any
 
 from controls.pipeline import CandidateResult, CandidateServices, JudgeLike, run_candidate
 from controls.rates import false_win_rate, rate, selection_effect
+from segfactory.errors import DataError
 from segfactory.home import SOURCE_ROOT
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 
@@ -120,7 +121,6 @@ def run_aa(
     it allows. Seeds are drawn in run order before any starts, and results keep run order.
     Raises DataError when the reference does not train (an A/A without a reference means nothing).
     """
-    from segfactory.errors import DataError
 
     ref = reference_ticket(run_id, budget, make_seed())
     outcome = services.run_ticket(ref)

@@ -7,6 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agents.run import load_run_defaults
+from agents.space import SEARCH_SPACE, load_space
+from controls.session import control_session
+from controls.sweep import check_sweep, run_sweep, storage_url
 from segfactory.errors import HomeError
 from segfactory.home import SOURCE_ROOT, Home
 
@@ -47,11 +51,6 @@ def run_sweep_arm(
     ``open_home`` gives the home once everything is valid (the CLI's creates a missing one); ``on_home``
     is called with it before the sweep starts (the CLI's drop)."""
     import yaml
-
-    from agents.run import load_run_defaults
-    from agents.space import SEARCH_SPACE, load_space
-    from controls.session import control_session
-    from controls.sweep import check_sweep, run_sweep, storage_url
 
     profile = home_profile(home, profile)
     defaults = load_run_defaults(profile)

@@ -20,8 +20,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controls.isolation import BestStore, Incumbent, start_from
+from agents.run import RunRequest, start_run
+from controls.arms import existing_home, run_sweep_arm
+from controls.compare_report import summarise, write_plot
+from controls.isolation import BestStore, GateBestStore, Incumbent, start_from
+from controls.nnunet_arm import run_nnunet_arm
+from controls.replay import SEALED, replay, sealed_f1, sealed_milestone
+from controls.session import new_run_id
 from segfactory.home import Home
+from segfactory.records import sha256_file
 
 ARMS = (
     "agent",
@@ -129,13 +136,8 @@ def _run_arm(
     backend: str,
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
-    from controls.arms import run_sweep_arm
-    from controls.session import new_run_id
-
     home = Home.resolve(home_path)
     if arm in ("agent", "agent-code"):  # agent-code: the same run, its code tickets written by the code agent
-        from agents.run import RunRequest, start_run
-
         # The arm stops by the sweeps' rule (only its budget: device time, or the profile's
         # compare_arm wall and ticket caps), so equal budgets mean equal device time spent.
         summary = start_run(
@@ -152,8 +154,6 @@ def _run_arm(
         )
         return _agent_arm(home, summary["run_id"])
     if arm == "nnunet":
-        from controls.nnunet_arm import run_nnunet_arm
-
         summary = run_nnunet_arm(
             home_path,
             budget_s=budget_s,
@@ -221,12 +221,6 @@ def run_compare(
     backend: str,
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
-    from controls.arms import existing_home
-    from controls.compare_report import summarise, write_plot
-    from controls.isolation import GateBestStore
-    from controls.replay import replay, sealed_milestone
-    from controls.session import new_run_id
-
     home = existing_home(home_path, profile)
     compare_id = new_run_id("compare-")
     people = home.people_dir(compare_id)
@@ -269,8 +263,6 @@ def run_compare(
 
 def _sealed_scores(report: dict[str, Any], model: Path) -> dict[str, Any] | None:
     """Sealed object F1 (with its interval) and, where the milestone gives it, the worst-slice score."""
-    from controls.replay import SEALED, sealed_f1
-    from segfactory.records import sha256_file
 
     f1 = sealed_f1(report, model)
     if not f1:

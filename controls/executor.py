@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from audit import AuditLog
+from runner import TicketRunner, TicketStatus
 from segfactory.home import Home
 from segfactory.records import Ticket
 from synthetic.versions import DatasetVersion
@@ -48,9 +50,6 @@ class RunnerExecutor:
         self.gate, self.run_id, self.audit, self.scheduler = gate, run_id, audit, scheduler
 
     def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]:
-        from audit import AuditLog
-        from runner import TicketRunner, TicketStatus
-
         audit = self.audit or AuditLog(self.home, None)
         try:
             runner = TicketRunner(

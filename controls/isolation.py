@@ -29,7 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from audit import AuditLog
+from audit.anchor import gate_anchor_store
+from audit.gate_events import pull
+from segfactory.errors import DataError, GateError
 from segfactory.home import Home
+from segfactory.records import sha256_file
 
 QUERIED_TIERS = ("confirm-a", "confirm-b")  # the tiers a submission spends a query of
 RESTORE_SUFFIX = "-restore"  # ticket id suffix of a restore row in promotions.jsonl
@@ -65,8 +70,6 @@ def spent_tiers(tier_versions: list[dict[str, Any]]) -> list[str]:
 
 def host_copy(home: Home, sha256: str) -> Path:
     """The host's copy of a best (a promotion row, else the classical baseline); DataError if none."""
-    from segfactory.errors import DataError
-    from segfactory.records import sha256_file
 
     path = home.runs / "promotions.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
@@ -90,10 +93,6 @@ class GateBestStore:
         self.home, self.compare_id = home, compare_id
 
     def _call(self, act: Callable[[Any], Any]) -> Any:
-        from audit import AuditLog
-        from audit.anchor import gate_anchor_store
-        from audit.gate_events import pull
-
         with gate_anchor_store(self.home) as anchor, AuditLog(self.home, anchor) as log:
             client: Any = anchor.client  # a gate.client.GateClient
             try:
@@ -102,8 +101,6 @@ class GateBestStore:
                 pull(client, log)
 
     def current(self) -> Incumbent:
-        from segfactory.errors import GateError
-
         sha = self._call(lambda client: client.status().get("current_best"))
         if not sha:
             raise GateError("the gate has no current best; `segfactory init` registers the baseline")

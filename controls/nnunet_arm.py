@@ -31,9 +31,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controls.session import ControlServices
+from controls.arms import existing_home
+from controls.pipeline import run_candidate
+from controls.session import ControlServices, control_session
 from segfactory.budgets import TicketCaps
+from segfactory.errors import UsageError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+from synthetic.versions import resolve
 
 NNUNET_MAX_EPOCHS = 1000  # nnU-Net's own epoch count, as the cap; the budget decides how many run
 SANDBOX_START_S = 10.0  # device-seconds the sandbox start and imports take before the worker's clock
@@ -68,8 +72,6 @@ class NnunetServices(ControlServices):
     """
 
     def _execute(self, runnable: Ticket, parent: Any, lineage: Any, wall_left_s: float | None = None) -> Any:
-        from synthetic.versions import resolve
-
         caps = TicketCaps(max_device_seconds=runnable.budget.device_seconds, max_epochs=NNUNET_MAX_EPOCHS)
         dataset = resolve(self.setup.home.root, lineage.dataset)
         return self._runner(caps).run(runnable, dataset, parent.config, wall_left_s=wall_left_s)
@@ -95,10 +97,6 @@ def run_nnunet_arm(
     progress: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
     """Run the arm in a control session; returns its summary (people only: it holds the dev score)."""
-    from controls.arms import existing_home
-    from controls.pipeline import run_candidate
-    from controls.session import control_session
-    from segfactory.errors import UsageError
 
     if budget_s < MIN_BUDGET_S:
         raise UsageError(f"the nnunet arm needs at least {MIN_BUDGET_S:g} device-seconds; got {budget_s:g}")

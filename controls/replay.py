@@ -19,9 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from audit import AuditLog
+from audit.anchor import gate_anchor_store
+from audit.gate_events import pull
 from controls.rates import false_win_rate, is_false_win
 from segfactory.errors import GateError
 from segfactory.home import Home
+from segfactory.records import sha256_file
 from segfactory.stats import Interval
 
 SEALED = "sealed"
@@ -65,9 +69,6 @@ def sealed_milestone(
     home: Home, name: str, run_id: str, models: list[Path], progress: Callable[[str], None]
 ) -> dict[str, Any]:
     """Score ``models`` once on the sealed tier (events pulled into the audit log); rotate on quota."""
-    from audit import AuditLog
-    from audit.anchor import gate_anchor_store
-    from audit.gate_events import pull
 
     for attempt in range(2):
         try:
@@ -91,8 +92,6 @@ def sealed_milestone(
 
 
 def sealed_f1(report: dict[str, Any], model: Path) -> Interval | None:
-    from segfactory.records import sha256_file
-
     entry = report.get("tiers", {}).get(SEALED, {}).get("models", {}).get(sha256_file(model))
     if not isinstance(entry, dict):
         return None

@@ -23,11 +23,18 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from analysis.report import Evaluated, analyse
+from analysis.slices import one_way_slices, slice_masks, two_way_slices
+from analysis.units import defect_units
 from controls.executor import TicketExecutor
 from controls.topup_report import TopupReport
+from runner._execute import default_scorer
 from segfactory.errors import DataError
 from segfactory.home import Home
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+from segfactory.stats import bootstrap_mean_ci
+from synthetic.splits import read_split
+from synthetic.versions import resolve
 
 MIN_SLICE_VOIDS = 20  # voids in a dev slice; smaller slices are never picked (the win rule's min_support)
 N_BOOT = 1000  # bootstrap resamples of the slice's miss-rate change
@@ -144,10 +151,6 @@ def slice_change(
     dev: Any, base_prob: np.ndarray, new_prob: np.ndarray, slice_name: str, threshold: float, seed: int
 ) -> dict[str, float]:
     """New minus baseline miss rate over the dev voids of ``slice_name`` (paired, bootstrap over voids)."""
-    from analysis.report import Evaluated
-    from analysis.slices import one_way_slices, slice_masks, two_way_slices
-    from analysis.units import defect_units
-    from segfactory.stats import bootstrap_mean_ci
 
     base = Evaluated(dev, base_prob).errors(threshold).defect_outcome
     new = Evaluated(dev, new_prob).errors(threshold).defect_outcome
@@ -183,13 +186,8 @@ def run_round_two(
     threshold: float = 0.5,
 ) -> dict[str, Any]:
     """Analyse the top-up's nothing-arm model on dev, pick, run one fix ticket, measure, record."""
-    from analysis.report import Evaluated, analyse
-    from synthetic.splits import read_split
-    from synthetic.versions import resolve
 
     if scorer is None:
-        from runner._execute import default_scorer
-
         scorer = default_scorer
     baseline = next((t for t in topup_report.tickets if t.arm == "nothing" and t.model), None)
     if baseline is None:

@@ -15,10 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.run import check_win_rule
-from agents.services import PROMOTIONS_FILE, HostServices
+from agents.judge import Judge
+from agents.run import DATASET, check_win_rule, load_run_defaults, running_user, verify_sandbox
+from agents.services import PROMOTIONS_FILE, HostServices, RunSetup
+from audit import AuditLog
+from audit.anchor import gate_anchor_store
+from audit.gate_events import pull
+from audit.reader import iter_records
+from gate.win_rule import load_win_rule
 from segfactory.home import SOURCE_ROOT, Home
-from segfactory.records import Actor
+from segfactory.records import Actor, sha256_file
+from synthetic.versions import resolve
 
 RANDOM_SEED_BOUND = 2**31  # host-chosen training seeds lie in [0, this)
 
@@ -37,8 +44,6 @@ class ControlServices(HostServices):
         """Make a ticket's model the current best for A/A runs: the gate records it as a move of kind
         ``reference`` (never a promotion). It goes through the gate's host surface: only the gate opens
         the vault."""
-        from audit.gate_events import pull
-        from segfactory.records import sha256_file
 
         model = self.home.tickets_dir(self.setup.run_id) / ticket_id / "model.onnx"
         self.setup.gate.set_reference(
@@ -97,14 +102,6 @@ def control_session(
     ``concurrency``: tickets the session's one scheduler lets train at once."""
     import yaml
 
-    from agents.judge import Judge
-    from agents.run import DATASET, load_run_defaults, running_user, verify_sandbox
-    from agents.services import RunSetup
-    from audit import AuditLog
-    from audit.anchor import gate_anchor_store
-    from gate.win_rule import load_win_rule
-    from synthetic.versions import resolve
-
     defaults = load_run_defaults(profile)
     base_path = SOURCE_ROOT / defaults.base_config
     verify_sandbox(backend, home, progress)
@@ -156,7 +153,6 @@ def _write(path: Path, record: dict[str, Any]) -> None:
 
 def sandbox_runs(home: Home, run_id: str) -> int:
     """Sandbox runs the audit log records for a run (``ticket_attempt`` events of the runner)."""
-    from audit.reader import iter_records
 
     path = home.audit / "log.jsonl"
     if not path.is_file():

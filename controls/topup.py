@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.realism.report import load_real
 from controls.executor import TicketExecutor
 from controls.rounds import RoundRecord, record_round
 from controls.topup_report import (
@@ -39,14 +40,18 @@ from controls.topup_report import (
     TopupReport,
     TurningPoint,
 )
+from runner._execute import default_scorer
 from segfactory.errors import DataError, LimitExceeded, UsageError
 from segfactory.home import Home
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+from segfactory.stats import bootstrap_ci, paired_bootstrap_diff
 from synthetic.extend import base_params, build_arm
 from synthetic.params import GenParams
 from synthetic.slices import constrain, in_slice
 from synthetic.splits import read_split
 from synthetic.versions import DatasetVersion, resolve
+from vision.metrics import per_image_metrics
+from vision.slices import defect_detected
 
 MAX_DOSE = 100_000  # images added per arm; past this the top-up is refused
 N_BOOT = 1000  # paired bootstrap resamples
@@ -131,8 +136,6 @@ def slice_counts(
     probs: np.ndarray, real: Any, slice_name: str, threshold: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per real image: (voids of the slice detected, voids of the slice) — for ratio bootstraps."""
-    from vision.metrics import per_image_metrics
-    from vision.slices import defect_detected
 
     masks = np.asarray(real.masks)
     probs = np.asarray(probs, dtype=np.float32).reshape(masks.shape)  # the scorer answers (N, 1, H, W)
@@ -149,8 +152,6 @@ def slice_counts(
 
 
 def load_real_dev(path: Path, slice_name: str) -> Any:
-    from analysis.realism.report import load_real
-
     real = load_real(path)
     count = sum(1 for d in real.defects if in_slice(slice_name, d))
     if count == 0:
@@ -169,7 +170,6 @@ def summarise(
     curve: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]], doses: list[int], seed: int
 ) -> DoseResponse:
     """Dose-response rows with paired-bootstrap intervals and the named turning point."""
-    from segfactory.stats import bootstrap_ci, paired_bootstrap_diff
 
     nothing = curve["nothing"][0]
     rows = []
@@ -279,8 +279,6 @@ def run_topup(
     import tempfile
 
     if scorer is None:
-        from runner._execute import default_scorer
-
         scorer = default_scorer
     base = resolve(home.root, base_ref)
     params = plan.check(base_params(read_split(base.train, mmap=True).manifest))
