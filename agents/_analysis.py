@@ -12,6 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from analysis.render import write_report
+from analysis.report import AnalysisReport, Evaluated, Extras, analyse
+from analysis.toy import ToySplit
+from synthetic.splits import read_split
+from synthetic.versions import resolve
+from vision.metrics import aggregate, per_image_metrics
+from vision.perturb import PERTURBATIONS, perturb
+
 ANALYSIS_SEED = 0  # seed of the dev halves and bootstraps: the same best gives the same report
 TRAIN_SAMPLE_IMAGES = 128  # train images scored for the train-dev gap; more costs scorer time
 PERTURBATION_SEVERITY = 3  # of 1..5: the middle of each perturbation's range (vision/perturb.py)
@@ -23,17 +31,12 @@ def analysis_dir(services: Any, sha256: str) -> Path:
 
 def analyse_best(services: Any, model: Path, sha256: str) -> Any:
     """Analyse ``model`` on dev (with a train sample); write or reuse the report folder."""
-    from analysis.render import write_report
-    from analysis.report import AnalysisReport, Evaluated, Extras, analyse
-    from synthetic.splits import read_split
 
     out = analysis_dir(services, sha256)
     if (out / "report.json").is_file():
         return AnalysisReport.model_validate_json((out / "report.json").read_text())
     dataset = services.setup.dataset
     if hasattr(services, "incumbent"):  # the train sample comes from what the best trained on
-        from synthetic.versions import resolve
-
         dataset = resolve(services.home.root, services.incumbent().dataset)
     dev_split = read_split(dataset.dev)
     dev = Evaluated(dev_split, np.asarray(services._score(model, dev_split.images))[:, 0])
@@ -51,9 +54,6 @@ def analyse_best(services: Any, model: Path, sha256: str) -> Any:
 
 
 def _train_sample(services: Any, model: Path, train: Any) -> Any:
-    from analysis.report import Evaluated
-    from analysis.toy import ToySplit
-
     take = np.sort(np.random.default_rng(ANALYSIS_SEED).permutation(len(train))[:TRAIN_SAMPLE_IMAGES])
     ids = {str(train.image_meta[int(k)].get("id")) for k in take}
     sample = ToySplit(
@@ -71,8 +71,6 @@ def perturbation_drops(services: Any, model: Path, dev: Any) -> dict[str, float]
     Every perturbed copy goes to the confined scorer in one call: its start-up, not the images,
     is what a call costs.
     """
-    from vision.metrics import aggregate, per_image_metrics
-    from vision.perturb import PERTURBATIONS, perturb
 
     images, masks = np.asarray(dev.images), np.asarray(dev.masks)
     sets = [(images, masks)] + [

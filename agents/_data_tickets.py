@@ -16,6 +16,9 @@ from typing import Any
 
 from segfactory.errors import UsageError
 from segfactory.records import Ticket, TicketKind
+from synthetic.extend import base_params, build_arm
+from synthetic.slices import constrain
+from synthetic.splits import read_split
 
 DEFAULT_TOPUP_IMAGES = 250  # images added when a data ticket does not say how many
 MAX_TOPUP_IMAGES = 2000  # past this the ticket is refused: it would dwarf the train split
@@ -55,9 +58,6 @@ def topup_spec(ticket: Ticket) -> dict[str, Any] | None:
 def materialise(home_root: Path, base: Any, ticket: Ticket, work: Path, keep: int | None = None) -> Any:
     """Build the dataset version a targeted-synthetic data ticket trains on: the base train images
     the parent trained on (its first ``keep``; all when None) + n slice images."""
-    from synthetic.extend import base_params, build_arm
-    from synthetic.slices import constrain
-    from synthetic.splits import read_split
 
     spec = topup_spec(ticket)
     if spec is None:

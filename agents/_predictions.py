@@ -29,6 +29,7 @@ from analysis.effects import ALL, measure
 from analysis.report import Evaluated
 from segfactory.home import Home
 from segfactory.records import ExpectedEffect, Ticket
+from segfactory.stats import wilson_interval
 
 PREDICTIONS_FILE = "predictions.jsonl"  # people/: one row per scored prediction (dev, then sealed)
 RECOMMENDATION_PREFIX = "recommendation:"
@@ -252,7 +253,6 @@ def summary(home: Home, run_id: str) -> dict[str, Any]:
     rates = hitrate.summary(home, run_id).model_dump(mode="json")
     sealed = [r for r in rows if r.get("stage") == "sealed"]
     scored = [r for r in sealed if r.get("held") is not None]
-    from segfactory.stats import wilson_interval
 
     iv = wilson_interval(sum(bool(r["held"]) for r in scored), len(scored))
     rates["sealed"] = {

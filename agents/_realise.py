@@ -17,8 +17,16 @@ import numpy as np
 
 from agents.actions import Catalogue, NotExecutable, Realised, load_catalogue, realise_config, rule_of
 from agents.incumbent import Incumbent
+from analysis.curation import Plan, apply_plan, curate_images
+from analysis.curation.plan import _applied
+from analysis.effects import parse_slice
+from analysis.errortypes import ErrorType
+from analysis.units import defect_units
 from segfactory.errors import DataError, UsageError
-from segfactory.records import Recommendation, TicketKind
+from segfactory.records import Recommendation, TicketKind, canonical_json
+from synthetic.extend import append_images
+from synthetic.splits import read_split
+from synthetic.versions import approved, create_version, resolve
 
 NOT_EXECUTABLE_FILE = "not_executable.jsonl"  # people/: recommendations that became no ticket, and why
 REVIEWED_VERSIONS_NOTE = (
@@ -110,8 +118,6 @@ def realise(
 
 
 def _unless_tried(got: Realised, tried: set[str]) -> Realised | NotExecutable:
-    from segfactory.records import canonical_json
-
     if canonical_json(got.change).decode() in tried:
         return NotExecutable(
             rule=got.rule,
@@ -126,10 +132,6 @@ def _curation(
 ) -> Realised | NotExecutable:
     """The version ``curate apply`` makes from the incumbent data's image plan (train items only:
     dev stays the incumbent's, so the dev score compares like with like)."""
-    from analysis.curation import Plan, apply_plan, curate_images
-    from analysis.curation.plan import _applied
-    from synthetic.splits import read_split
-    from synthetic.versions import resolve
 
     home_root = services.home.root
     base = resolve(home_root, incumbent.dataset)
@@ -201,7 +203,6 @@ def _label_review(
 
 def reviewed_versions(home_root: Path, parent_ref: str) -> list[str]:
     """Approved versions whose parent is ``parent_ref``, with its train images and dev split, other masks."""
-    from synthetic.versions import approved, resolve
 
     parent = resolve(home_root, parent_ref)
     out = []
@@ -226,7 +227,6 @@ def named_dataset(services: Any, ticket: Any, base: Any, base_images: int | None
     """The version a ticket names in ``change["dataset"]`` (curation, reviewed labels, approved
     data), checked: approved, and with the incumbent's dev split. None when it names none.
     ``base_images``: how many of the base's train images the parent trains on (None: all)."""
-    from synthetic.versions import resolve
 
     ref = ticket.change.get("dataset")
     if ticket.kind.value == "data" and ticket.change.get("approved_request"):
@@ -248,12 +248,6 @@ def approved_data_version(services: Any, ticket: Any, base: Any, base_images: in
     """The incumbent's train split (the first ``base_images``, those a capped config trains on;
     all when None) plus the approved images: at most the approved count, only those in the
     approved scope (a slice of the images' voids). Dev stays the incumbent's."""
-    from analysis.effects import parse_slice
-    from analysis.errortypes import ErrorType
-    from analysis.units import defect_units
-    from synthetic.extend import append_images
-    from synthetic.splits import read_split
-    from synthetic.versions import create_version, resolve
 
     change = ticket.change
     request = change["approved_request"]

@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents._paths import POLICY_DIR
 from segfactory.errors import PolicyError
-from segfactory.records import Recommendation, TicketKind
+from segfactory.records import Recommendation, TicketKind, canonical_json
+from vision.perturb import PERTURBATIONS
 
 ACTIONS_POLICY = POLICY_DIR / "actions.yaml"
 RECOMMEND_POLICY = POLICY_DIR / "recommend.yaml"
@@ -159,8 +160,6 @@ def _identity(field: str) -> float:
 
 
 def _widen(current: Any, factor: float, field: str, perturbation: str | None) -> dict[str, float]:
-    from vision.perturb import PERTURBATIONS
-
     ident = _identity(field)
     low, high = (
         (float(current["low"]), float(current["high"])) if isinstance(current, dict) else (ident, ident)
@@ -215,8 +214,6 @@ def _perturbation(rec: Recommendation) -> str | None:
 
 
 def _augment_field(perturbation: str | None) -> str | None:
-    from vision.perturb import PERTURBATIONS
-
     if perturbation is None or perturbation not in PERTURBATIONS:
         return None
     return PERTURBATIONS[perturbation].augment_field
@@ -250,7 +247,6 @@ def realise_config(
     max_epochs: int,
 ) -> Realised | NotExecutable:
     """The first option that changes ``config`` and whose patch is not in ``tried`` (canonical JSON)."""
-    from segfactory.records import canonical_json
 
     reasons = []
     for index, option in enumerate(entry.options):

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agents.llm import LLMCaller, LLMFailed, ToolResultTurn, ToolSpec, Turn, UserTurn
 from agents.prompts import load_prompt
 from agents.workspace import PathRefused, Workspace
+from sandbox import SandboxSpec, get_backend
 from segfactory.errors import LimitExceeded
 from segfactory.records import Actor
 from segfactory.seams import AuditSink
@@ -45,8 +46,6 @@ def sandbox_runner(backend: str) -> CommandRunner:
     """A :data:`CommandRunner` that executes through ``sandbox.get_backend(backend)``."""
 
     def run(command: list[str], workspace: Path, timeout_s: float) -> CommandResult:
-        from sandbox import SandboxSpec, get_backend  # type: ignore[attr-defined,unused-ignore]
-
         result = get_backend(backend).run(
             SandboxSpec(command=command, workspace=workspace, timeout_s=timeout_s)
         )

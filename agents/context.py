@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from analysis.report import AnalysisReport
 from segfactory.records import Arm, CoarseVerdict, Recommendation, Ticket, Verdict
 
 MAX_HISTORY_ENTRIES = 200  # past this: only the most recent entries are kept, and `history_truncated` says so
@@ -34,7 +35,6 @@ class DevAnalysis(_Frozen):
     @classmethod
     def from_report(cls, report: Any) -> DevAnalysis:
         """A summary of an ``analysis.report.AnalysisReport`` (dev only) and its recommendations."""
-        from analysis.report import AnalysisReport
 
         if not isinstance(report, AnalysisReport):
             raise TypeError(f"expected analysis.report.AnalysisReport, got {type(report).__name__}")

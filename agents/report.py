@@ -17,7 +17,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents._predictions import PREDICTIONS_FILE
 from agents._report_md import render_markdown
+from agents.challenge import retractions
+from agents.labelling import label_rounds
+from analysis.render import to_html
+from audit import check_records, iter_records, load_policy, verify_log
+from runner import read_beneath
 from segfactory.home import Home
 
 REPORT_MD = "report.md"
@@ -106,8 +112,6 @@ class RunReport(_Rec):
 
 def home_records(home: Home) -> dict[str, list[dict[str, Any]]]:
     """The home's labelling rounds and retracted claims, as every later report lists them."""
-    from agents.challenge import retractions
-    from agents.labelling import label_rounds
 
     rounds = [
         {
@@ -207,7 +211,6 @@ def counts(rows: list[TicketRow], state: dict[str, Any]) -> dict[str, int]:
 def refused_drafts(home: Home, run_id: str) -> list[dict[str, Any]]:
     """The run's drafts that validation refused (audit event ``ticket_invalid``), with the reasons:
     a people's list of what the proposer wanted and could not have."""
-    from audit import iter_records
 
     out: list[dict[str, Any]] = []
     for record in iter_records(home.audit / "log.jsonl"):
@@ -230,7 +233,6 @@ def refused_drafts(home: Home, run_id: str) -> list[dict[str, Any]]:
 
 def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) -> AuditSummary:
     """The chain verified against the gate's anchor, and the protected-path findings."""
-    from audit import check_records, iter_records, load_policy, verify_log
 
     verified = verify_log(home.audit, anchor, anchor_checked=anchor_checked)
     records = list(iter_records(home.audit / "log.jsonl"))
@@ -279,7 +281,6 @@ MAX_CURVE_BYTES = 1024**2  # past this the curve is cut (read_beneath reports it
 
 def _curve(work: Path) -> list[dict[str, Any]]:
     """A ticket's learning curve, read beneath its workspace with no symlink followed."""
-    from runner import read_beneath
 
     try:
         data, _ = read_beneath(work, CURVE_FILE, cap=MAX_CURVE_BYTES)
@@ -337,7 +338,6 @@ def copy_analysis_plots(analysis_dir: Path | None, plots_dir: Path) -> dict[str,
 
 def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> dict[str, Path]:
     """Write report.json, report.md and report.html (with plots) under ``people``."""
-    from analysis.render import to_html
 
     plots_dir = people / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)
@@ -380,7 +380,6 @@ def loop_rounds(home: Home, run_id: str, state: dict[str, Any]) -> list[dict[str
     People only (dev numbers and predictions); rounds where the fix did nothing or made things
     worse are listed like the others.
     """
-    from agents._predictions import PREDICTIONS_FILE
     from agents.incumbent import read_jsonl, read_lineage
 
     lineage = read_lineage(home.runs / run_id)

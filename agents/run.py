@@ -19,9 +19,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents._run_loop import execute, finished_summary
+from agents.actions import load_yaml_policy
+from agents.judge import default_judge
+from audit import AuditLog
+from audit.anchor import gate_anchor_store
+from gate.users import verified_before_drop
+from gate.win_rule import load_win_rule
+from sandbox import get_backend
+from segfactory.budgets import RunCaps, load_budget_policy
 from segfactory.errors import PolicyError, SandboxError, UsageError
+from segfactory.gpus import host_gpus
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Budget
+from vision.config import load_config
 
 RUN_POLICY = SOURCE_ROOT / "policies" / "run.yaml"
 RUN_FILE = "run.json"  # runs/<id>/run.json: what the run was started with (resume reads it)
@@ -68,7 +79,6 @@ def load_run_defaults(profile: str, path: Path = RUN_POLICY, *, has_gpu: bool | 
     """One profile of ``policies/run.yaml`` for this machine; a file that does not parse names the
     file and line. A profile sized for a GPU (one with a ``cpu`` variant) gets that variant's config
     and ticket budget where the machine has no NVIDIA GPU (``has_gpu``; None: ask the driver)."""
-    from agents.actions import load_yaml_policy
 
     policy: RunPolicy = load_yaml_policy(path, RunPolicy)
     if profile not in policy.profiles:
@@ -77,8 +87,6 @@ def load_run_defaults(profile: str, path: Path = RUN_POLICY, *, has_gpu: bool | 
     if defaults.cpu is None:
         return defaults
     if has_gpu is None:
-        from segfactory.gpus import host_gpus
-
         has_gpu = bool(host_gpus())
     if has_gpu:
         return defaults
@@ -101,14 +109,11 @@ def load_run_defaults(profile: str, path: Path = RUN_POLICY, *, has_gpu: bool | 
 
 def check_base_config(defaults: RunDefaults, *, has_gpu: bool | None = None) -> None:
     """Refuse, before anything starts, a base config that asks for CUDA on a machine without a GPU."""
-    from vision.config import load_config
 
     config = load_config(SOURCE_ROOT / defaults.base_config)
     if config.device != "cuda":
         return
     if has_gpu is None:
-        from segfactory.gpus import host_gpus
-
         has_gpu = bool(host_gpus())
     if not has_gpu:
         raise UsageError(
@@ -140,7 +145,6 @@ def run_caps(req: RunRequest, defaults: RunDefaults) -> Any:
     """budgets.yaml's run caps, tightened by run.yaml, then by --budget/--wall (never loosened).
     A compare arm (``fill_budget``) has budgets.yaml's ``compare_arm`` caps, tightened only by its
     budget: run.yaml's defaults are a person's run, not an arm's."""
-    from segfactory.budgets import RunCaps, load_budget_policy
 
     budgets = load_budget_policy().for_profile(req.profile)
     cap = budgets.arm_caps() if req.fill_budget else budgets.run
@@ -185,7 +189,6 @@ def _run_record(
                 f"{record['win_rule_sha256'][:12]}…, now {win_rule_sha[:12]}…); start a new run"
             )
         return record
-    from agents.judge import default_judge
 
     record = {
         "run_id": run_id,
@@ -219,9 +222,6 @@ def running_user() -> str:
 
 
 def verify_sandbox(backend: str, home: Home, progress: Callable[[str], None]) -> None:
-    from gate.users import verified_before_drop
-    from sandbox import get_backend
-
     if verified_before_drop(backend):  # root verified it before dropping (its canary goes into the vault)
         progress(f"sandbox verify ({backend}): ok, as root before continuing as this user")
         return
@@ -243,7 +243,6 @@ def verify_sandbox(backend: str, home: Home, progress: Callable[[str], None]) ->
 
 def check_win_rule(client: Any) -> str:
     """The win rule's hash, once the gate confirms it still pins this exact rule; else PolicyError."""
-    from gate.win_rule import load_win_rule
 
     status = client.status()
     _, digest = load_win_rule()
@@ -257,9 +256,6 @@ def check_win_rule(client: Any) -> str:
 
 def start_run(req: RunRequest) -> dict[str, Any]:
     """Run (or resume) one factory run; returns the summary the CLI prints."""
-    from agents._run_loop import execute, finished_summary
-    from audit import AuditLog
-    from audit.anchor import gate_anchor_store
 
     home = req.home
     if req.resume and _read_record(home, req.resume).get("finished_at"):

@@ -27,7 +27,10 @@ import numpy as np
 import yaml
 
 from agents import _realise
+from agents._analysis import analyse_best
+from agents._data_tickets import materialise, topup_spec
 from agents._predictions import Predictions
+from agents.actions import load_catalogue
 from agents.context import DevAnalysis
 from agents.graph import RunOutcome
 from agents.incumbent import (
@@ -42,9 +45,19 @@ from agents.incumbent import (
     repeat_kind,
     same_as_parent,
 )
+from analysis.report import summary_lines
+from audit.gate_events import pull
+from runner import TicketOutcome, TicketRunner, TicketStatus, default_scorer
+from runner._policy import code_files
+from runner._workspace import ticket_config
+from runner.scheduler import Scheduler, SchedulerSettings
 from segfactory.errors import DataError, GateError, SegfactoryError, UsageError
 from segfactory.home import Home
 from segfactory.records import Actor, CoarseVerdict, Ticket, TicketKind, canonical_json, sha256_file
+from synthetic.splits import appended_images, read_split
+from synthetic.versions import resolve
+from vision.config import parse_config
+from vision.metrics import aggregate, per_image_metrics
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +145,6 @@ class HostServices:
         concurrent tickets share its memory accounting and split the CPU between them."""
         with self._lock:
             if self._scheduler is None:
-                from runner.scheduler import Scheduler, SchedulerSettings
-
                 self._scheduler = Scheduler.for_home(
                     self.home, SchedulerSettings(concurrency=self.setup.concurrency)
                 )
@@ -145,13 +156,10 @@ class HostServices:
     def _score(self, model: Path, images: np.ndarray) -> np.ndarray:
         if self.setup.scorer is not None:
             return self.setup.scorer(model, images)
-        from runner import default_scorer
 
         return default_scorer(model, images)
 
     def _dev(self) -> Any:
-        from synthetic.splits import read_split
-
         return read_split(self.setup.dataset.dev)
 
     def best_model(self) -> tuple[str, Path]:
@@ -188,8 +196,6 @@ class HostServices:
         return self._best
 
     def _dev_metrics(self, model: Path) -> dict[str, float]:
-        from vision.metrics import aggregate, per_image_metrics
-
         dev = self._dev()
         prob = np.asarray(self._score(model, dev.images))[:, 0]
         return {
@@ -201,7 +207,6 @@ class HostServices:
     def base_config(self) -> dict[str, Any]:
         """The run's base training config, validated and with every default filled in (as a
         ticket's patched config is), so that the two compare key by key."""
-        from vision.config import parse_config
 
         data = yaml.safe_load(Path(self.setup.base_config).read_text())
         return parse_config(data, str(self.setup.base_config)).model_dump(mode="json")
@@ -267,7 +272,6 @@ class HostServices:
 
     def plan(self, ticket: Ticket) -> Lineage:
         """What ``ticket`` would train: its patched config, data version, code and fingerprint."""
-        from runner._workspace import ticket_config
 
         parent = self._parent_of(ticket)
         dataset = self.dataset_for(ticket, parent)
@@ -314,8 +318,6 @@ class HostServices:
     # -- realising recommendations ------------------------------------------------------------
     def catalogue(self) -> Any:
         if self._catalogue is None:
-            from agents.actions import load_catalogue
-
             self._catalogue = load_catalogue()
         return self._catalogue
 
@@ -345,14 +347,11 @@ class HostServices:
 
     # -- FactoryServices ----------------------------------------------------------------------
     def analyse(self) -> DevAnalysis:
-        from agents._analysis import analyse_best
-
         best = self.best()
         self.setup.progress(
             f"analysing the current best {best.sha256[:12]} on dev (object F1 {best.dev_f1:.3f})"
         )
         report = analyse_best(self, best.path, best.sha256)
-        from analysis.report import summary_lines
 
         for n, line in enumerate(summary_lines(report, TOP_RECOMMENDATIONS), 1):
             self.setup.progress(f"  recommendation {n}: {line}")
@@ -367,7 +366,6 @@ class HostServices:
         Safe to call from several threads at once (the loop trains up to the scheduler's
         concurrency together): only the sandboxed training runs unlocked; planning, the people's
         files, the dev comparison and the prediction scoring take the services' lock in turn."""
-        from runner import TicketOutcome, TicketStatus
 
         folder = self.home.tickets_dir(self.setup.run_id) / ticket.id
         done = folder / "outcome.json"
@@ -450,7 +448,6 @@ class HostServices:
 
     def _runner(self, caps: Any = None) -> Any:
         """The run's ``runner.TicketRunner`` (``caps``: ticket caps other than the profile's)."""
-        from runner import TicketRunner
 
         s = self.setup
         return TicketRunner(
@@ -468,7 +465,6 @@ class HostServices:
         self, runnable: Ticket, parent: Incumbent, lineage: Lineage, wall_left_s: float | None = None
     ) -> Any:
         """The ticket (patched onto ``parent`` by ``_runnable``) in the sandbox; runs unlocked."""
-        from synthetic.versions import resolve
 
         dataset = resolve(self.setup.home.root, lineage.dataset)
         return self._runner().run(runnable, dataset, _base_config(parent, dataset), wall_left_s=wall_left_s)
@@ -479,8 +475,6 @@ class HostServices:
 
         The choice is recorded beside the run, so a replicate or a resumed run reuses it.
         """
-        from agents._data_tickets import materialise, topup_spec
-        from synthetic.versions import resolve
 
         key = ticket.replicate_of or ticket.id
         work = self.home.runs / self.setup.run_id / "topups" / key
@@ -576,8 +570,6 @@ class HostServices:
             )
 
     def submit(self, ticket: Ticket, model_ref: str, replicate_of: str | None) -> CoarseVerdict:
-        from audit.gate_events import pull
-
         s = self.setup
         verdict: CoarseVerdict = s.gate.submit(
             model_ref, self.dataset_for(ticket).ref, ticket.id, replicate_of=replicate_of, run_id=s.run_id
@@ -595,7 +587,6 @@ class HostServices:
         next ticket builds on it. Idempotent: the gate answers a repeated promotion with the same
         best, and the host records its copy of the model once.
         """
-        from audit.gate_events import pull
 
         model = self.home.tickets_dir(self.setup.run_id) / ticket_id / "model.onnx"
         sha = sha256_file(model)
@@ -656,7 +647,6 @@ class HostServices:
         _write_json(target, report)
         if "error" not in report:
             self.predictions().sealed(self.promoted_in_run(), self._with_chain(run_id, report, models))
-        from audit.gate_events import pull
 
         pull(self.setup.gate, self.setup.audit)
         self.audit("milestone_written", {"name": name, "file": str(target), "error": report.get("error")})
@@ -705,7 +695,6 @@ def _base_config(parent: Incumbent, dataset: Any) -> dict[str, Any]:
     adds images to those the parent trained on (a top-up, approved data). Such a version holds
     the parent's first ``max_train_images`` images and then the added ones, which the cap would
     cut: the ticket would silently train its parent's images again (the runner refuses that)."""
-    from synthetic.splits import appended_images
 
     added, _ = appended_images(dataset.train)
     if added and parent.config.get("max_train_images") is not None:
@@ -716,7 +705,6 @@ def _base_config(parent: Incumbent, dataset: Any) -> dict[str, Any]:
 def _code_files(ticket: Ticket) -> dict[str, str]:
     if ticket.kind is not TicketKind.CODE:
         return {}
-    from runner._policy import code_files
 
     return dict(code_files(ticket))
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from agents._data_tickets import generator_constraint, topup_spec
 from agents._paths import is_protected
 from segfactory.budgets import BudgetPolicy, TicketCaps
 from segfactory.errors import UsageError
@@ -54,7 +55,6 @@ def ticket_problems(
 def data_problems(ticket: Ticket) -> list[str]:
     """A targeted-synthetic slice the generator cannot draw: refused here, before the ticket is
     queued, rather than failing in the runner after its place in the run was spent."""
-    from agents._data_tickets import generator_constraint, topup_spec
 
     spec = topup_spec(ticket)
     if spec is None:

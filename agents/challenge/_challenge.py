@@ -28,9 +28,14 @@ from agents.challenge._locate import Located, code_sha256, host_config, locate
 from agents.challenge._policy import ChallengePolicy, load_policy
 from agents.challenge._records import ChallengeRecord, Claim, ClaimKind, Condition, RangeCheck, Verdict
 from agents.challenge._verdict import collapse_verdict, diff_conditions, range_check, win_verdict
+from runner import TicketRunner, TicketStatus, default_scorer
 from segfactory.errors import DataError, LimitExceeded, SegfactoryError, UsageError
 from segfactory.home import Home
 from segfactory.records import Actor, Arm, Ticket, TicketKind
+from synthetic.splits import read_split
+from vision.config import AugmentConfig
+from vision.metrics import aggregate, per_image_metrics
+from vision.perturb import PERTURBATIONS, perturb
 
 CHALLENGES_DIR = "challenges"  # runs/<run>/people/challenges/<challenge id>.json
 PERTURB_SEED = 0  # the seed `segfactory evaluate --robustness` perturbs with (vision.evaluate default)
@@ -196,7 +201,6 @@ def _rerun(
     label: str,
 ) -> tuple[Condition, float]:
     """One re-derivation through the runner; a failed run is a condition without metrics."""
-    from runner import TicketRunner, TicketStatus
 
     ticket = _challenge_ticket(located, ticket_id, seed, patch)
     base = {k: v for k, v in located.config.items() if k != "seed"}
@@ -280,10 +284,6 @@ def _perturbed_f1(
     setup: ChallengeSetup, model: Path, located: Located, claim: Claim, threshold: float
 ) -> float:
     """Object F1 on the dev split under the claimed perturbation cell, through the confined scorer."""
-    from runner import default_scorer
-    from synthetic.splits import read_split
-    from vision.metrics import aggregate, per_image_metrics
-    from vision.perturb import perturb
 
     assert claim.perturbation is not None and claim.severity is not None
     dev = read_split(located.dataset.dev)
@@ -296,8 +296,6 @@ def _perturbed_f1(
 
 def _full_range_patch(claim: Claim, config: dict[str, Any], policy: ChallengePolicy) -> dict[str, Any] | None:
     """A config patch whose augmentation covers every severity of the claimed perturbation."""
-    from vision.config import AugmentConfig
-    from vision.perturb import PERTURBATIONS
 
     p = PERTURBATIONS.get(claim.perturbation or "")
     if p is None or p.augment_field is None:

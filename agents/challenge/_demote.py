@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gate.client import running_gate
 from segfactory.errors import GateError
 from segfactory.home import Home
 
@@ -28,7 +29,6 @@ def demote_if_best(home: Home, model_sha256: str, reason: str, gate: Any = None)
             f"no gate vault at {home.vault}; run `segfactory init` (a retraction must reach the "
             "gate's ledger)"
         )
-    from gate.client import running_gate
 
     with running_gate(home.root) as client:
         return client.retract(model_sha256, reason)

@@ -12,9 +12,11 @@ from typing import Any
 import yaml
 
 from agents.challenge._records import Claim, ClaimKind
+from runner import HOST_CONFIG_FILE, TicketOutcome, TicketStatus
 from segfactory.errors import DataError, UsageError
 from segfactory.home import Home
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+from synthetic.versions import approved
 
 TICKET_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CLAIMS_DIR = "claims"  # runs/<run>/people/claims/<ticket>.json: claimed findings (Claim records)
@@ -76,8 +78,6 @@ def _ticket_folder(home: Home, ticket_id: str, run_id: str | None) -> tuple[str,
 
 
 def _outcome(folder: Path) -> Any:
-    from runner import TicketOutcome, TicketStatus
-
     path = folder / "outcome.json"
     if not path.is_file():
         raise UsageError(f"ticket {folder.name} has no outcome.json: it never finished, so it claims nothing")
@@ -96,7 +96,6 @@ def host_config(folder: Path) -> dict[str, Any]:
     Never ``work/config.yaml``: the sandboxed code that trained could rewrite it or swap it for a
     symlink, and its threshold or augmentation would then feed the host's re-derivation.
     """
-    from runner import HOST_CONFIG_FILE
 
     path = folder / HOST_CONFIG_FILE
     if path.is_symlink() or not path.is_file():
@@ -135,7 +134,6 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _dataset(home: Home, outcome: Any) -> Any:
     """The approved dataset version whose split hashes match the host-computed manifest."""
-    from synthetic.versions import approved
 
     manifest = outcome.evidence.manifest
     want = {s: manifest[s]["content_hash"] for s in ("train", "dev")}

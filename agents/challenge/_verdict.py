@@ -6,6 +6,8 @@ from typing import Any
 
 from agents.challenge._policy import ChallengePolicy
 from agents.challenge._records import Claim, Condition, RangeCheck, Verdict
+from vision.config import AugmentConfig
+from vision.perturb import PERTURBATIONS, within_training_range
 
 DIFF_FIELDS = ("seed", "dataset", "dataset_hash", "code_sha256", "config_sha256")
 
@@ -30,8 +32,6 @@ def _key(value: Any) -> Any:
 
 def range_check(claim: Claim, condition: Condition) -> RangeCheck:
     """Whether the claimed perturbation value lies inside the condition's trained augmentation range."""
-    from vision.config import AugmentConfig
-    from vision.perturb import PERTURBATIONS, within_training_range
 
     if claim.perturbation not in PERTURBATIONS or claim.severity is None:
         raise ValueError(

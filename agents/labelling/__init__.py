@@ -37,9 +37,12 @@ from agents.labelling._propose import (
     propose,
 )
 from agents.labelling._round import RoundInfo, default_base, load_round, open_round, rounds
+from gate.client import home_gate
+from runner import default_scorer
 from segfactory.errors import HomeError
 from segfactory.home import Home
 from segfactory.records import Actor, sha256_file
+from synthetic.splits import read_split
 
 BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # written by `segfactory init`
 PROMOTIONS_FILE = "promotions.jsonl"  # under runs/: every promoted model (agents.services)
@@ -49,7 +52,6 @@ QUEUES_DIR = Path("runs") / "labels"  # <home>/runs/labels/<content hash[:12]>/q
 def current_best_model(home: Home) -> Path:
     """The host copy of the gate's current best (the ledger's head: a retraction counts), as the
     gate reports it: only the gate opens the vault."""
-    from gate.client import home_gate
 
     if not home.vault.exists():
         raise HomeError(f"no gate vault at {home.vault}; run `segfactory init`, or pass --model")
@@ -80,8 +82,6 @@ def propose_labels(
 ) -> tuple[ReviewQueue, Path]:
     """Label the split at ``data`` with ``model`` (default: the newest finetuned model, else the current
     best); write the review queue."""
-    from runner import default_scorer
-    from synthetic.splits import read_split
 
     proposer = home.root / BASELINE_MODEL
     if not proposer.is_file():

@@ -25,9 +25,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.labelling._propose import THRESHOLD, ReviewQueue, decode_mask
 from agents.labelling._round import RoundInfo, load_round
+from agents.labelling.decisions import decisions
+from agents.run import load_run_defaults
+from runner import TicketRunner, default_scorer
 from segfactory.errors import DataError
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor, Arm, Ticket, TicketKind
+from synthetic._io import _component_rows
+from synthetic.splits import read_split, write_split
+from synthetic.versions import create_version, resolve
+from vision.metrics import aggregate, per_image_metrics
 
 LABEL_RUN = "labels"  # run id of labelling tickets: runs/labels/tickets/, runs/labels/people/
 ROUNDS_FILE = "rounds.jsonl"  # runs/labels/people/rounds.jsonl: one LabelRound a line
@@ -82,7 +89,6 @@ class FinetuneSetup:
 
 def finetune_round(setup: FinetuneSetup, ref: str) -> LabelRound:
     """Finetune on the reviewed labels of round ``ref``; DataError when nothing survived review."""
-    from agents.labelling.decisions import decisions
 
     home = setup.home
     info = load_round(home, ref)
@@ -104,9 +110,6 @@ def finetune_round(setup: FinetuneSetup, ref: str) -> LabelRound:
 
 def _reviewed_version(home: Home, info: RoundInfo, surviving: list[Any]) -> Any:
     """Base train + the surviving labels, as the next version of the round's dataset (approved)."""
-    from synthetic._io import _component_rows
-    from synthetic.splits import read_split, write_split
-    from synthetic.versions import create_version, resolve
 
     base, proposed = (
         read_split(resolve(home.root, info.base).train),
@@ -144,9 +147,6 @@ def _shifted(defect: dict[str, Any], by: int) -> dict[str, Any]:
 
 
 def _train(setup: FinetuneSetup, version: Any, info: RoundInfo) -> Any:
-    from agents.run import load_run_defaults
-    from runner import TicketRunner
-
     profile = str(setup.home.info().get("profile", "default"))
     defaults = load_run_defaults(profile)
     epochs = setup.epochs or defaults.ticket.epochs
@@ -237,10 +237,6 @@ def precision(queue: ReviewQueue, decided: list[Any]) -> float | None:
 
 def _dev_f1(setup: FinetuneSetup, model: Path, base: str) -> float | None:
     """The proposer's object F1 on the base dev split, through the confined scorer (None: no model)."""
-    from runner import default_scorer
-    from synthetic.splits import read_split
-    from synthetic.versions import resolve
-    from vision.metrics import aggregate, per_image_metrics
 
     if not model.is_file():
         return None

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.labelling._propose import QueueItem, ReviewQueue, decode_mask
 from segfactory.errors import DataError, UsageError
 from segfactory.home import Home
+from synthetic._io import _component_rows
 from synthetic.splits import Split, read_split, write_split
 from synthetic.versions import DatasetVersion, approved, create_version, resolve
 
@@ -125,8 +126,6 @@ def proposed_masks(queue: ReviewQueue, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _proposed_split(split: Split, masks: np.ndarray, queue: ReviewQueue, out: Path) -> Path:
-    from synthetic._io import _component_rows
-
     images = np.asarray(split.images)
     defects = [row for i in range(len(split)) for row in _component_rows(i, images[i], masks[i])]
     manifest = {

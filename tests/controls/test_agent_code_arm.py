@@ -24,11 +24,10 @@ def test_agent_code_is_a_known_arm_that_needs_an_llm_proposer(
 def test_the_agent_code_arm_is_a_run_with_the_code_agent(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import agents.run
     from controls import compare
 
     asked: list[Any] = []
-    monkeypatch.setattr(agents.run, "start_run", lambda req: asked.append(req) or {"run_id": "r-none"})
+    monkeypatch.setattr(compare, "start_run", lambda req: asked.append(req) or {"run_id": "r-none"})
     for arm in ("agent", "agent-code"):
         compare._run_arm(tmp_path / "home", arm, 0, 60.0, "openai:gpt-4o", "demo", "bwrap", lambda line: None)
     assert [(r.proposer, r.code_agent, r.budget_s) for r in asked] == [
