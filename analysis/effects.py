@@ -29,6 +29,7 @@ from analysis.report import Evaluated
 from analysis.slices import Units
 from analysis.units import defect_units, image_units
 from segfactory.records import Direction, ExpectedEffect
+from vision.metrics import aggregate, per_image_metrics
 
 ALL = "all"
 _NUMERIC = re.compile(r"^(?P<attr>\w+)(?P<op><|>=)(?P<value>[-+0-9.eE]+)$")
@@ -106,8 +107,6 @@ def measure(effect: ExpectedEffect, evaluated: Evaluated, threshold: float) -> M
             return got
         return Measured(1.0 - got.value, got.n)
     if effect.slice == ALL:
-        from vision.metrics import aggregate, per_image_metrics
-
         table = aggregate(per_image_metrics(evaluated.prob, split.masks, threshold=threshold))
         if effect.metric in table and math.isfinite(float(table[effect.metric])):
             return Measured(float(table[effect.metric]), int(split.masks.shape[0]))

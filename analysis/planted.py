@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from analysis.report import AnalysisReport, Evaluated, Extras, SplitLike, analyse
 from segfactory.stats import Interval, wilson_interval
+from vision.onnx_infer import predict
 
 CauseKind = Literal["none", "placebo", "size", "contrast", "masks", "capacity", "background"]
 NULL_KINDS = ("none", "placebo")  # null runs: nothing planted, or a random share of images removed
@@ -57,8 +58,6 @@ class OnnxPredictor:
     path: Path
 
     def predict(self, images: np.ndarray) -> np.ndarray:
-        from vision.onnx_infer import predict
-
         return predict(self.path, np.ascontiguousarray(images, dtype=np.float32))
 
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gate.client import GateClient, running_gate
 from segfactory.errors import DataError, GateError, HomeError
 from segfactory.home import Home
 
@@ -186,7 +187,6 @@ def anchor_from_reply(reply: Any) -> Anchor | None:
 def gate_anchor_store(home: Home) -> Iterator[GateAnchorStore]:
     """The gate's anchor for ``home``: the served gate on ``<home>/gate-run/gate.sock`` when it
     answers, else a gate started for the duration (``gate.client.running_gate``). Raises GateError."""
-    from gate.client import GateClient, running_gate
 
     sock = home.root / "gate-run" / "gate.sock"
     if sock.exists():

@@ -24,10 +24,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from gate.intake import inspect_model
+from gate.scorer import score_checked
 from runner import _workspace
 from runner._copyout import MAX_MODEL_BYTES, copy_out, read_beneath
 from runner._launch import (
     LaunchRequest,
+    SandboxLauncher,
     WorkerLauncher,
     audit_sandbox_events,
     keep_host_config,
@@ -35,6 +38,7 @@ from runner._launch import (
 )
 from runner._manifest import TrainingManifest, training_manifest, write_manifest
 from runner._policy import refusal_reason
+from runner._progress import PROGRESS_FILE, CurveWatcher
 from runner._workspace import OUT_DIR
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import Scheduler, is_oom, shrink_for_oom
@@ -43,7 +47,9 @@ from segfactory.errors import DataError
 from segfactory.home import Home
 from segfactory.records import Actor, CoarseVerdict, Ticket
 from segfactory.seams import AuditSink
+from synthetic.splits import appended_images, read_split
 from synthetic.versions import DatasetVersion
+from vision.metrics import aggregate, per_image_metrics
 
 TIMEOUT_MARGIN_S = 30.0  # added to the remaining device-second budget per attempt (start-up, export)
 MIN_WALL_S = 30.0  # a ticket is not started with less of the run's wall time left than this
@@ -101,8 +107,6 @@ class _Run:
 
 def default_scorer(model_path: Path, images: np.ndarray) -> np.ndarray:
     """Intake checks on the copied model, then the gate's confined scorer (no vault involved)."""
-    from gate.intake import inspect_model
-    from gate.scorer import score_checked
 
     return score_checked(inspect_model(model_path), images)
 
@@ -224,8 +228,6 @@ def _profile_of(home: Home) -> str:
 
 def _launcher(backend: WorkerLauncher | str) -> WorkerLauncher:
     if isinstance(backend, str):
-        from runner._launch import SandboxLauncher
-
         return SandboxLauncher(backend)
     return backend
 
@@ -252,7 +254,6 @@ def _cut_images(config: dict[str, Any], dataset: DatasetVersion) -> str | None:
     Training keeps the first ``max_train_images`` images; a top-up or approved-data version puts
     the added images last, so a cap below its size trains the parent's images and nothing the
     ticket claims to add."""
-    from synthetic.splits import appended_images
 
     cap = config.get("max_train_images")
     added, count = appended_images(dataset.train)
@@ -388,8 +389,6 @@ def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _attempt(run: _Run, config: dict[str, Any], left: float, wall: float | None) -> tuple[Any, int | None]:
-    from runner._progress import PROGRESS_FILE, CurveWatcher
-
     estimate = run.scheduler.estimate(config, run.image_size, run.data_bytes)
     if run.attempts:  # a retry: the last attempt's output is set aside, the config rewritten safely
         _workspace.set_aside_output(run.work, len(run.attempts) - 1)
@@ -448,9 +447,6 @@ def _sandbox_report(work: Path) -> tuple[dict[str, Any] | None, bool]:
 
 
 def _dev_metrics(model_path: Path, dev_dir: Path, threshold: float, scorer: Scorer) -> dict[str, float]:
-    from synthetic.splits import read_split
-    from vision.metrics import aggregate, per_image_metrics
-
     dev = read_split(dev_dir)
     prob = np.asarray(scorer(model_path, dev.images))  # (N, 1, H, W)
     if prob.shape != (len(dev), 1, *dev.images.shape[1:]):

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandbox import SandboxSpec, get_backend, load_policy
 from segfactory.records import Actor
 from segfactory.seams import AuditSink
 
@@ -132,8 +133,6 @@ class SandboxLauncher:
         self.decoys = decoys
 
     def launch(self, request: LaunchRequest) -> LaunchResult:
-        from sandbox import SandboxSpec, get_backend, load_policy
-
         limits = None
         if request.memory_bytes is not None or request.cpus is not None:
             defaults = load_policy().defaults

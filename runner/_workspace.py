@@ -15,9 +15,11 @@ from typing import Any
 import yaml
 
 from runner._policy import CODE_DIR, WORKSPACE_MOUNT, code_files
+from sandbox import load_policy
 from segfactory.errors import UsageError
 from segfactory.home import SOURCE_ROOT
 from segfactory.records import Ticket, TicketKind
+from vision.config import parse_config
 
 CONFIG_FILE = "config.yaml"
 OUT_DIR = "out"  # beneath the workspace: where the worker writes
@@ -63,7 +65,6 @@ def _config_patch(ticket: Ticket) -> dict[str, Any]:
 
 def ticket_config(base: dict[str, Any] | Path, ticket: Ticket) -> dict[str, Any]:
     """Base config + the ticket's patch, seed set by the ticket, epochs within its budget; validated."""
-    from vision.config import parse_config
 
     data = yaml.safe_load(base.read_text()) if isinstance(base, Path) else dict(base)
     if not isinstance(data, dict):
@@ -136,8 +137,6 @@ def _hand_over(work: Path) -> None:
     """Let the sandbox user write the workspace (chown when root, else open modes)."""
     uid = gid = None
     if os.geteuid() == 0:
-        from sandbox import load_policy
-
         policy = load_policy()
         uid, gid = policy.uid, policy.gid
     for path in [work, *work.rglob("*")]:

@@ -29,9 +29,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from segfactory.errors import DataError, LimitExceeded
+from segfactory import gpus as host_devices
+from segfactory.errors import DataError, LimitExceeded, PolicyError
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import canonical_json
+from vision.tiling import DEV_BATCH, TILE_PX, per_batch
 
 PROFILE_FILE = "device_profile.json"  # in the home
 ESTIMATES_FILE = "memory_estimates.json"  # in the home: config hash -> bytes
@@ -475,7 +477,6 @@ class Scheduler:
         tiles, ``vision.tiling``), plus ``data_bytes`` of the dataset it holds in memory. The
         scoring is bounded by a training step at the scoring batch and side (it keeps no
         gradients, so the bound errs toward waiting)."""
-        from vision.tiling import DEV_BATCH, TILE_PX, per_batch
 
         model = config.get("model", {})
         name, width = str(model.get("name")), model.get("decoder_width")
@@ -563,10 +564,7 @@ class Scheduler:
         return list(self._per_gpu())
 
     def _host_gpus(self) -> list[Any]:
-        from segfactory.errors import PolicyError
-        from segfactory.gpus import host_gpus
-
-        gpus = host_gpus()
+        gpus = host_devices.host_gpus()
         if not gpus:
             raise PolicyError(
                 "the home's device profile is for CUDA but this machine has no NVIDIA GPU; "

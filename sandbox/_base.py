@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sandbox._policy import SandboxPolicy, load_policy
 from sandbox._records import SandboxEvent, SandboxResult, SandboxSpec, VerifyReport
+from sandbox._verify import verify_backend
 
 EventHook = Callable[[SandboxEvent], None]
 
@@ -44,7 +45,6 @@ class SandboxBackend(ABC):
     def verify(self, home: Path | None = None) -> VerifyReport:
         """Start a real sandbox and check the policy from inside (see ``sandbox._verify``);
         ``home`` (default: the default home) gets a canary planted in its vault for the check."""
-        from sandbox._verify import verify_backend
 
         return verify_backend(self, home)
 

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 from sandbox._layout import INSIDE_TARGET
 from sandbox._policy import Limits
 from sandbox._records import SandboxEvent, SandboxResult, SandboxSpec, VerifyCheck, VerifyReport
-from segfactory.home import SOURCE_ROOT
+from segfactory.errors import HomeError
+from segfactory.gpus import host_gpus
+from segfactory.home import SOURCE_ROOT, Home
 
 if TYPE_CHECKING:
     from sandbox._base import SandboxBackend
@@ -135,7 +137,6 @@ def _userns_check(report: dict[str, Any]) -> VerifyCheck:
 def _gpu_check(report: dict[str, Any], assigned: list[int]) -> VerifyCheck:
     """The GPUs visible inside are exactly those assigned, each named by the driver; with none
     assigned, none is visible (and the detail says whether this machine has any)."""
-    from segfactory.gpus import host_gpus
 
     seen = report.get("gpus")
     if seen is None:  # a probe that did not look proves nothing
@@ -203,8 +204,6 @@ def evaluate(
 
 def _protected_paths(home_dir: Path | None) -> tuple[list[Path], list[Path]]:
     """(dirs that must not be visible, real vaults to plant a canary in)."""
-    from segfactory.errors import HomeError
-    from segfactory.home import Home
 
     protected, vaults = [SOURCE_ROOT], []
     with contextlib.suppress(HomeError):
@@ -226,7 +225,6 @@ def verify_backend(
     NVIDIA GPU of this machine, none on a machine without) are assigned to the probe's sandbox,
     and the check fails unless exactly those are visible inside.
     """
-    from segfactory.gpus import host_gpus
 
     assigned = [g.minor for g in host_gpus()] if gpus is None else list(gpus)
     start = time.monotonic()

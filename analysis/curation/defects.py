@@ -33,6 +33,7 @@ from scipy.stats import ks_2samp
 from analysis.curation.plan import Action, Plan, PlanItem
 from segfactory.errors import DataError
 from synthetic.splits import Split
+from vision.onnx_infer import predict
 
 PATCH_MARGIN = 3  # pixels around a defect's bbox compared for duplicates
 PATCH_TOL = 0.005  # mean absolute difference of mean-removed patches under which two defects are the same
@@ -193,8 +194,6 @@ def _review(model: Path | None, train: Split, queue: Path | None, bad_masks: lis
     """The label-review queue: cleanlab's ranking (with a model), then the bad-mask suspects."""
     rows: list[dict[str, Any]] = []
     if model is not None:
-        from vision.onnx_infer import predict
-
         probs = predict(model, np.ascontiguousarray(train.images, dtype=np.float32))
         order = label_issue_ranking(np.asarray(train.masks), probs)[:REVIEW_TOP]
         rows += [

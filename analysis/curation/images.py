@@ -31,6 +31,7 @@ from analysis.curation.tiles import find_overlaps, trace_sources
 from segfactory.errors import DataError
 from synthetic.check import BLANK_STD, SATURATED_FRACTION
 from synthetic.splits import Split
+from vision.onnx_infer import predict
 
 SENSITIVITY_BITS = (24, 32, 40, 48)  # pHash thresholds shown in the sensitivity table (RMS rule applied)
 SENSITIVITY_COSINE = (0.9, 0.93, 0.95, 0.97, 0.99)  # embedding thresholds shown
@@ -151,7 +152,6 @@ def _coverage(train: Split, dev: Split) -> dict[str, Any]:
 
 def _hard_images(model: Path, train: Split) -> list[dict[str, Any]]:
     """Train images ranked by the model's loss (BCE against the mask) and mean uncertainty."""
-    from vision.onnx_infer import predict
 
     losses, uncert = [], []
     for start in range(0, len(train), 256):

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from segfactory.stats import wilson_interval
+
 MMD_PERMUTATIONS = 200  # label permutations for the MMD p-value
 MMD_MAX_PER_SIDE = 2000  # images per side in the kernel matrix (seeded subsample past this)
 C2ST_MAX_PER_SIDE = 600  # images per side for the classifier (seeded subsample past this)
@@ -124,8 +126,6 @@ def _fit_and_score(
     x: np.ndarray, y: np.ndarray, train: np.ndarray, held: np.ndarray, rng: np.random.Generator, steps: int
 ) -> dict[str, Any]:
     import torch
-
-    from segfactory.stats import wilson_interval
 
     model = _cnn()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)

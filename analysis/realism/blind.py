@@ -18,7 +18,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from analysis.realism.report import load_real
 from segfactory.errors import UsageError
+from segfactory.stats import wilson_interval
 from synthetic.splits import read_split
 
 CROP_PX = 32  # side of a shown crop, pixels (the whole image when smaller)
@@ -55,7 +57,6 @@ def _corners(shape: tuple[int, ...], side: int, rng: np.random.Generator) -> tup
 
 def new_session(synthetic_dir: Path, real_dir: Path, n: int, seed: int | None = None) -> BlindSession:
     """``n`` shuffled trials (n // 2 real, the rest synthetic) over the two splits."""
-    from analysis.realism.report import load_real
 
     if n < 2 or n > MAX_TRIALS:
         raise UsageError(f"a blind test needs 2..{MAX_TRIALS} trials; got {n}")
@@ -100,7 +101,6 @@ def record_guess(session: BlindSession, k: int, guess: str) -> BlindSession:
 
 def score(session: BlindSession) -> dict[str, Any]:
     """Accuracy over the answered trials with a 95% Wilson interval (aggregates only)."""
-    from segfactory.stats import wilson_interval
 
     answered = [t for t in session.trials if t.guess is not None]
     correct = sum(t.guess == t.source for t in answered)

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from synthetic import generate
+from synthetic._io import STAND_IN_FILE, export_png
 from synthetic.params import GenParams, make_params
 
 STAND_IN_NOTE = (
@@ -46,9 +48,6 @@ def stand_in_params(idx_path: Path | None = None) -> GenParams:
 def write_stand_in(out: Path, n: int, size: int, seed: int, idx_path: Path | None = None) -> dict[str, Any]:
     """Draw the stand-in and write it in the import layout (images/, masks/, stand_in.json)."""
     import tempfile
-
-    from synthetic import generate
-    from synthetic._io import STAND_IN_FILE, export_png
 
     params = stand_in_params(idx_path)
     drawn = generate(n, size, seed, params, workers=1)

@@ -195,7 +195,7 @@ def test_concurrent_tickets_on_the_cpu_split_its_cores_and_a_gpu_or_one_ticket_k
 def test_a_share_of_the_cores_tightens_the_sandbox_policy_and_never_loosens_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    import sandbox
+    from runner import _launch
     from runner._launch import LaunchRequest, SandboxLauncher
     from sandbox import load_policy
 
@@ -206,7 +206,7 @@ def test_a_share_of_the_cores_tightens_the_sandbox_policy_and_never_loosens_it(
             seen.append(spec)
             raise RuntimeError("recorded")
 
-    monkeypatch.setattr(sandbox, "get_backend", lambda name: Recording())
+    monkeypatch.setattr(_launch, "get_backend", lambda name: Recording())  # where the launcher calls it
     policy_cpus = load_policy().defaults.cpus
     for cpus in (1.0, policy_cpus * 4, None):
         request = LaunchRequest(command=["true"], workspace=tmp_path, data={}, timeout_s=10, cpus=cpus)
