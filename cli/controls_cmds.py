@@ -115,12 +115,12 @@ def sweep_cmd(
         open_home=lambda path, asked: home_for(path, create=True, profile=asked),
     )
     if json_out:
-        emit_json(summary)
+        emit_json(summary.as_json())
         return
     typer.echo(
-        f"sweep {summary['run_id']}: {summary['trials']} trials, {summary['device_seconds']:.0f} device-s, "
-        f"{summary['dev_wins']} dev wins, {summary['promoted']} promoted; best dev object F1 "
-        f"{summary['best_dev_score']} ({summary['best_ticket']})"
+        f"sweep {summary.run_id}: {summary.trials} trials, {summary.device_seconds:.0f} device-s, "
+        f"{summary.dev_wins} dev wins, {summary.promoted} promoted; best dev object F1 "
+        f"{summary.best_dev_score} ({summary.best_ticket})"
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from agents.run import load_run_defaults
 from agents.space import SEARCH_SPACE, load_space
 from controls.session import control_session
-from controls.sweep import check_sweep, run_sweep, storage_url
+from controls.sweep import SweepSummary, check_sweep, run_sweep, storage_url
 from segfactory.errors import HomeError
 from segfactory.home import SOURCE_ROOT, Home
 
@@ -46,7 +46,7 @@ def run_sweep_arm(
     progress: Callable[[str], None] = lambda line: None,
     on_home: Callable[[Any], None] = lambda home: None,
     open_home: HomeOpener = existing_home,
-) -> dict[str, Any]:
+) -> SweepSummary:
     """Validate everything (nothing is created on bad input), then run one sweep; returns its summary.
     ``open_home`` gives the home once everything is valid (the CLI's creates a missing one); ``on_home``
     is called with it before the sweep starts (the CLI's drop)."""
@@ -79,16 +79,12 @@ def run_sweep_arm(
             max_trials=max_trials,
             progress=progress,
         )
-    summary = {
-        **result.summary(),
-        "sampler": sampler,
-        "seed": seed,
-        "budget_s": budget_s,
-        "storage": plan.storage,
-    }
+    summary = result.summary().model_copy(
+        update={"sampler": sampler, "seed": seed, "budget_s": budget_s, "storage": plan.storage}
+    )
     people = resolved.people_dir(run_id)
     people.mkdir(parents=True, exist_ok=True)
-    (people / "sweep.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+    (people / "sweep.json").write_text(json.dumps(summary.as_json(), indent=2, sort_keys=True))
     return summary
 
 

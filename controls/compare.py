@@ -164,7 +164,7 @@ def _run_arm(
         )
         return _nnunet_arm(home, summary)
     sampler = arm.removeprefix("sweep-")
-    summary = run_sweep_arm(
+    sweep = run_sweep_arm(
         home_path,
         sampler=sampler,
         budget_s=budget_s,
@@ -176,7 +176,7 @@ def _run_arm(
         run_id=new_run_id(f"sweep-{sampler}-s{seed}-"),
         progress=progress,
     )
-    return _sweep_arm(home, summary["run_id"])
+    return _sweep_arm(home, sweep.run_id)
 
 
 ArmRunner = Callable[[str, int], dict[str, Any]]  # (arm, seed) -> the arm-run's summary

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from agents.space import SearchSpace, default_params
 from controls.pipeline import CandidateResult, CandidateServices, JudgeLike, run_candidate
 from segfactory.errors import DataError, UsageError
@@ -136,6 +138,32 @@ def open_study(plan: SweepPlan, study_name: str) -> Any:
     return study
 
 
+class SweepSummary(BaseModel):
+    """One sweep as ``segfactory sweep --json`` reports it (and ``people/<run>/sweep.json`` keeps it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    study_name: str
+    trials: int
+    device_seconds: float
+    dev_wins: int
+    confirm_a_wins: int
+    promoted: int
+    failed: int
+    best_dev_score: float | None
+    best_ticket: str | None
+    best_params: dict[str, Any] | None
+    # set by controls.arms.run_sweep_arm, which knows how the sweep was asked for
+    sampler: str | None = None
+    seed: int | None = None
+    budget_s: float | None = None
+    storage: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
 @dataclass
 class SweepResult:
     run_id: str
@@ -143,22 +171,22 @@ class SweepResult:
     trials: list[dict[str, Any]] = field(default_factory=list)
     device_seconds: float = 0.0
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> SweepSummary:
         scored = [t for t in self.trials if t["dev_score"] is not None]
         best = max(scored, key=lambda t: t["dev_score"]) if scored else None
-        return {
-            "run_id": self.run_id,
-            "study_name": self.study_name,
-            "trials": len(self.trials),
-            "device_seconds": self.device_seconds,
-            "dev_wins": sum(t["status"] == "dev_win" for t in self.trials),
-            "confirm_a_wins": sum(t["confirm_a"] == "WIN" for t in self.trials),
-            "promoted": sum(t["decision"] == "promote" for t in self.trials),
-            "failed": sum(t["status"] == "failed" for t in self.trials),
-            "best_dev_score": best["dev_score"] if best else None,
-            "best_ticket": best["ticket_id"] if best else None,
-            "best_params": best["params"] if best else None,
-        }
+        return SweepSummary(
+            run_id=self.run_id,
+            study_name=self.study_name,
+            trials=len(self.trials),
+            device_seconds=self.device_seconds,
+            dev_wins=sum(t["status"] == "dev_win" for t in self.trials),
+            confirm_a_wins=sum(t["confirm_a"] == "WIN" for t in self.trials),
+            promoted=sum(t["decision"] == "promote" for t in self.trials),
+            failed=sum(t["status"] == "failed" for t in self.trials),
+            best_dev_score=best["dev_score"] if best else None,
+            best_ticket=best["ticket_id"] if best else None,
+            best_params=best["params"] if best else None,
+        )
 
 
 def trial_ticket(plan: SweepPlan, run_id: str, number: int, params: dict[str, Any], seed: int) -> Ticket:

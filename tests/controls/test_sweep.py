@@ -52,7 +52,7 @@ def test_the_first_trial_is_the_default_config_and_the_budget_is_spent(tmp_path:
     assert services.queries == {"confirm-a": [], "confirm-b": []}
     rows = [json.loads(line) for line in (people / "sweep.jsonl").read_text().splitlines()]
     assert [r["cumulative_device_seconds"] for r in rows] == [50.0, 100.0, 150.0, 200.0]
-    assert result.summary()["best_dev_score"] == max(r["dev_score"] for r in rows)
+    assert result.summary().best_dev_score == max(r["dev_score"] for r in rows)
 
 
 def test_the_study_is_stored_in_the_home_and_seeded(tmp_path: Path) -> None:
