@@ -82,7 +82,7 @@ def test_only_dev_wins_query_and_a_failed_trial_is_recorded(tmp_path: Path) -> N
     services = FakeServices(score_of=lambda t: next(scores), best=0.5)
     result = run_sweep(plan(tmp_path), services, Judge(ListSink()), run_id="sw2", make_seed=lambda: 3)
     summary = result.summary()
-    assert summary["failed"] == 1 and summary["dev_wins"] == 1 and summary["promoted"] == 1
+    assert summary.failed == 1 and summary.dev_wins == 1 and summary.promoted == 1
     assert services.queries == {"confirm-a": ["sw2-t001"], "confirm-b": ["sw2-t001-rep"]}
 
 
