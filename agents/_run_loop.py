@@ -12,6 +12,8 @@ import secrets
 import time
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor, Budget
 
@@ -99,7 +101,7 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
     return deps
 
 
-def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults: Any) -> dict[str, Any]:
+def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults: Any) -> RunSummary:
     from agents.graph import build_graph, run_loop
     from agents.run import DATASET
     from agents.services import HostServices, RunSetup
@@ -204,7 +206,7 @@ def _write_report(
     services.setup.progress(f"report: {paths['md']} and {paths['html']}")
 
 
-def finished_summary(home: Home, run_id: str) -> dict[str, Any]:
+def finished_summary(home: Home, run_id: str) -> RunSummary:
     """The summary of a run that already ended (``--resume`` of it is a no-op)."""
     people = home.people_dir(run_id)
     data = json.loads((people / "report.json").read_text()) if (people / "report.json").is_file() else {}
@@ -216,26 +218,49 @@ def finished_summary(home: Home, run_id: str) -> dict[str, Any]:
     return _summary(home, run_id, state, resumed=False, already_finished=True)
 
 
+class RunSummary(BaseModel):
+    """One run as ``segfactory run --json`` reports it: counts and where the report is, no scores
+    beyond the prediction hit rate the report already carries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    hit_rate: dict[str, Any]
+    predictions: list[dict[str, Any]]
+    rounds: int
+    resumed: bool
+    already_finished: bool
+    stop_reason: str
+    tickets_run: int
+    device_seconds: float
+    counts: dict[str, Any]
+    report_md: str
+    report_html: str
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
 def _summary(
     home: Home, run_id: str, state: dict[str, Any], *, resumed: bool, already_finished: bool
-) -> dict[str, Any]:
+) -> RunSummary:
     people = home.people_dir(run_id)
     counts: dict[str, Any] = {}
     report: dict[str, Any] = {}
     if (people / "report.json").is_file():
         report = json.loads((people / "report.json").read_text())
         counts = report.get("counts", {})
-    return {
-        "run_id": run_id,
-        "hit_rate": report.get("hit_rate", {}),
-        "predictions": report.get("predictions", []),
-        "rounds": len(report.get("rounds", [])),
-        "resumed": resumed,
-        "already_finished": already_finished,
-        "stop_reason": state.get("stop_reason", ""),
-        "tickets_run": state.get("tickets_run", 0),
-        "device_seconds": state.get("device_seconds", 0.0),
-        "counts": counts,
-        "report_md": str(people / "report.md"),
-        "report_html": str(people / "report.html"),
-    }
+    return RunSummary(
+        run_id=run_id,
+        hit_rate=report.get("hit_rate", {}),
+        predictions=report.get("predictions", []),
+        rounds=len(report.get("rounds", [])),
+        resumed=resumed,
+        already_finished=already_finished,
+        stop_reason=state.get("stop_reason", ""),
+        tickets_run=state.get("tickets_run", 0),
+        device_seconds=state.get("device_seconds", 0.0),
+        counts=counts,
+        report_md=str(people / "report.md"),
+        report_html=str(people / "report.html"),
+    )

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents._run_loop import execute, finished_summary
+from agents._run_loop import RunSummary, execute, finished_summary
 from agents.actions import load_yaml_policy
 from agents.judge import default_judge
 from audit import AuditLog
@@ -254,7 +254,7 @@ def check_win_rule(client: Any) -> str:
     return digest
 
 
-def start_run(req: RunRequest) -> dict[str, Any]:
+def start_run(req: RunRequest) -> RunSummary:
     """Run (or resume) one factory run; returns the summary the CLI prints."""
 
     home = req.home

@@ -159,13 +159,13 @@ def run_cmd(
     )
     summary = start_run(request)
     if json_out:
-        emit_json(summary)
+        emit_json(summary.as_json())
         return
     typer.echo(
-        f"run {summary['run_id']}: {summary['stop_reason'] or 'finished'}; "
-        f"{summary['tickets_run']} tickets, {summary['device_seconds']:.0f} device-s"
+        f"run {summary.run_id}: {summary.stop_reason or 'finished'}; "
+        f"{summary.tickets_run} tickets, {summary.device_seconds:.0f} device-s"
     )
-    typer.echo(f"report: {summary['report_html']}")
+    typer.echo(f"report: {summary.report_html}")
 
 
 def report_cmd(

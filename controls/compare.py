@@ -152,9 +152,9 @@ def _run_arm(
                 fill_budget=True,
             )
         )
-        return _agent_arm(home, summary["run_id"])
+        return _agent_arm(home, summary.run_id)
     if arm == "nnunet":
-        summary = run_nnunet_arm(
+        nnunet = run_nnunet_arm(
             home_path,
             budget_s=budget_s,
             profile=profile,
@@ -162,7 +162,7 @@ def _run_arm(
             run_id=new_run_id(f"nnunet-s{seed}-"),
             progress=progress,
         )
-        return _nnunet_arm(home, summary)
+        return _nnunet_arm(home, nnunet)
     sampler = arm.removeprefix("sweep-")
     sweep = run_sweep_arm(
         home_path,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,7 +28,9 @@ def test_the_agent_code_arm_is_a_run_with_the_code_agent(
     from controls import compare
 
     asked: list[Any] = []
-    monkeypatch.setattr(compare, "start_run", lambda req: asked.append(req) or {"run_id": "r-none"})
+    monkeypatch.setattr(
+        compare, "start_run", lambda req: asked.append(req) or SimpleNamespace(run_id="r-none")
+    )
     for arm in ("agent", "agent-code"):
         compare._run_arm(tmp_path / "home", arm, 0, 60.0, "openai:gpt-4o", "demo", "bwrap", lambda line: None)
     assert [(r.proposer, r.code_agent, r.budget_s) for r in asked] == [
