@@ -175,41 +175,43 @@ def aa_cmd(
         )
         after = s.spent()
     summary = result.summary()
-    summary["concurrency"] = concurrency
-    if summary["gate_rule"]["wins"]:  # the false-win replay of the promoted wins on the sealed tier
+    summary.concurrency = concurrency
+    if summary.gate_rule.wins:  # the false-win replay of the promoted wins on the sealed tier
         from controls.replay import replay
 
-        summary["replay"] = replay(resolved, {run_id}, run_id, progress=_progress)
-    summary["ledger"] = {t: after.get(t, 0) - before.get(t, 0) for t in ("confirm-a", "confirm-b")}
-    summary["audit_sandbox_runs"] = sandbox_runs(resolved, run_id)
+        summary.replay = replay(resolved, {run_id}, run_id, progress=_progress)
+    summary.ledger = {t: after.get(t, 0) - before.get(t, 0) for t in ("confirm-a", "confirm-b")}
+    summary.audit_sandbox_runs = sandbox_runs(resolved, run_id)
     people = resolved.people_dir(run_id)
     people.mkdir(parents=True, exist_ok=True)
     (people / "aa.json").write_text(
         json.dumps(
-            {**summary, "results": [r.model_dump(mode="json") for r in result.runs]}, indent=2, sort_keys=True
+            {**summary.as_json(), "results": [r.model_dump(mode="json") for r in result.runs]},
+            indent=2,
+            sort_keys=True,
         )
     )
     if json_out:
-        emit_json(summary)
+        emit_json(summary.as_json())
     else:
-        g, n = summary["gate_rule"], summary["naive_rule"]
+        g, n = summary.gate_rule, summary.naive_rule
         typer.echo(
-            f"A/A {run_id}: {summary['runs']} runs; gate rule (with replicate) {g['wins']}/{g['runs']} false "
-            f"wins; naive best-dev rule {n['wins']}/{n['runs']}; ledger {summary['ledger']}; people: {people}"
+            f"A/A {run_id}: {summary.runs} runs; gate rule (with replicate) {g.wins}/{g.runs} false "
+            f"wins; naive best-dev rule {n.wins}/{n.runs}; ledger {summary.ledger}; people: {people}"
         )
     _refuse_failed_runs(summary, result.runs)
 
 
-def _refuse_failed_runs(summary: dict[str, Any], runs: list[Any]) -> None:
+def _refuse_failed_runs(summary: Any, runs: list[Any]) -> None:
     """An A/A whose runs failed measured less than it was asked to: exit 1 and say so (the
     summary, printed and kept in ``aa.json``, counts only the runs that reached a decision)."""
-    lost = summary["failed"] + summary["undecided"]
+    lost = summary.failed + summary.undecided
     if not lost:
         return
     first = next((r.reason for r in runs if r.status == "failed" or r.replicate_status == "failed"), "")
     sys.stderr.write(
-        f"segfactory: error: {lost} of {summary['runs']} A/A runs did not reach a decision "
-        f"(first: {first[:200]}); the rates count the {summary['gate_rule']['runs']} that did\n"
+        f"segfactory: error: {lost} of {summary.runs} A/A runs did not reach a decision "
+        f"(first: {first[:200]}); the rates count the {summary.gate_rule.runs} that did\n"
     )
     raise typer.Exit(1)
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from controls.pipeline import CandidateResult, CandidateServices, JudgeLike, run_candidate
 from controls.rates import false_win_rate, rate, selection_effect
 from segfactory.errors import DataError
@@ -66,7 +68,7 @@ class AAResult:
     reference_dev_score: float
     runs: list[CandidateResult] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> AaSummary:
         """The rates over the runs that reached a decision: a run that failed to train, or whose
         replicate failed after a confirm-a WIN, could not win, and counting it as a non-win would
         make the false-win rate look better than it is. ``failed`` and ``undecided`` say how many."""
@@ -75,31 +77,74 @@ class AAResult:
         scores = [r.dev_score for r in self.runs if r.dev_score is not None]
         gate_wins = sum(r.promoted for r in decided)
         naive_wins = sum(s > self.reference_dev_score for s in scores)
-        return {
-            "run_id": self.run_id,
-            "runs": n,
-            "failed": sum(r.status == "failed" for r in self.runs),
-            "undecided": sum(r.status != "failed" and r.replicate_status == "failed" for r in self.runs),
-            "reference_dev_score": self.reference_dev_score,
-            "device_seconds": sum(r.device_seconds for r in self.runs),
-            "dev_wins": sum(r.status == "dev_win" for r in self.runs),
-            "confirm_a_wins": sum(r.confirm_a is not None and r.confirm_a.value == "WIN" for r in self.runs),
-            "replicates": sum(r.replicate_id is not None for r in self.runs),
-            "confirm_b_queries": sum(r.confirm_b is not None for r in self.runs),
-            "gate_rule": _rule(gate_wins, len(decided)),
-            "naive_rule": _rule(naive_wins, len(scores)),
-            "selection_effect": selection_effect(scores).as_dict() if scores else None,
-        }
+        return AaSummary(
+            run_id=self.run_id,
+            runs=n,
+            failed=sum(r.status == "failed" for r in self.runs),
+            undecided=sum(r.status != "failed" and r.replicate_status == "failed" for r in self.runs),
+            reference_dev_score=self.reference_dev_score,
+            device_seconds=sum(r.device_seconds for r in self.runs),
+            dev_wins=sum(r.status == "dev_win" for r in self.runs),
+            confirm_a_wins=sum(r.confirm_a is not None and r.confirm_a.value == "WIN" for r in self.runs),
+            replicates=sum(r.replicate_id is not None for r in self.runs),
+            confirm_b_queries=sum(r.confirm_b is not None for r in self.runs),
+            gate_rule=_rule(gate_wins, len(decided)),
+            naive_rule=_rule(naive_wins, len(scores)),
+            selection_effect=selection_effect(scores).as_dict() if scores else None,
+        )
 
 
-def _rule(wins: int, runs: int) -> dict[str, Any]:
-    """Wins per run and the false-win rate; in an A/A run every win is false (false wins = wins)."""
-    return {
-        "wins": wins,
-        "runs": runs,
-        "wins_per_run": rate(wins, runs).as_dict(),
-        "false_win_rate": false_win_rate(wins, wins).as_dict(),
-    }
+class RuleRates(BaseModel):
+    """One decision rule over the A/A runs: wins per run and the false-win rate, each with its
+    binomial intervals (``controls.rates.Rate.as_dict``). In an A/A run every win is false."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wins: int
+    runs: int
+    wins_per_run: dict[str, Any]
+    false_win_rate: dict[str, Any]
+
+
+class AaSummary(BaseModel):
+    """An A/A as ``segfactory aa --json`` reports it (and ``people/<run>/aa.json`` keeps it).
+
+    The rates count only the runs that reached a decision (``failed`` and ``undecided`` say how
+    many did not); the CLI adds what it measured around the runs.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    runs: int
+    failed: int
+    undecided: int
+    reference_dev_score: float
+    device_seconds: float
+    dev_wins: int
+    confirm_a_wins: int
+    replicates: int
+    confirm_b_queries: int
+    gate_rule: RuleRates
+    naive_rule: RuleRates
+    selection_effect: dict[str, float] | None
+    # added by the CLI
+    concurrency: int | None = None
+    replay: dict[str, Any] | None = None  # the false-win replay of promoted wins, when there were any
+    ledger: dict[str, int] | None = None  # confirm-a / confirm-b queries the A/A spent
+    audit_sandbox_runs: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def _rule(wins: int, runs: int) -> RuleRates:
+    return RuleRates(
+        wins=wins,
+        runs=runs,
+        wins_per_run=rate(wins, runs).as_dict(),
+        false_win_rate=false_win_rate(wins, wins).as_dict(),
+    )
 
 
 def run_aa(

@@ -45,20 +45,18 @@ def test_aa_bookkeeping_matches_the_ledger_and_the_sandbox_runs() -> None:
     )
     s = result.summary()
     # dev wins (margin 0.005) against the moving best: 002, 004, 006 (after 002's promotion), 007
-    assert s["dev_wins"] == 4 and s["confirm_a_wins"] == 3 and s["replicates"] == 3
+    assert s.dev_wins == 4 and s.confirm_a_wins == 3 and s.replicates == 3
     assert services.queries["confirm-a"] == ["aa-aa002", "aa-aa004", "aa-aa006", "aa-aa007"]
     assert services.queries["confirm-b"] == ["aa-aa002-rep", "aa-aa006-rep"]  # 004's replicate lost on dev
-    assert len(services.queries["confirm-a"]) == s["dev_wins"]
-    assert len(services.queries["confirm-b"]) == s["confirm_b_queries"]
+    assert len(services.queries["confirm-a"]) == s.dev_wins
+    assert len(services.queries["confirm-b"]) == s.confirm_b_queries
     assert len(services.tickets) == 1 + 8 + 3  # reference + runs + replicates: every one a sandbox run
-    gate, naive = s["gate_rule"], s["naive_rule"]
-    assert (gate["wins"], gate["runs"]) == (2, 8) and services.promoted == ["aa-aa002", "aa-aa006"]
-    assert (naive["wins"], naive["runs"]) == (5, 8)  # 0.503 0.52 0.56 0.59 0.62 beat 0.50; 0.50 ties
-    assert (
-        gate["false_win_rate"]["k"] == gate["false_win_rate"]["n"] == 2
-    )  # every win is false by construction
-    assert gate["wins_per_run"]["wilson"]["low"] < 0.25 < gate["wins_per_run"]["wilson"]["high"]
-    assert s["selection_effect"]["n"] == 8
+    gate, naive = s.gate_rule, s.naive_rule
+    assert (gate.wins, gate.runs) == (2, 8) and services.promoted == ["aa-aa002", "aa-aa006"]
+    assert (naive.wins, naive.runs) == (5, 8)  # 0.503 0.52 0.56 0.59 0.62 beat 0.50; 0.50 ties
+    assert gate.false_win_rate["k"] == gate.false_win_rate["n"] == 2  # every win is false by construction
+    assert gate.wins_per_run["wilson"]["low"] < 0.25 < gate.wins_per_run["wilson"]["high"]
+    assert s.selection_effect["n"] == 8
 
 
 def test_aa_tickets_are_the_default_config_with_no_op_code_edits() -> None:
@@ -111,11 +109,13 @@ def test_runs_that_could_not_win_are_not_counted_as_runs_that_did_not() -> None:
         set_reference=services.set_reference,
     )
     s = result.summary()
-    assert (s["runs"], s["failed"], s["undecided"]) == (4, 2, 1)
-    assert (s["gate_rule"]["wins"], s["gate_rule"]["runs"]) == (0, 1)  # only aa000 reached a decision
-    assert s["gate_rule"]["wins_per_run"]["n"] == 1  # not 4: failures are not evidence of no false win
-    assert (s["naive_rule"]["wins"], s["naive_rule"]["runs"]) == (1, 2)
+    assert (s.runs, s.failed, s.undecided) == (4, 2, 1)
+    assert (s.gate_rule.wins, s.gate_rule.runs) == (0, 1)  # only aa000 reached a decision
+    assert s.gate_rule.wins_per_run["n"] == 1  # not 4: failures are not evidence of no false win
+    assert (s.naive_rule.wins, s.naive_rule.runs) == (1, 2)
     with pytest.raises(typer.Exit) as exited:
         _refuse_failed_runs(s, result.runs)
     assert exited.value.exit_code == 1
-    _refuse_failed_runs({**s, "failed": 0, "undecided": 0}, result.runs)  # nothing lost: no error
+    _refuse_failed_runs(
+        s.model_copy(update={"failed": 0, "undecided": 0}), result.runs
+    )  # nothing lost: no error

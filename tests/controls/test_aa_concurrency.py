@@ -48,7 +48,7 @@ def test_concurrent_aa_respects_the_limit_and_keeps_run_order() -> None:
     assert [r.ticket_id for r in result.runs] == [f"aa-aa{i:03d}" for i in range(9)]
     seeds_by_id = {t.id: t.seed for t in services.tickets}
     assert [seeds_by_id[f"aa-aa{i:03d}"] for i in range(9)] == list(range(101, 110))  # drawn in run order
-    assert result.summary()["gate_rule"]["runs"] == 9
+    assert result.summary().gate_rule.runs == 9
 
 
 def test_concurrency_one_is_sequential() -> None:
