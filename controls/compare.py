@@ -273,6 +273,7 @@ def _sealed_scores(report: dict[str, Any], model: Path) -> dict[str, Any] | None
         "object_f1": f1.as_dict(),
         "worst_slice_recall": float(worst) if worst is not None else None,
         "slice_recall": entry.get("slice_recall"),
+        "slice_voids": entry.get("slice_voids"),  # milestones from pinned code of 2026-12-02 on
     }
 
 

@@ -113,6 +113,8 @@ def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -
         # the win rule's "robust": recall per size bin holding at least min_support voids, and its worst
         "slice_recall": {SIZE_BIN_NAMES[i]: value for i, value in slices.items()},
         "worst_slice_recall": min(slices.values()) if slices else None,
+        # the voids each of those bins holds: what a binomial interval on the slice recall needs
+        "slice_voids": {SIZE_BIN_NAMES[i]: int(per.size_count.sum(axis=0)[i]) for i in slices},
     }
 
 

@@ -33,6 +33,12 @@ def test_report_has_intervals_and_a_name_is_used_once(gate: Gate, better_model: 
     # the win rule's "robust": recall per supported size bin, and the worst of them
     assert entry["slice_recall"] and entry["worst_slice_recall"] == min(entry["slice_recall"].values())
     assert set(entry["slice_recall"]) <= {"tiny_lt4", "small_4_15", "medium_16_63", "large_ge64"}
+    # each slice's void count, so that a person can put a binomial interval on its recall
+    assert set(entry["slice_voids"]) == set(entry["slice_recall"])
+    for name, recall in entry["slice_recall"].items():
+        voids = entry["slice_voids"][name]
+        assert voids >= 1 and abs(recall * voids - round(recall * voids)) < 1e-9
+    assert sum(entry["slice_voids"].values()) <= entry["n_voids"]
     with pytest.raises(GateError, match="already used"):
         run_milestone(gate, _req("m1", [better_model]))
 
