@@ -180,7 +180,8 @@ def test_a_kill_between_verdict_and_checkpoint_spends_the_query_once(killed_run:
     second, run_id, ticket = killed_run["second"], killed_run["run_id"], _ticket(killed_run)
     comparisons = killed_run["home"] / "runs" / run_id / "people" / "dev_comparisons.jsonl"
     dev = [json.loads(line) for line in comparisons.read_text().splitlines()] if comparisons.is_file() else []
-    if not any(row["dev_win"] for row in dev):  # the fault point is in the gate node: it needs a dev win
+    # The fault point is in the gate node: it needs a dev win of the first ticket.
+    if not any(row["dev_win"] for row in dev if row["ticket_id"] == ticket):
         pytest.skip(
             f"{ticket} was no dev win (trained: {bool(dev)}; a loaded machine may time it out), "
             "so there was no gate query to kill after"
@@ -192,9 +193,9 @@ def test_a_kill_between_verdict_and_checkpoint_spends_the_query_once(killed_run:
     assert len({v["payload"]["verdict"] for v in verdicts}) == 1
     assert len({v["payload"]["queries_left"] for v in verdicts}) == 1  # the replay spent nothing
     queries = ledger_queries(killed_run["home"], run_id)
-    owed = (
-        [(f"{ticket}-rep", "confirm-b")] if len(_run_tickets(killed_run)) == 2 else []
-    )  # the WIN's replicate
+    replicate_won_on_dev = any(row["dev_win"] for row in dev if row["ticket_id"] == f"{ticket}-rep")
+    # A WIN's replicate trains on a new seed; it queries confirm-b only when it, too, wins on dev.
+    owed = [(f"{ticket}-rep", "confirm-b")] if replicate_won_on_dev else []
     assert [(q[0], q[1]) for q in queries] == [(ticket, "confirm-a"), *owed]
     assert queries[0][2] == verdicts[0]["payload"]["verdict"]
 
