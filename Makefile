@@ -5,6 +5,7 @@ PYTHON   ?= python3
 VENV     := .venv
 BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
+PACKAGES := cli segfactory synthetic vision analysis gate runner sandbox audit agents console controls
 DEMO_HOME ?= $(or $(SEGFACTORY_HOME),$(or $(XDG_DATA_HOME),$(HOME)/.local/share)/segfactory-demo)
 PYTEST_FAST := -m "not slow"
 
@@ -43,7 +44,8 @@ venv: $(STAMP)
 # torch is pinned first and explicitly: on these machines the pinned wheels lie on local disk,
 # and a bare `torch` requirement would pull a multi-GB build from the index. Then the exact
 # versions of requirements.lock (gate verdicts depend on numpy, scipy and onnxruntime), then the
-# package itself, whose declared ranges the lock already satisfies.
+# package itself, whose declared ranges the lock already satisfies. Our own packages are compiled
+# to bytecode once: a sandbox mounts them read-only, where a fresh worker could never cache them.
 $(STAMP): pyproject.toml requirements.lock
 	@bash scripts/check-disk.sh $(VENV)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +54,7 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q -e '.[dev]'
 	bash scripts/pick-onnxruntime.sh $(VENV)
+	$(BIN)/python -m compileall -q -j 0 $(PACKAGES) >/dev/null
 	touch $(STAMP)
 
 # Re-resolve requirements.lock after a change to pyproject.toml (nothing is installed).

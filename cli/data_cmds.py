@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli._common import HomeOpt, JsonOpt, console, emit_json
+from cli._common import HomeOpt, JsonOpt, console, emit_json, exit_without_teardown
 from segfactory.errors import DataError
 
 data_app = typer.Typer(help="Generate, check, export and import split folders.", no_args_is_help=True)
@@ -49,7 +49,7 @@ def generate_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Draw N synthetic X-ray images with exact void masks into a new split folder."""
-    from synthetic import generate, make_params, parse_param_args
+    from synthetic import generate_split, make_params, parse_param_args
 
     values = parse_param_args(param or [])
     values["part_source"] = part_source
@@ -61,16 +61,15 @@ def generate_cmd(
     started = time.perf_counter()
     show = not json_out and n >= PROGRESS_MIN_IMAGES
     result = _with_progress(
-        n, show, lambda cb: generate(n, size, seed, params, workers=workers or None, progress=cb)
+        n, show, lambda cb: generate_split(out, n, size, seed, params, workers=workers or None, progress=cb)
     )
-    result.write(out)
     summary = {
         "out": str(out),
         "count": n,
         "size": size,
         "seed": seed,
         "n_defects": len(result.defects),
-        "images_with_defects": int(result.masks.reshape(n, -1).any(axis=1).sum()),
+        "images_with_defects": sum(1 for row in result.image_meta if row["n_defects"]),
         "seconds": round(time.perf_counter() - started, 3),
     }
     if json_out:
@@ -80,6 +79,7 @@ def generate_cmd(
             f"wrote {n} images ({size}x{size}, {summary['n_defects']} voids) to {out} "
             f"in {summary['seconds']} s"
         )
+    exit_without_teardown(0)
 
 
 BitDepthOpt = Annotated[

@@ -18,12 +18,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from segfactory.errors import UsageError
+from segfactory.errors import DataError, UsageError
+from segfactory.files import staged_dir
 from synthetic import _physics
 from synthetic._parts import procedural_part, silhouette_part
 from synthetic._voids import VoidPlacer, attenuation
 from synthetic.params import MAX_IMAGE_SIZE, MAX_N, GenParams
-from synthetic.splits import image_sha256, write_split
+from synthetic.splits import SplitHashes, create_arrays, finish_split, image_sha256, write_split
 
 GENERATOR_VERSION = (
     "1.1.0"  # 1.1: table-based fast noise, real-arithmetic polygon contours (new arrays per seed)
@@ -33,6 +34,8 @@ PARALLEL_MIN_IMAGES = 512  # below this many images one process is faster than f
 CHUNK_IMAGES = 256  # images per task handed to a worker
 
 Progress = Callable[[int], None]  # called with the number of images just finished
+# called in image order with (start, stop, image rows, defect rows) as the drawn prefix grows
+Ready = Callable[[int, int, list[dict[str, Any]], list[dict[str, Any]]], None]
 Engine = Literal["fast", "numpy"]
 ENGINES = ("fast", "numpy")  # fast: numba void placement + float32 exposure; numpy: the reference
 
@@ -150,24 +153,35 @@ def _shared_array(shape: tuple[int, ...], dtype: type) -> np.ndarray:
 
 
 def _generate_parallel(
-    n: int, size: int, seed: int, params: GenParams, engine: str, workers: int, progress: Progress | None
-) -> tuple[np.ndarray, np.ndarray, list[Any], list[Any]]:
-    images = _shared_array((n, size, size), np.float32)
-    masks = _shared_array((n, size, size), np.uint8)
+    arrays: tuple[np.ndarray, np.ndarray],
+    seed: int,
+    params: GenParams,
+    engine: str,
+    workers: int,
+    progress: Progress | None,
+    ready: Ready | None,
+) -> tuple[list[Any], list[Any]]:
+    images, masks = arrays
+    n, size = images.shape[0], images.shape[1]
     _SHARED.update(seed=seed, size=size, params=params, engine=engine, images=images, masks=masks)
     tasks = [(a, min(a + CHUNK_IMAGES, n)) for a in range(0, n, CHUNK_IMAGES)]
-    results = {}
+    results: dict[int, tuple[list[Any], list[Any]]] = {}
+    frontier = 0  # images [0, frontier) are drawn and handed to ``ready``
     try:
         with mp.get_context("fork").Pool(workers) as pool:
             for start, metas, defects in pool.imap_unordered(_worker, tasks):
                 results[start] = (metas, defects)
                 if progress:
                     progress(len(metas))
+                while ready is not None and frontier in results:  # while the workers go on
+                    rows, voids = results[frontier]
+                    ready(frontier, frontier + len(rows), rows, voids)
+                    frontier += len(rows)
     finally:
         _SHARED.clear()
     metas_all = [m for start in sorted(results) for m in results[start][0]]
     defects_all = [d for start in sorted(results) for d in results[start][1]]
-    return images, masks, metas_all, defects_all  # shared-memory arrays, freed with the last reference
+    return metas_all, defects_all
 
 
 def generate(
@@ -180,6 +194,8 @@ def generate(
     progress: Progress | None = None,
     seed_label: str | None = None,
     engine: Engine = "fast",
+    into: Path | None = None,
+    ready: Ready | None = None,
 ) -> GeneratedSet:
     """Draw ``n`` images of ``size`` x ``size`` pixels from ``seed``.
 
@@ -189,7 +205,9 @@ def generate(
     ``engine`` picks the code: ``fast`` (default) or ``numpy`` (the plain reference); they
     draw the same parts, voids and masks, and noise of the same distribution but not the same
     values. Raises UsageError on bad
-    arguments, DataError on an unreadable part source.
+    arguments, DataError on an unreadable part source. ``into``: a folder being staged as a split,
+    where the arrays are drawn straight into ``images.npy`` and ``masks.npy`` (``generate_split``);
+    ``ready`` is called in image order as the drawn images grow (it hashes them meanwhile).
     """
     _check_args(n, size)
     if engine not in ENGINES:
@@ -201,11 +219,15 @@ def generate(
         from synthetic._kernels import warm_up
 
         warm_up()  # load the cached kernels once, before any fork
+    images: np.ndarray
+    masks: np.ndarray
+    if into is not None:
+        images, masks = create_arrays(into, n, (size, size))
+    else:  # shared memory, which forked workers write into; cheaper to fault in than np.empty's pages
+        images, masks = _shared_array((n, size, size), np.float32), _shared_array((n, size, size), np.uint8)
     if workers > 1 and n >= PARALLEL_MIN_IMAGES:
-        images, masks, metas, defects = _generate_parallel(n, size, seed, params, engine, workers, progress)
+        metas, defects = _generate_parallel((images, masks), seed, params, engine, workers, progress, ready)
     else:
-        images = _shared_array((n, size, size), np.float32)  # cheaper to fault in than np.empty's pages
-        masks = _shared_array((n, size, size), np.uint8)
         metas, defects = [], []
         for start in range(0, n, CHUNK_IMAGES):
             stop = min(start + CHUNK_IMAGES, n)
@@ -214,5 +236,33 @@ def generate(
             defects.extend(d)
             if progress:
                 progress(stop - start)
+            if ready:
+                ready(start, stop, m, d)
     label = seed_label if seed_label is not None else f"public:{seed}"
     return GeneratedSet(images, masks, metas, defects, params, label, {"engine": engine})
+
+
+def generate_split(
+    path: Path | str, n: int, size: int, seed: int, params: GenParams | None = None, **options: Any
+) -> GeneratedSet:
+    """``generate`` written straight into a new split folder at ``path`` (staged, then renamed).
+
+    The same bytes as ``generate(...).write(path)``; the workers draw into the files' own pages,
+    so the arrays are never copied, and this process hashes what is drawn while the workers go
+    on. ``options`` are ``generate``'s keywords; the returned set's arrays are mapped from the
+    written files."""
+    target = Path(path)
+    if target.exists():
+        raise DataError(f"{target} already exists; split folders are immutable, choose a new --out")
+    with staged_dir(target, mode=0o755) as tmp:  # open splits are readable (the vault guards tiers)
+        hashes: list[SplitHashes] = []
+
+        def ready(start: int, stop: int, rows: list[dict[str, Any]], voids: list[dict[str, Any]]) -> None:
+            if not hashes:  # the arrays exist once generate has made them
+                hashes.append(SplitHashes(tmp))
+            hashes[0].add(start, stop, rows, voids)
+
+        result = generate(n, size, seed, params, into=tmp, ready=ready, **options)
+        meta = result.image_meta
+        finish_split(tmp, result.images, result.masks, meta, result.defects, result.manifest(), hashes[0])
+    return result

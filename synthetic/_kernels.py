@@ -24,7 +24,6 @@ import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from statistics import NormalDist
 
 import numpy as np
 
@@ -204,17 +203,54 @@ def part_thickness(
 NORMAL_TABLE_BITS = 16  # inverse-CDF table of 2**16 + 1 quantiles, linearly interpolated; |z| <= 4.42
 
 
+# Wichura's AS241 for 0.075 <= p <= 0.925 and for the tails up to r = sqrt(-log p) <= 5, as in
+# CPython's statistics.NormalDist.inv_cdf: (numerator, denominator) coefficients, Horner order.
+_AS241_CENTRAL = (
+    (2.5090809287301226727e3, 3.3430575583588128105e4, 6.7265770927008700853e4, 4.5921953931549871457e4,
+     1.3731693765509461125e4, 1.9715909503065514427e3, 1.3314166789178437745e2, 3.3871328727963666080e0),
+    (5.2264952788528545610e3, 2.8729085735721942674e4, 3.9307895800092710610e4, 2.1213794301586595867e4,
+     5.3941960214247511077e3, 6.8718700749205790830e2, 4.2313330701600911252e1, 1.0),
+)  # fmt: skip
+_AS241_TAIL = (
+    (7.7454501427834140764e-4, 2.2723844989269184583e-2, 2.4178072517745061177e-1, 1.2704582524523683826e0,
+     3.6478483247632045605e0, 5.7694972214606914055e0, 4.6303378461565452959e0, 1.4234371107496835773e0),
+    (1.0507500716444168432e-9, 5.4759380849953449460e-4, 1.5198666563616457197e-2, 1.4810397642748007459e-1,
+     6.8976733498510000455e-1, 1.6763848301838038494e0, 2.0531916266377588219e0, 1.0),
+)  # fmt: skip
+
+
+def _horner(coefficients: tuple[float, ...], r: np.ndarray) -> np.ndarray:
+    acc = coefficients[0] * r + coefficients[1]
+    for c in coefficients[2:]:
+        acc = acc * r + c
+    return acc
+
+
+def normal_quantiles(p: np.ndarray) -> np.ndarray:
+    """Standard-normal quantiles of ``p`` (float64, 7.6e-6 <= p <= 1 - 7.6e-6), by the same
+    arithmetic as ``statistics.NormalDist().inv_cdf``, vectorised: 2 ms for the table, not 60."""
+    q = p - 0.5
+    central = np.abs(q) <= 0.425
+    out = np.empty_like(p)
+    r = 0.180625 - q[central] ** 2
+    out[central] = _horner(_AS241_CENTRAL[0], r) * q[central] / _horner(_AS241_CENTRAL[1], r)
+    tail = np.sqrt(-np.log(np.where(q <= 0.0, p, 1.0 - p)[~central]))
+    if np.any(tail > 5.0):
+        raise ValueError("p is too close to 0 or 1 for this table's branch of AS241")
+    t = tail - 1.6
+    x = _horner(_AS241_TAIL[0], t) / _horner(_AS241_TAIL[1], t)
+    out[~central] = np.where(q[~central] < 0.0, -x, x)
+    return out
+
+
 @lru_cache(maxsize=1)
 def normal_table() -> np.ndarray:
     """(2**NORMAL_TABLE_BITS + 1,) float32 standard-normal quantiles at k / 2**bits, the two ends
     clamped to half a cell (the tails beyond 4.42 sigma, probability 1e-5, are cut), read-only.
-    ``statistics.NormalDist`` (Wichura's AS241, ~1e-16) instead of scipy.special: 20 ms, not a
-    0.3 s import."""
+    The same float32 values as ``statistics.NormalDist`` gives (tests check every entry)."""
     cells = 1 << NORMAL_TABLE_BITS
-    inv_cdf = NormalDist().inv_cdf
-    table = np.array(
-        [inv_cdf(min(max(k / cells, 0.5 / cells), 1.0 - 0.5 / cells)) for k in range(cells + 1)], np.float32
-    )
+    p = np.clip(np.arange(cells + 1, dtype=np.float64) / cells, 0.5 / cells, 1.0 - 0.5 / cells)
+    table = normal_quantiles(p).astype(np.float32)
     table.flags.writeable = False
     return table
 

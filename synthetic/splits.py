@@ -20,15 +20,15 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from segfactory.errors import DataError
 from segfactory.files import staged_dir
-from segfactory.records import sha256_file
 
 SPLIT_FILES = ("images.npy", "masks.npy", "images.jsonl", "defects.jsonl", "manifest.json")
 MANIFEST_VERSION = 1
@@ -72,12 +72,6 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                     f"{path}:{line_no}: not valid JSON ({exc.msg}); the split is corrupt"
                 ) from None
     return rows
-
-
-def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, sort_keys=True) + "\n")
 
 
 def read_split(path: Path | str, *, mmap: bool = False) -> Split:
@@ -128,19 +122,109 @@ def validate_shapes(split: Split) -> None:
         raise DataError(f"images.jsonl has {len(split.image_meta)} rows for {images.shape[0]} images")
 
 
+def _jsonl_lines(rows: Iterable[dict[str, Any]]) -> list[bytes]:
+    """Each row as the bytes it is written and hashed as (sorted keys, no newline)."""
+    return [json.dumps(row, sort_keys=True).encode() for row in rows]
+
+
 def content_hash(
     images: np.ndarray, masks: np.ndarray, image_meta: list[dict[str, Any]], defects: list[dict[str, Any]]
 ) -> str:
     """One hash for the whole split's content, independent of file layout."""
+    return _content_hash(images, masks, _jsonl_lines(image_meta), _jsonl_lines(defects))
+
+
+def _content_hash(images: np.ndarray, masks: np.ndarray, *lines: list[bytes]) -> str:
     digest = hashlib.sha256()
-    digest.update(
-        np.ascontiguousarray(images, dtype=np.float32).data
-    )  # .data, not .tobytes(): no 400 MB copy
+    digest.update(np.ascontiguousarray(images, dtype=np.float32).data)  # .data: no 400 MB copy
     digest.update(np.ascontiguousarray(masks, dtype=np.uint8).data)
-    for rows in (image_meta, defects):
-        for row in rows:
-            digest.update(json.dumps(row, sort_keys=True).encode())
+    for rows in lines:
+        digest.update(b"".join(rows))  # one update over the concatenation: the same digest
     return digest.hexdigest()
+
+
+class _HashingWriter:
+    """A binary file that hashes what is written to it: the file's sha256 without reading it back."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.digest = handle, hashlib.sha256()
+
+    def write(self, data: bytes | memoryview) -> int:
+        self.digest.update(data)
+        return self.handle.write(data)
+
+
+def _write_npy(path: Path, array: np.ndarray) -> str:
+    """``np.save``'s bytes exactly (header, then the C-order data), returning their sha256."""
+    with open(path, "wb") as handle:
+        writer = _HashingWriter(handle)
+        np.lib.format.write_array_header_1_0(writer, np.lib.format.header_data_from_array_1_0(array))
+        writer.write(array.data)  # contiguous: written and hashed without a copy
+        handle.flush()
+        os.fsync(handle.fileno())
+    return writer.digest.hexdigest()
+
+
+def _sync_npy(array: np.memmap) -> str:
+    """Flush an array written in place (``create_arrays``) to disk and return its file's sha256."""
+    array.flush()
+    with open(str(array.filename), "rb") as handle:
+        digest = hashlib.sha256(handle.read(array.offset))  # the header np.save would write
+        os.fsync(handle.fileno())
+    digest.update(array.data)  # the data, from the pages already mapped
+    return digest.hexdigest()
+
+
+def _write_lines(path: Path, lines: list[bytes]) -> str:
+    data = b"".join(line + b"\n" for line in lines)
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+def create_arrays(folder: Path, n: int, shape: tuple[int, int]) -> tuple[np.memmap, np.memmap]:
+    """``images.npy`` and ``masks.npy`` of a split being written into ``folder``, mapped so that
+    the generator draws straight into the files' pages (np.save's format, byte for byte).
+
+    A split written this way is finished by ``finish_split``; copying 460 MB of arrays into new
+    page-cache pages cost more than drawing them (docs/benchmarks.md, synthetic generator)."""
+    images = np.lib.format.open_memmap(folder / "images.npy", mode="w+", dtype=np.float32, shape=(n, *shape))
+    masks = np.lib.format.open_memmap(folder / "masks.npy", mode="w+", dtype=np.uint8, shape=(n, *shape))
+    return images, masks
+
+
+class SplitHashes:
+    """The arrays' hashes and the metadata's lines, taken in image order while a split is still
+    being drawn in place (``create_arrays``), so that ``finish_split`` has only the rest to do."""
+
+    def __init__(self, folder: Path) -> None:
+        self.images = np.load(folder / "images.npy", mmap_mode="r")  # the workers' pages, read-only
+        self.masks = np.load(folder / "masks.npy", mmap_mode="r")
+        self.files = {name: _npy_header_hash(folder / name) for name in ("images.npy", "masks.npy")}
+        self.content = hashlib.sha256()  # the images first: see content_hash
+        self.meta_lines: list[bytes] = []
+        self.defect_lines: list[bytes] = []
+        self.done = 0
+
+    def add(self, start: int, stop: int, image_meta: list[dict[str, Any]], defects: list[Any]) -> None:
+        if start != self.done:
+            raise ValueError(f"images {start}-{stop} handed over out of order (expected {self.done})")
+        images = self.images[start:stop].data
+        self.files["images.npy"].update(images)
+        self.content.update(images)
+        self.files["masks.npy"].update(self.masks[start:stop].data)
+        self.meta_lines += _jsonl_lines(image_meta)
+        self.defect_lines += _jsonl_lines(defects)
+        self.done = stop
+
+
+def _npy_header_hash(path: Path) -> Any:
+    """A sha256 fed with the header np.save writes before a file's data (``open_memmap`` wrote it)."""
+    offset = np.load(path, mmap_mode="r").offset
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read(offset))
 
 
 def write_split(
@@ -159,26 +243,118 @@ def write_split(
     target = Path(path)
     if target.exists():
         raise DataError(f"{target} already exists; split folders are immutable, choose a new --out")
-    split = Split(None, images, masks, image_meta, defects, manifest)
-    validate_shapes(split)
+    validate_shapes(Split(None, images, masks, image_meta, defects, manifest))
     # open splits are readable (0755; the vault folder guards the tiers)
     with staged_dir(target, mode=0o755) as tmp:
-        np.save(tmp / "images.npy", np.ascontiguousarray(images, dtype=np.float32))
-        np.save(tmp / "masks.npy", np.ascontiguousarray(masks, dtype=np.uint8))
-        _write_jsonl(tmp / "images.jsonl", image_meta)
-        _write_jsonl(tmp / "defects.jsonl", defects)
-        full = dict(manifest)
-        full.update(
-            manifest_version=MANIFEST_VERSION,
-            count=int(images.shape[0]),
-            shape=list(images.shape[1:]),
-            n_defects=len(defects),
-            files={name: sha256_file(tmp / name) for name in SPLIT_FILES if name != "manifest.json"},
-            content_hash=content_hash(images, masks, image_meta, defects),
-        )
-        (tmp / "manifest.json").write_text(json.dumps(full, sort_keys=True, indent=2) + "\n")
-        for name in SPLIT_FILES:
-            fd = os.open(tmp / name, os.O_RDONLY)
-            os.fsync(fd)
-            os.close(fd)
+        finish_split(tmp, images, masks, image_meta, defects, manifest)
     return target
+
+
+def finish_split(
+    folder: Path,
+    images: np.ndarray,
+    masks: np.ndarray,
+    image_meta: list[dict[str, Any]],
+    defects: list[dict[str, Any]],
+    manifest: dict[str, Any],
+    hashes: SplitHashes | None = None,
+) -> None:
+    """Write a split's files into ``folder`` (a staged folder): the arrays, unless ``create_arrays``
+    put them there already, the metadata and the manifest with its hashes, each synced to disk.
+    ``hashes``: what was hashed of the arrays in place while they were drawn (all of them)."""
+    validate_shapes(Split(None, images, masks, image_meta, defects, manifest))
+    if hashes is not None:
+        drawn_in_place = all(
+            _in_place(a, folder / n) for a, n in ((images, "images.npy"), (masks, "masks.npy"))
+        )
+        if hashes.done != images.shape[0] or not drawn_in_place:
+            raise ValueError(f"hashes cover {hashes.done} of {images.shape[0]} images drawn in place")
+        return _finish_hashed(folder, images, masks, defects, manifest, hashes)  # type: ignore[arg-type]
+    in_place = {
+        name: _in_place(array, folder / name)
+        for name, array in (("images.npy", images), ("masks.npy", masks))
+    }
+    originals: dict[str, Any] = {"images.npy": images, "masks.npy": masks}
+    images = np.ascontiguousarray(images, dtype=np.float32)  # a view: no longer an np.memmap
+    masks = np.ascontiguousarray(masks, dtype=np.uint8)
+    meta_lines, defect_lines = _jsonl_lines(image_meta), _jsonl_lines(defects)
+    with ThreadPoolExecutor(3, thread_name_prefix="split") as pool:
+        # Writing, syncing and sha256 release the GIL: the big files and the content hash overlap.
+        jobs = {}
+        for name, array in (("images.npy", images), ("masks.npy", masks)):
+            if in_place[name]:
+                jobs[name] = pool.submit(_sync_npy, originals[name])
+            else:
+                jobs[name] = pool.submit(_write_npy, folder / name, array)
+        content = pool.submit(_content_hash, images, masks, meta_lines, defect_lines)
+        files = {
+            "images.jsonl": _write_lines(folder / "images.jsonl", meta_lines),
+            "defects.jsonl": _write_lines(folder / "defects.jsonl", defect_lines),
+        }
+        files.update({name: job.result() for name, job in jobs.items()})
+        _write_manifest(folder, manifest, images.shape, len(defects), files, content.result())
+
+
+def _finish_hashed(
+    folder: Path,
+    images: np.memmap,
+    masks: np.memmap,
+    defects: list[dict[str, Any]],
+    manifest: dict[str, Any],
+    hashes: SplitHashes,
+) -> None:
+    """``finish_split`` for arrays drawn in place and hashed meanwhile: syncs, the lines, the rest
+    of the content hash."""
+
+    def synced(array: np.memmap, name: str) -> str:
+        array.flush()
+        with open(folder / name, "rb") as handle:
+            os.fsync(handle.fileno())
+        return str(hashes.files[name].hexdigest())
+
+    def content() -> str:
+        digest = hashes.content
+        digest.update(np.ascontiguousarray(masks, dtype=np.uint8).data)
+        for lines in (hashes.meta_lines, hashes.defect_lines):
+            digest.update(b"".join(lines))
+        return str(digest.hexdigest())
+
+    with ThreadPoolExecutor(3, thread_name_prefix="split") as pool:
+        jobs = {
+            "images.npy": pool.submit(synced, images, "images.npy"),
+            "masks.npy": pool.submit(synced, masks, "masks.npy"),
+            "content": pool.submit(content),
+        }
+        files = {
+            "images.jsonl": _write_lines(folder / "images.jsonl", hashes.meta_lines),
+            "defects.jsonl": _write_lines(folder / "defects.jsonl", hashes.defect_lines),
+        }
+        files.update({name: jobs[name].result() for name in ("images.npy", "masks.npy")})
+        _write_manifest(folder, manifest, images.shape, len(defects), files, jobs["content"].result())
+
+
+def _write_manifest(
+    folder: Path,
+    manifest: dict[str, Any],
+    shape: tuple[int, ...],
+    n_defects: int,
+    files: dict[str, str],
+    content: str,
+) -> None:
+    full = dict(manifest)
+    full.update(
+        manifest_version=MANIFEST_VERSION,
+        count=int(shape[0]),
+        shape=list(shape[1:]),
+        n_defects=n_defects,
+        files={name: files[name] for name in SPLIT_FILES if name != "manifest.json"},
+        content_hash=content,
+    )
+    _write_lines(folder / "manifest.json", [json.dumps(full, sort_keys=True, indent=2).encode()])
+
+
+def _in_place(array: np.ndarray, path: Path) -> bool:
+    """True when ``array`` is the mapping of ``path`` that ``create_arrays`` made."""
+    if not isinstance(array, np.memmap) or array.filename is None:
+        return False
+    return Path(array.filename).resolve() == path.resolve()

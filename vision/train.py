@@ -373,9 +373,18 @@ def write_result(out: Path, result: TrainResult) -> None:
 
 
 def train(
-    config: TrainConfig, data_dir: Path, out_dir: Path, *, progress: bool = False, resume: bool = False
+    config: TrainConfig,
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    progress: bool = False,
+    resume: bool = False,
+    timings: dict[str, float] | None = None,
 ) -> TrainResult:
-    """Train per ``config`` on the dataset version ``data_dir``; write the run into ``out_dir``."""
+    """Train per ``config`` on the dataset version ``data_dir``; write the run into ``out_dir``.
+
+    ``timings``: the caller's own (the worker's start-up and imports), recorded beside the run's."""
+    started = time.perf_counter()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     if config.engine == "nnunet":
@@ -389,6 +398,8 @@ def train(
     if not resume and out_dir.exists() and any(out_dir.iterdir()):
         raise DataError(f"{out_dir} is not empty; choose a new --out or pass --resume")
     trainer = Trainer(config, data_dir, out_dir, progress)
+    trainer.timings.update(timings or {})
+    trainer.timings["setup_s"] = time.perf_counter() - started  # data, model, optimiser
     if resume:
         trainer.try_resume()
     return trainer.run()
