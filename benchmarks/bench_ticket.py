@@ -164,7 +164,7 @@ def ticket_run(
 
 def breakdown(columns: dict[str, tuple[float, dict[str, float]]]) -> str:
     """One row per worker phase, one column per way of running it; the rest is what no phase covers."""
-    lines = ["  where the time goes (s):" + "".join(f"{name:>16}" for name in columns)]
+    lines = [f"  {'where the time goes (s)':<40}" + "".join(f"{name:>16}" for name in columns)]
     for label, keys in STAGES:
         cells = [sum(t.get(k, 0.0) for k in keys) for _, t in columns.values()]
         lines.append(f"    {label:<38}" + "".join(f"{c:>16.2f}" for c in cells))
