@@ -175,6 +175,13 @@ def _sync_npy(array: np.memmap) -> str:
     return digest.hexdigest()
 
 
+def _flush_and_sync(array: np.memmap) -> None:
+    """Flush an array written in place to disk (its hash was taken while it was drawn)."""
+    array.flush()
+    with open(str(array.filename), "rb") as handle:
+        os.fsync(handle.fileno())
+
+
 def _write_lines(path: Path, lines: list[bytes]) -> str:
     data = b"".join(line + b"\n" for line in lines)
     with open(path, "wb") as handle:
@@ -261,76 +268,48 @@ def finish_split(
 ) -> None:
     """Write a split's files into ``folder`` (a staged folder): the arrays, unless ``create_arrays``
     put them there already, the metadata and the manifest with its hashes, each synced to disk.
-    ``hashes``: what was hashed of the arrays in place while they were drawn (all of them)."""
+    ``hashes``: what was hashed of the arrays in place while they were drawn (all of them); then
+    the arrays are only synced and the metadata lines are the ones hashed with them."""
     validate_shapes(Split(None, images, masks, image_meta, defects, manifest))
-    if hashes is not None:
-        drawn_in_place = all(
-            _in_place(a, folder / n) for a, n in ((images, "images.npy"), (masks, "masks.npy"))
-        )
-        if hashes.done != images.shape[0] or not drawn_in_place:
-            raise ValueError(f"hashes cover {hashes.done} of {images.shape[0]} images drawn in place")
-        return _finish_hashed(folder, images, masks, defects, manifest, hashes)  # type: ignore[arg-type]
-    in_place = {
-        name: _in_place(array, folder / name)
-        for name, array in (("images.npy", images), ("masks.npy", masks))
-    }
     originals: dict[str, Any] = {"images.npy": images, "masks.npy": masks}
+    in_place = {name: _in_place(array, folder / name) for name, array in originals.items()}
+    if hashes is not None and (hashes.done != images.shape[0] or not all(in_place.values())):
+        raise ValueError(f"hashes cover {hashes.done} of {images.shape[0]} images drawn in place")
     images = np.ascontiguousarray(images, dtype=np.float32)  # a view: no longer an np.memmap
     masks = np.ascontiguousarray(masks, dtype=np.uint8)
-    meta_lines, defect_lines = _jsonl_lines(image_meta), _jsonl_lines(defects)
+    contiguous = {"images.npy": images, "masks.npy": masks}
+    if hashes is None:
+        meta_lines, defect_lines = _jsonl_lines(image_meta), _jsonl_lines(defects)
+    else:
+        meta_lines, defect_lines = hashes.meta_lines, hashes.defect_lines
+
+    def big_file(name: str) -> str:
+        if hashes is not None:  # hashed while drawn: only the sync is left
+            _flush_and_sync(originals[name])
+            return str(hashes.files[name].hexdigest())
+        if in_place[name]:
+            return _sync_npy(originals[name])
+        return _write_npy(folder / name, contiguous[name])
+
+    def content() -> str:
+        if hashes is None:
+            return _content_hash(images, masks, meta_lines, defect_lines)
+        digest = hashes.content  # the images are in it already (see SplitHashes)
+        digest.update(masks.data)
+        for lines in (meta_lines, defect_lines):
+            digest.update(b"".join(lines))
+        return str(digest.hexdigest())
+
     with ThreadPoolExecutor(3, thread_name_prefix="split") as pool:
         # Writing, syncing and sha256 release the GIL: the big files and the content hash overlap.
-        jobs = {}
-        for name, array in (("images.npy", images), ("masks.npy", masks)):
-            if in_place[name]:
-                jobs[name] = pool.submit(_sync_npy, originals[name])
-            else:
-                jobs[name] = pool.submit(_write_npy, folder / name, array)
-        content = pool.submit(_content_hash, images, masks, meta_lines, defect_lines)
+        jobs = {name: pool.submit(big_file, name) for name in ("images.npy", "masks.npy")}
+        digest = pool.submit(content)
         files = {
             "images.jsonl": _write_lines(folder / "images.jsonl", meta_lines),
             "defects.jsonl": _write_lines(folder / "defects.jsonl", defect_lines),
         }
         files.update({name: job.result() for name, job in jobs.items()})
-        _write_manifest(folder, manifest, images.shape, len(defects), files, content.result())
-
-
-def _finish_hashed(
-    folder: Path,
-    images: np.memmap,
-    masks: np.memmap,
-    defects: list[dict[str, Any]],
-    manifest: dict[str, Any],
-    hashes: SplitHashes,
-) -> None:
-    """``finish_split`` for arrays drawn in place and hashed meanwhile: syncs, the lines, the rest
-    of the content hash."""
-
-    def synced(array: np.memmap, name: str) -> str:
-        array.flush()
-        with open(folder / name, "rb") as handle:
-            os.fsync(handle.fileno())
-        return str(hashes.files[name].hexdigest())
-
-    def content() -> str:
-        digest = hashes.content
-        digest.update(np.ascontiguousarray(masks, dtype=np.uint8).data)
-        for lines in (hashes.meta_lines, hashes.defect_lines):
-            digest.update(b"".join(lines))
-        return str(digest.hexdigest())
-
-    with ThreadPoolExecutor(3, thread_name_prefix="split") as pool:
-        jobs = {
-            "images.npy": pool.submit(synced, images, "images.npy"),
-            "masks.npy": pool.submit(synced, masks, "masks.npy"),
-            "content": pool.submit(content),
-        }
-        files = {
-            "images.jsonl": _write_lines(folder / "images.jsonl", hashes.meta_lines),
-            "defects.jsonl": _write_lines(folder / "defects.jsonl", hashes.defect_lines),
-        }
-        files.update({name: jobs[name].result() for name in ("images.npy", "masks.npy")})
-        _write_manifest(folder, manifest, images.shape, len(defects), files, jobs["content"].result())
+        _write_manifest(folder, manifest, images.shape, len(defects), files, digest.result())
 
 
 def _write_manifest(
