@@ -3,10 +3,10 @@
 One demo home and one real ``segfactory run`` process. The proposer and the code-editing agent
 are the real OpenAI SDK talking to the fake OpenAI server on loopback (``OPENAI_BASE_URL``): the
 proposer asks for a code ticket naming ``code/vision/worker.py``, the agent reads that file from
-its copy of the training code, writes it back with a mark (an exit hook that prints a line), and
-submits. The ticket then trains in the real bwrap sandbox, and the mark in the sandbox's stderr
-shows that the code which ran is the code the agent wrote; the ticket is recorded. The demo's
-10 s device budget ends the run after that ticket.
+its copy of the training code, writes it back with a mark (a line it prints to stderr when it
+loads), and submits. The ticket then trains in the real bwrap sandbox, and the mark in the
+sandbox's stderr shows that the code which ran is the code the agent wrote; the ticket is
+recorded. The demo's 10 s device budget ends the run after that ticket.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ pytestmark = [
 
 TARGET = "code/vision/worker.py"
 MARK = "code-agent-mark: this worker was written by the code-editing agent"
-HOOK = f"\nimport atexit\n\natexit.register(lambda: sys.stderr.write({MARK!r} + '\\n'))\n"
+# Written when the module loads: the worker leaves with os._exit, which runs no atexit hook.
+HOOK = f"\nimport sys\n\nsys.stderr.write({MARK!r} + '\\n')\n"
 FAKE_LIFETIME_S = 1500.0  # the fake outlives init and the run
 RUN_TIMEOUT_S = 1200.0
 DRAFT = {
     "kind": "code",
-    "hypothesis": "a worker with an exit hook trains exactly as the base does",
+    "hypothesis": "a worker that announces itself trains exactly as the base does",
     "change": {"files": [TARGET]},
     "budget": {"device_seconds": 120, "epochs": 1},  # what it learns is not under test
     "expected_effect": {"metric": "object_f1", "direction": "up", "size": 0.05},
@@ -48,9 +49,7 @@ DRAFT = {
 def _marked(source: str) -> str:
     head = "from __future__ import annotations\n"
     assert head in source
-    return source.replace(
-        head, head + HOOK, 1
-    )  # before the module's sys.exit(main()): the hook is registered
+    return source.replace(head, head + HOOK, 1)
 
 
 def _cli(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -77,7 +76,7 @@ def code_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         Step.call("propose_tickets", {"tickets": [DRAFT]}),
         Step.call("read_file", {"path": TARGET}),
         Step.call("write_file", {"path": TARGET, "content": _marked(source)}),
-        Step.call("submit", {"summary": "an exit hook that marks the worker's stderr"}),
+        Step.call("submit", {"summary": "a line the worker prints to stderr when it loads"}),
     ]
     lifetime, _server.LIFETIME_S = _server.LIFETIME_S, FAKE_LIFETIME_S
     try:
