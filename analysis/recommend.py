@@ -51,6 +51,8 @@ class Rule(BaseModel):
     max_per_rule: int = Field(default=1, ge=1)
     min_ratio_to_slice: float = Field(default=0.0, ge=0)
     min_model_dice: float = Field(default=0.0, ge=0, le=1)  # silent when the model's dev dice is lower
+    # slice rules: slices whose train coverage is at most this come first (None: strength alone)
+    uncovered_first: float | None = Field(default=None, ge=0)
 
 
 class Policy(BaseModel):
@@ -174,10 +176,18 @@ def _from_slice(rule: Rule, row: SliceRow, k: int) -> Recommendation:
         "confirm_effect": row.confirm_effect,
         "confirm_p": row.confirm_p,
     }
+    if row.train_coverage is not None:
+        evidence["train_coverage"] = row.train_coverage
     metric = "miss_rate" if row.unit == "defect" else "one_minus_dice"
     effect = ExpectedEffect(
         metric=metric, slice=row.name, direction=Direction.DOWN, size=round(rule.effect_share * row.effect, 4)
     )
+    rationale = (
+        f"{row.name}: {row.unit} failure {row.score:.2f} vs {row.complement:.2f} "
+        f"elsewhere (n={row.n}), reproduced on held-out half"
+    )
+    if _uncovered(row, rule.uncovered_first):
+        rationale += f"; training holds {row.train_coverage:.0%} of dev's share of such {row.unit}s"
     return Recommendation(
         id=f"{rule.id}-{k}",
         evidence=evidence,
@@ -185,8 +195,7 @@ def _from_slice(rule: Rule, row: SliceRow, k: int) -> Recommendation:
         kind=rule.kind,
         change=_change(rule, row),
         predicted_effect=effect,
-        rationale=f"{row.name}: {row.unit} failure {row.score:.2f} vs {row.complement:.2f} "
-        f"elsewhere (n={row.n}), reproduced on held-out half",
+        rationale=rationale,
     )
 
 
@@ -207,6 +216,10 @@ def _from_scalar(rule: Rule, value: float, evidence: dict[str, Any]) -> Recommen
     )
 
 
+def _uncovered(row: SliceRow, at_most: float | None) -> bool:
+    return at_most is not None and row.train_coverage is not None and row.train_coverage <= at_most
+
+
 def _fire(rule: Rule, inputs: Inputs) -> list[Recommendation]:
     if rule.min_model_dice > 0 and (inputs.model_dice is None or inputs.model_dice < rule.min_model_dice):
         return []
@@ -216,6 +229,8 @@ def _fire(rule: Rule, inputs: Inputs) -> list[Recommendation]:
             for r in inputs.strongest()
             if r.effect >= rule.min_value and any(a in rule.attributes for a in r.attributes)
         ]
+        if rule.uncovered_first is not None:
+            rows.sort(key=lambda r: not _uncovered(r, rule.uncovered_first))  # stable: strength within
         return [_from_slice(rule, r, k) for k, r in enumerate(rows[: rule.max_per_rule])]
     value, evidence = _scalar(rule, inputs)
     if value is None or value < rule.min_value:

@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.errortypes import ErrorAnalysis, ErrorType, analyse_errors, rank_problems
+from analysis.errortypes import OK, ErrorAnalysis, ErrorType, analyse_errors, rank_problems
 from analysis.labels import LabelEstimate
 from analysis.labels import estimate as label_estimate
 from analysis.recommend import Inputs, Policy, recommend
@@ -177,6 +177,11 @@ def _slices(
         noise_i = [
             _image_units(meta, defects, o.per_image["dice"], ref.per_image["dice"]).outcome for o in others
         ]
+    train_d = train_i = None
+    if extras.train is not None:  # which slices the training data holds (membership only)
+        t = extras.train.split
+        train_d = defect_units(t.image_meta, t.defects, [OK] * len(t.defects))
+        train_i = image_units(t.image_meta, t.defects, np.zeros(len(t.image_meta)))
     conf_d = conf_i = None
     if extras.confirm is not None and extras.reference is None:
         c = extras.confirm
@@ -184,8 +189,8 @@ def _slices(
         conf_d = defect_units(c.split.image_meta, c.split.defects, cerr.defect_outcome)
         conf_i = image_units(c.split.image_meta, c.split.defects, cerr.per_image["dice"])
     return [
-        find_slices(units_d, seed=seed, confirm=conf_d, noise=noise_d),
-        find_slices(units_i, seed=seed, confirm=conf_i, noise=noise_i),
+        find_slices(units_d, seed=seed, confirm=conf_d, noise=noise_d, train=train_d),
+        find_slices(units_i, seed=seed, confirm=conf_i, noise=noise_i, train=train_i),
     ]
 
 

@@ -93,6 +93,9 @@ class SliceRow(BaseModel):
         0.0  # edge of the slice's seed-noise band: its effect between unplanted seeds (0: not measured)
     )
     confirmed: bool = False
+    # the slice's share of the training units over its share of dev's (None: not measured); near 0
+    # the model never saw such units, which drawn data can supply and more capacity cannot
+    train_coverage: float | None = None
 
 
 @dataclass
@@ -157,7 +160,7 @@ def one_way_slices(units: Units, notes: list[str]) -> list[SliceDef]:
     """Bins of every usable attribute; unusable ones are named in ``notes``."""
     defs: list[SliceDef] = []
     for attr, values in units.columns.items():
-        present = [v for v in values if v is not None and not (isinstance(v, float) and np.isnan(v))]
+        present = [v for v in values if _present(v)]
         if not present:
             notes.append(f"{units.kind} attribute '{attr}' is missing from the metadata; no {attr} slices")
             continue
@@ -237,6 +240,7 @@ def find_slices(
     seed: int = 0,
     confirm: Units | None = None,
     noise: np.ndarray | list[np.ndarray] | None = None,
+    train: Units | None = None,
 ) -> SliceReport:
     """Score every slice; discover on one half of ``units`` and confirm on the other
     (or on ``confirm``, a fresh set with the same attributes, when given).
@@ -245,6 +249,9 @@ def find_slices(
     differ only in training seed; a slice is then confirmed only if its effect beats the
     seed-to-seed effect on the same slice by ``MIN_EFFECT``. Given several such outcomes (one per
     extra unplanted seed), the band of a slice is the largest effect any of them shows there.
+
+    ``train`` (units of the same kind over the training data; outcomes unused) gives each kept
+    row its ``train_coverage``.
     """
     notes: list[str] = []
     if len(units) == 0:
@@ -292,7 +299,27 @@ def find_slices(
     rows.sort(key=lambda r: (not r.confirmed, not r.discovered, -r.effect, r.name))
     kept = [_with_interval(r, units.outcome[masks[r.name]], seed) for r in rows[:TABLE_ROWS]]
     kept += [r for r in rows[TABLE_ROWS:] if r.confirmed]  # a finding is never cut from the table
+    if train is not None and len(train):
+        by_name = {d.name: d for d in defs}
+        kept = [
+            r.model_copy(update={"train_coverage": _coverage(r, by_name[r.name], units, train)}) for r in kept
+        ]
     return SliceReport(kept, len(tested), below, notes)
+
+
+def _coverage(row: SliceRow, slice_def: SliceDef, units: Units, train: Units) -> float | None:
+    """The slice's share of ``train`` over its share of ``units`` (dev), the bins being dev's;
+    None when the training metadata lacks one of the slice's attributes (not measured, not 0)."""
+    for attr in slice_def.attributes:
+        values = train.columns.get(attr)
+        if values is None or not any(_present(v) for v in values):
+            return None
+    in_train = float(np.mean(slice_def.predicate(train)))
+    return round(in_train / (row.n / len(units)), 4)
+
+
+def _present(value: object) -> bool:
+    return value is not None and not (isinstance(value, float) and np.isnan(value))
 
 
 def _with_interval(row: SliceRow, values: np.ndarray, seed: int) -> SliceRow:

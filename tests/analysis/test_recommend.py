@@ -13,7 +13,9 @@ from segfactory.errors import PolicyError
 from segfactory.records import Direction, Recommendation, TicketKind
 
 
-def _row(name: str, attrs: list[str], score: float, complement: float, n: int = 120) -> SliceRow:
+def _row(
+    name: str, attrs: list[str], score: float, complement: float, n: int = 120, coverage: float | None = None
+) -> SliceRow:
     return SliceRow(
         name=name,
         unit="defect",
@@ -33,6 +35,7 @@ def _row(name: str, attrs: list[str], score: float, complement: float, n: int = 
         confirm_effect=score - complement,
         confirm_p=1e-3,
         confirmed=True,
+        train_coverage=coverage,
     )
 
 
@@ -141,3 +144,19 @@ def test_a_measured_learning_curve_feeds_the_more_data_rule() -> None:
     recs = recommend(Inputs(learning_curve=curve))
     rising = curve["1.0"] - curve["0.5"] >= 0.02
     assert (recs[0].action == "data_request") == rising
+
+
+def test_a_slice_training_lacks_comes_first_for_drawn_data_even_when_weaker() -> None:
+    strong = _row("contrast<0.1", ["contrast"], 0.62, 0.2, coverage=1.1)
+    absent = _row("size<4", ["size"], 0.6, 0.2, coverage=0.0)
+    unmeasured = _row("dose<900", ["dose"], 0.61, 0.2)
+    recs = [
+        r
+        for r in recommend(Inputs(findings=[strong, unmeasured, absent]))
+        if r.action == "targeted_synthetic"
+    ]
+    assert [r.predicted_effect.slice for r in recs] == ["size<4", "contrast<0.1", "dose<900"]
+    assert recs[0].evidence["train_coverage"] == 0.0 and "training holds 0%" in recs[0].rationale
+    assert "train_coverage" not in recs[2].evidence and "training holds" not in recs[1].rationale
+    plain = [r for r in recommend(Inputs(findings=[strong, unmeasured])) if r.action == "targeted_synthetic"]
+    assert [r.predicted_effect.slice for r in plain] == ["contrast<0.1", "dose<900"]  # strength alone

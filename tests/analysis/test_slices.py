@@ -74,3 +74,22 @@ def test_a_fresh_set_can_confirm_instead_of_the_other_half() -> None:
     assert report.findings and report.findings[0].discovery_n == report.findings[0].n
     flat = _units(200, 8, lambda c, i: 0.1)
     assert not any(r.name.startswith("contrast<") for r in find_slices(units, seed=0, confirm=flat).findings)
+
+
+def test_train_coverage_says_which_slices_training_lacks_and_stays_unmeasured_without_metadata() -> None:
+    weak = lambda c, i: 0.7 if c < 0.25 else 0.1  # noqa: E731
+    units = _units(400, 9, weak)
+    train = _units(400, 10, lambda c, i: 0.0)
+    train.columns["contrast"] = np.array(
+        [0.3 + 0.7 * float(c) for c in train.columns["contrast"]], dtype=object
+    )
+    rows = {r.name: r for r in find_slices(units, seed=0, train=train).rows}
+    low = next(r for name, r in rows.items() if name.startswith("contrast<") and "&" not in name)
+    assert low.train_coverage == 0.0  # no training defect is as faint as the slice
+    flat = next(r for name, r in rows.items() if name.startswith("background=") and "&" not in name)
+    assert flat.train_coverage is not None and 0.7 < flat.train_coverage < 1.3  # drawn alike
+    train.columns["contrast"] = np.array([None] * len(train), dtype=object)
+    rows = {r.name: r for r in find_slices(units, seed=0, train=train).rows}
+    assert rows[low.name].train_coverage is None  # not measured is not "absent from training"
+    assert rows[flat.name].train_coverage is not None
+    assert all(r.train_coverage is None for r in find_slices(units, seed=0).rows)
