@@ -29,8 +29,7 @@ import numpy as np
 from scipy import fft as scipy_fft
 
 from segfactory.errors import LimitExceeded, UsageError
-from synthetic.phash import DUPLICATE_RMS, HASH_SIDE, HASH_WORDS, NEAR_NEIGHBOUR_BITS, hamming, phash
-from synthetic.phash import _shrink as _phash_shrink
+from synthetic.phash import DUPLICATE_RMS, HASH_WORDS, NEAR_NEIGHBOUR_BITS, copy_rms, hamming, phash, shrink
 from synthetic.splits import image_sha256
 
 CHUNK_IMAGES = 1024  # images decoded per step of the stream (96x96: ~75 MB as float64)
@@ -106,20 +105,7 @@ def embed(images: np.ndarray) -> np.ndarray:
     (the image mean removed). A translation changes only the phase, so a shifted copy keeps
     its embedding; fresh pixel noise barely moves the low frequencies. Not yet centred.
     """
-    small = _phash_shrink(np.asarray(images, dtype=np.float32))
-    return _spectrum(small)
-
-
-def _thumbnails(block: np.ndarray) -> np.ndarray:
-    """(B, H, W) -> (B, 32, 32) area averages: two summing passes when H and W are multiples of 32
-    (2x faster than ``synthetic.phash``'s reshape-mean; equal to it within float32 rounding)."""
-    n, h, w = block.shape
-    if h % HASH_SIDE or w % HASH_SIDE:
-        return np.asarray(_phash_shrink(block), dtype=np.float32)
-    fy, fx = h // HASH_SIDE, w // HASH_SIDE
-    rows = block.reshape(n, HASH_SIDE, fy, w).sum(axis=2)  # (B, 32, W)
-    out: np.ndarray = rows.reshape(n, HASH_SIDE, HASH_SIDE, fx).sum(axis=3) * np.float32(1 / (fy * fx))
-    return out
+    return _spectrum(shrink(np.asarray(images, dtype=np.float32)))
 
 
 def _spectrum(small: np.ndarray) -> np.ndarray:
@@ -154,7 +140,7 @@ def fingerprint(images: np.ndarray, *, exact: bool = False, chunk: int = CHUNK_I
     digests: list[str] | None = [] if exact else None
     for part in _chunks(n, chunk):
         block = np.asarray(images[part], dtype=np.float32)  # the only decoded copy
-        small = _thumbnails(block)  # (B, 32, 32): shared by the hash and the embedding
+        small = shrink(block)  # (B, 32, 32): shared by the hash and the embedding
         hashes[part] = phash(small)  # shrinking a 32x32 image again is the identity
         embeddings[part] = _spectrum(small)
         if digests is not None:
@@ -289,13 +275,10 @@ def candidate_pairs(
 
 
 def thumbnail_rms(images: Any, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """RMS of the mean-removed 32x32 thumbnails' difference, reading only the pairs' images."""
+    """``synthetic.phash.copy_rms`` of each pair (i, j), reading only the pairs' images."""
     out = np.empty(len(i), dtype=np.float64)
     for part in _chunks(len(i), 512):
-        a = _phash_shrink(np.asarray(images[i[part]], dtype=np.float32))
-        b = _phash_shrink(np.asarray(images[j[part]], dtype=np.float32))
-        diff = (a - a.mean(axis=(1, 2), keepdims=True)) - (b - b.mean(axis=(1, 2), keepdims=True))
-        out[part] = np.sqrt((diff.astype(np.float64) ** 2).mean(axis=(1, 2)))
+        out[part] = copy_rms(np.asarray(images[i[part]]), np.asarray(images[j[part]]))
     return out
 
 

@@ -14,12 +14,12 @@ from segfactory.errors import DataError, UsageError
 from synthetic import generate
 from synthetic.phash import (
     NEAR_NEIGHBOUR_BITS,
-    fingerprint,
     hamming,
     min_distances,
     near_duplicates,
     near_neighbours,
     phash,
+    shrink,
 )
 from synthetic.splits import read_split
 from synthetic.tiers import build_tier, current_version, read_secret_seed, tier_path, versions
@@ -74,7 +74,16 @@ def test_phash_separates_copies_from_independent_draws() -> None:
     assert int(hamming(ha[0], phash(a[0].copy()))) == 0
     noisy = np.clip(a + np.random.default_rng(0).normal(0, 0.01, a.shape) + 0.03, 0, 1)
     assert (hamming(ha, phash(noisy)) <= NEAR_NEIGHBOUR_BITS).mean() > 0.99
-    assert sorted(near_duplicates(fingerprint(a), fingerprint(noisy))) == [(i, i) for i in range(300)]
-    assert near_duplicates(fingerprint(a), fingerprint(b)) == []
+    assert sorted(near_duplicates(a, noisy)) == [(i, i) for i in range(300)]
+    assert near_duplicates(a, b) == []
     assert min_distances(ha, hb).min() > 0
     assert sorted(near_neighbours(ha[:5], ha)) == [(i, i) for i in range(5)]
+
+
+def test_shrink_is_the_area_average_in_the_input_type() -> None:
+    images = np.random.default_rng(3).random((5, 96, 64))
+    expected = images.reshape(5, 32, 3, 32, 2).mean(axis=(2, 4))
+    assert np.allclose(shrink(images), expected, rtol=0, atol=1e-12) and shrink(images).dtype == np.float64
+    small = shrink(images.astype(np.float32))
+    assert small.dtype == np.float32 and np.allclose(small, expected, rtol=0, atol=1e-6)
+    assert shrink(images[:, :50, :50]).shape == (5, 32, 32)  # resampled when 32 does not divide a side
