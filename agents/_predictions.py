@@ -27,6 +27,7 @@ from agents.validate import BASE_CONFIG_EVIDENCE
 from analysis import hitrate
 from analysis.effects import ALL, measure
 from analysis.report import Evaluated
+from segfactory.files import write_atomic
 from segfactory.home import Home
 from segfactory.records import ExpectedEffect, Ticket
 from segfactory.stats import wilson_interval
@@ -268,7 +269,5 @@ def summary(home: Home, run_id: str) -> dict[str, Any]:
 def write_summary(home: Home, run_id: str) -> dict[str, Any]:
     data = summary(home, run_id)
     path = home.people_dir(run_id) / "predictions_summary.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     return data

@@ -38,6 +38,7 @@ from agents.proposer import Proposer, Rejected, TicketDraft
 from agents.workspace import PathRefused, Workspace
 from runner._workspace import TRAINING_PACKAGES
 from segfactory.errors import SegfactoryError, UsageError
+from segfactory.files import write_atomic
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor, TicketKind, canonical_json
 from segfactory.seams import AuditSink
@@ -103,9 +104,7 @@ class CodeArm:
             self._audit("code_agent_reused", {"draft": key, "failed": bool(result.error)})
         else:
             result = self._session(draft, key, self.root / key / "work")
-            tmp = record.with_suffix(".tmp")
-            tmp.write_text(result.model_dump_json(indent=2))
-            tmp.replace(record)  # whole or absent: a crash here leaves no half-written result
+            write_atomic(record, result.model_dump_json(indent=2))  # whole or absent after a crash
         if result.error:
             raise CodeArmFailed(result.error)
         return draft.model_copy(update={"change": {**draft.change, "files": result.files}})

@@ -52,6 +52,7 @@ from runner._policy import code_files
 from runner._workspace import ticket_config
 from runner.scheduler import Scheduler, SchedulerSettings
 from segfactory.errors import DataError, GateError, SegfactoryError, UsageError
+from segfactory.files import write_atomic
 from segfactory.home import Home
 from segfactory.records import Actor, CoarseVerdict, Ticket, TicketKind, canonical_json, sha256_file
 from synthetic.splits import appended_images, read_split
@@ -685,9 +686,7 @@ class HostServices:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
 def _base_config(parent: Incumbent, dataset: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gate.client import GateClient, running_gate
 from segfactory.errors import DataError, GateError, HomeError
+from segfactory.files import write_atomic
 from segfactory.home import Home
 
 
@@ -107,12 +108,7 @@ class FileAnchorStore:
             log.write(anchor.model_dump_json() + "\n")
             log.flush()
             os.fsync(log.fileno())
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "w") as fh:
-            fh.write(anchor.model_dump_json())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, anchor.model_dump_json())
 
     def get(self) -> Anchor | None:
         try:

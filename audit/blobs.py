@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from segfactory.errors import DataError, UsageError
+from segfactory.files import write_atomic
 from segfactory.records import canonical_json
 
 BLOB_PREFIX = "blob:"
@@ -39,16 +40,7 @@ class BlobStore:
         if final.is_file():
             return BLOB_PREFIX + digest
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{digest}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o640)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
+        write_atomic(final, data, mode=0o640)
         _fsync_dir(self.root)
         return BLOB_PREFIX + digest
 

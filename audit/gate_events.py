@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from audit.log import AuditLog
 from audit.reader import LOG_NAME, iter_records
+from segfactory.files import write_atomic
 from segfactory.records import Actor
 
 MAX_PULL_ROUNDS = 100  # past this many non-empty batches in one call, pull returns; call it again
@@ -117,9 +118,4 @@ def _as_dict(item: Any) -> Any:
 
 
 def _save(path: Path, cursor: int, *, clean: bool, acked: bool) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(json.dumps({"cursor": cursor, "clean": clean, "acked": acked}))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps({"cursor": cursor, "clean": clean, "acked": acked}))

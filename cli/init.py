@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.init_step import init_step as gate_init_step
+from segfactory.files import write_atomic
 from segfactory.home import Home
 from segfactory.profiles import Profile, get_profile
 
@@ -88,9 +89,7 @@ def tier_table(home: Home) -> list[dict[str, Any]]:
 
 def _marker(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
     data = {"profile": profile.name, "created": time.time(), "layout_version": LAYOUT_VERSION}
-    tmp = home.root / f".{home.marker.name}.tmp"
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, home.marker)
+    write_atomic(home.marker, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 STEPS: list[Step] = [_layout, _open_dataset, _tiers]  # other areas append steps here

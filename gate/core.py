@@ -36,6 +36,7 @@ from gate.ledger import PENDING, Ledger, LedgerError, QueryRow
 from gate.scorer import ScoringError, score_checked
 from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule, perturbed_views
 from segfactory.errors import DataError, GateError, PolicyError
+from segfactory.files import write_atomic
 from segfactory.records import CoarseVerdict, Tier, Verdict
 
 log = logging.getLogger(__name__)
@@ -299,9 +300,7 @@ class Gate:
         target = self.vault / MODELS_DIR / f"{checked.sha256}.onnx"
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(".tmp")
-            tmp.write_bytes(checked.data)
-            tmp.replace(target)
+            write_atomic(target, checked.data)
 
     def promote(self, ticket_id: str) -> str:
         """Make ticket's model the best: only after its confirm-a WIN and a confirm-b replicate WIN,

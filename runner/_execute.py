@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 import traceback
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import Scheduler, is_oom, shrink_for_oom
 from segfactory.budgets import TicketCaps, ticket_caps
 from segfactory.errors import DataError
+from segfactory.files import write_atomic
 from segfactory.home import Home
 from segfactory.records import Actor, CoarseVerdict, Ticket
 from segfactory.seams import AuditSink
@@ -475,6 +475,4 @@ def _failed(run: _Run, exc: Exception) -> TicketOutcome:
 def _write_outcome(ticket_dir: Path, outcome: TicketOutcome) -> None:
     if not ticket_dir.is_dir():
         return
-    tmp = ticket_dir / f".outcome.json.tmp{os.getpid()}"
-    tmp.write_text(outcome.model_dump_json(indent=2) + "\n")
-    os.replace(tmp, ticket_dir / "outcome.json")
+    write_atomic(ticket_dir / "outcome.json", outcome.model_dump_json(indent=2) + "\n")

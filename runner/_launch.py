@@ -12,7 +12,6 @@ report see a ticket's protected reads the same way as those of any other sandbox
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,6 +19,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox import SandboxSpec, get_backend, load_policy
+from segfactory.files import write_atomic
 from segfactory.records import Actor
 from segfactory.seams import AuditSink
 
@@ -104,13 +104,7 @@ def keep_host_config(ticket_dir: Path, config: dict[str, Any]) -> Path:
     import yaml
 
     target = ticket_dir / HOST_CONFIG_FILE
-    tmp = ticket_dir / f".{HOST_CONFIG_FILE}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(yaml.safe_dump(config, sort_keys=False))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, target)
+    write_atomic(target, yaml.safe_dump(config, sort_keys=False), mode=0o644)
     return target
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner._copyout import read_beneath
+from segfactory.files import write_atomic
 
 POLL_S = 2.0  # how often the curve is read
 CURVE_CAP_BYTES = 256 * 1024  # read at most this much of the curve (an epoch's line is ~1 KiB)
@@ -115,9 +116,7 @@ class CurveWatcher:
             "updated_at": time.time(),
             "note": NOT_EVIDENCE,
         }
-        tmp = self.record.with_name(f".{self.record.name}.{threading.get_ident()}.tmp")
         try:
-            tmp.write_text(json.dumps(body, sort_keys=True))
-            tmp.replace(self.record)
+            write_atomic(self.record, json.dumps(body, sort_keys=True))
         except OSError:  # progress for people only: a full disk must not fail the ticket
-            tmp.unlink(missing_ok=True)
+            pass

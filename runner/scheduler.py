@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from segfactory import gpus as host_devices
 from segfactory.errors import DataError, LimitExceeded, PolicyError
+from segfactory.files import write_atomic
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import canonical_json
 from vision.tiling import DEV_BATCH, TILE_PX, per_batch
@@ -222,9 +223,7 @@ def profile_device(
 def save_profile(home: Home, profile: DeviceProfile) -> Path:
     home.root.mkdir(parents=True, exist_ok=True)
     path = home.root / PROFILE_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(profile.model_dump_json(indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, profile.model_dump_json(indent=2) + "\n")
     return path
 
 
@@ -299,9 +298,7 @@ class MemoryEstimator:
 
     def _write(self, cache: dict[str, int]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(cache, sort_keys=True))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(cache, sort_keys=True))
 
 
 # -- admission ------------------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""Writing a folder so that nobody ever sees it half-written.
+"""Writing a file or a folder so that nobody ever sees it half-written.
+
+``write_atomic(path, data)`` writes a hidden sibling of ``path`` (a fresh name: concurrent writers
+never share one), flushes it to disk and renames it over ``path``: a reader sees the old file or
+the new one, and a crash leaves at most a hidden ``.<name>.*.tmp`` file that no reader looks at.
 
 ``staged_dir(target)`` hands out a fresh hidden sibling of ``target`` to fill; when the block
 ends without an error it is renamed onto ``target`` in one step (an empty ``target`` is
@@ -10,6 +14,7 @@ which no reader looks at, and the next attempt starts a new one.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -34,4 +39,23 @@ def staged_dir(target: Path, *, mode: int | None = None) -> Iterator[Path]:
         raise
 
 
-__all__ = ["staged_dir"]
+def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` in one step. The file gets ``mode``, else what ``open`` gives
+    (0666 less the umask); the temporary name is created exclusively, never through a link."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        with os.fdopen(os.open(tmp, flags, 0o666), "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+__all__ = ["staged_dir", "write_atomic"]

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from segfactory.errors import DataError, HomeError, UsageError
+from segfactory.files import write_atomic
 from synthetic._generate import generate
 from synthetic.params import GenParams
 
@@ -72,9 +73,7 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def _set_current(folder: Path, version: str) -> None:
-    tmp = folder / f".CURRENT.{os.getpid()}"
-    tmp.write_text(version + "\n")
-    os.replace(tmp, folder / "CURRENT")
+    write_atomic(folder / "CURRENT", version + "\n")
 
 
 def build_tier(

@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from segfactory.errors import DataError, UsageError
-from segfactory.files import staged_dir
+from segfactory.files import staged_dir, write_atomic
 from synthetic.splits import read_split
 
 SPLITS = ("train", "dev")
@@ -100,9 +100,7 @@ def approve(home_root: Path, ref: str) -> DatasetVersion:
     entries = _registry(home_root)
     entries[ref] = {"content_hash": found.content_hash, "approved_at": str(time.time())}
     path = Path(home_root) / "datasets" / REGISTRY
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"approved": entries}, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps({"approved": entries}, indent=2, sort_keys=True) + "\n")
     return found.model_copy(update={"approved": True})
 
 

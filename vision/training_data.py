@@ -17,13 +17,13 @@ the statistics themselves, so a model's range stays known after its data is remo
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from segfactory.errors import DataError
+from segfactory.files import write_atomic
 from synthetic.intensity import IntensityStats, compare, split_stats
 from synthetic.splits import read_split
 
@@ -148,7 +148,5 @@ def write_training_record(out: Path, data: Path) -> Path:
         "intensity": split_stats(split).model_dump(mode="json"),
     }
     target = out / TRAINING_RECORD
-    tmp = target.with_name(f".{TRAINING_RECORD}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, target)
+    write_atomic(target, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return target

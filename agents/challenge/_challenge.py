@@ -30,6 +30,7 @@ from agents.challenge._records import ChallengeRecord, Claim, ClaimKind, Conditi
 from agents.challenge._verdict import collapse_verdict, diff_conditions, range_check, win_verdict
 from runner import TicketRunner, TicketStatus, default_scorer
 from segfactory.errors import DataError, LimitExceeded, SegfactoryError, UsageError
+from segfactory.files import write_atomic
 from segfactory.home import Home
 from segfactory.records import Actor, Arm, Ticket, TicketKind
 from synthetic.splits import read_split
@@ -186,9 +187,7 @@ def _write(home: Home, run_id: str, record: ChallengeRecord) -> Path:
     folder = home.people_dir(run_id) / CHALLENGES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{record.challenge_id}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(record.model_dump_json(indent=2))
-    os.replace(tmp, path)
+    write_atomic(path, record.model_dump_json(indent=2))
     return path
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from enum import StrEnum
@@ -25,6 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from segfactory.errors import DataError, UsageError
+from segfactory.files import write_atomic
 from synthetic.splits import read_split, write_split
 from synthetic.versions import DatasetVersion, create_version, resolve
 
@@ -111,9 +111,7 @@ def _applied(home_root: Path, name: str) -> dict[str, str]:
 def _record_applied(home_root: Path, name: str, plan_hash: str, ref: str) -> None:
     entries = _applied(home_root, name) | {plan_hash: ref}
     path = home_root / "datasets" / name / "plans.json"
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(entries, indent=2, sort_keys=True) + "\n")
 
 
 def _curated_split(src: Path, items: list[PlanItem], out: Path) -> Path:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.realism.report import load_real
 from segfactory.errors import UsageError
+from segfactory.files import write_atomic
 from segfactory.stats import wilson_interval
 from synthetic.splits import read_split
 
@@ -121,9 +122,7 @@ def session_path(people_dir: Path, session_id: str) -> Path:
 def save(session: BlindSession, people_dir: Path) -> Path:
     people_dir.mkdir(parents=True, exist_ok=True)
     path = session_path(people_dir, session.id)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(session.model_dump_json(indent=1))
-    tmp.replace(path)
+    write_atomic(path, session.model_dump_json(indent=1))
     return path
 
 
