@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from controls.rates import Yield
+from segfactory import stats
 
 TIE_TOLERANCE = 0.005  # object F1 points: mean sealed scores closer than this are a tie
 DIFF_CONFIDENCE = 0.90  # two-sided confidence of the paired (sweep - agent) interval across seeds
@@ -38,26 +39,16 @@ METRICS = {
 
 
 def t_interval(values: list[float]) -> dict[str, Any]:
-    """Mean with a two-sided ``DIFF_CONFIDENCE`` t interval; bounds None below two values."""
-    out: dict[str, Any] = {
+    """Mean with a two-sided ``DIFF_CONFIDENCE`` t interval across seeds (the ``--json`` shape);
+    bounds None below two values."""
+    found = stats.t_interval(values, DIFF_CONFIDENCE)
+    return {
         "n": len(values),
         "mean": sum(values) / len(values) if values else None,
         "confidence": DIFF_CONFIDENCE,
-        "low": None,
-        "high": None,
+        "low": None if found is None else found.low,
+        "high": None if found is None else found.high,
     }
-    if len(values) >= 2:
-        import statistics
-
-        from scipy.stats import t
-
-        half = (
-            float(t.ppf(0.5 + DIFF_CONFIDENCE / 2, len(values) - 1))
-            * statistics.stdev(values)
-            / len(values) ** 0.5
-        )
-        out["low"], out["high"] = out["mean"] - half, out["mean"] + half
-    return out
 
 
 def _per_seed(runs: list[dict[str, Any]], metric: str) -> list[float | None]:
@@ -171,26 +162,15 @@ def paired_difference(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         for s, a in pairs
         if s and a and isinstance(s.get("object_f1"), dict) and isinstance(a.get("object_f1"), dict)
     ]
-    out: dict[str, Any] = {
+    spread = t_interval(per_seed)
+    return {
         "arm": arm,
         "per_seed": per_seed,
         "confidence": DIFF_CONFIDENCE,
-        "mean": sum(per_seed) / len(per_seed) if per_seed else None,
-        "low": None,
-        "high": None,
+        "mean": spread["mean"],
+        "low": spread["low"],
+        "high": spread["high"],
     }
-    if len(per_seed) >= 2:
-        import statistics
-
-        from scipy.stats import t
-
-        half = (
-            float(t.ppf(0.5 + DIFF_CONFIDENCE / 2, len(per_seed) - 1))
-            * statistics.stdev(per_seed)
-            / len(per_seed) ** 0.5
-        )
-        out["low"], out["high"] = out["mean"] - half, out["mean"] + half
-    return out
 
 
 def ranking_text(rank: dict[str, Any], pairs: dict[str, dict[str, Any]]) -> str:

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from gate.win_rule import DEFAULT_WIN_RULE, load_win_rule
+from segfactory.stats import t_interval
 
 INTERVAL_LEVEL = 0.95  # two-sided level of the leak interval over repetitions
 
@@ -113,13 +113,11 @@ def _one_rep(n: int, k: int, rule: CoarseRule, rng: np.random.Generator) -> dict
 
 
 def _interval(values: np.ndarray) -> dict[str, float]:
-    mean = float(values.mean())
-    if len(values) < 2:
+    found = t_interval(values, INTERVAL_LEVEL)
+    if found is None:
+        mean = float(values.mean())
         return {"estimate": mean, "low": mean, "high": mean}
-    half = float(
-        stats.t.ppf(0.5 + INTERVAL_LEVEL / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
-    )
-    return {"estimate": mean, "low": mean - half, "high": mean + half}
+    return {"estimate": found.estimate, "low": found.low, "high": found.high}
 
 
 def run_attack(n: int, k: int, reps: int, seed: int = 0, rule: CoarseRule | None = None) -> dict[str, Any]:

@@ -186,6 +186,17 @@ def bootstrap_mean_ci(
     return Interval(float(data.mean()), float(low), float(high), alpha)
 
 
+def t_interval(values: Sequence[float] | np.ndarray, confidence: float) -> Interval | None:
+    """The mean of independent replicates (seeds, repetitions) with its two-sided Student t
+    interval at ``confidence``; None below two values, where the spread is not measured."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size < 2:
+        return None
+    mean = float(x.mean())
+    half = float(_st.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
+    return Interval(mean, mean - half, mean + half, 1.0 - confidence)
+
+
 def noise_edge(noise: Sequence[float], upper: bool, level: float | None) -> float:
     """The edge of the seed-noise band in one direction, for a statistic measured against a
     reference model (so the reference itself contributes 0).

@@ -13,6 +13,7 @@ from segfactory.stats import (
     expected_max_of_normals,
     noise_edge,
     paired_bootstrap_diff,
+    t_interval,
     wilson_interval,
 )
 
@@ -121,3 +122,13 @@ def test_noise_edge_holds_a_new_null_draw_at_its_level_where_the_range_does_not(
         past_range += new > max(0.0, *twins)
     assert 0.035 <= past_edge / len(sims) <= 0.065
     assert 0.17 <= past_range / len(sims) <= 0.23
+
+
+def test_t_interval_of_replicates_matches_the_textbook_and_needs_two_values() -> None:
+    found = t_interval([1.0, 2.0, 3.0], 0.90)
+    assert found is not None and found.estimate == 2.0 and found.alpha == pytest.approx(0.10)
+    # sd 1, n 3: half-width t(0.95, 2) / sqrt(3) = 2.919986 / 1.732051 = 1.685855
+    assert found.low == pytest.approx(2.0 - 1.685855, abs=1e-5) and found.high == pytest.approx(
+        3.685855, abs=1e-5
+    )
+    assert t_interval([0.5], 0.90) is None and t_interval([], 0.90) is None
