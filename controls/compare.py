@@ -22,7 +22,7 @@ from typing import Any
 
 from agents.run import RunRequest, start_run
 from controls.arms import existing_home, run_sweep_arm
-from controls.compare_report import summarise, write_plot
+from controls.compare_report import ArmRun, SealedScores, summarise, write_plot
 from controls.isolation import BestStore, GateBestStore, Incumbent, start_from
 from controls.nnunet_arm import run_nnunet_arm
 from controls.replay import SEALED, replay, sealed_f1, sealed_milestone
@@ -56,7 +56,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
 
 
-def _agent_arm(home: Home, run_id: str) -> dict[str, Any]:
+def _agent_arm(home: Home, run_id: str) -> ArmRun:
     """The agent run's per-ticket dev scores, device-seconds, best ticket and LLM usage."""
     tickets, people = home.tickets_dir(run_id), home.people_dir(run_id)
     scores = {r["ticket_id"]: float(r["object_f1"]) for r in _read_jsonl(people / "dev_comparisons.jsonl")}
@@ -71,34 +71,34 @@ def _agent_arm(home: Home, run_id: str) -> dict[str, Any]:
     usage = json.loads(usage_file.read_text()) if usage_file.is_file() else {}
     report = home.people_dir(run_id) / "report.json"
     counts = json.loads(report.read_text()).get("counts", {}) if report.is_file() else {}
-    return {
-        "run_id": run_id,
-        "curve": _curve(rows),
-        "best_ticket": best[0] if best else None,
-        "llm": usage,
-        "promoted": _promoted(home, run_id),
-        "dev_wins": counts.get("dev_wins", 0),
-        "confirm_a_wins": counts.get("survived_confirm_a", 0),
-    }
+    return ArmRun(
+        run_id=run_id,
+        curve=_curve(rows),
+        best_ticket=best[0] if best else None,
+        llm=usage,
+        promoted=_promoted(home, run_id),
+        dev_wins=counts.get("dev_wins", 0),
+        confirm_a_wins=counts.get("survived_confirm_a", 0),
+    )
 
 
-def _sweep_arm(home: Home, run_id: str) -> dict[str, Any]:
+def _sweep_arm(home: Home, run_id: str) -> ArmRun:
     trials = _read_jsonl(home.people_dir(run_id) / "sweep.jsonl")
     rows = [(float(t["device_seconds"]), t["dev_score"]) for t in trials]
     scored = [t for t in trials if t["dev_score"] is not None]
     best = max(scored, key=lambda t: t["dev_score"])["ticket_id"] if scored else None
-    return {
-        "run_id": run_id,
-        "curve": _curve(rows),
-        "best_ticket": best,
-        "llm": {},
-        "promoted": sum(t["decision"] == "promote" for t in trials),
-        "dev_wins": sum(t["status"] == "dev_win" for t in trials),
-        "confirm_a_wins": sum(t["confirm_a"] == "WIN" for t in trials),
-    }
+    return ArmRun(
+        run_id=run_id,
+        curve=_curve(rows),
+        best_ticket=best,
+        llm={},
+        promoted=sum(t["decision"] == "promote" for t in trials),
+        dev_wins=sum(t["status"] == "dev_win" for t in trials),
+        confirm_a_wins=sum(t["confirm_a"] == "WIN" for t in trials),
+    )
 
 
-def _nnunet_arm(home: Home, summary: dict[str, Any]) -> dict[str, Any]:
+def _nnunet_arm(home: Home, summary: dict[str, Any]) -> ArmRun:
     """The nnU-Net arm in the shape of the others: its ticket (and replicate) on the curve, its plan."""
     candidate, tickets = summary["candidate"], home.tickets_dir(summary["run_id"])
     rows: list[tuple[float, float | None]] = []
@@ -109,17 +109,17 @@ def _nnunet_arm(home: Home, summary: dict[str, Any]) -> dict[str, Any]:
         outcome = tickets / str(ticket_id) / "outcome.json"
         if ticket_id and outcome.is_file():
             rows.append((float(json.loads(outcome.read_text())["device_seconds"]), score))
-    return {
-        "run_id": summary["run_id"],
-        "curve": _curve(rows),
-        "llm": {},
-        "best_ticket": candidate["ticket_id"] if candidate["dev_score"] is not None else None,
-        "promoted": int(candidate["decision"] == "promote"),
-        "dev_wins": int(candidate["status"] == "dev_win"),
-        "confirm_a_wins": int(candidate["confirm_a"] == "WIN"),
-        "plan": summary["plan"],
-        "replicate_plan": summary["replicate_plan"],
-    }
+    return ArmRun(
+        run_id=summary["run_id"],
+        curve=_curve(rows),
+        llm={},
+        best_ticket=candidate["ticket_id"] if candidate["dev_score"] is not None else None,
+        promoted=int(candidate["decision"] == "promote"),
+        dev_wins=int(candidate["status"] == "dev_win"),
+        confirm_a_wins=int(candidate["confirm_a"] == "WIN"),
+        plan=summary["plan"],
+        replicate_plan=summary["replicate_plan"],
+    )
 
 
 def _promoted(home: Home, run_id: str) -> int:
@@ -135,7 +135,7 @@ def _run_arm(
     profile: str,
     backend: str,
     progress: Callable[[str], None],
-) -> dict[str, Any]:
+) -> ArmRun:
     home = Home.resolve(home_path)
     if arm in ("agent", "agent-code"):  # agent-code: the same run, its code tickets written by the code agent
         # The arm stops by the sweeps' rule (only its budget: device time, or the profile's
@@ -179,7 +179,7 @@ def _run_arm(
     return _sweep_arm(home, sweep.run_id)
 
 
-ArmRunner = Callable[[str, int], dict[str, Any]]  # (arm, seed) -> the arm-run's summary
+ArmRunner = Callable[[str, int], ArmRun]  # (arm, seed) -> what the arm-run did
 
 
 def run_arms(
@@ -187,8 +187,8 @@ def run_arms(
     seeds: int,
     run_arm: ArmRunner,
     store: BestStore,
-    after_seed: Callable[[int, dict[str, list[dict[str, Any]]]], None] = lambda seed, results: None,
-) -> tuple[Incumbent, dict[str, list[dict[str, Any]]]]:
+    after_seed: Callable[[int, dict[str, list[ArmRun]]], None] = lambda seed, results: None,
+) -> tuple[Incumbent, dict[str, list[ArmRun]]]:
     """Every arm-run from the same incumbent (restored when an earlier arm-run moved the best).
 
     Each result records ``start_best`` (the incumbent it started from), ``restored_before``
@@ -197,13 +197,14 @@ def run_arms(
     is restored after the last run.
     """
     incumbent = store.current()
-    results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
+    results: dict[str, list[ArmRun]] = {arm: [] for arm in arms}
     for seed in range(seeds):
         for arm in arms:
             restored = start_from(store, incumbent, f"{arm} seed {seed}")
             fresh = store.fresh_tiers()
-            result = run_arm(arm, seed)
-            result.update(start_best=incumbent.sha256, restored_before=restored, fresh_tiers=fresh)
+            result = run_arm(arm, seed).model_copy(
+                update={"start_best": incumbent.sha256, "restored_before": restored, "fresh_tiers": fresh}
+            )
             results[arm].append(result)
         after_seed(seed, results)
     start_from(store, incumbent, "the end of the comparison")
@@ -226,27 +227,28 @@ def run_compare(
     people = home.people_dir(compare_id)
     people.mkdir(parents=True, exist_ok=True)
 
-    def run_arm(arm: str, seed: int) -> dict[str, Any]:
+    def run_arm(arm: str, seed: int) -> ArmRun:
         progress(f"compare {compare_id}: seed {seed}, arm {arm}, {budget_s:g} device-s")
         return _run_arm(home_path, arm, seed, budget_s, proposer, profile, backend, progress)
 
-    def after_seed(seed: int, results: dict[str, list[dict[str, Any]]]) -> None:
+    def after_seed(seed: int, results: dict[str, list[ArmRun]]) -> None:
         models = {
-            arm: home.tickets_dir(r[-1]["run_id"]) / str(r[-1]["best_ticket"]) / "model.onnx"
+            arm: home.tickets_dir(r[-1].run_id) / str(r[-1].best_ticket) / "model.onnx"
             for arm, r in results.items()
-            if r[-1]["best_ticket"]
+            if r[-1].best_ticket
         }
         report = sealed_milestone(
             home, f"{compare_id}-seed{seed}", compare_id, list(models.values()), progress
         )
         for arm, model in models.items():
-            results[arm][-1]["sealed"] = _sealed_scores(report, model)
-        (people / "compare.json").write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
+            results[arm][-1].sealed = _sealed_scores(report, model)
+        so_far = json.dumps(_dump(results), indent=2, sort_keys=True, default=str)
+        (people / "compare.json").write_text(so_far)
 
     incumbent, results = run_arms(arms, seeds, run_arm, GateBestStore(home, compare_id), after_seed)
     summary = summarise(results, proposer=proposer, budget_s=budget_s, seeds=seeds)
     summary["replay"] = {
-        arm: replay(home, {r["run_id"] for r in runs}, f"{compare_id}-{arm}", progress=progress)
+        arm: replay(home, {r.run_id for r in runs}, f"{compare_id}-{arm}", progress=progress)
         for arm, runs in results.items()
     }
     summary.update(
@@ -256,12 +258,21 @@ def run_compare(
         incumbent=incumbent.sha256,
     )
     (people / "compare.json").write_text(
-        json.dumps({"summary": summary, "arms": results}, indent=2, sort_keys=True, default=str)
+        json.dumps({"summary": summary, "arms": _dump(results)}, indent=2, sort_keys=True, default=str)
     )
     return summary
 
 
-def _sealed_scores(report: dict[str, Any], model: Path) -> dict[str, Any] | None:
+def _dump(results: dict[str, list[ArmRun]]) -> dict[str, list[dict[str, Any]]]:
+    """``compare.json``'s arms: each arm-run with the fields it set, as they were always written."""
+
+    def as_written(run: ArmRun) -> dict[str, Any]:
+        return run.model_dump(mode="json", exclude_unset=True)
+
+    return {arm: [as_written(r) for r in rows] for arm, rows in results.items()}
+
+
+def _sealed_scores(report: dict[str, Any], model: Path) -> SealedScores | None:
     """Sealed object F1 (with its interval) and, where the milestone gives it, the worst-slice score."""
 
     f1 = sealed_f1(report, model)
@@ -269,12 +280,12 @@ def _sealed_scores(report: dict[str, Any], model: Path) -> dict[str, Any] | None
         return None
     entry = report.get("tiers", {}).get(SEALED, {}).get("models", {}).get(sha256_file(model), {})
     worst = entry.get("worst_slice_recall")
-    return {
-        "object_f1": f1.as_dict(),
-        "worst_slice_recall": float(worst) if worst is not None else None,
-        "slice_recall": entry.get("slice_recall"),
-        "slice_voids": entry.get("slice_voids"),  # milestones from pinned code of 2026-12-02 on
-    }
+    return SealedScores(
+        object_f1=f1.as_dict(),
+        worst_slice_recall=float(worst) if worst is not None else None,
+        slice_recall=entry.get("slice_recall"),
+        slice_voids=entry.get("slice_voids"),  # milestones from pinned code of 2026-12-02 on
+    )
 
 
 __all__ = ["ARMS", "run_arms", "run_compare"]

@@ -11,8 +11,11 @@ object F1 rather than inventing one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from controls.rates import Yield
 from segfactory import stats
@@ -21,15 +24,50 @@ TIE_TOLERANCE = 0.005  # object F1 points: mean sealed scores closer than this a
 DIFF_CONFIDENCE = 0.90  # two-sided confidence of the paired (sweep - agent) interval across seeds
 
 
-def _sealed_f1(run: dict[str, Any]) -> float | None:
-    sealed = run.get("sealed") or {}
-    f1 = sealed.get("object_f1")
-    return float(f1["estimate"]) if isinstance(f1, dict) else None
+class SealedScores(BaseModel):
+    """One arm-run's best model on the sealed tier, as the gate's milestone reported it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    object_f1: dict[str, float]  # estimate, low, high, alpha (``segfactory.stats.Interval``)
+    worst_slice_recall: float | None = None  # None: the milestone gave no worst-slice score
+    slice_recall: dict[str, float] | None = None
+    slice_voids: dict[str, int] | None = None  # voids behind each slice's recall
 
 
-def _sealed_worst(run: dict[str, Any]) -> float | None:
-    value = (run.get("sealed") or {}).get("worst_slice_recall")
-    return float(value) if value is not None else None
+class ArmRun(BaseModel):
+    """What one arm did on one seed: its best-so-far curve, its counts and its sealed scores.
+
+    ``compare.json`` keeps only the fields an arm-run set (``model_dump(exclude_unset=True)``),
+    so each arm's rows keep the shape they always had (only nnU-Net's carry ``plan``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = ""
+    curve: list[tuple[float, float]] = Field(default_factory=list)  # (device-seconds, best dev so far)
+    best_ticket: str | None = None
+    llm: dict[str, Any] = Field(default_factory=dict)  # the run's LLMUsage totals ({} for a sweep)
+    promoted: int = 0
+    dev_wins: int = 0
+    confirm_a_wins: int = 0
+    plan: dict[str, Any] | None = None  # nnU-Net's own plan (patch, batch, stages, epochs)
+    replicate_plan: dict[str, Any] | None = None
+    start_best: str | None = None  # the incumbent it started from
+    restored_before: bool | None = None  # whether the best had to be moved back first
+    fresh_tiers: dict[str, int] = Field(default_factory=dict)  # tiers redrawn for it: {tier: version}
+    sealed: SealedScores | None = None
+
+
+Results = Mapping[str, list[ArmRun]]  # arm -> its runs, seed by seed
+
+
+def _sealed_f1(run: ArmRun) -> float | None:
+    return float(run.sealed.object_f1["estimate"]) if run.sealed is not None else None
+
+
+def _sealed_worst(run: ArmRun) -> float | None:
+    return run.sealed.worst_slice_recall if run.sealed is not None else None
 
 
 METRICS = {
@@ -51,11 +89,11 @@ def t_interval(values: list[float]) -> dict[str, Any]:
     }
 
 
-def _per_seed(runs: list[dict[str, Any]], metric: str) -> list[float | None]:
+def _per_seed(runs: list[ArmRun], metric: str) -> list[float | None]:
     return [METRICS[metric](r) for r in runs]
 
 
-def pairwise_differences(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def pairwise_differences(results: Results) -> dict[str, dict[str, Any]]:
     """``"a - b"`` for every pair of arms (in the order given), per metric: per-seed differences and a
     t interval.
 
@@ -78,7 +116,7 @@ def pairwise_differences(results: dict[str, list[dict[str, Any]]]) -> dict[str, 
     return out
 
 
-def ranking(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def ranking(results: Results) -> dict[str, Any]:
     """Arms best first by mean sealed worst-slice score (object F1 breaks ties), or by object F1 when
     the milestone reported no worst-slice score for any arm."""
     means = {
@@ -113,27 +151,27 @@ def ranking(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
-def _arm_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def _arm_summary(runs: list[ArmRun]) -> dict[str, Any]:
     scores = [s for s in (_sealed_f1(r) for r in runs) if s is not None]
-    seconds = sum(r["curve"][-1][0] if r["curve"] else 0.0 for r in runs)
-    tokens = sum(int(r["llm"].get("input_tokens", 0)) + int(r["llm"].get("output_tokens", 0)) for r in runs)
-    llm_s = sum(float(r["llm"].get("latency_s", 0.0)) for r in runs)  # LLM time, apart from device time
+    seconds = [r.curve[-1][0] if r.curve else 0.0 for r in runs]
+    tokens = sum(int(r.llm.get("input_tokens", 0)) + int(r.llm.get("output_tokens", 0)) for r in runs)
+    llm_s = sum(float(r.llm.get("latency_s", 0.0)) for r in runs)  # LLM time, apart from device time
     return {
         "seeds": len(runs),
-        "sealed_object_f1": [r.get("sealed") for r in runs],
+        "sealed_object_f1": [r.sealed.model_dump(exclude_unset=True) if r.sealed else None for r in runs],
         "mean_sealed_object_f1": sum(scores) / len(scores) if scores else None,
-        "best_dev_so_far": [r["curve"][-1][1] if r["curve"] else None for r in runs],
-        "dev_wins": sum(int(r.get("dev_wins", 0)) for r in runs),
-        "confirm_a_wins": sum(int(r.get("confirm_a_wins", 0)) for r in runs),
-        "promoted": sum(int(r["promoted"]) for r in runs),
+        "best_dev_so_far": [r.curve[-1][1] if r.curve else None for r in runs],
+        "dev_wins": sum(r.dev_wins for r in runs),
+        "confirm_a_wins": sum(r.confirm_a_wins for r in runs),
+        "promoted": sum(r.promoted for r in runs),
         "sealed_worst_slice_recall": [_sealed_worst(r) for r in runs],
-        "device_seconds": [r["curve"][-1][0] if r["curve"] else 0.0 for r in runs],
-        "start_best": [r.get("start_best") for r in runs],
-        "fresh_tiers": [r.get("fresh_tiers", {}) for r in runs],
-        "plans": [r["plan"] for r in runs if r.get("plan")],
+        "device_seconds": seconds,
+        "start_best": [r.start_best for r in runs],
+        "fresh_tiers": [r.fresh_tiers for r in runs],
+        "plans": [r.plan for r in runs if r.plan],
         "yield": Yield(
-            promoted=sum(int(r["promoted"]) for r in runs),
-            device_seconds=seconds,
+            promoted=sum(r.promoted for r in runs),
+            device_seconds=sum(seconds),
             llm_tokens=tokens,
             llm_seconds=llm_s,
         ).as_dict(),
@@ -237,9 +275,7 @@ def verdict_text(arms: dict[str, dict[str, Any]], proposer: str) -> str:
     return " ".join(parts)
 
 
-def summarise(
-    results: dict[str, list[dict[str, Any]]], *, proposer: str, budget_s: float, seeds: int
-) -> dict[str, Any]:
+def summarise(results: Results, *, proposer: str, budget_s: float, seeds: int) -> dict[str, Any]:
     arms = {arm: _arm_summary(runs) for arm, runs in results.items()}
     rank, pairs = ranking(results), pairwise_differences(results)
     return {
@@ -255,7 +291,7 @@ def summarise(
     }
 
 
-def write_plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
+def write_plot(results: Results, path: Path) -> Path:
     """Best-so-far dev object F1 against device-seconds, one colour per arm, one line per seed."""
     import matplotlib
 
@@ -265,8 +301,8 @@ def write_plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for colour, (arm, runs) in zip(("C0", "C1", "C2", "C3"), results.items(), strict=False):
         for i, run in enumerate(runs):
-            if run["curve"]:
-                xs, ys = zip(*run["curve"], strict=True)
+            if run.curve:
+                xs, ys = zip(*run.curve, strict=True)
                 ax.step(xs, ys, where="post", color=colour, alpha=0.8, label=arm if i == 0 else None)
     ax.set_xlabel("device-seconds")
     ax.set_ylabel("best dev object F1 so far")
@@ -279,6 +315,9 @@ def write_plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
 
 
 __all__ = [
+    "ArmRun",
+    "Results",
+    "SealedScores",
     "pairwise_differences",
     "paired_difference",
     "ranking",

@@ -4,26 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from controls.compare import _curve, _nnunet_arm
-from controls.compare_report import pairwise_differences, ranking, summarise
+from controls.compare_report import ArmRun, SealedScores, pairwise_differences, ranking, summarise
 from controls.nnunet_arm import NNUNET_MAX_EPOCHS, nnunet_ticket
 from segfactory.home import Home
 
 
-def run(f1: float, worst: float | None) -> dict[str, Any]:
-    return {
-        "curve": _curve([(100.0, 0.5)]),
-        "promoted": 0,
-        "llm": {},
-        "sealed": {
-            "object_f1": {"estimate": f1, "low": f1 - 0.02, "high": f1 + 0.02},
-            "worst_slice_recall": worst,
-        },
-    }
+def run(f1: float, worst: float | None) -> ArmRun:
+    return ArmRun(
+        curve=_curve([(100.0, 0.5)]),
+        sealed=SealedScores(
+            object_f1={"estimate": f1, "low": f1 - 0.02, "high": f1 + 0.02}, worst_slice_recall=worst
+        ),
+    )
 
 
 def test_arms_are_ranked_by_worst_slice_not_by_object_f1() -> None:
@@ -91,7 +87,55 @@ def test_the_nnunet_arm_reads_its_ticket_and_plan(tmp_path: Path) -> None:
         },
     }
     arm = _nnunet_arm(home, summary)
-    assert arm["curve"] == [(470.0, 0.61)] and arm["best_ticket"] == "nn-nnunet"
-    assert (arm["dev_wins"], arm["confirm_a_wins"], arm["promoted"]) == (1, 0, 0) and arm["plan"][
-        "epochs"
-    ] == 6
+    assert arm.curve == [(470.0, 0.61)] and arm.best_ticket == "nn-nnunet"
+    assert (arm.dev_wins, arm.confirm_a_wins, arm.promoted) == (1, 0, 0)
+    assert arm.plan is not None and arm.plan["epochs"] == 6
+
+
+def test_compare_json_keeps_each_arms_shape() -> None:
+    from controls.compare import _dump
+
+    agent = ArmRun(
+        run_id="r1",
+        curve=[(80.0, 0.3)],
+        best_ticket="r1-t001",
+        llm={},
+        promoted=0,
+        dev_wins=1,
+        confirm_a_wins=0,
+    ).model_copy(update={"start_best": "b", "restored_before": False, "fresh_tiers": {}})
+    agent.sealed = SealedScores(
+        object_f1={"estimate": 0.5, "low": 0.48, "high": 0.52, "alpha": 0.1},
+        worst_slice_recall=0.2,
+        slice_recall={"tiny": 0.2},
+        slice_voids={"tiny": 448},
+    )
+    nnunet = ArmRun(run_id="nn", curve=[], llm={}, plan={"epochs": 6}, replicate_plan=None)
+    rows = json.loads(json.dumps(_dump({"agent": [agent], "nnunet": [nnunet]})))
+    assert rows["agent"][0] == {
+        "run_id": "r1",
+        "curve": [[80.0, 0.3]],
+        "best_ticket": "r1-t001",
+        "llm": {},
+        "promoted": 0,
+        "dev_wins": 1,
+        "confirm_a_wins": 0,
+        "start_best": "b",
+        "restored_before": False,
+        "fresh_tiers": {},
+        "sealed": {
+            "object_f1": {"estimate": 0.5, "low": 0.48, "high": 0.52, "alpha": 0.1},
+            "worst_slice_recall": 0.2,
+            "slice_recall": {"tiny": 0.2},
+            "slice_voids": {"tiny": 448},
+        },
+    }  # the keys compare.json always had; no plan for an agent arm, no sealed before the milestone
+    assert rows["nnunet"][0] == {
+        "run_id": "nn",
+        "curve": [],
+        "llm": {},
+        "plan": {"epochs": 6},
+        "replicate_plan": None,
+    }
+    with pytest.raises(ValueError):
+        ArmRun(run_id="x", surprise=1)  # type: ignore[call-arg]  # a misspelt field is refused, not kept

@@ -8,7 +8,7 @@ from typing import Any
 from PIL import Image
 
 from controls.compare import _curve
-from controls.compare_report import summarise, write_plot
+from controls.compare_report import ArmRun, SealedScores, summarise, write_plot
 
 
 def run(
@@ -16,16 +16,16 @@ def run(
     curve: list[tuple[float, float | None]],
     promoted: int = 0,
     llm: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    return {
-        "curve": _curve(curve),
-        "promoted": promoted,
-        "llm": llm or {},
-        "sealed": {"object_f1": {"estimate": sealed, "low": sealed - 0.02, "high": sealed + 0.02}},
-    }
+) -> ArmRun:
+    return ArmRun(
+        curve=_curve(curve),
+        promoted=promoted,
+        llm=llm or {},
+        sealed=SealedScores(object_f1={"estimate": sealed, "low": sealed - 0.02, "high": sealed + 0.02}),
+    )
 
 
-def results(agent: float, sweep: float) -> dict[str, list[dict[str, Any]]]:
+def results(agent: float, sweep: float) -> dict[str, list[ArmRun]]:
     return {
         "agent": [
             run(
@@ -107,8 +107,8 @@ def test_arm_curves_are_read_from_the_people_files(tmp_path: Path) -> None:
     ]
     (sweep_people / "sweep.jsonl").write_text("".join(json.dumps(t) + "\n" for t in trials))
     arm = _sweep_arm(home, "sw")
-    assert arm["curve"] == [(60.0, 0.4), (90.0, 0.4), (210.0, 0.6)] and arm["best_ticket"] == "sw-t002"
-    assert (arm["dev_wins"], arm["confirm_a_wins"], arm["promoted"]) == (1, 1, 1)
+    assert arm.curve == [(60.0, 0.4), (90.0, 0.4), (210.0, 0.6)] and arm.best_ticket == "sw-t002"
+    assert (arm.dev_wins, arm.confirm_a_wins, arm.promoted) == (1, 1, 1)
     agent_people = home.people_dir("r1")
     agent_people.mkdir(parents=True)
     (agent_people / "dev_comparisons.jsonl").write_text(
@@ -118,7 +118,7 @@ def test_arm_curves_are_read_from_the_people_files(tmp_path: Path) -> None:
     (home.tickets_dir("r1") / "r1-t001" / "outcome.json").write_text(json.dumps({"device_seconds": 80.0}))
     (home.runs / "r1" / "llm_usage.json").write_text(json.dumps({"input_tokens": 5, "output_tokens": 1}))
     agent = _agent_arm(home, "r1")
-    assert agent["curve"] == [(80.0, 0.3)] and agent["llm"]["input_tokens"] == 5 and agent["promoted"] == 0
+    assert agent.curve == [(80.0, 0.3)] and agent.llm["input_tokens"] == 5 and agent.promoted == 0
 
 
 def test_seed_spread_decides_not_the_mean_alone() -> None:
@@ -146,7 +146,8 @@ def test_one_seed_is_never_called_a_resolved_difference() -> None:
 def test_the_tiers_redrawn_for_each_arm_run_are_reported() -> None:
     measured = results(0.6, 0.6)
     measured["sweep-tpe"] = [
-        dict(r, fresh_tiers={"confirm-a": 2 + k}) for k, r in enumerate(measured["sweep-tpe"])
+        r.model_copy(update={"fresh_tiers": {"confirm-a": 2 + k}})
+        for k, r in enumerate(measured["sweep-tpe"])
     ]
     arms = summarise(measured, proposer="rules", budget_s=120, seeds=3)["arms"]
     assert arms["sweep-tpe"]["fresh_tiers"] == [{"confirm-a": 2}, {"confirm-a": 3}, {"confirm-a": 4}]

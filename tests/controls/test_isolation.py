@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from controls.compare import run_arms
+from controls.compare_report import ArmRun
 from controls.isolation import RESTORE_SUFFIX, Incumbent, spent_tiers, start_from
 from controls.replay import pairs_for
 from gate.ledger import Ledger
@@ -55,11 +56,11 @@ class LedgerStore:
 def promoting_arms(store: LedgerStore, promotions: dict[str, int]) -> tuple[Any, list[tuple[str, int, str]]]:
     seen: list[tuple[str, int, str]] = []
 
-    def run_arm(arm: str, seed: int) -> dict[str, Any]:
+    def run_arm(arm: str, seed: int) -> ArmRun:
         seen.append((arm, seed, store.current().sha256))  # the bar this arm-run is measured against
         for k in range(promotions.get(arm, 0)):
             store.promote(f"{arm}-s{seed}-p{k}")
-        return {"run_id": f"{arm}-{seed}"}
+        return ArmRun(run_id=f"{arm}-{seed}")
 
     return run_arm, seen
 
@@ -72,10 +73,10 @@ def test_every_arm_run_starts_from_the_same_incumbent(tmp_path: Path) -> None:
     incumbent, results = run_arms(["agent", "sweep-tpe", "nnunet"], 2, run_arm, store)
     assert incumbent.sha256 == "base"
     assert {sha for _, _, sha in seen} == {"base"} and len(seen) == 6
-    assert [r["restored_before"] for r in results["sweep-tpe"]] == [True, True]  # after the agent's promotion
-    assert [r["restored_before"] for r in results["nnunet"]] == [True, True]  # after the sweep's two
-    assert [r["restored_before"] for r in results["agent"]] == [False, False]  # nnunet promoted nothing
-    assert all(r["start_best"] == "base" for runs in results.values() for r in runs)
+    assert [r.restored_before for r in results["sweep-tpe"]] == [True, True]  # after the agent's promotion
+    assert [r.restored_before for r in results["nnunet"]] == [True, True]  # after the sweep's two
+    assert [r.restored_before for r in results["agent"]] == [False, False]  # nnunet promoted nothing
+    assert all(r.start_best == "base" for runs in results.values() for r in runs)
     assert store.current().sha256 == "base"  # the comparison leaves the best as it found it
     moves = store.ledger.best_history()
     restores = [m for m in moves if m["kind"] == "reference"]
@@ -109,23 +110,23 @@ def test_no_arm_run_spends_another_arms_query_budget(tmp_path: Path) -> None:
     store = LedgerStore(tmp_path / "ledger.sqlite", budget=3)
     answered: dict[str, list[bool]] = {}
 
-    def run_arm(arm: str, seed: int) -> dict[str, Any]:
+    def run_arm(arm: str, seed: int) -> ArmRun:
         # the first arm-run spends every confirm-a query it has, and asks two more
         answered[f"{arm}-{seed}"] = [
             store.query(f"{arm}-{seed}-t{k}") for k in range(5 if arm == "agent" else 1)
         ]
-        return {"run_id": f"{arm}-{seed}"}
+        return ArmRun(run_id=f"{arm}-{seed}")
 
     _, results = run_arms(["agent", "sweep-tpe", "nnunet"], 2, run_arm, store)
     assert answered["agent-0"] == [True, True, True, False, False]  # the budget holds within an arm-run
     assert all(answered[f"{arm}-{seed}"][0] for arm in ("sweep-tpe", "nnunet", "agent") for seed in (0, 1))
-    assert results["agent"][0]["fresh_tiers"] == {}  # nothing queried yet: the tiers are left as they are
-    assert results["sweep-tpe"][0]["fresh_tiers"] == {"confirm-a": 2}
+    assert results["agent"][0].fresh_tiers == {}  # nothing queried yet: the tiers are left as they are
+    assert results["sweep-tpe"][0].fresh_tiers == {"confirm-a": 2}
     versions = [
-        r["fresh_tiers"]["confirm-a"]
+        r.fresh_tiers["confirm-a"]
         for runs in zip(*results.values(), strict=True)
         for r in runs
-        if r["fresh_tiers"]
+        if r.fresh_tiers
     ]
     assert versions == [2, 3, 4, 5, 6]  # a version of its own for every arm-run after the first
     assert {r["tier"]: r["version"] for r in store.ledger.tier_versions() if r["tier"] != "confirm-a"} == {
