@@ -7,6 +7,7 @@ langgraph) are imported inside the command functions that need them, so ``--help
 from __future__ import annotations
 
 import sys
+from typing import Protocol, cast
 
 import typer
 
@@ -85,11 +86,26 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         sys.stderr.write("segfactory: aborted\n")
         return 130
-    except Exception as exc:  # click usage errors and friends
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            sys.stderr.write(f"segfactory: error: {exc.format_message()}\n")
-            return exc.exit_code
+    except Exception as exc:  # usage errors: a missing or malformed option, an unknown command
+        if isinstance(exc, _usage_errors()):
+            usage = cast(_UsageError, exc)
+            sys.stderr.write(f"segfactory: error: {usage.format_message()} (see --help)\n")
+            return int(usage.exit_code)
         raise
     return 0
+
+
+class _UsageError(Protocol):
+    exit_code: int
+
+    def format_message(self) -> str: ...
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """The exception bases of command-line usage errors. Typer from 0.29 on parses with its own
+    copy of click, whose errors are ``typer.TyperException``s and not click's; older Typer raises
+    click's own."""
+    import click
+
+    own = getattr(typer, "TyperException", None)
+    return (click.exceptions.ClickException, *([own] if own is not None else []))
