@@ -25,13 +25,15 @@ test: setup lint
 test-fast: venv
 	$(BIN)/pytest -q $(PYTEST_FAST)
 
-# ruff (rules and formatting), mypy, the import layers of docs/architecture.md (.importlinter)
+# ruff (rules and formatting), mypy, the import layers of docs/architecture.md (.importlinter),
+# first-party imports at the top of each module (scripts/check_imports.py)
 # and deptry (every imported distribution declared, nothing declared unused).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_imports.py
 	$(BIN)/deptry .
 
 setup: system venv

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from agents.incumbent import DEFAULT_ACTION_EVIDENCE, Lineage, append_jsonl, read_jsonl
+from agents.incumbent import DEFAULT_ACTION_EVIDENCE, Lineage
 from agents.validate import BASE_CONFIG_EVIDENCE
 from analysis import hitrate
 from analysis.effects import ALL, measure
 from analysis.report import Evaluated
-from segfactory.files import write_atomic
+from segfactory.files import append_jsonl, read_jsonl, write_atomic
 from segfactory.home import Home
 from segfactory.records import ExpectedEffect, Ticket
 from segfactory.stats import wilson_interval

@@ -14,8 +14,27 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from agents import report as rpt
+from agents._predictions import write_summary
+from agents._realise import NOT_EXECUTABLE_FILE
+from agents.approvals import ApprovalQueue
+from agents.code_arm import with_code_arm
+from agents.graph import DEVICE_LEFT_SHARE, LoopDeps, build_graph, run_loop
+from agents.judge import Judge, default_judge, make_reviewer
+from agents.llm import LLMUsage
+from agents.proposer import get_proposer
+from agents.proposer.explore import ExploringProposer
+from agents.run_policy import DATASET
+from agents.services import DEV_COMPARISONS, TICKETS_FILE, HostServices, RunSetup
+from agents.validate import ticket_problems
+from audit.anchor import anchor_from_reply
+from audit.gate_events import pull
+from gate.win_rule import load_win_rule
+from segfactory.budgets import RunCaps, load_budget_policy
+from segfactory.files import read_jsonl
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor, Budget
+from synthetic.versions import resolve
 
 USAGE_FILE = "llm_usage.json"  # runs/<id>/: LLM totals, carried over a resume
 
@@ -25,8 +44,6 @@ def _config(run_id: str) -> Any:  # a langgraph RunnableConfig
 
 
 def _usage(home: Home, run_id: str, cap: int) -> Any:
-    from agents.llm import LLMUsage
-
     path = home.runs / run_id / USAGE_FILE
     usage = LLMUsage.model_validate_json(path.read_text()) if path.is_file() else LLMUsage()
     usage.token_cap = cap or None
@@ -34,16 +51,8 @@ def _usage(home: Home, run_id: str, cap: int) -> Any:
 
 
 def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults: Any, usage: Any) -> Any:
-    from agents.approvals import ApprovalQueue
-    from agents.graph import DEVICE_LEFT_SHARE, LoopDeps
-    from agents.judge import Judge, default_judge, make_reviewer
-    from agents.proposer import get_proposer
-    from agents.validate import ticket_problems
-    from segfactory.budgets import RunCaps, load_budget_policy
-
     policy = load_budget_policy()
     ticket_caps = policy.for_profile(record["profile"]).ticket
-    from agents.proposer.explore import ExploringProposer
 
     proposer = get_proposer(
         record["proposer"],
@@ -89,8 +98,6 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
         concurrency=int(record.get("concurrency", 1)),
     )
     if record.get("code_agent"):  # code drafts get their files from the code-editing agent first
-        from agents.code_arm import with_code_arm
-
         deps.proposer = with_code_arm(
             deps,
             proposer=record["proposer"],
@@ -102,14 +109,6 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
 
 
 def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults: Any) -> RunSummary:
-    from agents.graph import build_graph, run_loop
-    from agents.run import DATASET
-    from agents.services import HostServices, RunSetup
-    from audit.gate_events import pull
-    from gate.win_rule import load_win_rule
-    from segfactory.budgets import load_budget_policy
-    from synthetic.versions import resolve
-
     home, run_id = req.home, record["run_id"]
     rule, _ = load_win_rule()
     setup = RunSetup(
@@ -153,15 +152,11 @@ def execute(req: Any, record: dict[str, Any], client: Any, audit: Any, defaults:
 def _write_report(
     services: Any, run_id: str, stop_reason: str, record: dict[str, Any], usage: Any, client: Any, deps: Any
 ) -> None:
-    from agents import report as rpt
-    from agents.services import DEV_COMPARISONS, TICKETS_FILE
-    from audit.anchor import anchor_from_reply
-
     home, people = services.home, services.people
     services.setup.audit.flush_anchor(run_id)
     state = services.state_reader()
-    tickets = {t["id"]: t for t in rpt.read_jsonl(people / TICKETS_FILE)}
-    rows = rpt.ticket_rows(state, home.tickets_dir(run_id), rpt.read_jsonl(people / DEV_COMPARISONS), tickets)
+    tickets = {t["id"]: t for t in read_jsonl(people / TICKETS_FILE)}
+    rows = rpt.ticket_rows(state, home.tickets_dir(run_id), read_jsonl(people / DEV_COMPARISONS), tickets)
     approvals = [
         {"id": a.id, "status": a.status, "hypothesis": a.ticket.hypothesis}
         for a in deps.approvals.requests()
@@ -169,9 +164,6 @@ def _write_report(
     ]
     milestone_file = people / "milestones" / f"{run_id}-final.json"
     analyses = sorted((home.runs / run_id / "analysis").glob("*/report.json"))
-    from agents._predictions import write_summary
-    from agents._realise import NOT_EXECUTABLE_FILE
-    from agents.incumbent import read_jsonl
 
     predictions = write_summary(home, run_id)
     report = rpt.RunReport(

@@ -16,14 +16,13 @@ kinds whose point is repetition (:data:`REPEAT_KINDS`).
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.validate import BASE_CONFIG_EVIDENCE
+from segfactory.files import read_jsonl
 from segfactory.records import Arm, Ticket, canonical_json
 
 LINEAGE_FILE = "lineage.jsonl"  # runs/<run>/: one row per started ticket (no scores)
@@ -107,28 +106,6 @@ def same_as_parent(row: Lineage) -> str | None:
     return None
 
 
-def append_jsonl(path: Path, row: dict[str, Any]) -> None:
-    """Append one JSON line, flushed to disk before returning (a kill -9 keeps whole lines)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(row, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every whole JSON line of ``path`` (a torn last line from a crash is skipped)."""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 def read_lineage(run_dir: Path) -> dict[str, Lineage]:
     return {r["ticket_id"]: Lineage.model_validate(r) for r in read_jsonl(run_dir / LINEAGE_FILE)}
 
@@ -139,9 +116,7 @@ __all__ = [
     "Incumbent",
     "LINEAGE_FILE",
     "Lineage",
-    "append_jsonl",
     "fingerprint",
-    "read_jsonl",
     "read_lineage",
     "repeat_kind",
     "same_as_parent",

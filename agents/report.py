@@ -20,10 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents._predictions import PREDICTIONS_FILE
 from agents._report_md import render_markdown
 from agents.challenge import retractions
+from agents.incumbent import read_lineage
 from agents.labelling import label_rounds
 from analysis.render import to_html
 from audit import check_records, iter_records, load_policy, verify_log
 from runner import read_beneath
+from segfactory.files import read_jsonl
 from segfactory.home import Home
 
 REPORT_MD = "report.md"
@@ -142,12 +144,6 @@ def home_records(home: Home) -> dict[str, list[dict[str, Any]]]:
         for c in retractions(home)
     ]
     return {"label_rounds": rounds, "retractions": retracted}
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _outcome(tickets_dir: Path, ticket_id: str) -> dict[str, Any]:
@@ -368,7 +364,6 @@ __all__ = [
     "audit_summary",
     "counts",
     "home_records",
-    "read_jsonl",
     "ticket_rows",
     "write",
 ]
@@ -380,8 +375,6 @@ def loop_rounds(home: Home, run_id: str, state: dict[str, Any]) -> list[dict[str
     People only (dev numbers and predictions); rounds where the fix did nothing or made things
     worse are listed like the others.
     """
-    from agents.incumbent import read_jsonl, read_lineage
-
     lineage = read_lineage(home.runs / run_id)
     people = home.people_dir(run_id)
     dev = {r["ticket_id"]: r for r in read_jsonl(people / "dev_comparisons.jsonl")}

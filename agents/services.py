@@ -38,9 +38,7 @@ from agents.incumbent import (
     LINEAGE_FILE,
     Incumbent,
     Lineage,
-    append_jsonl,
     fingerprint,
-    read_jsonl,
     read_lineage,
     repeat_kind,
     same_as_parent,
@@ -52,7 +50,7 @@ from runner._policy import code_files
 from runner._workspace import ticket_config
 from runner.scheduler import Scheduler, SchedulerSettings
 from segfactory.errors import DataError, GateError, SegfactoryError, UsageError
-from segfactory.files import write_atomic
+from segfactory.files import append_jsonl, read_jsonl, write_atomic
 from segfactory.home import Home
 from segfactory.records import Actor, CoarseVerdict, Ticket, TicketKind, canonical_json, sha256_file
 from synthetic.splits import appended_images, read_split

@@ -14,8 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vision.config import ModelConfig, TrainConfig
+from synthetic import generate
+from synthetic.params import GenParams
+from synthetic.splits import Split
+from vision.config import LossTerm, ModelConfig, OptimConfig, SamplingConfig, ScheduleConfig, TrainConfig
+from vision.data import DatasetVersion
 from vision.registry import get_preset
+from vision.train import Trainer, predict_probs
 
 if TYPE_CHECKING:
     from torch import nn
@@ -32,8 +37,6 @@ class TorchPredictor:
     device: Any  # torch.device
 
     def predict(self, images: np.ndarray) -> np.ndarray:
-        from vision.train import predict_probs
-
         return predict_probs(self.model, np.ascontiguousarray(images, dtype=np.float32), self.device)
 
 
@@ -73,10 +76,6 @@ class VisionTrainer:
     ) -> TorchPredictor:
         import torch
 
-        from synthetic.splits import Split
-        from vision.data import DatasetVersion
-        from vision.train import Trainer
-
         config = shrunk(self.config, capacity, seed)
         if config.threads is not None:
             torch.set_num_threads(config.threads)
@@ -114,8 +113,6 @@ def planted_config() -> TrainConfig:
 
     8 epochs, not 4: at 4 the unplanted seeds disagreed by up to 0.17 in defect miss rate and a
     null run showed a "finding" (docs/analysis.md); at 8 the CI mix's null runs stay silent."""
-    from vision.config import LossTerm, OptimConfig, SamplingConfig, ScheduleConfig
-
     return TrainConfig(
         model=ModelConfig(name="unet-mobilenetv3", decoder_width=16),
         loss=[LossTerm(name="bce"), LossTerm(name="tversky")],  # tversky weighs misses over false alarms
@@ -132,9 +129,6 @@ def planted_config() -> TrainConfig:
 
 def planted_data(seed: int = 1) -> tuple[Any, Any]:
     """(train, dev) generated sets for the planted-cause runs (seeds ``seed`` and ``seed + 1``)."""
-    from synthetic import generate
-    from synthetic.params import GenParams
-
     params = GenParams(**PLANTED_PARAMS)
     return (
         generate(TRAIN_IMAGES, IMAGE_PX, seed, params, workers=1),

@@ -43,9 +43,9 @@ def main() -> None:
     from agents._predictions import Predictions, recommendation_of
     from agents.context import DevAnalysis
     from agents.graph import PROPOSE_BATCH
-    from agents.incumbent import read_jsonl
-    from agents.run import DATASET, load_run_defaults
+    from agents.run_policy import DATASET, load_run_defaults
     from agents.services import HostServices, RunSetup
+    from segfactory.files import read_jsonl
     from segfactory.home import SOURCE_ROOT, Home
     from segfactory.records import Ticket
     from synthetic.versions import resolve

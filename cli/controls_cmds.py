@@ -55,7 +55,7 @@ def _seconds(text: str) -> float:
 
 
 def _check_common(profile: str, backend: str) -> Any:
-    from agents.run import load_run_defaults
+    from agents.run_policy import load_run_defaults
 
     if profile not in PROFILES:
         raise UsageError(f"profile {profile!r} is not defined; known: {', '.join(PROFILES)}")

@@ -11,7 +11,7 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 from console import _audit_view, _runs
 from console._auth import Auth
 from console._labels import image_png, latest_version, loop_summary, queue_datasets
-from console.app import Services, page
+from console._services import Services, page
 from segfactory.errors import UsageError
 
 router = APIRouter()

@@ -11,17 +11,22 @@ from __future__ import annotations
 import getpass
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from audit.anchor import Anchor
+from agents.approvals import ApprovalQueue
+from console._approvals import ApprovalsDesk
 from console._auth import COOKIE, SESSION_TTL_S, Auth, AuthError, CsrfError
+from console._labels import LabelDesk, StaleEdit
+from console._pages import router
+from console._safe import inert
+from console._services import AnchorReader, Services
+from console.blind import router as blind_router
 from segfactory.errors import LimitExceeded, SegfactoryError
 from segfactory.home import Home
 
@@ -33,21 +38,6 @@ CSP = (
     "default-src 'self'; img-src 'self' data: blob:; script-src 'self'; style-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
-AnchorReader = Callable[[], tuple[Anchor | None, bool]]  # (anchor, whether an anchor store was consulted)
-
-
-@dataclass
-class Services:
-    """What the routes use; built once per app."""
-
-    home: Home
-    auth: Auth
-    sink: Any  # audit.AuditLog (or any AuditSink)
-    anchor: AnchorReader
-    person: str
-    templates: Jinja2Templates
-    approvals: Any  # console._approvals.ApprovalsDesk
-    labels: Any  # console._labels.LabelDesk
 
 
 def create_app(
@@ -62,15 +52,8 @@ def create_app(
     """The console for ``home``; ``sink`` writes the audit records of people's decisions.
 
     ``interpreter`` reads chat replies (``console._interpret``; default: the rules)."""
-    from agents.approvals import ApprovalQueue
-    from console._approvals import ApprovalsDesk
-    from console._labels import LabelDesk
-    from console._pages import router
-
     home.root.mkdir(parents=True, exist_ok=True)
     from jinja2 import Environment, FileSystemLoader
-
-    from console._safe import inert
 
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"), autoescape=True
@@ -91,7 +74,6 @@ def create_app(
     app.state.services = services
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.include_router(router)
-    from console.blind import router as blind_router
 
     app.include_router(blind_router)  # the blind test: /blind pages and /api/blind
     app.middleware("http")(_guard)
@@ -156,8 +138,6 @@ def _error(request: Request, status: int, message: str) -> Response:
 
 
 def _status_for(exc: SegfactoryError) -> int:
-    from console._labels import StaleEdit
-
     if isinstance(exc, StaleEdit):
         return 409
     if isinstance(exc, LimitExceeded):
@@ -175,13 +155,3 @@ def _handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(SegfactoryError, segfactory_error)
     app.add_exception_handler(CsrfError, csrf_error)
-
-
-def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
-    """Render a template with the session's CSRF token in its context."""
-    services: Services = request.app.state.services
-    session = request.state.session
-    response: HTMLResponse = services.templates.TemplateResponse(
-        request, name, {"csrf": session.csrf, "person": services.person, **context}, status_code=status
-    )
-    return response

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from analysis.realism import blind
 from console._auth import Auth
-from console.app import page
+from console._services import page
 from segfactory.errors import UsageError
 from synthetic.versions import resolve
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents.run import load_run_defaults
+from agents.run_policy import load_run_defaults
 from agents.space import SEARCH_SPACE, load_space
 from controls.session import control_session
 from controls.sweep import SweepSummary, check_sweep, run_sweep, storage_url

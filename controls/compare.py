@@ -27,6 +27,7 @@ from controls.isolation import BestStore, GateBestStore, Incumbent, start_from
 from controls.nnunet_arm import run_nnunet_arm
 from controls.replay import SEALED, replay, sealed_f1, sealed_milestone
 from controls.session import new_run_id
+from segfactory.files import read_jsonl
 from segfactory.home import Home
 from segfactory.records import sha256_file
 
@@ -52,15 +53,11 @@ def _curve(rows: list[tuple[float, float | None]]) -> list[tuple[float, float]]:
     return out
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
-
-
 def _agent_arm(home: Home, run_id: str) -> ArmRun:
     """The agent run's per-ticket dev scores, device-seconds, best ticket and LLM usage."""
     tickets, people = home.tickets_dir(run_id), home.people_dir(run_id)
-    scores = {r["ticket_id"]: float(r["object_f1"]) for r in _read_jsonl(people / "dev_comparisons.jsonl")}
-    started = [t["id"] for t in _read_jsonl(people / "tickets.jsonl")] or list(scores)
+    scores = {r["ticket_id"]: float(r["object_f1"]) for r in read_jsonl(people / "dev_comparisons.jsonl")}
+    started = [t["id"] for t in read_jsonl(people / "tickets.jsonl")] or list(scores)
     rows: list[tuple[float, float | None]] = []
     for ticket_id in started:  # every ticket in run order, failures and replicates included
         outcome = tickets / ticket_id / "outcome.json"
@@ -83,7 +80,7 @@ def _agent_arm(home: Home, run_id: str) -> ArmRun:
 
 
 def _sweep_arm(home: Home, run_id: str) -> ArmRun:
-    trials = _read_jsonl(home.people_dir(run_id) / "sweep.jsonl")
+    trials = read_jsonl(home.people_dir(run_id) / "sweep.jsonl")
     rows = [(float(t["device_seconds"]), t["dev_score"]) for t in trials]
     scored = [t for t in trials if t["dev_score"] is not None]
     best = max(scored, key=lambda t: t["dev_score"])["ticket_id"] if scored else None
@@ -123,7 +120,7 @@ def _nnunet_arm(home: Home, summary: dict[str, Any]) -> ArmRun:
 
 
 def _promoted(home: Home, run_id: str) -> int:
-    return sum(p.get("run_id") == run_id for p in _read_jsonl(home.runs / "promotions.jsonl"))
+    return sum(p.get("run_id") == run_id for p in read_jsonl(home.runs / "promotions.jsonl"))
 
 
 def _run_arm(

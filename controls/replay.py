@@ -23,6 +23,7 @@ from audit import AuditLog
 from audit.anchor import gate_anchor_store
 from audit.gate_events import pull
 from controls.rates import false_win_rate, is_false_win
+from gate.client import home_gate
 from segfactory.errors import GateError
 from segfactory.home import Home
 from segfactory.records import sha256_file
@@ -84,7 +85,6 @@ def sealed_milestone(
             if "quota" not in str(exc) or attempt:
                 raise
             progress(f"sealed quota spent ({exc}); rotating the sealed tier to fresh secret seeds")
-            from gate.client import home_gate
 
             with home_gate(home.root) as gate_client:
                 _rotate_sealed(gate_client)

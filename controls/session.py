@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.judge import Judge
-from agents.run import DATASET, check_win_rule, load_run_defaults, running_user, verify_sandbox
+from agents.run import check_win_rule, running_user, verify_sandbox
+from agents.run_policy import DATASET, load_run_defaults
 from agents.services import PROMOTIONS_FILE, HostServices, RunSetup
 from audit import AuditLog
 from audit.anchor import gate_anchor_store

@@ -13,6 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from gate.core import Gate
+from gate.pinned import META_PINNED, PinError, verify
+from gate.service import serve
+from segfactory.errors import GateError, SegfactoryError
+
 EXIT_PIN_MISMATCH = 3
 
 
@@ -40,11 +45,6 @@ def _args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     import os
-
-    from gate.core import Gate
-    from gate.pinned import META_PINNED, PinError, verify
-    from gate.service import serve
-    from segfactory.errors import GateError, SegfactoryError
 
     args = _args(argv)
     gate = Gate(args.home / "vault", win_rule_path=args.win_rule, home_root=args.home)

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from gate import users
 from gate.roles import HOST, ROLES, token_file
 from segfactory.errors import GateError
 from segfactory.records import CoarseVerdict
@@ -185,8 +186,6 @@ def wait_ready(client: GateClient, proc: subprocess.Popen[bytes], timeout: float
 
 def _prepare_for_gate_user(home: Path, socket_dir: Path) -> None:
     """When the gate runs as its own user, its socket directory must belong to it."""
-    from gate import users
-
     if users.is_root() and users.vault_is_separated(Path(home) / "vault"):
         os.chmod(socket_dir.parent, 0o755)
         users.prepare_socket_dir(socket_dir)

@@ -32,6 +32,7 @@ from gate.intake import (
     inspect_model,
     inspect_own_model,
 )
+from gate.leakage import LeakError, check_training_data
 from gate.ledger import PENDING, Ledger, LedgerError, QueryRow
 from gate.scorer import ScoringError, score_checked
 from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule, perturbed_views
@@ -367,8 +368,6 @@ class Gate:
                 )
 
     def _check_leakage(self, train_data: str, ticket_id: str, run_id: str | None) -> None:
-        from gate.leakage import LeakError, check_training_data
-
         try:
             check_training_data(self.home_root, self.vault, train_data)
         except LeakError as exc:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from gate.setup import export_classical_baseline, init_gate
+
 NO_SEPARATION_ENV = "SEGFACTORY_NO_USER_SEPARATION"
 BASELINE_FILE = "baseline-classical.onnx"
 
 
 def init_step(home: Any, profile: Any, summary: dict[str, Any]) -> None:
     """Gate set-up for a fresh home; adds ``gate`` to the init summary."""
-    from gate.setup import export_classical_baseline, init_gate
-
     baseline = export_classical_baseline(home.root / "runs" / "baseline" / BASELINE_FILE, profile.image_size)
     separate = os.geteuid() == 0 and os.environ.get(NO_SEPARATION_ENV, "") in ("", "0")
     digest = init_gate(home.root, baseline, separate_users=separate)

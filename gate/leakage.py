@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from gate import tiers
+from synthetic.phash import near_neighbours, phash
 from synthetic.splits import image_sha256, read_split
+from synthetic.versions import resolve
 
 MAX_LEAK_EXAMPLES = 3  # image ids quoted in a leak reason
 # A perceptual-hash near neighbour is a leak only when the two images' pixel correlation is at
@@ -30,8 +32,6 @@ class LeakError(Exception):
 
 def resolve_dataset(home_root: Path, ref: str) -> Path:
     """The train split folder of an approved dataset version ``NAME/vK`` (``synthetic.versions``)."""
-    from synthetic.versions import resolve
-
     try:
         version = resolve(home_root, ref)
     except Exception as exc:  # UsageError (bad ref, traversal) or DataError (missing)
@@ -49,8 +49,6 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> float:
 
 def _near_matches(train: np.ndarray, held: np.ndarray) -> int:
     """Train images with a phash near neighbour in ``held`` confirmed by pixel correlation."""
-    from synthetic.phash import near_neighbours, phash
-
     pairs = near_neighbours(phash(train), phash(held))
     confirmed = {i for i, j in pairs if _correlation(train[i], held[j]) >= NEAR_CONFIRM_CORRELATION}
     return len(confirmed)

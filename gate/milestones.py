@@ -26,9 +26,12 @@ from gate._provider import ProviderError
 from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
 from gate.ledger import LedgerError
 from gate.scorer import ScoringError, score_checked
+from gate.win_rule import slice_recall
 from segfactory.errors import GateError, UsageError
 from segfactory.records import sha256_file
+from segfactory.stats import bootstrap_ci
 from synthetic.intensity import split_stats
+from vision.metrics import SIZE_BIN_NAMES, aggregate, object_f1, per_image_metrics
 from vision.training_data import TICKET_MANIFEST, TRAINING_RECORD, collapse_finding, training_range
 
 MILESTONE_TIERS = ("sealed", "never-queried", "real-holdout")
@@ -80,10 +83,6 @@ def _check_quota(gate: Any, plan: dict[str, int], models: list[CheckedModel], qu
 
 
 def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -> dict[str, Any]:
-    from gate.win_rule import slice_recall
-    from segfactory.stats import bootstrap_ci
-    from vision.metrics import SIZE_BIN_NAMES, aggregate, object_f1, per_image_metrics
-
     _, split = tiers.read_tier(gate.vault, tier, version)
     try:
         scoring = gate.scoring(tier, version)

@@ -61,7 +61,9 @@ from gate import tiers
 from gate.core import Deadline, Gate
 from gate.intake import MAX_MODEL_BYTES
 from gate.ledger import LedgerError
+from gate.milestones import MilestoneRequest, run_milestone
 from gate.roles import AGENT, AGENT_ROUTES, HOST, token_file
+from gate.setup import build_fresh
 from segfactory.errors import GateError, PolicyError, UsageError
 from segfactory.records import CoarseVerdict, Tier, Verdict
 
@@ -382,8 +384,6 @@ def _add_audit_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
 def _add_milestone_route(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
     @app.post("/milestone")
     async def milestone(request: Request) -> JSONResponse:
-        from gate.milestones import MilestoneRequest, run_milestone
-
         data = await _json_body(request, MAX_MILESTONE_BYTES)
         if data is None:
             return JSONResponse(
@@ -455,8 +455,6 @@ def _add_people_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
 
     @app.post("/rotate")
     async def rotate(request: Request) -> JSONResponse:
-        from gate.setup import build_fresh
-
         data = await _json_body(request)
         if data is None or not isinstance(data.get("tier"), str):
             return JSONResponse({"error": 'body must be {"tier": str}'}, status_code=400)

@@ -14,6 +14,7 @@ from gate.core import Gate
 from gate.pinned import META_PINNED, pin_code
 from gate.win_rule import DEFAULT_WIN_RULE
 from segfactory.errors import DataError, UsageError
+from synthetic import tiers as synth_tiers
 from synthetic.splits import read_split, write_split
 
 VAULT_MODE = 0o700  # the vault: its owner (the gate's user) only
@@ -53,8 +54,8 @@ def export_classical_baseline(path: Path, size: int) -> Path | None:
     if path.is_file():
         return path
     try:
-        from vision.export import export_onnx
-        from vision.models import CLASSICAL, build_model
+        from vision.export import export_onnx  # deferred: torch, at init only
+        from vision.models import CLASSICAL, build_model  # deferred: torch, at init only
 
         model = build_model(CLASSICAL)
     except ImportError:
@@ -87,8 +88,6 @@ def add_real(gate: Gate, source: Path) -> int:
 def build_fresh(vault: Path, tier: str, *, workers: int | None = None) -> int:
     """A fresh secret-seeded version of ``tier`` through ``synthetic.tiers``. ``workers`` as in
     ``synthetic.generate``: a served gate (a threaded process) passes 1, since forking it can deadlock."""
-    from synthetic import tiers as synth_tiers
-
     current = tiers.current_version(vault, tier)
     if current is None:
         raise UsageError(f"tier {tier} was never built; `segfactory init` builds it")

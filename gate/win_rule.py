@@ -25,6 +25,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from segfactory.errors import PolicyError
+from segfactory.stats import paired_bootstrap_diff
+from vision.metrics import aggregate, object_f1, per_image_metrics
+from vision.perturb import PERTURBATIONS, perturb
 
 DEFAULT_WIN_RULE = Path(__file__).resolve().parent.parent / "policies" / "win_rule.yaml"
 MAX_PERTURBATIONS = 8  # robustness views a rule may list; each costs one more pass over the tier
@@ -57,8 +60,6 @@ class Robust(_Strict):
     @field_validator("perturbations")
     @classmethod
     def _known(cls, specs: tuple[PerturbationSpec, ...]) -> tuple[PerturbationSpec, ...]:
-        from vision.perturb import PERTURBATIONS
-
         unknown = sorted({s.name for s in specs} - set(PERTURBATIONS))
         if unknown:
             raise ValueError(f"unknown perturbations {unknown}; known: {', '.join(PERTURBATIONS)}")
@@ -132,8 +133,6 @@ def perturbed_views(
     images: np.ndarray, masks: np.ndarray, rule: WinRule
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """The rule's perturbations of a tier, in rule order: deterministic (seeded) (images, masks) pairs."""
-    from vision.perturb import perturb
-
     robust = rule.robust
     return [
         perturb(p.name, p.severity, images, masks, robust.perturbation_seed) for p in robust.perturbations
@@ -141,8 +140,6 @@ def perturbed_views(
 
 
 def _object_f1(prob: np.ndarray, masks: np.ndarray, rule: WinRule) -> float:
-    from vision.metrics import aggregate, per_image_metrics
-
     return float(
         aggregate(per_image_metrics(prob, masks, threshold=rule.threshold, iou_match=rule.iou_match))[
             "object_f1"
@@ -164,9 +161,6 @@ def decide(
 
     ``views`` holds (best prob, candidate prob, masks) on each of ``perturbed_views``, in order.
     """
-    from segfactory.stats import paired_bootstrap_diff
-    from vision.metrics import object_f1, per_image_metrics
-
     if len(views) != len(rule.robust.perturbations):
         raise ValueError(
             f"decide got {len(views)} perturbed views; the rule lists {len(rule.robust.perturbations)}"

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from vision.models import build_model
+    from vision.models import build_model  # deferred: torch, in the probe's own process
 
     torch.set_num_threads(1)
     device = torch.device(args.device)

@@ -13,6 +13,7 @@ which no reader looks at, and the next attempt starts a new one.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -20,6 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 @contextmanager
@@ -58,4 +60,26 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> N
         raise
 
 
-__all__ = ["staged_dir", "write_atomic"]
+def append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    """Append one JSON line, flushed to disk before returning (a kill -9 keeps whole lines)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every whole JSON line of ``path`` (a torn last line from a crash is skipped)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+__all__ = ["append_jsonl", "read_jsonl", "staged_dir", "write_atomic"]

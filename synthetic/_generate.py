@@ -23,6 +23,7 @@ from segfactory.files import staged_dir
 from synthetic import _physics
 from synthetic._parts import procedural_part, silhouette_part
 from synthetic._voids import VoidPlacer, attenuation
+from synthetic.idx import load_silhouettes
 from synthetic.params import MAX_IMAGE_SIZE, MAX_N, GenParams
 from synthetic.splits import SplitHashes, create_arrays, finish_split, image_sha256, write_split
 
@@ -79,7 +80,6 @@ def _check_args(n: int, size: int) -> None:
 def _silhouettes(params: GenParams) -> np.ndarray | None:
     if params.part_source != "fashion-mnist":
         return None
-    from synthetic.idx import load_silhouettes
 
     return load_silhouettes(Path(str(params.idx_path)))
 
@@ -216,7 +216,7 @@ def generate(
     _silhouettes(params)  # a missing or corrupt IDX file fails here, before any fork (and is cached)
     workers = workers or os.cpu_count() or 1
     if engine == "fast":
-        from synthetic._kernels import warm_up
+        from synthetic._kernels import warm_up  # deferred: numba, for the fast engine only
 
         warm_up()  # load the cached kernels once, before any fork
     images: np.ndarray

@@ -136,7 +136,7 @@ def _frame(spec_row: np.ndarray) -> list[np.float32]:
 
 def thickness_fast(spec: PartSpec, size: int) -> tuple[np.ndarray, np.ndarray]:
     """``thickness_numpy`` in compiled single passes (synthetic._kernels); the same bits."""
-    from synthetic._kernels import part_thickness, polygon_level
+    from synthetic._kernels import part_thickness, polygon_level  # deferred: numba, for the fast engine only
 
     f32 = np.float32
     if spec.kind == 0:

@@ -113,7 +113,11 @@ def expose_fast(
     reference's two draws), ``z`` from ``synthetic._kernels.normal_table``. Below it, Poisson
     counts plus read noise, as in the reference.
     """
-    from synthetic._kernels import expose_kernel, gaussian_weights, normal_table
+    from synthetic._kernels import (  # deferred: numba, for the fast engine only
+        expose_kernel,
+        gaussian_weights,
+        normal_table,
+    )
 
     f32 = np.float32
     t = t_eff.astype(f32)

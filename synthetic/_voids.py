@@ -155,7 +155,7 @@ class VoidPlacer:
         """Render one void if it fits in the wall and keeps clear of others."""
         if self.engine != "fast":
             return self.place_numpy(shape, ellipses, contrast)
-        from synthetic._kernels import place_kernel
+        from synthetic._kernels import place_kernel  # deferred: numba, for the fast engine only
 
         p = self.params
         table = np.array([[e.cy, e.cx, e.a, e.b, e.angle] for e in ellipses])

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from synthetic import generate
 from synthetic.params import GenParams, make_params
-from synthetic.splits import Split, read_split, write_split
+from synthetic.splits import Split, image_sha256, read_split, write_split
 from synthetic.versions import DatasetVersion, create_version
 
 TOPUP_SEED_OFFSET = 7_000_000  # public generator seed of a dose = offset + dose (documented, reproducible)
@@ -94,9 +95,6 @@ def build_arm(
     images, the ones a capped training config trains on; all when None) + ``n`` images, either
     generated with ``params`` (arm ``synthetic``) or re-drawn from the kept base images with a
     flip, a 90-degree rotation and a small gain (arm ``augment``, seeded by ``seed``)."""
-    from synthetic import generate
-    from synthetic.splits import image_sha256
-
     split = read_split(base.train, mmap=True)
     size = int(split.images.shape[1])
     note = {"arm": arm, "n": n, "slice": slice_name, "base": base.ref}

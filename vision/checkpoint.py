@@ -12,6 +12,7 @@ from torch import nn
 
 from segfactory.errors import DataError
 from vision.config import TrainConfig, dump_config, parse_config
+from vision.models import build_model
 
 FORMAT = "segfactory-vision-1"  # metadata["format"] of every checkpoint this module writes
 MODEL_FILE = "model.safetensors"
@@ -53,8 +54,6 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], TrainConfig, i
 
 def load_model(path: Path) -> tuple[nn.Module, TrainConfig]:
     """Rebuild the model a checkpoint names and load its weights (eval mode, CPU)."""
-    from vision.models import build_model
-
     state, config, _ = read_checkpoint(path)
     model = build_model(config.model.name, config.model.decoder_width, stages=config.model.stages)
     model.load_state_dict(state)

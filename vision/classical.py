@@ -17,7 +17,6 @@ import itertools
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -25,11 +24,11 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from vision.config import TrainConfig
+from vision.config import TrainConfig, dump_config
+from vision.data import load_version
+from vision.export import export_onnx, parity, torch_predict
 from vision.metrics import aggregate, per_image_metrics
-
-if TYPE_CHECKING:
-    from vision.train import TrainResult
+from vision.result import PARITY_IMAGES, TrainResult, write_result
 
 PARAMS_FILE = "classical.json"
 BG_KERNELS = (7, 11, 15)  # background window sides tried, pixels
@@ -102,16 +101,11 @@ def tune(images: np.ndarray, masks: np.ndarray, threshold: float = 0.5) -> tuple
 
 def fit_classical(config: TrainConfig, data_dir: Path, out_dir: Path) -> TrainResult:
     """Tune on dev, write ``classical.json``, ``model.onnx`` and ``result.json``; returns a TrainResult."""
-    from vision.data import load_version
-    from vision.export import export_onnx, parity, torch_predict
-    from vision.train import PARITY_IMAGES, TrainResult, write_result  # noqa: F811
-
     data = load_version(data_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     images, masks = np.asarray(data.dev.images), np.asarray(data.dev.masks)
     params, _ = tune(images, masks, config.threshold)
-    from vision.config import dump_config
 
     (out_dir / "config.yaml").write_text(dump_config(config))
     (out_dir / PARAMS_FILE).write_text(params.model_dump_json(indent=2) + "\n")
@@ -141,8 +135,6 @@ def fit_classical(config: TrainConfig, data_dir: Path, out_dir: Path) -> TrainRe
 
 def export_tuned(images: np.ndarray, masks: np.ndarray, path: Path) -> tuple[Path, ClassicalParams]:
     """Tune on (dev) images and masks, export the tuned detector to ``path``; for the gate's init."""
-    from vision.export import export_onnx
-
     params, _ = tune(images, masks)
     path.parent.mkdir(parents=True, exist_ok=True)
     return export_onnx(ClassicalDetector(params), path, (images.shape[1], images.shape[2])), params

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from vision.onnx_infer import INPUT_NAME, OUTPUT_NAME, open_session, predict
+from vision.tiling import predict_batched
 
 OPSET = 17  # standard ops only; the gate's allowlist is written against this opset
 PARITY_ATOL = 1e-4  # max |onnxruntime - torch| on probabilities for the export to count
@@ -56,8 +57,6 @@ def export_onnx(model: nn.Module, path: Path, size: tuple[int, int] = (64, 64)) 
 
 def torch_predict(model: nn.Module, images: np.ndarray, batch: int = 64) -> np.ndarray:
     """Probabilities (N, H, W) from a logits model on the CPU, in float32; a large image in tiles."""
-    from vision.tiling import predict_batched
-
     model = model.eval().to("cpu").to(memory_format=torch.contiguous_format)
 
     def one(chunk: np.ndarray) -> np.ndarray:

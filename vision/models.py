@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from segfactory.errors import DataError
+from vision.classical import ClassicalDetector
+from vision.plain_unet import PlainUNet, stages_for
 from vision.registry import (
     CLASSICAL,
     PLAIN_BASE_WIDTH,
@@ -113,12 +115,8 @@ def build_model(
     ``stages`` and ``deep_supervision`` are the plain U-Net's (``unet-plain``).
     """
     if name == CLASSICAL:
-        from vision.classical import ClassicalDetector
-
         return ClassicalDetector()
     if name == PLAIN_UNET:
-        from vision.plain_unet import PlainUNet, stages_for
-
         # Training resolves the depth from its patch first (vision.train.resolve_stages) and a
         # checkpoint stores it; a build without it (the scheduler's memory probe knows only the
         # preset name) gets the depth of a PLAIN_PROBE_PATCH-pixel patch.

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from segfactory.errors import DataError
+from vision.tiling import predict_batched
 
 INPUT_NAME = "image"
 OUTPUT_NAME = "prob"
@@ -54,7 +55,6 @@ def predict(
         raise DataError("no images to predict: the dataset is empty")
     if batch < 1:
         raise DataError(f"batch must be >= 1; got {batch}")
-    from vision.tiling import predict_batched
 
     sess = session if session is not None else open_session(model_path)
 

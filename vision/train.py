@@ -22,61 +22,40 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from segfactory.errors import DataError
+from vision._progress import progress_bar
 from vision.augment import augment
 from vision.checkpoint import (
     MODEL_FILE,
     RESUME_FILE,
+    load_model,
     load_resume,
     read_checkpoint,
     save_checkpoint,
     save_resume,
 )
+from vision.classical import fit_classical
 from vision.config import TrainConfig, dump_config
 from vision.data import DatasetVersion, crop_batch, epoch_order, load_version, sample_weights
+from vision.device import pick_device
+from vision.export import export_onnx, parity, torch_predict
 from vision.losses import combined_loss
 from vision.metrics import aggregate, per_image_metrics
 from vision.models import CLASSICAL, PLAIN_UNET, build_model
+from vision.nnunet import train_nnunet
+from vision.plain_unet import stages_for
+from vision.result import ONNX_FILE, PARITY_IMAGES, TrainResult, write_result
+from vision.tiling import DEV_BATCH, TILE_PX, predict_batched
 
 log = logging.getLogger(__name__)
 
-PARITY_IMAGES = 32  # dev images used by the reload and ONNX parity checks
 CURVE_FILE = "learning_curve.jsonl"
-RESULT_FILE = "result.json"
-ONNX_FILE = "model.onnx"
-
-
-class TrainResult(BaseModel):
-    """What a run reports in result.json (the host recomputes evidence; this is the run's own view)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    usable: bool
-    stopped_reason: str | None = None  # set when the run ended early (NaN loss)
-    model: str
-    epochs_completed: int
-    device: str
-    reload_ok: bool = False
-    parity: dict[str, float | bool] = {}
-    dev: dict[str, float] = {}
-    timings: dict[str, float] = {}
-    files: dict[str, str] = {}
-    plan: dict[str, Any] = {}  # the nnunet engine: what nnU-Net planned and how long it trained
 
 
 class NonFiniteLoss(Exception):
     """Raised inside the loop when the loss is NaN or inf."""
-
-
-def pick_device(config: TrainConfig) -> torch.device:
-    if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise DataError("config asks for device cuda but no CUDA device is available")
-        return torch.device("cuda")
-    return torch.device("cpu")
 
 
 def _lr_factor(config: TrainConfig, steps_per_epoch: int) -> Any:
@@ -115,8 +94,6 @@ def _autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
 
 def predict_probs(model: nn.Module, images: np.ndarray, device: torch.device) -> np.ndarray:
     """Probabilities (N, H, W) float32 from a logits model; a large image in tiles (vision.tiling)."""
-    from vision.tiling import DEV_BATCH, predict_batched
-
     model.eval()
 
     def one(chunk: np.ndarray) -> np.ndarray:
@@ -163,7 +140,6 @@ def resolve_stages(config: TrainConfig, data: DatasetVersion) -> TrainConfig:
     """unet-plain with ``stages`` None: sized from the training patch (the crop, else the image)."""
     if config.model.name != PLAIN_UNET or config.model.stages is not None:
         return config
-    from vision.plain_unet import stages_for
 
     side = config.sampling.crop or min(np.asarray(data.train.images).shape[1:])
     return config.model_copy(
@@ -297,8 +273,6 @@ class Trainer:
 
     def loop(self) -> tuple[int, str | None, dict[str, float]]:
         """Run the epochs; returns (epochs completed, stop reason, last dev metrics)."""
-        from vision._progress import progress_bar
-
         done, dev = self.start_epoch, dict[str, float]()
         with progress_bar(
             self.progress, self.config.epochs * self.steps_per_epoch, self.start_epoch * self.steps_per_epoch
@@ -344,7 +318,6 @@ class Trainer:
     def final_checks(self, result: TrainResult) -> None:
         """Reload-and-infer (identical outputs) and ONNX parity; both must hold for ``usable``."""
         t0 = time.perf_counter()
-        from vision.tiling import TILE_PX
 
         # a tile's worth of each image: parity is about the export, and a whole 2048-px radiograph
         # through both runtimes would need memory that the tiled scoring never does
@@ -358,18 +331,11 @@ def reload_and_parity(
     model: nn.Module, out: Path, images: np.ndarray
 ) -> tuple[bool, dict[str, float | bool]]:
     """Reload ``model.safetensors`` into a fresh model, compare outputs, export and compare ONNX."""
-    from vision.checkpoint import load_model
-    from vision.export import export_onnx, parity, torch_predict
-
     model = model.float().to("cpu").to(memory_format=torch.contiguous_format).eval()
     reloaded, _ = load_model(out / MODEL_FILE)
     reload_ok = bool(np.array_equal(torch_predict(model, images), torch_predict(reloaded, images)))
     export_onnx(reloaded, out / ONNX_FILE, size=(images.shape[1], images.shape[2]))
     return reload_ok, parity(reloaded, out / ONNX_FILE, images)
-
-
-def write_result(out: Path, result: TrainResult) -> None:
-    (out / RESULT_FILE).write_text(result.model_dump_json(indent=2) + "\n")
 
 
 def train(
@@ -388,12 +354,8 @@ def train(
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     if config.engine == "nnunet":
-        from vision.nnunet import train_nnunet
-
         return train_nnunet(config, data_dir, out_dir)
     if config.model.name == CLASSICAL:
-        from vision.classical import fit_classical
-
         return fit_classical(config, data_dir, out_dir)
     if not resume and out_dir.exists() and any(out_dir.iterdir()):
         raise DataError(f"{out_dir} is not empty; choose a new --out or pass --resume")

@@ -26,6 +26,7 @@ from segfactory.errors import DataError
 from segfactory.files import write_atomic
 from synthetic.intensity import IntensityStats, compare, split_stats
 from synthetic.splits import read_split
+from synthetic.versions import resolve
 
 TRAINING_RECORD = "training_data.json"  # written by `segfactory train` beside model.onnx
 TICKET_MANIFEST = "manifest.json"  # the runner's host-computed training manifest beside a ticket's model
@@ -47,8 +48,6 @@ def _train_split_dir(ref: Path | str, home_root: Path | None) -> Path:
     if path.is_dir():
         return path / "train" if (path / "train").is_dir() and not (path / "images.npy").exists() else path
     if home_root is not None and "/" in str(ref) and not Path(ref).is_absolute():
-        from synthetic.versions import resolve
-
         return resolve(home_root, str(ref)).train
     raise DataError(
         f"--train-data {ref}: not a dataset version folder, a split folder, or a NAME/vK "

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from segfactory.errors import SegfactoryError
+from vision.config import load_config
 
 EXIT_NOT_USABLE = 3
 
@@ -40,7 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    from vision.config import load_config
 
     try:
         config = load_config(args.config)  # a bad config fails before torch is imported
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         # thread burns the core its partner needs (a demo ticket took 133 CPU-s at load 8,
         # against ~50 idle). libgomp reads this when torch loads it, so set it first.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        from vision.train import train
+        from vision.train import train  # deferred: torch reads OMP_WAIT_POLICY when it loads, set just above
 
         imports_s = time.perf_counter() - entered
         result = train(

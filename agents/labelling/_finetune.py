@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.labelling._propose import THRESHOLD, ReviewQueue, decode_mask
 from agents.labelling._round import RoundInfo, load_round
 from agents.labelling.decisions import decisions
-from agents.run import load_run_defaults
+from agents.run_policy import load_run_defaults
 from runner import TicketRunner, default_scorer
 from segfactory.errors import DataError
 from segfactory.home import SOURCE_ROOT, Home

@@ -96,19 +96,19 @@ def make_provider(
         raise UsageError(f"LLM provider {spec!r} is not registered; known: {', '.join(KNOWN_PROVIDERS)}")
     transport = CapturingTransport(sink, actor, run_id=run_id)
     if prefix == "openai":
-        from agents.llm._openai import OpenAIProvider
+        from agents.llm._openai import OpenAIProvider  # deferred: the vendor's SDK, when chosen
 
         return OpenAIProvider(
             rest, transport, api_key=api_key("OPENAI_API_KEY"), base_url=base_url, timeout_s=timeout_s
         )
     if prefix == "anthropic":
-        from agents.llm._anthropic import AnthropicProvider
+        from agents.llm._anthropic import AnthropicProvider  # deferred: the vendor's SDK, when chosen
 
         return AnthropicProvider(
             rest, transport, api_key=api_key("ANTHROPIC_API_KEY"), base_url=base_url, timeout_s=timeout_s
         )
     if prefix == "local":
-        from agents.llm._openai import OpenAIProvider
+        from agents.llm._openai import OpenAIProvider  # deferred: the vendor's SDK, when chosen
 
         url, _, model = rest.partition("#")
         if not url.startswith(("http://", "https://")):

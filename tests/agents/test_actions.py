@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from agents.actions import ACTIONS_POLICY, RECOMMEND_POLICY, load_catalogue
-from agents.run import RUN_POLICY, load_run_defaults
+from agents.run_policy import RUN_POLICY, load_run_defaults
 from segfactory.errors import PolicyError
 
 

@@ -9,7 +9,8 @@ import yaml
 
 from agents import report as rpt
 from agents._report_md import render_markdown
-from agents.run import RUN_POLICY, check_base_config, load_run_defaults
+from agents.run import check_base_config
+from agents.run_policy import RUN_POLICY, load_run_defaults
 from runner._workspace import _deep_merge
 from segfactory.errors import PolicyError, UsageError
 from segfactory.home import SOURCE_ROOT

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from agents.actions import NotExecutable, load_catalogue, realise_config
-from agents.incumbent import DEFAULT_ACTION_EVIDENCE, append_jsonl
+from agents.incumbent import DEFAULT_ACTION_EVIDENCE
 from agents.services import BASELINE_MODEL, PROMOTIONS_FILE, HostServices, RunSetup
 from agents.validate import BASE_CONFIG_EVIDENCE
 from segfactory.errors import UsageError
+from segfactory.files import append_jsonl
 from segfactory.home import Home
 from segfactory.records import (
     Arm,

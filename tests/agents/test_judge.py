@@ -216,7 +216,8 @@ def test_make_reviewer_builds_an_audited_judge_that_rejects_and_cannot_promote(
 def test_a_run_records_its_judge_so_a_resume_keeps_it(
     proposer: str, judge: str | None, recorded: str, tmp_path: Any
 ) -> None:
-    from agents.run import RunRequest, _run_record, load_run_defaults
+    from agents.run import RunRequest, _run_record
+    from agents.run_policy import load_run_defaults
     from segfactory.budgets import RunCaps
     from segfactory.home import Home
 
@@ -241,7 +242,8 @@ def test_the_run_loop_wires_the_recorded_judge_and_code_arm(
 ) -> None:
     from agents._run_loop import _deps
     from agents.code_arm import CodeArmProposer
-    from agents.run import RunRequest, load_run_defaults
+    from agents.run import RunRequest
+    from agents.run_policy import load_run_defaults
     from segfactory.budgets import RunCaps
     from tests.agents._stubs import make_services
 

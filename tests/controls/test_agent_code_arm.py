@@ -52,7 +52,8 @@ def test_an_agent_arm_budget_above_the_run_cap_is_refused_before_anything(
 
 
 def test_an_agent_arm_has_the_compare_arm_caps_not_a_persons_run_defaults() -> None:
-    from agents.run import RunRequest, load_run_defaults, run_caps
+    from agents.run import RunRequest, run_caps
+    from agents.run_policy import load_run_defaults
     from segfactory.errors import UsageError
     from segfactory.home import Home
 

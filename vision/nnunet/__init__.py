@@ -18,17 +18,18 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from segfactory.errors import DataError
 from vision.config import TrainConfig
+from vision.data import load_version
+from vision.device import pick_device
+from vision.result import ONNX_FILE, TrainResult, write_result
 
 log = logging.getLogger(__name__)
 
 PLAN_FILE = "nnunet_plan.json"
-ONNX_FILE = "model.onnx"
 MODEL_NAME = "nnunet-2d"  # what result.json reports as the model
 PREPROCESS_PROCESSES = 2  # nnU-Net's fingerprint and preprocessing pools (the sandbox has 2 cores)
 EXPORT_RESERVE_SHARE = 0.1  # of the budget kept for export and parity, when more than export_reserve_s
@@ -40,11 +41,9 @@ def _timed(timings: dict[str, float], key: str, start: float) -> float:
     return now
 
 
-def train_nnunet(config: TrainConfig, data_dir: Path, out_dir: Path) -> Any:
+def train_nnunet(config: TrainConfig, data_dir: Path, out_dir: Path) -> TrainResult:
     """Plan, preprocess, train within ``config.nnunet.time_budget_s``, export; returns a ``TrainResult``."""
-    from vision.data import load_version
-    from vision.nnunet import _export, _train
-    from vision.train import TrainResult, pick_device, write_result
+    from vision.nnunet import _export, _train  # deferred: torch and nnunetv2, to train
 
     started = time.monotonic()
     budget = config.nnunet.time_budget_s
