@@ -26,7 +26,8 @@ test-fast: venv
 	$(BIN)/pytest -q $(PYTEST_FAST)
 
 # ruff (rules and formatting), mypy, the import layers of docs/architecture.md (.importlinter),
-# first-party imports at the top of each module (scripts/check_imports.py)
+# first-party imports at the top of each module (scripts/check_imports.py), untyped results
+# across packages only where scripts/boundaries-allowed.txt lists them (scripts/check_boundaries.py)
 # and deptry (every imported distribution declared, nothing declared unused).
 lint: venv
 	$(BIN)/ruff check .
@@ -34,6 +35,7 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/check_imports.py
+	$(BIN)/python scripts/check_boundaries.py
 	$(BIN)/deptry .
 
 setup: system venv

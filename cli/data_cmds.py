@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json, exit_without_teardown
 from segfactory.errors import DataError
+
+if TYPE_CHECKING:
+    from synthetic._io import ImportSummary, RealImportSummary
 
 data_app = typer.Typer(help="Generate, check, export and import split folders.", no_args_is_help=True)
 PROGRESS_MIN_IMAGES = 2000  # show a progress bar from this many images on (human output only)
@@ -206,32 +209,34 @@ def import_cmd(
     ):  # splits into OUT/real-dev (host side) and OUT/holdout (for `gate add-real`); docs/synthetic-by-use.md
         from synthetic._io import import_real
 
-        summary = import_real(src, out, request=request)
-        where = f"{summary['counts']} into {summary['real_dev']} and {summary['holdout']}"
+        real_summary = import_real(src, out, request=request)
+        where = f"{real_summary.counts} into {real_summary.real_dev} and {real_summary.holdout}"
+        summary: ImportSummary | RealImportSummary = real_summary
     else:
         summary = import_folder(src, out, "unlabelled" if unlabelled else "imported", request)
-        where = f"{summary['count']} images ({summary['kind']}, {summary['n_defects']} voids) into {out}"
+        where = f"{summary.count} images ({summary.kind}, {summary.n_defects} voids) into {out}"
     _report_mapping(summary, json_out)
     if json_out:
-        emit_json(summary)
+        emit_json(summary.model_dump(mode="json"))
     else:
         console().print(f"imported {where}", highlight=False)
 
 
-def _report_mapping(summary: dict[str, Any], json_out: bool) -> None:
+def _report_mapping(summary: ImportSummary | RealImportSummary, json_out: bool) -> None:
     """The mapping (with where the bit depth came from) and every warning, on stderr."""
     import sys
 
-    m = summary["intensity_mapping"]
-    windows = ", ".join(f"{bits}-bit files {lo:g}..{hi:g}" for bits, (lo, hi) in sorted(m["windows"].items()))
+    m = summary.intensity_mapping
+    windows = ", ".join(f"{bits}-bit files {lo:g}..{hi:g}" for bits, (lo, hi) in sorted(m.windows.items()))
+    low, high = summary.range
     lines = [
-        f"intensity mapping: {m['mode']}, source bit depth {m['bit_depth']} (from {m['detected_from']}); "
-        f"{windows} -> 0..1; imported range {summary['range'][0]:.4f}..{summary['range'][1]:.4f}"
+        f"intensity mapping: {m.mode}, source bit depth {m.bit_depth} (from {m.detected_from}); "
+        f"{windows} -> 0..1; imported range {low:.4f}..{high:.4f}"
     ]
-    if m["mode"] == "bit-depth" and m["detected_from"] != "--bit-depth":
+    if m.mode == "bit-depth" and m.detected_from != "--bit-depth":
         lines.append(
             "  (detected; pass --bit-depth N, --window LOW:HIGH or --percentile P_LOW:P_HIGH to choose)"
         )
-    lines += [f"warning: {w}" for w in summary["warnings"]]
-    if not json_out or summary["warnings"]:
+    lines += [f"warning: {w}" for w in summary.warnings]
+    if not json_out or summary.warnings:
         sys.stderr.write("\n".join(lines) + "\n")

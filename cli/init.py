@@ -93,7 +93,14 @@ def _marker(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
 
 
 STEPS: list[Step] = [_layout, _open_dataset, _tiers]  # other areas append steps here
-STEPS.append(gate_init_step)  # gate: pinned copy, ledger, baseline as best, users (as root)
+
+
+def _gate(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
+    """The gate: pinned copy, ledger, baseline as best, users (as root)."""
+    summary["gate"] = gate_init_step(home, profile).model_dump(mode="json")
+
+
+STEPS.append(_gate)
 FINAL_STEP: Step = _marker
 
 

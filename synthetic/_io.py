@@ -18,15 +18,48 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from segfactory.errors import DataError
 from segfactory.files import staged_dir
 from synthetic.check import MAX_LISTED, import_mapping, scan_import
 from synthetic.intensity import set_stats
-from synthetic.mapping import MappingRequest
+from synthetic.mapping import IntensityMapping, MappingRequest
 from synthetic.splits import content_hash, image_sha256, read_split, write_split
 
 ImportKind = Literal["imported", "real", "unlabelled"]
+
+
+class ImportSummary(BaseModel):
+    """What ``data import`` made of a folder (``--json`` prints it as it is)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    out: str
+    count: int  # images
+    kind: ImportKind
+    n_defects: int  # voids: connected components of the masks
+    intensity_mapping: IntensityMapping
+    warnings: list[str]  # about the intensity mapping
+    range: tuple[float, float]  # the imported images' smallest and largest value, in 0..1
+
+
+class RealImportSummary(BaseModel):
+    """What ``data import --real`` made of a labelled real set: the host's part and the vault's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    out: str
+    kind: Literal["real"] = "real"
+    stand_in: bool  # the set is a synthetic stand-in (its stand_in.json says so)
+    real_dev: str
+    holdout: str
+    counts: dict[str, int]  # images in each part
+    intensity_mapping: IntensityMapping
+    warnings: list[str]
+    range: tuple[float, float]
+
+
 RING_PX = 2  # width of the ring around a void used to estimate its local contrast
 
 
@@ -90,7 +123,7 @@ def _component_rows(index: int, image: np.ndarray, mask: np.ndarray) -> list[dic
 
 def import_folder(
     src: Path, out: Path, kind: ImportKind = "imported", request: MappingRequest | None = None
-) -> dict[str, Any]:
+) -> ImportSummary:
     """Import ``src`` (import layout) as a split folder at ``out``; DataError lists every bad file.
 
     ``request`` picks the intensity mapping (default: the detected bit depth). The summary
@@ -139,15 +172,15 @@ def import_folder(
         "intensity": stats.model_dump(mode="json"),
     }
     write_split(out, images, masks, metas, defects, manifest)
-    return {
-        "out": str(out),
-        "count": len(stems),
-        "kind": kind,
-        "n_defects": len(defects),
-        "intensity_mapping": mapping.model_dump(mode="json"),
-        "warnings": report.warnings,
-        "range": [float(images.min()), float(images.max())],
-    }
+    return ImportSummary(
+        out=str(out),
+        count=len(stems),
+        kind=kind,
+        n_defects=len(defects),
+        intensity_mapping=mapping,
+        warnings=report.warnings,
+        range=(float(images.min()), float(images.max())),
+    )
 
 
 REAL_DEV = "real-dev"  # host-side part of a real import: realism checks, blind test, top-up CI measure
@@ -195,7 +228,7 @@ def import_real(
     dev_fraction: float = REAL_DEV_FRACTION,
     seed: int = 0,
     request: MappingRequest | None = None,
-) -> dict[str, Any]:
+) -> RealImportSummary:
     """Import labelled real images into ``out/real-dev`` (host side) and ``out/holdout`` (vault).
 
     ``real-dev`` is for the host's realism checks and people only: never mount it into a
@@ -228,14 +261,13 @@ def import_real(
             _write_part(tmp / "all", idx, tmp / name, {**extra, "real_part": name})
         shutil.rmtree(tmp / "all")
     counts = {name: int(len(idx)) for name, idx in parts.items()}
-    return {
-        "out": str(out),
-        "kind": "real",
-        "stand_in": bool(extra.get("stand_in", False)),
-        "real_dev": str(out / REAL_DEV),
-        "holdout": str(out / REAL_HOLDOUT),
-        "counts": counts,
-        "intensity_mapping": whole["intensity_mapping"],
-        "warnings": whole["warnings"],
-        "range": whole["range"],
-    }
+    return RealImportSummary(
+        out=str(out),
+        stand_in=bool(extra.get("stand_in", False)),
+        real_dev=str(out / REAL_DEV),
+        holdout=str(out / REAL_HOLDOUT),
+        counts=counts,
+        intensity_mapping=whole.intensity_mapping,
+        warnings=whole.warnings,
+        range=whole.range,
+    )

@@ -29,7 +29,19 @@ def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_stand_in_import_splits_into_real_dev_and_holdout(stand_in: Path, tmp_path: Path) -> None:
     summary = import_real(stand_in, tmp_path / "real")
     dev, hold = read_split(tmp_path / "real" / "real-dev"), read_split(tmp_path / "real" / "holdout")
-    assert summary["counts"] == {"real-dev": 30, "holdout": 30} and summary["stand_in"] is True
+    assert summary.counts == {"real-dev": 30, "holdout": 30} and summary.stand_in is True
+    shape = {
+        "out",
+        "kind",
+        "stand_in",
+        "real_dev",
+        "holdout",
+        "counts",
+        "intensity_mapping",
+        "warnings",
+        "range",
+    }
+    assert set(summary.model_dump(mode="json")) == shape  # `data import --real --json`, a contract
     for split, part in ((dev, "real-dev"), (hold, "holdout")):
         assert split.manifest["kind"] == "real" and split.manifest["stand_in"] is True
         assert split.manifest["stand_in_note"] == STAND_IN_NOTE and split.manifest["real_part"] == part

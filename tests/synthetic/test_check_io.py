@@ -128,7 +128,7 @@ def test_import_tiff_16_bit_and_jpeg_8_bit(tmp_path: Path) -> None:
         Image.fromarray(mask).save(src / "masks" / f"{stem}.png")
     summary = import_folder(src, tmp_path / "out", "real")
     split = read_split(tmp_path / "out")
-    assert summary["n_defects"] == 4 and split.manifest["kind"] == "real"
+    assert summary.n_defects == 4 and split.manifest["kind"] == "real"
     assert [m["bit_depth"] for m in split.image_meta] == [16, 8]
     assert sorted(d["area"] for d in split.defects if d["image_id"] == 0) == [6, 20]
     assert any(d["edge"] for d in split.defects)

@@ -67,7 +67,7 @@ def test_12_bit_in_16_bit_png_is_detected_recorded_and_mapped(tmp_path: Path) ->
     assert split.images.min() == pytest.approx(400 / 4095) and split.images.max() == pytest.approx(
         3300 / 4095
     )
-    assert summary["warnings"] == [] and summary["range"] == pytest.approx([400 / 4095, 3300 / 4095])
+    assert summary.warnings == [] and summary.range == pytest.approx((400 / 4095, 3300 / 4095))
     assert split.manifest["intensity"]["intensity"]["median"] > 0.3  # recorded stats of the mapped set
 
 
@@ -77,10 +77,10 @@ def test_12_bit_read_as_16_bit_warns_with_numbers_and_the_flag(tmp_path: Path) -
     split = read_split(tmp_path / "out")
     assert split.manifest["intensity_mapping"]["windows"] == {"16": [0.0, 65535.0]}
     assert split.images.max() == pytest.approx(3300 / 65535)
-    (warning,) = summary["warnings"]
+    (warning,) = summary.warnings
     assert "values 400..3300 use 4.4% of the 16-bit range 0..65535" in warning
     assert "--bit-depth 12" in warning and "--window 400:3300" in warning
-    assert split.manifest["import_warnings"] == summary["warnings"]
+    assert split.manifest["import_warnings"] == summary.warnings
 
 
 def test_14_bit_tiff_set_detected_from_data_and_from_bits_per_sample(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_8_bit_set(tmp_path: Path) -> None:
         "8-bit files",
     )
     assert [m["bit_depth"] for m in split.image_meta] == [8] * 4
-    assert summary["range"] == pytest.approx([20 / 255, 230 / 255])
+    assert summary.range == pytest.approx((20 / 255, 230 / 255))
 
 
 def test_window_and_percentile_are_recorded_and_shared_by_both_real_parts(tmp_path: Path) -> None:
@@ -139,13 +139,13 @@ def test_saturation_and_values_above_the_declared_depth_warn(tmp_path: Path) -> 
     for image in raw:
         image[:4] = 4095  # an eighth of every image at the 12-bit top: the detector saturated
     summary = import_folder(write_set(tmp_path / "sat", raw), tmp_path / "a")
-    assert any("12.5% of pixels sit at the top of the mapping (4095 -> 1)" in w for w in summary["warnings"])
+    assert any("12.5% of pixels sit at the top of the mapping (4095 -> 1)" in w for w in summary.warnings)
     raw = detector(4, 400, 3300)
     raw[1][0, :3] = 5000
     summary = import_folder(
         write_set(tmp_path / "above", raw), tmp_path / "b", request=MappingRequest(bit_depth=12)
     )
-    (warning,) = summary["warnings"]
+    (warning,) = summary.warnings
     assert warning.startswith("3 pixels (0.07%) lie above 4095, the top of the declared 12-bit range")
     assert "--bit-depth 14" in warning
 
@@ -243,7 +243,17 @@ def test_cli_import_prints_the_detection_and_json_keeps_its_keys(
     assert "source bit depth 12 (from data maximum 3300)" in res.stderr and "pass --bit-depth N" in res.stderr
     res = cli("data", "import", str(src), "--out", str(tmp_path / "b"), "--bit-depth", "16", "--json", *home)
     out = json.loads(res.stdout)
-    assert {"out", "count", "kind", "n_defects", "intensity_mapping", "warnings", "range"} <= set(out)
+    assert set(out) == {"out", "count", "kind", "n_defects", "intensity_mapping", "warnings", "range"}
+    assert set(out["intensity_mapping"]) == {
+        "mode",
+        "bit_depth",
+        "detected_from",
+        "windows",
+        "raw_range",
+        "percentiles",
+        "formula",
+    }
+    assert out["range"] == pytest.approx([400 / 65535, 3300 / 65535]) and out["kind"] == "imported"
     assert "warning: values 400..3300 use 4.4%" in res.stderr
     res = cli(
         "data",
