@@ -375,13 +375,13 @@ def boost_cmd(
         raise UsageError(f"--n, --k and --reps must be >= 1; got {n}, {k}, {reps}")
     result = run_attack(n=n, k=k, reps=reps, seed=seed)
     if as_json:
-        emit_json(result)
+        emit_json(result.model_dump(mode="json"))
         return
-    for name, block in result["evaluators"].items():
-        leak = block["leak"]
+    for name, block in result.evaluators.items():
+        leak = block.leak
         console().print(
-            f"{name:>6}: holdout {block['holdout_loss']:.4f}  fresh {block['fresh_loss']:.4f}  "
-            f"leak {leak['estimate']:+.4f} [{leak['low']:+.4f}, {leak['high']:+.4f}]"
+            f"{name:>6}: holdout {block.holdout_loss:.4f}  fresh {block.fresh_loss:.4f}  "
+            f"leak {leak.estimate:+.4f} [{leak.low:+.4f}, {leak.high:+.4f}]"
         )
 
 

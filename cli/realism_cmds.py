@@ -217,6 +217,6 @@ def stand_in_cmd(
         raise DataError(f"{out} already exists; choose a new --out")
     summary = write_stand_in(out, n, size, seed, idx)
     if json_out:
-        emit_json(summary)
+        emit_json(summary.model_dump(mode="json"))
     else:
-        console().print(f"wrote {n} stand-in images to {out}. {summary['note']}")
+        console().print(f"wrote {n} stand-in images to {out}. {summary.note}")

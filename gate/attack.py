@@ -24,9 +24,9 @@ over the repetitions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from gate.win_rule import DEFAULT_WIN_RULE, load_win_rule
 from segfactory.stats import t_interval
@@ -112,34 +112,64 @@ def _one_rep(n: int, k: int, rule: CoarseRule, rng: np.random.Generator) -> dict
     }
 
 
-def _interval(values: np.ndarray) -> dict[str, float]:
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Leak(_Record):
+    """Mean fresh-minus-holdout loss over repetitions with its t interval (a leak is > 0)."""
+
+    estimate: float
+    low: float
+    high: float
+
+
+class EvaluatorLosses(_Record):
+    holdout_loss: float  # mean over repetitions
+    fresh_loss: float
+    leak: Leak
+
+
+class AttackResult(_Record):
+    """What ``attack boost`` measured (``--json`` prints it as it is)."""
+
+    n: int
+    k: int
+    reps: int
+    seed: int
+    level: float  # two-sided level of the leak intervals
+    budgets: dict[str, int]  # tier -> queries the rule allows
+    evaluators: dict[str, EvaluatorLosses]  # naive, gate, gate-a-only
+
+
+def _interval(values: np.ndarray) -> Leak:
     found = t_interval(values, INTERVAL_LEVEL)
     if found is None:
         mean = float(values.mean())
-        return {"estimate": mean, "low": mean, "high": mean}
-    return {"estimate": found.estimate, "low": found.low, "high": found.high}
+        return Leak(estimate=mean, low=mean, high=mean)
+    return Leak(estimate=found.estimate, low=found.low, high=found.high)
 
 
-def run_attack(n: int, k: int, reps: int, seed: int = 0, rule: CoarseRule | None = None) -> dict[str, Any]:
+def run_attack(n: int, k: int, reps: int, seed: int = 0, rule: CoarseRule | None = None) -> AttackResult:
     """Run the attack ``reps`` times; losses and the leak interval per evaluator."""
     rule = rule or coarse_rule()
     rng = np.random.default_rng(seed)
     runs = [_one_rep(n, k, rule, rng) for _ in range(reps)]
-    result: dict[str, Any] = {
-        "n": n,
-        "k": k,
-        "reps": reps,
-        "seed": seed,
-        "level": INTERVAL_LEVEL,
-        "budgets": {"confirm-a": rule.budget_a, "confirm-b": rule.budget_b},
-        "evaluators": {},
-    }
+    evaluators = {}
     for name in ("naive", "gate", "gate-a-only"):
         holdout = np.array([r[name][0] for r in runs])
         fresh = np.array([r[name][1] for r in runs])
-        result["evaluators"][name] = {
-            "holdout_loss": float(holdout.mean()),
-            "fresh_loss": float(fresh.mean()),
-            "leak": _interval(fresh - holdout),
-        }
-    return result
+        evaluators[name] = EvaluatorLosses(
+            holdout_loss=float(holdout.mean()),
+            fresh_loss=float(fresh.mean()),
+            leak=_interval(fresh - holdout),
+        )
+    return AttackResult(
+        n=n,
+        k=k,
+        reps=reps,
+        seed=seed,
+        level=INTERVAL_LEVEL,
+        budgets={"confirm-a": rule.budget_a, "confirm-b": rule.budget_b},
+        evaluators=evaluators,
+    )

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from synthetic import generate
 from synthetic._io import STAND_IN_FILE, export_png
 from synthetic.params import GenParams, make_params
@@ -45,7 +47,21 @@ def stand_in_params(idx_path: Path | None = None) -> GenParams:
     return make_params(**values)
 
 
-def write_stand_in(out: Path, n: int, size: int, seed: int, idx_path: Path | None = None) -> dict[str, Any]:
+class StandIn(BaseModel):
+    """What ``stand-in`` wrote (``--json`` prints it as it is)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    out: str
+    count: int
+    size: int
+    seed: int
+    stand_in: bool = True
+    n_defects: int
+    note: str
+
+
+def write_stand_in(out: Path, n: int, size: int, seed: int, idx_path: Path | None = None) -> StandIn:
     """Draw the stand-in and write it in the import layout (images/, masks/, stand_in.json)."""
     import tempfile
 
@@ -56,12 +72,6 @@ def write_stand_in(out: Path, n: int, size: int, seed: int, idx_path: Path | Non
         export_png(split, out)
     note = {"stand_in": True, "note": STAND_IN_NOTE, "seed": seed, "params": params.model_dump(mode="json")}
     (out / STAND_IN_FILE).write_text(json.dumps(note, indent=2, sort_keys=True) + "\n")
-    return {
-        "out": str(out),
-        "count": n,
-        "size": size,
-        "seed": seed,
-        "stand_in": True,
-        "n_defects": len(drawn.defects),
-        "note": STAND_IN_NOTE,
-    }
+    return StandIn(
+        out=str(out), count=n, size=size, seed=seed, n_defects=len(drawn.defects), note=STAND_IN_NOTE
+    )

@@ -16,10 +16,10 @@ from tests.gate.conftest import build_home
 @pytest.mark.slow
 def test_attack_boost_leaks_on_naive_and_not_through_the_gate() -> None:
     result = run_attack(n=4000, k=400, reps=5, seed=0)
-    naive, gate = result["evaluators"]["naive"], result["evaluators"]["gate"]
-    assert naive["leak"]["estimate"] >= 0.05
-    assert naive["leak"]["low"] > 0
-    assert gate["leak"]["low"] <= 0 <= gate["leak"]["high"]
+    naive, gate = result.evaluators["naive"], result.evaluators["gate"]
+    assert naive.leak.estimate >= 0.05
+    assert naive.leak.low > 0
+    assert gate.leak.low <= 0 <= gate.leak.high
 
 
 @pytest.mark.slow
@@ -28,7 +28,10 @@ def test_attack_cli_prints_one_json_object(cli: Callable[..., object], tmp_path:
         "attack", "boost", "--n", "500", "--k", "50", "--reps", "2", "--json", "--home", str(tmp_path / "h")
     )
     data = json.loads(out.stdout)  # type: ignore[attr-defined]
+    assert set(data) == {"n", "k", "reps", "seed", "level", "budgets", "evaluators"}  # a contract
     assert set(data["evaluators"]) == {"naive", "gate", "gate-a-only"}
+    assert set(data["evaluators"]["gate"]) == {"holdout_loss", "fresh_loss", "leak"}
+    assert set(data["evaluators"]["gate"]["leak"]) == {"estimate", "low", "high"}
     bad = cli("attack", "boost", "--k", "0", "--json")
     assert bad.returncode != 0 and "segfactory: error" in bad.stderr  # type: ignore[attr-defined]
 

@@ -22,7 +22,17 @@ from tests.conftest import CliResult
 @pytest.fixture(scope="module")
 def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("standin") / "src"
-    write_stand_in(out, 60, 32, 9001)
+    wrote = write_stand_in(out, 60, 32, 9001)
+    assert set(wrote.model_dump(mode="json")) == {  # `stand-in --json`, a contract
+        "out",
+        "count",
+        "size",
+        "seed",
+        "stand_in",
+        "n_defects",
+        "note",
+    }
+    assert wrote.count == 60 and wrote.n_defects > 0 and wrote.note == STAND_IN_NOTE
     return out
 
 
