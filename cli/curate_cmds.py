@@ -185,11 +185,11 @@ def compare_cmd(
         executor=executor,
     )
     if json_out:
-        emit_json(result)
+        emit_json(result.model_dump(mode="json"))
         return
     typer.echo(
-        f"curated {result['curated']['dataset']}: {result['curated']['verdict']}; "
-        f"random control {result['control']['dataset']}: {result['control']['verdict']}"
+        f"curated {result.curated.dataset}: {result.curated.verdict}; "
+        f"random control {result.control.dataset}: {result.control.verdict}"
     )
 
 

@@ -12,18 +12,41 @@ verdicts; the sealed worst-slice score is reported at the next milestone, not he
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from analysis.curation.plan import Action, Plan, PlanItem, apply_plan
-from controls.executor import TicketExecutor
+from controls.executor import ExecutedTicket, TicketExecutor
 from segfactory.errors import DataError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 from synthetic.splits import read_split
 from synthetic.versions import DatasetVersion, resolve
 
 CONTROL_EPOCHS = 8  # default epochs per ticket in the comparison (both arms; the budget may stop it sooner)
+
+
+class CurationArm(ExecutedTicket):
+    """One side of the comparison: its dataset version, its ticket and what running it came to."""
+
+    dataset: str
+    ticket: str
+
+
+class CurationCompare(BaseModel):
+    """``curate compare``'s result (``--json`` prints it as it is)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    curated: CurationArm
+    control: CurationArm  # as many random items removed, same budget and seed
+    budget_s: float
+    seed: int
+    epochs: int
+    removed: int  # items the plan removes
+    dev_better: Literal["curated", "control", "tie"] | None  # None: an arm has no dev dice
+    note: str
 
 
 def control_plan(home_root: Path, plan: Plan, seed: int) -> Plan:
@@ -78,7 +101,7 @@ def compare_plan(
     seed: int,
     executor: TicketExecutor,
     epochs: int = CONTROL_EPOCHS,
-) -> dict[str, Any]:
+) -> CurationCompare:
     """Run the curated and the random-control versions as two curation tickets; report both."""
     curated = _version_of(home_root, plan)
     control = _version_of(home_root, control_plan(home_root, plan, seed))
@@ -89,9 +112,10 @@ def compare_plan(
         ("control", control, "a random subset"),
     ):
         ticket = _ticket(f"cur-{tag}-{key}-s{seed}", version, budget_s, seed, what, epochs)
-        arms[key] = {"dataset": version.ref, "ticket": ticket.id, **executor(ticket, version)}
-    dice = {k: (v.get("dev_metrics") or {}).get("dice") for k, v in arms.items()}
-    better = None
+        ran = executor(ticket, version)
+        arms[key] = CurationArm(dataset=version.ref, ticket=ticket.id, **ran.model_dump())
+    dice = {k: (v.dev_metrics or {}).get("dice") for k, v in arms.items()}
+    better: Literal["curated", "control", "tie"] | None = None
     if dice["curated"] is not None and dice["control"] is not None:
         better = (
             "curated"
@@ -100,12 +124,13 @@ def compare_plan(
             if dice["control"] > dice["curated"]
             else "tie"
         )
-    return {
-        **arms,
-        "budget_s": budget_s,
-        "seed": seed,
-        "epochs": epochs,
-        "removed": len(plan.items),
-        "dev_better": better,
-        "note": "one seed is an anecdote; the sealed worst-slice score comes at the next milestone",
-    }
+    return CurationCompare(
+        curated=arms["curated"],
+        control=arms["control"],
+        budget_s=budget_s,
+        seed=seed,
+        epochs=epochs,
+        removed=len(plan.items),
+        dev_better=better,
+        note="one seed is an anecdote; the sealed worst-slice score comes at the next milestone",
+    )

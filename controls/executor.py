@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import BaseModel, ConfigDict
+
 from audit import AuditLog
 from runner import TicketRunner, TicketStatus
 from segfactory.home import Home
@@ -17,15 +19,22 @@ from segfactory.records import Ticket
 from synthetic.versions import DatasetVersion
 
 
+class ExecutedTicket(BaseModel):
+    """What running one ticket came to, as the controlled experiments report it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: str  # DONE / FAILED / REFUSED ... (runner.TicketStatus)
+    reason: str | None = None
+    dev_metrics: dict[str, float] | None = None
+    verdict: str | None = None  # the gate's word, when a gate was asked
+    model: str | None = None  # the ticket's model.onnx when it is DONE
+
+
 class TicketExecutor(Protocol):
-    """Runs one ticket on one dataset version. Never raises for a bad ticket: the outcome says.
+    """Runs one ticket on one dataset version. Never raises for a bad ticket: the outcome says."""
 
-    The outcome is JSON-able: ``status`` (``DONE`` / ``FAILED`` / ``REFUSED`` ...), ``reason``,
-    ``dev_metrics`` (dict or None), ``verdict`` (the gate's word or None) and ``model`` (the path
-    of the ticket's ``model.onnx`` when it is DONE, else None).
-    """
-
-    def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]: ...
+    def __call__(self, ticket: Ticket, version: DatasetVersion) -> ExecutedTicket: ...
 
 
 class RunnerExecutor:
@@ -49,7 +58,7 @@ class RunnerExecutor:
         self.home, self.backend, self.base_config = home, backend, base_config
         self.gate, self.run_id, self.audit, self.scheduler = gate, run_id, audit, scheduler
 
-    def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, Any]:
+    def __call__(self, ticket: Ticket, version: DatasetVersion) -> ExecutedTicket:
         audit = self.audit or AuditLog(self.home, None)
         try:
             runner = TicketRunner(
@@ -60,13 +69,13 @@ class RunnerExecutor:
             if self.audit is None:
                 audit.close()
         model = self.home.tickets_dir(self.run_id) / ticket.id / "model.onnx"
-        return {
-            "status": outcome.status.value,
-            "reason": outcome.reason,
-            "dev_metrics": outcome.evidence.dev_metrics if outcome.evidence else None,
-            "verdict": outcome.verdict.verdict.value if outcome.verdict else None,
-            "model": str(model) if outcome.status == TicketStatus.DONE else None,
-        }
+        return ExecutedTicket(
+            status=outcome.status.value,
+            reason=outcome.reason,
+            dev_metrics=outcome.evidence.dev_metrics if outcome.evidence else None,
+            verdict=outcome.verdict.verdict.value if outcome.verdict else None,
+            model=str(model) if outcome.status == TicketStatus.DONE else None,
+        )
 
 
-__all__ = ["RunnerExecutor", "TicketExecutor"]
+__all__ = ["ExecutedTicket", "RunnerExecutor", "TicketExecutor"]

@@ -211,7 +211,7 @@ def run_round_two(
         topup_report.seed,
     )
     outcome = executor(ticket, version)
-    status, model = outcome["status"], Path(outcome["model"]) if outcome["model"] else None
+    status, model = outcome.status, Path(outcome.model) if outcome.model else None
     out: dict[str, Any] = {
         "slice": plan.slice,
         "slice_effect": plan.slice_effect,

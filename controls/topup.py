@@ -299,7 +299,7 @@ def run_topup(
     for arm, n, version in arms:
         ticket = make_ticket(f"{run_id}-{arm}-n{n}", arm, n, version, plan)
         outcome = executor(ticket, version)
-        status, model = outcome["status"], Path(outcome["model"]) if outcome["model"] else None
+        status, model = outcome.status, Path(outcome.model) if outcome.model else None
         tickets.append(
             ArmTicket(
                 ticket=ticket.id,

@@ -12,7 +12,7 @@ import pytest
 from analysis.curation import Action, Plan, PlanItem, apply_plan, curate_defects
 from analysis.curation.images import curate_images
 from controls.curate_compare import compare_plan, control_plan
-from controls.executor import RunnerExecutor
+from controls.executor import ExecutedTicket, RunnerExecutor
 from segfactory.errors import DataError
 from segfactory.home import Home
 from segfactory.records import Ticket
@@ -134,9 +134,9 @@ class _Recording:
     def __init__(self) -> None:
         self.calls: list[tuple[Ticket, DatasetVersion]] = []
 
-    def __call__(self, ticket: Ticket, version: DatasetVersion) -> dict[str, object]:
+    def __call__(self, ticket: Ticket, version: DatasetVersion) -> ExecutedTicket:
         self.calls.append((ticket, version))
-        return {"status": "DONE", "dev_metrics": {"dice": 0.5}, "verdict": None}
+        return ExecutedTicket(status="DONE", dev_metrics={"dice": 0.5})
 
 
 def test_control_removes_as_many_random_items_with_same_budget_and_seed(
@@ -152,9 +152,13 @@ def test_control_removes_as_many_random_items_with_same_budget_and_seed(
     assert t1.kind == t2.kind == "curation" and t1.arm == t2.arm == "curation"
     assert t1.budget == t2.budget and t1.seed == t2.seed == 4
     assert len(read_split(v1.train)) == len(read_split(v2.train)) == 37
-    assert result["dev_better"] == "tie"
+    assert result.dev_better == "tie"
+    arm = {"dataset", "ticket", "status", "reason", "dev_metrics", "verdict", "model"}
+    shape = {"curated", "control", "budget_s", "seed", "epochs", "removed", "dev_better", "note"}
+    dumped = result.model_dump(mode="json")  # `curate compare --json`, a contract
+    assert set(dumped) == shape and set(dumped["curated"]) == set(dumped["control"]) == arm
     again = compare_plan(tmp_home, plan, budget_s=60, seed=4, executor=_Recording())  # reuses both versions
-    assert again["curated"]["dataset"] == result["curated"]["dataset"]
+    assert again.curated.dataset == result.curated.dataset
 
 
 @pytest.mark.slow
@@ -188,10 +192,10 @@ def test_compare_runs_both_arms_through_the_runner_in_bwrap(tmp_home: Path, tmp_
             base_config={"model": {"name": "unet-mobilenetv3"}, "epochs": 1, "batch_size": 8, "threads": 1},
         )
         result = compare_plan(home.root, plan, budget_s=240, seed=3, executor=executor)
-    for arm in ("curated", "control"):
-        assert result[arm]["status"] == "DONE", result[arm]
-        assert "dice" in result[arm]["dev_metrics"]
-    assert result["dev_better"] in ("curated", "control", "tie")
+    for arm in (result.curated, result.control):
+        assert arm.status == "DONE", arm
+        assert arm.dev_metrics is not None and "dice" in arm.dev_metrics
+    assert result.dev_better in ("curated", "control", "tie")
 
 
 def _sigmoid_model(path: Path, scale: float) -> Path:
