@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json, home_for
+
+if TYPE_CHECKING:
+    from controls.topup_report import RoundTwo
 
 DEFAULT_TICKET_BUDGET = "60s"  # device time per top-up ticket (every arm gets the same)
 DEFAULT_TOPUP_EPOCHS = 2  # epochs per top-up ticket (every arm gets the same)
@@ -155,10 +158,10 @@ def topup_cmd(
         _print_round_two(report.round_two)
 
 
-def _print_round_two(result: dict[str, Any]) -> None:
+def _print_round_two(result: RoundTwo) -> None:
     console().print(
-        f"round two: slice {result['slice']} (dev effect {result['slice_effect']:+.3f}), "
-        f"{result['fix_kind']} fix {result['change']}: {result['result']}"
+        f"round two: slice {result.slice} (dev effect {result.slice_effect:+.3f}), "
+        f"{result.fix_kind} fix {result.change}: {result.result}"
     )
 
 
@@ -191,7 +194,7 @@ def round_two_cmd(
     executor = RunnerExecutor(resolved, backend=backend, base_config=base_config, run_id=run_id)
     result = run_round_two(resolved, topup, executor=executor, run_id=run_id)
     if json_out:
-        emit_json(result)
+        emit_json(result.as_json())
     else:
         _print_round_two(result)
 

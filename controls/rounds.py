@@ -27,7 +27,7 @@ from analysis.report import Evaluated, analyse
 from analysis.slices import one_way_slices, slice_masks, two_way_slices
 from analysis.units import defect_units
 from controls.executor import TicketExecutor
-from controls.topup_report import TopupReport
+from controls.topup_report import RoundTwo, SliceChange, TopupReport
 from runner._execute import default_scorer
 from segfactory.errors import DataError
 from segfactory.home import Home
@@ -149,7 +149,7 @@ def round_ticket(tid: str, plan: NextRound, seconds: float, epochs: int, seed: i
 
 def slice_change(
     dev: Any, base_prob: np.ndarray, new_prob: np.ndarray, slice_name: str, threshold: float, seed: int
-) -> dict[str, float]:
+) -> SliceChange:
     """New minus baseline miss rate over the dev voids of ``slice_name`` (paired, bootstrap over voids)."""
 
     base = Evaluated(dev, base_prob).errors(threshold).defect_outcome
@@ -160,16 +160,14 @@ def slice_change(
     if mask is None or not mask.any():
         raise DataError(f"slice {slice_name!r} holds no dev voids under the new model's outcomes")
     ci = bootstrap_mean_ci(-units.outcome[mask], n_boot=N_BOOT, seed=seed)
-    return {"estimate": ci.estimate, "low": ci.low, "high": ci.high, "n": float(mask.sum())}
+    return SliceChange(estimate=ci.estimate, low=ci.low, high=ci.high, n=float(mask.sum()))
 
 
-def result_text(change: dict[str, float]) -> str:
-    if change["high"] < 0:
-        return (
-            f"the slice's dev miss rate fell by {-change['estimate']:.3f} (interval below 0): the fix helped"
-        )
-    if change["low"] > 0:
-        return f"the slice's dev miss rate rose by {change['estimate']:.3f} (interval above 0): the fix hurt"
+def result_text(change: SliceChange) -> str:
+    if change.high < 0:
+        return f"the slice's dev miss rate fell by {-change.estimate:.3f} (interval below 0): the fix helped"
+    if change.low > 0:
+        return f"the slice's dev miss rate rose by {change.estimate:.3f} (interval above 0): the fix hurt"
     return "the fix did nothing measurable: the interval of the slice's dev miss-rate change contains 0"
 
 
@@ -184,7 +182,7 @@ def run_round_two(
     run_id: str,
     scorer: Scorer | None = None,
     threshold: float = 0.5,
-) -> dict[str, Any]:
+) -> RoundTwo:
     """Analyse the top-up's nothing-arm model on dev, pick, run one fix ticket, measure, record."""
 
     if scorer is None:
@@ -212,7 +210,7 @@ def run_round_two(
     )
     outcome = executor(ticket, version)
     status, model = outcome.status, Path(outcome.model) if outcome.model else None
-    out: dict[str, Any] = {
+    fields: dict[str, Any] = {
         "slice": plan.slice,
         "slice_effect": plan.slice_effect,
         "slice_n": plan.slice_n,
@@ -225,25 +223,23 @@ def run_round_two(
         "chosen_from": "dev analysis of the nothing-arm model (trust rule 9)",
     }
     if model is None:
-        out["result"] = f"the fix ticket did not train ({status}); nothing was measured"
+        out = RoundTwo(**fields, result=f"the fix ticket did not train ({status}); nothing was measured")
     else:
         new_prob = np.asarray(scorer(model, np.asarray(dev.images))).reshape(dev.masks.shape)
-        out["miss_rate_change"] = slice_change(
-            dev, base_prob, new_prob, plan.slice, threshold, topup_report.seed
-        )
-        out["result"] = result_text(out["miss_rate_change"])
-    (people / "round2.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+        change = slice_change(dev, base_prob, new_prob, plan.slice, threshold, topup_report.seed)
+        out = RoundTwo(**fields, result=result_text(change), miss_rate_change=change)
+    (people / "round2.json").write_text(json.dumps(out.as_json(), indent=2, sort_keys=True) + "\n")
     record_round(
         people,
         RoundRecord(
             weakness=f"dev miss rate on slice {plan.slice}",
             fix_kind=plan.fix_kind,
             fix=json.dumps(plan.change, sort_keys=True),
-            result=out["result"],
+            result=out.result,
             report=str(people / "round2.json"),
             slice=plan.slice,
             measured_on="dev slice miss rate (paired against the nothing arm)",
-            estimate=out.get("miss_rate_change"),
+            estimate=out.miss_rate_change.model_dump() if out.miss_rate_change else None,
         ),
     )
     return out

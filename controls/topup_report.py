@@ -21,6 +21,36 @@ class _Record(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True)
 
 
+class SliceChange(_Record):
+    """New minus baseline dev miss rate over one slice's voids, paired, with its bootstrap interval."""
+
+    estimate: float
+    low: float
+    high: float
+    n: float  # voids in the slice
+
+
+class RoundTwo(_Record):
+    """Round two: the weakest dev slice of the nothing-arm model, one fix ticket, its measured change.
+
+    ``miss_rate_change`` is set only when the fix ticket trained (``exclude_unset`` keeps it out
+    of the JSON otherwise).
+    """
+
+    slice: str
+    slice_effect: float  # miss rate in the slice minus outside it (dev)
+    slice_n: int
+    confirmed: bool
+    fix_kind: str
+    change: dict[str, Any]
+    reason: str
+    ticket: str
+    status: str
+    chosen_from: str
+    result: str
+    miss_rate_change: SliceChange | None = None
+
+
 class Interval(_Record):
     """A bootstrap interval (``segfactory.stats.Interval.as_dict``)."""
 
@@ -90,7 +120,7 @@ class TopupReport(_Record):
     dose_response: DoseResponse
     milestone: MilestoneNote
     plot: str | None = None
-    round_two: dict[str, Any] | None = None  # controls.rounds.run_round_two's result
+    round_two: RoundTwo | None = None  # controls.rounds.run_round_two's result
 
 
 __all__ = [
@@ -101,6 +131,8 @@ __all__ = [
     "Interval",
     "MilestoneNote",
     "RealDev",
+    "RoundTwo",
+    "SliceChange",
     "TopupReport",
     "TurningPoint",
 ]

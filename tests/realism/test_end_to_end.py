@@ -203,6 +203,20 @@ def test_round_two_targets_a_dev_slice_with_another_kind_of_fix(run: dict[str, o
     from controls.rounds import read_rounds
 
     second = json.loads(run["outputs"][5].stdout)["round_two"]  # type: ignore[index]
+    assert set(second) == {  # topup --round-two --json, a contract
+        "slice",
+        "slice_effect",
+        "slice_n",
+        "confirmed",
+        "fix_kind",
+        "change",
+        "reason",
+        "ticket",
+        "status",
+        "chosen_from",
+        "result",
+        "miss_rate_change",
+    }
     assert second["fix_kind"] in ("training", "model") and second["chosen_from"].startswith("dev analysis")
     assert second["status"] == "DONE" and second["result"]
     change = second["miss_rate_change"]

@@ -107,11 +107,11 @@ def test_slice_change_is_paired_and_signed() -> None:
     units = defect_units(dev.image_meta, dev.defects, ["missed"] * len(dev.defects))
     name = one_way_slices(units, [])[0].name
     worse = slice_change(dev, perfect, blind, name, 0.5, seed=0)
-    assert worse["estimate"] == pytest.approx(1.0) and worse["n"] >= 1  # every void of the slice now missed
+    assert worse.estimate == pytest.approx(1.0) and worse.n >= 1  # every void of the slice now missed
     assert "hurt" in result_text(worse)
-    assert slice_change(dev, blind, perfect, name, 0.5, seed=0)["estimate"] == pytest.approx(-1.0)
+    assert slice_change(dev, blind, perfect, name, 0.5, seed=0).estimate == pytest.approx(-1.0)
     same = slice_change(dev, perfect, perfect, name, 0.5, seed=0)
-    assert same["estimate"] == 0.0 and "did nothing" in result_text(same)
+    assert same.estimate == 0.0 and "did nothing" in result_text(same)
 
 
 def test_rounds_are_appended_and_read_back(tmp_path: Path) -> None:
