@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from controls.pipeline import CandidateResult, CandidateServices, JudgeLike, run_candidate
 from controls.rates import false_win_rate, rate, selection_effect
+from controls.replay import Replay
 from segfactory.errors import DataError
 from segfactory.home import SOURCE_ROOT
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
@@ -130,7 +131,7 @@ class AaSummary(BaseModel):
     selection_effect: dict[str, float] | None
     # added by the CLI
     concurrency: int | None = None
-    replay: dict[str, Any] | None = None  # the false-win replay of promoted wins, when there were any
+    replay: Replay | None = None  # the false-win replay of promoted wins, when there were any
     ledger: dict[str, int] | None = None  # confirm-a / confirm-b queries the A/A spent
     audit_sandbox_runs: int | None = None
 

@@ -245,7 +245,9 @@ def run_compare(
     incumbent, results = run_arms(arms, seeds, run_arm, GateBestStore(home, compare_id), after_seed)
     summary = summarise(results, proposer=proposer, budget_s=budget_s, seeds=seeds)
     summary["replay"] = {
-        arm: replay(home, {r.run_id for r in runs}, f"{compare_id}-{arm}", progress=progress)
+        arm: replay(home, {r.run_id for r in runs}, f"{compare_id}-{arm}", progress=progress).model_dump(
+            mode="json"
+        )
         for arm, runs in results.items()
     }
     summary.update(

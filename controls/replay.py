@@ -19,10 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from audit import AuditLog
 from audit.anchor import gate_anchor_store
 from audit.gate_events import pull
 from controls.rates import false_win_rate, is_false_win
+from controls.topup_report import Interval as IntervalRecord
 from gate.client import home_gate
 from segfactory.errors import GateError
 from segfactory.home import Home
@@ -39,7 +42,34 @@ def promotions(home: Home) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
 
 
-def pairs_for(home: Home, run_ids: set[str]) -> list[dict[str, Any]]:
+class SealedPair(BaseModel):
+    """A promoted model and the best it replaced."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    ticket_id: str
+    model: str
+    previous: str
+
+
+class ReplayRow(SealedPair):
+    sealed_diff: IntervalRecord | None  # candidate - best on the sealed tier; None: a score is missing
+    false_win: bool | None
+
+
+class Replay(BaseModel):
+    """The false-win replay of promoted wins on the sealed tier (a key of the A/A and compare summaries)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    promoted: int
+    scored: int
+    rows: list[ReplayRow]
+    false_win_rate: dict[str, Any]  # controls.rates.Rate.as_dict: k, n, estimate, two intervals
+
+
+def pairs_for(home: Home, run_ids: set[str]) -> list[SealedPair]:
     """(promoted model, the best it replaced) for every promotion of ``run_ids``; A/A references and
     compare's restores of its incumbent (``restored``) are not wins, but a restore is the best replaced."""
     out, previous = [], str(home.root / BASELINE_MODEL)
@@ -50,12 +80,9 @@ def pairs_for(home: Home, run_ids: set[str]) -> list[dict[str, Any]]:
             and not row.get("restored")
         ):
             out.append(
-                {
-                    "run_id": row["run_id"],
-                    "ticket_id": row["ticket_id"],
-                    "model": row["model"],
-                    "previous": previous,
-                }
+                SealedPair(
+                    run_id=row["run_id"], ticket_id=row["ticket_id"], model=row["model"], previous=previous
+                )
             )
         previous = row["model"]
     return out
@@ -116,33 +143,38 @@ def replay(
     *,
     margin: float = 0.0,
     progress: Callable[[str], None] = lambda line: None,
-) -> dict[str, Any]:
+) -> Replay:
     """Replay the promoted wins of ``run_ids`` on the sealed tier; returns rows and the false-win rate."""
     pairs = pairs_for(home, run_ids)
     rows = []
     for start in range(0, len(pairs), PAIRS_PER_MILESTONE):
         chunk = pairs[start : start + PAIRS_PER_MILESTONE]
-        models = list(dict.fromkeys(Path(p[k]) for p in chunk for k in ("model", "previous")))
+        models = list(dict.fromkeys(Path(m) for p in chunk for m in (p.model, p.previous)))
         report = sealed_milestone(
             home, f"{name}-replay{start // PAIRS_PER_MILESTONE}", name, models, progress
         )
         for pair in chunk:
-            cand, best = sealed_f1(report, Path(pair["model"])), sealed_f1(report, Path(pair["previous"]))
+            cand, best = sealed_f1(report, Path(pair.model)), sealed_f1(report, Path(pair.previous))
             diff = unpaired_diff(cand, best) if cand and best else None
             rows.append(
-                {
-                    **pair,
-                    "sealed_diff": diff.as_dict() if diff else None,
-                    "false_win": is_false_win(diff, margin) if diff else None,
-                }
+                ReplayRow(
+                    **pair.model_dump(),
+                    sealed_diff=IntervalRecord(**diff.as_dict()) if diff else None,
+                    false_win=is_false_win(diff, margin) if diff else None,
+                )
             )
-    scored = [r for r in rows if r["false_win"] is not None]
-    return {
-        "promoted": len(pairs),
-        "scored": len(scored),
-        "rows": rows,
-        "false_win_rate": false_win_rate(sum(bool(r["false_win"]) for r in scored), len(scored)).as_dict(),
-    }
+    scored = [r for r in rows if r.false_win is not None]
+    rate = false_win_rate(sum(bool(r.false_win) for r in scored), len(scored))
+    return Replay(promoted=len(pairs), scored=len(scored), rows=rows, false_win_rate=rate.as_dict())
 
 
-__all__ = ["pairs_for", "replay", "sealed_f1", "sealed_milestone", "unpaired_diff"]
+__all__ = [
+    "Replay",
+    "ReplayRow",
+    "SealedPair",
+    "pairs_for",
+    "replay",
+    "sealed_f1",
+    "sealed_milestone",
+    "unpaired_diff",
+]

@@ -102,8 +102,8 @@ def test_a_promotion_after_a_restore_is_paired_with_the_incumbent(tmp_path: Path
     ]
     (home.runs / "promotions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (pair,) = pairs_for(home, {"sweep-0"})
-    assert pair["previous"] == "/m/base.onnx"  # not the agent arm's promotion: it never was this arm's bar
-    assert [p["ticket_id"] for p in pairs_for(home, {"cmp"})] == []  # a restore is not a win
+    assert pair.previous == "/m/base.onnx"  # not the agent arm's promotion: it never was this arm's bar
+    assert [p.ticket_id for p in pairs_for(home, {"cmp"})] == []  # a restore is not a win
 
 
 def test_no_arm_run_spends_another_arms_query_budget(tmp_path: Path) -> None:

@@ -19,11 +19,11 @@ def test_each_promotion_is_paired_with_the_best_it_replaced(tmp_path: Path) -> N
         "".join(json.dumps({"run_id": r, "ticket_id": t, "model": f"/m/{t}.onnx"}) + "\n" for r, t in rows)
     )
     pairs = pairs_for(home, {"aa1"})
-    assert [(p["ticket_id"], Path(p["previous"]).name) for p in pairs] == [
+    assert [(p.ticket_id, Path(p.previous).name) for p in pairs] == [
         ("aa1-aa002", "aa1-ref.onnx"),
         ("aa1-aa006", "o-t001.onnx"),
     ]  # the A/A reference is not a win
-    assert pairs_for(home, {"other"})[0]["previous"] == "/m/aa1-aa002.onnx"
+    assert pairs_for(home, {"other"})[0].previous == "/m/aa1-aa002.onnx"
 
 
 def test_the_unpaired_difference_is_conservative() -> None:
