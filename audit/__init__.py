@@ -11,13 +11,14 @@ Public API:
 See docs/audit.md.
 """
 
-from audit.anchor import Anchor, AnchorStore, FileAnchorStore, GateAnchorStore, MemoryAnchorStore
+from audit.anchor import AnchorStore, FileAnchorStore, GateAnchorStore, MemoryAnchorStore
 from audit.blobs import INLINE_MAX_BYTES, BlobStore
 from audit.check import Finding, ProtectedPaths, check_records, load_policy
 from audit.log import ANCHOR_EVERY_RECORDS, ANCHOR_EVERY_S, GENESIS_HASH, AuditLog
 from audit.reader import iter_records, read_lines
 from audit.show import select
 from audit.verify import VerifyReport, verify_log
+from segfactory.records import Anchor
 
 __all__ = [
     "ANCHOR_EVERY_RECORDS",

@@ -19,23 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from gate.client import GateClient, running_gate
 from segfactory.errors import DataError, GateError, HomeError
 from segfactory.files import write_atomic
 from segfactory.home import Home
-
-
-class Anchor(BaseModel):
-    """The chain head as the anchor store last recorded it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    seq: int = Field(ge=0)
-    hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-    ts: float | None = None
-    run_id: str | None = None
+from segfactory.records import Anchor
 
 
 @runtime_checkable

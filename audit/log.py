@@ -34,12 +34,12 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from audit.anchor import Anchor, AnchorStore
+from audit.anchor import AnchorStore
 from audit.blobs import BlobStore
 from audit.reader import LOG_NAME, parse_line
 from segfactory.errors import DataError
 from segfactory.home import Home
-from segfactory.records import Actor, AuditRecord, canonical_json
+from segfactory.records import Actor, Anchor, AuditRecord, canonical_json
 
 GENESIS_HASH = "0" * 64  # ``prev`` of the first record
 ANCHOR_EVERY_RECORDS = 64  # at most this many records wait for an anchor

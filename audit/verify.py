@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from audit.anchor import Anchor
 from audit.blobs import BlobStore, blob_refs
 from audit.log import GENESIS_HASH
 from audit.reader import LOG_NAME, Line, TornTail, read_lines
+from segfactory.records import Anchor
 
 MAX_PROBLEMS = 100  # past this, verify stops listing problems and says how many it left out
 

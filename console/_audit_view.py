@@ -12,13 +12,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from audit import BlobStore, check_records, iter_records, load_policy, select, verify_log
-from audit.anchor import Anchor
 from audit.reader import LOG_NAME
 from audit.show import parse_time
 from console._safe import inert, pretty
 from segfactory.errors import DataError
 from segfactory.home import Home
-from segfactory.records import AuditRecord
+from segfactory.records import Anchor, AuditRecord
 
 MAX_ROWS = 500  # records shown per page; past this the page says how many matched in all
 MAX_BLOB_BYTES = 256 * 1024  # bytes of a blob shown; past this the page says how many were left out

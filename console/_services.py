@@ -13,9 +13,9 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from audit.anchor import Anchor
 from console._auth import Auth
 from segfactory.home import Home
+from segfactory.records import Anchor
 
 AnchorReader = Callable[[], tuple[Anchor | None, bool]]  # (anchor, whether an anchor store was consulted)
 

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from gate import users
 from gate.roles import HOST, ROLES, token_file
 from segfactory.errors import GateError
-from segfactory.records import CoarseVerdict
+from segfactory.records import Anchor, CoarseVerdict
 
 CLIENT_TIMEOUT_S = 900.0  # one request (a submission scores two models); past it: GateError
 START_TIMEOUT_S = 60.0  # time for a spawned gate to answer /status; past it: GateError
@@ -127,18 +128,18 @@ class GateClient:
     def put_anchor(self, seq: int, digest: str, run_id: str | None = None) -> None:
         self._json("PUT", "/anchor", json={"seq": seq, "hash": digest, "run_id": run_id})
 
-    def get_anchor(self) -> dict[str, Any] | None:
+    def get_anchor(self) -> Anchor | None:
+        """The latest anchor the gate keeps (None before the first); a malformed reply is refused."""
         response = self._call("GET", "/anchor")
         if response.status_code == 404:
             return None
         if response.status_code >= 400:
             raise GateError(f"gate GET /anchor answered {response.status_code}")
-        result: dict[str, Any] = response.json()
-        return result
+        return _anchor(response.json())
 
-    def get_anchor_history(self) -> list[dict[str, Any]]:
-        anchors: list[dict[str, Any]] = self._json("GET", "/anchor/history")["anchors"]
-        return anchors
+    def get_anchor_history(self) -> list[Anchor]:
+        """Every anchor the gate keeps, oldest first."""
+        return [_anchor(item) for item in self._json("GET", "/anchor/history")["anchors"]]
 
     def pull_events(self, after: int = 0) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = self._json("GET", "/audit/events", params={"after": after})["events"]
@@ -168,6 +169,13 @@ class GateClient:
             body["tiers"] = tiers
         result: dict[str, Any] = self._json("POST", "/milestone", json=body)
         return result
+
+
+def _anchor(reply: Any) -> Anchor:
+    try:
+        return Anchor.model_validate(reply)
+    except ValidationError as exc:
+        raise GateError(f"the gate answered a malformed anchor: {exc.errors()[0]['msg']}") from exc
 
 
 def wait_ready(client: GateClient, proc: subprocess.Popen[bytes], timeout: float = START_TIMEOUT_S) -> None:

@@ -170,6 +170,17 @@ class AuditRecord(Record):
         return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
+class Anchor(BaseModel):
+    """The audit chain's head as an anchor store last recorded it (the gate keeps them)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seq: int = Field(ge=0)
+    hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    ts: float | None = None
+    run_id: str | None = None
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     """The hex SHA-256 of a file's bytes, read in chunks (models, splits, pinned code)."""
     digest = hashlib.sha256()

@@ -119,7 +119,7 @@ def test_the_agent_credential_reaches_only_submit_and_status(served: tuple[GateC
                 f"agent credential reached {method} {path}: {answer.status_code}"
             )
             assert set(answer.json()) == {"error"}  # nothing of what lies behind it
-        assert client.get_anchor()["seq"] == 3  # type: ignore[index]
+        assert client.get_anchor().seq == 3  # type: ignore[union-attr]
         assert vault_hashes(home / "vault") == before_ledger
         assert agent.submit(home / "home.json", None, "agent-sub").verdict.value == "INVALID"  # it may submit
         refused = [e for e in client.pull_events(0)[before_events:] if e["event"] == "gate.auth_refused"]
@@ -404,7 +404,7 @@ def test_anchor_and_audit_event_endpoints(served: tuple[GateClient, Path, Path])
     client, _, _ = served
     client.put_anchor(5, "ab" * 32, "run-1")
     client.put_anchor(8, "cd" * 32, None)
-    assert client.get_anchor()["seq"] == 8  # type: ignore[index]
+    assert client.get_anchor().seq == 8  # type: ignore[union-attr]
     events = client.pull_events(0)
     assert events and all({"id", "ts", "event", "payload"} <= set(e) for e in events)
     assert client.ack_events(events[-1]["id"]) == len(events)
