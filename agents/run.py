@@ -172,7 +172,7 @@ def check_win_rule(client: Any) -> str:
 
     status = client.status()
     _, digest = load_win_rule()
-    if not status.get("win_rule_ok") or status.get("win_rule_sha256") != digest:
+    if not status.win_rule_ok or status.win_rule_sha256 != digest:
         raise PolicyError(
             "the gate's pinned win rule does not match policies/win_rule.yaml; queries are "
             "stopped until a person re-pins it"

@@ -163,7 +163,7 @@ class HostServices:
 
     def best_model(self) -> tuple[str, Path]:
         """The gate's current best (its sha256) and the host's copy of it."""
-        sha = self.setup.gate.status().get("current_best")
+        sha = self.setup.gate.status().current_best
         if not sha:
             raise GateError("the gate has no current best; `segfactory init` registers the baseline")
         for candidate in self._known_models():
@@ -624,7 +624,7 @@ class HostServices:
             self.setup.progress(f"  {ticket_id}: PROMOTED, the new current best is {sha[:12]}")
         pull(self.setup.gate, self.setup.audit)
 
-    def promoted_in_run(self) -> list[dict[str, Any]]:
+    def _promoted_in_run(self) -> list[dict[str, Any]]:
         return [
             r for r in read_jsonl(self.home.runs / PROMOTIONS_FILE) if r.get("run_id") == self.setup.run_id
         ]
@@ -645,7 +645,7 @@ class HostServices:
         report["best_sha256"] = best.sha256
         _write_json(target, report)
         if "error" not in report:
-            self.predictions().sealed(self.promoted_in_run(), self._with_chain(run_id, report, models))
+            self.predictions().sealed(self._promoted_in_run(), self._with_chain(run_id, report, models))
 
         pull(self.setup.gate, self.setup.audit)
         self.audit("milestone_written", {"name": name, "file": str(target), "error": report.get("error")})
@@ -665,7 +665,7 @@ class HostServices:
         known = {r["sha256"]: Path(r["model"]) for r in read_jsonl(self.home.runs / PROMOTIONS_FILE)}
         known[sha256_file(self.home.root / BASELINE_MODEL)] = self.home.root / BASELINE_MODEL
         wanted: list[Path] = []
-        for promo in self.promoted_in_run():
+        for promo in self._promoted_in_run():
             for path in (known.get(promo.get("parent_sha256", "")), Path(promo["model"])):
                 if path is not None and path.is_file() and path not in scored and path not in wanted:
                     wanted.append(path)

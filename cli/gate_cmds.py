@@ -136,14 +136,14 @@ def status_cmd(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     with running_gate(home_for(home, create=True).root) as client:
         status = client.status()
     if as_json:
-        emit_json(status)
+        emit_json(status.as_json())
         return
     out = console()
-    out.print(f"win rule {status['win_rule_sha256']} ok={status['win_rule_ok']}")
-    for row in status["tiers"]:
-        out.print(f"{row['tier']:>14} v{row['version']}  budget left {row['left']}/{row['budget']}")
-    for q in status["quarantine"]:
-        out.print(f"[red]quarantined[/red] run {q['run_id']} ticket {q['ticket_id']}: {q['reason']}")
+    out.print(f"win rule {status.win_rule_sha256} ok={status.win_rule_ok}")
+    for row in status.tiers:
+        out.print(f"{row.tier:>14} v{row.version}  budget left {row.left}/{row.budget}")
+    for q in status.quarantine:
+        out.print(f"[red]quarantined[/red] run {q.run_id} ticket {q.ticket_id}: {q.reason}")
 
 
 @gate_app.command("submit")

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from audit import AuditLog
 from audit.anchor import gate_anchor_store
 from audit.gate_events import pull
+from gate.replies import TierState
 from segfactory.errors import DataError, GateError
 from segfactory.home import Home
 from segfactory.records import sha256_file
@@ -59,13 +60,15 @@ class BestStore(Protocol):
         ...
 
 
-def spent_tiers(tier_versions: list[dict[str, Any]]) -> list[str]:
+def spent_tiers(tier_versions: list[TierState]) -> list[str]:
     """The queried tiers whose current (highest) version has answered at least one query."""
-    current: dict[str, dict[str, Any]] = {}
+    current: dict[str, TierState] = {}
     for row in tier_versions:
-        if row["tier"] in QUERIED_TIERS and row["version"] >= current.get(row["tier"], {}).get("version", -1):
-            current[row["tier"]] = row
-    return [tier for tier in QUERIED_TIERS if tier in current and current[tier]["spent"] > 0]
+        if row.tier in QUERIED_TIERS and (
+            row.tier not in current or row.version >= current[row.tier].version
+        ):
+            current[row.tier] = row
+    return [tier for tier in QUERIED_TIERS if tier in current and current[tier].spent > 0]
 
 
 def host_copy(home: Home, sha256: str) -> Path:
@@ -101,7 +104,7 @@ class GateBestStore:
                 pull(client, log)
 
     def current(self) -> Incumbent:
-        sha = self._call(lambda client: client.status().get("current_best"))
+        sha = self._call(lambda client: client.status().current_best)
         if not sha:
             raise GateError("the gate has no current best; `segfactory init` registers the baseline")
         return Incumbent(str(sha), host_copy(self.home, str(sha)))
@@ -121,7 +124,7 @@ class GateBestStore:
 
     def fresh_tiers(self) -> dict[str, int]:
         def redraw(client: Any) -> dict[str, int]:
-            return {tier: int(client.rotate(tier)) for tier in spent_tiers(client.status().get("tiers", []))}
+            return {tier: int(client.rotate(tier)) for tier in spent_tiers(client.status().tiers)}
 
         return dict(self._call(redraw))
 

@@ -79,8 +79,8 @@ class Session:
     def spent(self) -> dict[str, int]:
         """Queries spent so far per tier (current versions summed), from the gate's ledger."""
         out: dict[str, int] = {}
-        for row in self.client.status().get("tiers", []):
-            out[row["tier"]] = out.get(row["tier"], 0) + int(row["spent"])
+        for row in self.client.status().tiers:
+            out[row.tier] = out.get(row.tier, 0) + row.spent
         return out
 
 

@@ -19,15 +19,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gate import users
+from gate.replies import GateStatus
 from gate.roles import HOST, ROLES, token_file
 from segfactory.errors import GateError
 from segfactory.records import Anchor, CoarseVerdict
+
+R = TypeVar("R", bound=BaseModel)
 
 CLIENT_TIMEOUT_S = 900.0  # one request (a submission scores two models); past it: GateError
 START_TIMEOUT_S = 60.0  # time for a spawned gate to answer /status; past it: GateError
@@ -121,9 +124,9 @@ class GateClient:
         ]
         return None if moved is None else str(moved)
 
-    def status(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._json("GET", "/status")
-        return result
+    def status(self) -> GateStatus:
+        """Hashes, tier versions and budgets, quarantines, the current best; a malformed reply is refused."""
+        return _reply(GateStatus, self._json("GET", "/status"), "status")
 
     def put_anchor(self, seq: int, digest: str, run_id: str | None = None) -> None:
         self._json("PUT", "/anchor", json={"seq": seq, "hash": digest, "run_id": run_id})
@@ -171,11 +174,15 @@ class GateClient:
         return result
 
 
-def _anchor(reply: Any) -> Anchor:
+def _reply(record: type[R], reply: Any, what: str) -> R:
     try:
-        return Anchor.model_validate(reply)
+        return record.model_validate(reply)
     except ValidationError as exc:
-        raise GateError(f"the gate answered a malformed anchor: {exc.errors()[0]['msg']}") from exc
+        raise GateError(f"the gate answered a malformed {what}: {exc.errors()[0]['msg']}") from exc
+
+
+def _anchor(reply: Any) -> Anchor:
+    return _reply(Anchor, reply, "anchor")
 
 
 def wait_ready(client: GateClient, proc: subprocess.Popen[bytes], timeout: float = START_TIMEOUT_S) -> None:

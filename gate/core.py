@@ -34,6 +34,7 @@ from gate.intake import (
 )
 from gate.leakage import LeakError, check_training_data
 from gate.ledger import PENDING, Ledger, LedgerError, QueryRow
+from gate.replies import GateStatus
 from gate.scorer import ScoringError, score_checked
 from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule, perturbed_views
 from segfactory.errors import DataError, GateError, PolicyError
@@ -351,7 +352,7 @@ class Gate:
     ) -> None:
         if ticket_id.startswith("bad-ticket-"):
             raise GateError("ticket id does not match the ticket id pattern")
-        if run_id is not None and any(q["run_id"] == run_id for q in self.ledger.quarantines()):
+        if run_id is not None and any(q.run_id == run_id for q in self.ledger.quarantines()):
             raise GateError(f"run {run_id} is quarantined for a person")
         if replicate_of is not None:
             original = self.ledger.find_query(replicate_of)
@@ -434,7 +435,7 @@ class Gate:
         return Outcome(answer, reason)
 
     # -- status -------------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> GateStatus:
         """What people and the orchestrator may know: hashes, versions, budgets, quarantines."""
         pinned = self.ledger.get_meta(META_WIN_RULE)
         try:
@@ -442,15 +443,15 @@ class Gate:
             rule_ok = True
         except PolicyError:
             rule_ok = False
-        return {
-            "win_rule_sha256": pinned,
-            "win_rule_ok": rule_ok,
-            "pinned_code_sha256": self.ledger.get_meta("pinned_code_sha256"),
-            "pinned_code_ok": self._pinned_ok(),
-            "tiers": self.ledger.tier_versions(),
-            "quarantine": self.ledger.quarantines(),
-            "current_best": (self.ledger.current_best() or {}).get("model_sha256"),
-        }
+        return GateStatus(
+            win_rule_sha256=pinned,
+            win_rule_ok=rule_ok,
+            pinned_code_sha256=self.ledger.get_meta("pinned_code_sha256"),
+            pinned_code_ok=self._pinned_ok(),
+            tiers=self.ledger.tier_versions(),
+            quarantine=self.ledger.quarantines(),
+            current_best=(self.ledger.current_best() or {}).get("model_sha256"),
+        )
 
     def _pinned_ok(self) -> bool | None:
         if self.integrity_check is None:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gate.replies import Quarantine, TierState
+
 PENDING = "PENDING"
 _EVENTS_LAST_ID = "events.last_id"  # meta key: the last event id issued
 _EVENTS_DELIVERED = "events.delivered"  # meta key: the highest event id handed to a reader
@@ -141,11 +143,9 @@ class Ledger:
             raise LedgerError(f"tier {tier} version {version} is not registered in the ledger")
         return max(int(row[0]), 0)
 
-    def tier_versions(self) -> list[dict[str, Any]]:
+    def tier_versions(self) -> list[TierState]:
         rows = self._all("SELECT tier, version, budget, spent FROM tier_versions ORDER BY tier, version")
-        return [
-            {"tier": t, "version": v, "budget": b, "spent": s, "left": max(b - s, 0)} for t, v, b, s in rows
-        ]
+        return [TierState(tier=t, version=v, budget=b, spent=s, left=max(b - s, 0)) for t, v, b, s in rows]
 
     # -- queries ------------------------------------------------------------------------------
     def find_query(self, ticket_id: str) -> QueryRow | None:
@@ -383,6 +383,6 @@ class Ledger:
                 (run_id, ticket_id, time.time(), reason),
             )
 
-    def quarantines(self) -> list[dict[str, Any]]:
+    def quarantines(self) -> list[Quarantine]:
         rows = self._all("SELECT run_id, ticket_id, ts, reason FROM quarantine WHERE cleared = 0 ORDER BY id")
-        return [{"run_id": r, "ticket_id": t, "ts": ts, "reason": why} for r, t, ts, why in rows]
+        return [Quarantine(run_id=r, ticket_id=t, ts=ts, reason=why) for r, t, ts, why in rows]

@@ -222,10 +222,8 @@ def create_app(
     def status(request: Request) -> dict[str, Any]:
         report = gate.status()
         if request.state.role != HOST:  # a quarantine's reason quotes held-back rows: people only
-            report["quarantine"] = [
-                {"run_id": q["run_id"], "ticket_id": q["ticket_id"]} for q in report["quarantine"]
-            ]
-        return report
+            report = report.for_agent()
+        return report.as_json()
 
     @app.post("/promote")
     async def promote(request: Request) -> JSONResponse:

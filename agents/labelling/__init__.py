@@ -56,7 +56,7 @@ def current_best_model(home: Home) -> Path:
     if not home.vault.exists():
         raise HomeError(f"no gate vault at {home.vault}; run `segfactory init`, or pass --model")
     with home_gate(home.root) as client:
-        best = client.status().get("current_best")
+        best = client.status().current_best
     if not best:
         raise HomeError("the gate has no current best; `segfactory init` registers the baseline")
     for candidate in _known_models(home):

@@ -11,8 +11,22 @@ import pytest
 from agents.context import DevAnalysis, VerdictEntry, build_context
 from agents.context import ProposerContext as Context
 from audit import AuditLog, MemoryAnchorStore, iter_records
+from gate.replies import GateStatus
 from segfactory.home import Home
 from segfactory.records import AuditRecord, Direction, ExpectedEffect, Recommendation, TicketKind
+
+
+def gate_status(best: str) -> GateStatus:
+    """What a fake gate's ``status()`` answers: a pinned, healthy gate whose current best is ``best``."""
+    return GateStatus(
+        win_rule_sha256="0" * 64,
+        win_rule_ok=True,
+        pinned_code_sha256=None,
+        pinned_code_ok=None,
+        tiers=[],
+        quarantine=[],
+        current_best=best,
+    )
 
 
 class Log:

@@ -20,6 +20,7 @@ from agents.actions import NotExecutable, load_catalogue, realise_config
 from agents.incumbent import DEFAULT_ACTION_EVIDENCE
 from agents.services import BASELINE_MODEL, PROMOTIONS_FILE, HostServices, RunSetup
 from agents.validate import BASE_CONFIG_EVIDENCE
+from gate.replies import GateStatus
 from segfactory.errors import UsageError
 from segfactory.files import append_jsonl
 from segfactory.home import Home
@@ -36,7 +37,7 @@ from segfactory.records import (
 from synthetic import generate
 from synthetic.splits import read_split, write_split
 from synthetic.versions import create_version, resolve
-from tests.agents.conftest import Log
+from tests.agents.conftest import Log, gate_status
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,8 +47,8 @@ class Gate:
     best: str
     promoted: list[str] = field(default_factory=list)
 
-    def status(self) -> dict[str, Any]:
-        return {"current_best": self.best}
+    def status(self) -> GateStatus:
+        return gate_status(self.best)
 
 
 def _ticket(

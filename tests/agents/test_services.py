@@ -11,26 +11,26 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from agents.incumbent import Lineage
 from agents.services import BASELINE_MODEL, DEV_COMPARISONS, HostServices, RunSetup
+from gate.replies import GateStatus
 from runner import Evidence, TicketOutcome, TicketStatus
 from segfactory.home import Home
 from segfactory.records import Budget, Direction, ExpectedEffect, Ticket, TicketKind, sha256_file
 from synthetic import generate
-from tests.agents.conftest import Log
+from tests.agents.conftest import Log, gate_status
 
 
 @dataclass
 class StatusOnlyGate:
     best: str
 
-    def status(self) -> dict[str, Any]:
-        return {"current_best": self.best}
+    def status(self) -> GateStatus:
+        return gate_status(self.best)
 
 
 @dataclass

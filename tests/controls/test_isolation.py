@@ -15,6 +15,7 @@ from controls.compare_report import ArmRun
 from controls.isolation import RESTORE_SUFFIX, Incumbent, spent_tiers, start_from
 from controls.replay import pairs_for
 from gate.ledger import Ledger
+from gate.replies import TierState
 from segfactory.home import Home
 
 
@@ -44,12 +45,12 @@ class LedgerStore:
         """As the gate's rotation does: a next version of the tier, with the rule's budget."""
         fresh = {}
         for tier in spent_tiers(self.ledger.tier_versions()):
-            fresh[tier] = max(r["version"] for r in self.ledger.tier_versions() if r["tier"] == tier) + 1
+            fresh[tier] = max(r.version for r in self.ledger.tier_versions() if r.tier == tier) + 1
             self.ledger.add_tier_version(tier, fresh[tier], self.budget)
         return fresh
 
     def query(self, ticket_id: str, tier: str = "confirm-a") -> bool:
-        version = max(r["version"] for r in self.ledger.tier_versions() if r["tier"] == tier)
+        version = max(r.version for r in self.ledger.tier_versions() if r.tier == tier)
         return self.ledger.reserve_query(ticket_id, tier, version, "m")
 
 
@@ -129,7 +130,7 @@ def test_no_arm_run_spends_another_arms_query_budget(tmp_path: Path) -> None:
         if r.fresh_tiers
     ]
     assert versions == [2, 3, 4, 5, 6]  # a version of its own for every arm-run after the first
-    assert {r["tier"]: r["version"] for r in store.ledger.tier_versions() if r["tier"] != "confirm-a"} == {
+    assert {r.tier: r.version for r in store.ledger.tier_versions() if r.tier != "confirm-a"} == {
         "confirm-b": 1,
         "sealed": 1,
     }  # unqueried tiers and the sealed tier are never redrawn
@@ -137,11 +138,14 @@ def test_no_arm_run_spends_another_arms_query_budget(tmp_path: Path) -> None:
 
 def test_spent_tiers_reads_only_the_current_version_of_the_queried_tiers() -> None:
     rows = [
-        {"tier": "confirm-a", "version": 1, "spent": 30},
-        {"tier": "confirm-a", "version": 2, "spent": 0},
-        {"tier": "confirm-b", "version": 1, "spent": 1},
-        {"tier": "sealed", "version": 1, "spent": 5},
-        {"tier": "never-queried", "version": 1, "spent": 3},
+        TierState(tier=tier, version=version, budget=30, spent=spent, left=30 - spent)
+        for tier, version, spent in (
+            ("confirm-a", 1, 30),
+            ("confirm-a", 2, 0),
+            ("confirm-b", 1, 1),
+            ("sealed", 1, 5),
+            ("never-queried", 1, 3),
+        )
     ]
     assert spent_tiers(rows) == ["confirm-b"]
     assert spent_tiers(rows[:1]) == ["confirm-a"]

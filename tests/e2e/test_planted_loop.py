@@ -23,7 +23,9 @@ from typing import Any
 
 import pytest
 
+from gate.replies import GateStatus
 from segfactory.records import CoarseVerdict, Verdict
+from tests.agents.conftest import gate_status
 
 pytestmark = [
     pytest.mark.slow,
@@ -44,8 +46,8 @@ class ScriptedGate:
     tickets: Path
     verdicts: dict[str, str] = field(default_factory=dict)
 
-    def status(self) -> dict[str, Any]:
-        return {"current_best": self.best}
+    def status(self) -> GateStatus:
+        return gate_status(self.best)
 
     def submit(
         self,

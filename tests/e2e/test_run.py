@@ -187,12 +187,12 @@ def test_promotion_without_the_gates_wins_is_refused_by_the_gate(finished_run: d
             dev_margin=0.005,
         )
         services = HostServices(setup)
-        best_before = anchor.client.status()["current_best"]
+        best_before = anchor.client.status().current_best
         if ticket_id in before:  # the run promoted it: promoting again moves nothing, writes nothing
             services.promote(ticket_id)
             assert (promotions.read_text() if promotions.exists() else "") == before
         else:
             with pytest.raises(GateError, match="promotion refused"):
                 services.promote(ticket_id)
-        assert anchor.client.status()["current_best"] == best_before
+        assert anchor.client.status().current_best == best_before
         log.close_run(run_id)

@@ -107,7 +107,7 @@ def test_changed_win_rule_stops_queries(
     rule.write_text(rule.read_text().replace("margin: 0.0 ", "margin: 0.001 "))
     answer = gate.submit(better_model.read_bytes(), "t-rule")
     assert answer.verdict.verdict is Verdict.INVALID and "changed since it was pinned" in answer.reason
-    assert gate.status()["win_rule_ok"] is False
+    assert gate.status().win_rule_ok is False
 
 
 def _dataset(home: Path, images: np.ndarray, masks: np.ndarray, approve: bool = True) -> str:
@@ -151,7 +151,7 @@ def test_leak_quarantines_the_run(
     )
     answer = gate.submit(better_model.read_bytes(), f"t-leak-{kind}", train_data=ref, run_id="r-leak")
     assert answer.verdict.verdict is Verdict.INVALID
-    assert gate.status()["quarantine"][0]["run_id"] == "r-leak"
+    assert gate.status().quarantine[0].run_id == "r-leak"
     later = gate.submit(better_model.read_bytes(), f"t-later-{kind}", run_id="r-leak")
     assert later.verdict.verdict is Verdict.INVALID and "quarantined" in later.reason
 

@@ -105,5 +105,5 @@ def test_survives_kill_9_mid_write(tmp_path: Path) -> None:
     proc.wait()
     led = Ledger(path)
     assert led._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    spent = led.tier_versions()[0]["spent"]
+    spent = led.tier_versions()[0].spent
     assert spent > 0 and spent == len(led.queries())  # spend and query landed together

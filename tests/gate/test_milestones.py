@@ -10,6 +10,7 @@ import pytest
 
 from gate.core import Gate
 from gate.milestones import MilestoneRequest, run_milestone
+from gate.replies import TierState
 from gate.setup import add_real
 from segfactory.errors import DataError, GateError
 from synthetic.splits import image_sha256, write_split
@@ -78,13 +79,7 @@ def test_real_holdout_is_added_as_versions_and_scored_only_by_milestones(
     meta = [{"id": f"real-{i}", "sha256": image_sha256(img)} for i, img in enumerate(images)]
     write_split(tmp_path / "real", images, masks, meta, [], {"source": "import"})
     assert add_real(gate, tmp_path / "real") == 1 and add_real(gate, tmp_path / "real") == 2
-    assert {
-        "tier": "real-holdout",
-        "version": 2,
-        "budget": 0,
-        "spent": 0,
-        "left": 0,
-    } in gate.ledger.tier_versions()
+    assert TierState(tier="real-holdout", version=2, budget=0, spent=0, left=0) in gate.ledger.tier_versions()
     report = run_milestone(gate, _req("real-1", [better_model], ["real-holdout"]))
     scored = report["tiers"]["real-holdout"]
     assert scored["version"] == 2 and scored["models"][models_sha(better_model)]["n_images"] == 40

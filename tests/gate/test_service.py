@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from gate.client import GateClient, running_gate, wait_ready
+from gate.ledger import Ledger
 from gate.pinned import (
     META_PINNED,
     PINNED_DIR,
@@ -77,14 +78,14 @@ def _ledger_rows(home: Path, ticket_id: str) -> list[tuple[str, str, str]]:
 
 
 def _left(client: GateClient, tier: str = "confirm-a") -> int:
-    return {t["tier"]: t["left"] for t in client.status()["tiers"]}[tier]
+    return {t.tier: t.left for t in client.status().tiers}[tier]
 
 
 def test_status_reports_hashes_and_budgets(served: tuple[GateClient, Path, Path]) -> None:
     client, _, _ = served
     status = client.status()
-    assert len(status["win_rule_sha256"]) == 64 and status["win_rule_ok"]
-    assert {t["tier"] for t in status["tiers"]} >= {"confirm-a", "confirm-b"}
+    assert len(status.win_rule_sha256 or "") == 64 and status.win_rule_ok
+    assert {t.tier for t in status.tiers} >= {"confirm-a", "confirm-b"}
 
 
 # -- credentials --------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ def test_the_agent_credential_reaches_only_submit_and_status(served: tuple[GateC
         assert mode & 0o007 == 0, f"{role}.token is readable by others ({oct(mode)})"
     agent = GateClient(socket_path=_uds(client), role="agent")
     try:
-        assert agent.status()["win_rule_ok"]
+        assert agent.status().win_rule_ok
         client.put_anchor(3, "ab" * 32, "run-agent")
         before_events, before_ledger = len(client.pull_events(0)), vault_hashes(home / "vault")
         for method, path, body in HOST_ONLY:
@@ -132,6 +133,23 @@ def test_the_agent_credential_reaches_only_submit_and_status(served: tuple[GateC
             assert anonymous._call(method, path).status_code == 401
     finally:
         anonymous.close()
+
+
+def test_an_agent_sees_a_quarantine_without_its_reason(served: tuple[GateClient, Path, Path]) -> None:
+    client, home, _ = served
+    why = "submitted predictions match sealed row 17 (held-back content)"
+    Ledger(home / "vault" / "ledger.sqlite").quarantine("r-quarantined", "t-quarantined", why)
+    agent = GateClient(socket_path=_uds(client), role="agent")
+    try:
+        raw = agent._call("GET", "/status").json()["quarantine"]
+        seen = agent.status().quarantine
+    finally:
+        agent.close()
+    mine = [q for q in raw if q["run_id"] == "r-quarantined"]
+    assert mine == [{"run_id": "r-quarantined", "ticket_id": "t-quarantined"}]  # no reason, no time
+    assert all(q.reason is None and q.ts is None for q in seen)
+    (host,) = [q for q in client.status().quarantine if q.run_id == "r-quarantined"]
+    assert host.reason == why and host.ts is not None  # people see why
 
 
 def test_the_host_credential_reaches_the_people_surface(served: tuple[GateClient, Path, Path]) -> None:
@@ -294,7 +312,7 @@ def test_promotion_needs_retrained_wins_against_the_current_best(tmp_path: Path)
         promoted_b = client.promote("b")
         with pytest.raises(GateError, match="against the best"):
             client.promote("a")  # its WINs were against the baseline, not against b
-        assert client.status()["current_best"] == promoted_b
+        assert client.status().current_best == promoted_b
 
 
 # -- the pinned copy ----------------------------------------------------------------------------
@@ -311,7 +329,7 @@ def test_the_served_copy_is_the_ledger_s_and_stays_as_pinned(
     copy = _served_copy(client)
     with sqlite3.connect(f"file:{home / 'vault' / 'ledger.sqlite'}?mode=ro", uri=True) as db:
         (digest,) = db.execute("SELECT value FROM meta WHERE key = ?", (META_PINNED,)).fetchone()
-    assert copy.name == digest == client.status()["pinned_code_sha256"] and client.status()["pinned_code_ok"]
+    assert copy.name == digest == client.status().pinned_code_sha256 and client.status().pinned_code_ok
     assert not list(copy.rglob("__pycache__")), "the gate wrote bytecode into its pinned copy"
     assert verify_files(copy, digest) == digest
     writable = [str(p) for p in [copy, *copy.rglob("*")] if p.lstat().st_mode & 0o222]
@@ -365,7 +383,7 @@ def test_planted_bytecode_refuses_verdicts_and_milestones(tmp_path: Path) -> Non
     pinned = current_pinned(home / "vault")
     assert pinned is not None
     with running_gate(home, ["--answer-time", "0"]) as client:
-        assert client.status()["pinned_code_ok"] is True
+        assert client.status().pinned_code_ok is True
         cache = pinned / "gate" / "__pycache__"
         os.chmod(pinned / "gate", 0o755)
         cache.mkdir()
@@ -373,7 +391,7 @@ def test_planted_bytecode_refuses_verdicts_and_milestones(tmp_path: Path) -> Non
         planted.write_bytes(b"\0" * 16)
         for path, mode in ((planted, 0o444), (cache, 0o555), (pinned / "gate", 0o555)):
             os.chmod(path, mode)  # read-only like the rest: only the bytecode itself is out of place
-        assert client.status()["pinned_code_ok"] is False
+        assert client.status().pinned_code_ok is False
         assert client.submit(baseline, None, "after-plant").verdict.value == "INVALID"
         with pytest.raises(GateError, match="pinned code mismatch"):
             client.milestone("after-plant", "run-1", [baseline], ["sealed"])
@@ -392,7 +410,7 @@ def test_tampered_pinned_copy_refuses_service(tmp_path: Path) -> None:
         os.chmod(target, 0o644)
         target.write_text("# tampered\n")
         verdict = client.submit(baseline, None, "after-tamper")
-        assert verdict.verdict.value == "INVALID" and client.status()["pinned_code_ok"] is False
+        assert verdict.verdict.value == "INVALID" and client.status().pinned_code_ok is False
     with pytest.raises(GateError, match="exited during start"), running_gate(home):
         pass
     events = [e["event"] for e in Ledger(home / "vault" / "ledger.sqlite").events_after(0)]
@@ -448,7 +466,7 @@ def test_tcp_needs_a_token_and_checks_it(served: tuple[GateClient, Path, Path]) 
             f"http://127.0.0.1:{port}/audit/events", headers={"authorization": "Bearer agent-token"}
         )
         assert agent.status_code == 403
-        assert good.status()["win_rule_ok"]
+        assert good.status().win_rule_ok
         assert json.loads(json.dumps(good.pull_events(0)))[-1]["event"] == "gate.auth_refused"
     finally:
         proc.terminate()

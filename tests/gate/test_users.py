@@ -215,7 +215,7 @@ def test_gate_serves_as_its_own_user_without_opening_root(separated_home: Path, 
     with running_gate(separated_home, ["--answer-time", "0"]) as client:
         uid, _, _, _ = _ids(int(client.server_pid or 0))
         assert uid == pwd.getpwnam(users.GATE_USER).pw_uid
-        assert client.status()["pinned_code_ok"] is True
+        assert client.status().pinned_code_ok is True
         assert client.submit(model, None, "as-gate-user").verdict.value == "WIN"
     assert os.stat("/root").st_mode == root_mode
 

@@ -70,7 +70,7 @@ def test_an_aa_reference_is_a_move_of_its_own_kind(served: tuple[GateClient, Pat
     client, home = served
     reference = models.save(models.threshold_model(bias=-0.6), tmp_path / "ref.onnx")
     sha = client.set_reference(reference, "A/A run aa-1: reference aa-1-ref becomes the best")
-    assert client.status()["current_best"] == sha
+    assert client.status().current_best == sha
     with sqlite3.connect(f"file:{home / 'vault' / 'ledger.sqlite'}?mode=ro", uri=True) as db:
         kinds = [k for (k,) in db.execute("SELECT kind FROM best ORDER BY id")]
     assert kinds == ["init", "reference"]  # never recorded as a promotion
@@ -82,9 +82,9 @@ def test_an_aa_reference_is_a_move_of_its_own_kind(served: tuple[GateClient, Pat
 @pytest.mark.slow
 def test_a_rotation_is_drawn_by_the_gate(served: tuple[GateClient, Path]) -> None:
     client, _ = served
-    before = {t["tier"]: t["version"] for t in client.status()["tiers"] if t["tier"] == "sealed"}
+    before = {t.tier: t.version for t in client.status().tiers if t.tier == "sealed"}
     version = client.rotate("sealed")
-    versions = [t["version"] for t in client.status()["tiers"] if t["tier"] == "sealed"]
+    versions = [t.version for t in client.status().tiers if t.tier == "sealed"]
     assert version == before["sealed"] + 1 and version in versions
 
 
@@ -96,12 +96,8 @@ def test_a_redrawn_confirm_tier_has_its_full_budget(served: tuple[GateClient, Pa
     client, _ = served
     model = models.save(models.threshold_model(bias=-0.6), tmp_path / "m.onnx")
     client.submit(model, None, "t-spends-one")
-    assert spent_tiers(client.status()["tiers"]) == ["confirm-a"]
+    assert spent_tiers(client.status().tiers) == ["confirm-a"]
     version = client.rotate("confirm-a")
-    current = max(
-        (t for t in client.status()["tiers"] if t["tier"] == "confirm-a"), key=lambda t: t["version"]
-    )
-    assert (
-        current["version"] == version and current["spent"] == 0 and current["left"] == current["budget"] > 0
-    )
-    assert spent_tiers(client.status()["tiers"]) == []
+    current = max((t for t in client.status().tiers if t.tier == "confirm-a"), key=lambda t: t.version)
+    assert current.version == version and current.spent == 0 and current.left == current.budget > 0
+    assert spent_tiers(client.status().tiers) == []
