@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli._common import HomeOpt, JsonOpt, emit_json, home_for
 from segfactory.home import Home
+
+if TYPE_CHECKING:
+    from vision.training_data import TrainingRange
 
 TRAIN_SAMPLE_IMAGES = 256  # train images scored for the train-dev gap and the train label estimate
 
@@ -175,13 +178,17 @@ def analyse_cmd(
         extras=extras,
     )
     shift = _training_range(dev, onnx_path, train_data, resolved.root, threshold)
-    if shift["outside"] or shift.get("finding") == "shift":
+    if shift.outside or shift.finding == "shift":
         report = report.model_copy(update={"notes": [_shift_note(shift), *report.notes]})  # read first
     target = out if out is not None else onnx_path.parent / "analysis"
     report = write_report(report, dev, errors, target)
     if json_out:
         emit_json(
-            {**_summary(report, target), "training_range": shift, "outside_training_range": shift["outside"]}
+            {
+                **_summary(report, target),
+                "training_range": shift.as_json(),
+                "outside_training_range": shift.outside,
+            }
         )
         return
     typer.echo(f"analysis of {onnx_path} on {data}: {report.n_images} images -> {target / 'report.html'}")
@@ -193,7 +200,7 @@ def analyse_cmd(
 
 def _training_range(
     dev: Any, onnx_path: Path, train_data: str | None, home_root: Path, threshold: float
-) -> dict[str, Any]:
+) -> TrainingRange:
     """The dev set against the model's training data, with zero detections read as a shift when outside."""
     import numpy as np
 
@@ -205,10 +212,10 @@ def _training_range(
     return collapse_finding(block, detected, int(np.asarray(dev.split.masks).sum()))
 
 
-def _shift_note(shift: dict[str, Any]) -> str:
+def _shift_note(shift: TrainingRange) -> str:
     """The report's note for a set outside the training range (people read it first)."""
-    note = "the analysed set lies outside the model's training range: " + "; ".join(shift["reasons"])
-    return note + (f"; {shift['message']}" if shift.get("message") else "")
+    note = "the analysed set lies outside the model's training range: " + "; ".join(shift.reasons or [])
+    return note + (f"; {shift.message}" if shift.message else "")
 
 
 def register(app: typer.Typer) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
+
+if TYPE_CHECKING:
+    from vision.training_data import TrainingRange
 
 gate_app = typer.Typer(
     help="The locked evaluator: serve, status, submit, milestones, tiers.", no_args_is_help=True
@@ -173,6 +176,8 @@ def submit_cmd(
 
 
 def _milestone_md(report: dict[str, Any]) -> str:
+    from vision.training_data import TrainingRange
+
     lines = [f"# Milestone {report['name']} (run {report['run_id']})", ""]
     for tier, block in report["tiers"].items():
         lines.append(f"## {tier} v{block['version']}")
@@ -184,18 +189,18 @@ def _milestone_md(report: dict[str, Any]) -> str:
             )
             shift = scores.get("training_range") if isinstance(scores, dict) else None
             if shift is not None:
-                lines.append(f"  - {_range_line(shift)}")
+                lines.append(f"  - {_range_line(TrainingRange.model_validate(shift))}")
         lines.append("")
     return "\n".join(lines)
 
 
-def _range_line(shift: dict[str, Any]) -> str:
-    if not shift["known"]:
-        return f"training range unknown: {shift['reason']}"
-    if not shift["outside"]:
+def _range_line(shift: TrainingRange) -> str:
+    if not shift.known:
+        return f"training range unknown: {shift.reason}"
+    if not shift.outside:
         return "within the training range"
-    text = "**outside the training range**: " + "; ".join(shift["reasons"])
-    return text + (f". {shift['message']}" if shift.get("message") else "")
+    text = "**outside the training range**: " + "; ".join(shift.reasons or [])
+    return text + (f". {shift.message}" if shift.message else "")
 
 
 def _outside(report: dict[str, Any]) -> dict[str, dict[str, bool | None]]:
@@ -226,9 +231,9 @@ def _fill_ranges(report: dict[str, Any], models: list[Path], home_root: Path) ->
         for sha, scores in block["models"].items():
             shift = scores.get("training_range") if isinstance(scores, dict) else None
             if shift is not None and not shift["known"] and sha in by_sha:
-                found = training_range(stats, by_sha[sha], None, home_root)
-                found.pop("set", None)
-                scores["training_range"] = collapse_finding(found, scores["n_detections"], scores["n_voids"])
+                found = training_range(stats, by_sha[sha], None, home_root, with_set=False)
+                finding = collapse_finding(found, scores["n_detections"], scores["n_voids"])
+                scores["training_range"] = finding.as_json()
 
 
 @gate_app.command("milestone")
@@ -320,8 +325,8 @@ def add_real_cmd(
             {
                 "tier": "real-holdout",
                 "version": version,
-                "training_range": shift,
-                "outside_training_range": shift["outside"],
+                "training_range": shift.as_json(),
+                "outside_training_range": shift.outside,
             }
         )
     else:
@@ -332,13 +337,13 @@ def add_real_cmd(
         print_training_range(con, shift)
 
 
-def _real_set_range(gate: Any, source: Path, train_data: str | None) -> dict[str, Any]:
+def _real_set_range(gate: Any, source: Path, train_data: str | None) -> TrainingRange:
     """The real set against the current best's training data (or ``--train-data``)."""
     from gate.intake import IntakeError, inspect_model
     from gate.milestones import host_copies
     from synthetic.intensity import split_stats
     from synthetic.splits import read_split
-    from vision.training_data import training_range
+    from vision.training_data import TrainingRange, training_range
 
     stats = split_stats(read_split(source, mmap=True))
     best = gate.ledger.current_best()
@@ -348,14 +353,14 @@ def _real_set_range(gate: Any, source: Path, train_data: str | None) -> dict[str
         copies = {}  # an unreadable best leaves the range unknown; adding the real set goes on
     model = next(iter(copies.values()), None)
     if model is None and train_data is None:
-        return {
-            "known": False,
-            "outside": None,
-            "model": best["model_path"] if best else None,
-            "reason": "no host copy of the current best with its training records; pass --train-data",
-        }
+        return TrainingRange(
+            known=False,
+            outside=None,
+            model=best["model_path"] if best else None,
+            reason="no host copy of the current best with its training records; pass --train-data",
+        )
     block = training_range(stats, model or source, train_data, gate.home_root)
-    return {**block, "model": str(model) if model else None}
+    return block.model_copy(update={"model": str(model) if model else None})
 
 
 @attack_app.command("boost")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
+
+if TYPE_CHECKING:
+    from vision.training_data import TrainingRange
 
 TrainDataOpt = Annotated[
     str | None,
@@ -137,7 +140,9 @@ def _print_report(report: dict[str, Any]) -> None:
             f"worst slice: {worst['attribute']}={worst['value']} {worst['metric']}={worst['score']:.3f} "
             f"(n={worst['support']})"
         )
-    print_training_range(con, report["training_range"])
+    from vision.training_data import TrainingRange
+
+    print_training_range(con, TrainingRange.model_validate(report["training_range"]))
     for cell in report.get("robustness", {}).get("cells", []):
         con.print(
             f"{cell['perturbation']:>17} s{cell['severity']} F1={cell['object_f1']:.3f} "
@@ -145,18 +150,18 @@ def _print_report(report: dict[str, Any]) -> None:
         )
 
 
-def print_training_range(con: Any, block: dict[str, Any]) -> None:
+def print_training_range(con: Any, block: TrainingRange) -> None:
     """One line on the training range, then its reasons and a shift reading of zero detections."""
-    if not block["known"]:
-        con.print(f"training range: unknown ({block['reason']})", highlight=False, soft_wrap=True)
-    elif block["outside"]:
-        con.print(f"[red]outside the training range[/red] of {block['train_split']}:", highlight=False)
-        for reason in block["reasons"]:
+    if not block.known:
+        con.print(f"training range: unknown ({block.reason})", highlight=False, soft_wrap=True)
+    elif block.outside:
+        con.print(f"[red]outside the training range[/red] of {block.train_split}:", highlight=False)
+        for reason in block.reasons or []:
             con.print(f"  {reason}", highlight=False, soft_wrap=True)
     else:
-        con.print(f"within the training range of {block['train_split']}", highlight=False)
-    if block.get("message"):
-        con.print(f"[red]{block['message']}[/red]", highlight=False, soft_wrap=True)
+        con.print(f"within the training range of {block.train_split}", highlight=False)
+    if block.message:
+        con.print(f"[red]{block.message}[/red]", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -32,7 +32,13 @@ from segfactory.records import sha256_file
 from segfactory.stats import bootstrap_ci
 from synthetic.intensity import split_stats
 from vision.metrics import SIZE_BIN_NAMES, aggregate, object_f1, per_image_metrics
-from vision.training_data import TICKET_MANIFEST, TRAINING_RECORD, collapse_finding, training_range
+from vision.training_data import (
+    TICKET_MANIFEST,
+    TRAINING_RECORD,
+    collapse_finding,
+    training_range,
+    unknown_range,
+)
 
 MILESTONE_TIERS = ("sealed", "never-queried", "real-holdout")
 REAL_TIERS = ("real-holdout",)  # tiers of real images: compared with each model's training data
@@ -149,16 +155,15 @@ def _real_tier_block(
     stats = split_stats(split)
     for sha, scores in scored.items():
         if sha not in paths:
-            block: dict[str, Any] = {
-                "known": False,
-                "outside": None,
-                "reason": "no host copy of this model (the current best or a ticket's "
-                "model.onnx) to read its training data from",
-            }
-        else:
-            block = training_range(stats, paths[sha], None, gate.home_root)
-            block.pop("set", None)  # the tier's statistics are given once, beside the models
-        scores["training_range"] = collapse_finding(block, scores["n_detections"], scores["n_voids"])
+            block = unknown_range(
+                "no host copy of this model (the current best or a ticket's model.onnx) to read its "
+                "training data from"
+            )
+        else:  # the tier's statistics are given once, beside the models
+            block = training_range(stats, paths[sha], None, gate.home_root, with_set=False)
+        scores["training_range"] = collapse_finding(
+            block, scores["n_detections"], scores["n_voids"]
+        ).as_json()
     return {"intensity": stats.model_dump(mode="json")}
 
 

@@ -19,8 +19,6 @@ The training range of a statistic is its ``TRAIN_QUANTILES`` range over the trai
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import ndimage
@@ -158,9 +156,33 @@ def split_stats(split: Split) -> IntensityStats:
     return set_stats(split.images, split.masks if split.masks.any() else None, split.content_hash or None)
 
 
-def compare(seen: IntensityStats, train: IntensityStats) -> dict[str, Any]:
+class StatRange(BaseModel):
+    """One statistic of a set (its median) against the training images' range of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    set_median: float
+    train_low: float
+    train_high: float
+    bound_low: float
+    bound_high: float
+    outside: bool
+
+
+class RangeCheck(BaseModel):
+    """A set's statistics against the training data's: ``outside`` if any lies beyond its bound."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    outside: bool
+    stats: dict[str, StatRange | None]  # None: unlabelled on one side (contrast) or nothing to measure
+    reasons: list[str]
+    bound: str  # the rule, in words
+
+
+def compare(seen: IntensityStats, train: IntensityStats) -> RangeCheck:
     """Each statistic of ``seen`` (its median) against ``train``'s range; ``outside`` if any is beyond it."""
-    rows: dict[str, Any] = {}
+    rows: dict[str, StatRange | None] = {}
     reasons = []
     for name in STAT_NAMES:
         got, ref = getattr(seen, name), getattr(train, name)
@@ -169,18 +191,18 @@ def compare(seen: IntensityStats, train: IntensityStats) -> dict[str, Any]:
             continue
         lo, hi = ref.low / SHIFT_FACTOR, ref.high * SHIFT_FACTOR
         outside = not lo <= got.median <= hi
-        rows[name] = {
-            "set_median": got.median,
-            "train_low": ref.low,
-            "train_high": ref.high,
-            "bound_low": round(lo, 6),
-            "bound_high": round(hi, 6),
-            "outside": outside,
-        }
+        rows[name] = StatRange(
+            set_median=got.median,
+            train_low=ref.low,
+            train_high=ref.high,
+            bound_low=round(lo, 6),
+            bound_high=round(hi, 6),
+            outside=outside,
+        )
         if outside:
             side = "below" if got.median < lo else "above"
             reasons.append(
                 f"{name}: the set's median {got.median:.4g} is {side} the training range "
                 f"{ref.low:.4g}..{ref.high:.4g} (bound {lo:.4g}..{hi:.4g})"
             )
-    return {"outside": bool(reasons), "stats": rows, "reasons": reasons, "bound": BOUND}
+    return RangeCheck(outside=bool(reasons), stats=rows, reasons=reasons, bound=BOUND)

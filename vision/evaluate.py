@@ -175,8 +175,8 @@ def evaluate(
     block = training_range(split_stats(split), onnx_path, train_data, home_root)
     report["training_range"] = collapse_finding(
         block, int(per.object_tp.sum() + per.object_fp.sum()), int(per.object_tp.sum() + per.object_fn.sum())
-    )
-    report["outside_training_range"] = block["outside"]
+    ).as_json()
+    report["outside_training_range"] = block.outside
     if compare_to is not None:
         ref_path = resolve_model(compare_to)
         ref = per_image_metrics(predict(ref_path, images), masks, threshold=threshold, iou_match=iou_match)

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from segfactory.errors import DataError
 from segfactory.files import write_atomic
-from synthetic.intensity import IntensityStats, compare, split_stats
+from synthetic.intensity import IntensityStats, StatRange, compare, split_stats
 from synthetic.splits import read_split
 from synthetic.versions import resolve
 
@@ -91,40 +91,83 @@ def find_training_data(
     return _from_records(model.parent if model.suffix == ".onnx" else model)
 
 
+class TrainingRange(BaseModel):
+    """A set against a model's training data, and how to read zero detections on it.
+
+    Dumped with ``exclude_unset`` (``as_json``): a range that is not known has ``reason`` and no
+    comparison; ``set`` is left out where the set's statistics are given once elsewhere (a
+    milestone's tier); the finding keys come with ``collapse_finding``; ``model`` where a command
+    says which model's training data it read.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    known: bool
+    outside: bool | None  # None: unknown
+    reason: str | None = None  # why it is unknown
+    source: str | None = None  # where the training data was found
+    train_split: str | None = None
+    stats: dict[str, StatRange | None] | None = None
+    reasons: list[str] | None = None  # each statistic outside its bound, in words
+    bound: str | None = None
+    set: IntensityStats | None = None
+    train: IntensityStats | None = None
+    model: str | None = None
+    zero_detections: bool | None = None
+    finding: Literal["shift", "model", "unknown"] | None = None
+    message: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def unknown_range(reason: str) -> TrainingRange:
+    return TrainingRange(known=False, outside=None, reason=reason)
+
+
 def training_range(
-    seen: IntensityStats, model: Path, train_data: Path | str | None = None, home_root: Path | None = None
-) -> dict[str, Any]:
-    """``seen`` against the model's training data: a JSON-ready block (``outside`` None when unknown)."""
+    seen: IntensityStats,
+    model: Path,
+    train_data: Path | str | None = None,
+    home_root: Path | None = None,
+    *,
+    with_set: bool = True,
+) -> TrainingRange:
+    """``seen`` against the model's training data (``outside`` None when unknown); ``with_set``
+    False leaves ``seen`` itself out (a milestone gives a tier's statistics once)."""
+    shown = {"set": seen} if with_set else {}
     try:
         found = find_training_data(model, train_data, home_root)
     except (DataError, OSError, ValueError, KeyError) as exc:
-        return {"known": False, "outside": None, "reason": str(exc), "set": seen.model_dump(mode="json")}
+        return TrainingRange(known=False, outside=None, reason=str(exc), **shown)
     if found is None:
-        return {
-            "known": False,
-            "outside": None,
-            "set": seen.model_dump(mode="json"),
-            "reason": f"nothing beside {model} records its training data ({TRAINING_RECORD} or a "
+        return TrainingRange(
+            known=False,
+            outside=None,
+            reason=f"nothing beside {model} records its training data ({TRAINING_RECORD} or a "
             f"training {TICKET_MANIFEST}); pass --train-data",
-        }
-    return {
-        "known": True,
-        "source": found.source,
-        "train_split": found.train_split,
-        **compare(seen, found.stats),
-        "set": seen.model_dump(mode="json"),
-        "train": found.stats.model_dump(mode="json"),
-    }
+            **shown,
+        )
+    check = compare(seen, found.stats)
+    return TrainingRange(
+        known=True,
+        source=found.source,
+        train_split=found.train_split,
+        outside=check.outside,
+        stats=check.stats,
+        reasons=check.reasons,
+        bound=check.bound,
+        train=found.stats,
+        **shown,
+    )
 
 
-def collapse_finding(block: dict[str, Any], n_detections: int, n_voids: int) -> dict[str, Any]:
+def collapse_finding(block: TrainingRange, n_detections: int, n_voids: int) -> TrainingRange:
     """Add the reading of zero detections: on a set outside the training range it is a shift."""
     zero = n_detections == 0 and n_voids > 0
-    finding = None
+    finding: Literal["shift", "model", "unknown"] | None = None
     if zero:
-        finding = (
-            "shift" if block.get("outside") else ("model" if block.get("outside") is False else "unknown")
-        )
+        finding = "shift" if block.outside else ("model" if block.outside is False else "unknown")
     message = None
     if finding == "shift":
         message = (
@@ -132,7 +175,7 @@ def collapse_finding(block: dict[str, Any], n_detections: int, n_voids: int) -> 
             "finding about the model; check the import's intensity mapping (data import --bit-depth, "
             "--window, --percentile)"
         )
-    return {**block, "zero_detections": zero, "finding": finding, "message": message}
+    return block.model_copy(update={"zero_detections": zero, "finding": finding, "message": message})
 
 
 def write_training_record(out: Path, data: Path) -> Path:

@@ -65,6 +65,7 @@ def test_a_dark_real_tier_is_outside_and_its_collapse_is_a_shift(
     assert block["intensity"]["n_images"] == 40 and shift["source"] == "training manifest"
     assert shift["outside"] is True and any(r.startswith("intensity:") for r in shift["reasons"])
     assert shift["zero_detections"] and shift["finding"] == "shift"
+    assert "set" not in shift and "train" in shift  # the tier's own statistics are given once, above
     assert block["models"][_sha(outsider)]["training_range"]["known"] is False  # the gate cannot see it
     _fill_ranges(report, [outsider], gate.home_root)  # the CLI can: it was given the path
     assert block["models"][_sha(outsider)]["training_range"]["source"] == "training_data.json"
@@ -80,9 +81,22 @@ def test_add_real_compares_with_the_current_best_or_train_data(
     real = _write(tmp_path / "real", images, masks)
     dark = _write(tmp_path / "dark", images / np.float32(16), masks)
     unknown = _real_set_range(gate, real, None)  # the baseline: no record of any training data
-    assert unknown["known"] is False and "--train-data" in unknown["reason"]
-    assert _real_set_range(gate, dark, str(train))["outside"] is True
+    assert unknown.known is False and "--train-data" in (unknown.reason or "")
+    assert set(unknown.as_json()) == {"known", "outside", "model", "reason"}  # gate add-real --json
+    assert _real_set_range(gate, dark, str(train)).outside is True
     gate.set_best(_ticket(gate, better_model, train), "promotion", "test")
-    assert _real_set_range(gate, real, None)["outside"] is False
+    assert _real_set_range(gate, real, None).outside is False
     found = _real_set_range(gate, dark, None)
-    assert found["outside"] is True and found["model"].endswith("tickets/t1/model.onnx")
+    assert found.outside is True and (found.model or "").endswith("tickets/t1/model.onnx")
+    assert {
+        "known",
+        "outside",
+        "source",
+        "train_split",
+        "stats",
+        "reasons",
+        "bound",
+        "set",
+        "train",
+        "model",
+    } == set(found.as_json())

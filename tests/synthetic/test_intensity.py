@@ -17,10 +17,10 @@ from tests.vision._data import draw
 def test_a_rescaled_set_is_outside_and_the_same_set_inside() -> None:
     images, masks, _, _ = draw(40, 32, 0)
     train = set_stats(images, masks)
-    assert not compare(set_stats(draw(40, 32, 1)[0], draw(40, 32, 1)[1]), train)["outside"]
+    assert not compare(set_stats(draw(40, 32, 1)[0], draw(40, 32, 1)[1]), train).outside
     dark = compare(set_stats(images * np.float32(3300 / 65535), masks), train)
-    assert dark["outside"] and {r.split(":")[0] for r in dark["reasons"]} == {"intensity", "spread", "noise"}
-    assert dark["stats"]["contrast"]["outside"] is False  # a gain leaves Michelson contrast unchanged
+    assert dark.outside and {r.split(":")[0] for r in dark.reasons} == {"intensity", "spread", "noise"}
+    assert dark.stats["contrast"].outside is False  # type: ignore[union-attr]  # a gain leaves Michelson contrast unchanged
 
 
 def test_the_bound_is_the_stated_factor() -> None:
@@ -28,14 +28,14 @@ def test_the_bound_is_the_stated_factor() -> None:
     train = set_stats(images, masks)
     just_inside = np.float32(train.intensity.low / SHIFT_FACTOR * 1.05 / train.intensity.median)
     just_outside = np.float32(train.intensity.low / SHIFT_FACTOR * 0.95 / train.intensity.median)
-    assert not compare(set_stats(images * just_inside, masks), train)["stats"]["intensity"]["outside"]
-    assert compare(set_stats(images * just_outside, masks), train)["stats"]["intensity"]["outside"]
+    assert not compare(set_stats(images * just_inside, masks), train).stats["intensity"].outside  # type: ignore[union-attr]
+    assert compare(set_stats(images * just_outside, masks), train).stats["intensity"].outside  # type: ignore[union-attr]
 
 
 def test_unlabelled_sets_skip_contrast() -> None:
     images, masks, _, _ = draw(10, 32, 0)
     result = compare(set_stats(images, None), set_stats(images, masks))
-    assert result["stats"]["contrast"] is None and not result["outside"]
+    assert result.stats["contrast"] is None and not result.outside
 
 
 def _split(root: Path, n: int = 6) -> Path:

@@ -20,7 +20,13 @@ from synthetic._io import export_png
 from synthetic.splits import read_split
 from tests.conftest import REPO, CliResult
 from tests.vision._data import make_version
-from vision.training_data import TICKET_MANIFEST, collapse_finding, find_training_data, training_range
+from vision.training_data import (
+    TICKET_MANIFEST,
+    TrainingRange,
+    collapse_finding,
+    find_training_data,
+    training_range,
+)
 
 
 def _tamper(split_dir: Path) -> None:
@@ -64,19 +70,24 @@ def test_training_data_is_found_through_a_ticket_manifest(tmp_path: Path) -> Non
     manifest["train"]["content_hash"] = "f" * 64  # the split at that path is no longer the training data
     (ticket / TICKET_MANIFEST).write_text(json.dumps(manifest))
     block = training_range(found.stats, ticket / "model.onnx")
-    assert block["known"] is False and "no longer there" in block["reason"]
-    assert training_range(found.stats, ticket / "model.onnx", data)["known"] is True  # --train-data wins
+    assert block.known is False and "no longer there" in (block.reason or "")
+    assert training_range(found.stats, ticket / "model.onnx", data).known is True  # --train-data wins
     alone = training_range(found.stats, tmp_path / "elsewhere" / "model.onnx")
-    assert alone["known"] is False and alone["outside"] is None and "pass --train-data" in alone["reason"]
+    assert alone.known is False and alone.outside is None and "pass --train-data" in (alone.reason or "")
+    assert set(alone.as_json()) == {"known", "outside", "reason", "set"}  # the JSON of an unknown range
 
 
 def test_zero_detections_outside_the_range_read_as_a_shift() -> None:
-    assert collapse_finding({"outside": True}, 0, 5)["finding"] == "shift"
-    assert "not a finding about the model" in collapse_finding({"outside": True}, 0, 5)["message"]
-    assert collapse_finding({"outside": False}, 0, 5)["finding"] == "model"
-    assert collapse_finding({"outside": None}, 0, 5)["finding"] == "unknown"
-    assert collapse_finding({"outside": True}, 3, 5)["finding"] is None
-    assert collapse_finding({"outside": True}, 0, 0)["zero_detections"] is False  # nothing to detect
+    def finding(outside: bool | None, detections: int, voids: int) -> TrainingRange:
+        return collapse_finding(TrainingRange(known=outside is not None, outside=outside), detections, voids)
+
+    assert finding(True, 0, 5).finding == "shift"
+    assert "not a finding about the model" in (finding(True, 0, 5).message or "")
+    assert finding(False, 0, 5).finding == "model"
+    assert finding(None, 0, 5).finding == "unknown"
+    assert finding(True, 3, 5).finding is None
+    assert finding(True, 0, 0).zero_detections is False  # nothing to detect
+    assert set(finding(None, 0, 5).as_json()) == {"known", "outside", "zero_detections", "finding", "message"}
 
 
 def _write_12_bit(png_dir: Path, out: Path) -> Path:
