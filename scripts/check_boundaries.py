@@ -18,20 +18,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-PACKAGES = (
-    "segfactory",
-    "synthetic",
-    "vision",
-    "analysis",
-    "gate",
-    "runner",
-    "sandbox",
-    "audit",
-    "agents",
-    "console",
-    "controls",
-    "cli",
-)
+from check_imports import FIRST_PARTY  # scripts/ is this script's sys.path[0]
+
+PACKAGES = FIRST_PARTY
 ALLOWED = "scripts/boundaries-allowed.txt"
 KINDS = ("payload", "config", "rows", "result")
 
