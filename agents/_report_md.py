@@ -205,6 +205,8 @@ def _milestone(r: Any) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for tier, block in m.get("tiers", {}).items():
+        if block.get("error"):
+            lines.append(f"| {tier} | v{block.get('version')} | not scored: {block['error']} | | | | |")
         for sha, s in block.get("models", {}).items():
             f1 = s.get("object_f1", {}) if isinstance(s, dict) else {}
             lines.append(

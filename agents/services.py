@@ -651,9 +651,10 @@ class HostServices:
         self.audit("milestone_written", {"name": name, "file": str(target), "error": report.get("error")})
 
     def _milestone(self, name: str, models: list[Path], tiers: list[str]) -> dict[str, Any]:
+        """The people's milestone file: the gate's report (or its refusal) and the models by sha256."""
         self.setup.progress(f"milestone {name}: scoring {len(models)} model(s) on {', '.join(tiers)}")
         try:
-            report: dict[str, Any] = self.setup.gate.milestone(name, self.setup.run_id, models, tiers)
+            report = self.setup.gate.milestone(name, self.setup.run_id, models, tiers).as_json()
         except GateError as exc:  # quota spent, say: the run still ends with its report
             report = {"name": name, "run_id": self.setup.run_id, "error": str(exc)}
         report["models"] = {sha256_file(m): str(m) for m in models}

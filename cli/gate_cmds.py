@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
+from segfactory.files import write_atomic
 
 if TYPE_CHECKING:
+    from gate.replies import MilestoneReport
     from vision.training_data import TrainingRange
 
 gate_app = typer.Typer(
@@ -175,21 +177,17 @@ def submit_cmd(
         console().print(f"{verdict.tier}: {verdict.verdict.value} ({verdict.queries_left} queries left)")
 
 
-def _milestone_md(report: dict[str, Any]) -> str:
-    from vision.training_data import TrainingRange
-
-    lines = [f"# Milestone {report['name']} (run {report['run_id']})", ""]
-    for tier, block in report["tiers"].items():
-        lines.append(f"## {tier} v{block['version']}")
-        for sha, scores in block["models"].items():
-            f1 = scores.get("object_f1", {}) if isinstance(scores, dict) else {}
-            lines.append(
-                f"- `{sha[:12]}` object F1 {f1.get('estimate', float('nan')):.4f} "
-                f"[{f1.get('low', float('nan')):.4f}, {f1.get('high', float('nan')):.4f}]"
-            )
-            shift = scores.get("training_range") if isinstance(scores, dict) else None
-            if shift is not None:
-                lines.append(f"  - {_range_line(TrainingRange.model_validate(shift))}")
+def _milestone_md(report: MilestoneReport) -> str:
+    lines = [f"# Milestone {report.name} (run {report.run_id})", ""]
+    for tier, block in report.tiers.items():
+        lines.append(f"## {tier} v{block.version}")
+        if block.error is not None:
+            lines.append(f"- not scored: {block.error}")
+        for sha, scores in block.models.items():
+            f1 = scores.object_f1
+            lines.append(f"- `{sha[:12]}` object F1 {f1.estimate:.4f} [{f1.low:.4f}, {f1.high:.4f}]")
+            if scores.training_range is not None:
+                lines.append(f"  - {_range_line(scores.training_range)}")
         lines.append("")
     return "\n".join(lines)
 
@@ -203,37 +201,39 @@ def _range_line(shift: TrainingRange) -> str:
     return text + (f". {shift.message}" if shift.message else "")
 
 
-def _outside(report: dict[str, Any]) -> dict[str, dict[str, bool | None]]:
+def _outside(report: MilestoneReport) -> dict[str, dict[str, bool | None]]:
     """Per real tier and model: outside its training range (None: unknown)."""
-    out: dict[str, dict[str, bool | None]] = {}
-    for tier, block in report["tiers"].items():
-        if "intensity" in block:
-            out[tier] = {
-                sha: scores["training_range"]["outside"]
-                for sha, scores in block["models"].items()
-                if isinstance(scores, dict) and "training_range" in scores
-            }
-    return out
+    return {
+        tier: {
+            sha: scores.training_range.outside
+            for sha, scores in block.models.items()
+            if scores.training_range is not None
+        }
+        for tier, block in report.tiers.items()
+        if block.intensity is not None
+    }
 
 
-def _fill_ranges(report: dict[str, Any], models: list[Path], home_root: Path) -> None:
+def _fill_ranges(report: MilestoneReport, models: list[Path], home_root: Path) -> MilestoneReport:
     """Training ranges the gate could not read (models outside the home), from the given paths."""
     import hashlib
 
-    from synthetic.intensity import IntensityStats
     from vision.training_data import collapse_finding, training_range
 
     by_sha = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in models if p.is_file()}
-    for block in report["tiers"].values():
-        if "intensity" not in block:
+    tiers = dict(report.tiers)
+    for tier, block in report.tiers.items():
+        if block.intensity is None:
             continue
-        stats = IntensityStats.model_validate(block["intensity"])
-        for sha, scores in block["models"].items():
-            shift = scores.get("training_range") if isinstance(scores, dict) else None
-            if shift is not None and not shift["known"] and sha in by_sha:
-                found = training_range(stats, by_sha[sha], None, home_root, with_set=False)
-                finding = collapse_finding(found, scores["n_detections"], scores["n_voids"])
-                scores["training_range"] = finding.as_json()
+        scored = dict(block.models)
+        for sha, scores in block.models.items():
+            shift = scores.training_range
+            if shift is not None and not shift.known and sha in by_sha:
+                found = training_range(block.intensity, by_sha[sha], None, home_root, with_set=False)
+                finding = collapse_finding(found, scores.n_detections or 0, scores.n_voids or 0)
+                scored[sha] = scores.model_copy(update={"training_range": finding})
+        tiers[tier] = block.model_copy(update={"models": scored})
+    return report.model_copy(update={"tiers": tiers})
 
 
 @gate_app.command("milestone")
@@ -257,18 +257,18 @@ def milestone_cmd(
     resolved = home_for(home, create=True)
     with running_gate(resolved.root) as client:
         report = client.milestone(name, run, list(model or []), [t for t in tiers.split(",") if t])
-    _fill_ranges(report, list(model or []), resolved.root)
+    report = _fill_ranges(report, list(model or []), resolved.root)
     out_dir = resolved.people_dir(run) / "milestones"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2, sort_keys=True))
-    (out_dir / f"{name}.md").write_text(_milestone_md(report))
+    write_atomic(out_dir / f"{name}.json", json.dumps(report.as_json(), indent=2, sort_keys=True))
+    write_atomic(out_dir / f"{name}.md", _milestone_md(report))
     if as_json:
         emit_json(
             {
                 "name": name,
                 "run_id": run,
                 "report": str(out_dir / f"{name}.json"),
-                "tiers": sorted(report["tiers"]),
+                "tiers": sorted(report.tiers),
                 "outside_training_range": _outside(report),
             }
         )

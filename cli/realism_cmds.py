@@ -140,7 +140,9 @@ def topup_cmd(
     if round_two:
         from controls.rounds import run_round_two
 
-        report.round_two = run_round_two(resolved, report, executor=executor, run_id=rid)
+        report = report.model_copy(
+            update={"round_two": run_round_two(resolved, report, executor=executor, run_id=rid)}
+        )
     if json_out:
         emit_json(report.as_json())
         return

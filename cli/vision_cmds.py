@@ -10,6 +10,7 @@ import typer
 from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
 
 if TYPE_CHECKING:
+    from vision.evaluate import EvalReport
     from vision.training_data import TrainingRange
 
 TrainDataOpt = Annotated[
@@ -104,7 +105,7 @@ def evaluate_cmd(
         home_root=home_for(home).root,
     )
     if json_out:
-        emit_json(report)
+        emit_json(report.as_json())
         return
     _print_report(report)
 
@@ -119,34 +120,28 @@ def _metrics_table(con: Any, columns: dict[str, dict[str, float]]) -> None:
     con.print(table)
 
 
-def _print_report(report: dict[str, Any]) -> None:
+def _print_report(report: EvalReport) -> None:
     con = console()
-    columns = {"model": report["metrics"]}
-    if "comparison" in report:
-        columns = {"reference": report["comparison"]["reference_metrics"], "model": report["metrics"]}
+    columns = {"model": report.metrics}
+    if report.comparison is not None:
+        columns = {"reference": report.comparison.reference_metrics, "model": report.metrics}
     _metrics_table(con, columns)
-    f1 = report["intervals"]["object_f1"]
-    con.print(
-        f"object F1 {f1['estimate']:.4f} [{f1['low']:.4f}, {f1['high']:.4f}] (95% bootstrap over images)"
-    )
-    if "comparison" in report:
-        d = report["comparison"]["diff"]
-        con.print(
-            f"object F1 model - reference: {d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] (paired)"
-        )
-    worst = report["worst_slice"]["worst"]
+    f1 = report.intervals["object_f1"]
+    con.print(f"object F1 {f1.estimate:.4f} [{f1.low:.4f}, {f1.high:.4f}] (95% bootstrap over images)")
+    if report.comparison is not None:
+        d = report.comparison.diff
+        con.print(f"object F1 model - reference: {d.estimate:+.4f} [{d.low:+.4f}, {d.high:+.4f}] (paired)")
+    worst = report.worst_slice.worst
     if worst:
         con.print(
-            f"worst slice: {worst['attribute']}={worst['value']} {worst['metric']}={worst['score']:.3f} "
-            f"(n={worst['support']})"
+            f"worst slice: {worst.attribute}={worst.value} {worst.metric}={worst.score:.3f} "
+            f"(n={worst.support})"
         )
-    from vision.training_data import TrainingRange
-
-    print_training_range(con, TrainingRange.model_validate(report["training_range"]))
-    for cell in report.get("robustness", {}).get("cells", []):
+    print_training_range(con, report.training_range)
+    for cell in report.robustness.cells if report.robustness is not None else []:
         con.print(
-            f"{cell['perturbation']:>17} s{cell['severity']} F1={cell['object_f1']:.3f} "
-            f"in_range={cell['within_training_range']} {cell['finding']}"
+            f"{cell.perturbation:>17} s{cell.severity} F1={cell.object_f1:.3f} "
+            f"in_range={cell.within_training_range} {cell.finding}"
         )
 
 

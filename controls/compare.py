@@ -25,11 +25,11 @@ from controls.arms import existing_home, run_sweep_arm
 from controls.compare_report import ArmRun, SealedScores, summarise, write_plot
 from controls.isolation import BestStore, GateBestStore, Incumbent, start_from
 from controls.nnunet_arm import run_nnunet_arm
-from controls.replay import SEALED, replay, sealed_f1, sealed_milestone
+from controls.replay import replay, sealed_milestone, sealed_score
 from controls.session import new_run_id
+from gate.replies import MilestoneReport
 from segfactory.files import read_jsonl
 from segfactory.home import Home
-from segfactory.records import sha256_file
 
 ARMS = (
     "agent",
@@ -271,19 +271,17 @@ def _dump(results: dict[str, list[ArmRun]]) -> dict[str, list[dict[str, Any]]]:
     return {arm: [as_written(r) for r in rows] for arm, rows in results.items()}
 
 
-def _sealed_scores(report: dict[str, Any], model: Path) -> SealedScores | None:
+def _sealed_scores(report: MilestoneReport, model: Path) -> SealedScores | None:
     """Sealed object F1 (with its interval) and, where the milestone gives it, the worst-slice score."""
 
-    f1 = sealed_f1(report, model)
-    if not f1:
+    score = sealed_score(report, model)
+    if score is None:
         return None
-    entry = report.get("tiers", {}).get(SEALED, {}).get("models", {}).get(sha256_file(model), {})
-    worst = entry.get("worst_slice_recall")
     return SealedScores(
-        object_f1=f1.as_dict(),
-        worst_slice_recall=float(worst) if worst is not None else None,
-        slice_recall=entry.get("slice_recall"),
-        slice_voids=entry.get("slice_voids"),  # milestones from pinned code of 2026-12-02 on
+        object_f1=score.object_f1.as_dict(),
+        worst_slice_recall=score.worst_slice_recall,
+        slice_recall=score.slice_recall,
+        slice_voids=score.slice_voids,  # milestones from pinned code of 2026-12-02 on
     )
 
 

@@ -27,6 +27,7 @@ from audit.gate_events import pull
 from controls.rates import false_win_rate, is_false_win
 from controls.topup_report import Interval as IntervalRecord
 from gate.client import home_gate
+from gate.replies import MilestoneReport, ModelScore
 from segfactory.errors import GateError
 from segfactory.home import Home
 from segfactory.records import sha256_file
@@ -95,7 +96,7 @@ def _rotate_sealed(client: Any) -> int:
 
 def sealed_milestone(
     home: Home, name: str, run_id: str, models: list[Path], progress: Callable[[str], None]
-) -> dict[str, Any]:
+) -> MilestoneReport:
     """Score ``models`` once on the sealed tier (events pulled into the audit log); rotate on quota."""
 
     for attempt in range(2):
@@ -103,9 +104,10 @@ def sealed_milestone(
             with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as log:
                 client: Any = anchor.client  # a gate.client.GateClient
                 try:
-                    return dict(
-                        client.milestone(name if not attempt else f"{name}-r", run_id, models, [SEALED])
+                    report: MilestoneReport = client.milestone(
+                        name if not attempt else f"{name}-r", run_id, models, [SEALED]
                     )
+                    return report
                 finally:
                     pull(client, log)
         except GateError as exc:
@@ -118,12 +120,15 @@ def sealed_milestone(
     raise AssertionError("unreachable")
 
 
-def sealed_f1(report: dict[str, Any], model: Path) -> Interval | None:
-    entry = report.get("tiers", {}).get(SEALED, {}).get("models", {}).get(sha256_file(model))
-    if not isinstance(entry, dict):
-        return None
-    f1 = entry["object_f1"]
-    return Interval(float(f1["estimate"]), float(f1["low"]), float(f1["high"]), float(f1.get("alpha", 0.05)))
+def sealed_score(report: MilestoneReport, model: Path) -> ModelScore | None:
+    """``model``'s scores on the sealed tier of ``report`` (None: not scored there)."""
+    block = report.tiers.get(SEALED)
+    return block.models.get(sha256_file(model)) if block is not None else None
+
+
+def sealed_f1(report: MilestoneReport, model: Path) -> Interval | None:
+    score = sealed_score(report, model)
+    return score.object_f1 if score is not None else None
 
 
 def unpaired_diff(candidate: Interval, best: Interval) -> Interval:

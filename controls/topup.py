@@ -189,11 +189,10 @@ def summarise(
             )
         row = DoseRow(n=n, synthetic=arms["synthetic"], augment=arms["augment"])
         if n > 0 and row.synthetic and row.augment:
-            row.synthetic_vs_augment = Interval(
-                **paired_bootstrap_diff(
-                    curve["augment"][n], curve["synthetic"][n], _recall, n_boot=N_BOOT, seed=seed
-                ).as_dict()
+            diff = paired_bootstrap_diff(
+                curve["augment"][n], curve["synthetic"][n], _recall, n_boot=N_BOOT, seed=seed
             )
+            row = row.model_copy(update={"synthetic_vs_augment": Interval(**diff.as_dict())})
         rows.append(row)
     return DoseResponse(rows=rows, turning_point=turning_point(rows))
 
@@ -340,7 +339,7 @@ def run_topup(
             "segfactory gate milestone --tiers real-holdout --model M ...",
         ),
     )
-    report.plot = str(write_report(report, home.people_dir(run_id)))
+    report = report.model_copy(update={"plot": str(write_report(report, home.people_dir(run_id)))})
     record_round(
         home.people_dir(run_id),
         RoundRecord(

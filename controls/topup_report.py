@@ -11,17 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from segfactory.records import Result
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    def as_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_unset=True)
-
-
-class SliceChange(_Record):
+class SliceChange(Result):
     """New minus baseline dev miss rate over one slice's voids, paired, with its bootstrap interval."""
 
     estimate: float
@@ -30,7 +23,7 @@ class SliceChange(_Record):
     n: float  # voids in the slice
 
 
-class RoundTwo(_Record):
+class RoundTwo(Result):
     """Round two: the weakest dev slice of the nothing-arm model, one fix ticket, its measured change.
 
     ``miss_rate_change`` is set only when the fix ticket trained (``exclude_unset`` keeps it out
@@ -51,7 +44,7 @@ class RoundTwo(_Record):
     miss_rate_change: SliceChange | None = None
 
 
-class Interval(_Record):
+class Interval(Result):
     """A bootstrap interval (``segfactory.stats.Interval.as_dict``)."""
 
     estimate: float
@@ -60,19 +53,19 @@ class Interval(_Record):
     alpha: float
 
 
-class ArmAtDose(_Record):
+class ArmAtDose(Result):
     recall: Interval  # real-slice object recall of the arm at this dose
     vs_nothing: Interval  # paired against the nothing arm, over the real images
 
 
-class DoseRow(_Record):
+class DoseRow(Result):
     n: int
     synthetic: ArmAtDose | None
     augment: ArmAtDose | None
     synthetic_vs_augment: Interval | None = None
 
 
-class TurningPoint(_Record):
+class TurningPoint(Result):
     best_n: int
     helping: list[int]
     hurting: list[int]
@@ -80,12 +73,12 @@ class TurningPoint(_Record):
     summary: str
 
 
-class DoseResponse(_Record):
+class DoseResponse(Result):
     rows: list[DoseRow]
     turning_point: TurningPoint
 
 
-class ArmTicket(_Record):
+class ArmTicket(Result):
     ticket: str
     arm: str
     n: int
@@ -94,19 +87,19 @@ class ArmTicket(_Record):
     model: str | None
 
 
-class RealDev(_Record):
+class RealDev(Result):
     n_images: int
     n_slice_voids: int
     stand_in: bool
 
 
-class MilestoneNote(_Record):
+class MilestoneNote(Result):
     tiers: str
     models: list[str]
     note: str
 
 
-class TopupReport(_Record):
+class TopupReport(Result):
     slice: str
     doses: list[int]
     seed: int

@@ -25,7 +25,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from gate import users
-from gate.replies import GateStatus
+from gate.replies import GateStatus, MilestoneReport
 from gate.roles import HOST, ROLES, token_file
 from segfactory.errors import GateError
 from segfactory.records import Anchor, CoarseVerdict
@@ -162,7 +162,8 @@ class GateClient:
 
     def milestone(
         self, name: str, run_id: str, model_paths: list[Path] | None = None, tiers: list[str] | None = None
-    ) -> dict[str, Any]:
+    ) -> MilestoneReport:
+        """Score ``model_paths`` (default: the current best) once on ``tiers`` (people only)."""
         body: dict[str, Any] = {
             "name": name,
             "run_id": run_id,
@@ -170,8 +171,7 @@ class GateClient:
         }
         if tiers:
             body["tiers"] = tiers
-        result: dict[str, Any] = self._json("POST", "/milestone", json=body)
-        return result
+        return _reply(MilestoneReport, self._json("POST", "/milestone", json=body), "milestone report")
 
 
 def _reply(record: type[R], reply: Any, what: str) -> R:

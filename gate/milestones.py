@@ -25,6 +25,7 @@ from gate import tiers
 from gate._provider import ProviderError
 from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
 from gate.ledger import LedgerError
+from gate.replies import MilestoneReport, ModelScore, TierScores
 from gate.scorer import ScoringError, score_checked
 from gate.win_rule import slice_recall
 from segfactory.errors import GateError, UsageError
@@ -88,7 +89,7 @@ def _check_quota(gate: Any, plan: dict[str, int], models: list[CheckedModel], qu
             )
 
 
-def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -> dict[str, Any]:
+def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -> ModelScore:
     _, split = tiers.read_tier(gate.vault, tier, version)
     try:
         scoring = gate.scoring(tier, version)
@@ -106,21 +107,20 @@ def _score(gate: Any, model: CheckedModel, tier: str, version: int, rule: Any) -
     )
     scores = aggregate(per)
     slices = slice_recall(per.size_hits, per.size_count, rule.robust.min_support)
-    return {
-        "provider": scoring.provider,
-        "object_f1": interval.as_dict(),
-        "pixel_iou": scores["pixel_iou"],
-        "dice": scores["dice"],
-        "object_recall": scores["object_recall"],
-        "n_images": len(split),
-        "n_detections": int(per.object_tp.sum() + per.object_fp.sum()),
-        "n_voids": int(per.object_tp.sum() + per.object_fn.sum()),
-        # the win rule's "robust": recall per size bin holding at least min_support voids, and its worst
-        "slice_recall": {SIZE_BIN_NAMES[i]: value for i, value in slices.items()},
-        "worst_slice_recall": min(slices.values()) if slices else None,
-        # the voids each of those bins holds: what a binomial interval on the slice recall needs
-        "slice_voids": {SIZE_BIN_NAMES[i]: int(per.size_count.sum(axis=0)[i]) for i in slices},
-    }
+    return ModelScore(
+        provider=scoring.provider,
+        object_f1=interval,
+        pixel_iou=scores["pixel_iou"],
+        dice=scores["dice"],
+        object_recall=scores["object_recall"],
+        n_images=len(split),
+        n_detections=int(per.object_tp.sum() + per.object_fp.sum()),
+        n_voids=int(per.object_tp.sum() + per.object_fn.sum()),
+        slice_recall={SIZE_BIN_NAMES[i]: value for i, value in slices.items()},
+        worst_slice_recall=min(slices.values()) if slices else None,
+        # what a binomial interval on the slice recall needs
+        slice_voids={SIZE_BIN_NAMES[i]: int(per.size_count.sum(axis=0)[i]) for i in slices},
+    )
 
 
 def host_copies(gate: Any, models: list[CheckedModel]) -> dict[str, Path]:
@@ -147,12 +147,13 @@ def host_copies(gate: Any, models: list[CheckedModel]) -> dict[str, Path]:
     return found
 
 
-def _real_tier_block(
-    gate: Any, tier: str, version: int, scored: dict[str, Any], paths: dict[str, Path]
-) -> dict[str, Any]:
+def _real_tier(
+    gate: Any, tier: str, version: int, scored: dict[str, ModelScore], paths: dict[str, Path]
+) -> TierScores:
     """The tier's statistics and, per model, the tier against its training range."""
     _, split = tiers.read_tier(gate.vault, tier, version)
     stats = split_stats(split)
+    ranged = {}
     for sha, scores in scored.items():
         if sha not in paths:
             block = unknown_range(
@@ -161,13 +162,12 @@ def _real_tier_block(
             )
         else:  # the tier's statistics are given once, beside the models
             block = training_range(stats, paths[sha], None, gate.home_root, with_set=False)
-        scores["training_range"] = collapse_finding(
-            block, scores["n_detections"], scores["n_voids"]
-        ).as_json()
-    return {"intensity": stats.model_dump(mode="json")}
+        finding = collapse_finding(block, scores.n_detections or 0, scores.n_voids or 0)
+        ranged[sha] = scores.model_copy(update={"training_range": finding})
+    return TierScores(version=version, models=ranged, intensity=stats)
 
 
-def run_milestone(gate: Any, req: MilestoneRequest) -> dict[str, Any]:
+def run_milestone(gate: Any, req: MilestoneRequest) -> MilestoneReport:
     """Score every model on every planned tier once; the name and the quota are spent first."""
     rule = gate.rule()
     models = _models(gate, req)
@@ -184,16 +184,16 @@ def run_milestone(gate: Any, req: MilestoneRequest) -> dict[str, Any]:
     except LedgerError as exc:
         gate.ledger.queue_event("gate.milestone_refused", {"name": req.name, "reason": str(exc)})
         raise GateError(str(exc)) from None
-    report: dict[str, Any] = {"name": req.name, "run_id": req.run_id, "tiers": {}}
     paths = host_copies(gate, models) if set(plan) & set(REAL_TIERS) else {}
+    scored_tiers = {}
     for tier, version in plan.items():
-        extra: dict[str, Any] = {}
         try:
             scored = {m.sha256: _score(gate, m, tier, version, rule) for m in models}
+            block = TierScores(version=version, models=scored)
             if tier in REAL_TIERS:
-                extra = _real_tier_block(gate, tier, version, scored, paths)
+                block = _real_tier(gate, tier, version, scored, paths)
         except ScoringError as exc:
-            scored = {"error": str(exc)}  # type: ignore[dict-item]
-        report["tiers"][tier] = {"version": version, "models": scored, **extra}
+            block = TierScores(version=version, models={}, error=str(exc))
+        scored_tiers[tier] = block
     gate.ledger.queue_event("gate.milestone", {"name": req.name, "run_id": req.run_id, "tiers": plan})
-    return report
+    return MilestoneReport(name=req.name, run_id=req.run_id, tiers=scored_tiers)

@@ -398,7 +398,7 @@ def _add_milestone_route(app: FastAPI, gate: Gate, lock: threading.Lock) -> None
                 with lock:
                     if gate.integrity_check is not None:  # sealed scores only from the verified copy
                         gate.integrity_check()
-                    return run_milestone(gate, req)
+                    return run_milestone(gate, req).as_json()
 
             report = await run_in_threadpool(score)
         except (GateError, PolicyError, UsageError, ValueError) as exc:

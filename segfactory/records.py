@@ -27,6 +27,19 @@ class Record(BaseModel):
     schema_version: Literal[1] = SCHEMA_VERSION
 
 
+class Result(BaseModel):
+    """Base for a result that a command prints with ``--json`` or writes to a file.
+
+    Immutable, no unknown fields. It is dumped with ``exclude_unset`` (``as_json``), so a key
+    that applies only in some cases (a comparison, a robustness suite) is absent, not null.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
 class Arm(StrEnum):
     """Who or what produced a ticket; the controls are arms like any other."""
 

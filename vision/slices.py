@@ -15,16 +15,38 @@ to the centre of the defect's bbox; it counts as detected when that component wa
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from segfactory.records import Result
 from vision.metrics import DEFAULT_MIN_SUPPORT, PerImage, object_f1
 
 DEFECT_NUMERIC = ("area", "diameter", "contrast", "thickness", "noise")
 DEFECT_CATEGORICAL = ("shape", "edge")
 IMAGE_SKIP = ("id", "sha256")
 TERTILES = (1 / 3, 2 / 3)
+
+
+class SliceRow(Result):
+    """One slice: the members sharing one attribute's value, scored with its metric."""
+
+    kind: Literal["defect", "image"]
+    attribute: str
+    value: str
+    metric: Literal["object_recall", "object_f1"]
+    support: int  # members: voids for a defect slice, images for an image slice
+    n_objects: int | None = None  # image slices only: the GT voids in those images
+    score: float
+    eligible: bool  # enough support to be the worst slice
+
+
+class SliceReport(Result):
+    """Every slice, and the lowest-scoring eligible one (None when no slice reaches ``min_support``)."""
+
+    min_support: int
+    worst: SliceRow | None
+    slices: list[SliceRow]
 
 
 def defect_detected(
@@ -71,9 +93,9 @@ def slice_scores(
     image_meta: list[dict[str, Any]],
     defects: list[dict[str, Any]],
     min_support: int = DEFAULT_MIN_SUPPORT,
-) -> list[dict[str, Any]]:
+) -> list[SliceRow]:
     """Every defect slice (object recall) and image slice (object F1) with its support."""
-    rows: list[dict[str, Any]] = []
+    rows: list[SliceRow] = []
     index = {str(m.get("id")): i for i, m in enumerate(image_meta)}
     hit = defect_detected(per_image, index, defects)
     for attr in (*DEFECT_NUMERIC, *DEFECT_CATEGORICAL):
@@ -81,15 +103,15 @@ def slice_scores(
             continue
         for label, members in _groups([d.get(attr) for d in defects]).items():
             rows.append(
-                {
-                    "kind": "defect",
-                    "attribute": attr,
-                    "value": label,
-                    "metric": "object_recall",
-                    "support": int(members.size),
-                    "score": float(hit[members].mean()) if members.size else 1.0,
-                    "eligible": bool(members.size >= min_support),
-                }
+                SliceRow(
+                    kind="defect",
+                    attribute=attr,
+                    value=label,
+                    metric="object_recall",
+                    support=int(members.size),
+                    score=float(hit[members].mean()) if members.size else 1.0,
+                    eligible=bool(members.size >= min_support),
+                )
             )
     keys = sorted({k for m in image_meta for k in m if k not in IMAGE_SKIP})
     counts = (per_image.object_tp, per_image.object_fp, per_image.object_fn)
@@ -100,16 +122,16 @@ def slice_scores(
         for label, members in _groups(values).items():
             n_objects = int(per_image.object_tp[members].sum() + per_image.object_fn[members].sum())
             rows.append(
-                {
-                    "kind": "image",
-                    "attribute": key,
-                    "value": label,
-                    "metric": "object_f1",
-                    "support": int(members.size),
-                    "n_objects": n_objects,
-                    "score": object_f1(tuple(c[members] for c in counts)),
-                    "eligible": bool(members.size >= min_support and n_objects >= min_support),
-                }
+                SliceRow(
+                    kind="image",
+                    attribute=key,
+                    value=label,
+                    metric="object_f1",
+                    support=int(members.size),
+                    n_objects=n_objects,
+                    score=object_f1(tuple(c[members] for c in counts)),
+                    eligible=bool(members.size >= min_support and n_objects >= min_support),
+                )
             )
     return rows
 
@@ -119,9 +141,9 @@ def worst_slice(
     image_meta: list[dict[str, Any]],
     defects: list[dict[str, Any]],
     min_support: int = DEFAULT_MIN_SUPPORT,
-) -> dict[str, Any]:
+) -> SliceReport:
     """The lowest-scoring eligible slice (None when no slice reaches ``min_support``) and all slices."""
     rows = slice_scores(per_image, image_meta, defects, min_support)
-    eligible = [r for r in rows if r["eligible"]]
-    worst = min(eligible, key=lambda r: r["score"]) if eligible else None
-    return {"min_support": min_support, "worst": worst, "slices": rows}
+    eligible = [r for r in rows if r.eligible]
+    worst = min(eligible, key=lambda r: r.score) if eligible else None
+    return SliceReport(min_support=min_support, worst=worst, slices=rows)

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from segfactory.errors import DataError
 from segfactory.files import write_atomic
+from segfactory.records import Result
 from synthetic.intensity import IntensityStats, StatRange, compare, split_stats
 from synthetic.splits import read_split
 from synthetic.versions import resolve
@@ -91,7 +92,7 @@ def find_training_data(
     return _from_records(model.parent if model.suffix == ".onnx" else model)
 
 
-class TrainingRange(BaseModel):
+class TrainingRange(Result):
     """A set against a model's training data, and how to read zero detections on it.
 
     Dumped with ``exclude_unset`` (``as_json``): a range that is not known has ``reason`` and no
@@ -99,8 +100,6 @@ class TrainingRange(BaseModel):
     milestone's tier); the finding keys come with ``collapse_finding``; ``model`` where a command
     says which model's training data it read.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     known: bool
     outside: bool | None  # None: unknown
@@ -116,9 +115,6 @@ class TrainingRange(BaseModel):
     zero_detections: bool | None = None
     finding: Literal["shift", "model", "unknown"] | None = None
     message: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_unset=True)
 
 
 def unknown_range(reason: str) -> TrainingRange:

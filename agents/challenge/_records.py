@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from vision.evaluate import EvalReport
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -101,7 +104,7 @@ class ChallengeRecord(Strict):
 
 
 def collapse_claim(
-    report: dict[str, Any],
+    report: EvalReport,
     ticket_id: str,
     run_id: str,
     perturbation: str | None = None,
@@ -109,26 +112,24 @@ def collapse_claim(
 ) -> Claim | None:
     """The worst collapsed cell of an ``evaluate --robustness`` report as a claim (None: no collapse),
     optionally only among the cells of one perturbation (and one severity)."""
-    robustness = report.get("robustness") or {}
     cells = [
         c
-        for c in robustness.get("cells", [])
-        if c.get("finding") in {"vulnerability", "extrapolation"}
-        and perturbation in (None, c.get("perturbation"))
-        and severity in (None, c.get("severity"))
+        for c in (report.robustness.cells if report.robustness is not None else [])
+        if c.finding in {"vulnerability", "extrapolation"}
+        and perturbation in (None, c.perturbation)
+        and severity in (None, c.severity)
     ]
     if not cells:
         return None
-    worst = max(cells, key=lambda c: float(c["object_f1_drop"]))
-    clean = float(report["metrics"]["object_f1"])
+    worst = max(cells, key=lambda c: c.object_f1_drop)
     return Claim(
         kind=ClaimKind.COLLAPSE,
         ticket_id=ticket_id,
         run_id=run_id,
         source="evaluate --robustness",
-        claimed=float(worst["object_f1"]),
-        reference=clean,
-        perturbation=str(worst["perturbation"]),
-        severity=int(worst["severity"]),
-        value=float(worst["value"]),
+        claimed=worst.object_f1,
+        reference=report.metrics["object_f1"],
+        perturbation=worst.perturbation,
+        severity=worst.severity,
+        value=float(worst.value),
     )

@@ -97,9 +97,9 @@ def test_out_of_range_collapse_is_retracted(
         home.tickets_dir(RUN) / "t-narrow" / "model.onnx", discs.dev, with_robustness=True, n_boot=200
     )
     claim = collapse_claim(report, "t-narrow", RUN, perturbation="detector_blur", severity=SEVERITY)
-    assert claim is not None and claim.effect >= 0.2, report["robustness"]["cells"]  # the "collapse"
-    ci = report["intervals"]["object_f1"]
-    assert auto_challenge_needed(claim.effect, ci["low"], ci["high"]).needed  # far beyond the noise floor
+    assert claim is not None and claim.effect >= 0.2, report.robustness  # the "collapse"
+    ci = report.intervals["object_f1"]
+    assert auto_challenge_needed(claim.effect, ci.low, ci.high).needed  # far beyond the noise floor
     write_claim(home, claim)
 
     record = challenge_ticket(

@@ -18,6 +18,9 @@ from agents.challenge import (
     range_check,
     win_verdict,
 )
+from vision.evaluate import EvalReport, Robustness, RobustnessCell
+from vision.slices import SliceReport
+from vision.training_data import unknown_range
 
 POLICY = ChallengePolicy()
 NARROW = {"noise_std": {"low": 0.0, "high": 0.01}}
@@ -125,38 +128,49 @@ def test_win_verdict_counts_seeds_that_beat_the_reference() -> None:
     assert "0/2 re-derived seeds" in reasons[0]
 
 
+def _cell(
+    perturbation: str, severity: int, value: float, f1: float, drop: float, finding: str
+) -> RobustnessCell:
+    return RobustnessCell.model_validate(
+        {
+            "perturbation": perturbation,
+            "severity": severity,
+            "value": value,
+            "within_training_range": False,
+            "object_f1": f1,
+            "object_recall": f1,
+            "pixel_iou": f1,
+            "object_f1_drop": drop,
+            "finding": finding,
+        }
+    )
+
+
+def _report(cells: list[RobustnessCell]) -> EvalReport:
+    """An ``evaluate --robustness`` report with clean object F1 0.8 and these cells."""
+    return EvalReport(
+        model="m/model.onnx",
+        data="d/dev",
+        threshold=0.5,
+        iou_match=0.1,
+        metrics={"object_f1": 0.8},
+        intervals={},
+        worst_slice=SliceReport(min_support=20, worst=None, slices=[]),
+        per_image={},
+        training_range=unknown_range("no record"),
+        outside_training_range=False,
+        robustness=Robustness(training_config_found=True, collapse_drop=0.2, cells=cells),
+    )
+
+
 def test_collapse_claim_from_an_evaluate_report() -> None:
-    report = {
-        "metrics": {"object_f1": 0.8},
-        "robustness": {
-            "cells": [
-                {
-                    "perturbation": "lower_dose",
-                    "severity": 4,
-                    "value": 0.06,
-                    "object_f1": 0.5,
-                    "object_f1_drop": 0.3,
-                    "finding": "extrapolation",
-                },
-                {
-                    "perturbation": "lower_dose",
-                    "severity": 5,
-                    "value": 0.1,
-                    "object_f1": 0.1,
-                    "object_f1_drop": 0.7,
-                    "finding": "extrapolation",
-                },
-                {
-                    "perturbation": "shift",
-                    "severity": 1,
-                    "value": 1,
-                    "object_f1": 0.79,
-                    "object_f1_drop": 0.01,
-                    "finding": "ok",
-                },
-            ]
-        },
-    }
+    report = _report(
+        [
+            _cell("lower_dose", 4, 0.06, 0.5, 0.3, "extrapolation"),
+            _cell("lower_dose", 5, 0.1, 0.1, 0.7, "extrapolation"),
+            _cell("shift", 1, 1, 0.79, 0.01, "ok"),
+        ]
+    )
     made = collapse_claim(report, "t1", "r1")
     assert made is not None and made.severity == 5 and made.effect == pytest.approx(0.7)
-    assert collapse_claim({"metrics": {"object_f1": 0.8}, "robustness": {"cells": []}}, "t1", "r1") is None
+    assert collapse_claim(_report([]), "t1", "r1") is None

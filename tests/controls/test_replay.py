@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from controls.replay import pairs_for, sealed_f1, unpaired_diff
+from gate.replies import MilestoneReport
 from segfactory.home import Home
 from segfactory.records import sha256_file
 from segfactory.stats import Interval
@@ -34,19 +35,28 @@ def test_the_unpaired_difference_is_conservative() -> None:
 def test_sealed_scores_are_read_by_model_hash(tmp_path: Path) -> None:
     model = tmp_path / "m.onnx"
     model.write_bytes(b"model bytes")
-    report = {
-        "tiers": {
-            "sealed": {
-                "version": 2,
-                "models": {
-                    sha256_file(model): {
-                        "object_f1": {"estimate": 0.5, "low": 0.4, "high": 0.6, "alpha": 0.1}
-                    }
-                },
-            }
+    score = {
+        "object_f1": {"estimate": 0.5, "low": 0.4, "high": 0.6, "alpha": 0.1},
+        "pixel_iou": 0.3,
+        "dice": 0.4,
+        "object_recall": 0.5,
+        "n_images": 10,
+    }  # what a gate pinned before the slice keys answers
+    report = MilestoneReport.model_validate(
+        {
+            "name": "m",
+            "run_id": "r",
+            "tiers": {"sealed": {"version": 2, "models": {sha256_file(model): score}}},
         }
-    }
+    )
     assert sealed_f1(report, model) == Interval(0.5, 0.4, 0.6, 0.1)
     other = tmp_path / "n.onnx"
     other.write_bytes(b"x")
     assert sealed_f1(report, other) is None
+
+
+def test_a_scoring_error_is_the_tiers_own_key_and_an_older_gates_form_is_read() -> None:
+    older = {"version": 3, "models": {"error": "the provider failed"}}  # a gate pinned before the record
+    report = MilestoneReport.model_validate({"name": "m", "run_id": "r", "tiers": {"sealed": older}})
+    assert report.tiers["sealed"].error == "the provider failed" and report.tiers["sealed"].models == {}
+    assert report.as_json()["tiers"]["sealed"] == {"version": 3, "models": {}, "error": "the provider failed"}

@@ -59,7 +59,8 @@ def test_a_dark_real_tier_is_outside_and_its_collapse_is_a_shift(
         tiers=["real-holdout"],
         models_b64=[base64.b64encode(p.read_bytes()).decode() for p in (better_model, outsider)],
     )
-    report = run_milestone(gate, req)
+    typed = run_milestone(gate, req)
+    report = typed.as_json()  # the reply's wire form
     block = report["tiers"]["real-holdout"]
     shift = block["models"][_sha(better_model)]["training_range"]
     assert block["intensity"]["n_images"] == 40 and shift["source"] == "training manifest"
@@ -67,10 +68,12 @@ def test_a_dark_real_tier_is_outside_and_its_collapse_is_a_shift(
     assert shift["zero_detections"] and shift["finding"] == "shift"
     assert "set" not in shift and "train" in shift  # the tier's own statistics are given once, above
     assert block["models"][_sha(outsider)]["training_range"]["known"] is False  # the gate cannot see it
-    _fill_ranges(report, [outsider], gate.home_root)  # the CLI can: it was given the path
-    assert block["models"][_sha(outsider)]["training_range"]["source"] == "training_data.json"
-    assert _outside(report) == {"real-holdout": {_sha(better_model): True, _sha(outsider): True}}
-    assert _milestone_md(report).count("**outside the training range**: intensity:") == 2
+    filled = _fill_ranges(typed, [outsider], gate.home_root)  # the CLI can: it was given the path
+    outside_range = filled.tiers["real-holdout"].models[_sha(outsider)].training_range
+    assert outside_range is not None and outside_range.source == "training_data.json"
+    assert _outside(filled) == {"real-holdout": {_sha(better_model): True, _sha(outsider): True}}
+    assert filled.as_json()["tiers"]["real-holdout"]["intensity"] == block["intensity"]
+    assert _milestone_md(filled).count("**outside the training range**: intensity:") == 2
 
 
 def test_add_real_compares_with_the_current_best_or_train_data(

@@ -26,7 +26,7 @@ def _req(name: str, paths: list[Path], tiers: list[str] | None = None) -> Milest
 
 
 def test_report_has_intervals_and_a_name_is_used_once(gate: Gate, better_model: Path) -> None:
-    report = run_milestone(gate, _req("m1", [better_model], ["sealed", "never-queried"]))
+    report = run_milestone(gate, _req("m1", [better_model], ["sealed", "never-queried"])).as_json()
     entry = report["tiers"]["sealed"]["models"][models_sha(better_model)]
     f1 = entry["object_f1"]
     assert f1["low"] <= f1["estimate"] <= f1["high"]
@@ -80,7 +80,7 @@ def test_real_holdout_is_added_as_versions_and_scored_only_by_milestones(
     write_split(tmp_path / "real", images, masks, meta, [], {"source": "import"})
     assert add_real(gate, tmp_path / "real") == 1 and add_real(gate, tmp_path / "real") == 2
     assert TierState(tier="real-holdout", version=2, budget=0, spent=0, left=0) in gate.ledger.tier_versions()
-    report = run_milestone(gate, _req("real-1", [better_model], ["real-holdout"]))
+    report = run_milestone(gate, _req("real-1", [better_model], ["real-holdout"])).as_json()
     scored = report["tiers"]["real-holdout"]
     assert scored["version"] == 2 and scored["models"][models_sha(better_model)]["n_images"] == 40
     assert gate.ledger.milestone_models("real-holdout", 2) == {models_sha(better_model)}

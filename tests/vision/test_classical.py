@@ -50,5 +50,5 @@ def test_fit_tunes_on_dev_and_exports(tmp_path: Path) -> None:
         "prob"
     ]
     report = evaluate(tmp_path / "c", data, n_boot=50)  # the same model scored through onnxruntime
-    assert abs(report["metrics"]["object_f1"] - result.dev["object_f1"]) < 1e-9
-    assert np.isfinite(report["intervals"]["object_f1"]["low"])
+    assert abs(report.metrics["object_f1"] - result.dev["object_f1"]) < 1e-9
+    assert np.isfinite(report.intervals["object_f1"].low)

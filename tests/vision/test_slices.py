@@ -39,24 +39,24 @@ def scene(n_small: int, n_large: int) -> tuple[np.ndarray, np.ndarray, list[dict
 def test_worst_slice_is_the_missed_small_voids() -> None:
     prob, gt, meta, defects = scene(25, 25)
     result = worst_slice(per_image_metrics(prob, gt), meta, defects, min_support=20)
-    worst = result["worst"]
-    assert worst["score"] == 0.0 and worst["support"] == 25
-    assert (worst["attribute"], worst["value"]) in {("shape", "pore"), ("background", "flat"), ("area", "1")}
-    by_key = {(r["attribute"], r["value"]): r for r in result["slices"]}
-    assert by_key[("shape", "cavity")]["score"] == 1.0
+    worst = result.worst
+    assert worst.score == 0.0 and worst.support == 25
+    assert (worst.attribute, worst.value) in {("shape", "pore"), ("background", "flat"), ("area", "1")}
+    by_key = {(r.attribute, r.value): r for r in result.slices}
+    assert by_key[("shape", "cavity")].score == 1.0
 
 
 def test_slice_below_min_support_cannot_be_worst() -> None:
     prob, gt, meta, defects = scene(5, 40)
     result = worst_slice(per_image_metrics(prob, gt), meta, defects, min_support=20)
-    small = [r for r in result["slices"] if r["attribute"] == "shape" and r["value"] == "pore"][0]
-    assert small["score"] == 0.0 and not small["eligible"]
-    assert result["worst"]["score"] > 0.0
+    small = [r for r in result.slices if r.attribute == "shape" and r.value == "pore"][0]
+    assert small.score == 0.0 and not small.eligible
+    assert result.worst.score > 0.0
 
 
 def test_no_eligible_slice_gives_none() -> None:
     prob, gt, meta, defects = scene(3, 3)
-    assert worst_slice(per_image_metrics(prob, gt), meta, defects, min_support=20)["worst"] is None
+    assert worst_slice(per_image_metrics(prob, gt), meta, defects, min_support=20).worst is None
 
 
 def test_void_free_image_slice_is_reported_but_not_worst() -> None:
@@ -68,6 +68,6 @@ def test_void_free_image_slice_is_reported_but_not_worst() -> None:
         meta.append({"id": f"e{i}", "sha256": "x", "background": "empty"})
     per = per_image_metrics(np.concatenate([prob, fp]), np.concatenate([gt, clean]))
     result = worst_slice(per, meta, defects, min_support=20)
-    empty = [r for r in result["slices"] if r["value"] == "empty"][0]
-    assert empty["score"] == 0.0 and empty["n_objects"] == 0 and not empty["eligible"]
-    assert result["worst"] is None or result["worst"]["value"] != "empty"
+    empty = [r for r in result.slices if r.value == "empty"][0]
+    assert empty.score == 0.0 and empty.n_objects == 0 and not empty.eligible
+    assert result.worst is None or result.worst.value != "empty"

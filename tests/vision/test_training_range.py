@@ -209,3 +209,44 @@ def test_analyse_marks_a_mis_scaled_set_in_json_and_report(
         "outside the model's training range"
         in json.loads((tmp_path / "an" / "report.json").read_text())["notes"][0]
     )
+
+
+def test_evaluate_json_keys_are_present_only_when_they_apply(tmp_path: Path) -> None:
+    """The report's ``--json`` shape: ``comparison`` and ``robustness`` only when asked for, a
+    defect slice without ``n_objects``, integer counts per image (the shape is a contract)."""
+    from tests.gate import models
+    from vision.evaluate import evaluate
+
+    data = make_version(tmp_path / "v", 4, 24, 32)
+    model = models.save(models.threshold_model(), tmp_path / "a.onnx")
+    other = models.save(models.threshold_model(bias=-0.45), tmp_path / "b.onnx")
+    plain = evaluate(model, data / "dev", n_boot=20).as_json()
+    assert set(plain) == {
+        "model",
+        "data",
+        "threshold",
+        "iou_match",
+        "metrics",
+        "intervals",
+        "worst_slice",
+        "per_image",
+        "training_range",
+        "outside_training_range",
+    }
+    assert set(plain["intervals"]["object_f1"]) == {"estimate", "low", "high", "alpha"}
+    assert all(isinstance(v, int) for v in plain["per_image"]["object_tp"])
+    rows = plain["worst_slice"]["slices"]
+    assert rows and all(("n_objects" in r) == (r["kind"] == "image") for r in rows)
+    assert plain["outside_training_range"] is None and plain["training_range"]["known"] is False
+    full = evaluate(model, data / "dev", n_boot=20, compare_to=other, with_robustness=True).as_json()
+    assert set(full) - set(plain) == {"comparison", "robustness"}
+    assert set(full["comparison"]) == {
+        "reference_model",
+        "metric",
+        "reference",
+        "candidate",
+        "diff",
+        "excludes_zero",
+        "reference_metrics",
+    }
+    assert {type(c["value"]) for c in full["robustness"]["cells"] if c["perturbation"] == "shift"} == {int}
