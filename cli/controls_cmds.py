@@ -274,7 +274,7 @@ def compare_cmd(
         progress=_progress,
     )
     if json_out:
-        emit_json(summary)
+        emit_json(summary.as_json())
         return
-    typer.echo(summary["verdict"])
-    typer.echo(f"report: {summary['report']}; plot: {summary['plot']}")
+    typer.echo(summary.verdict)
+    typer.echo(f"report: {summary.report}; plot: {summary.plot}")

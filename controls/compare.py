@@ -22,13 +22,13 @@ from typing import Any
 
 from agents.run import RunRequest, start_run
 from controls.arms import existing_home, run_sweep_arm
-from controls.compare_report import ArmRun, SealedScores, summarise, write_plot
+from controls.compare_report import ArmRun, CompareSummary, SealedScores, summarise, write_plot
 from controls.isolation import BestStore, GateBestStore, Incumbent, start_from
 from controls.nnunet_arm import run_nnunet_arm
 from controls.replay import replay, sealed_milestone, sealed_score
 from controls.session import new_run_id
 from gate.replies import MilestoneReport
-from segfactory.files import read_jsonl
+from segfactory.files import read_jsonl, write_atomic
 from segfactory.home import Home
 
 ARMS = (
@@ -218,7 +218,7 @@ def run_compare(
     profile: str,
     backend: str,
     progress: Callable[[str], None],
-) -> dict[str, Any]:
+) -> CompareSummary:
     home = existing_home(home_path, profile)
     compare_id = new_run_id("compare-")
     people = home.people_dir(compare_id)
@@ -240,24 +240,26 @@ def run_compare(
         for arm, model in models.items():
             results[arm][-1].sealed = _sealed_scores(report, model)
         so_far = json.dumps(_dump(results), indent=2, sort_keys=True, default=str)
-        (people / "compare.json").write_text(so_far)
+        write_atomic(people / "compare.json", so_far)
 
     incumbent, results = run_arms(arms, seeds, run_arm, GateBestStore(home, compare_id), after_seed)
-    summary = summarise(results, proposer=proposer, budget_s=budget_s, seeds=seeds)
-    summary["replay"] = {
-        arm: replay(home, {r.run_id for r in runs}, f"{compare_id}-{arm}", progress=progress).model_dump(
-            mode="json"
-        )
-        for arm, runs in results.items()
-    }
-    summary.update(
-        compare_id=compare_id,
-        plot=str(write_plot(results, people / PLOT_FILE)),
-        report=str(people / "compare.json"),
-        incumbent=incumbent.sha256,
+    summary = summarise(results, proposer=proposer, budget_s=budget_s, seeds=seeds).model_copy(
+        update={
+            "replay": {
+                arm: replay(home, {r.run_id for r in runs}, f"{compare_id}-{arm}", progress=progress)
+                for arm, runs in results.items()
+            },
+            "compare_id": compare_id,
+            "plot": str(write_plot(results, people / PLOT_FILE)),
+            "report": str(people / "compare.json"),
+            "incumbent": incumbent.sha256,
+        }
     )
-    (people / "compare.json").write_text(
-        json.dumps({"summary": summary, "arms": _dump(results)}, indent=2, sort_keys=True, default=str)
+    write_atomic(
+        people / "compare.json",
+        json.dumps(
+            {"summary": summary.as_json(), "arms": _dump(results)}, indent=2, sort_keys=True, default=str
+        ),
     )
     return summary
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from controls.rates import Yield
+from controls.replay import Replay
 from segfactory import stats
+from segfactory.records import Result
 
 TIE_TOLERANCE = 0.005  # object F1 points: mean sealed scores closer than this are a tie
 DIFF_CONFIDENCE = 0.90  # two-sided confidence of the paired (sweep - agent) interval across seeds
@@ -60,6 +62,88 @@ class ArmRun(BaseModel):
 
 
 Results = Mapping[str, list[ArmRun]]  # arm -> its runs, seed by seed
+Metric = Literal["worst_slice_recall", "object_f1"]
+
+
+class Spread(Result):
+    """A mean across seeds with its two-sided t interval (bounds None below two values)."""
+
+    n: int
+    mean: float | None
+    confidence: float
+    low: float | None
+    high: float | None
+
+
+class SeedDiffs(Spread):
+    """``a - b`` seed by seed (only seeds where both arms have a sealed score), and their spread."""
+
+    per_seed: list[float]
+
+
+class Ranking(Result):
+    """Arms best first on ``metric``, with each arm's spread and per-seed scores on both metrics."""
+
+    metric: Metric
+    order: list[str]
+    note: str | None  # why the ranking fell back to object F1, if it did
+    per_arm: dict[str, dict[str, Spread]]
+    per_seed: dict[str, dict[str, list[float | None]]]
+
+
+class SweepMinusAgent(Result):
+    """The best sweep arm minus the agent arm, seed by seed, with a t interval across seeds."""
+
+    arm: str
+    per_seed: list[float]
+    confidence: float
+    mean: float | None
+    low: float | None
+    high: float | None
+
+
+class ArmSummary(Result):
+    """One arm over all seeds: sealed scores, counts, device time and yield."""
+
+    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True)
+
+    seeds: int
+    sealed_object_f1: list[SealedScores | None]
+    mean_sealed_object_f1: float | None
+    best_dev_so_far: list[float | None]
+    dev_wins: int
+    confirm_a_wins: int
+    promoted: int
+    sealed_worst_slice_recall: list[float | None]
+    device_seconds: list[float]
+    start_best: list[str | None]
+    fresh_tiers: list[dict[str, int]]
+    plans: list[dict[str, Any]]  # nnU-Net's own plans, as it wrote them
+    yield_: dict[str, float | int | None] = Field(alias="yield")  # controls.rates.Yield.as_dict
+
+
+class CompareSummary(Result):
+    """``compare --json`` and ``compare.json``'s ``summary``. The last five keys are added by
+    ``controls.compare.run_compare`` once the replay, the plot and the report exist."""
+
+    arms: dict[str, ArmSummary]
+    seeds: int
+    budget_s_per_arm_and_seed: float
+    proposer: str
+    sweep_minus_agent: SweepMinusAgent | None
+    verdict: str
+    ranking: Ranking
+    paired_differences: dict[str, dict[str, SeedDiffs]]  # "a - b" -> metric -> differences
+    ranking_text: str
+    replay: dict[str, Replay] | None = None
+    compare_id: str | None = None
+    plot: str | None = None
+    report: str | None = None
+    incumbent: str | None = None  # sha256 of the best every arm started from
+
+    @field_serializer("replay")
+    def _whole_replays(self, replay: dict[str, Replay] | None) -> dict[str, Any] | None:
+        return None if replay is None else {a: r.model_dump(mode="json") for a, r in replay.items()}
 
 
 def _sealed_f1(run: ArmRun) -> float | None:
@@ -76,24 +160,23 @@ METRICS = {
 }  # rank order: first, then the tie-break
 
 
-def t_interval(values: list[float]) -> dict[str, Any]:
-    """Mean with a two-sided ``DIFF_CONFIDENCE`` t interval across seeds (the ``--json`` shape);
-    bounds None below two values."""
+def t_interval(values: list[float]) -> Spread:
+    """Mean with a two-sided ``DIFF_CONFIDENCE`` t interval across seeds; bounds None below two values."""
     found = stats.t_interval(values, DIFF_CONFIDENCE)
-    return {
-        "n": len(values),
-        "mean": sum(values) / len(values) if values else None,
-        "confidence": DIFF_CONFIDENCE,
-        "low": None if found is None else found.low,
-        "high": None if found is None else found.high,
-    }
+    return Spread(
+        n=len(values),
+        mean=sum(values) / len(values) if values else None,
+        confidence=DIFF_CONFIDENCE,
+        low=None if found is None else found.low,
+        high=None if found is None else found.high,
+    )
 
 
 def _per_seed(runs: list[ArmRun], metric: str) -> list[float | None]:
     return [METRICS[metric](r) for r in runs]
 
 
-def pairwise_differences(results: Results) -> dict[str, dict[str, Any]]:
+def pairwise_differences(results: Results) -> dict[str, dict[str, SeedDiffs]]:
     """``"a - b"`` for every pair of arms (in the order given), per metric: per-seed differences and a
     t interval.
 
@@ -102,7 +185,7 @@ def pairwise_differences(results: Results) -> dict[str, dict[str, Any]]:
     arms, out = list(results), {}
     for i, a in enumerate(arms):
         for b in arms[i + 1 :]:
-            pair: dict[str, Any] = {}
+            pair: dict[str, SeedDiffs] = {}
             for metric in METRICS:
                 diffs = [
                     x - y
@@ -111,23 +194,23 @@ def pairwise_differences(results: Results) -> dict[str, dict[str, Any]]:
                     )
                     if x is not None and y is not None
                 ]
-                pair[metric] = {"per_seed": diffs, **t_interval(diffs)}
+                pair[metric] = SeedDiffs(per_seed=diffs, **t_interval(diffs).as_json())
             out[f"{a} - {b}"] = pair
     return out
 
 
-def ranking(results: Results) -> dict[str, Any]:
+def ranking(results: Results) -> Ranking:
     """Arms best first by mean sealed worst-slice score (object F1 breaks ties), or by object F1 when
     the milestone reported no worst-slice score for any arm."""
     means = {
         arm: {m: t_interval([v for v in _per_seed(runs, m) if v is not None]) for m in METRICS}
         for arm, runs in results.items()
     }
-    have_worst = any(means[a]["worst_slice_recall"]["n"] for a in means)
-    metric = "worst_slice_recall" if have_worst else "object_f1"
+    have_worst = any(means[a]["worst_slice_recall"].n for a in means)
+    metric: Metric = "worst_slice_recall" if have_worst else "object_f1"
 
     def key(arm: str) -> tuple[float, float]:
-        first, second = means[arm][metric]["mean"], means[arm]["object_f1"]["mean"]
+        first, second = means[arm][metric].mean, means[arm]["object_f1"].mean
         return (
             first if first is not None else float("-inf"),
             second if second is not None else float("-inf"),
@@ -142,83 +225,79 @@ def ranking(results: Results) -> dict[str, Any]:
             "ranked by sealed object F1"
         )
     )
-    return {
-        "metric": metric,
-        "order": order,
-        "note": note,
-        "per_arm": means,
-        "per_seed": {arm: {m: _per_seed(runs, m) for m in METRICS} for arm, runs in results.items()},
-    }
+    return Ranking(
+        metric=metric,
+        order=order,
+        note=note,
+        per_arm=means,
+        per_seed={arm: {m: _per_seed(runs, m) for m in METRICS} for arm, runs in results.items()},
+    )
 
 
-def _arm_summary(runs: list[ArmRun]) -> dict[str, Any]:
+def _arm_summary(runs: list[ArmRun]) -> ArmSummary:
     scores = [s for s in (_sealed_f1(r) for r in runs) if s is not None]
     seconds = [r.curve[-1][0] if r.curve else 0.0 for r in runs]
     tokens = sum(int(r.llm.get("input_tokens", 0)) + int(r.llm.get("output_tokens", 0)) for r in runs)
     llm_s = sum(float(r.llm.get("latency_s", 0.0)) for r in runs)  # LLM time, apart from device time
-    return {
-        "seeds": len(runs),
-        "sealed_object_f1": [r.sealed.model_dump(exclude_unset=True) if r.sealed else None for r in runs],
-        "mean_sealed_object_f1": sum(scores) / len(scores) if scores else None,
-        "best_dev_so_far": [r.curve[-1][1] if r.curve else None for r in runs],
-        "dev_wins": sum(r.dev_wins for r in runs),
-        "confirm_a_wins": sum(r.confirm_a_wins for r in runs),
-        "promoted": sum(r.promoted for r in runs),
-        "sealed_worst_slice_recall": [_sealed_worst(r) for r in runs],
-        "device_seconds": seconds,
-        "start_best": [r.start_best for r in runs],
-        "fresh_tiers": [r.fresh_tiers for r in runs],
-        "plans": [r.plan for r in runs if r.plan],
-        "yield": Yield(
+    return ArmSummary(
+        seeds=len(runs),
+        sealed_object_f1=[r.sealed for r in runs],
+        mean_sealed_object_f1=sum(scores) / len(scores) if scores else None,
+        best_dev_so_far=[r.curve[-1][1] if r.curve else None for r in runs],
+        dev_wins=sum(r.dev_wins for r in runs),
+        confirm_a_wins=sum(r.confirm_a_wins for r in runs),
+        promoted=sum(r.promoted for r in runs),
+        sealed_worst_slice_recall=[_sealed_worst(r) for r in runs],
+        device_seconds=seconds,
+        start_best=[r.start_best for r in runs],
+        fresh_tiers=[r.fresh_tiers for r in runs],
+        plans=[r.plan for r in runs if r.plan],
+        yield_=Yield(
             promoted=sum(r.promoted for r in runs),
             device_seconds=sum(seconds),
             llm_tokens=tokens,
             llm_seconds=llm_s,
         ).as_dict(),
-    }
+    )
 
 
-def paired_difference(arms: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+def paired_difference(arms: dict[str, ArmSummary]) -> SweepMinusAgent | None:
     """The best sweep arm minus the agent arm, seed by seed, with a t interval across seeds.
 
     Seeds are the unit of replication: one arm-run's sealed interval says nothing about how far
     another seed would land, so the verdict rests on this interval, not on the mean scores alone.
     None when the agent arm or every sweep arm lacks sealed scores.
     """
-    agent = arms.get("agent", {}).get("mean_sealed_object_f1")
+    agent = arms["agent"].mean_sealed_object_f1 if "agent" in arms else None
     sweeps = {
-        a: s["mean_sealed_object_f1"]
+        a: s.mean_sealed_object_f1
         for a, s in arms.items()
-        if a.startswith("sweep") and s["mean_sealed_object_f1"] is not None
+        if a.startswith("sweep") and s.mean_sealed_object_f1 is not None
     }
     if agent is None or not sweeps:
         return None
-    arm = max(sweeps, key=lambda a: sweeps[a])
-    pairs = zip(arms[arm]["sealed_object_f1"], arms["agent"]["sealed_object_f1"], strict=False)
-    per_seed = [
-        float(s["object_f1"]["estimate"]) - float(a["object_f1"]["estimate"])
-        for s, a in pairs
-        if s and a and isinstance(s.get("object_f1"), dict) and isinstance(a.get("object_f1"), dict)
-    ]
+    arm = max(sweeps, key=lambda a: sweeps[a] or 0.0)
+    pairs = zip(arms[arm].sealed_object_f1, arms["agent"].sealed_object_f1, strict=False)
+    per_seed = [float(s.object_f1["estimate"]) - float(a.object_f1["estimate"]) for s, a in pairs if s and a]
     spread = t_interval(per_seed)
-    return {
-        "arm": arm,
-        "per_seed": per_seed,
-        "confidence": DIFF_CONFIDENCE,
-        "mean": spread["mean"],
-        "low": spread["low"],
-        "high": spread["high"],
-    }
+    return SweepMinusAgent(
+        arm=arm,
+        per_seed=per_seed,
+        confidence=DIFF_CONFIDENCE,
+        mean=spread.mean,
+        low=spread.low,
+        high=spread.high,
+    )
 
 
-def ranking_text(rank: dict[str, Any], pairs: dict[str, dict[str, Any]]) -> str:
+def ranking_text(rank: Ranking, pairs: dict[str, dict[str, SeedDiffs]]) -> str:
     """The ranking in one sentence, with the top two arms' paired difference on the ranking metric."""
-    order, metric = rank["order"], rank["metric"]
+    order, metric = rank.order, rank.metric
     if not order:
         return ""
     words = "sealed worst-slice recall" if metric == "worst_slice_recall" else "sealed object F1"
     shown = ", ".join(
-        f"{a} {m:.3f}" if (m := rank["per_arm"][a][metric]["mean"]) is not None else f"{a} -" for a in order
+        f"{a} {m:.3f}" if (m := rank.per_arm[a][metric].mean) is not None else f"{a} -" for a in order
     )
     text = f"Ranked by mean {words}: {shown}."
     if len(order) >= 2:
@@ -226,28 +305,28 @@ def ranking_text(rank: dict[str, Any], pairs: dict[str, dict[str, Any]]) -> str:
         if pair is not None:
             d = pair[metric]
             sign = 1 if f"{order[0]} - {order[1]}" in pairs else -1
-            if d["low"] is not None:
-                lo, hi = sorted((sign * d["low"], sign * d["high"]))
+            if d.low is not None and d.high is not None and d.mean is not None:
+                lo, hi = sorted((sign * d.low, sign * d.high))
                 text += (
-                    f" {order[0]} minus {order[1]}: {sign * d['mean']:+.3f}, "
-                    f"{round(100 * DIFF_CONFIDENCE)}% interval [{lo:+.3f}, {hi:+.3f}] over {d['n']} seeds."
+                    f" {order[0]} minus {order[1]}: {sign * d.mean:+.3f}, "
+                    f"{round(100 * DIFF_CONFIDENCE)}% interval [{lo:+.3f}, {hi:+.3f}] over {d.n} seeds."
                 )
-            elif d["mean"] is not None:
-                text += f" {order[0]} minus {order[1]}: {sign * d['mean']:+.3f} on one seed (no interval)."
-    return text + (f" Note: {rank['note']}." if rank["note"] else "")
+            elif d.mean is not None:
+                text += f" {order[0]} minus {order[1]}: {sign * d.mean:+.3f} on one seed (no interval)."
+    return text + (f" Note: {rank.note}." if rank.note else "")
 
 
-def verdict_text(arms: dict[str, dict[str, Any]], proposer: str) -> str:
+def verdict_text(arms: dict[str, ArmSummary], proposer: str) -> str:
     """One plain paragraph: does the sweep tie or win, how sure that is, and what the agent arm was."""
     diff = paired_difference(arms)
     parts = []
     if diff is None:
         parts.append("Not enough sealed scores to compare the agent arm with the sweep.")
     else:
-        arm, agent = diff["arm"], arms["agent"]["mean_sealed_object_f1"]
-        best = arms[arm]["mean_sealed_object_f1"]
+        arm, agent = diff.arm, arms["agent"].mean_sealed_object_f1 or 0.0
+        best = arms[arm].mean_sealed_object_f1 or 0.0
         scores = f"{arm} {best:.3f} against the agent arm's {agent:.3f} (mean sealed object F1)"
-        if diff["low"] is None:  # one seed: how much seeds differ is not measured
+        if diff.low is None or diff.high is None or diff.mean is None:  # one seed: spread not measured
             word = (
                 "wins"
                 if best > agent + TIE_TOLERANCE
@@ -261,12 +340,12 @@ def verdict_text(arms: dict[str, dict[str, Any]], proposer: str) -> str:
             )
         else:
             interval = (
-                f"paired difference {diff['mean']:+.3f}, {round(100 * DIFF_CONFIDENCE)}% interval "
-                f"[{diff['low']:+.3f}, {diff['high']:+.3f}] over {len(diff['per_seed'])} seeds"
+                f"paired difference {diff.mean:+.3f}, {round(100 * DIFF_CONFIDENCE)}% interval "
+                f"[{diff.low:+.3f}, {diff.high:+.3f}] over {len(diff.per_seed)} seeds"
             )
-            if diff["low"] > 0 and diff["mean"] > TIE_TOLERANCE:
+            if diff.low > 0 and diff.mean > TIE_TOLERANCE:
                 parts.append(f"The sweep wins: {scores}; {interval}.")
-            elif diff["high"] < 0 and diff["mean"] < -TIE_TOLERANCE:
+            elif diff.high < 0 and diff.mean < -TIE_TOLERANCE:
                 parts.append(f"The agent arm wins: {scores}; {interval}.")
             else:
                 parts.append(f"The sweep ties: {scores}; {interval} contains no resolved difference.")
@@ -275,20 +354,20 @@ def verdict_text(arms: dict[str, dict[str, Any]], proposer: str) -> str:
     return " ".join(parts)
 
 
-def summarise(results: Results, *, proposer: str, budget_s: float, seeds: int) -> dict[str, Any]:
+def summarise(results: Results, *, proposer: str, budget_s: float, seeds: int) -> CompareSummary:
     arms = {arm: _arm_summary(runs) for arm, runs in results.items()}
     rank, pairs = ranking(results), pairwise_differences(results)
-    return {
-        "arms": arms,
-        "seeds": seeds,
-        "budget_s_per_arm_and_seed": budget_s,
-        "proposer": proposer,
-        "sweep_minus_agent": paired_difference(arms),
-        "verdict": " ".join(filter(None, (verdict_text(arms, proposer), ranking_text(rank, pairs)))),
-        "ranking": rank,
-        "paired_differences": pairs,
-        "ranking_text": ranking_text(rank, pairs),
-    }
+    return CompareSummary(
+        arms=arms,
+        seeds=seeds,
+        budget_s_per_arm_and_seed=budget_s,
+        proposer=proposer,
+        sweep_minus_agent=paired_difference(arms),
+        verdict=" ".join(filter(None, (verdict_text(arms, proposer), ranking_text(rank, pairs)))),
+        ranking=rank,
+        paired_differences=pairs,
+        ranking_text=ranking_text(rank, pairs),
+    )
 
 
 def write_plot(results: Results, path: Path) -> Path:
@@ -316,8 +395,14 @@ def write_plot(results: Results, path: Path) -> Path:
 
 __all__ = [
     "ArmRun",
+    "ArmSummary",
+    "CompareSummary",
+    "Ranking",
     "Results",
     "SealedScores",
+    "SeedDiffs",
+    "Spread",
+    "SweepMinusAgent",
     "pairwise_differences",
     "paired_difference",
     "ranking",

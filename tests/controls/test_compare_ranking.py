@@ -29,13 +29,13 @@ def test_arms_are_ranked_by_worst_slice_not_by_object_f1() -> None:
         "sweep-tpe": [run(0.55, 0.10), run(0.56, 0.12), run(0.54, 0.08)],
     }  # better F1, worse worst slice
     rank = ranking(results)
-    assert rank["metric"] == "worst_slice_recall" and rank["order"] == ["nnunet", "agent", "sweep-tpe"]
-    assert rank["note"] is None and rank["per_arm"]["agent"]["object_f1"]["n"] == 3
+    assert rank.metric == "worst_slice_recall" and rank.order == ["nnunet", "agent", "sweep-tpe"]
+    assert rank.note is None and rank.per_arm["agent"]["object_f1"].n == 3
     pairs = pairwise_differences(results)
     d = pairs["agent - nnunet"]["worst_slice_recall"]
-    assert d["per_seed"] == pytest.approx([-0.10, -0.12, -0.11]) and d["high"] < 0
-    assert pairs["agent - sweep-tpe"]["object_f1"]["mean"] == pytest.approx(-0.05)
-    summary = summarise(results, proposer="rules", budget_s=480, seeds=3)
+    assert d.per_seed == pytest.approx([-0.10, -0.12, -0.11]) and d.high is not None and d.high < 0
+    assert pairs["agent - sweep-tpe"]["object_f1"].mean == pytest.approx(-0.05)
+    summary = summarise(results, proposer="rules", budget_s=480, seeds=3).as_json()
     assert summary["ranking_text"].startswith("Ranked by mean sealed worst-slice recall: nnunet 0.310")
     assert "nnunet minus agent: +0.110" in summary["verdict"]
     assert {"arms", "sweep_minus_agent", "verdict", "seeds", "proposer"} <= set(summary)  # the old keys stay
@@ -45,13 +45,11 @@ def test_without_a_worst_slice_score_the_ranking_says_so() -> None:
     results = {"agent": [run(0.5, None)], "nnunet": [run(0.7, None)]}
     rank = ranking(results)
     assert (
-        rank["metric"] == "object_f1"
-        and rank["order"] == ["nnunet", "agent"]
-        and "no worst-slice" in rank["note"]
+        rank.metric == "object_f1"
+        and rank.order == ["nnunet", "agent"]
+        and "no worst-slice" in str(rank.note)
     )
-    assert (
-        pairwise_differences(results)["agent - nnunet"]["object_f1"]["low"] is None
-    )  # one seed: no interval
+    assert pairwise_differences(results)["agent - nnunet"]["object_f1"].low is None  # one seed: no interval
 
 
 def test_the_nnunet_ticket_is_one_run_at_the_arms_budget() -> None:
@@ -139,3 +137,98 @@ def test_compare_json_keeps_each_arms_shape() -> None:
     }
     with pytest.raises(ValueError):
         ArmRun(run_id="x", surprise=1)  # type: ignore[call-arg]  # a misspelt field is refused, not kept
+
+
+def test_the_summary_keeps_its_json_shape() -> None:
+    """``compare --json``'s keys, pinned: the summary, an arm (``yield`` under its own name), the
+    ranking and a pair's differences; the last five keys come only once ``run_compare`` adds them."""
+    results = {"agent": [run(0.5, 0.2), run(0.52, 0.22)], "sweep-tpe": [run(0.55, 0.1), run(0.56, 0.12)]}
+    summary = summarise(results, proposer="rules", budget_s=480.0, seeds=2)
+    out = summary.as_json()
+    assert set(out) == {
+        "arms",
+        "seeds",
+        "budget_s_per_arm_and_seed",
+        "proposer",
+        "sweep_minus_agent",
+        "verdict",
+        "ranking",
+        "paired_differences",
+        "ranking_text",
+    }
+    assert set(out["arms"]["agent"]) == {
+        "seeds",
+        "sealed_object_f1",
+        "mean_sealed_object_f1",
+        "best_dev_so_far",
+        "dev_wins",
+        "confirm_a_wins",
+        "promoted",
+        "sealed_worst_slice_recall",
+        "device_seconds",
+        "start_best",
+        "fresh_tiers",
+        "plans",
+        "yield",
+    }
+    assert out["arms"]["agent"]["sealed_object_f1"][0] == {
+        "object_f1": {"estimate": 0.5, "low": 0.48, "high": 0.52},
+        "worst_slice_recall": 0.2,
+    }  # only the keys the milestone gave
+    assert set(out["ranking"]) == {"metric", "order", "note", "per_arm", "per_seed"}
+    assert set(out["paired_differences"]["agent - sweep-tpe"]["object_f1"]) == {
+        "per_seed",
+        "n",
+        "mean",
+        "confidence",
+        "low",
+        "high",
+    }
+    assert set(out["sweep_minus_agent"]) == {"arm", "per_seed", "confidence", "mean", "low", "high"}
+    done = summary.model_copy(
+        update={
+            "compare_id": "c",
+            "plot": "p.png",
+            "report": "compare.json",
+            "incumbent": "sha",
+            "replay": {},
+        }
+    )
+    assert set(done.as_json()) - set(out) == {"compare_id", "plot", "report", "incumbent", "replay"}
+
+
+def test_run_compare_writes_the_summary_with_its_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of a comparison: the summary gets its replay, plot and report, and compare.json holds
+    what ``compare --json`` prints (the arms themselves are run by ``run_arms``, replaced here)."""
+    from controls import compare
+    from controls.isolation import Incumbent
+
+    home = Home(tmp_path / "home")
+    home.root.mkdir(parents=True)
+    home.marker.write_text('{"profile": "default", "created": 0.0, "layout": 1}')
+    results = {"agent": [run(0.5, 0.2)], "sweep-tpe": [run(0.55, 0.1)]}
+    monkeypatch.setattr(
+        compare, "run_arms", lambda *args: (Incumbent(sha256="b" * 64, model=tmp_path / "m.onnx"), results)
+    )
+    summary = compare.run_compare(
+        home.root,
+        arms=["agent", "sweep-tpe"],
+        seeds=1,
+        budget_s=60.0,
+        proposer="rules",
+        profile="default",
+        backend="bwrap",
+        progress=lambda line: None,
+    )
+    written = json.loads(Path(str(summary.report)).read_text())
+    assert written["summary"] == json.loads(json.dumps(summary.as_json()))
+    assert written["summary"]["replay"]["agent"] == {
+        "promoted": 0,
+        "scored": 0,
+        "rows": [],
+        "false_win_rate": written["summary"]["replay"]["agent"]["false_win_rate"],
+    }  # no promotion to replay: every key all the same
+    assert Path(str(summary.plot)).is_file() and summary.incumbent == "b" * 64
+    assert set(written["arms"]) == {"agent", "sweep-tpe"}

@@ -46,18 +46,20 @@ def test_best_so_far_is_cumulative_and_failures_spend_seconds() -> None:
 
 
 def test_the_report_says_plainly_when_the_sweep_ties_or_wins() -> None:
-    assert summarise(results(0.60, 0.60), proposer="rules", budget_s=120, seeds=3)["verdict"].startswith(
-        "The sweep ties"
+    assert (
+        summarise(results(0.60, 0.60), proposer="rules", budget_s=120, seeds=3)
+        .as_json()["verdict"]
+        .startswith("The sweep ties")
     )
-    wins = summarise(results(0.55, 0.60), proposer="openai:gpt", budget_s=120, seeds=3)
+    wins = summarise(results(0.55, 0.60), proposer="openai:gpt", budget_s=120, seeds=3).as_json()
     assert wins["verdict"].startswith("The sweep wins") and "rules proposer" not in wins["verdict"]
-    agent = summarise(results(0.65, 0.60), proposer="rules", budget_s=120, seeds=3)
+    agent = summarise(results(0.65, 0.60), proposer="rules", budget_s=120, seeds=3).as_json()
     assert agent["verdict"].startswith("The agent arm wins")
     assert "No LLM was configured: the agent arm was the rules proposer." in agent["verdict"]
 
 
 def test_yield_and_llm_cost_are_kept_apart_from_device_time() -> None:
-    arms = summarise(results(0.6, 0.6), proposer="rules", budget_s=120, seeds=3)["arms"]
+    arms = summarise(results(0.6, 0.6), proposer="rules", budget_s=120, seeds=3).as_json()["arms"]
     y = arms["agent"]["yield"]
     assert y["device_seconds"] == 360 and y["promoted"] == 3 and y["promoted_per_device_hour"] == 30
     assert y["llm_tokens"] == 3000 and y["llm_tokens_per_promoted_win"] == 1000 and y["llm_seconds"] == 12
@@ -127,7 +129,7 @@ def test_seed_spread_decides_not_the_mean_alone() -> None:
         "agent": [run(s, [(60, 0.5)]) for s in (0.4896, 0.4301, 0.4777)],
         "sweep-random": [run(s, [(60, 0.5)]) for s in (0.4329, 0.4869, 0.4950)],
     }
-    summary = summarise(measured, proposer="rules", budget_s=240, seeds=3)
+    summary = summarise(measured, proposer="rules", budget_s=240, seeds=3).as_json()
     diff = summary["sweep_minus_agent"]
     assert diff["arm"] == "sweep-random" and len(diff["per_seed"]) == 3
     assert diff["low"] < 0 < diff["high"] and abs(diff["mean"] - 0.00577) < 1e-4
@@ -136,7 +138,7 @@ def test_seed_spread_decides_not_the_mean_alone() -> None:
 
 def test_one_seed_is_never_called_a_resolved_difference() -> None:
     one = {"agent": [run(0.55, [(60, 0.5)])], "sweep-tpe": [run(0.60, [(60, 0.5)])]}
-    summary = summarise(one, proposer="rules", budget_s=240, seeds=1)
+    summary = summarise(one, proposer="rules", budget_s=240, seeds=1).as_json()
     assert summary["sweep_minus_agent"]["low"] is None
     assert (
         summary["verdict"].startswith("The sweep wins") and "not a resolved difference" in summary["verdict"]
@@ -149,6 +151,6 @@ def test_the_tiers_redrawn_for_each_arm_run_are_reported() -> None:
         r.model_copy(update={"fresh_tiers": {"confirm-a": 2 + k}})
         for k, r in enumerate(measured["sweep-tpe"])
     ]
-    arms = summarise(measured, proposer="rules", budget_s=120, seeds=3)["arms"]
+    arms = summarise(measured, proposer="rules", budget_s=120, seeds=3).as_json()["arms"]
     assert arms["sweep-tpe"]["fresh_tiers"] == [{"confirm-a": 2}, {"confirm-a": 3}, {"confirm-a": 4}]
     assert arms["agent"]["fresh_tiers"] == [{}, {}, {}]  # a result without the key: nothing was redrawn
