@@ -68,15 +68,15 @@ def images_cmd(
         train, dev, dataset=version.ref, content_hash=version.content_hash, model=model
     )
     path = write_plan(plan, _plan_path(resolved, version, "images", plan_out))
-    report["plan"] = str(path)
+    report = report.model_copy(update={"plan": str(path)})
     if json_out:
-        emit_json(report)
+        emit_json(report.as_json())
         return
     typer.echo(
-        f"{version.ref}: {report['n_exact_groups']} exact-duplicate groups, "
-        f"{report['n_near_duplicates_train']} near-duplicate pairs in train, "
-        f"{report['n_cross_split']} across train/dev, {report['tiles']['n_overlaps']} tile overlaps; "
-        f"plan of {report['plan_items']} items -> {path}"
+        f"{version.ref}: {report.n_exact_groups} exact-duplicate groups, "
+        f"{report.n_near_duplicates_train} near-duplicate pairs in train, "
+        f"{report.n_cross_split} across train/dev, {report.tiles.n_overlaps} tile overlaps; "
+        f"plan of {report.plan_items} items -> {path}"
     )
 
 
@@ -103,14 +103,14 @@ def defects_cmd(
         train, dev, dataset=version.ref, content_hash=version.content_hash, model=model, review_queue=queue
     )
     path = write_plan(plan, _plan_path(resolved, version, "defects", plan_out))
-    report["plan"] = str(path)
+    report = report.model_copy(update={"plan": str(path)})
     if json_out:
-        emit_json(report)
+        emit_json(report.as_json())
         return
     typer.echo(
-        f"{version.ref}: {report['n_defects_train']} train defects, "
-        f"{report['n_duplicate_defects']} duplicate, {report['n_bad_masks']} bad masks; "
-        f"plan of {report['plan_items']} items -> {path}"
+        f"{version.ref}: {report.n_defects_train} train defects, "
+        f"{report.n_duplicate_defects} duplicate, {report.n_bad_masks} bad masks; "
+        f"plan of {report.plan_items} items -> {path}"
     )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from scipy import ndimage
@@ -32,12 +32,77 @@ from scipy.stats import ks_2samp
 
 from analysis.curation.plan import Action, Plan, PlanItem
 from segfactory.errors import DataError
+from segfactory.files import write_atomic
+from segfactory.records import Result
 from synthetic.splits import Split
 from vision.onnx_infer import predict
 
 PATCH_MARGIN = 3  # pixels around a defect's bbox compared for duplicates
 PATCH_TOL = 0.005  # mean absolute difference of mean-removed patches under which two defects are the same
 EDGE_MIN_Z = 2.0  # a mask whose intensity step (z) is below this, while a shifted copy clears it, is suspect
+
+
+class NumericDist(Result):
+    """One defect attribute in train against the target (dev): deciles 1, 5, 9 and a KS test."""
+
+    train_quantiles: list[float]
+    target_quantiles: list[float]
+    ks: float
+    p: float
+
+
+class ShapeCounts(Result):
+    train: dict[str, int]
+    target: dict[str, int]
+
+
+class Distributions(Result):
+    """Each numeric attribute that both splits record (absent otherwise), and the shape counts."""
+
+    area: NumericDist | None = None
+    contrast: NumericDist | None = None
+    diameter: NumericDist | None = None
+    shape: ShapeCounts
+
+
+class BadMask(Result):
+    image_id: int
+    edge_z: float  # the intensity step across the mask edge, as a z-score
+    shifted_z: float  # the best step of the mask shifted by EDGE_SHIFT pixels
+
+
+class ReviewRow(Result):
+    split: Literal["train"]
+    image_id: int
+    rank: int
+    source: Literal["cleanlab", "mask-edge"]
+
+
+class LabelReview(Result):
+    queue: str | None  # the review queue's file (label-review.jsonl)
+    n: int
+    top: list[ReviewRow]  # the first 20
+
+
+class DefectsReport(Result):
+    """What ``curate defects`` reports. ``plan`` is set once the plan has been written."""
+
+    dataset: str
+    content_hash: str
+    n_defects_train: int
+    duplicate_defects_train: list[list[int]]  # pairs of train image ids, the first MAX_LISTED
+    duplicate_defects_cross_split: list[list[int]]  # [train image id, dev image id]
+    n_duplicate_defects: int
+    distinct_mask_fraction: float
+    distributions: Distributions
+    bad_masks: list[BadMask]
+    n_bad_masks: int
+    sampling_weights: list[float]
+    label_review: LabelReview
+    plan_items: int
+    plan: str | None = None
+
+
 EDGE_SHIFT = 3  # pixels a mask is shifted to test its fit
 SIZE_BINS = (0, 16, 64, 256, 10**9)  # defect area bins (pixels) for rebalancing
 REVIEW_TOP = 100  # images written to the review queue
@@ -98,24 +163,24 @@ def _edge_fit(split: Split, i: int) -> tuple[float, float]:
     return z0, best
 
 
-def distributions(train: Split, dev: Split) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def distributions(train: Split, dev: Split) -> Distributions:
+    out: dict[str, NumericDist] = {}
     for key in ("area", "contrast", "diameter"):
         t = np.array([d[key] for d in train.defects if d.get(key) is not None], dtype=float)
         v = np.array([d[key] for d in dev.defects if d.get(key) is not None], dtype=float)
         if len(t) and len(v):
             test = ks_2samp(t, v)
-            out[key] = {
-                "train_quantiles": np.quantile(t, [0.1, 0.5, 0.9]).round(4).tolist(),
-                "target_quantiles": np.quantile(v, [0.1, 0.5, 0.9]).round(4).tolist(),
-                "ks": round(float(test.statistic), 4),
-                "p": float(test.pvalue),
-            }
-    out["shape"] = {
-        "train": dict(Counter(str(d.get("shape")) for d in train.defects)),
-        "target": dict(Counter(str(d.get("shape")) for d in dev.defects)),
-    }
-    return out
+            out[key] = NumericDist(
+                train_quantiles=np.quantile(t, [0.1, 0.5, 0.9]).round(4).tolist(),
+                target_quantiles=np.quantile(v, [0.1, 0.5, 0.9]).round(4).tolist(),
+                ks=round(float(test.statistic), 4),
+                p=float(test.pvalue),
+            )
+    shape = ShapeCounts(
+        train=dict(Counter(str(d.get("shape")) for d in train.defects)),
+        target=dict(Counter(str(d.get("shape")) for d in dev.defects)),
+    )
+    return Distributions(**out, shape=shape)
 
 
 def sampling_weights(train: Split) -> list[float]:
@@ -147,7 +212,7 @@ def curate_defects(
     content_hash: str,
     model: Path | None = None,
     review_queue: Path | None = None,
-) -> tuple[dict[str, Any], Plan]:
+) -> tuple[DefectsReport, Plan]:
     if len(train) == 0:
         raise DataError(f"dataset {dataset} has an empty train split; there is nothing to curate")
     within = duplicate_defects(train)
@@ -156,27 +221,6 @@ def curate_defects(
     fit = {i: _edge_fit(train, i) for i in labelled}
     sign = 1.0 if np.median([z0 for z0, _ in fit.values()] or [1.0]) >= 0 else -1.0  # the set's void polarity
     bad = sorted(i for i, (z0, best) in fit.items() if sign * z0 < EDGE_MIN_Z and sign * best >= EDGE_MIN_Z)
-    report: dict[str, Any] = {
-        "dataset": dataset,
-        "content_hash": content_hash,
-        "n_defects_train": len(train.defects),
-        "duplicate_defects_train": [
-            [train.defects[a]["image_id"], train.defects[b]["image_id"]] for a, b in within
-        ][:MAX_LISTED],
-        "duplicate_defects_cross_split": [
-            [train.defects[a]["image_id"], dev.defects[b]["image_id"]] for a, b in across
-        ][:MAX_LISTED],
-        "n_duplicate_defects": len(within) + len(across),
-        "distinct_mask_fraction": round(1 - len(within) / max(1, len(train.defects)), 4),
-        "distributions": distributions(train, dev),
-        "bad_masks": [
-            {"image_id": i, "edge_z": round(fit[i][0], 2), "shifted_z": round(fit[i][1], 2)} for i in bad
-        ][:MAX_LISTED],
-        "n_bad_masks": len(bad),
-        "sampling_weights": sampling_weights(train),
-        "label_review": None,
-    }
-    report["label_review"] = _review(model, train, review_queue, bad)
     items = [
         PlanItem(
             split="train",
@@ -186,25 +230,44 @@ def curate_defects(
         )
         for a, b in across
     ]
-    report["plan_items"] = len(items)
+    report = DefectsReport(
+        dataset=dataset,
+        content_hash=content_hash,
+        n_defects_train=len(train.defects),
+        duplicate_defects_train=[
+            [train.defects[a]["image_id"], train.defects[b]["image_id"]] for a, b in within
+        ][:MAX_LISTED],
+        duplicate_defects_cross_split=[
+            [train.defects[a]["image_id"], dev.defects[b]["image_id"]] for a, b in across
+        ][:MAX_LISTED],
+        n_duplicate_defects=len(within) + len(across),
+        distinct_mask_fraction=round(1 - len(within) / max(1, len(train.defects)), 4),
+        distributions=distributions(train, dev),
+        bad_masks=[
+            BadMask(image_id=i, edge_z=round(fit[i][0], 2), shifted_z=round(fit[i][1], 2)) for i in bad
+        ][:MAX_LISTED],
+        n_bad_masks=len(bad),
+        sampling_weights=sampling_weights(train),
+        label_review=_review(model, train, review_queue, bad),
+        plan_items=len(items),
+    )
     return report, Plan(kind="defects", dataset=dataset, content_hash=content_hash, items=items)
 
 
-def _review(model: Path | None, train: Split, queue: Path | None, bad_masks: list[int]) -> dict[str, Any]:
+def _review(model: Path | None, train: Split, queue: Path | None, bad_masks: list[int]) -> LabelReview:
     """The label-review queue: cleanlab's ranking (with a model), then the bad-mask suspects."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ReviewRow] = []
     if model is not None:
         probs = predict(model, np.ascontiguousarray(train.images, dtype=np.float32))
         order = label_issue_ranking(np.asarray(train.masks), probs)[:REVIEW_TOP]
         rows += [
-            {"split": "train", "image_id": int(i), "rank": r, "source": "cleanlab"}
-            for r, i in enumerate(order)
+            ReviewRow(split="train", image_id=int(i), rank=r, source="cleanlab") for r, i in enumerate(order)
         ]
     rows += [
-        {"split": "train", "image_id": i, "rank": len(rows) + r, "source": "mask-edge"}
+        ReviewRow(split="train", image_id=i, rank=len(rows) + r, source="mask-edge")
         for r, i in enumerate(bad_masks)
     ]
     if queue is not None:
         queue.parent.mkdir(parents=True, exist_ok=True)
-        queue.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return {"queue": str(queue) if queue else None, "n": len(rows), "top": rows[:20]}
+        write_atomic(queue, "".join(json.dumps(row.as_json()) + "\n" for row in rows))
+    return LabelReview(queue=str(queue) if queue else None, n=len(rows), top=rows[:20])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import numpy as np
 
@@ -27,8 +27,9 @@ from analysis.curation.neardup import (
     union,
 )
 from analysis.curation.plan import Action, Plan, PlanItem
-from analysis.curation.tiles import find_overlaps, trace_sources
+from analysis.curation.tiles import Overlap, find_overlaps, trace_sources
 from segfactory.errors import DataError
+from segfactory.records import Result
 from synthetic.check import BLANK_STD, SATURATED_FRACTION
 from synthetic.splits import Split
 from vision.onnx_infer import predict
@@ -41,6 +42,91 @@ COVERAGE_BINS = 4
 COVERAGE_MIN_FRACTION = 0.02  # a cell with fewer train images than this fraction of train is a gap
 MAX_LISTED = 200  # pairs/items listed per finding in the report; the rest are counted
 HARD_TOP = 50  # hard images listed
+
+
+class ImageRef(Result):
+    split: Literal["train", "dev"]
+    id: int  # the image's index in its split
+
+
+class ImagePair(Result):
+    """Two near-duplicate images: pHash distance in bits and embedding cosine."""
+
+    a: ImageRef
+    b: ImageRef
+    bits: int
+    cosine: float
+
+
+class Thresholds(Result):
+    phash_bits: int
+    thumbnail_rms: float
+    embedding_cosine: float
+
+
+class Tiles(Result):
+    overlaps: list[Overlap]  # the first MAX_LISTED
+    n_overlaps: int
+    sources: list[dict[str, list[int]]]  # per source image: tile -> its (y, x) in the source frame
+
+
+class CoverageCell(Result):
+    value: str
+    train: int
+    dev: int
+    gap: bool  # fewer train images than min_train_count
+
+
+class CoverageGap(Result):
+    field: str
+    value: str
+    train: int
+    dev: int
+
+
+class Coverage(Result):
+    min_train_count: int
+    table: dict[str, list[CoverageCell]]  # acquisition field -> its values (numeric ones binned)
+    gaps: list[CoverageGap]
+
+
+class SensitivityRow(Result):
+    """How many pairs one threshold of one signal would call duplicates."""
+
+    signal: Literal["phash_bits", "embedding_cosine"]
+    threshold: int | float  # bits are whole numbers; a cosine is not
+    pairs: int
+    cross_split: int
+    documented: bool  # the threshold this report uses
+
+
+class HardImage(Result):
+    image_id: int
+    loss: float  # mean BCE against the mask
+    uncertainty: float  # mean entropy of the model's probabilities, in bits
+
+
+class ImagesReport(Result):
+    """What ``curate images`` reports. ``plan`` is set once the plan has been written."""
+
+    dataset: str
+    content_hash: str
+    n_train: int
+    n_dev: int
+    thresholds: Thresholds
+    exact_duplicates: list[list[ImageRef]]  # groups, the first MAX_LISTED
+    n_exact_groups: int
+    near_duplicates_train: list[ImagePair]
+    n_near_duplicates_train: int
+    cross_split: list[ImagePair]
+    n_cross_split: int
+    tiles: Tiles
+    quality: dict[str, list[int]]  # blank, saturated, artefact: train image indices
+    coverage: Coverage
+    sensitivity: list[SensitivityRow]
+    hard_images: list[HardImage] | None  # None without --model
+    plan_items: int
+    plan: str | None = None
 
 
 def _quality(images: np.ndarray, chunk: int = 1024) -> dict[str, list[int]]:
@@ -90,37 +176,37 @@ class _Joined:
         return out
 
 
-def _sensitivity(pairs_bits: Pairs, rms: np.ndarray, pairs_cos: Pairs, n_train: int) -> list[dict[str, Any]]:
+def _sensitivity(pairs_bits: Pairs, rms: np.ndarray, pairs_cos: Pairs, n_train: int) -> list[SensitivityRow]:
     rows = []
     for bits in SENSITIVITY_BITS:
         keep = (pairs_bits.bits <= bits) & (rms <= DUPLICATE_RMS)
         cross = (pairs_bits.i[keep] < n_train) & (pairs_bits.j[keep] >= n_train)
         rows.append(
-            {
-                "signal": "phash_bits",
-                "threshold": bits,
-                "pairs": int(keep.sum()),
-                "cross_split": int(cross.sum()),
-                "documented": bits == NEAR_NEIGHBOUR_BITS,
-            }
+            SensitivityRow(
+                signal="phash_bits",
+                threshold=bits,
+                pairs=int(keep.sum()),
+                cross_split=int(cross.sum()),
+                documented=bits == NEAR_NEIGHBOUR_BITS,
+            )
         )
     for cos in SENSITIVITY_COSINE:
         keep = pairs_cos.cosine >= cos
         cross = (pairs_cos.i[keep] < n_train) & (pairs_cos.j[keep] >= n_train)
         rows.append(
-            {
-                "signal": "embedding_cosine",
-                "threshold": cos,
-                "pairs": int(keep.sum()),
-                "cross_split": int(cross.sum()),
-                "documented": cos == EMBED_MIN_COSINE,
-            }
+            SensitivityRow(
+                signal="embedding_cosine",
+                threshold=cos,
+                pairs=int(keep.sum()),
+                cross_split=int(cross.sum()),
+                documented=cos == EMBED_MIN_COSINE,
+            )
         )
     return rows
 
 
-def _coverage(train: Split, dev: Split) -> dict[str, Any]:
-    table: dict[str, list[dict[str, Any]]] = {}
+def _coverage(train: Split, dev: Split) -> Coverage:
+    table: dict[str, list[CoverageCell]] = {}
     gaps = []
     min_count = max(1, int(COVERAGE_MIN_FRACTION * len(train)))
     for field in COVERAGE_FIELDS + COVERAGE_NUMERIC:
@@ -143,14 +229,14 @@ def _coverage(train: Split, dev: Split) -> dict[str, Any]:
         cells = []
         for value in sorted(set(tc) | set(dc)):
             gap = tc[value] < min_count
-            cells.append({"value": value, "train": tc[value], "dev": dc[value], "gap": gap})
+            cells.append(CoverageCell(value=value, train=tc[value], dev=dc[value], gap=gap))
             if gap:
-                gaps.append({"field": field, "value": value, "train": tc[value], "dev": dc[value]})
+                gaps.append(CoverageGap(field=field, value=value, train=tc[value], dev=dc[value]))
         table[field] = cells
-    return {"min_train_count": min_count, "table": table, "gaps": gaps}
+    return Coverage(min_train_count=min_count, table=table, gaps=gaps)
 
 
-def _hard_images(model: Path, train: Split) -> list[dict[str, Any]]:
+def _hard_images(model: Path, train: Split) -> list[HardImage]:
     """Train images ranked by the model's loss (BCE against the mask) and mean uncertainty."""
 
     losses, uncert = [], []
@@ -163,16 +249,15 @@ def _hard_images(model: Path, train: Split) -> list[dict[str, Any]]:
         uncert.extend(ent.mean(axis=(1, 2)).tolist())
     order = np.argsort(losses)[::-1][:HARD_TOP]
     return [
-        {"image_id": int(i), "loss": round(losses[i], 5), "uncertainty": round(uncert[i], 5)} for i in order
+        HardImage(image_id=int(i), loss=round(losses[i], 5), uncertainty=round(uncert[i], 5)) for i in order
     ]
 
 
-def _pair_rows(pairs: Pairs, n_train: int) -> list[dict[str, Any]]:
-    def where(k: int) -> dict[str, Any]:
-        return {"split": "train", "id": k} if k < n_train else {"split": "dev", "id": k - n_train}
-
+def _pair_rows(pairs: Pairs, n_train: int) -> list[ImagePair]:
     return [
-        {"a": where(int(a)), "b": where(int(b)), "bits": int(d), "cosine": round(float(c), 4)}
+        ImagePair(
+            a=_where(int(a), n_train), b=_where(int(b), n_train), bits=int(d), cosine=round(float(c), 4)
+        )
         for a, b, d, c in zip(
             pairs.i[:MAX_LISTED],
             pairs.j[:MAX_LISTED],
@@ -185,7 +270,7 @@ def _pair_rows(pairs: Pairs, n_train: int) -> list[dict[str, Any]]:
 
 def curate_images(
     train: Split, dev: Split, *, dataset: str, content_hash: str, model: Path | None = None
-) -> tuple[dict[str, Any], Plan]:
+) -> tuple[ImagesReport, Plan]:
     """The whole-image report and its plan for one dataset version."""
     if len(train) == 0:
         raise DataError(f"dataset {dataset} has an empty train split; there is nothing to curate")
@@ -210,43 +295,41 @@ def curate_images(
     cross = (near.i < n_train) & (near.j >= n_train)
     overlaps = find_overlaps(train.images)
     quality = _quality(train.images)
-    report: dict[str, Any] = {
-        "dataset": dataset,
-        "content_hash": content_hash,
-        "n_train": n_train,
-        "n_dev": len(dev),
-        "thresholds": {
-            "phash_bits": NEAR_NEIGHBOUR_BITS,
-            "thumbnail_rms": DUPLICATE_RMS,
-            "embedding_cosine": EMBED_MIN_COSINE,
-        },
-        "exact_duplicates": [[_where(k, n_train) for k in g] for g in exact[:MAX_LISTED]],
-        "n_exact_groups": len(exact),
-        "near_duplicates_train": _pair_rows(
+    items = _plan_items(exact, near, within, cross, overlaps, quality, n_train)
+    report = ImagesReport(
+        dataset=dataset,
+        content_hash=content_hash,
+        n_train=n_train,
+        n_dev=len(dev),
+        thresholds=Thresholds(
+            phash_bits=NEAR_NEIGHBOUR_BITS, thumbnail_rms=DUPLICATE_RMS, embedding_cosine=EMBED_MIN_COSINE
+        ),
+        exact_duplicates=[[_where(k, n_train) for k in g] for g in exact[:MAX_LISTED]],
+        n_exact_groups=len(exact),
+        near_duplicates_train=_pair_rows(
             Pairs(near.i[within], near.j[within], near.bits[within], near.cosine[within]), n_train
         ),
-        "n_near_duplicates_train": int(within.sum()),
-        "cross_split": _pair_rows(
+        n_near_duplicates_train=int(within.sum()),
+        cross_split=_pair_rows(
             Pairs(near.i[cross], near.j[cross], near.bits[cross], near.cosine[cross]), n_train
         ),
-        "n_cross_split": int(cross.sum()),
-        "tiles": {
-            "overlaps": [o.__dict__ for o in overlaps[:MAX_LISTED]],
-            "n_overlaps": len(overlaps),
-            "sources": [{str(k): list(v) for k, v in g.items()} for g in trace_sources(overlaps)],
-        },
-        "quality": quality,
-        "coverage": _coverage(train, dev),
-        "sensitivity": _sensitivity(by_bits, rms, by_cos, n_train),
-        "hard_images": _hard_images(model, train) if model is not None else None,
-    }
-    items = _plan_items(exact, near, within, cross, overlaps, quality, n_train)
-    report["plan_items"] = len(items)
+        n_cross_split=int(cross.sum()),
+        tiles=Tiles(
+            overlaps=overlaps[:MAX_LISTED],
+            n_overlaps=len(overlaps),
+            sources=[{str(k): list(v) for k, v in g.items()} for g in trace_sources(overlaps)],
+        ),
+        quality=quality,
+        coverage=_coverage(train, dev),
+        sensitivity=_sensitivity(by_bits, rms, by_cos, n_train),
+        hard_images=_hard_images(model, train) if model is not None else None,
+        plan_items=len(items),
+    )
     return report, Plan(kind="images", dataset=dataset, content_hash=content_hash, items=items)
 
 
-def _where(k: int, n_train: int) -> dict[str, Any]:
-    return {"split": "train", "id": k} if k < n_train else {"split": "dev", "id": k - n_train}
+def _where(k: int, n_train: int) -> ImageRef:
+    return ImageRef(split="train", id=k) if k < n_train else ImageRef(split="dev", id=k - n_train)
 
 
 def _plan_items(
@@ -254,7 +337,7 @@ def _plan_items(
     near: Pairs,
     within: np.ndarray,
     cross: np.ndarray,
-    overlaps: list[Any],
+    overlaps: list[Overlap],
     quality: dict[str, list[int]],
     n_train: int,
 ) -> list[PlanItem]:

@@ -136,6 +136,29 @@ def test_curate_images_apply_end_to_end(tmp_home: Path, cli) -> None:  # type: i
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     assert report["n_exact_groups"] == 1 and report["plan_items"] >= 1
+    assert set(report) == {
+        "dataset",
+        "content_hash",
+        "n_train",
+        "n_dev",
+        "thresholds",
+        "exact_duplicates",
+        "n_exact_groups",
+        "near_duplicates_train",
+        "n_near_duplicates_train",
+        "cross_split",
+        "n_cross_split",
+        "tiles",
+        "quality",
+        "coverage",
+        "sensitivity",
+        "hard_images",
+        "plan_items",
+        "plan",
+    }  # the --json shape is a contract
+    assert all(set(ref) == {"split", "id"} for ref in report["exact_duplicates"][0])
+    assert set(report["tiles"]) == {"overlaps", "n_overlaps", "sources"} and report["hard_images"] is None
+    assert {type(row["threshold"]) for row in report["sensitivity"] if row["signal"] == "phash_bits"} == {int}
     plan = Path(report["plan"])
     applied = cli("curate", "apply", str(plan), "--home", str(home), "--json")
     assert applied.returncode == 0, applied.stderr

@@ -110,10 +110,10 @@ def test_defects_repeated_across_the_split_and_bad_masks(tmp_home: Path, tmp_pat
     t_split = Split(None, train.images, train.masks, train.image_meta, train.defects, {})
     d_split = Split(None, dev.images, dev.masks, dev.image_meta, dev.defects, {})
     report, plan = curate_defects(t_split, d_split, dataset="x/v1", content_hash="h")
-    assert [7, k] in report["duplicate_defects_cross_split"]
-    assert j in [b["image_id"] for b in report["bad_masks"]]
+    assert [7, k] in report.duplicate_defects_cross_split
+    assert j in [b.image_id for b in report.bad_masks]
     assert 7 in {it.image_id for it in plan.items} and j not in {it.image_id for it in plan.items}
-    weights = np.array(report["sampling_weights"])
+    weights = np.array(report.sampling_weights)
     assert weights.shape == (30,) and abs(weights.mean() - 1) < 1e-3
 
 
@@ -226,12 +226,12 @@ def test_hard_images_and_label_review_with_a_model(version: DatasetVersion, tmp_
     model = _sigmoid_model(tmp_path / "m.onnx", 8.0)
     train, dev = read_split(version.train, mmap=True), read_split(version.dev, mmap=True)
     report, _ = curate_images(train, dev, dataset=version.ref, content_hash=version.content_hash, model=model)
-    losses = [row["loss"] for row in report["hard_images"]]
+    losses = [row.loss for row in report.hard_images or []]
     assert len(losses) == min(50, len(train)) and losses == sorted(losses, reverse=True)
     queue = tmp_path / "review.jsonl"
     rep, _ = curate_defects(
         train, dev, dataset=version.ref, content_hash=version.content_hash, model=model, review_queue=queue
     )
     rows = [json.loads(line) for line in queue.read_text().splitlines()]
-    assert rep["label_review"]["n"] == len(rows) and rows[0]["source"] == "cleanlab"
+    assert rep.label_review.n == len(rows) and rows[0]["source"] == "cleanlab"
     assert len({r["image_id"] for r in rows if r["source"] == "cleanlab"}) == min(100, len(train))
