@@ -66,7 +66,7 @@ def main() -> None:
     out(
         f"realism statistics, {args.n} vs {args.n} at {args.size}px: {stats_s:.2f} s "
         f"(target {TARGET_S:.0f} s: {'PASS' if stats_s <= TARGET_S else 'FAIL'}), "
-        f"{report['voids']['n_synthetic']} + {report['voids']['n_real']} voids\n"
+        f"{report.voids.n_synthetic} + {report.voids.n_real} voids\n"
     )
     started = time.perf_counter()
     _per_void_loop(syn.images[:BASELINE_SUBSET], syn.masks[:BASELINE_SUBSET])
@@ -77,11 +77,11 @@ def main() -> None:
     )
     started = time.perf_counter()
     result = c2st(syn.images, real.images)
-    acc = result["accuracy"]
+    acc = result.accuracy
     out(
-        f"classifier two-sample test (excluded from the target): training {result['train_seconds']:.2f} s, "
-        f"total {time.perf_counter() - started:.2f} s, held-out accuracy {acc['estimate']:.3f} "
-        f"[{acc['low']:.3f}, {acc['high']:.3f}] on {result['n_held_out']} images\n"
+        f"classifier two-sample test (excluded from the target): training {result.train_seconds:.2f} s, "
+        f"total {time.perf_counter() - started:.2f} s, held-out accuracy {acc.estimate:.3f} "
+        f"[{acc.low:.3f}, {acc.high:.3f}] on {result.n_held_out} images\n"
     )
 
 

@@ -69,17 +69,18 @@ def realism_cmd(
     folder = out or home_for(home).people_dir(f"realism-{time.strftime('%Y%m%d-%H%M%S')}")
     report = realism_report(syn_dir, real, folder, seed=seed, classifier=classifier)
     if json_out:
-        emit_json(report)
+        emit_json(report.as_json())
         return
-    c, acc = console(), (report["classifier"] or {}).get("accuracy")
-    c.print(f"MMD² {report['mmd']['mmd2']:.4g} (permutation p = {report['mmd']['p_value']:.3g})")
-    if acc:
+    c = console()
+    c.print(f"MMD² {report.mmd.mmd2:.4g} (permutation p = {report.mmd.p_value:.3g})")
+    if report.classifier is not None:
+        acc = report.classifier.accuracy
         c.print(
-            f"classifier held-out accuracy {acc['estimate']:.3f} [{acc['low']:.3f}, {acc['high']:.3f}] "
-            f"(training {report['classifier']['train_seconds']} s)"
+            f"classifier held-out accuracy {acc.estimate:.3f} [{acc.low:.3f}, {acc.high:.3f}] "
+            f"(training {report.classifier.train_seconds} s)"
         )
-    c.print(f"report {report['report']}, plots {report['plot']}")
-    c.print(report["note"])
+    c.print(f"report {report.report}, plots {report.plot}")
+    c.print(report.note)
 
 
 def topup_cmd(

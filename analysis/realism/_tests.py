@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from segfactory.stats import wilson_interval
+from segfactory.records import Result
+from segfactory.stats import Interval, wilson_interval
 
 MMD_PERMUTATIONS = 200  # label permutations for the MMD p-value
 MMD_MAX_PER_SIDE = 2000  # images per side in the kernel matrix (seeded subsample past this)
@@ -30,9 +31,32 @@ def _subsample(x: np.ndarray, cap: int, rng: np.random.Generator) -> np.ndarray:
     return x if len(x) <= cap else x[np.sort(rng.choice(len(x), cap, replace=False))]
 
 
-def mmd_test(
-    fx: np.ndarray, fy: np.ndarray, *, seed: int = 0, permutations: int = MMD_PERMUTATIONS
-) -> dict[str, Any]:
+class Mmd(Result):
+    """The kernel two-sample test on per-image features: biased MMD² and its permutation p-value."""
+
+    mmd2: float
+    p_value: float
+    permutations: int
+    bandwidth: float
+    n_synthetic: int
+    n_real: int
+    features: list[str]
+
+
+class C2st(Result):
+    """The classifier two-sample test: held-out accuracy of a CNN telling real from synthetic."""
+
+    accuracy: Interval  # Wilson 95% interval
+    n_train: int
+    n_held_out: int
+    steps: int
+    batch: int
+    train_seconds: float
+    chance: float
+    distinguishable: bool  # the interval lies above chance
+
+
+def mmd_test(fx: np.ndarray, fy: np.ndarray, *, seed: int = 0, permutations: int = MMD_PERMUTATIONS) -> Mmd:
     """Biased MMD² between two feature sets, its permutation p-value and the bandwidth."""
     rng = np.random.default_rng(seed)
     fx, fy = _subsample(fx, MMD_MAX_PER_SIDE, rng), _subsample(fy, MMD_MAX_PER_SIDE, rng)
@@ -49,14 +73,14 @@ def mmd_test(
     stats = np.einsum("ip,ip->p", table, k @ table)  # s^T K s per column
     observed = float(stats[0])
     p_value = float((1 + np.sum(stats[1:] >= observed)) / (permutations + 1))
-    return {
-        "mmd2": observed,
-        "p_value": p_value,
-        "permutations": permutations,
-        "bandwidth": bandwidth,
-        "n_synthetic": nx,
-        "n_real": ny,
-        "features": [
+    return Mmd(
+        mmd2=observed,
+        p_value=p_value,
+        permutations=permutations,
+        bandwidth=bandwidth,
+        n_synthetic=nx,
+        n_real=ny,
+        features=[
             "mean",
             "std",
             "gradient",
@@ -66,7 +90,7 @@ def mmd_test(
             "log_nps_band3",
             "log_nps_band4",
         ],
-    }
+    )
 
 
 def _resize(images: np.ndarray, side: int) -> np.ndarray:
@@ -94,9 +118,7 @@ def _cnn() -> Any:
     )
 
 
-def c2st(
-    synthetic: np.ndarray, real: np.ndarray, *, seed: int = 0, steps: int = C2ST_STEPS
-) -> dict[str, Any]:
+def c2st(synthetic: np.ndarray, real: np.ndarray, *, seed: int = 0, steps: int = C2ST_STEPS) -> C2st:
     """Held-out accuracy of a small CNN telling real (1) from synthetic (0), Wilson 95% interval."""
     import torch
 
@@ -124,7 +146,7 @@ def c2st(
 
 def _fit_and_score(
     x: np.ndarray, y: np.ndarray, train: np.ndarray, held: np.ndarray, rng: np.random.Generator, steps: int
-) -> dict[str, Any]:
+) -> C2st:
     import torch
 
     model = _cnn()
@@ -142,13 +164,13 @@ def _fit_and_score(
         pred = (model(xt[held])[:, 0] > 0).numpy()
     correct = int((pred == (y[held] > 0.5)).sum())
     interval = wilson_interval(correct, len(held))
-    return {
-        "accuracy": interval.as_dict(),
-        "n_train": int(len(train)),
-        "n_held_out": int(len(held)),
-        "steps": steps,
-        "batch": C2ST_BATCH,
-        "train_seconds": round(train_s, 3),
-        "chance": 0.5,
-        "distinguishable": interval.low > 0.5,
-    }
+    return C2st(
+        accuracy=interval,
+        n_train=int(len(train)),
+        n_held_out=int(len(held)),
+        steps=steps,
+        batch=C2ST_BATCH,
+        train_seconds=round(train_s, 3),
+        chance=0.5,
+        distinguishable=interval.low > 0.5,
+    )

@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from analysis.realism._stats import EDGE_PX, SetStats, set_stats
-from analysis.realism._tests import c2st, mmd_test
+from analysis.realism._tests import C2st, Mmd, c2st, mmd_test
 from segfactory.errors import DataError, UsageError
+from segfactory.files import write_atomic
+from segfactory.records import Result
 from synthetic.splits import read_split
 from vision.metrics import SIZE_BIN_NAMES
 
@@ -28,6 +30,70 @@ NOT_THE_TEST = (
 )
 REPORT_FILE = "realism.json"
 PLOT_FILE = "realism.png"
+
+
+class Ks(Result):
+    statistic: float
+    p_value: float
+
+
+class BySet(Result):
+    synthetic: float | None  # None: the set has no void in this slice
+    real: float | None
+
+
+class EdgeProfile(Result):
+    """Intensity relative to the local background across the void edge, per distance in pixels."""
+
+    distance_px: list[int]
+    synthetic: list[float | None]
+    real: list[float | None]
+    mean_abs_gap: float | None
+
+
+class SliceStats(Result):
+    """One void size slice in both sets."""
+
+    slice: str
+    n_synthetic: int
+    n_real: int
+    share_synthetic: float | None
+    share_real: float | None
+    median_area: BySet
+    median_contrast: BySet
+    contrast_ks: Ks | None  # None below two voids on a side
+    edge_profile: EdgeProfile
+
+
+class Voids(Result):
+    n_synthetic: int
+    n_real: int
+    area_ks: Ks | None
+    contrast_ks: Ks | None
+
+
+class NoiseSpectrum(Result):
+    synthetic: list[float]
+    real: list[float]
+    mean_abs_log_ratio: float
+
+
+class RealismReport(Result):
+    """What ``segfactory realism`` reports: aggregates only. ``realism_report`` adds the last three
+    keys (whether the real set is a stand-in, the plot and the report file)."""
+
+    note: str
+    n_synthetic: int
+    n_real: int
+    voids: Voids
+    slices: list[SliceStats]
+    noise_power_spectrum: NoiseSpectrum
+    mmd: Mmd
+    statistics_seconds: float
+    classifier: C2st | None  # None with --no-classifier
+    stand_in: bool | None = None
+    plot: str | None = None
+    report: str | None = None
 
 
 def load_real(path: Path) -> Any:
@@ -51,45 +117,44 @@ def _median(x: np.ndarray) -> float | None:
     return round(float(np.median(x)), 6) if x.size else None
 
 
-def _ks(a: np.ndarray, b: np.ndarray) -> dict[str, float] | None:
+def _ks(a: np.ndarray, b: np.ndarray) -> Ks | None:
     from scipy.stats import ks_2samp
 
     if a.size < 2 or b.size < 2:
         return None
     res = ks_2samp(a, b)
-    return {"statistic": round(float(res.statistic), 6), "p_value": float(res.pvalue)}
+    return Ks(statistic=round(float(res.statistic), 6), p_value=float(res.pvalue))
 
 
 def _profile(row: np.ndarray) -> list[float | None]:
     return [None if np.isnan(v) else round(float(v), 6) for v in row]
 
 
-def _slice_rows(syn: SetStats, real: SetStats) -> list[dict[str, Any]]:
+def _slice_rows(syn: SetStats, real: SetStats) -> list[SliceStats]:
     rows = []
     for b, name in enumerate(SIZE_BIN_NAMES):
         s, r = syn.void_bin == b, real.void_bin == b
         diff = np.abs(syn.edge_profile[b] - real.edge_profile[b])
         gap = float(diff[~np.isnan(diff)].mean()) if (~np.isnan(diff)).any() else np.nan
         rows.append(
-            {
-                "slice": name,
-                "n_synthetic": int(s.sum()),
-                "n_real": int(r.sum()),
-                "share_synthetic": round(float(s.mean()), 6) if s.size else None,
-                "share_real": round(float(r.mean()), 6) if r.size else None,
-                "median_area": {"synthetic": _median(syn.void_area[s]), "real": _median(real.void_area[r])},
-                "median_contrast": {
-                    "synthetic": _median(syn.void_contrast[s]),
-                    "real": _median(real.void_contrast[r]),
-                },
-                "contrast_ks": _ks(syn.void_contrast[s], real.void_contrast[r]),
-                "edge_profile": {
-                    "distance_px": list(range(-EDGE_PX, EDGE_PX + 1)),
-                    "synthetic": _profile(syn.edge_profile[b]),
-                    "real": _profile(real.edge_profile[b]),
-                    "mean_abs_gap": None if np.isnan(gap) else round(float(gap), 6),
-                },
-            }
+            SliceStats(
+                slice=name,
+                n_synthetic=int(s.sum()),
+                n_real=int(r.sum()),
+                share_synthetic=round(float(s.mean()), 6) if s.size else None,
+                share_real=round(float(r.mean()), 6) if r.size else None,
+                median_area=BySet(synthetic=_median(syn.void_area[s]), real=_median(real.void_area[r])),
+                median_contrast=BySet(
+                    synthetic=_median(syn.void_contrast[s]), real=_median(real.void_contrast[r])
+                ),
+                contrast_ks=_ks(syn.void_contrast[s], real.void_contrast[r]),
+                edge_profile=EdgeProfile(
+                    distance_px=list(range(-EDGE_PX, EDGE_PX + 1)),
+                    synthetic=_profile(syn.edge_profile[b]),
+                    real=_profile(real.edge_profile[b]),
+                    mean_abs_gap=None if np.isnan(gap) else round(float(gap), 6),
+                ),
+            )
         )
     return rows
 
@@ -102,31 +167,35 @@ def compare(
     *,
     seed: int = 0,
     classifier: bool = True,
-) -> tuple[dict[str, Any], SetStats, SetStats]:
-    """The report dict (aggregates only) and both sets' statistics (for the plots)."""
+) -> tuple[RealismReport, SetStats, SetStats]:
+    """The report (aggregates only) and both sets' statistics (for the plots)."""
     started = time.perf_counter()
     syn, real = set_stats(syn_images, syn_masks), set_stats(real_images, real_masks)
     nps_gap = float(np.mean(np.abs(np.log(syn.nps + 1e-12) - np.log(real.nps + 1e-12))))
-    report: dict[str, Any] = {
-        "note": NOT_THE_TEST,
-        "n_synthetic": syn.n_images,
-        "n_real": real.n_images,
-        "voids": {
-            "n_synthetic": int(syn.void_area.size),
-            "n_real": int(real.void_area.size),
-            "area_ks": _ks(syn.void_area, real.void_area),
-            "contrast_ks": _ks(syn.void_contrast, real.void_contrast),
-        },
-        "slices": _slice_rows(syn, real),
-        "noise_power_spectrum": {
-            "synthetic": [float(v) for v in syn.nps],
-            "real": [float(v) for v in real.nps],
-            "mean_abs_log_ratio": round(nps_gap, 6),
-        },
-        "mmd": mmd_test(syn.features, real.features, seed=seed),
-    }
-    report["statistics_seconds"] = round(time.perf_counter() - started, 3)
-    report["classifier"] = c2st(syn_images, real_images, seed=seed) if classifier else None
+    voids = Voids(
+        n_synthetic=int(syn.void_area.size),
+        n_real=int(real.void_area.size),
+        area_ks=_ks(syn.void_area, real.void_area),
+        contrast_ks=_ks(syn.void_contrast, real.void_contrast),
+    )
+    spectrum = NoiseSpectrum(
+        synthetic=[float(v) for v in syn.nps],
+        real=[float(v) for v in real.nps],
+        mean_abs_log_ratio=round(nps_gap, 6),
+    )
+    slices, mmd = _slice_rows(syn, real), mmd_test(syn.features, real.features, seed=seed)
+    statistics_seconds = round(time.perf_counter() - started, 3)
+    report = RealismReport(
+        note=NOT_THE_TEST,
+        n_synthetic=syn.n_images,
+        n_real=real.n_images,
+        voids=voids,
+        slices=slices,
+        noise_power_spectrum=spectrum,
+        mmd=mmd,
+        statistics_seconds=statistics_seconds,
+        classifier=c2st(syn_images, real_images, seed=seed) if classifier else None,
+    )
     return report, syn, real
 
 
@@ -170,7 +239,7 @@ def plot(syn: SetStats, real: SetStats, path: Path) -> Path:
 
 def realism_report(
     synthetic_dir: Path, real_path: Path, out_dir: Path, *, seed: int = 0, classifier: bool = True
-) -> dict[str, Any]:
+) -> RealismReport:
     """Compare a synthetic split with a real-dev split; write realism.json and realism.png."""
     syn_split = read_split(synthetic_dir, mmap=True)
     real_split = load_real(real_path)
@@ -182,9 +251,13 @@ def realism_report(
         seed=seed,
         classifier=classifier,
     )
-    report["stand_in"] = bool(real_split.manifest.get("stand_in", False))
     out_dir.mkdir(parents=True, exist_ok=True)
-    report["plot"] = str(plot(syn, real, out_dir / PLOT_FILE))
-    report["report"] = str(out_dir / REPORT_FILE)
-    (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    report = report.model_copy(
+        update={
+            "stand_in": bool(real_split.manifest.get("stand_in", False)),
+            "plot": str(plot(syn, real, out_dir / PLOT_FILE)),
+            "report": str(out_dir / REPORT_FILE),
+        }
+    )
+    write_atomic(out_dir / REPORT_FILE, json.dumps(report.as_json(), indent=2, sort_keys=True) + "\n")
     return report

@@ -172,6 +172,16 @@ def test_realism_report_is_aggregate_and_says_it_is_not_the_test(run: dict[str, 
     acc = report["classifier"]["accuracy"]
     assert acc["low"] <= acc["estimate"] <= acc["high"] and report["classifier"]["train_seconds"] > 0
     assert Path(report["plot"]).is_file() and Path(report["report"]).is_file()
+    assert set(report["classifier"]) == {
+        "accuracy",
+        "n_train",
+        "n_held_out",
+        "steps",
+        "batch",
+        "train_seconds",
+        "chance",
+        "distinguishable",
+    }  # the --json shape is a contract
 
 
 def test_topup_dose_response_has_both_controls(run: dict[str, object]) -> None:

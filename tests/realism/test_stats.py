@@ -44,7 +44,7 @@ def test_mmd_p_value_separates_same_from_shifted() -> None:
     a, b = set_stats(*_discs(120, 32, 2, 0.1, 0.02)), set_stats(*_discs(120, 32, 3, 0.1, 0.02))
     c = set_stats(*_discs(120, 32, 4, 0.1, 0.05))
     same, shifted = mmd_test(a.features, b.features, seed=1), mmd_test(a.features, c.features, seed=1)
-    assert same["p_value"] > 0.05 and shifted["p_value"] < 0.01 and shifted["mmd2"] > same["mmd2"]
+    assert same.p_value > 0.05 and shifted.p_value < 0.01 and shifted.mmd2 > same.mmd2
 
 
 @pytest.mark.slow  # a small CNN trains: ~5-20 s on a shared 2-core CPU
@@ -52,8 +52,43 @@ def test_classifier_tells_noisy_from_clean_and_reports_training_time() -> None:
     clean, _ = _discs(150, 32, 5, 0.1, 0.005)
     noisy, _ = _discs(150, 32, 6, 0.1, 0.08)
     out = c2st(clean, noisy, seed=0, steps=60)
-    assert out["distinguishable"] and out["accuracy"]["low"] > 0.5 and out["train_seconds"] > 0
-    assert (
-        out["n_held_out"] == 90
-        and out["accuracy"]["low"] <= out["accuracy"]["estimate"] <= out["accuracy"]["high"]
-    )
+    assert out.distinguishable and out.accuracy.low > 0.5 and out.train_seconds > 0
+    assert out.n_held_out == 90 and out.accuracy.low <= out.accuracy.estimate <= out.accuracy.high
+
+
+def test_the_report_keeps_its_json_shape() -> None:
+    """``realism --json``'s keys, pinned (``realism_report`` adds stand_in, plot and report)."""
+    from analysis.realism.report import compare
+
+    syn, syn_masks = _discs(40, 32, 2, 0.1, 0.02)
+    real, real_masks = _discs(40, 32, 3, 0.1, 0.03)
+    out = compare(syn, syn_masks, real, real_masks, classifier=False)[0].as_json()
+    assert set(out) == {
+        "note",
+        "n_synthetic",
+        "n_real",
+        "voids",
+        "slices",
+        "noise_power_spectrum",
+        "mmd",
+        "statistics_seconds",
+        "classifier",
+    }
+    assert out["classifier"] is None and set(out["voids"]) == {
+        "n_synthetic",
+        "n_real",
+        "area_ks",
+        "contrast_ks",
+    }
+    assert set(out["slices"][0]) == {
+        "slice",
+        "n_synthetic",
+        "n_real",
+        "share_synthetic",
+        "share_real",
+        "median_area",
+        "median_contrast",
+        "contrast_ks",
+        "edge_profile",
+    }
+    assert set(out["slices"][0]["edge_profile"]) == {"distance_px", "synthetic", "real", "mean_abs_gap"}
