@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from segfactory.errors import UsageError
 from segfactory.home import Home
+
+if TYPE_CHECKING:
+    from vision.training_data import TrainingRange
 
 HomeOpt = Annotated[
     Path | None,
@@ -68,8 +71,24 @@ def home_for(home: Path | None, *, create: bool = False, profile: str = "default
     """Resolve the home; with ``create`` a missing home is initialised and the user told so."""
     resolved = Home.resolve(home)
     if create and not resolved.exists():
-        from cli.init import initialise
+        from cli.init import (
+            initialise,
+        )  # deferred: home set-up loads the gate and scipy; most runs never need it
 
         sys.stderr.write(f"no home at {resolved.root}; creating one with the {profile} profile\n")
         initialise(resolved, profile=profile)
     return resolved
+
+
+def print_training_range(con: Any, block: TrainingRange) -> None:
+    """One line on the training range, then its reasons and a shift reading of zero detections."""
+    if not block.known:
+        con.print(f"training range: unknown ({block.reason})", highlight=False, soft_wrap=True)
+    elif block.outside:
+        con.print(f"[red]outside the training range[/red] of {block.train_split}:", highlight=False)
+        for reason in block.reasons or []:
+            con.print(f"  {reason}", highlight=False, soft_wrap=True)
+    else:
+        con.print(f"within the training range of {block.train_split}", highlight=False)
+    if block.message:
+        con.print(f"[red]{block.message}[/red]", highlight=False, soft_wrap=True)

@@ -35,6 +35,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gate import users
+from gate.client import SERVED_SOCKET, GateClient, wait_ready
+from sandbox._cgroup import delegate_v1
+from sandbox._docker import engine_address
+from segfactory.errors import GateError
 from segfactory.home import Home
 
 GATE_START_S = 60.0  # time for the served gate to answer; past this: HomeError
@@ -49,17 +54,12 @@ def docker_keeps_root(socket: str) -> str:
 
 
 def should_drop(home: Home) -> bool:
-    from gate import users
-
     return users.is_root() and users.vault_is_separated(home.vault)
 
 
 @contextmanager
 def _served_gate(home: Home) -> Iterator[None]:
     """The home's gate on ``<home>/gate-run/gate.sock`` for the command's duration (unless one serves)."""
-    from gate.client import SERVED_SOCKET, GateClient, wait_ready
-    from segfactory.errors import GateError
-
     sock = home.root / SERVED_SOCKET
     probe = GateClient(socket_path=sock)
     try:
@@ -101,9 +101,7 @@ def drop_for_agents(home: Home, backend: str, progress: Any) -> int | None:
             progress(f"note: {docker_keeps_root(socket)}")
             return None
         groups = granted
-    from agents.run import verify_sandbox
-    from gate import users
-    from sandbox._cgroup import delegate_v1
+    from agents.run import verify_sandbox  # deferred: loads numba
 
     verify_sandbox(backend, home, progress)
     if backend == "bwrap":  # docker's containers live in the engine's cgroups
@@ -115,8 +113,6 @@ def docker_socket_groups() -> tuple[str, tuple[int, ...] | None]:
     """(the engine's address, the groups ``segfactory`` needs to use it): its unix socket's group
     when that group is not root's and may read and write it; () for an engine reached over TCP,
     where no file permission applies; None when only root can use the socket."""
-    from sandbox._docker import engine_address
-
     host = engine_address()
     if not host.startswith("unix://"):
         return host, ()
@@ -146,8 +142,6 @@ def rerun_as_orchestrator(
     """As root with separated users: run this command again as ``segfactory`` (with ``env`` added,
     and ``extra_groups`` for its process tree); its exit code. None when no drop applies (the
     caller then runs the command itself)."""
-    from gate import users
-
     if not should_drop(home):
         return None
     users.give_home_to_orchestrator(home.root)

@@ -9,9 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
+from agents.approvals import ApprovalQueue
+from agents.judge import check_judge_spec
+from agents.proposer import KNOWN_PROPOSERS
+from audit import AuditLog
+from audit.anchor import gate_anchor_store
 from cli._common import HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
+from cli._drop import continue_unprivileged
 from segfactory.errors import HomeError, UsageError
 from segfactory.home import Home
+from segfactory.units import parse_duration
+from synthetic.versions import resolve
 
 approvals_app = typer.Typer(
     help="Data requests and judge escalations waiting for a person: list, approve, deny.",
@@ -37,7 +45,6 @@ def _progress(line: str) -> None:
 def _seconds(text: str | None, flag: str) -> float | None:
     if text is None:
         return None
-    from segfactory.units import parse_duration
 
     try:
         return parse_duration(text)
@@ -60,8 +67,6 @@ def _check_key(proposer: str, flag: str = "--proposer") -> None:
 
 def _check_judge(judge: str | None, proposer: str, code_agent: bool) -> None:
     """A bad --judge, its missing key, or --code-agent without an LLM proposer: refused before any set-up."""
-    from agents.judge import check_judge_spec
-
     if judge is not None:
         check_judge_spec(judge)
         if judge != "rules":
@@ -128,9 +133,7 @@ def run_cmd(
         raise UsageError(
             f"sandbox backend {backend!r} is not registered; known: {', '.join(sorted(BACKENDS))}"
         )
-    from agents.proposer import KNOWN_PROPOSERS
-    from agents.run import RunRequest, start_run
-    from cli._drop import continue_unprivileged
+    from agents.run import RunRequest, start_run  # deferred: loads numba
 
     if proposer != "rules" and proposer.split(":", 1)[0] not in {p.split(":")[0] for p in KNOWN_PROPOSERS}:
         raise UsageError(f"proposer {proposer!r} is not registered; known: {', '.join(KNOWN_PROPOSERS)}")
@@ -199,8 +202,6 @@ def report_cmd(
 
 
 def _queue(resolved: Any, sink: Any) -> Any:
-    from agents.approvals import ApprovalQueue
-
     if not resolved.state_db.is_file():
         raise HomeError(f"no run state in {resolved.root}; start one with `segfactory run`")
     return ApprovalQueue(resolved.state_db, sink)
@@ -277,14 +278,9 @@ def _decide(
     json_out: bool,
     grant: dict[str, Any] | None = None,
 ) -> None:
-    from audit import AuditLog
-    from audit.anchor import gate_anchor_store
-
     resolved = home_for(home)
     grant = {k: v for k, v in (grant or {}).items() if v is not None}
     if grant.get("data"):
-        from synthetic.versions import resolve
-
         resolve(resolved.root, grant["data"])  # an unknown version is refused before anything is decided
     with gate_anchor_store(resolved) as anchor, AuditLog(resolved, anchor) as log:
         decided = _queue(resolved, log).decide(request_id, approve=approve, by=by, reason=reason, **grant)

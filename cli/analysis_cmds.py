@@ -7,8 +7,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from analysis.render import write_report
+from analysis.report import Evaluated, Extras, analyse, summary_lines
+from analysis.toy import ToySplit
 from cli._common import HomeOpt, JsonOpt, emit_json, home_for
+from segfactory.errors import DataError, PolicyError, UsageError
 from segfactory.home import Home
+from segfactory.records import sha256_file
+from synthetic.check import require_intact
+from synthetic.intensity import split_stats
+from synthetic.splits import read_split
+from vision.onnx_infer import predict
+from vision.training_data import collapse_finding, training_range
 
 if TYPE_CHECKING:
     from vision.training_data import TrainingRange
@@ -17,8 +27,6 @@ TRAIN_SAMPLE_IMAGES = 256  # train images scored for the train-dev gap and the t
 
 
 def _model_path(model: Path) -> Path:
-    from segfactory.errors import DataError
-
     path = model / "model.onnx" if model.is_dir() else model
     if not path.is_file():
         raise DataError(f"no model at {model}: expected a model.onnx file or a run folder holding one")
@@ -28,8 +36,6 @@ def _model_path(model: Path) -> Path:
 def _refuse_vault(data: Path, home: Home) -> None:
     """The analysis reads open data only: a path under the home's vault is refused (trust rule 1)."""
     import os
-
-    from segfactory.errors import PolicyError
 
     vault = home.vault.resolve()
     for path in (
@@ -48,10 +54,6 @@ def _splits(data: Path) -> tuple[Any, Any]:
 
     Each split's files are checked against its manifest first; a changed file is refused.
     """
-    from segfactory.errors import DataError
-    from synthetic.check import require_intact
-    from synthetic.splits import read_split
-
     if (data / "dev").is_dir():
         require_intact(data / "dev")
         train = None
@@ -68,8 +70,6 @@ def _splits(data: Path) -> tuple[Any, Any]:
 def _train_sample(train: Any, seed: int) -> Any:
     import numpy as np
 
-    from analysis.toy import ToySplit
-
     n = len(train)
     take = np.sort(np.random.default_rng(seed).permutation(n)[:TRAIN_SAMPLE_IMAGES])
     ids = {str(train.image_meta[int(k)].get("id")) for k in take}
@@ -83,8 +83,6 @@ def _train_sample(train: Any, seed: int) -> Any:
 
 def _extra_inputs(path: Path | None) -> dict[str, Any]:
     import json
-
-    from segfactory.errors import UsageError
 
     if path is None:
         return {}
@@ -157,10 +155,6 @@ def analyse_cmd(
     resolved = home_for(home)
     _refuse_vault(data, resolved)
     onnx_path = _model_path(model)
-    from analysis.render import write_report
-    from analysis.report import Evaluated, Extras, analyse, summary_lines
-    from segfactory.records import sha256_file
-    from vision.onnx_infer import predict
 
     dev_split, train_split = _splits(data)
     dev = Evaluated(dev_split, predict(onnx_path, dev_split.images))
@@ -203,9 +197,6 @@ def _training_range(
 ) -> TrainingRange:
     """The dev set against the model's training data, with zero detections read as a shift when outside."""
     import numpy as np
-
-    from synthetic.intensity import split_stats
-    from vision.training_data import collapse_finding, training_range
 
     block = training_range(split_stats(dev.split), onnx_path, train_data, home_root)
     detected = int((np.asarray(dev.prob) >= threshold).sum())  # no void pixel <=> no detected void

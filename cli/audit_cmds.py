@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from audit import FileAnchorStore, check_records, iter_records, load_policy, select, verify_log
+from audit.anchor import gate_anchor_store
+from audit.show import parse_time
 from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
 from segfactory.errors import UsageError
 from segfactory.home import Home
@@ -45,8 +48,6 @@ def verify(
     ] = False,
 ) -> None:
     """Check the hash chain, the blobs and the anchor; exit 1 on any problem."""
-    from audit import verify_log
-
     resolved = home_for(home)
     with _anchor_store(resolved, anchor) as store:
         found = store.get() if store is not None else None
@@ -72,8 +73,6 @@ def check(
     ] = None,
 ) -> None:
     """List protected-path reads (tool arguments, sandbox events, decoy hits); exit 1 on any."""
-    from audit import check_records, iter_records, load_policy
-
     resolved = home_for(home)
     findings = check_records(iter_records(resolved.audit / "log.jsonl"), load_policy(policy), resolved.root)
     if json_out:
@@ -101,9 +100,6 @@ def show(
     ] = None,
 ) -> None:
     """Show audit records, filtered, as a table or JSON."""
-    from audit import iter_records, select
-    from audit.show import parse_time
-
     resolved = home_for(home)
     start = parse_time(since) if since else None
     end = parse_time(until) if until else None
@@ -126,9 +122,6 @@ def show(
 @contextmanager
 def _anchor_store(home: Home, spec: str) -> Iterator[AnchorStore | None]:
     """The anchor store named by ``--anchor``, open for the duration."""
-    from audit import FileAnchorStore
-    from audit.anchor import gate_anchor_store
-
     if spec == "none":
         yield None
     elif spec.startswith("file:") and len(spec) > len("file:"):

@@ -6,7 +6,11 @@ from typing import Annotated, Any
 
 import typer
 
+from agents.challenge import ChallengeSetup, challenge_ticket
+from audit import AuditLog
 from cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json
+from segfactory.errors import HomeError
+from segfactory.home import Home
 
 
 def register(app: typer.Typer) -> None:
@@ -27,11 +31,6 @@ def challenge_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Re-derive a claimed win or finding with new seeds; uphold or retract it (people/challenges/)."""
-    from agents.challenge import ChallengeSetup, challenge_ticket
-    from audit import AuditLog
-    from segfactory.errors import HomeError
-    from segfactory.home import Home
-
     resolved = Home.resolve(home)
     if not resolved.exists():
         raise HomeError(

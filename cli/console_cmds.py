@@ -11,7 +11,12 @@ from typing import Annotated, Any
 
 import typer
 
+from audit import AuditLog
+from audit.anchor import gate_anchor_store
 from cli._common import HomeOpt, home_for
+from cli._drop import rerun_as_orchestrator
+from console import Auth, create_app
+from console._interpret import make_interpreter
 from segfactory.home import Home
 
 log = logging.getLogger(__name__)
@@ -43,12 +48,7 @@ def console_cmd(
     """Serve the console (runs, approvals chat, label review, audit log); prints its login link."""
     import uvicorn
 
-    from audit import AuditLog
-    from console import Auth, create_app
-    from console._interpret import make_interpreter
-
     resolved = home_for(home)
-    from cli._drop import rerun_as_orchestrator
 
     dropped = rerun_as_orchestrator(resolved)  # started as root: the console serves as `segfactory`
     if dropped is not None:
@@ -85,6 +85,5 @@ def _anchor_store(stack: ExitStack, home: Home) -> Any:
             "by the next writer that has the gate, and the banner says the anchor was not checked\n"
         )
         return None
-    from audit.anchor import gate_anchor_store
 
     return stack.enter_context(gate_anchor_store(home))

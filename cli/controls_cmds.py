@@ -13,9 +13,14 @@ from typing import Annotated, Any
 
 import typer
 
+from agents.run_policy import load_run_defaults
 from cli._common import BackendOpt, HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
 from cli._drop import continue_unprivileged
+from controls.aa import run_aa
+from controls.replay import replay
+from segfactory.budgets import load_budget_policy
 from segfactory.errors import UsageError
+from segfactory.units import parse_duration
 
 PROFILES = ("demo", "default")
 AA_RUNS = (1, 500)  # --runs accepted (min, max); past it: UsageError
@@ -46,8 +51,6 @@ def _progress(line: str) -> None:
 
 
 def _seconds(text: str) -> float:
-    from segfactory.units import parse_duration
-
     try:
         return parse_duration(text)
     except Exception as exc:
@@ -55,8 +58,6 @@ def _seconds(text: str) -> float:
 
 
 def _check_common(profile: str, backend: str) -> Any:
-    from agents.run_policy import load_run_defaults
-
     if profile not in PROFILES:
         raise UsageError(f"profile {profile!r} is not defined; known: {', '.join(PROFILES)}")
     if backend not in BACKENDS:
@@ -95,8 +96,8 @@ def sweep_cmd(
     budget_s = _seconds(budget)
     if max_trials is not None and max_trials < 1:
         raise UsageError(f"--max-trials {max_trials}: expected at least 1")
-    from controls.arms import run_sweep_arm
-    from controls.session import new_run_id
+    from controls.arms import run_sweep_arm  # deferred: loads numba
+    from controls.session import new_run_id  # deferred: loads numba
 
     _check_common(profile, backend)
     summary = run_sweep_arm(
@@ -146,8 +147,7 @@ def aa_cmd(
         raise UsageError(f"--runs {runs}: expected {AA_RUNS[0]}..{AA_RUNS[1]}")
     _check_common(profile, backend)
     check_concurrency(concurrency)
-    from controls.aa import run_aa
-    from controls.session import control_session, new_run_id, sandbox_runs
+    from controls.session import control_session, new_run_id, sandbox_runs  # deferred: loads numba
 
     resolved, used_profile = _home(home, profile)
     continue_unprivileged(resolved, backend, _progress)
@@ -177,8 +177,6 @@ def aa_cmd(
     summary = result.summary()
     summary.concurrency = concurrency
     if summary.gate_rule.wins:  # the false-win replay of the promoted wins on the sealed tier
-        from controls.replay import replay
-
         summary.replay = replay(resolved, {run_id}, run_id, progress=_progress)
     summary.ledger = {t: after.get(t, 0) - before.get(t, 0) for t in ("confirm-a", "confirm-b")}
     summary.audit_sandbox_runs = sandbox_runs(resolved, run_id)
@@ -251,15 +249,13 @@ def compare_cmd(
             f"--budget {budget}: too small for one ticket ({defaults.ticket.device_seconds:g} device-s)"
         )
     if {"agent", "agent-code"} & set(wanted):  # the agent arm is a run: refused here, before any arm starts
-        from segfactory.budgets import load_budget_policy
-
         cap = load_budget_policy().for_profile(profile).arm_caps().device_seconds
         if budget_s > cap:
             raise UsageError(
                 f"--budget {budget}: {budget_s:g} device-s is above the {profile} compare_arm cap "
                 f"{cap:g} for an agent arm in policies/budgets.yaml; ask for less or raise the cap there"
             )
-    from controls.compare import run_compare
+    from controls.compare import run_compare  # deferred: loads numba
 
     resolved, _ = _home(home, profile)
     continue_unprivileged(resolved, backend, _progress)

@@ -8,8 +8,13 @@ from typing import Annotated, Any
 import typer
 
 from cli._common import HomeOpt, JsonOpt, emit_json, home_for
+from controls.executor import RunnerExecutor
+from gate.client import GateClient
 from segfactory.errors import DataError, PolicyError
 from segfactory.home import Home
+from segfactory.units import parse_duration
+from synthetic.splits import read_split
+from synthetic.versions import resolve
 
 curate_app = typer.Typer(
     help="Curate training data: whole images, defect masks, plans and their random control.",
@@ -24,8 +29,6 @@ PlanOut = Annotated[
 
 def _version(home: Home, data: str) -> Any:
     """Resolve --data to a DatasetVersion of the home; a vault path is refused."""
-    from synthetic.versions import resolve
-
     path = Path(data).expanduser()
     if path.exists():
         real = path.resolve()
@@ -57,9 +60,8 @@ def images_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Duplicates, near duplicates, overlapping tiles, quality, coverage, hard images, split hygiene."""
-    from analysis.curation.images import curate_images
-    from analysis.curation.plan import write_plan
-    from synthetic.splits import read_split
+    from analysis.curation.images import curate_images  # deferred: loads numba
+    from analysis.curation.plan import write_plan  # deferred: loads numba
 
     resolved = home_for(home, create=True)
     version = _version(resolved, data)
@@ -91,9 +93,8 @@ def defects_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Duplicate defects, distributions vs dev, bad masks, sampling weights, label-error queue."""
-    from analysis.curation.defects import curate_defects
-    from analysis.curation.plan import write_plan
-    from synthetic.splits import read_split
+    from analysis.curation.defects import curate_defects  # deferred: loads numba
+    from analysis.curation.plan import write_plan  # deferred: loads numba
 
     resolved = home_for(home, create=True)
     version = _version(resolved, data)
@@ -121,7 +122,7 @@ def apply_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Write a new dataset version from a plan; the old version is kept."""
-    from analysis.curation.plan import apply_plan, read_plan
+    from analysis.curation.plan import apply_plan, read_plan  # deferred: loads numba
 
     resolved = home_for(home, create=True)
     loaded = read_plan(plan)
@@ -164,16 +165,12 @@ def compare_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """The curated version against a random control of the same size, as two curation tickets."""
-    from analysis.curation.plan import read_plan
-    from controls.curate_compare import compare_plan
-    from controls.executor import RunnerExecutor
-    from segfactory.units import parse_duration
+    from analysis.curation.plan import read_plan  # deferred: loads numba
+    from controls.curate_compare import compare_plan  # deferred: loads numba
 
     resolved = home_for(home, create=True)
     gate = None
     if gate_socket is not None:
-        from gate.client import GateClient
-
         gate = GateClient(socket_path=gate_socket)
     executor = RunnerExecutor(resolved, backend=backend, base_config=config, gate=gate, run_id="curation")
     result = compare_plan(

@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json, exit_without_teardown
-from segfactory.errors import DataError
+from segfactory.errors import DataError, UsageError
+from synthetic import generate_split, make_params, parse_param_args
+from synthetic._io import export_png, import_folder, import_real
+from synthetic.check import check_path
+from synthetic.mapping import MappingRequest
 
 if TYPE_CHECKING:
     from synthetic._io import ImportSummary, RealImportSummary
@@ -52,8 +56,6 @@ def generate_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Draw N synthetic X-ray images with exact void masks into a new split folder."""
-    from synthetic import generate_split, make_params, parse_param_args
-
     values = parse_param_args(param or [])
     values["part_source"] = part_source
     if idx is not None:
@@ -116,9 +118,6 @@ def check_cmd(
     An import-layout folder is checked through the intensity mapping an import would apply
     (the same --bit-depth / --window / --percentile flags); the mapping and its warnings are shown.
     """
-    from synthetic.check import check_path
-    from synthetic.mapping import MappingRequest
-
     report = check_path(folder, MappingRequest.from_flags(bit_depth, window, percentile))
     if json_out:
         emit_json(report.summary())
@@ -160,9 +159,6 @@ def export_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Export a split folder as PNGs for people (the import layout)."""
-    from segfactory.errors import UsageError
-    from synthetic._io import export_png
-
     if not png:
         raise UsageError("choose an export format: --png (the only one so far)")
     count = export_png(folder, out)
@@ -197,18 +193,12 @@ def import_cmd(
     Raw values become [0, 1] through one recorded mapping (docs/real-data.md): the detected or
     given bit depth, a --window, or a --percentile window.
     """
-    from segfactory.errors import UsageError
-    from synthetic._io import import_folder
-    from synthetic.mapping import MappingRequest
-
     if real and unlabelled:
         raise UsageError("--real and --unlabelled exclude each other")
     request = MappingRequest.from_flags(bit_depth, window, percentile)
     if (
         real
     ):  # splits into OUT/real-dev (host side) and OUT/holdout (for `gate add-real`); docs/synthetic-by-use.md
-        from synthetic._io import import_real
-
         real_summary = import_real(src, out, request=request)
         where = f"{real_summary.counts} into {real_summary.real_dev} and {real_summary.holdout}"
         summary: ImportSummary | RealImportSummary = real_summary

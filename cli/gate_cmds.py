@@ -9,11 +9,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
+from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for, print_training_range
+from gate import users
+from gate.attack import run_attack
+from gate.client import home_gate, running_gate
+from gate.core import Gate
+from gate.intake import IntakeError, inspect_model
+from gate.milestones import host_copies
+from gate.pinned import current_pinned
+from gate.setup import add_real, relock
+from gate.win_rule import DEFAULT_WIN_RULE
+from segfactory.errors import UsageError
 from segfactory.files import write_atomic
+from synthetic.check import require_intact
+from synthetic.intensity import split_stats
+from synthetic.splits import read_split
+from vision.training_data import TrainingRange, collapse_finding, training_range
 
 if TYPE_CHECKING:
-    from gate.replies import MilestoneReport
+    from gate.milestone_report import MilestoneReport
     from vision.training_data import TrainingRange
 
 gate_app = typer.Typer(
@@ -23,8 +37,6 @@ attack_app = typer.Typer(help="Attacks on evaluators (Blum & Hardt boosting).", 
 
 
 def _gate(home: Path | None) -> Any:
-    from gate.core import Gate
-
     resolved = home_for(home, create=True)
     return Gate(resolved.vault, home_root=resolved.root)
 
@@ -50,7 +62,7 @@ def serve_cmd(
     ] = None,
 ) -> None:
     """Run the gate service until stopped (from the vault's pinned copy when there is one)."""
-    from gate.service import ANSWER_TIME_S, PROFILE_ANSWER_TIME_S, TOKEN_ENV, serve
+    from gate.service import ANSWER_TIME_S, PROFILE_ANSWER_TIME_S, TOKEN_ENV, serve  # deferred: loads fastapi
 
     if answer is None and os.environ.get(ANSWER_TIME_ENV):  # the operator's (or the test suite's) choice
         answer = _seconds(os.environ[ANSWER_TIME_ENV])
@@ -59,8 +71,6 @@ def serve_cmd(
     profile = str(resolved.info().get("profile", "")) if resolved.exists() else ""
     quantum = PROFILE_ANSWER_TIME_S.get(profile, ANSWER_TIME_S) if answer is None else answer
     if host is not None and not os.environ.get(TOKEN_ENV):
-        from segfactory.errors import UsageError
-
         raise UsageError(f"the gate refuses TCP without a bearer token; set ${TOKEN_ENV} or use --socket")
     pinned = _pinned_dir(resolved.vault)
     if pinned is not None:
@@ -72,8 +82,6 @@ ANSWER_TIME_ENV = "SEGFACTORY_GATE_ANSWER_TIME"  # seconds, as --answer-time, wh
 
 
 def _seconds(text: str) -> float:
-    from segfactory.errors import UsageError
-
     try:
         value = float(text)
     except ValueError:
@@ -84,8 +92,6 @@ def _seconds(text: str) -> float:
 
 
 def _pinned_dir(vault: Path) -> Path | None:
-    from gate.pinned import current_pinned
-
     return current_pinned(vault)
 
 
@@ -100,9 +106,7 @@ def _exec_pinned(
     """
     import sys
 
-    from gate import users
-    from gate._serve_pinned import boot_code
-    from gate.win_rule import DEFAULT_WIN_RULE
+    from gate._serve_pinned import boot_code  # deferred: loads fastapi (the service it boots)
 
     argv = [
         sys.executable,
@@ -136,8 +140,6 @@ def _exec_pinned(
 @gate_app.command("status")
 def status_cmd(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     """Pinned code hash, win-rule hash, tier versions and budgets left, quarantines."""
-    from gate.client import running_gate
-
     with running_gate(home_for(home, create=True).root) as client:
         status = client.status()
     if as_json:
@@ -166,8 +168,6 @@ def submit_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a model; prints the coarse verdict only."""
-    from gate.client import running_gate
-
     # a submission needs only the agent credential, so that is all this command holds
     with running_gate(home_for(home, create=True).root, role="agent") as client:
         verdict = client.submit(model, train_data, ticket, replicate_of=replicate_of, run_id=run)
@@ -218,8 +218,6 @@ def _fill_ranges(report: MilestoneReport, models: list[Path], home_root: Path) -
     """Training ranges the gate could not read (models outside the home), from the given paths."""
     import hashlib
 
-    from vision.training_data import collapse_finding, training_range
-
     by_sha = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in models if p.is_file()}
     tiers = dict(report.tiers)
     for tier, block in report.tiers.items():
@@ -252,8 +250,6 @@ def milestone_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Score milestone tiers once (people only); refuses a used name or a spent quota."""
-    from gate.client import running_gate
-
     resolved = home_for(home, create=True)
     with running_gate(resolved.root) as client:
         report = client.milestone(name, run, list(model or []), [t for t in tiers.split(",") if t])
@@ -283,8 +279,6 @@ def rotate_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Draw a fresh secret-seeded version of a tier (a person runs this; the gate draws it)."""
-    from gate.client import home_gate
-
     with home_gate(home_for(home, create=True).root) as client:
         version = client.rotate(tier)
     if as_json:
@@ -311,9 +305,6 @@ def add_real_cmd(
     The set is compared with the training data of the current best (the model milestones
     score on it) and marked when it lies outside that training range.
     """
-    from gate.setup import add_real, relock
-    from synthetic.check import require_intact
-
     require_intact(source)
     gate = _gate(home)
     shift = _real_set_range(gate, source, train_data)
@@ -330,8 +321,6 @@ def add_real_cmd(
             }
         )
     else:
-        from cli.vision_cmds import print_training_range
-
         con = console()
         con.print(f"real-holdout is now v{version}")
         print_training_range(con, shift)
@@ -339,12 +328,6 @@ def add_real_cmd(
 
 def _real_set_range(gate: Any, source: Path, train_data: str | None) -> TrainingRange:
     """The real set against the current best's training data (or ``--train-data``)."""
-    from gate.intake import IntakeError, inspect_model
-    from gate.milestones import host_copies
-    from synthetic.intensity import split_stats
-    from synthetic.splits import read_split
-    from vision.training_data import TrainingRange, training_range
-
     stats = split_stats(read_split(source, mmap=True))
     best = gate.ledger.current_best()
     try:
@@ -373,9 +356,6 @@ def boost_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Blum & Hardt boosting against a naive score-returning evaluator and the gate's rule."""
-    from gate.attack import run_attack
-    from segfactory.errors import UsageError
-
     if min(n, k, reps) < 1:
         raise UsageError(f"--n, --k and --reps must be >= 1; got {n}, {k}, {reps}")
     result = run_attack(n=n, k=k, reps=reps, seed=seed)

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json
+from cli.init import initialise
+from segfactory.home import Home
 
 
 def register(app: typer.Typer) -> None:
@@ -42,9 +44,6 @@ def init_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Create the factory home: layout, dataset synthetic/v1, secret-seeded tiers in the vault."""
-    from cli.init import initialise
-    from segfactory.home import Home
-
     summary = initialise(Home.resolve(home), profile)
     if json_out:
         emit_json(summary)

@@ -20,6 +20,9 @@ from gate.init_step import init_step as gate_init_step
 from segfactory.files import write_atomic
 from segfactory.home import Home
 from segfactory.profiles import Profile, get_profile
+from synthetic import generate
+from synthetic.tiers import TIERS, build_tier, current_version, tier_path, versions
+from synthetic.versions import approved, create_version, resolve
 
 LAYOUT_VERSION = 1
 TRAIN_SEED = 1  # public seeds of the open splits (anyone may regenerate train and dev)
@@ -39,9 +42,6 @@ def _layout(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
 
 def _open_dataset(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
     """train/ and dev/ from public seeds, as the approved version synthetic/v1."""
-    from synthetic import generate
-    from synthetic.versions import create_version, resolve
-
     if not (home.datasets / DATASET / "v1" / "version.json").is_file():
         staging = home.datasets / f".init-{os.getpid()}"
         train = generate(profile.n_train, profile.image_size, TRAIN_SEED).write(staging / "train")
@@ -60,8 +60,6 @@ def _open_dataset(home: Home, profile: Profile, summary: dict[str, Any]) -> None
 
 def _tiers(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
     """The held-back tiers, each from its own secret seed (synthetic.tiers)."""
-    from synthetic.tiers import TIERS, build_tier, versions
-
     for tier in TIERS:
         if not versions(home.vault, tier):
             build_tier(home.vault, tier, profile.tiers[tier], profile.image_size)
@@ -70,8 +68,6 @@ def _tiers(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
 
 def tier_table(home: Home) -> list[dict[str, Any]]:
     """Name, version, count, image size and defect count of each tier (no seeds, no labels)."""
-    from synthetic.tiers import TIERS, current_version, tier_path
-
     rows = []
     for tier in TIERS:
         manifest = json.loads((tier_path(home.vault, tier) / "manifest.json").read_text())
@@ -125,6 +121,4 @@ def initialise(home: Home, profile: str = "default") -> dict[str, Any]:
 
 
 def _datasets(root: Path) -> list[dict[str, Any]]:
-    from synthetic.versions import approved
-
     return [{"ref": v.ref, "approved": True, "content_hash": v.content_hash} for v in approved(root)]

@@ -7,7 +7,22 @@ from typing import Annotated, Any
 
 import typer
 
+from agents.labelling import (
+    FinetuneSetup,
+    finetune_round,
+    label_rounds,
+    open_round,
+    propose_labels,
+    render_report,
+    rounds,
+)
+from audit import AuditLog
+from audit.gate_events import pull
 from cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json
+from gate.client import running_gate
+from segfactory.errors import HomeError, UsageError
+from segfactory.home import Home
+from synthetic.versions import resolve
 
 label_app = typer.Typer(help="The labelling loop: auto-label, review, finetune.", no_args_is_help=True)
 
@@ -21,9 +36,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _home(home: Path | None) -> Any:
-    from segfactory.errors import HomeError
-    from segfactory.home import Home
-
     resolved = Home.resolve(home)
     if not resolved.exists():
         raise HomeError(f"no segfactory home at {resolved.root}; run `segfactory init` first")
@@ -55,11 +67,6 @@ def propose_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Label images: classical proposals, model masks, a confidence each; open a round for the console."""
-    from agents.labelling import open_round, propose_labels
-    from audit import AuditLog
-    from segfactory.errors import UsageError
-    from synthetic.versions import resolve
-
     resolved = _home(home)
     if model is not None and not model.is_file():
         raise UsageError(f"--model {model} is not a file; give a model.onnx")
@@ -114,10 +121,6 @@ def finetune_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Train on the labels that survived review; record the round (precision, minutes, gain)."""
-    from agents.labelling import FinetuneSetup, rounds
-    from audit import AuditLog
-    from segfactory.errors import UsageError
-
     resolved = _home(home)
     if round_ref is None:
         known = rounds(resolved)
@@ -142,12 +145,8 @@ def finetune_cmd(
 
 
 def _finetune(setup: Any, round_ref: str, gate: bool) -> Any:
-    from agents.labelling import finetune_round
-
     if not gate:
         return finetune_round(setup, round_ref)
-    from audit.gate_events import pull
-    from gate.client import running_gate
 
     with running_gate(setup.home.root) as client:
         setup.gate = client
@@ -158,8 +157,6 @@ def _finetune(setup: Any, round_ref: str, gate: bool) -> Any:
 
 def report_cmd(home: HomeOpt = None, json_out: JsonOpt = False) -> None:
     """The labelling report: every finished round's figures (runs/labels/people/report.md)."""
-    from agents.labelling import label_rounds, render_report
-
     records = label_rounds(_home(home))
     if json_out:
         emit_json({"rounds": [r.model_dump(mode="json") for r in records]})

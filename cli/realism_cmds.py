@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from analysis.realism import realism_report, write_stand_in
 from cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json, home_for
+from controls.executor import RunnerExecutor
+from controls.rounds import run_round_two
+from controls.topup import TopupPlan, parse_doses, run_topup, topup_config
+from controls.topup_report import TopupReport
+from segfactory.errors import DataError, UsageError
+from segfactory.units import parse_duration
+from synthetic.versions import resolve
 
 if TYPE_CHECKING:
     from controls.topup_report import RoundTwo
@@ -35,7 +43,6 @@ def _synthetic_split(home: Path | None, ref: str) -> Path:
     path = Path(ref)
     if (path / "manifest.json").is_file():
         return path
-    from synthetic.versions import resolve
 
     return resolve(home_for(home).root, ref).train
 
@@ -63,8 +70,6 @@ def realism_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Realism checks of a synthetic set against a real-dev set: aggregates only, not the test that counts."""
-    from analysis.realism import realism_report
-
     syn_dir = _synthetic_split(home, synthetic)
     folder = out or home_for(home).people_dir(f"realism-{time.strftime('%Y%m%d-%H%M%S')}")
     report = realism_report(syn_dir, real, folder, seed=seed, classifier=classifier)
@@ -119,11 +124,6 @@ def topup_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Targeted synthetic top-up against plain augmentation and nothing, measured on a real slice."""
-    from controls.executor import RunnerExecutor
-    from controls.topup import TopupPlan, parse_doses, run_topup, topup_config
-    from segfactory.units import parse_duration
-    from synthetic.versions import resolve
-
     resolved = home_for(home, create=True)
     plan = TopupPlan(
         slice_name=slice_name,
@@ -139,8 +139,6 @@ def topup_cmd(
     executor = RunnerExecutor(resolved, backend=backend, base_config=base_config, run_id=rid)
     report = run_topup(resolved, plan, base_ref=data, real_path=real, executor=executor, run_id=rid)
     if round_two:
-        from controls.rounds import run_round_two
-
         report = report.model_copy(
             update={"round_two": run_round_two(resolved, report, executor=executor, run_id=rid)}
         )
@@ -181,13 +179,6 @@ def round_two_cmd(
 ) -> None:
     """Round two after a top-up: the next weakest dev slice and a different kind of fix, recorded."""
 
-    from controls.executor import RunnerExecutor
-    from controls.rounds import run_round_two
-    from controls.topup import topup_config
-    from controls.topup_report import TopupReport
-    from segfactory.errors import UsageError
-    from synthetic.versions import resolve
-
     resolved = home_for(home)
     path = resolved.people_dir(run_id) / "topup.json"
     if not path.is_file():
@@ -216,9 +207,6 @@ def stand_in_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Write a shifted-domain synthetic stand-in for real data (NOT real data) in the import layout."""
-    from analysis.realism import write_stand_in
-    from segfactory.errors import DataError
-
     if out.exists():
         raise DataError(f"{out} already exists; choose a new --out")
     summary = write_stand_in(out, n, size, seed, idx)

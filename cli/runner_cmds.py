@@ -7,7 +7,10 @@ from typing import Annotated, Any
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json
+from runner.scheduler import profile_device, save_profile
+from segfactory.errors import UsageError
 from segfactory.home import Home
+from segfactory.profiles import get_profile
 
 device_app = typer.Typer(
     help="The device the scheduler plans with: its measured memory profile.", no_args_is_help=True
@@ -21,8 +24,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _int_list(text: str, what: str) -> list[int]:
-    from segfactory.errors import UsageError
-
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -33,7 +34,7 @@ def _int_list(text: str, what: str) -> list[int]:
 
 
 def _presets(text: str | None) -> list[str]:
-    from vision.models import PRESETS, get_preset
+    from vision.models import PRESETS, get_preset  # deferred: loads torch
 
     names = [p.strip() for p in text.split(",") if p.strip()] if text else sorted(PRESETS)
     for name in names:
@@ -44,7 +45,6 @@ def _presets(text: str | None) -> list[str]:
 def _image_size(home: Home, given: int | None) -> int:
     if given is not None:
         return given
-    from segfactory.profiles import get_profile
 
     return get_profile(str(home.info().get("profile", "default"))).image_size if home.exists() else 64
 
@@ -64,10 +64,6 @@ def profile_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Measure peak memory against batch size per preset; store it as the home's device_profile.json."""
-    from runner.scheduler import profile_device, save_profile
-    from segfactory.errors import UsageError
-    from segfactory.home import Home
-
     if device not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device must be auto, cpu or cuda; got {device!r}")
     sizes = _int_list(batch_sizes, "batch-sizes")  # flags first: naming presets imports torch

@@ -9,8 +9,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli._common import HomeOpt, JsonOpt, emit_json
+from audit import AuditLog
+from cli._common import HomeOpt, JsonOpt, console, emit_json
+from sandbox import SandboxSpec, get_backend
+from sandbox._docker import DockerBackend
+from sandbox._image import build_image
 from segfactory.errors import UsageError
+from segfactory.home import Home
+from segfactory.units import parse_duration
 
 if TYPE_CHECKING:
     from sandbox import SandboxBackend, SandboxEvent, VerifyReport
@@ -27,8 +33,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _backend(name: str) -> SandboxBackend:
-    from sandbox import get_backend
-
     try:
         backend = get_backend(name)
     except ValueError as exc:
@@ -38,8 +42,6 @@ def _backend(name: str) -> SandboxBackend:
 
 
 def _print_report(report: VerifyReport) -> None:
-    from cli._common import console
-
     out = console()
     for check in report.checks:
         mark = "[green]ok[/green]" if check.ok else "[red]FAIL[/red]"
@@ -69,9 +71,6 @@ def build(
     ] = False,
 ) -> None:
     """Build the docker image (docker import of a minimal root, no registry), then verify it."""
-    from sandbox._docker import DockerBackend
-    from sandbox._image import build_image
-
     backend = _backend("docker")
     assert isinstance(backend, DockerBackend)
     built = build_image(backend.api(), backend.policy, from_dockerfile=from_dockerfile)
@@ -86,13 +85,10 @@ def verify(home: HomeOpt = None, backend: BackendArg = "docker", as_json: JsonOp
 
 def _audit_log(home: Path | None) -> Any:
     """The home's audit log, or None (said on stderr) when there is no home yet."""
-    from segfactory.home import Home
-
     resolved = Home.resolve(home)
     if not resolved.exists():
         sys.stderr.write(f"no home at {resolved.root}: this exec is not audited (run `segfactory init`)\n")
         return None
-    from audit import AuditLog
 
     return AuditLog(resolved, None)  # anchored by the next writer that holds the gate's anchor
 
@@ -109,9 +105,6 @@ def exec_(
     as_json: JsonOpt = False,
 ) -> None:
     """Run CMD under the ticket policy; its exit code passes through, its events are audited."""
-    from sandbox import SandboxSpec
-    from segfactory.units import parse_duration
-
     chosen = _backend(backend)
     ws = workspace or Path(tempfile.mkdtemp(prefix="segfactory-exec-"))
     spec = SandboxSpec(command=command, workspace=ws, timeout_s=parse_duration(timeout))

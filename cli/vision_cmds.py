@@ -7,11 +7,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
+from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for, print_training_range
+from segfactory.errors import UsageError
+from vision.config import load_config
+from vision.evaluate import evaluate
+from vision.training_data import write_training_record
 
 if TYPE_CHECKING:
     from vision.evaluate import EvalReport
-    from vision.training_data import TrainingRange
 
 TrainDataOpt = Annotated[
     str | None,
@@ -37,18 +40,15 @@ def train_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Train a model (or tune baseline-classical) and check its reload and ONNX export."""
-    from vision.config import load_config
-
     if not json_out:
         import logging
         import sys
 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     cfg = load_config(config)  # a bad config fails before torch is imported
-    from vision.train import train
+    from vision.train import train  # deferred: loads torch
 
     result = train(cfg, data, out, progress=progress and not json_out, resume=resume)
-    from vision.training_data import write_training_record
 
     write_training_record(out, data)  # the host's record of what this model was trained on
     if json_out:
@@ -86,9 +86,6 @@ def evaluate_cmd(
     Refuses a split whose files differ from its manifest; marks a set outside the model's
     training range (intensity, contrast, noise).
     """
-    from segfactory.errors import UsageError
-    from vision.evaluate import evaluate
-
     if n_boot < 1 or min_support < 1:
         raise UsageError(f"--n-boot and --min-support must be >= 1; got {n_boot}, {min_support}")
     report = evaluate(
@@ -143,20 +140,6 @@ def _print_report(report: EvalReport) -> None:
             f"{cell.perturbation:>17} s{cell.severity} F1={cell.object_f1:.3f} "
             f"in_range={cell.within_training_range} {cell.finding}"
         )
-
-
-def print_training_range(con: Any, block: TrainingRange) -> None:
-    """One line on the training range, then its reasons and a shift reading of zero detections."""
-    if not block.known:
-        con.print(f"training range: unknown ({block.reason})", highlight=False, soft_wrap=True)
-    elif block.outside:
-        con.print(f"[red]outside the training range[/red] of {block.train_split}:", highlight=False)
-        for reason in block.reasons or []:
-            con.print(f"  {reason}", highlight=False, soft_wrap=True)
-    else:
-        con.print(f"within the training range of {block.train_split}", highlight=False)
-    if block.message:
-        con.print(f"[red]{block.message}[/red]", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

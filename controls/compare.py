@@ -27,7 +27,7 @@ from controls.isolation import BestStore, GateBestStore, Incumbent, start_from
 from controls.nnunet_arm import run_nnunet_arm
 from controls.replay import replay, sealed_milestone, sealed_score
 from controls.session import new_run_id
-from gate.replies import MilestoneReport
+from gate.milestone_report import MilestoneReport
 from segfactory.files import read_jsonl, write_atomic
 from segfactory.home import Home
 

@@ -27,7 +27,7 @@ from audit.gate_events import pull
 from controls.rates import false_win_rate, is_false_win
 from controls.topup_report import Interval as IntervalRecord
 from gate.client import home_gate
-from gate.replies import MilestoneReport, ModelScore
+from gate.milestone_report import MilestoneReport, ModelScore
 from segfactory.errors import GateError
 from segfactory.home import Home
 from segfactory.records import sha256_file

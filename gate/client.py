@@ -19,16 +19,19 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
 from gate import users
-from gate.replies import GateStatus, MilestoneReport
+from gate.replies import GateStatus
 from gate.roles import HOST, ROLES, token_file
 from segfactory.errors import GateError
 from segfactory.records import Anchor, CoarseVerdict
+
+if TYPE_CHECKING:
+    from gate.milestone_report import MilestoneReport
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -171,6 +174,8 @@ class GateClient:
         }
         if tiers:
             body["tiers"] = tiers
+        from gate.milestone_report import MilestoneReport  # deferred: loads numpy and the generator's package
+
         return _reply(MilestoneReport, self._json("POST", "/milestone", json=body), "milestone report")
 
 

@@ -25,7 +25,7 @@ from gate import tiers
 from gate._provider import ProviderError
 from gate.intake import CheckedModel, IntakeError, inspect_bytes, inspect_model
 from gate.ledger import LedgerError
-from gate.replies import MilestoneReport, ModelScore, TierScores
+from gate.milestone_report import MilestoneReport, ModelScore, TierScores
 from gate.scorer import ScoringError, score_checked
 from gate.win_rule import slice_recall
 from segfactory.errors import GateError, UsageError

@@ -10,15 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from scipy import stats as _st
 
 DEFAULT_N_BOOT = 2000  # bootstrap resamples; the interval's Monte Carlo error is ~1/sqrt(n)
 DEFAULT_ALPHA = 0.05  # two-sided: 95% intervals
 
 Arrays = tuple[np.ndarray, ...]
 Statistic = Callable[[Arrays], float]
+
+
+def _scipy_stats() -> Any:
+    """scipy.stats, imported on first use: it takes about half a second, and most importers of
+    this module (the records that carry an ``Interval``) never compute a quantile."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass(frozen=True)
@@ -114,7 +122,7 @@ def wilson_interval(k: int, n: int, alpha: float = DEFAULT_ALPHA) -> Interval:
         raise ValueError(f"need 0 <= k <= n; got k={k}, n={n}")
     if n == 0:
         return Interval(0.0, 0.0, 1.0, alpha)
-    z = float(_st.norm.ppf(1 - alpha / 2))
+    z = float(_scipy_stats().norm.ppf(1 - alpha / 2))
     p = k / n
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
@@ -128,8 +136,8 @@ def clopper_pearson_interval(k: int, n: int, alpha: float = DEFAULT_ALPHA) -> In
         raise ValueError(f"need 0 <= k <= n; got k={k}, n={n}")
     if n == 0:
         return Interval(0.0, 0.0, 1.0, alpha)
-    low = 0.0 if k == 0 else float(_st.beta.ppf(alpha / 2, k, n - k + 1))
-    high = 1.0 if k == n else float(_st.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    low = 0.0 if k == 0 else float(_scipy_stats().beta.ppf(alpha / 2, k, n - k + 1))
+    high = 1.0 if k == n else float(_scipy_stats().beta.ppf(1 - alpha / 2, k + 1, n - k))
     return Interval(k / n, low, high, alpha)
 
 
@@ -163,7 +171,7 @@ def expected_max_of_normals(n: int, sigma: float = 1.0) -> float:
     if n < 1:
         raise ValueError(f"need at least one run; got {n}")
     grid = np.linspace(-8.0, 8.0, 4001)
-    pdf = n * _st.norm.pdf(grid) * _st.norm.cdf(grid) ** (n - 1)
+    pdf = n * _scipy_stats().norm.pdf(grid) * _scipy_stats().norm.cdf(grid) ** (n - 1)
     return float(sigma * np.trapezoid(grid * pdf, grid))
 
 
@@ -193,7 +201,7 @@ def t_interval(values: Sequence[float] | np.ndarray, confidence: float) -> Inter
     if x.size < 2:
         return None
     mean = float(x.mean())
-    half = float(_st.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
+    half = float(_scipy_stats().t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
     return Interval(mean, mean - half, mean + half, 1.0 - confidence)
 
 
@@ -213,6 +221,6 @@ def noise_edge(noise: Sequence[float], upper: bool, level: float | None) -> floa
     if level is None or values.size < 3:
         return edge
     n = values.size
-    spread = float(_st.t.ppf(level, n - 1) * values.std(ddof=1) * np.sqrt(1.0 + 1.0 / n))
+    spread = float(_scipy_stats().t.ppf(level, n - 1) * values.std(ddof=1) * np.sqrt(1.0 + 1.0 / n))
     bound = float(values.mean() + spread) if upper else float(values.mean() - spread)
     return max(edge, bound) if upper else min(edge, bound)

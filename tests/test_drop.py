@@ -37,7 +37,6 @@ def test_every_agent_command_continues_unprivileged(monkeypatch: pytest.MonkeyPa
 
 def test_the_drop_verifies_as_root_then_restarts_with_the_receipt(monkeypatch: pytest.MonkeyPatch) -> None:
     import agents.run
-    import sandbox._cgroup
     from gate import users
 
     calls: list[Any] = []
@@ -45,7 +44,7 @@ def test_the_drop_verifies_as_root_then_restarts_with_the_receipt(monkeypatch: p
     monkeypatch.setattr(
         agents.run, "verify_sandbox", lambda backend, home, progress: calls.append(("verify", backend))
     )
-    monkeypatch.setattr(sandbox._cgroup, "delegate_v1", lambda uid, gid: calls.append(("delegate", uid)))
+    monkeypatch.setattr(_drop, "delegate_v1", lambda uid, gid: calls.append(("delegate", uid)))
     monkeypatch.setattr(_drop, "_ids", lambda user: (999, 995))
     monkeypatch.setattr(
         _drop,
@@ -75,7 +74,6 @@ def test_the_docker_backend_drops_with_the_sockets_group_for_that_process_only(
     import os
 
     import agents.run
-    import sandbox._cgroup
     from gate import users
 
     gid = os.getgid() or 4242  # any group but root's
@@ -85,9 +83,7 @@ def test_the_docker_backend_drops_with_the_sockets_group_for_that_process_only(
     monkeypatch.setattr(
         agents.run, "verify_sandbox", lambda backend, home, progress: calls.append(("verify", backend))
     )
-    monkeypatch.setattr(
-        sandbox._cgroup, "delegate_v1", lambda uid, gid: pytest.fail("docker has its own cgroups")
-    )
+    monkeypatch.setattr(_drop, "delegate_v1", lambda uid, gid: pytest.fail("docker has its own cgroups"))
     monkeypatch.setattr(
         _drop,
         "rerun_as_orchestrator",

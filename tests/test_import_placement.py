@@ -41,13 +41,15 @@ def test_inside_a_method_and_a_relative_import_are_refused_too(tmp_path: Path) -
     assert check(tmp_path).returncode == 1
 
 
-def test_a_written_reason_third_party_cli_and_type_checking_pass(tmp_path: Path) -> None:
+def test_a_written_reason_third_party_and_type_checking_pass(tmp_path: Path) -> None:
     plant(
         tmp_path,
         "vision",
         "def f():\n    import torch\n    from vision.train import t  # deferred: torch\n    return t\n",
     )
-    plant(tmp_path, "cli", "def cmd():\n    from vision.train import t\n    return t\n")
+    plant(
+        tmp_path, "cli", "def cmd():\n    from vision.train import t  # deferred: loads torch\n    return t\n"
+    )
     plant(
         tmp_path,
         "agents",
@@ -63,3 +65,9 @@ def test_the_reason_may_sit_on_any_line_of_a_long_import(tmp_path: Path) -> None
     )
     plant(tmp_path, "synthetic", body)
     assert check(tmp_path).returncode == 0
+
+
+def test_the_command_line_is_held_to_the_same_rule(tmp_path: Path) -> None:
+    plant(tmp_path, "cli", "def cmd():\n    from gate.client import GateClient\n    return GateClient\n")
+    result = check(tmp_path)
+    assert result.returncode == 1 and "cli/mod.py:2" in result.stdout

@@ -54,14 +54,16 @@ def test_a_class_brings_its_public_methods_and_not_its_private_ones(tmp_path: Pa
 
 
 def test_a_listed_one_passes_and_a_stale_or_unkinded_entry_fails(tmp_path: Path) -> None:
-    root = tree(tmp_path, "vision.lib.score result\n", "from vision.lib import score\n")
+    root = tree(tmp_path, "vision.lib.score payload\n", "from vision.lib import score\n")
     assert check(root).returncode == 0
     (root / "scripts" / "boundaries-allowed.txt").write_text(
-        "vision.lib.score result\nvision.lib.gone result\n"
+        "vision.lib.score payload\nvision.lib.gone payload\n"
     )
     assert "vision.lib.gone no longer crosses untyped" in check(root).stdout
     (root / "scripts" / "boundaries-allowed.txt").write_text("vision.lib.score whatever\n")
     assert "kind must be one of" in check(root).stdout
+    (root / "scripts" / "boundaries-allowed.txt").write_text("vision.lib.score result\n")
+    assert "kind must be one of payload, config, rows" in check(root).stdout  # a result is a record
 
 
 def test_a_function_used_only_inside_its_own_package_is_its_own_business(tmp_path: Path) -> None:

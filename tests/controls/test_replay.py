@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from controls.replay import pairs_for, sealed_f1, unpaired_diff
-from gate.replies import MilestoneReport
+from gate.milestone_report import MilestoneReport
 from segfactory.home import Home
 from segfactory.records import sha256_file
 from segfactory.stats import Interval
