@@ -25,7 +25,6 @@ from audit import AuditLog
 from audit.anchor import gate_anchor_store
 from audit.gate_events import pull
 from controls.rates import false_win_rate, is_false_win
-from controls.topup_report import Interval as IntervalRecord
 from gate.client import home_gate
 from gate.milestone_report import MilestoneReport, ModelScore
 from segfactory.errors import GateError
@@ -55,7 +54,7 @@ class SealedPair(BaseModel):
 
 
 class ReplayRow(SealedPair):
-    sealed_diff: IntervalRecord | None  # candidate - best on the sealed tier; None: a score is missing
+    sealed_diff: Interval | None  # candidate - best on the sealed tier; None: a score is missing
     false_win: bool | None
 
 
@@ -164,7 +163,7 @@ def replay(
             rows.append(
                 ReplayRow(
                     **pair.model_dump(),
-                    sealed_diff=IntervalRecord(**diff.as_dict()) if diff else None,
+                    sealed_diff=diff,
                     false_win=is_false_win(diff, margin) if diff else None,
                 )
             )

@@ -34,7 +34,6 @@ from controls.topup_report import (
     ArmTicket,
     DoseResponse,
     DoseRow,
-    Interval,
     MilestoneNote,
     RealDev,
     TopupReport,
@@ -181,10 +180,8 @@ def summarise(
                 None
                 if counts is None
                 else ArmAtDose(
-                    recall=Interval(**bootstrap_ci(counts, _recall, n_boot=N_BOOT, seed=seed).as_dict()),
-                    vs_nothing=Interval(
-                        **paired_bootstrap_diff(nothing, counts, _recall, n_boot=N_BOOT, seed=seed).as_dict()
-                    ),
+                    recall=bootstrap_ci(counts, _recall, n_boot=N_BOOT, seed=seed),
+                    vs_nothing=paired_bootstrap_diff(nothing, counts, _recall, n_boot=N_BOOT, seed=seed),
                 )
             )
         row = DoseRow(n=n, synthetic=arms["synthetic"], augment=arms["augment"])
@@ -192,7 +189,7 @@ def summarise(
             diff = paired_bootstrap_diff(
                 curve["augment"][n], curve["synthetic"][n], _recall, n_boot=N_BOOT, seed=seed
             )
-            row = row.model_copy(update={"synthetic_vs_augment": Interval(**diff.as_dict())})
+            row = row.model_copy(update={"synthetic_vs_augment": diff})
         rows.append(row)
     return DoseResponse(rows=rows, turning_point=turning_point(rows))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from segfactory.records import Result
+from segfactory.stats import Interval
 
 
 class SliceChange(Result):
@@ -42,15 +43,6 @@ class RoundTwo(Result):
     chosen_from: str
     result: str
     miss_rate_change: SliceChange | None = None
-
-
-class Interval(Result):
-    """A bootstrap interval (``segfactory.stats.Interval.as_dict``)."""
-
-    estimate: float
-    low: float
-    high: float
-    alpha: float
 
 
 class ArmAtDose(Result):
@@ -121,7 +113,6 @@ __all__ = [
     "ArmTicket",
     "DoseResponse",
     "DoseRow",
-    "Interval",
     "MilestoneNote",
     "RealDev",
     "RoundTwo",

@@ -4,6 +4,7 @@ declared."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 import tomllib
 from importlib import metadata
@@ -43,6 +44,15 @@ def test_no_declared_range_admits_a_flawed_checkpoint_release() -> None:
         assert Version(metadata.version(name)) >= Version(fixed), f"installed {name} is older than {fixed}"
 
 
+def _first_party() -> tuple[str, ...]:
+    """Our packages, from the one list that ``make lint``'s checks use (scripts/check_imports.py)."""
+    spec = importlib.util.spec_from_file_location("check_imports", REPO / "scripts" / "check_imports.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return tuple(module.FIRST_PARTY)
+
+
 def _third_party_imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -51,21 +61,7 @@ def _third_party_imports(path: Path) -> set[str]:
         for n in ast.walk(tree)
         if isinstance(n, ast.ImportFrom) and n.module and not n.level
     }
-    first_party = {
-        "cli",
-        "segfactory",
-        "synthetic",
-        "vision",
-        "analysis",
-        "gate",
-        "runner",
-        "sandbox",
-        "audit",
-        "agents",
-        "console",
-        "controls",
-        "__future__",
-    }
+    first_party = {*_first_party(), "__future__"}
     return {n for n in names if n not in first_party and n not in sys.stdlib_module_names}
 
 

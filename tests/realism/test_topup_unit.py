@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from controls.topup import TopupPlan, make_ticket, parse_doses, summarise, turning_point
-from controls.topup_report import ArmAtDose, DoseRow, Interval
+from controls.topup_report import ArmAtDose, DoseRow
 from segfactory.errors import LimitExceeded, UsageError
 from segfactory.records import Arm, TicketKind
+from segfactory.stats import Interval
 from synthetic import generate
 from synthetic.extend import build_arm
 from synthetic.params import GenParams
