@@ -8,8 +8,10 @@ checkpointed state. A resumed run that already reached its end does nothing.
 from __future__ import annotations
 
 import json
+import random
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -50,6 +52,23 @@ def _usage(home: Home, run_id: str, cap: int) -> Any:
     return usage
 
 
+SEED_BOUND = 2**31  # host-chosen seeds lie in [0, this)
+
+
+def host_seeds(record: dict[str, Any], *, resumed: bool) -> Callable[[], int]:
+    """The run's source of host-chosen seeds: ``os.urandom`` unless ``run --seed`` fixed it.
+
+    A fixed seed reproduces an uninterrupted run (the same tickets get the same seeds). A resumed
+    run draws fresh ones: a replayed stream could hand a replicate the seed its original trained
+    with.
+    """
+    seed = record.get("seed")
+    if seed is None or resumed:
+        return lambda: secrets.randbelow(SEED_BOUND)
+    stream = random.Random(int(seed))
+    return lambda: stream.randrange(SEED_BOUND)
+
+
 def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults: Any, usage: Any) -> Any:
     policy = load_budget_policy()
     ticket_caps = policy.for_profile(record["profile"]).ticket
@@ -63,10 +82,9 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
         run_id=record["run_id"],
         base_first=not services.incumbent().trained,
     )
+    make_seed = host_seeds(record, resumed=bool(req.resume))
     if defaults.explore:  # when the analysis has nothing new, TPE around the incumbent fills the batch
-        proposer = ExploringProposer(
-            proposer, defaults.ticket, seed=int(record["run_id"].encode().hex()[-6:], 16)
-        )
+        proposer = ExploringProposer(proposer, defaults.ticket, seed=make_seed())
 
     def check(ticket: Any) -> list[str]:
         config = services.incumbent().config  # the change applies to the incumbent's config
@@ -89,7 +107,7 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
         caps=RunCaps.model_validate(record["caps"]),
         usage=usage,
         check=check,
-        make_seed=lambda: secrets.randbelow(2**31),
+        make_seed=make_seed,
         approvals=ApprovalQueue(req.home.state_db, audit),
         plateau_tickets=0 if fill else defaults.plateau.tickets_without_dev_win,
         default_action=defaults.default_action,

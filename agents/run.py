@@ -65,6 +65,9 @@ class RunRequest:
     # arm stops by the same rule and spends its budget.
     fill_budget: bool = False
     concurrency: int = 1  # tickets trained at once under the run's one scheduler (--concurrency)
+    # Host seeds (training, replicates, the explorer) drawn from a generator seeded with this, so
+    # that a run can be reproduced; None: from os.urandom, as a run meant to be trusted should be.
+    seed: int | None = None
 
 
 def run_caps(req: RunRequest, defaults: RunDefaults) -> Any:
@@ -131,6 +134,7 @@ def _run_record(
         "base_config": defaults.base_config,
         "sized_note": defaults.sized_note,
         "concurrency": req.concurrency,
+        "seed": req.seed,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=True))

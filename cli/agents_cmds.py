@@ -123,6 +123,14 @@ def run_cmd(
             "of the cores). Default 1.",
         ),
     ] = 1,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            help="Draw the run's host seeds from this seed, to reproduce a run. Default: fresh "
+            "random seeds (leave it unset for a run meant to be trusted).",
+        ),
+    ] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -159,6 +167,7 @@ def run_cmd(
         judge=judge,
         code_agent=code_agent,
         concurrency=concurrency,
+        seed=seed,
     )
     summary = start_run(request)
     if json_out:

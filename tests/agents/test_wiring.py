@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agents import report as rpt
 from agents._report_md import render_markdown
+from agents._run_loop import host_seeds
 from agents.graph import RunOutcome, run_loop
 from segfactory.records import Ticket
 from tests.agents._stubs import make_graph, make_services
@@ -136,3 +137,14 @@ def test_the_run_stops_when_the_next_ticket_would_pass_the_wall_time(audit_log: 
     state = run_loop(build_graph(deps, tmp_path / "state.sqlite"), "w4")
     assert state["tickets_run"] == 2  # 200 s spent at 100 s a ticket: a third would end at 300 > 250
     assert state["stop_reason"] == "budget: wall time 250 s would be passed by the next ticket"
+
+
+def test_a_run_seed_reproduces_the_host_seeds_and_a_resume_draws_fresh_ones() -> None:
+    first, again = host_seeds({"seed": 7}, resumed=False), host_seeds({"seed": 7}, resumed=False)
+    assert [first() for _ in range(5)] == [again() for _ in range(5)]
+    other = host_seeds({"seed": 8}, resumed=False)
+    assert [other() for _ in range(5)] != [host_seeds({"seed": 7}, resumed=False)() for _ in range(5)]
+    resumed = host_seeds({"seed": 7}, resumed=True)
+    assert [resumed() for _ in range(5)] != [host_seeds({"seed": 7}, resumed=False)() for _ in range(5)]
+    unset = host_seeds({"seed": None}, resumed=False)
+    assert len({unset() for _ in range(5)}) > 1
