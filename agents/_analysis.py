@@ -8,15 +8,15 @@ Probabilities come from the confined scorer (the best may be a promoted agent mo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from agents.run_setup import RunSetup
 from analysis.render import write_report
 from analysis.report import AnalysisReport, Evaluated, Extras, analyse
 from analysis.toy import ToySplit
-from synthetic.splits import read_split
-from synthetic.versions import resolve
+from synthetic.splits import Split, read_split
+from synthetic.versions import DatasetVersion
 from vision.metrics import aggregate, per_image_metrics
 from vision.perturb import PERTURBATIONS, perturb
 
@@ -25,23 +25,17 @@ TRAIN_SAMPLE_IMAGES = 128  # train images scored for the train-dev gap; more cos
 PERTURBATION_SEVERITY = 3  # of 1..5: the middle of each perturbation's range (vision/perturb.py)
 
 
-def analysis_dir(services: Any, sha256: str) -> Path:
-    return Path(services.home.runs / services.setup.run_id / "analysis" / sha256[:12])
+def analyse_best(setup: RunSetup, dataset: DatasetVersion, model: Path, sha256: str) -> AnalysisReport:
+    """Analyse ``model`` on ``dataset``'s dev split (with a sample of its train split: what the best
+    trained on); write the report folder, or read it back when it exists (a resumed run)."""
 
-
-def analyse_best(services: Any, model: Path, sha256: str) -> Any:
-    """Analyse ``model`` on dev (with a train sample); write or reuse the report folder."""
-
-    out = analysis_dir(services, sha256)
+    out = setup.layout.analysis_dir(sha256)
     if (out / "report.json").is_file():
         return AnalysisReport.model_validate_json((out / "report.json").read_text())
-    dataset = services.setup.dataset
-    if hasattr(services, "incumbent"):  # the train sample comes from what the best trained on
-        dataset = resolve(services.home.root, services.incumbent().dataset)
     dev_split = read_split(dataset.dev)
-    dev = Evaluated(dev_split, np.asarray(services._score(model, dev_split.images))[:, 0])
-    train = _train_sample(services, model, read_split(dataset.train))
-    drops = perturbation_drops(services, model, dev_split)
+    dev = Evaluated(dev_split, np.asarray(setup.score(model, dev_split.images))[:, 0])
+    train = _train_sample(setup, model, read_split(dataset.train))
+    drops = perturbation_drops(setup, model, dev_split)
     report, errors = analyse(
         dev,
         model_sha256=sha256,
@@ -53,7 +47,7 @@ def analyse_best(services: Any, model: Path, sha256: str) -> Any:
     return write_report(report, dev, errors, out)
 
 
-def _train_sample(services: Any, model: Path, train: Any) -> Any:
+def _train_sample(setup: RunSetup, model: Path, train: Split) -> Evaluated:
     take = np.sort(np.random.default_rng(ANALYSIS_SEED).permutation(len(train))[:TRAIN_SAMPLE_IMAGES])
     ids = {str(train.image_meta[int(k)].get("id")) for k in take}
     sample = ToySplit(
@@ -62,10 +56,10 @@ def _train_sample(services: Any, model: Path, train: Any) -> Any:
         [train.image_meta[int(k)] for k in take],
         [d for d in train.defects if str(d.get("image_id")) in ids],
     )
-    return Evaluated(sample, np.asarray(services._score(model, sample.images))[:, 0])
+    return Evaluated(sample, np.asarray(setup.score(model, sample.images))[:, 0])
 
 
-def perturbation_drops(services: Any, model: Path, dev: Any) -> dict[str, float]:
+def perturbation_drops(setup: RunSetup, model: Path, dev: Split) -> dict[str, float]:
     """Dev dice lost under each perturbation at a middle severity (what the robustness rule reads).
 
     Every perturbed copy goes to the confined scorer in one call: its start-up, not the images,
@@ -76,7 +70,7 @@ def perturbation_drops(services: Any, model: Path, dev: Any) -> dict[str, float]
     sets = [(images, masks)] + [
         perturb(name, PERTURBATION_SEVERITY, images, masks, ANALYSIS_SEED) for name in PERTURBATIONS
     ]
-    prob = np.asarray(services._score(model, np.concatenate([x for x, _ in sets])))[:, 0]
+    prob = np.asarray(setup.score(model, np.concatenate([x for x, _ in sets])))[:, 0]
     n = len(images)
     dice = [
         float(aggregate(per_image_metrics(prob[k * n : (k + 1) * n], y, threshold=0.5))["dice"])

@@ -21,18 +21,31 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
-from agents.incumbent import DEFAULT_ACTION_EVIDENCE, Lineage
+from agents.incumbent import DEFAULT_ACTION_EVIDENCE
 from agents.validate import BASE_CONFIG_EVIDENCE
 from analysis import hitrate
 from analysis.effects import ALL, measure
+from analysis.hitrate import ArmRate
 from analysis.report import Evaluated
-from segfactory.files import append_jsonl, read_jsonl, write_atomic
+from gate.milestone_report import ModelScore
+from segfactory.files import write_atomic
 from segfactory.home import Home
+from segfactory.layout import (
+    ControlPrediction,
+    DefaultOutcome,
+    DefaultPrediction,
+    DevPrediction,
+    Lineage,
+    Promotion,
+    RunLayout,
+    SealedPrediction,
+)
 from segfactory.records import ExpectedEffect, Ticket
-from segfactory.stats import wilson_interval
+from segfactory.stats import Interval, wilson_interval
+from synthetic.splits import Split
 
-PREDICTIONS_FILE = "predictions.jsonl"  # people/: one row per scored prediction (dev, then sealed)
 RECOMMENDATION_PREFIX = "recommendation:"
 # Sealed milestone metrics that can measure a prediction on the whole tier: metric -> (key, sign).
 # miss_rate on all voids is 1 - object recall.
@@ -60,14 +73,14 @@ class Predictions:
 
     home: Home
     run_id: str
-    dev: Any  # synthetic.splits.Split
+    dev: Split
     threshold: float
     score: Callable[[Path, np.ndarray], np.ndarray]
     _evaluated: dict[str, Evaluated] = field(default_factory=dict, repr=False)
 
     @property
-    def file(self) -> Path:
-        return self.home.people_dir(self.run_id) / PREDICTIONS_FILE
+    def layout(self) -> RunLayout:
+        return RunLayout(self.home, self.run_id)
 
     def evaluated(self, key: str, model: Path) -> Evaluated:
         if key not in self._evaluated:
@@ -75,12 +88,9 @@ class Predictions:
             self._evaluated[key] = Evaluated(self.dev, prob)
         return self._evaluated[key]
 
-    def rows(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.file)
-
     def after_ticket(
         self, ticket: Ticket, lineage: Lineage, model: Path, parent_model: Path
-    ) -> dict[str, Any] | None:
+    ) -> DevPrediction | None:
         """Score a finished ticket: its own prediction, or (a default-action control) those of its round."""
         if (
             ticket.evidence in ([DEFAULT_ACTION_EVIDENCE], [BASE_CONFIG_EVIDENCE])
@@ -99,15 +109,14 @@ class Predictions:
 
     def _dev(
         self, ticket: Ticket, rec: str, lineage: Lineage, candidate: Evaluated, parent: Evaluated
-    ) -> dict[str, Any]:
+    ) -> DevPrediction:
         effect = ticket.expected_effect
         got, base = measure(effect, candidate, self.threshold), measure(effect, parent, self.threshold)
         row: dict[str, Any] = {
-            "stage": "dev",
             "ticket_id": ticket.id,
             "recommendation_id": rec,
             "parent_sha256": lineage.parent_sha256,
-            "predicted": effect.model_dump(mode="json"),
+            "predicted": effect,
             "change": ticket.change,
             "candidate": None,
             "parent": None,
@@ -135,18 +144,19 @@ class Predictions:
             control = self._control_for(lineage.parent_sha256)
             if control is not None:
                 row["default"] = self._default_outcome(effect, rec, control, parent)
-        append_jsonl(self.file, row)
-        return row
+        prediction = DevPrediction(stage="dev", **row)
+        self.layout.append_prediction(prediction)
+        return prediction
 
     def _control_for(self, parent_sha: str) -> tuple[str, Evaluated] | None:
-        for row in read_jsonl(self.file):
-            if row.get("stage") == "control" and row.get("parent_sha256") == parent_sha:
-                return row["ticket_id"], self.evaluated(row["ticket_id"], Path(row["model"]))
+        for row in self.layout.predictions():
+            if isinstance(row, ControlPrediction) and row.parent_sha256 == parent_sha:
+                return row.ticket_id, self.evaluated(row.ticket_id, Path(row.model))
         return None
 
     def _default_outcome(
         self, effect: ExpectedEffect, rec: str, control: tuple[str, Evaluated], parent: Evaluated
-    ) -> dict[str, Any] | None:
+    ) -> DefaultOutcome | None:
         ticket_id, evaluated = control
         got, base = measure(effect, evaluated, self.threshold), measure(effect, parent, self.threshold)
         if got is None or base is None:
@@ -161,113 +171,127 @@ class Predictions:
             predicted=effect,
             observed_change=change,
         )
-        return {"ticket_id": ticket_id, "observed_change": change, "held": outcome.held}
+        return DefaultOutcome(ticket_id=ticket_id, observed_change=change, held=outcome.held)
 
-    def _waiting_for_default(self, parent_sha: str) -> list[dict[str, Any]]:
-        rows = read_jsonl(self.file)
-        done = {r["ticket_id"] for r in rows if r.get("stage") == "default"}
+    def _waiting_for_default(self, parent_sha: str) -> list[DevPrediction]:
+        rows = self.layout.predictions()
+        done = {r.ticket_id for r in rows if isinstance(r, DefaultPrediction)}
         return [
             r
             for r in rows
-            if r.get("stage") == "dev"
-            and r.get("parent_sha256") == parent_sha
-            and r.get("held") is not None
-            and r.get("default") is None
-            and r["ticket_id"] not in done
+            if isinstance(r, DevPrediction)
+            and r.parent_sha256 == parent_sha
+            and r.held is not None
+            and r.default is None
+            and r.ticket_id not in done
         ]
-
-    def _default(self, row: dict[str, Any], control_id: str, control: Evaluated, parent: Evaluated) -> None:
-        effect = ExpectedEffect.model_validate(row["predicted"])
-        outcome = self._default_outcome(effect, row["recommendation_id"], (control_id, control), parent)
-        append_jsonl(self.file, {"stage": "default", "ticket_id": row["ticket_id"], "control": outcome})
 
     def _record_control(self, ticket_id: str, lineage: Lineage, model: Path, parent_model: Path) -> None:
         """A default-action control finished: remember it for its round and score the waiting rows."""
         control = self.evaluated(ticket_id, model)
         parent = self.evaluated(lineage.parent_sha256, parent_model)
         waiting = self._waiting_for_default(lineage.parent_sha256)
-        append_jsonl(
-            self.file,
-            {
-                "stage": "control",
-                "ticket_id": ticket_id,
-                "parent_sha256": lineage.parent_sha256,
-                "model": str(model),
-            },
+        self.layout.append_prediction(
+            ControlPrediction(
+                stage="control", ticket_id=ticket_id, parent_sha256=lineage.parent_sha256, model=str(model)
+            )
         )
         for row in waiting:
-            self._default(row, ticket_id, control, parent)
+            outcome = self._default_outcome(
+                row.predicted, row.recommendation_id, (ticket_id, control), parent
+            )
+            self.layout.append_prediction(
+                DefaultPrediction(stage="default", ticket_id=row.ticket_id, control=outcome)
+            )
 
-    def sealed(self, promoted: list[dict[str, Any]], milestone: dict[str, Any]) -> list[dict[str, Any]]:
+    def sealed(
+        self, promoted: list[Promotion], sealed_models: dict[str, ModelScore]
+    ) -> list[SealedPrediction]:
         """Promoted recommendations scored on the sealed tier, where its metrics can measure them."""
-        models = (milestone.get("tiers", {}).get("sealed", {}) or {}).get("models", {})
-        dev_rows = {r["ticket_id"]: r for r in read_jsonl(self.file) if r.get("stage") == "dev"}
+        dev_rows = {r.ticket_id: r for r in self.layout.predictions() if isinstance(r, DevPrediction)}
         out = []
         for promo in promoted:
-            row = dev_rows.get(promo["ticket_id"])
+            row = dev_rows.get(promo.ticket_id)
             if row is None:
                 continue
-            out.append(self._sealed_row(row, models.get(promo["sha256"]), models.get(row["parent_sha256"])))
+            out.append(
+                _sealed_row(row, sealed_models.get(promo.sha256), sealed_models.get(row.parent_sha256))
+            )
         for item in out:
-            append_jsonl(self.file, item)
+            self.layout.append_prediction(item)
         return out
 
-    def _sealed_row(
-        self, row: dict[str, Any], child: dict[str, Any] | None, parent: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        effect = ExpectedEffect.model_validate(row["predicted"])
-        base = {
-            "stage": "sealed",
-            "ticket_id": row["ticket_id"],
-            "recommendation_id": row["recommendation_id"],
-            "predicted": row["predicted"],
-            "observed_change": None,
-            "held": None,
+
+def _sealed_row(row: DevPrediction, child: ModelScore | None, parent: ModelScore | None) -> SealedPrediction:
+    effect = row.predicted
+    base = {"ticket_id": row.ticket_id, "recommendation_id": row.recommendation_id, "predicted": effect}
+    none = {"observed_change": None, "held": None}
+    metric = SEALED_METRICS.get(effect.metric)
+    if effect.slice != ALL or metric is None:
+        reason = f"the sealed milestone reports no {effect.metric} on slice {effect.slice!r}"
+        return SealedPrediction(stage="sealed", **base, **none, reason=reason)
+    if child is None or parent is None:
+        reason = "the milestone did not score both the model and its parent on sealed"
+        return SealedPrediction(stage="sealed", **base, **none, reason=reason)
+    key, sign = metric
+    change = sign * (_point(getattr(child, key)) - _point(getattr(parent, key)))
+    return SealedPrediction(stage="sealed", **base, observed_change=change, held=hitrate.held(effect, change))
+
+
+def _point(value: Interval | float) -> float:
+    return float(value.estimate if isinstance(value, Interval) else value)
+
+
+class HitRates(BaseModel):
+    """Both dev hit rates (recommendations against the default action) and the sealed one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    run_id: str
+    recommendation: ArmRate
+    default: ArmRate
+    sealed: ArmRate  # promoted predictions that held on the sealed tier
+
+
+class PredictionSummary(BaseModel):
+    """``people/predictions_summary.json``: each scored prediction, dev then sealed, and the hit rates."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rows: list[DevPrediction | SealedPrediction]
+    hit_rate: HitRates
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "rows": [r.line() for r in self.rows],
+            "hit_rate": self.hit_rate.model_dump(mode="json"),
         }
-        metric = SEALED_METRICS.get(effect.metric)
-        if effect.slice != ALL or metric is None:
-            return {
-                **base,
-                "reason": f"the sealed milestone reports no {effect.metric} on slice {effect.slice!r}",
-            }
-        if child is None or parent is None:
-            return {**base, "reason": "the milestone did not score both the model and its parent on sealed"}
-        key, sign = metric
-        change = sign * (_point(child[key]) - _point(parent[key]))
-        return {**base, "observed_change": change, "held": hitrate.held(effect, change)}
 
 
-def _point(value: Any) -> float:
-    return float(value["estimate"] if isinstance(value, dict) else value)
-
-
-def summary(home: Home, run_id: str) -> dict[str, Any]:
+def summary(home: Home, run_id: str) -> PredictionSummary:
     """Predicted against measured, per executed recommendation, and both hit rates with intervals."""
-    rows = read_jsonl(home.people_dir(run_id) / PREDICTIONS_FILE)
-    later_default = {r["ticket_id"]: r["control"] for r in rows if r.get("stage") == "default"}
-    rows = [
-        {**r, "default": later_default.get(r["ticket_id"], r.get("default"))}
-        if r.get("stage") == "dev"
-        else r
-        for r in rows
-    ]
-    rates = hitrate.summary(home, run_id).model_dump(mode="json")
-    sealed = [r for r in rows if r.get("stage") == "sealed"]
-    scored = [r for r in sealed if r.get("held") is not None]
+    rows = RunLayout(home, run_id).predictions()
+    later_default = {r.ticket_id: r.control for r in rows if isinstance(r, DefaultPrediction)}
+    scored: list[DevPrediction | SealedPrediction] = []
+    for r in rows:
+        if isinstance(r, DevPrediction):
+            scored.append(r.model_copy(update={"default": later_default.get(r.ticket_id, r.default)}))
+        elif isinstance(r, SealedPrediction):
+            scored.append(r)
+    sealed = [r for r in scored if isinstance(r, SealedPrediction) and r.held is not None]
+    iv = wilson_interval(sum(bool(r.held) for r in sealed), len(sealed))
+    dev_rates = hitrate.summary(home, run_id)
+    rates = HitRates(
+        run_id=dev_rates.run_id,
+        recommendation=dev_rates.recommendation,
+        default=dev_rates.default,
+        sealed=ArmRate(
+            held=sum(bool(r.held) for r in sealed), n=len(sealed), rate=iv.estimate, low=iv.low, high=iv.high
+        ),
+    )
+    return PredictionSummary(rows=scored, hit_rate=rates)
 
-    iv = wilson_interval(sum(bool(r["held"]) for r in scored), len(scored))
-    rates["sealed"] = {
-        "held": sum(bool(r["held"]) for r in scored),
-        "n": len(scored),
-        "rate": iv.estimate,
-        "low": iv.low,
-        "high": iv.high,
-    }
-    return {"rows": [r for r in rows if r.get("stage") in ("dev", "sealed")], "hit_rate": rates}
 
-
-def write_summary(home: Home, run_id: str) -> dict[str, Any]:
+def write_summary(home: Home, run_id: str) -> PredictionSummary:
     data = summary(home, run_id)
-    path = home.people_dir(run_id) / "predictions_summary.json"
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    path = RunLayout(home, run_id).predictions_summary
+    write_atomic(path, json.dumps(data.as_json(), indent=2, sort_keys=True, default=str) + "\n")
     return data

@@ -11,37 +11,38 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from agents.actions import Catalogue, NotExecutable, Realised, load_catalogue, realise_config, rule_of
+from agents.actions import Catalogue, NotExecutable, Realised, realise_config, rule_of
 from agents.incumbent import Incumbent
-from analysis.curation import Plan, apply_plan, curate_images
-from analysis.curation.plan import _applied
+from agents.run_setup import RunSetup
+from analysis.curation import Plan, applied_plans, apply_plan, curate_images
 from analysis.effects import parse_slice
 from analysis.errortypes import ErrorType
 from analysis.units import defect_units
 from segfactory.errors import DataError, UsageError
-from segfactory.records import Recommendation, TicketKind, canonical_json
+from segfactory.records import Recommendation, Ticket, TicketKind, canonical_json
 from synthetic.extend import append_images
 from synthetic.splits import read_split
-from synthetic.versions import approved, create_version, resolve
+from synthetic.versions import DatasetVersion, approved, create_version, resolve
 
-NOT_EXECUTABLE_FILE = "not_executable.jsonl"  # people/: recommendations that became no ticket, and why
 REVIEWED_VERSIONS_NOTE = (
     "a reviewed version: same train images and dev split as its parent, other train masks"
 )
 
 
 def realise_all(
-    services: Any, recs: tuple[Recommendation, ...], incumbent: Incumbent, tried: set[str]
+    setup: RunSetup,
+    catalogue: Catalogue,
+    recs: tuple[Recommendation, ...],
+    incumbent: Incumbent,
+    tried: set[str],
 ) -> tuple[list[Recommendation], list[NotExecutable]]:
     """Concrete recommendations (change, kind and epochs from the catalogue) and the refused ones."""
-    catalogue = services.catalogue() if hasattr(services, "catalogue") else load_catalogue()
     realised, refused = [], []
     for rec in recs:
-        got = realise(services, catalogue, rec, incumbent, tried)
+        got = realise(setup, catalogue, rec, incumbent, tried)
         if isinstance(got, NotExecutable):
             refused.append(got)
             continue
@@ -71,7 +72,7 @@ def describe(got: Realised) -> str:
 
 
 def realise(
-    services: Any, catalogue: Catalogue, rec: Recommendation, incumbent: Incumbent, tried: set[str]
+    setup: RunSetup, catalogue: Catalogue, rec: Recommendation, incumbent: Incumbent, tried: set[str]
 ) -> Realised | NotExecutable:
     rule = rule_of(rec)
     entry = catalogue.actions.get(rule)
@@ -80,7 +81,7 @@ def realise(
             rule=rule, recommendation_id=rec.id, reason=f"no catalogue action for rule {rule!r}"
         )
     if entry.do == "config":
-        return realise_config(rule, entry, rec, incumbent.config, tried, max_epochs=services.setup.max_epochs)
+        return realise_config(rule, entry, rec, incumbent.config, tried, max_epochs=setup.max_epochs)
     if entry.do == "topup":
         spec = rec.change.get("synthetic")
         if not isinstance(spec, dict) or not spec.get("slice"):
@@ -107,9 +108,9 @@ def realise(
             change=change,
         )
     if entry.do == "curation":
-        return _curation(services, rule, rec, incumbent, tried)
+        return _curation(setup, rule, rec, incumbent, tried)
     if entry.do == "label_review":
-        return _label_review(services, rule, rec, incumbent, tried)
+        return _label_review(setup, rule, rec, incumbent, tried)
     return NotExecutable(
         rule=rule,
         recommendation_id=rec.id,
@@ -128,12 +129,12 @@ def _unless_tried(got: Realised, tried: set[str]) -> Realised | NotExecutable:
 
 
 def _curation(
-    services: Any, rule: str, rec: Recommendation, incumbent: Incumbent, tried: set[str]
+    setup: RunSetup, rule: str, rec: Recommendation, incumbent: Incumbent, tried: set[str]
 ) -> Realised | NotExecutable:
     """The version ``curate apply`` makes from the incumbent data's image plan (train items only:
     dev stays the incumbent's, so the dev score compares like with like)."""
 
-    home_root = services.home.root
+    home_root = setup.home.root
     base = resolve(home_root, incumbent.dataset)
     _, plan = curate_images(
         read_split(base.train, mmap=True),
@@ -150,7 +151,7 @@ def _curation(
             "unusable train image): nothing to curate",
         )
     plan = Plan(kind=plan.kind, dataset=plan.dataset, content_hash=plan.content_hash, items=items)
-    made = _applied(home_root, base.name).get(plan.plan_hash)
+    made = applied_plans(home_root, base.name).get(plan.plan_hash)
     version = resolve(home_root, made) if made else apply_plan(home_root, plan)[0]
     if not version.approved:
         return NotExecutable(
@@ -176,12 +177,12 @@ def _curation(
 
 
 def _label_review(
-    services: Any, rule: str, rec: Recommendation, incumbent: Incumbent, tried: set[str]
+    setup: RunSetup, rule: str, rec: Recommendation, incumbent: Incumbent, tried: set[str]
 ) -> Realised | NotExecutable:
     """Train on the reviewed labels once a person has made them; until then, say that it waits."""
-    reviewed = reviewed_versions(services.home.root, incumbent.dataset)
+    reviewed = reviewed_versions(setup.home.root, incumbent.dataset)
     if not reviewed:
-        services.audit("label_review_waiting", {"recommendation": rec.id, "dataset": incumbent.dataset})
+        setup.audit_event("label_review_waiting", {"recommendation": rec.id, "dataset": incumbent.dataset})
         return NotExecutable(
             rule=rule,
             recommendation_id=rec.id,
@@ -223,17 +224,19 @@ def _image_hashes(split: Path) -> list[str]:
     return [json.loads(r).get("sha256", "") for r in rows if r.strip()]
 
 
-def named_dataset(services: Any, ticket: Any, base: Any, base_images: int | None = None) -> Any | None:
+def named_dataset(
+    setup: RunSetup, ticket: Ticket, base: DatasetVersion, base_images: int | None = None
+) -> DatasetVersion | None:
     """The version a ticket names in ``change["dataset"]`` (curation, reviewed labels, approved
     data), checked: approved, and with the incumbent's dev split. None when it names none.
     ``base_images``: how many of the base's train images the parent trains on (None: all)."""
 
     ref = ticket.change.get("dataset")
     if ticket.kind.value == "data" and ticket.change.get("approved_request"):
-        return approved_data_version(services, ticket, base, base_images)
+        return approved_data_version(setup, ticket, base, base_images)
     if not ref:
         return None
-    version = resolve(services.home.root, str(ref))
+    version = resolve(setup.home.root, str(ref))
     if not version.approved:
         raise DataError(f"ticket {ticket.id} names dataset version {version.ref}, which is not approved")
     if version.split_hashes.get("dev") != base.split_hashes.get("dev"):
@@ -244,7 +247,9 @@ def named_dataset(services: Any, ticket: Any, base: Any, base_images: int | None
     return version
 
 
-def approved_data_version(services: Any, ticket: Any, base: Any, base_images: int | None = None) -> Any:
+def approved_data_version(
+    setup: RunSetup, ticket: Ticket, base: DatasetVersion, base_images: int | None = None
+) -> DatasetVersion:
     """The incumbent's train split (the first ``base_images``, those a capped config trains on;
     all when None) plus the approved images: at most the approved count, only those in the
     approved scope (a slice of the images' voids). Dev stays the incumbent's."""
@@ -256,10 +261,10 @@ def approved_data_version(services: Any, ticket: Any, base: Any, base_images: in
             f"approved request {request} names no dataset version to train on; import the data "
             "(`segfactory data import`) and approve the request with `--data NAME/vK`"
         )
-    record = services.home.runs / services.setup.run_id / "approved" / request / "dataset.json"
+    record = setup.layout.approved_dir(request) / "dataset.json"
     if record.is_file():
-        return resolve(services.home.root, json.loads(record.read_text())["dataset"])
-    extra = read_split(resolve(services.home.root, str(change["approved_data"])).train)
+        return resolve(setup.home.root, json.loads(record.read_text())["dataset"])
+    extra = read_split(resolve(setup.home.root, str(change["approved_data"])).train)
     train = read_split(base.train)
     if extra.images.shape[1:] != train.images.shape[1:]:
         raise DataError(
@@ -281,7 +286,7 @@ def approved_data_version(services: Any, ticket: Any, base: Any, base_images: in
     keep = keep[: int(change.get("approved_count") or len(keep))]
     if not keep:
         raise DataError(f"approved data {change['approved_data']} holds no image in scope {scope!r}")
-    out = services.home.runs / services.setup.run_id / "approved" / request / "train"
+    out = setup.layout.approved_dir(request) / "train"
     position = {str(extra.image_meta[k]["id"]): n for n, k in enumerate(keep)}
     metas = [
         {
@@ -313,10 +318,10 @@ def approved_data_version(services: Any, ticket: Any, base: Any, base_images: in
         base_images,
     )
     version = create_version(
-        services.home.root, base.name, {"train": split, "dev": None}, parent=base.ref, approve_it=True
+        setup.home.root, base.name, {"train": split, "dev": None}, parent=base.ref, approve_it=True
     )
     record.write_text(json.dumps({"dataset": version.ref, "images_added": len(keep)}) + "\n")
-    services.audit(
+    setup.audit_event(
         "approved_data_version",
         {
             "ticket_id": ticket.id,
@@ -330,7 +335,6 @@ def approved_data_version(services: Any, ticket: Any, base: Any, base_images: in
 
 
 __all__ = [
-    "NOT_EXECUTABLE_FILE",
     "approved_data_version",
     "named_dataset",
     "realise",

@@ -36,7 +36,7 @@ from agents.graph import LoopDeps
 from agents.llm import LLMCaller, make_provider
 from agents.proposer import Proposer, Rejected, TicketDraft
 from agents.workspace import PathRefused, Workspace
-from runner._workspace import TRAINING_PACKAGES
+from runner import TRAINING_PACKAGES
 from segfactory.errors import SegfactoryError, UsageError
 from segfactory.files import write_atomic
 from segfactory.home import SOURCE_ROOT, Home

@@ -1,10 +1,10 @@
 """The incumbent (what every ticket builds on) and the training-input fingerprint.
 
 A ticket patches the **incumbent**: the current best's training config, dataset version and code.
-The host records, for every ticket it starts, its lineage (parent model, the config after
-patching, the dataset version and its content hash, the code overlay and the fingerprint) in
-``runs/<run>/lineage.jsonl``; a promotion copies that row into ``runs/promotions.jsonl``, so the
-next ticket, in this run or a later one, builds on what won.
+The host records, for every ticket it starts, its lineage (``segfactory.layout.Lineage``: parent
+model, the config after patching, the dataset version and its content hash, the code overlay and
+the fingerprint) in ``runs/<run>/lineage.jsonl``; a promotion copies that row into
+``runs/promotions.jsonl``, so the next ticket, in this run or a later one, builds on what won.
 
 The fingerprint is a SHA-256 over the training inputs that decide what a ticket trains: the
 config after patching (without the seed, which every ticket gets fresh from the host), the
@@ -16,20 +16,17 @@ kinds whose point is repetition (:data:`REPEAT_KINDS`).
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.validate import BASE_CONFIG_EVIDENCE
-from segfactory.files import read_jsonl
+from segfactory.layout import Lineage, RepeatKind
 from segfactory.records import Arm, Ticket, canonical_json
 
-LINEAGE_FILE = "lineage.jsonl"  # runs/<run>/: one row per started ticket (no scores)
 DEFAULT_ACTION_EVIDENCE = "default-action"  # the control: the incumbent retrained with a fresh seed
 EXPLORATION_EVIDENCE = "exploration"  # prefix: a ticket from the explorer, not from the analysis
 NOT_FINGERPRINTED = ("seed",)  # config keys left out of the fingerprint (host-chosen per ticket)
-RepeatKind = Literal["base", "replicate", "aa", "challenge", "default-action"]
 
 
 class _Strict(BaseModel):
@@ -53,21 +50,6 @@ class Incumbent(_Strict):
     def trained(self) -> bool:
         """False for the classical baseline: nothing of it was trained by a ticket."""
         return self.ticket_id is not None
-
-
-class Lineage(_Strict):
-    """One started ticket: what it built on and what it trained (no score)."""
-
-    ticket_id: str
-    run_id: str
-    parent_sha256: str
-    parent_fingerprint: str
-    config: dict[str, Any]
-    dataset: str
-    dataset_hash: str
-    code: dict[str, str] = Field(default_factory=dict)
-    fingerprint: str
-    repeat: RepeatKind | None = None
 
 
 def fingerprint(config: dict[str, Any], dataset_hash: str, code: dict[str, str]) -> str:
@@ -106,18 +88,12 @@ def same_as_parent(row: Lineage) -> str | None:
     return None
 
 
-def read_lineage(run_dir: Path) -> dict[str, Lineage]:
-    return {r["ticket_id"]: Lineage.model_validate(r) for r in read_jsonl(run_dir / LINEAGE_FILE)}
-
-
 __all__ = [
     "DEFAULT_ACTION_EVIDENCE",
     "EXPLORATION_EVIDENCE",
     "Incumbent",
-    "LINEAGE_FILE",
     "Lineage",
     "fingerprint",
-    "read_lineage",
     "repeat_kind",
     "same_as_parent",
 ]

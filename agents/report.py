@@ -17,16 +17,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents._predictions import PREDICTIONS_FILE
 from agents._report_md import render_markdown
 from agents.challenge import retractions
-from agents.incumbent import read_lineage
 from agents.labelling import label_rounds
 from analysis.render import to_html
 from audit import check_records, iter_records, load_policy, verify_log
 from runner import read_beneath
 from segfactory.files import read_jsonl
 from segfactory.home import Home
+from segfactory.layout import RunLayout
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -375,10 +374,10 @@ def loop_rounds(home: Home, run_id: str, state: dict[str, Any]) -> list[dict[str
     People only (dev numbers and predictions); rounds where the fix did nothing or made things
     worse are listed like the others.
     """
-    lineage = read_lineage(home.runs / run_id)
+    lineage = RunLayout(home, run_id).lineage()
     people = home.people_dir(run_id)
     dev = {r["ticket_id"]: r for r in read_jsonl(people / "dev_comparisons.jsonl")}
-    predicted = {r["ticket_id"]: r for r in read_jsonl(people / PREDICTIONS_FILE) if r.get("stage") == "dev"}
+    predicted = {r.ticket_id: r.line() for r in RunLayout(home, run_id).predictions() if r.stage == "dev"}
     verdicts = {h["ticket_id"]: h["verdict"] for h in state.get("history", [])}
     tickets = {t["id"]: t for t in read_jsonl(people / "tickets.jsonl")}
     out = []

@@ -8,19 +8,18 @@ chain at the end and returns a summary. ``policies/run.yaml`` holds the per-prof
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from agents._run_loop import RunSummary, execute, finished_summary
 from agents.judge import default_judge
 from agents.run_policy import RunDefaults, load_run_defaults
+from agents.run_setup import RunRequest
 from audit import AuditLog
 from audit.anchor import gate_anchor_store
+from gate.client import GateClient
 from gate.users import verified_before_drop
 from gate.win_rule import load_win_rule
 from sandbox import get_backend
@@ -28,9 +27,8 @@ from segfactory.budgets import RunCaps, load_budget_policy
 from segfactory.errors import PolicyError, SandboxError, UsageError
 from segfactory.gpus import host_gpus
 from segfactory.home import SOURCE_ROOT, Home
+from segfactory.layout import RunLayout, RunRecord
 from vision.config import load_config
-
-RUN_FILE = "run.json"  # runs/<id>/run.json: what the run was started with (resume reads it)
 
 
 def check_base_config(defaults: RunDefaults, *, has_gpu: bool | None = None) -> None:
@@ -48,29 +46,7 @@ def check_base_config(defaults: RunDefaults, *, has_gpu: bool | None = None) -> 
         )
 
 
-@dataclass(frozen=True)
-class RunRequest:
-    home: Home
-    profile: str
-    proposer: str = "rules"
-    backend: str = "bwrap"
-    budget_s: float | None = None  # device seconds (--budget)
-    wall_s: float | None = None  # --wall
-    resume: str | None = None
-    progress: Callable[[str], None] = lambda line: None
-    judge: str | None = None  # rules | llm:<provider spec>; None: agents.judge.default_judge(proposer)
-    code_agent: bool = False  # code drafts get their files from the code-editing agent (agents.code_arm)
-    # Stop only on the budget (device, wall, tickets) and start a ticket while any device time is
-    # left, as a sweep does: no plateau rule, no half-ticket rule. ``compare`` sets it so that every
-    # arm stops by the same rule and spends its budget.
-    fill_budget: bool = False
-    concurrency: int = 1  # tickets trained at once under the run's one scheduler (--concurrency)
-    # Host seeds (training, replicates, the explorer) drawn from a generator seeded with this, so
-    # that a run can be reproduced; None: from os.urandom, as a run meant to be trusted should be.
-    seed: int | None = None
-
-
-def run_caps(req: RunRequest, defaults: RunDefaults) -> Any:
+def run_caps(req: RunRequest, defaults: RunDefaults) -> RunCaps:
     """budgets.yaml's run caps, tightened by run.yaml, then by --budget/--wall (never loosened).
     A compare arm (``fill_budget``) has budgets.yaml's ``compare_arm`` caps, tightened only by its
     budget: run.yaml's defaults are a person's run, not an arm's."""
@@ -97,47 +73,37 @@ def new_run_id() -> str:
     return time.strftime("r%Y%m%d-%H%M%S", time.gmtime()) + f"-{secrets.token_hex(2)}"
 
 
-def _read_record(home: Home, run_id: str) -> dict[str, Any]:
-    path = home.runs / run_id / RUN_FILE
-    if not path.is_file():
-        raise UsageError(f"no run {run_id!r} in {home.runs}; see the run ids there")
-    record: dict[str, Any] = json.loads(path.read_text())
-    return record
-
-
 def _run_record(
-    home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sha: str, defaults: RunDefaults
-) -> dict[str, Any]:
+    home: Home, req: RunRequest, run_id: str, caps: RunCaps, win_rule_sha: str, defaults: RunDefaults
+) -> RunRecord:
     """Write runs/<id>/run.json at start; on resume read it and refuse a changed win rule."""
-    path = home.runs / run_id / RUN_FILE
+    layout = RunLayout(home, run_id)
     if req.resume:
-        record = _read_record(home, run_id)
-        if record["win_rule_sha256"] != win_rule_sha:
+        record = layout.read_record()
+        if record.win_rule_sha256 != win_rule_sha:
             raise PolicyError(
                 f"the win rule changed since run {run_id} started (recorded "
-                f"{record['win_rule_sha256'][:12]}…, now {win_rule_sha[:12]}…); start a new run"
+                f"{record.win_rule_sha256[:12]}…, now {win_rule_sha[:12]}…); start a new run"
             )
         return record
-
-    record = {
-        "run_id": run_id,
-        "profile": req.profile,
-        "proposer": req.proposer,
-        "backend": req.backend,
-        "caps": caps.model_dump(),
-        "win_rule_sha256": win_rule_sha,
-        "started_at": time.time(),
-        "judge": req.judge or default_judge(req.proposer),
-        "code_agent": req.code_agent,
-        "fill_budget": req.fill_budget,
-        "user": running_user(),
-        "base_config": defaults.base_config,
-        "sized_note": defaults.sized_note,
-        "concurrency": req.concurrency,
-        "seed": req.seed,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, sort_keys=True))
+    record = RunRecord(
+        run_id=run_id,
+        profile=req.profile,
+        proposer=req.proposer,
+        backend=req.backend,
+        caps=caps,
+        win_rule_sha256=win_rule_sha,
+        started_at=time.time(),
+        judge=req.judge or default_judge(req.proposer),
+        code_agent=req.code_agent,
+        fill_budget=req.fill_budget,
+        user=running_user(),
+        base_config=defaults.base_config,
+        sized_note=defaults.sized_note,
+        concurrency=req.concurrency,
+        seed=req.seed,
+    )
+    layout.write_record(record)
     return record
 
 
@@ -171,7 +137,7 @@ def verify_sandbox(backend: str, home: Home, progress: Callable[[str], None]) ->
     progress(f"sandbox verify ({backend}): ok, {len(report.checks)} checks in {report.duration_s:.1f} s")
 
 
-def check_win_rule(client: Any) -> str:
+def check_win_rule(client: GateClient) -> str:
     """The win rule's hash, once the gate confirms it still pins this exact rule; else PolicyError."""
 
     status = client.status()
@@ -188,12 +154,12 @@ def start_run(req: RunRequest) -> RunSummary:
     """Run (or resume) one factory run; returns the summary the CLI prints."""
 
     home = req.home
-    if req.resume and _read_record(home, req.resume).get("finished_at"):
+    if req.resume and RunLayout(home, req.resume).read_record().finished_at:
         req.progress(f"run {req.resume} already finished; nothing to do")
         return finished_summary(home, req.resume)
     defaults = load_run_defaults(req.profile)
     if req.resume:  # a resumed run keeps the config it started with, whatever this machine has now
-        started = _read_record(home, req.resume).get("base_config")
+        started = RunLayout(home, req.resume).read_record().base_config
         if started and started != defaults.base_config:
             defaults = defaults.model_copy(update={"base_config": started, "sized_note": ""})
     check_base_config(defaults)
@@ -207,13 +173,11 @@ def start_run(req: RunRequest) -> RunSummary:
         record = _run_record(home, req, run_id, caps, check_win_rule(client), defaults)
         summary = execute(req, record, client, audit, defaults)
         audit.close_run(run_id)  # anchors the chain head: no unanchored window after a run
-    record["finished_at"] = time.time()
-    (home.runs / run_id / RUN_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
+    RunLayout(home, run_id).write_record(record.model_copy(update={"finished_at": time.time()}))
     return summary
 
 
 __all__ = [
-    "RUN_FILE",
     "RunRequest",
     "check_base_config",
     "new_run_id",

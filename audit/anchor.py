@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -134,15 +134,19 @@ class GateAnchorClient(Protocol):
     def get_anchor_history(self) -> Any: ...
 
 
-class GateAnchorStore:
+C = TypeVar("C", bound=GateAnchorClient)
+
+
+class GateAnchorStore(Generic[C]):
     """The real anchor: the chain head stored in the gate's ledger (append-only history there).
 
     Errors from the client (gate down, refused) propagate unchanged; the writer decides what a
-    failed anchoring means (see ``audit.AuditLog``).
+    failed anchoring means (see ``audit.AuditLog``). ``client`` is the gate client it was given,
+    for the caller's other calls.
     """
 
-    def __init__(self, client: GateAnchorClient) -> None:
-        self.client = client
+    def __init__(self, client: C) -> None:
+        self.client: C = client
 
     def put(self, seq: int, hash: str, run_id: str | None) -> None:
         self.client.put_anchor(seq, hash, run_id)
@@ -170,7 +174,7 @@ def anchor_from_reply(reply: Any) -> Anchor | None:
 
 
 @contextmanager
-def gate_anchor_store(home: Home) -> Iterator[GateAnchorStore]:
+def gate_anchor_store(home: Home) -> Iterator[GateAnchorStore[GateClient]]:
     """The gate's anchor for ``home``: the served gate on ``<home>/gate-run/gate.sock`` when it
     answers, else a gate started for the duration (``gate.client.running_gate``). Raises GateError."""
 

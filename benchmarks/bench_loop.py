@@ -16,12 +16,12 @@ Usage: python benchmarks/bench_loop.py --home HOME --run RUN
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,30 +44,37 @@ def main() -> None:
     from agents.context import DevAnalysis
     from agents.graph import PROPOSE_BATCH
     from agents.run_policy import DATASET, load_run_defaults
-    from agents.services import HostServices, RunSetup
-    from segfactory.files import read_jsonl
+    from agents.run_setup import RunSetup
+    from agents.services import HostServices
+    from gate.replies import GateStatus
     from segfactory.home import SOURCE_ROOT, Home
-    from segfactory.records import Ticket
+    from segfactory.layout import RunLayout, RunsLayout
+    from segfactory.records import sha256_file
     from synthetic.versions import resolve
 
     home = Home(args.home)
-    run_dir = home.runs / args.run
-    record = json.loads((run_dir / "run.json").read_text())
-    wall = float(record["finished_at"]) - float(record["started_at"])
-    tickets = [Ticket.model_validate(t) for t in read_jsonl(home.people_dir(args.run) / "tickets.jsonl")]
-    rounds = max(1, len(list((run_dir / "analysis").glob("*/report.json"))))
+    layout = RunLayout(home, args.run)
+    record = layout.read_record()
+    wall = float(record.finished_at or 0.0) - float(record.started_at)
+    tickets = layout.started()
+    rounds = max(1, len(layout.analysis_reports()))
     proposed = [t for t in tickets if t.replicate_of is None]
     proposals = rounds + -(-len(proposed) // PROPOSE_BATCH)  # a propose step per batch, and one per round
 
     class Gate:  # the best as the run left it: the last promotion of the run, else the baseline
-        def status(self) -> dict[str, Any]:
-            promos = [r for r in read_jsonl(home.runs / "promotions.jsonl") if r.get("run_id") == args.run]
-            if promos:
-                return {"current_best": promos[-1]["sha256"]}
-            from agents.services import BASELINE_MODEL
-            from segfactory.records import sha256_file
-
-            return {"current_best": sha256_file(home.root / BASELINE_MODEL)}
+        def status(self) -> GateStatus:
+            runs = RunsLayout(home)
+            promos = [r for r in runs.promotions() if r.run_id == args.run]
+            best = promos[-1].sha256 if promos else sha256_file(runs.baseline_model)
+            return GateStatus(
+                win_rule_sha256=None,
+                win_rule_ok=True,
+                pinned_code_sha256=None,
+                pinned_code_ok=None,
+                tiers=[],
+                quarantine=[],
+                current_best=best,
+            )
 
     class Sink:
         def append(self, *a: Any, **k: Any) -> None: ...
@@ -82,39 +89,33 @@ def main() -> None:
             run_id=args.run,
             backend="bwrap",
             dataset=resolve(home.root, DATASET),
-            base_config=SOURCE_ROOT / load_run_defaults(record["profile"]).base_config,
-            gate=Gate(),
-            audit=Sink(),
+            base_config=SOURCE_ROOT / load_run_defaults(record.profile).base_config,
+            gate=Gate(),  # type: ignore[arg-type]  # the status a gate would answer, nothing else
+            audit=Sink(),  # type: ignore[arg-type]
             dev_margin=0.005,
         )
         services = HostServices(setup)
-        best = services.best()
-
-        class Scratch:  # analysis writes its report folder beside the run: send it to a scratch copy
-            def __init__(self) -> None:
-                self.home = Home(Path(scratch))
-                self.setup = setup
-
-            def _score(self, model: Path, images: Any) -> Any:
-                return services._score(model, images)
-
+        best = services.comparer.best()
+        # the analysis writes its report folder beside the run: send it to a scratch home
+        scratch_setup = replace(setup, home=Home(Path(scratch)))
         (Path(scratch) / "runs" / args.run).mkdir(parents=True)
-        t_analyse, report = _timed(lambda: analyse_best(Scratch(), best.path, best.sha256))
+        dataset = resolve(home.root, services.incumbent().dataset)
+        t_analyse, report = _timed(lambda: analyse_best(scratch_setup, dataset, best.path, best.sha256))
         analysis = DevAnalysis.from_report(report)
         t_realise, _ = _timed(lambda: services.realise(analysis))
         t_check = sum(_timed(lambda t=t: services.check(t))[0] for t in tickets) / max(1, len(tickets))
         scored = [t for t in tickets if recommendation_of(t) is not None]
-        lineage = services.lineage()
+        lineage = services.lineage.lineage()
         predictions = Predictions(
-            home, f"bench-{os.getpid()}", services._dev(), setup.threshold, services._score
+            home, f"bench-{os.getpid()}", services.comparer.dev(), setup.threshold, setup.score
         )
         per_prediction = []
         for ticket in scored:
             row = lineage.get(ticket.id)
-            model = home.tickets_dir(args.run) / ticket.id / "model.onnx"
+            model = layout.ticket(ticket.id).model
             if row is None or not model.is_file():
                 continue
-            parent = services._incumbent_at(row)
+            parent = services.lineage.incumbent_at(row)
             predictions._evaluated.clear()
             start = time.perf_counter()
             predictions.after_ticket(ticket, row, model, Path(parent.model))

@@ -74,10 +74,12 @@ def sweep_loop(
 ) -> tuple[float, float]:
     """Per trial: the wall time, and the part of it the worker spent in the sandbox (device-seconds)."""
     from agents.judge import Judge
-    from agents.services import BASELINE_MODEL, RunSetup
+    from agents.run_setup import RunSetup
+    from agents.services import HostServices
     from agents.space import load_space
     from controls.session import ControlServices
     from controls.sweep import check_sweep, run_sweep, storage_url
+    from segfactory.layout import BASELINE_MODEL
     from segfactory.records import Budget, sha256_file
 
     baseline = home.root / BASELINE_MODEL
@@ -99,8 +101,8 @@ def sweep_loop(
             audit=audit,
             dev_margin=UNREACHABLE_MARGIN,
         )
-        services = ControlServices(setup)
-        services.best()  # the best's dev score is computed once per run, not per trial
+        services = ControlServices(HostServices(setup))
+        services.host.comparer.best()  # the best's dev score is computed once per run, not per trial
         start = time.monotonic()
         result = run_sweep(
             plan, services, Judge(audit), run_id="bench", make_seed=lambda: 0, max_trials=trials

@@ -37,8 +37,7 @@ from typing import Any
 
 from gate import users
 from gate.client import SERVED_SOCKET, GateClient, wait_ready
-from sandbox._cgroup import delegate_v1
-from sandbox._docker import engine_address
+from sandbox import delegate_v1, engine_address
 from segfactory.errors import GateError
 from segfactory.home import Home
 

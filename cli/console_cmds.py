@@ -15,8 +15,7 @@ from audit import AuditLog
 from audit.anchor import gate_anchor_store
 from cli._common import HomeOpt, home_for
 from cli._drop import rerun_as_orchestrator
-from console import Auth, create_app
-from console._interpret import make_interpreter
+from console import Auth, create_app, make_interpreter
 from segfactory.home import Home
 
 log = logging.getLogger(__name__)

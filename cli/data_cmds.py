@@ -11,12 +11,12 @@ import typer
 from cli._common import HomeOpt, JsonOpt, console, emit_json, exit_without_teardown
 from segfactory.errors import DataError, UsageError
 from synthetic import generate_split, make_params, parse_param_args
-from synthetic._io import export_png, import_folder, import_real
 from synthetic.check import check_path
+from synthetic.exchange import export_png, import_folder, import_real
 from synthetic.mapping import MappingRequest
 
 if TYPE_CHECKING:
-    from synthetic._io import ImportSummary, RealImportSummary
+    from synthetic.exchange import ImportSummary, RealImportSummary
 
 data_app = typer.Typer(help="Generate, check, export and import split folders.", no_args_is_help=True)
 PROGRESS_MIN_IMAGES = 2000  # show a progress bar from this many images on (human output only)

@@ -106,7 +106,7 @@ def _exec_pinned(
     """
     import sys
 
-    from gate._serve_pinned import boot_code  # deferred: loads fastapi (the service it boots)
+    from gate import boot_code  # deferred: loads fastapi (the service it boots)
 
     argv = [
         sys.executable,

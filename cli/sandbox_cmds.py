@@ -11,9 +11,7 @@ import typer
 
 from audit import AuditLog
 from cli._common import HomeOpt, JsonOpt, console, emit_json
-from sandbox import SandboxSpec, get_backend
-from sandbox._docker import DockerBackend
-from sandbox._image import build_image
+from sandbox import DockerBackend, SandboxSpec, build_image, get_backend
 from segfactory.errors import UsageError
 from segfactory.home import Home
 from segfactory.units import parse_duration

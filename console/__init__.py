@@ -13,6 +13,7 @@ with ``create_app``).
 
 from console._auth import SESSION_TTL_S, Auth, AuthError, CsrfError
 from console._chat import MAX_REPLY_CHARS, Reading, interpret
+from console._interpret import make_interpreter
 from console._labels import review_stats
 from console.app import MAX_BODY_BYTES, create_app
 
@@ -26,5 +27,6 @@ __all__ = [
     "Reading",
     "create_app",
     "interpret",
+    "make_interpreter",
     "review_stats",
 ]

@@ -129,7 +129,7 @@ class ApprovalsDesk:
     def queued(self, run_id: str) -> list[dict[str, Any]]:
         """The run's approved data tickets and whether the run has taken them into its queue."""
 
-        taken = set(run_state(self.home, run_id).get("taken_approvals", []))
+        taken = set(run_state(self.home, run_id).taken_approvals)
         return [{"ticket": t, "taken": t.id in taken} for t in self.queue.approved(run_id)]
 
     def _decide(self, request: ApprovalRequest, reading: Reading, by: str) -> str:

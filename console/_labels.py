@@ -33,7 +33,7 @@ from agents.labelling.decisions import (  # the finetune reads what people decid
 from segfactory.errors import DataError, UsageError
 from segfactory.home import Home
 from segfactory.records import Actor
-from synthetic._io import _component_rows
+from synthetic.exchange import component_rows
 from synthetic.splits import Split, read_split, write_split
 from synthetic.versions import SPLITS, create_version, resolve
 
@@ -331,7 +331,7 @@ def _edited(home: Home, dataset: str, split: str, rows: list[Any], out: Path) ->
         if d["image_id"] in new_index and d["image_id"] not in fixed
     ]
     defects += [
-        row for i in fixed if i in new_index for row in _component_rows(new_index[i], images[i], masks[i])
+        row for i in fixed if i in new_index for row in component_rows(new_index[i], images[i], masks[i])
     ]
     defects.sort(key=lambda d: d["image_id"])
     manifest = {

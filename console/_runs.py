@@ -14,9 +14,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from agents.graph import checkpoint_serde
+from agents.state import FactoryState
 from audit import iter_records
 from audit.reader import LOG_NAME
-from runner._progress import NOT_EVIDENCE, PROGRESS_FILE
+from runner import NOT_EVIDENCE, PROGRESS_FILE
 from segfactory.errors import UsageError
 from segfactory.home import Home
 
@@ -46,20 +48,23 @@ def list_runs(home: Home) -> list[str]:
     return sorted(r for r in runs if RUN_ID.match(r))
 
 
-def run_state(home: Home, run_id: str) -> dict[str, Any]:
-    """The run's latest checkpointed state (channel values), or {} when it has none."""
+def run_state(home: Home, run_id: str) -> FactoryState:
+    """The run's latest checkpointed state, read with the loop's own strict serializer (an empty
+    state when the run has no checkpoint yet)."""
     if not home.state_db.is_file():
-        return {}
+        return FactoryState(run_id=run_id)
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     conn = sqlite3.connect(home.state_db, check_same_thread=False, timeout=30)
     try:
-        found = SqliteSaver(conn).get_tuple({"configurable": {"thread_id": run_id, "checkpoint_ns": ""}})
+        saver = SqliteSaver(conn, serde=checkpoint_serde())
+        found = saver.get_tuple({"configurable": {"thread_id": run_id, "checkpoint_ns": ""}})
     except sqlite3.OperationalError:
         found = None
     finally:
         conn.close()
-    return dict(found.checkpoint.get("channel_values", {})) if found else {}
+    values = found.checkpoint.get("channel_values", {}) if found else {}
+    return FactoryState.of({**values, "run_id": run_id})
 
 
 def run_events(home: Home, run_id: str) -> list[Any]:
@@ -95,18 +100,20 @@ def progress(home: Home, run_id: str) -> dict[str, Any]:
     """What the run page polls: counters, queue, verdict history, decisions, ended or not."""
     state = run_state(home, run_id)
     ended = run_ended(home, run_id)
-    current = state.get("current") or None
     return {
         "run_id": run_id,
         "ended": ended is not None,
-        "stop_reason": ended or state.get("stop_reason") or "",
-        "tickets_run": int(state.get("tickets_run", 0)),
-        "device_seconds": float(state.get("device_seconds", 0.0)),
-        "current": current.get("id") if isinstance(current, dict) else None,
-        "queue": [_ticket_row(t) for t in state.get("queue", [])],
-        "history": list(state.get("history", [])),
-        "decisions": list(state.get("decisions", [])),
-        "taken_approvals": list(state.get("taken_approvals", [])),
+        "stop_reason": ended or state.stop_reason,
+        "tickets_run": state.tickets_run,
+        "device_seconds": state.device_seconds,
+        "current": state.current.id if state.current else None,
+        "queue": [
+            {"id": t.id, "arm": t.arm.value, "kind": t.kind.value, "hypothesis": t.hypothesis}
+            for t in state.queue
+        ],
+        "history": [h.model_dump(mode="json") for h in state.history],
+        "decisions": [d.model_dump(mode="json") for d in state.decisions],
+        "taken_approvals": list(state.taken_approvals),
         "training": [] if ended is not None else training(home, run_id),
     }
 
@@ -141,9 +148,3 @@ def training(home: Home, run_id: str) -> list[dict[str, Any]]:
             row[key] = value if isinstance(value, int | float) and not isinstance(value, bool) else None
         rows.append(row)
     return rows
-
-
-def _ticket_row(ticket: Any) -> dict[str, Any]:
-    if not isinstance(ticket, dict):
-        return {"id": str(ticket)}
-    return {k: ticket.get(k) for k in ("id", "arm", "kind", "hypothesis")}

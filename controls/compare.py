@@ -30,6 +30,7 @@ from controls.session import new_run_id
 from gate.milestone_report import MilestoneReport
 from segfactory.files import read_jsonl, write_atomic
 from segfactory.home import Home
+from segfactory.layout import RunsLayout
 
 ARMS = (
     "agent",
@@ -120,7 +121,7 @@ def _nnunet_arm(home: Home, summary: dict[str, Any]) -> ArmRun:
 
 
 def _promoted(home: Home, run_id: str) -> int:
-    return sum(p.get("run_id") == run_id for p in read_jsonl(home.runs / "promotions.jsonl"))
+    return sum(p.run_id == run_id for p in RunsLayout(home).promotions())
 
 
 def _run_arm(

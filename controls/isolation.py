@@ -23,7 +23,6 @@ seen by another arm; the sealed tier the arms are ranked on stays one version pe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +34,10 @@ from audit.gate_events import pull
 from gate.replies import TierState
 from segfactory.errors import DataError, GateError
 from segfactory.home import Home
-from segfactory.records import sha256_file
+from segfactory.layout import Promotion, RunsLayout
 
 QUERIED_TIERS = ("confirm-a", "confirm-b")  # the tiers a submission spends a query of
 RESTORE_SUFFIX = "-restore"  # ticket id suffix of a restore row in promotions.jsonl
-BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # agents.services.BASELINE_MODEL
 
 
 @dataclass(frozen=True)
@@ -74,14 +72,9 @@ def spent_tiers(tier_versions: list[TierState]) -> list[str]:
 def host_copy(home: Home, sha256: str) -> Path:
     """The host's copy of a best (a promotion row, else the classical baseline); DataError if none."""
 
-    path = home.runs / "promotions.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
-    for row in reversed(rows):
-        if row.get("sha256") == sha256 and Path(row["model"]).is_file():
-            return Path(row["model"])
-    baseline = home.root / BASELINE_MODEL
-    if baseline.is_file() and sha256_file(baseline) == sha256:
-        return baseline
+    copy = RunsLayout(home).host_copy(sha256)
+    if copy is not None:
+        return copy
     raise DataError(
         f"the current best {sha256[:12]}… has no host copy (baseline or promotions.jsonl); "
         "compare cannot restore it between arms"
@@ -111,16 +104,15 @@ class GateBestStore:
 
     def restore(self, incumbent: Incumbent, reason: str) -> None:
         self._call(lambda client: client.set_reference(incumbent.model, reason))
-        row = {
-            "model": str(incumbent.model),
-            "sha256": incumbent.sha256,
-            "run_id": self.compare_id,
-            "ticket_id": f"{self.compare_id}{RESTORE_SUFFIX}",
-            "restored": True,
-            "reason": reason,
-        }
-        with (self.home.runs / "promotions.jsonl").open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        row = Promotion(
+            model=str(incumbent.model),
+            sha256=incumbent.sha256,
+            run_id=self.compare_id,
+            ticket_id=f"{self.compare_id}{RESTORE_SUFFIX}",
+            kind="restore",
+            reason=reason,
+        )
+        RunsLayout(self.home).append_promotion(row)
 
     def fresh_tiers(self) -> dict[str, int]:
         def redraw(client: Any) -> dict[str, int]:

@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agents.services import HostServices
 from controls.arms import existing_home
 from controls.pipeline import run_candidate
 from controls.session import ControlServices, control_session
 from segfactory.budgets import TicketCaps
 from segfactory.errors import UsageError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
-from synthetic.versions import resolve
 
 NNUNET_MAX_EPOCHS = 1000  # nnU-Net's own epoch count, as the cap; the budget decides how many run
 SANDBOX_START_S = 10.0  # device-seconds the sandbox start and imports take before the worker's clock
@@ -64,17 +65,11 @@ def nnunet_ticket(run_id: str, budget_s: float, seed: int) -> Ticket:
     )
 
 
-class NnunetServices(ControlServices):
-    """``ControlServices`` whose tickets may use the arm's whole budget (one run, not a search).
-
-    Mirrors ``HostServices._execute`` (the ticket patched onto its parent, the lineage's dataset
-    version) with one difference: the budget policy is the arm's, not the profile's per-ticket cap.
-    """
-
-    def _execute(self, runnable: Ticket, parent: Any, lineage: Any, wall_left_s: float | None = None) -> Any:
-        caps = TicketCaps(max_device_seconds=runnable.budget.device_seconds, max_epochs=NNUNET_MAX_EPOCHS)
-        dataset = resolve(self.setup.home.root, lineage.dataset)
-        return self._runner(caps).run(runnable, dataset, parent.config, wall_left_s=wall_left_s)
+def arm_services(services: ControlServices, budget_s: float) -> ControlServices:
+    """The session's services with the arm's caps: its one ticket may use the arm's whole budget
+    (one nnU-Net run, not a search), not the profile's per-ticket cap."""
+    caps = TicketCaps(max_device_seconds=budget_s, max_epochs=NNUNET_MAX_EPOCHS)
+    return ControlServices(HostServices(replace(services.setup, ticket_caps=caps)))
 
 
 def reported_plan(ticket_dir: Path) -> dict[str, Any] | None:
@@ -104,7 +99,7 @@ def run_nnunet_arm(
     with control_session(
         resolved, backend=backend, profile=profile, run_id=run_id, kind="nnunet", progress=progress
     ) as s:
-        services = NnunetServices(s.services.setup)
+        services = arm_services(s.services, budget_s)
         ticket = nnunet_ticket(run_id, budget_s, s.make_seed())
         candidate = run_candidate(services, s.judge, ticket, s.make_seed)
     tickets = resolved.tickets_dir(run_id)
@@ -128,4 +123,4 @@ def run_nnunet_arm(
     return summary
 
 
-__all__ = ["NNUNET_MAX_EPOCHS", "NnunetServices", "nnunet_ticket", "reported_plan", "run_nnunet_arm"]
+__all__ = ["NNUNET_MAX_EPOCHS", "arm_services", "nnunet_ticket", "reported_plan", "run_nnunet_arm"]

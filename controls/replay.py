@@ -14,7 +14,6 @@ criterion can only flag fewer false wins than a paired interval would.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,17 +28,12 @@ from gate.client import home_gate
 from gate.milestone_report import MilestoneReport, ModelScore
 from segfactory.errors import GateError
 from segfactory.home import Home
+from segfactory.layout import RunsLayout
 from segfactory.records import sha256_file
 from segfactory.stats import Interval
 
 SEALED = "sealed"
 PAIRS_PER_MILESTONE = 2  # 2 pairs = at most 4 models, within the sealed quota of 5
-BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # agents.services.BASELINE_MODEL
-
-
-def promotions(home: Home) -> list[dict[str, Any]]:
-    path = home.runs / "promotions.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
 
 
 class SealedPair(BaseModel):
@@ -72,19 +66,14 @@ class Replay(BaseModel):
 def pairs_for(home: Home, run_ids: set[str]) -> list[SealedPair]:
     """(promoted model, the best it replaced) for every promotion of ``run_ids``; A/A references and
     compare's restores of its incumbent (``restored``) are not wins, but a restore is the best replaced."""
-    out, previous = [], str(home.root / BASELINE_MODEL)
-    for row in promotions(home):
-        if (
-            row["run_id"] in run_ids
-            and not str(row["ticket_id"]).endswith("-ref")
-            and not row.get("restored")
-        ):
+    runs = RunsLayout(home)
+    out, previous = [], str(runs.baseline_model)
+    for row in runs.promotions():
+        if row.run_id in run_ids and row.kind == "promotion":
             out.append(
-                SealedPair(
-                    run_id=row["run_id"], ticket_id=row["ticket_id"], model=row["model"], previous=previous
-                )
+                SealedPair(run_id=row.run_id, ticket_id=row.ticket_id, model=row.model, previous=previous)
             )
-        previous = row["model"]
+        previous = row.model
     return out
 
 

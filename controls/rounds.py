@@ -28,7 +28,7 @@ from analysis.slices import one_way_slices, slice_masks, two_way_slices
 from analysis.units import defect_units
 from controls.executor import TicketExecutor
 from controls.topup_report import RoundTwo, SliceChange, TopupReport
-from runner._execute import default_scorer
+from runner import default_scorer
 from segfactory.errors import DataError
 from segfactory.home import Home
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind

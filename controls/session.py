@@ -6,73 +6,89 @@ check, same services), so that a sweep or an A/A run is accounted exactly like a
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from agents.judge import Judge
 from agents.run import check_win_rule, running_user, verify_sandbox
 from agents.run_policy import DATASET, load_run_defaults
-from agents.services import PROMOTIONS_FILE, HostServices, RunSetup
+from agents.run_setup import RunSetup
+from agents.services import HostServices
+from agents.state import RunOutcome
 from audit import AuditLog
 from audit.anchor import gate_anchor_store
 from audit.gate_events import pull
 from audit.reader import iter_records
+from gate.client import GateClient
 from gate.win_rule import load_win_rule
+from runner import TicketOutcome
 from segfactory.home import SOURCE_ROOT, Home
-from segfactory.records import Actor, sha256_file
+from segfactory.layout import Promotion, RunRecord
+from segfactory.records import Actor, Budget, CoarseVerdict, Ticket, sha256_file
 from synthetic.versions import resolve
 
 RANDOM_SEED_BOUND = 2**31  # host-chosen training seeds lie in [0, this)
 
 
-class ControlServices(HostServices):
-    """``HostServices`` plus ``dev_score``: the host-computed dev object F1 from ``outcome.json``."""
+class ControlServices:
+    """The route a control run sends its candidates along: ``HostServices``' run, gate and
+    promotion, plus the host-computed dev score of a ticket and the A/A reference move."""
+
+    def __init__(self, host: HostServices) -> None:
+        self.host = host
+        self.setup = host.setup
+
+    def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
+        return self.host.run_ticket(ticket, wall_left_s)
+
+    def submit(self, ticket: Ticket, model_ref: str, replicate_of: str | None) -> CoarseVerdict:
+        return self.host.submit(ticket, model_ref, replicate_of)
+
+    def promote(self, ticket_id: str) -> None:
+        self.host.promote(ticket_id)
 
     def dev_score(self, ticket_id: str) -> float | None:
-        path = self.home.tickets_dir(self.setup.run_id) / ticket_id / "outcome.json"
+        """The host-computed dev object F1 from the ticket's ``outcome.json``; None if it did not train."""
+        path = self.setup.layout.ticket(ticket_id).outcome
         if not path.is_file():
             return None
-        evidence = json.loads(path.read_text()).get("evidence")
-        return float(evidence["dev_metrics"]["object_f1"]) if evidence else None
+        outcome = TicketOutcome.model_validate_json(path.read_text())
+        return float(outcome.evidence.dev_metrics["object_f1"]) if outcome.evidence else None
 
     def set_reference(self, ticket_id: str) -> None:
         """Make a ticket's model the current best for A/A runs: the gate records it as a move of kind
         ``reference`` (never a promotion). It goes through the gate's host surface: only the gate opens
         the vault."""
-
-        model = self.home.tickets_dir(self.setup.run_id) / ticket_id / "model.onnx"
-        self.setup.gate.set_reference(
-            model, f"A/A run {self.setup.run_id}: reference {ticket_id} (the default config) becomes the best"
+        s = self.setup
+        model = s.layout.ticket(ticket_id).model
+        s.gate.set_reference(
+            model, f"A/A run {s.run_id}: reference {ticket_id} (the default config) becomes the best"
         )
-        with (self.home.runs / PROMOTIONS_FILE).open("a") as fh:
-            fh.write(
-                json.dumps(
-                    {
-                        "model": str(model),
-                        "sha256": sha256_file(model),
-                        "run_id": self.setup.run_id,
-                        "ticket_id": ticket_id,
-                    }
-                )
-                + "\n"
-            )
-        self.audit("aa_reference_set", {"ticket_id": ticket_id})
-        pull(self.setup.gate, self.setup.audit)
+        row = Promotion(
+            model=str(model),
+            sha256=sha256_file(model),
+            run_id=s.run_id,
+            ticket_id=ticket_id,
+            kind="reference",
+        )
+        s.runs.append_promotion(row)
+        s.audit_event("aa_reference_set", {"ticket_id": ticket_id})
+        pull(s.gate, s.audit)
 
 
 @dataclass
 class Session:
+    """One control run's host side, open for the length of ``control_session``."""
+
     services: ControlServices
-    judge: Any  # agents.judge.Judge
-    audit: Any  # audit.AuditLog
-    client: Any  # gate.client.GateClient
-    ticket_budget: Any  # segfactory.records.Budget
+    judge: Judge
+    audit: AuditLog
+    client: GateClient
+    ticket_budget: Budget
     base_config: dict[str, Any]
     make_seed: Callable[[], int]
 
@@ -122,20 +138,20 @@ def control_session(
             progress=progress,
             concurrency=concurrency,
         )
-        record = {
-            "run_id": run_id,
-            "kind": kind,
-            "profile": profile,
-            "backend": backend,
-            "win_rule_sha256": digest,
-            "started_at": time.time(),
-            "user": running_user(),
-            "concurrency": concurrency,
-        }
-        _write(home.runs / run_id / "run.json", record)
-        audit.append(Actor.SYSTEM, f"{kind}_start", record, run_id=run_id)
+        record = RunRecord(
+            run_id=run_id,
+            kind=kind,
+            profile=profile,
+            backend=backend,
+            win_rule_sha256=digest,
+            started_at=time.time(),
+            user=running_user(),
+            concurrency=concurrency,
+        )
+        setup.layout.write_record(record)
+        audit.append(Actor.SYSTEM, f"{kind}_start", record.line(), run_id=run_id)
         yield Session(
-            ControlServices(setup),
+            ControlServices(HostServices(setup)),
             Judge(audit, run_id=run_id),
             audit,
             client,
@@ -145,11 +161,6 @@ def control_session(
         )
         audit.append(Actor.SYSTEM, f"{kind}_end", {"run_id": run_id}, run_id=run_id)
         audit.close_run(run_id)
-
-
-def _write(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, sort_keys=True))
 
 
 def sandbox_runs(home: Home, run_id: str) -> int:

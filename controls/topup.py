@@ -39,7 +39,7 @@ from controls.topup_report import (
     TopupReport,
     TurningPoint,
 )
-from runner._execute import default_scorer
+from runner import default_scorer
 from segfactory.errors import DataError, LimitExceeded, UsageError
 from segfactory.home import Home
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind

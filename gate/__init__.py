@@ -6,7 +6,8 @@ Public API (loaded lazily, so importing ``gate`` stays cheap):
 - ``score_model``, ``ScoringError`` (gate.scorer): the confined scorer, also for host dev metrics;
 - ``inspect_model``, ``IntakeError`` (gate.intake): hardened ONNX intake;
 - ``Ledger`` (gate.ledger); ``load_win_rule``, ``WinRule`` (gate.win_rule);
-- ``run_attack`` (gate.attack).
+- ``run_attack`` (gate.attack); ``boot_code`` (gate._serve_pinned): the program that starts the
+  service from its pinned copy.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ _EXPORTS = {
     "load_win_rule": "gate.win_rule",
     "WinRule": "gate.win_rule",
     "run_attack": "gate.attack",
+    "boot_code": "gate._serve_pinned",  # the service entry point run from the pinned copy
 }
 __all__ = sorted(_EXPORTS)
 

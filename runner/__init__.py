@@ -22,7 +22,9 @@ from runner._execute import (
 )
 from runner._launch import HOST_CONFIG_FILE, LaunchRequest, LaunchResult, SandboxLauncher, WorkerLauncher
 from runner._manifest import SplitDigest, TrainingManifest, training_manifest
-from runner._policy import refusal_reason
+from runner._policy import code_files, refusal_reason
+from runner._progress import NOT_EVIDENCE, PROGRESS_FILE
+from runner._workspace import TRAINING_PACKAGES, ticket_config
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import (
     Admission,
@@ -38,7 +40,10 @@ from segfactory.budgets import TicketCaps, ticket_caps
 
 __all__ = [
     "HOST_CONFIG_FILE",
+    "TRAINING_PACKAGES",
     "MAX_MODEL_BYTES",
+    "NOT_EVIDENCE",
+    "PROGRESS_FILE",
     "TIMEOUT_MARGIN_S",
     "Admission",
     "Attempt",
@@ -58,6 +63,8 @@ __all__ = [
     "SplitDigest",
     "TicketOutcome",
     "TicketRunner",
+    "code_files",
+    "ticket_config",
     "TicketStatus",
     "TrainingManifest",
     "UnsafeArtifact",

@@ -11,10 +11,14 @@ vault or the docker socket; limits fail loudly; the policy is verified from insi
 
 from sandbox import _bwrap, _docker  # noqa: F401  (register the backends)
 from sandbox._base import SandboxBackend, get_backend, known_backends, register_backend
+from sandbox._cgroup import delegate_v1
+from sandbox._docker import DockerBackend, engine_address
+from sandbox._image import build_image
 from sandbox._policy import Limits, SandboxPolicy, load_policy
 from sandbox._records import Output, SandboxEvent, SandboxResult, SandboxSpec, VerifyCheck, VerifyReport
 
 __all__ = [
+    "DockerBackend",
     "Limits",
     "Output",
     "SandboxBackend",
@@ -24,6 +28,9 @@ __all__ = [
     "SandboxSpec",
     "VerifyCheck",
     "VerifyReport",
+    "build_image",
+    "delegate_v1",
+    "engine_address",
     "get_backend",
     "known_backends",
     "load_policy",

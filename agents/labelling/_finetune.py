@@ -31,7 +31,7 @@ from runner import TicketRunner, default_scorer
 from segfactory.errors import DataError
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor, Arm, Ticket, TicketKind
-from synthetic._io import _component_rows
+from synthetic.exchange import component_rows
 from synthetic.splits import read_split, write_split
 from synthetic.versions import create_version, resolve
 from vision.metrics import aggregate, per_image_metrics
@@ -123,7 +123,7 @@ def _reviewed_version(home: Home, info: RoundInfo, surviving: list[Any]) -> Any:
     masks = np.concatenate([new_masks.astype(np.uint8), np.asarray(base.masks)])
     meta = [*({**proposed.image_meta[i], "labelled_by": "review"} for i in idx), *base.image_meta]
     defects = [
-        *(row for k in range(len(idx)) for row in _component_rows(k, images[k], masks[k])),
+        *(row for k in range(len(idx)) for row in component_rows(k, images[k], masks[k])),
         *(_shifted(d, len(idx)) for d in base.defects),
     ]
     manifest = {

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.labelling._propose import QueueItem, ReviewQueue, decode_mask
 from segfactory.errors import DataError, UsageError
 from segfactory.home import Home
-from synthetic._io import _component_rows
+from synthetic.exchange import component_rows
 from synthetic.splits import Split, read_split, write_split
 from synthetic.versions import DatasetVersion, approved, create_version, resolve
 
@@ -127,7 +127,7 @@ def proposed_masks(queue: ReviewQueue, shape: tuple[int, ...]) -> np.ndarray:
 
 def _proposed_split(split: Split, masks: np.ndarray, queue: ReviewQueue, out: Path) -> Path:
     images = np.asarray(split.images)
-    defects = [row for i in range(len(split)) for row in _component_rows(i, images[i], masks[i])]
+    defects = [row for i in range(len(split)) for row in component_rows(i, images[i], masks[i])]
     manifest = {
         "generator": split.manifest.get("generator", "import"),
         "kind": "auto-labelled",

@@ -12,7 +12,7 @@ sits above the libraries: ``controls.curate_compare``.
 from analysis.curation.defects import curate_defects, label_issue_ranking
 from analysis.curation.images import curate_images
 from analysis.curation.neardup import EMBED_MIN_COSINE, NEAR_NEIGHBOUR_BITS, fingerprint, near_duplicates
-from analysis.curation.plan import Action, Plan, PlanItem, apply_plan, read_plan, write_plan
+from analysis.curation.plan import Action, Plan, PlanItem, applied_plans, apply_plan, read_plan, write_plan
 
 __all__ = [
     "EMBED_MIN_COSINE",
@@ -20,6 +20,7 @@ __all__ = [
     "Action",
     "Plan",
     "PlanItem",
+    "applied_plans",
     "apply_plan",
     "curate_defects",
     "curate_images",

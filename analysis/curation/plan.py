@@ -103,13 +103,14 @@ def check_plan(plan: Plan, version: DatasetVersion) -> None:
         raise DataError("the plan lists no items; there is nothing to apply")
 
 
-def _applied(home_root: Path, name: str) -> dict[str, str]:
+def applied_plans(home_root: Path, name: str) -> dict[str, str]:
+    """Plans already applied to dataset ``name``: plan hash -> the version it made."""
     path = home_root / "datasets" / name / "plans.json"
     return dict(json.loads(path.read_text())) if path.is_file() else {}
 
 
 def _record_applied(home_root: Path, name: str, plan_hash: str, ref: str) -> None:
-    entries = _applied(home_root, name) | {plan_hash: ref}
+    entries = applied_plans(home_root, name) | {plan_hash: ref}
     path = home_root / "datasets" / name / "plans.json"
     write_atomic(path, json.dumps(entries, indent=2, sort_keys=True) + "\n")
 
@@ -151,7 +152,7 @@ def apply_plan(home_root: Path, plan: Plan) -> tuple[DatasetVersion, bool]:
     """Write the curated version; returns (version, approved). Nothing existing is changed."""
     base = resolve(home_root, plan.dataset)
     check_plan(plan, base)
-    done = _applied(home_root, base.name)
+    done = applied_plans(home_root, base.name)
     if plan.plan_hash in done:
         raise UsageError(
             f"this plan was already applied (it made {done[plan.plan_hash]}); nothing was changed"

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from synthetic import generate
-from synthetic._io import STAND_IN_FILE, export_png
+from synthetic.exchange import STAND_IN_FILE, export_png
 from synthetic.params import GenParams, make_params
 
 STAND_IN_NOTE = (

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from agents.context import DevAnalysis
-from agents.graph import LoopDeps, RunOutcome, build_graph
+from agents.graph import LoopDeps, build_graph
 from agents.incumbent import Incumbent
 from agents.judge import Judge
 from agents.llm import LLMUsage
 from agents.proposer import get_proposer
+from agents.state import RunOutcome
 from agents.validate import ticket_problems
 from segfactory.budgets import RunCaps, load_budget_policy
 from segfactory.records import Budget, CoarseVerdict, Ticket, TicketKind, Verdict
@@ -203,12 +204,17 @@ def main() -> None:
     home, workdir, run_id, kill_at = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     services = make_services(ledger=workdir / "ledger.json", kill_at=None if kill_at == "-" else kill_at)
     with AuditLog(Home(home), MemoryAnchorStore()) as log:
-        state = run_loop(make_graph(services, log, workdir), run_id, resume="--resume" in sys.argv)
+        graph = make_graph(services, log, workdir)
+        state = run_loop(graph, run_id, resume="--resume" in sys.argv)
+    # the channel values as the checkpointer revived them (not re-validated by the state model)
+    raw = graph.get_state({"configurable": {"thread_id": run_id}}).values
+    revived = [*raw["history"], *raw["decisions"], *raw["rounds"]]
     sys.stdout.write(
         json.dumps(
             {
-                "history": [h["ticket_id"] for h in state["history"]],
-                "decisions": [(d["ticket_id"], d["decision"]) for d in state["decisions"]],
+                "history": [h.ticket_id for h in state.history],
+                "decisions": [(d.ticket_id, d.decision) for d in state.decisions],
+                "revived": sorted({type(v).__name__ for v in revived}),
             }
         )
         + "\n"

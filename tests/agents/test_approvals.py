@@ -72,7 +72,7 @@ def test_the_loop_does_not_wait_and_an_approved_request_enters_the_queue(
     assert queue.requests()[0].status == "approved"
     assert f"{request_id}-data" in services.runs and services.runs.count(f"{request_id}-data") == 1
     assert request_id not in services.runs  # the request itself never runs
-    assert state["taken_approvals"] == [f"{request_id}-data"]
+    assert state.taken_approvals == [f"{request_id}-data"]
     assert ran_before_approval[:2] == ["run7-t002", "run7-t002-rep"]  # work went on while it waited
 
 

@@ -81,9 +81,7 @@ def test_an_escalated_replicate_is_held_until_a_person_approves_it(
     )
     assert services.runs.count(f"{first}-rep") == 1  # the held replicate ran once, after the answer
     assert services.promoted == [first]  # and its confirm-b WIN promoted by the coded rule, reviewer agreeing
-    decisions = [
-        (d["ticket_id"], d["decision"], d["by"]) for d in state["decisions"] if d["ticket_id"] == first
-    ]
+    decisions = [(d.ticket_id, d.decision, d.by) for d in state.decisions if d.ticket_id == first]
     assert decisions == [(first, "escalate", "llm"), (first, "replicate", "rule"), (first, "promote", "rule")]
     assert len(fake.received) == 2
     [held] = audit_log.events("ticket_held")
@@ -104,5 +102,5 @@ def test_a_denied_escalation_never_promotes(keys: None, audit_log: Log, tmp_path
         state = run_loop(_graph(services, audit_log, tmp_path, fake.base_url, queue), RUN)
     first = f"{RUN}-t001"
     assert services.promoted == [] and f"{first}-rep" not in services.runs
-    assert (first, "reject") in [(d["ticket_id"], d["decision"]) for d in state["decisions"]]
+    assert (first, "reject") in [(d.ticket_id, d.decision) for d in state.decisions]
     assert len(fake.received) == 1

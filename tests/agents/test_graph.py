@@ -21,13 +21,22 @@ from agents.llm import LLMUsage
 from agents.proposer import get_proposer
 from agents.validate import ticket_problems
 from segfactory.budgets import RunCaps, load_budget_policy
-from segfactory.records import Budget
+from segfactory.records import (
+    Arm,
+    Budget,
+    CoarseVerdict,
+    Direction,
+    ExpectedEffect,
+    Ticket,
+    TicketKind,
+    Verdict,
+)
 from tests.agents._stubs import SENTINEL, Crash, StubFactoryServices, make_graph, make_services
 from tests.agents.conftest import Log
 
 
 def _summary(state: FactoryState) -> list[tuple[str, str]]:
-    return [(d["ticket_id"], d["decision"]) for d in state["decisions"]]
+    return [(d.ticket_id, d.decision) for d in state.decisions]
 
 
 def test_a_whole_loop_promotes_only_after_a_replicate_win(audit_log: Log, tmp_path: Path) -> None:
@@ -36,16 +45,16 @@ def test_a_whole_loop_promotes_only_after_a_replicate_win(audit_log: Log, tmp_pa
     assert _summary(state) == [("run1-t001", "replicate"), ("run1-t001", "promote"), ("run1-t006", "reject")]
     assert services.queries == ["run1-t001", "run1-t001-rep", "run1-t006"]  # dev losses spend no query
     # the promotion re-analysed the new best: the tickets queued for the old one (t002-t004) were dropped
-    assert [r["first_ticket"] for r in state["rounds"]] == [1, 3]
-    assert [h["verdict"] for h in state["history"]] == ["WIN", "WIN", "DEV_LOSS", "NO_WIN", "FAILED"]
+    assert [r.first_ticket for r in state.rounds] == [1, 3]
+    assert [h.verdict for h in state.history] == ["WIN", "WIN", "DEV_LOSS", "NO_WIN", "FAILED"]
     assert services.ended == ["milestone", "report: the proposer has nothing left to try"]
-    assert state["tickets_run"] == 5 and state["device_seconds"] == 50
+    assert state.tickets_run == 5 and state.device_seconds == 50
 
 
 def test_the_ticket_budget_stops_the_loop(audit_log: Log, tmp_path: Path) -> None:
     services = make_services()
     state = run_loop(make_graph(services, audit_log, tmp_path, tickets=2), "run2")
-    assert state["tickets_run"] == 2 and services.ended[-1] == "report: budget: 2 tickets run"
+    assert state.tickets_run == 2 and services.ended[-1] == "report: budget: 2 tickets run"
 
 
 def test_the_written_plateau_rule_stops_a_run_that_stopped_improving(audit_log: Log, tmp_path: Path) -> None:
@@ -53,8 +62,8 @@ def test_the_written_plateau_rule_stops_a_run_that_stopped_improving(audit_log: 
     services.dev = {k: "dev_loss" for k in services.dev}  # nothing ever beats the best
     deps = _deps_of(services, audit_log, plateau_tickets=3)
     state = run_loop(build_graph(deps, tmp_path / "plateau.sqlite"), "run9")
-    assert state["tickets_run"] == 3 and state["since_dev_win"] == 3
-    assert state["stop_reason"].startswith("plateau: 3 tickets in a row without a dev win")
+    assert state.tickets_run == 3 and state.since_dev_win == 3
+    assert state.stop_reason.startswith("plateau: 3 tickets in a row without a dev win")
 
 
 @pytest.mark.parametrize(
@@ -72,7 +81,7 @@ def test_the_device_budget_stops_by_the_left_share_rule(
     deps = _deps_of(services, audit_log, device_left_share=share)
     deps.caps = RunCaps(wall_seconds=600, device_seconds=24, tickets=20, llm_tokens=0)
     state = run_loop(build_graph(deps, tmp_path / "share.sqlite"), "run10")
-    assert state["tickets_run"] == tickets and state["stop_reason"] == reason
+    assert state.tickets_run == tickets and state.stop_reason == reason
 
 
 def test_a_replicate_owed_to_a_confirm_win_runs_past_the_device_budget(
@@ -86,7 +95,7 @@ def test_a_replicate_owed_to_a_confirm_win_runs_past_the_device_budget(
     state = run_loop(build_graph(deps, tmp_path / "owed.sqlite"), "run11")
     assert services.queries == ["run11-t001", "run11-t001-rep"]  # the confirm-a WIN got its replicate
     assert _summary(state) == [("run11-t001", "replicate"), ("run11-t001", "promote")]
-    assert state["tickets_run"] == 2 and state["stop_reason"] == "budget: device time 10 s spent"
+    assert state.tickets_run == 2 and state.stop_reason == "budget: device time 10 s spent"
 
 
 def _deps_of(services: StubFactoryServices, log: Log, **kw: Any) -> LoopDeps:
@@ -166,7 +175,7 @@ def test_resume_after_a_crash_mid_ticket_loses_none_and_repeats_none(audit_log: 
     state = run_loop(make_graph(services, audit_log, tmp_path), "run4", resume=True)
     assert services.runs.count("run4-t001") == 1 and services.runs.count("run4-t005") == 1
     assert services.runs.count("run4-t006") == 2  # the crashed ticket runs again, once
-    assert [h["ticket_id"] for h in state["history"]] == [
+    assert [h.ticket_id for h in state.history] == [
         "run4-t001",
         "run4-t001-rep",
         "run4-t005",
@@ -220,9 +229,7 @@ def test_a_short_run_with_an_llm_proposer_never_shows_it_a_score(
         graph = _llm_graph(services, audit_log, tmp_path, proposer, usage)
         state = run_loop(graph, "run6")
     assert _summary(state) == [("run6-t001", "replicate"), ("run6-t001", "promote")]
-    assert state["stop_reason"].startswith(
-        "proposer failed"
-    )  # the unscripted second ask: bounded, clean stop
+    assert state.stop_reason.startswith("proposer failed")  # the unscripted second ask: bounded, clean stop
     sent = b"".join(fake.received)
     assert str(SENTINEL).encode() not in sent
     assert b"people" not in sent and b"vault" not in sent  # not even the names of where it lies
@@ -276,7 +283,39 @@ def test_resume_after_kill_9(kill_at: str, tmp_path: Path) -> None:
     ledger = json.loads((tmp_path / "ledger.json").read_text())
     # after the promotion the new best is analysed again: t002-t004 were dropped, t005-t007 proposed
     assert result["history"] == ["k1-t001", "k1-t001-rep", "k1-t005", "k1-t006", "k1-t007"]  # none lost
+    assert result["revived"] == ["JudgeDecision", "Round", "VerdictEntry"]  # records, not dicts
     assert ledger["queries"] == ["k1-t001", "k1-t001-rep", "k1-t006"]  # no query spent twice
     assert ledger["runs"].count("k1-t001") == 1 and ledger["runs"].count("k1-t005") == 1
     assert ledger["runs"].count("k1-t006") == (2 if kill_at.startswith("run") else 1)
     assert ledger["ended"] == ["milestone", "report: the proposer has nothing left to try"]
+
+
+def test_a_checkpoint_revives_the_states_records_and_no_other_callable(tmp_path: Path) -> None:
+    """The checkpointer is strict: the state's own types come back as themselves, and a checkpoint
+    that names any other constructor (a tampered ``state.sqlite``) yields inert data, not a call."""
+    import ormsgpack
+    from langgraph.checkpoint.serde.jsonplus import EXT_CONSTRUCTOR_POS_ARGS
+
+    from agents.graph import checkpoint_serde
+    from agents.state import Held
+
+    serde = checkpoint_serde()
+    verdict = CoarseVerdict(ticket_id="t1", tier="confirm-a", verdict=Verdict.WIN, queries_left=3)
+    ticket = Ticket(
+        id="t1",
+        arm=Arm.AGENT,
+        kind=TicketKind.CONFIG,
+        hypothesis="h",
+        change={"optim.lr": 0.004},
+        budget=Budget(device_seconds=60, epochs=2),
+        expected_effect=ExpectedEffect(metric="dice", direction=Direction.UP, size=0.01),
+        seed=3,
+    )
+    held = Held(ticket=ticket, confirm_a=verdict, pending="promote")
+    assert serde.loads_typed(serde.dumps_typed(held)) == held
+    marker = tmp_path / "ran"
+    evil = ormsgpack.packb(
+        ormsgpack.Ext(EXT_CONSTRUCTOR_POS_ARGS, ormsgpack.packb(("os", "system", [f"touch {marker}"])))
+    )
+    assert serde.loads_typed(("msgpack", evil)) == [f"touch {marker}"]
+    assert not marker.exists()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from agents.graph import FactoryState, LoopDeps, build_graph, run_loop
 from segfactory.budgets import RunCaps
@@ -38,7 +37,7 @@ class _InFlight:
 
 
 def _history_ids(state: FactoryState) -> list[str]:
-    return [h["ticket_id"] for h in state["history"]]
+    return [h.ticket_id for h in state.history]
 
 
 def test_two_tickets_train_at_once_and_each_is_judged_once_in_queue_order(
@@ -50,19 +49,19 @@ def test_two_tickets_train_at_once_and_each_is_judged_once_in_queue_order(
 
     assert flight.peak == 2  # the batch really trained together
     assert sorted(_history_ids(state)) == sorted(services.runs)  # every ticket trained is recorded, once
-    assert len(set(services.runs)) == len(services.runs) == state["tickets_run"]
-    assert state["device_seconds"] == 10 * state["tickets_run"]  # each charged its own device time
+    assert len(set(services.runs)) == len(services.runs) == state.tickets_run
+    assert state.device_seconds == 10 * state.tickets_run  # each charged its own device time
     batches = audit_log.events("tickets_trained_together")
     assert batches and all(len(b["tickets"]) == 2 and b["concurrency"] == 2 for b in batches)
     for batch in batches:  # judged in the order they were queued
         first, second = (_history_ids(state).index(t) for t in batch["tickets"])
         assert first < second
     # promotion is still only after both WINs: the replicate's confirm-b WIN comes first
-    promoted = [d["ticket_id"] for d in state["decisions"] if d["decision"] == "promote"]
+    promoted = [d.ticket_id for d in state.decisions if d.decision == "promote"]
     assert promoted == ["c1-t001"] and services.queries.index("c1-t001-rep") > services.queries.index(
         "c1-t001"
     )
-    assert not state.get("trained")
+    assert not state.trained
 
 
 def test_the_partner_of_a_promoted_ticket_is_judged_before_the_loop_re_analyses(
@@ -71,14 +70,14 @@ def test_the_partner_of_a_promoted_ticket_is_judged_before_the_loop_re_analyses(
     services = make_services()
     services.on_run = _InFlight(hold_s=0.05)
     state = run_loop(build_graph(_deps(services, audit_log, concurrency=2), tmp_path / "p.sqlite"), "p1")
-    promote_at = next(i for i, h in enumerate(state["history"]) if h["ticket_id"] == "p1-t001-rep")
+    promote_at = next(i for i, h in enumerate(state.history) if h.ticket_id == "p1-t001-rep")
     partner = next(
         b["tickets"] for b in audit_log.events("tickets_trained_together") if "p1-t001-rep" in b["tickets"]
     )
     other = next(t for t in partner if t != "p1-t001-rep")
     assert _history_ids(state).index(other) == promote_at + 1  # recorded right after, not dropped
     # the round after the promotion starts with the ticket after that partner
-    assert state["rounds"][1]["first_ticket"] == promote_at + 3
+    assert state.rounds[1].first_ticket == promote_at + 3
 
 
 def test_a_batch_never_passes_the_ticket_cap(audit_log: Log, tmp_path: Path) -> None:
@@ -87,18 +86,16 @@ def test_a_batch_never_passes_the_ticket_cap(audit_log: Log, tmp_path: Path) -> 
     state = run_loop(
         build_graph(_deps(services, audit_log, concurrency=2, tickets=3), tmp_path / "t.sqlite"), "t1"
     )
-    assert state["tickets_run"] == 3 == len(services.runs)
-    assert state["stop_reason"] == "budget: 3 tickets run"
+    assert state.tickets_run == 3 == len(services.runs)
+    assert state.stop_reason == "budget: 3 tickets run"
 
 
 def test_concurrency_one_trains_one_ticket_at_a_time(audit_log: Log, tmp_path: Path) -> None:
     services = make_services()
     services.on_run = flight = _InFlight(hold_s=0.05)
-    state: dict[str, Any] = dict(
-        run_loop(build_graph(_deps(services, audit_log, concurrency=1), tmp_path / "one.sqlite"), "o1")
-    )
+    state = run_loop(build_graph(_deps(services, audit_log, concurrency=1), tmp_path / "one.sqlite"), "o1")
     assert flight.peak == 1 and not audit_log.events("tickets_trained_together")
-    assert state["tickets_run"] == len(services.runs)
+    assert state.tickets_run == len(services.runs)
 
 
 def test_a_promotion_the_gate_refuses_because_the_best_moved_is_a_recorded_reject(
@@ -123,7 +120,7 @@ def test_a_promotion_the_gate_refuses_because_the_best_moved_is_a_recorded_rejec
         dev={**base.dev, "epochs": "dev_win"}, gate={**base.gate, "epochs": base.gate["optim.lr"]}
     )
     state = run_loop(build_graph(_deps(services, audit_log, concurrency=2), tmp_path / "m.sqlite"), "m1")
-    refused = [d for d in state["decisions"] if d["reason"].startswith("promotion refused by the gate")]
+    refused = [d for d in state.decisions if d.reason.startswith("promotion refused by the gate")]
     assert len(services.promoted) == 1 and len(refused) >= 1
-    assert all(d["decision"] == "reject" for d in refused)
-    assert not state.get("stop_reason", "").startswith("proposer failed")
+    assert all(d.decision == "reject" for d in refused)
+    assert not state.stop_reason.startswith("proposer failed")

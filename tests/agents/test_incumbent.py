@@ -18,12 +18,14 @@ import pytest
 
 from agents.actions import NotExecutable, load_catalogue, realise_config
 from agents.incumbent import DEFAULT_ACTION_EVIDENCE
-from agents.services import BASELINE_MODEL, PROMOTIONS_FILE, HostServices, RunSetup
+from agents.run_setup import RunSetup
+from agents.services import HostServices
 from agents.validate import BASE_CONFIG_EVIDENCE
 from gate.replies import GateStatus
 from segfactory.errors import UsageError
 from segfactory.files import append_jsonl
 from segfactory.home import Home
+from segfactory.layout import BASELINE_MODEL, PROMOTIONS
 from segfactory.records import (
     Arm,
     Budget,
@@ -130,7 +132,7 @@ def test_each_config_action_trains_a_config_other_than_the_incumbents(
     ticket = _ticket("k1-t001", change=got.change)
     if got.epochs:
         ticket = ticket.model_copy(update={"budget": Budget(device_seconds=60, epochs=got.epochs)})
-    plan = services.plan(ticket)
+    plan = services.lineage.plan(ticket)
     assert plan.fingerprint != plan.parent_fingerprint
     base = {k: v for k, v in incumbent.config.items() if k != "seed"}
     trained = {k: v for k, v in plan.config.items() if k != "seed"}
@@ -200,7 +202,7 @@ def test_a_change_that_keeps_the_incumbents_inputs_is_refused_and_the_repeat_kin
 
 def test_a_run_refuses_the_repeat_at_the_ticket_boundary_too(services: HostServices, audit_log: Log) -> None:
     _promote_with(services, config_patch={"optim.lr": 0.004})
-    services._execute = lambda *a: pytest.fail("a repeat must not train")  # type: ignore[method-assign]
+    services.route.execute = lambda *a: pytest.fail("a repeat must not train")  # type: ignore[method-assign]
     outcome = services.run_ticket(_ticket("k1-t001", change={"optim.lr": 0.004}))
     assert outcome.status == "failed" and "trains exactly what its parent" in outcome.reason
     assert audit_log.events("ticket_refused_repeat")[0]["ticket_id"] == "k1-t001"
@@ -208,10 +210,10 @@ def test_a_run_refuses_the_repeat_at_the_ticket_boundary_too(services: HostServi
 
 def test_a_targeted_synthetic_ticket_trains_on_a_topped_up_version(services: HostServices) -> None:
     ticket = _ticket("k1-t001", TicketKind.DATA, {"synthetic": {"slice": "contrast<0.2", "n": 6}})
-    plan = services.plan(ticket)
+    plan = services.lineage.plan(ticket)
     parent = services.incumbent()
     assert plan.dataset != parent.dataset and plan.dataset_hash != parent.dataset_hash
-    assert len(read_split(resolve(services.home.root, plan.dataset).train)) == 24 + 6
+    assert len(read_split(resolve(services.setup.home.root, plan.dataset).train)) == 24 + 6
     assert plan.fingerprint != plan.parent_fingerprint
 
 
@@ -233,9 +235,11 @@ def test_a_top_up_on_a_capped_parent_trains_the_parents_images_and_every_added_o
     """Training keeps the first max_train_images images and a top-up's come last: without care the
     cap cuts exactly them, and the ticket trains its parent's images under another name."""
     capped = _capped(services, tmp_path, 16, "k2")  # the parent trains on the first 16 of 24
-    plan = capped.plan(_ticket("k2-t001", TicketKind.DATA, {"synthetic": {"slice": "contrast<0.2", "n": 6}}))
-    base = read_split(resolve(services.home.root, capped.incumbent().dataset).train)
-    train = read_split(resolve(services.home.root, plan.dataset).train)
+    plan = capped.lineage.plan(
+        _ticket("k2-t001", TicketKind.DATA, {"synthetic": {"slice": "contrast<0.2", "n": 6}})
+    )
+    base = read_split(resolve(services.setup.home.root, capped.incumbent().dataset).train)
+    train = read_split(resolve(services.setup.home.root, plan.dataset).train)
     assert len(train) == 16 + 6 and train.manifest["appended"] == 6
     assert np.array_equal(train.images[:16], base.images[:16])  # the parent's own images, then the new
     assert not any(np.array_equal(train.images[-1], image) for image in base.images)
@@ -249,10 +253,13 @@ def test_a_curation_ticket_trains_on_the_applied_plan_or_is_not_executable(
     rec = _rec("curation")
     realised = services.realise(_analysis(rec))
     assert realised.recommendations == ()  # the generator's own images hold no duplicate: an empty plan
-    rows = [json.loads(x) for x in (services.people / "not_executable.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x)
+        for x in (services.setup.layout.people / "not_executable.jsonl").read_text().splitlines()
+    ]
     assert "the curation plan for synthetic/v1 is empty" in rows[0]["reason"]
     # a train split with exact copies makes a plan; the ticket trains on the version it produces
-    base = resolve(services.home.root, "synthetic/v1")
+    base = resolve(services.setup.home.root, "synthetic/v1")
     train = read_split(base.train)
     dup = write_split(
         tmp_path / "dup",
@@ -266,14 +273,14 @@ def test_a_curation_ticket_trains_on_the_applied_plan_or_is_not_executable(
         {"generator": "test copies"},
     )
     dupped = create_version(
-        services.home.root, "synthetic", {"train": dup, "dev": None}, parent=base.ref, approve_it=True
+        services.setup.home.root, "synthetic", {"train": dup, "dev": None}, parent=base.ref, approve_it=True
     )
     _promote_with(services, dataset=dupped.ref)
     curated = services.realise(_analysis(rec)).recommendations
     assert len(curated) == 1 and curated[0].kind is TicketKind.CURATION
-    plan = services.plan(_ticket("k1-t009", TicketKind.CURATION, dict(curated[0].change)))
+    plan = services.lineage.plan(_ticket("k1-t009", TicketKind.CURATION, dict(curated[0].change)))
     assert plan.dataset == curated[0].change["dataset"] != dupped.ref
-    assert len(read_split(resolve(services.home.root, plan.dataset).train)) < 27
+    assert len(read_split(resolve(services.setup.home.root, plan.dataset).train)) < 27
 
 
 def test_a_label_fix_waits_for_the_reviewed_version_then_trains_on_it(
@@ -281,8 +288,10 @@ def test_a_label_fix_waits_for_the_reviewed_version_then_trains_on_it(
 ) -> None:
     rec = _rec("label-fix")
     assert services.realise(_analysis(rec)).recommendations == ()
-    assert "waits for a reviewed version" in (services.people / "not_executable.jsonl").read_text()
-    base = resolve(services.home.root, "synthetic/v1")
+    assert (
+        "waits for a reviewed version" in (services.setup.layout.people / "not_executable.jsonl").read_text()
+    )
+    base = resolve(services.setup.home.root, "synthetic/v1")
     train = read_split(base.train)
     masks = train.masks.copy()
     masks[0] = 0  # a person removed a wrong label
@@ -290,11 +299,15 @@ def test_a_label_fix_waits_for_the_reviewed_version_then_trains_on_it(
         tmp_path / "rev", train.images, masks, train.image_meta, train.defects[1:], {"generator": "reviewed"}
     )
     version = create_version(
-        services.home.root, "synthetic", {"train": reviewed, "dev": None}, parent=base.ref, approve_it=True
+        services.setup.home.root,
+        "synthetic",
+        {"train": reviewed, "dev": None},
+        parent=base.ref,
+        approve_it=True,
     )
     got = services.realise(_analysis(rec)).recommendations
     assert len(got) == 1 and got[0].change["dataset"] == version.ref
-    plan = services.plan(_ticket("k1-t002", TicketKind.CURATION, dict(got[0].change)))
+    plan = services.lineage.plan(_ticket("k1-t002", TicketKind.CURATION, dict(got[0].change)))
     assert plan.dataset == version.ref and plan.fingerprint != plan.parent_fingerprint
 
 
@@ -312,12 +325,12 @@ def test_leave_it_and_an_approved_request_without_data_become_no_silent_ticket(
     assert services.realise(_analysis(leave)).recommendations == ()
     approved = _ticket("k1-q1-data", TicketKind.DATA, {"request": "real images", "approved_request": "k1-q1"})
     with pytest.raises(UsageError, match="names no dataset version"):
-        services.plan(approved)
+        services.lineage.plan(approved)
 
 
 def test_a_code_ticket_fingerprints_its_code(services: HostServices) -> None:
     code = _ticket("k1-t001", TicketKind.CODE, {"files": {"code/vision/losses.py": "# changed\n"}})
-    plan = services.plan(code)
+    plan = services.lineage.plan(code)
     assert plan.code == {"vision/losses.py": "# changed\n"}
     assert plan.fingerprint != plan.parent_fingerprint
 
@@ -326,7 +339,7 @@ def test_after_a_promotion_tickets_patch_the_promoted_config_and_data(services: 
     _promote_with(services, config_patch={"optim.lr": 0.002})
     incumbent = services.incumbent()
     assert incumbent.trained and incumbent.config["optim"]["lr"] == 0.002
-    plan = services.plan(
+    plan = services.lineage.plan(
         _ticket("k1-t005", change={"epochs": 6}, evidence=["recommendation:x-0"]).model_copy(
             update={"budget": Budget(device_seconds=60, epochs=6)}
         )
@@ -346,15 +359,15 @@ def _promote_with(
 ) -> None:
     """Record a promoted ticket as HostServices.promote does, and make it the gate's best."""
     ticket = _ticket("k1-p1", change=config_patch or {"optim.lr": 0.004})
-    row = services.plan(ticket)
+    row = services.lineage.plan(ticket)
     row = row.model_copy(
-        update={"dataset": dataset, "dataset_hash": resolve(services.home.root, dataset).content_hash}
+        update={"dataset": dataset, "dataset_hash": resolve(services.setup.home.root, dataset).content_hash}
     )
-    model = services.home.tickets_dir("k1") / "k1-p1" / "model.onnx"
+    model = services.setup.home.tickets_dir("k1") / "k1-p1" / "model.onnx"
     model.parent.mkdir(parents=True)
     model.write_bytes(b"promoted model " + dataset.encode())
     append_jsonl(
-        services.home.runs / PROMOTIONS_FILE,
+        services.setup.home.runs / PROMOTIONS,
         {
             "model": str(model),
             "sha256": sha256_file(model),
@@ -393,7 +406,10 @@ def test_an_approved_request_trains_on_the_approved_images_within_count_and_scop
     generate(10, 32, 9).write(tmp_path / "extra" / "train")
     generate(4, 32, 10).write(tmp_path / "extra" / "dev")
     extra = create_version(
-        services.home.root, "real", {s: tmp_path / "extra" / s for s in ("train", "dev")}, approve_it=True
+        services.setup.home.root,
+        "real",
+        {s: tmp_path / "extra" / s for s in ("train", "dev")},
+        approve_it=True,
     )
     queue = ApprovalQueue(tmp_path / "approvals.sqlite", audit_log)
     request = _ticket("r0-t003", TicketKind.DATA_REQUEST, {"request": "real images of thin voids"})
@@ -402,8 +418,10 @@ def test_an_approved_request_trains_on_the_approved_images_within_count_and_scop
     taken = queue.approved("k1")  # the next run on the home takes it up
     assert [t.id for t in taken] == ["r0-t003-data"] and queue.take(request.id, "k1")
     assert not queue.take(request.id, "k2") and queue.approved("k2") == []  # and no other run
-    plan = services.plan(taken[0])
-    assert len(read_split(resolve(services.home.root, plan.dataset).train)) == 24 + 3  # the approved count
+    plan = services.lineage.plan(taken[0])
+    assert (
+        len(read_split(resolve(services.setup.home.root, plan.dataset).train)) == 24 + 3
+    )  # the approved count
     assert plan.fingerprint != plan.parent_fingerprint
     shapes = sorted({str(d["shape"]) for d in read_split(extra.train).defects})
     scoped = taken[0].model_copy(
@@ -414,15 +432,17 @@ def test_an_approved_request_trains_on_the_approved_images_within_count_and_scop
     )
     services_b = HostServices(services.setup.__class__(**{**services.setup.__dict__, "run_id": "k9"}))
     in_scope = {int(d["image_id"]) for d in read_split(extra.train).defects if str(d["shape"]) == shapes[0]}
-    assert len(read_split(resolve(services.home.root, services_b.plan(scoped).dataset).train)) == 24 + len(
-        in_scope
-    )
+    assert len(
+        read_split(resolve(services.setup.home.root, services_b.lineage.plan(scoped).dataset).train)
+    ) == 24 + len(in_scope)
     vague = scoped.model_copy(
         update={"id": "r0-t003-data-c", "change": {**scoped.change, "approved_scope": "thin voids only"}}
     )
     with pytest.raises(UsageError, match="not a slice the factory can apply"):
-        HostServices(services.setup.__class__(**{**services.setup.__dict__, "run_id": "k8"})).plan(vague)
+        HostServices(services.setup.__class__(**{**services.setup.__dict__, "run_id": "k8"})).lineage.plan(
+            vague
+        )
     capped = _capped(services, tmp_path, 16, "k7")  # a parent on the first 16: they and the 3 approved
-    plan = capped.plan(taken[0].model_copy(update={"id": "r0-t003-data-d"}))
-    train = read_split(resolve(services.home.root, plan.dataset).train)
+    plan = capped.lineage.plan(taken[0].model_copy(update={"id": "r0-t003-data-d"}))
+    train = read_split(resolve(services.setup.home.root, plan.dataset).train)
     assert (len(train), train.manifest["appended"], plan.config["max_train_images"]) == (16 + 3, 3, None)

@@ -228,12 +228,12 @@ def test_a_run_records_its_judge_so_a_resume_keeps_it(
         home=home, profile="demo", proposer=proposer, judge=judge, code_agent=True, concurrency=2
     )
     record = _run_record(home, req, "r1", caps, "sha", defaults)
-    assert (record["judge"], record["code_agent"]) == (recorded, True)
-    assert (record["base_config"], record["concurrency"]) == ("configs/run-demo.yaml", 2)
+    assert (record.judge, record.code_agent) == (recorded, True)
+    assert (record.base_config, record.concurrency) == ("configs/run-demo.yaml", 2)
     resumed = _run_record(
         home, RunRequest(home=home, profile="demo", resume="r1"), "r1", caps, "sha", defaults
     )
-    assert (resumed["judge"], resumed["code_agent"], resumed["concurrency"]) == (recorded, True, 2)
+    assert (resumed.judge, resumed.code_agent, resumed.concurrency) == (recorded, True, 2)
 
 
 @pytest.mark.parametrize(("judge", "code_agent"), [("llm:openai:gpt-4o", True), ("rules", False)])
@@ -245,18 +245,22 @@ def test_the_run_loop_wires_the_recorded_judge_and_code_arm(
     from agents.run import RunRequest
     from agents.run_policy import load_run_defaults
     from segfactory.budgets import RunCaps
+    from segfactory.layout import RunRecord
     from tests.agents._stubs import make_services
 
     home = audit_log.home
-    record = {
-        "run_id": "r1",
-        "profile": "demo",
-        "proposer": "openai:gpt-4o",
-        "backend": "bwrap",
-        "judge": judge,
-        "code_agent": code_agent,
-        "caps": RunCaps(wall_seconds=60, device_seconds=60, tickets=1, llm_tokens=0).model_dump(),
-    }
+    record = RunRecord(
+        run_id="r1",
+        profile="demo",
+        proposer="openai:gpt-4o",
+        backend="bwrap",
+        judge=judge,
+        code_agent=code_agent,
+        caps=RunCaps(wall_seconds=60, device_seconds=60, tickets=1, llm_tokens=0),
+        win_rule_sha256="sha",
+        started_at=0.0,
+        user="test",
+    )
     services = make_services()
     services.check = lambda ticket: []  # type: ignore[attr-defined]  # the host's repeat check, not under test
     deps = _deps(
@@ -279,7 +283,7 @@ def test_the_run_loop_wires_the_recorded_judge_and_code_arm(
     assert (deps.device_left_share, deps.plateau_tickets) == (0.5, 8)  # a run's own stop rules
     filled = _deps(
         RunRequest(home=home, profile="demo"),
-        {**record, "fill_budget": True},
+        record.model_copy(update={"fill_budget": True}),
         services,
         audit_log,
         load_run_defaults("demo"),

@@ -76,11 +76,11 @@ def test_a_fake_vendor_drives_a_short_run_and_every_byte_is_on_record(
     usage = LLMUsage()
     with server([Step.call("propose_tickets", {"tickets": [DRAFT]})]) as fake:
         state = run_loop(_graph(name, fake.base_url, audit_log, tmp_path, usage), "short")
-    assert [(d["ticket_id"], d["decision"]) for d in state["decisions"]] == [
+    assert [(d.ticket_id, d.decision) for d in state.decisions] == [
         ("short-t001", "replicate"),
         ("short-t001", "promote"),
     ]
-    assert state["stop_reason"].startswith("proposer failed")  # bounded retries, then a clean stop
+    assert state.stop_reason.startswith("proposer failed")  # bounded retries, then a clean stop
     assert audit_log.events("run_end") and audit_log.events("proposer_failed")
     sent = [r["body"] for r in audit_log.events("llm_http_request")]
     assert len(fake.received) > 1 and sent == [

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from agents._predictions import Predictions, summary
-from agents.incumbent import DEFAULT_ACTION_EVIDENCE, Lineage
+from agents.incumbent import DEFAULT_ACTION_EVIDENCE
 from segfactory.home import Home
+from segfactory.layout import Lineage
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 from synthetic import generate
 
@@ -71,13 +72,11 @@ def test_a_prediction_is_scored_against_its_parent_and_the_default_action_in_eit
     down = ExpectedEffect(metric="miss_rate", slice="all", direction=Direction.DOWN, size=0.2)
     rec = _ticket("p1-t002", ["recommendation:model-capacity-0"], down)
     row = predictions.after_ticket(rec, _lineage("p1-t002", "P"), better, parent)
-    assert (
-        row is not None and row["held"] is True and row["observed_change"] < -0.2
-    )  # misses fell as predicted
-    assert row["default"] is None  # no control has run for this parent yet
+    assert row is not None and row.held is True and row.observed_change < -0.2  # misses fell as predicted
+    assert row.default is None  # no control has run for this parent yet
     default = _ticket("p1-t003", [DEFAULT_ACTION_EVIDENCE], down).model_copy(update={"change": {}})
     assert predictions.after_ticket(default, _lineage("p1-t003", "P"), control, parent) is None
-    data = summary(home, "p1")
+    data = summary(home, "p1").as_json()
     scored = [r for r in data["rows"] if r["ticket_id"] == "p1-t002"][0]
     assert scored["default"]["held"] is False  # the seed re-run moved misses far less than predicted
     assert data["hit_rate"]["recommendation"]["n"] == 1 and data["hit_rate"]["recommendation"]["held"] == 1
@@ -85,7 +84,7 @@ def test_a_prediction_is_scored_against_its_parent_and_the_default_action_in_eit
     # a later recommendation on the same parent is scored against the control at once
     worse = _ticket("p1-t004", ["recommendation:regularise-0"], down)
     row = predictions.after_ticket(worse, _lineage("p1-t004", "P"), model("worse", 0.3), parent)
-    assert row is not None and row["held"] is False and row["default"] is not None
+    assert row is not None and row.held is False and row.default is not None
 
 
 def test_a_prediction_the_dev_split_cannot_measure_is_recorded_not_guessed(setup) -> None:  # type: ignore[no-untyped-def]
@@ -97,8 +96,8 @@ def test_a_prediction_the_dev_split_cannot_measure_is_recorded_not_guessed(setup
         model("a", 0.9),
         model("b", 0.5),
     )
-    assert row is not None and row["held"] is None and "cannot be measured" in row["reason"]
-    assert summary(home, "p1")["hit_rate"]["recommendation"]["n"] == 0
+    assert row is not None and row.held is None and "cannot be measured" in row.reason
+    assert summary(home, "p1").as_json()["hit_rate"]["recommendation"]["n"] == 0
 
 
 def test_a_replicate_does_not_score_its_originals_prediction_twice(setup) -> None:  # type: ignore[no-untyped-def]
@@ -109,4 +108,4 @@ def test_a_replicate_does_not_score_its_originals_prediction_twice(setup) -> Non
     assert predictions.after_ticket(rec, _lineage("p1-t006", "Q"), model("c", 0.9), parent) is not None
     rep = rec.model_copy(update={"id": "p1-t006-rep", "replicate_of": "p1-t006"})
     assert predictions.after_ticket(rep, _lineage("p1-t006-rep", "Q"), model("c2", 0.9), parent) is None
-    assert summary(home, "p1")["hit_rate"]["recommendation"]["n"] == 1
+    assert summary(home, "p1").as_json()["hit_rate"]["recommendation"]["n"] == 1

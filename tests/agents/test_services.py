@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.incumbent import Lineage
-from agents.services import BASELINE_MODEL, DEV_COMPARISONS, HostServices, RunSetup
+from agents.run_setup import RunSetup
+from agents.services import HostServices
 from gate.replies import GateStatus
 from runner import Evidence, TicketOutcome, TicketStatus
 from segfactory.home import Home
+from segfactory.layout import BASELINE_MODEL, Lineage
 from segfactory.records import Budget, Direction, ExpectedEffect, Ticket, TicketKind, sha256_file
 from synthetic import generate
 from tests.agents.conftest import Log, gate_status
@@ -38,6 +39,7 @@ class Dataset:
     dev: Path
     train: Path
     ref: str = "synthetic/v1"
+    content_hash: str = "d"
 
 
 def _ticket(tid: str) -> Ticket:
@@ -92,7 +94,7 @@ def _lineage(tid: str) -> Lineage:
 
 
 def _done(services: HostServices, tid: str, f1: float) -> None:
-    folder = services.home.tickets_dir("s1") / tid
+    folder = services.setup.home.tickets_dir("s1") / tid
     folder.mkdir(parents=True)
     evidence = Evidence(
         model_sha256="ab" * 32,
@@ -111,8 +113,8 @@ def _done(services: HostServices, tid: str, f1: float) -> None:
 def test_a_finished_ticket_is_answered_from_its_outcome_and_compared_on_dev(services: HostServices) -> None:
     _done(services, "s1-t001", 0.30)
     _done(services, "s1-t002", 0.004)
-    services._execute = lambda *a: pytest.fail("a finished ticket must not train again")  # type: ignore[method-assign]
-    services.plan = lambda ticket: _lineage(ticket.id)  # type: ignore[method-assign]
+    services.route.execute = lambda *a: pytest.fail("a finished ticket must not train again")  # type: ignore[method-assign]
+    services.lineage.plan = lambda ticket: _lineage(ticket.id)  # type: ignore[method-assign]
     win, loss = services.run_ticket(_ticket("s1-t001")), services.run_ticket(_ticket("s1-t002"))
     assert (
         (win.status, win.device_seconds) == ("dev_win", 42.0)
@@ -120,7 +122,10 @@ def test_a_finished_ticket_is_answered_from_its_outcome_and_compared_on_dev(serv
         and win.model_ref.endswith("model.onnx")
     )
     assert loss.status == "dev_loss"  # 0.004 above a best of 0.0 is under the 0.005 margin
-    rows = [json.loads(line) for line in (services.people / DEV_COMPARISONS).read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (services.setup.layout.people / "dev_comparisons.jsonl").read_text().splitlines()
+    ]
     assert [(r["ticket_id"], r["dev_win"], r["best_object_f1"]) for r in rows] == [
         ("s1-t001", True, 0.0),
         ("s1-t002", False, 0.0),
@@ -130,7 +135,7 @@ def test_a_finished_ticket_is_answered_from_its_outcome_and_compared_on_dev(serv
 def test_a_crashed_ticket_folder_is_set_aside_and_the_ticket_runs_once_more(
     services: HostServices, audit_log: Log
 ) -> None:
-    folder = services.home.tickets_dir("s1") / "s1-t003"
+    folder = services.setup.home.tickets_dir("s1") / "s1-t003"
     (folder / "work").mkdir(parents=True)
     ran: list[str] = []
 
@@ -141,8 +146,8 @@ def test_a_crashed_ticket_folder_is_set_aside_and_the_ticket_runs_once_more(
         assert not folder.exists()  # the runner refuses a ticket id that already has a folder
         return TicketOutcome(ticket_id=ticket.id, run_id="s1", status=TicketStatus.FAILED, reason="boom")
 
-    services._execute = execute  # type: ignore[method-assign]
-    services.plan = lambda ticket: _lineage(ticket.id)  # type: ignore[method-assign]
+    services.route.execute = execute  # type: ignore[method-assign]
+    services.lineage.plan = lambda ticket: _lineage(ticket.id)  # type: ignore[method-assign]
     outcome = services.run_ticket(_ticket("s1-t003"))
     assert ran == ["s1-t003"] and outcome.status == "failed" and outcome.reason == "boom"
     aside = list((folder.parent / ".crashed").iterdir())
@@ -153,20 +158,23 @@ def test_a_crashed_ticket_folder_is_set_aside_and_the_ticket_runs_once_more(
 def test_a_best_without_a_host_copy_is_a_clear_error(services: HostServices) -> None:
     services.setup.gate = StatusOnlyGate("f" * 64)
     with pytest.raises(Exception, match="has no host copy"):
-        services.best_model()
+        services.lineage.best_model()
 
 
 def test_the_dev_rule_scores_a_ticket_at_the_win_rules_threshold_not_its_own(services: HostServices) -> None:
     """A ticket that lowers its own threshold until its dev F1 looks high still compares at 0.5."""
     _done(services, "s1-t004", 0.9)
-    folder = services.home.tickets_dir("s1") / "s1-t004"
+    folder = services.setup.home.tickets_dir("s1") / "s1-t004"
     outcome = TicketOutcome.model_validate_json((folder / "outcome.json").read_text())
     assert outcome.evidence is not None
     moved = outcome.evidence.model_copy(update={"threshold": 0.05})  # the ticket's own config said 0.05
     (folder / "outcome.json").write_text(outcome.model_copy(update={"evidence": moved}).model_dump_json())
     (folder / "model.onnx").write_bytes(b"a model the stand-in scorer scores as empty")
-    services.plan = lambda ticket: _lineage(ticket.id)  # type: ignore[method-assign]
+    services.lineage.plan = lambda ticket: _lineage(ticket.id)  # type: ignore[method-assign]
     result = services.run_ticket(_ticket("s1-t004"))
     assert result.status == "dev_loss"  # rescored at 0.5 by the host: object F1 0, not the claimed 0.9
-    row = [json.loads(line) for line in (services.people / DEV_COMPARISONS).read_text().splitlines()][-1]
+    row = [
+        json.loads(line)
+        for line in (services.setup.layout.people / "dev_comparisons.jsonl").read_text().splitlines()
+    ][-1]
     assert row["object_f1"] == 0.0 and row["threshold"] == 0.5

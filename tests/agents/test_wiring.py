@@ -3,12 +3,15 @@ dev spends no confirm-b query, and the run report renders every ticket from a fi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from agents import report as rpt
 from agents._report_md import render_markdown
 from agents._run_loop import host_seeds
-from agents.graph import RunOutcome, run_loop
+from agents.graph import run_loop
+from agents.state import RunOutcome
+from segfactory.layout import RunRecord
 from segfactory.records import Ticket
 from tests.agents._stubs import make_graph, make_services
 from tests.agents.conftest import Log
@@ -34,7 +37,7 @@ def test_promote_is_called_once_after_the_replicate_win(audit_log: Log, tmp_path
     services = make_services()
     state = run_loop(make_graph(services, audit_log, tmp_path), "w1")
     assert services.promoted == ["w1-t001"]
-    assert [d["decision"] for d in state["decisions"] if d["ticket_id"] == "w1-t001"] == [
+    assert [d.decision for d in state.decisions if d.ticket_id == "w1-t001"] == [
         "replicate",
         "promote",
     ]
@@ -44,9 +47,9 @@ def test_a_replicate_that_loses_on_dev_is_rejected_without_a_query(audit_log: Lo
     services = ReplicateLosesOnDev()
     state = run_loop(make_graph(services, audit_log, tmp_path), "w2")  # type: ignore[arg-type]
     assert "w2-t001-rep" not in services.stub.queries and "w2-t001" in services.stub.queries
-    decisions = [(d["ticket_id"], d["decision"]) for d in state["decisions"]]
+    decisions = [(d.ticket_id, d.decision) for d in state.decisions]
     assert ("w2-t001", "reject") in decisions and ("w2-t001", "promote") not in decisions
-    assert services.stub.promoted == [] and state.get("awaiting_replicate") == {}
+    assert services.stub.promoted == [] and state.awaiting_replicate == {}
     assert any(
         p["decision"]["reason"].startswith("the replicate w2-t001-rep did not win on dev")
         for p in audit_log.events("judge_decision")
@@ -58,13 +61,13 @@ def test_the_report_lists_every_ticket_and_says_no_llm_was_configured(audit_log:
     services = make_services()
     state = run_loop(make_graph(services, audit_log, tmp_path), "w3")
     rows = rpt.ticket_rows(
-        dict(state),
+        state.model_dump(mode="json"),
         tmp_path / "tickets",
         [{"ticket_id": "w3-t001", "dev_win": True, "best_object_f1": 0.2}],
         {},
     )
-    assert [r.ticket_id for r in rows] == [h["ticket_id"] for h in state["history"]]
-    counts = rpt.counts(rows, dict(state))
+    assert [r.ticket_id for r in rows] == [h.ticket_id for h in state.history]
+    counts = rpt.counts(rows, state.model_dump(mode="json"))
     assert counts["promoted"] == 1 and counts["survived_confirm_a"] == 2 and counts["dev_wins"] == 1
     report = rpt.RunReport(
         run_id="w3",
@@ -135,16 +138,26 @@ def test_the_run_stops_when_the_next_ticket_would_pass_the_wall_time(audit_log: 
         clock=lambda: 100.0 * tickets_done[0],
     )
     state = run_loop(build_graph(deps, tmp_path / "state.sqlite"), "w4")
-    assert state["tickets_run"] == 2  # 200 s spent at 100 s a ticket: a third would end at 300 > 250
-    assert state["stop_reason"] == "budget: wall time 250 s would be passed by the next ticket"
+    assert state.tickets_run == 2  # 200 s spent at 100 s a ticket: a third would end at 300 > 250
+    assert state.stop_reason == "budget: wall time 250 s would be passed by the next ticket"
 
 
 def test_a_run_seed_reproduces_the_host_seeds_and_a_resume_draws_fresh_ones() -> None:
-    first, again = host_seeds({"seed": 7}, resumed=False), host_seeds({"seed": 7}, resumed=False)
-    assert [first() for _ in range(5)] == [again() for _ in range(5)]
-    other = host_seeds({"seed": 8}, resumed=False)
-    assert [other() for _ in range(5)] != [host_seeds({"seed": 7}, resumed=False)() for _ in range(5)]
-    resumed = host_seeds({"seed": 7}, resumed=True)
-    assert [resumed() for _ in range(5)] != [host_seeds({"seed": 7}, resumed=False)() for _ in range(5)]
-    unset = host_seeds({"seed": None}, resumed=False)
-    assert len({unset() for _ in range(5)}) > 1
+    def record(seed: int | None) -> RunRecord:
+        return RunRecord(
+            run_id="r1",
+            profile="demo",
+            backend="bwrap",
+            win_rule_sha256="w",
+            started_at=0.0,
+            user="u",
+            seed=seed,
+        )
+
+    def five(seeds: Callable[[], int]) -> list[int]:
+        return [seeds() for _ in range(5)]
+
+    assert five(host_seeds(record(7), resumed=False)) == five(host_seeds(record(7), resumed=False))
+    assert five(host_seeds(record(8), resumed=False)) != five(host_seeds(record(7), resumed=False))
+    assert five(host_seeds(record(7), resumed=True)) != five(host_seeds(record(7), resumed=False))
+    assert len(set(five(host_seeds(record(None), resumed=False)))) > 1

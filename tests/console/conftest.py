@@ -52,14 +52,15 @@ def seed_run(home: Home, run_id: str, values: dict[str, Any]) -> None:
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import END, START, StateGraph
 
-    from agents.graph import FactoryState
+    from agents.graph import checkpoint_serde
+    from agents.state import FactoryState
 
     graph = StateGraph(FactoryState)
     graph.add_node("seed", lambda state: values)
     graph.add_edge(START, "seed")
     graph.add_edge("seed", END)
     conn = sqlite3.connect(home.state_db, check_same_thread=False)
-    graph.compile(checkpointer=SqliteSaver(conn)).invoke(
+    graph.compile(checkpointer=SqliteSaver(conn, serde=checkpoint_serde())).invoke(
         {"run_id": run_id}, {"configurable": {"thread_id": run_id}}
     )
     conn.close()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.graph import RunOutcome
+from agents.state import RunOutcome
 from segfactory.records import CoarseVerdict, Ticket, Verdict
 
 DEV_MARGIN = 0.005

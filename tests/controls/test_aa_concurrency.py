@@ -6,8 +6,8 @@ import threading
 import time
 from itertools import count
 
-from agents.graph import RunOutcome
 from agents.judge import Judge
+from agents.state import RunOutcome
 from controls.aa import run_aa
 from segfactory.records import Budget, Ticket
 from tests.controls._fakes import FakeServices, ListSink

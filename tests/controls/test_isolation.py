@@ -97,9 +97,15 @@ def test_a_promotion_after_a_restore_is_paired_with_the_incumbent(tmp_path: Path
     home = Home(tmp_path / "home")
     home.runs.mkdir(parents=True)
     rows = [
-        {"run_id": "agent-0", "ticket_id": "agent-0-t001", "model": "/m/a.onnx"},
-        {"run_id": "cmp", "ticket_id": f"cmp{RESTORE_SUFFIX}", "model": "/m/base.onnx", "restored": True},
-        {"run_id": "sweep-0", "ticket_id": "sweep-0-t003", "model": "/m/s.onnx"},
+        {"run_id": "agent-0", "ticket_id": "agent-0-t001", "model": "/m/a.onnx", "sha256": "a"},
+        {
+            "run_id": "cmp",
+            "ticket_id": f"cmp{RESTORE_SUFFIX}",
+            "model": "/m/base.onnx",
+            "sha256": "b",
+            "restored": True,
+        },
+        {"run_id": "sweep-0", "ticket_id": "sweep-0-t003", "model": "/m/s.onnx", "sha256": "s"},
     ]
     (home.runs / "promotions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (pair,) = pairs_for(home, {"sweep-0"})

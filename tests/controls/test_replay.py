@@ -17,7 +17,10 @@ def test_each_promotion_is_paired_with_the_best_it_replaced(tmp_path: Path) -> N
     home.runs.mkdir(parents=True)
     rows = [("aa1", "aa1-ref"), ("aa1", "aa1-aa002"), ("other", "o-t001"), ("aa1", "aa1-aa006")]
     (home.runs / "promotions.jsonl").write_text(
-        "".join(json.dumps({"run_id": r, "ticket_id": t, "model": f"/m/{t}.onnx"}) + "\n" for r, t in rows)
+        "".join(
+            json.dumps({"run_id": r, "ticket_id": t, "model": f"/m/{t}.onnx", "sha256": t}) + "\n"
+            for r, t in rows
+        )
     )
     pairs = pairs_for(home, {"aa1"})
     assert [(p.ticket_id, Path(p.previous).name) for p in pairs] == [

@@ -107,17 +107,18 @@ def _small_slice(change: dict[str, Any]) -> bool:
 
 
 def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: Path) -> None:
-    from agents.context import DevAnalysis
     from agents.graph import LoopDeps, build_graph, run_loop
     from agents.judge import Judge
     from agents.llm import LLMUsage
     from agents.proposer.rules import RulesProposer
-    from agents.services import BASELINE_MODEL, HostServices, RunSetup
+    from agents.run_setup import RunSetup
+    from agents.services import HostServices
     from agents.validate import ticket_problems
     from audit import AuditLog
     from audit.anchor import MemoryAnchorStore
     from segfactory.budgets import RunCaps, load_budget_policy
     from segfactory.home import Home
+    from segfactory.layout import BASELINE_MODEL
     from segfactory.records import Budget, TicketKind, sha256_file
     from tests.conftest import REPO
 
@@ -186,10 +187,11 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
         services.run_ticket = run_then_end_after_the_fix  # type: ignore[method-assign]
         state = run_loop(build_graph(deps, tmp_path / "state.sqlite"), run_id)
 
-    assert [r["round"] for r in state["rounds"]] == [1, 2], "the promotion must re-analyse the new best"
+    assert [r.round for r in state.rounds] == [1, 2], "the promotion must re-analyse the new best"
     promoted = services.incumbent()
     assert promoted.trained and promoted.dataset == planted.ref
-    analysis = DevAnalysis.model_validate(state["analysis"])  # the re-analysis of the promoted model
+    analysis = state.analysis  # the re-analysis of the promoted model
+    assert analysis is not None
     small = [r for r in analysis.recommendations if r.kind is TicketKind.DATA and _small_slice(r.change)]
     assert small, f"the analysis did not name a small-size slice: {[r.id for r in analysis.recommendations]}"
     tickets = [
@@ -199,7 +201,7 @@ def test_a_size_range_missing_from_training_is_named_tried_and_scored(tmp_path: 
         t for t in tickets if t["kind"] == "data" and t["change"]["synthetic"]["slice"].startswith("size<")
     ]
     assert fixes, "the loop did not try a top-up for the small voids on the promoted model"
-    lineage = services.lineage()
+    lineage = services.lineage.lineage()
     assert lineage[fixes[0]["id"]].parent_sha256 == promoted.sha256  # tried on the model that misses them
     assert lineage[fixes[0]["id"]].dataset != planted.ref  # a top-up of the planted version, really
     rows = [

@@ -162,11 +162,13 @@ def test_resume_of_a_finished_run_is_a_no_op(finished_run: dict[str, Any]) -> No
 
 def test_promotion_without_the_gates_wins_is_refused_by_the_gate(finished_run: dict[str, Any]) -> None:
     """The host cannot move the best on its own: the gate checks its ledger for both WINs."""
-    from agents.services import PROMOTIONS_FILE, HostServices, RunSetup
+    from agents.run_setup import RunSetup
+    from agents.services import HostServices
     from audit import AuditLog
     from audit.anchor import gate_anchor_store
     from segfactory.errors import GateError
     from segfactory.home import Home
+    from segfactory.layout import PROMOTIONS
 
     home, run_id = Home(finished_run["home"]), finished_run["summary"]["run_id"]
     trained = sorted((home.runs / run_id / "tickets").glob("*/model.onnx"))
@@ -174,7 +176,7 @@ def test_promotion_without_the_gates_wins_is_refused_by_the_gate(finished_run: d
         pytest.skip("the run's only ticket produced no model (it failed); nothing to promote")
     ticket_id = trained[0].parent.name
     with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as log:
-        promotions = home.runs / PROMOTIONS_FILE
+        promotions = home.runs / PROMOTIONS
         before = promotions.read_text() if promotions.exists() else ""
         setup = RunSetup(
             home=home,

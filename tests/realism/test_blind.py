@@ -11,7 +11,7 @@ from analysis.realism import blind
 from analysis.realism.standin import write_stand_in
 from segfactory.errors import UsageError
 from synthetic import generate
-from synthetic._io import import_real
+from synthetic.exchange import import_real
 
 
 @pytest.fixture(scope="module")

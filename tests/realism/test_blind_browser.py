@@ -17,7 +17,7 @@ from analysis.realism.standin import write_stand_in
 from audit import AuditLog, MemoryAnchorStore
 from segfactory.home import Home
 from synthetic import generate
-from synthetic._io import import_real
+from synthetic.exchange import import_real
 from tests.conftest import REPO
 from tests.console.test_browser import ARTIFACTS, CHROMIUM, page, server  # noqa: F401  (fixtures over our app)
 

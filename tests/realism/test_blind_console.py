@@ -15,7 +15,7 @@ from analysis.realism.standin import write_stand_in
 from audit import AuditLog, MemoryAnchorStore
 from segfactory.home import Home
 from synthetic import generate
-from synthetic._io import import_real
+from synthetic.exchange import import_real
 
 
 @pytest.fixture

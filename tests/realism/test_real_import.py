@@ -14,7 +14,7 @@ import pytest
 from analysis.realism import STAND_IN_NOTE, write_stand_in
 from analysis.realism.report import load_real
 from segfactory.errors import DataError, UsageError
-from synthetic._io import MIN_REAL_VOIDS, import_real
+from synthetic.exchange import MIN_REAL_VOIDS, import_real
 from synthetic.splits import read_split
 from tests.conftest import CliResult
 

@@ -15,8 +15,8 @@ from PIL import Image
 
 from segfactory.errors import DataError
 from synthetic import generate
-from synthetic._io import export_png, import_folder
 from synthetic.check import check_path
+from synthetic.exchange import export_png, import_folder
 from synthetic.splits import read_split
 
 

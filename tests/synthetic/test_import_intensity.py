@@ -14,7 +14,7 @@ from PIL import Image
 
 from segfactory.errors import DataError, UsageError
 from synthetic import generate
-from synthetic._io import export_png, import_folder, import_real
+from synthetic.exchange import export_png, import_folder, import_real
 from synthetic.mapping import MappingRequest
 from synthetic.splits import image_sha256, read_split, write_split
 from tests.conftest import CliResult

@@ -16,7 +16,7 @@ from PIL import Image
 
 from segfactory.profiles import get_profile
 from synthetic import generate
-from synthetic._io import export_png
+from synthetic.exchange import export_png
 from synthetic.splits import read_split
 from tests.conftest import REPO, CliResult
 from tests.vision._data import make_version

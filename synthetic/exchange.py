@@ -90,7 +90,7 @@ def export_png(split_dir: Path, out: Path) -> int:
     return len(split)
 
 
-def _component_rows(index: int, image: np.ndarray, mask: np.ndarray) -> list[dict[str, Any]]:
+def component_rows(index: int, image: np.ndarray, mask: np.ndarray) -> list[dict[str, Any]]:
     from scipy import ndimage
 
     labels, count = ndimage.label(mask, structure=np.ones((3, 3)))
@@ -158,7 +158,7 @@ def import_folder(
             }
         )
         if kind != "unlabelled":
-            defects.extend(_component_rows(i, images[i], masks[i]))
+            defects.extend(component_rows(i, images[i], masks[i]))
     stats = set_stats(
         images, masks if kind != "unlabelled" else None, content_hash(images, masks, metas, defects)
     )
