@@ -22,12 +22,13 @@ from agents._realise import NOT_EXECUTABLE_FILE
 from agents.approvals import ApprovalQueue
 from agents.code_arm import with_code_arm
 from agents.graph import DEVICE_LEFT_SHARE, LoopDeps, build_graph, run_loop
+from agents.incumbent import read_lineage
 from agents.judge import Judge, default_judge, make_reviewer
 from agents.llm import LLMUsage
 from agents.proposer import get_proposer
 from agents.proposer.explore import ExploringProposer
 from agents.run_policy import DATASET
-from agents.services import DEV_COMPARISONS, TICKETS_FILE, HostServices, RunSetup
+from agents.services import DEV_COMPARISONS, PROMOTIONS_FILE, TICKETS_FILE, HostServices, RunSetup
 from agents.validate import ticket_problems
 from audit.anchor import anchor_from_reply
 from audit.gate_events import pull
@@ -174,15 +175,16 @@ def _write_report(
     services.setup.audit.flush_anchor(run_id)
     state = services.state_reader()
     tickets = {t["id"]: t for t in read_jsonl(people / TICKETS_FILE)}
-    rows = rpt.ticket_rows(state, home.tickets_dir(run_id), read_jsonl(people / DEV_COMPARISONS), tickets)
-    approvals = [
-        {"id": a.id, "status": a.status, "hypothesis": a.ticket.hypothesis}
-        for a in deps.approvals.requests()
-        if a.run_id == run_id
-    ]
-    milestone_file = people / "milestones" / f"{run_id}-final.json"
-    analyses = sorted((home.runs / run_id / "analysis").glob("*/report.json"))
-
+    promotions = read_jsonl(home.runs / PROMOTIONS_FILE)
+    rows = rpt.ticket_rows(
+        state,
+        home.tickets_dir(run_id),
+        read_jsonl(people / DEV_COMPARISONS),
+        tickets,
+        lineage=read_lineage(home.runs / run_id),
+        promotions=promotions,
+    )
+    milestone = rpt.read_milestone(people, run_id)
     predictions = write_summary(home, run_id)
     report = rpt.RunReport(
         run_id=run_id,
@@ -192,19 +194,23 @@ def _write_report(
         base_config=record.get("base_config"),
         sized_note=record.get("sized_note", ""),
         concurrency=int(record.get("concurrency", 1)),
+        code_agent=bool(record.get("code_agent")),
+        fill_budget=bool(record.get("fill_budget")),
+        gate_tiers=sorted({t.tier for t in client.status().tiers}),
         stop_reason=stop_reason,
         started_at=record.get("started_at"),
         ended_at=time.time(),
         win_rule_sha256=record.get("win_rule_sha256"),
+        headline=rpt.headline(milestone, rpt.read_milestone(people, run_id, "chain"), promotions, run_id),
         tickets=rows,
         not_run=[{"id": q["id"], "hypothesis": q["hypothesis"]} for q in state.get("queue", [])],
-        approvals=approvals,
+        approvals=rpt.approval_rows(deps.approvals, run_id),
         counts=rpt.counts(rows, state),
         device_seconds=float(state.get("device_seconds", 0.0)),
-        milestone=json.loads(milestone_file.read_text()) if milestone_file.is_file() else None,
+        milestone=milestone,
         audit=rpt.audit_summary(home, run_id, anchor_from_reply(client.get_anchor()), anchor_checked=True),
         llm_usage=usage.model_dump(mode="json"),
-        analysis_dir=str(analyses[0].parent) if analyses else None,
+        analysis_dir=rpt.first_analysis(home.runs / run_id, state),
         refused=rpt.refused_drafts(home, run_id),
         rounds=rpt.loop_rounds(home, run_id, state),
         predictions=predictions["rows"],

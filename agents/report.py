@@ -1,115 +1,48 @@
 """The morning report of a run: ``runs/<id>/people/report.md`` and ``report.html`` (people only).
 
-``gather(...)`` collects a ``RunReport`` from what the host recorded: the graph's final state
-(history of coarse verdicts, the judge's decisions, budget counters), each ticket's
-``outcome.json`` (the runner's host-computed evidence), ``people/dev_comparisons.jsonl``, the
-milestone under ``people/milestones/``, the audit log (verified against the gate's anchor) and
-the LLM usage. ``write(report, people_dir)`` renders Markdown, HTML and a plot. Nothing here ever
-goes back into an agent's context (trust rule 9).
+The run's end (``agents._run_loop``) gathers a ``RunReport`` from what the host recorded: the
+graph's final state (history of coarse verdicts, the judge's decisions, budget counters), each
+ticket's ``outcome.json`` (the runner's host-computed evidence) and lineage row,
+``people/dev_comparisons.jsonl``, ``runs/promotions.jsonl``, the milestones under
+``people/milestones/``, the approvals queue, the audit log (verified against the gate's anchor)
+and the LLM usage. ``write(report, people_dir)`` renders Markdown, HTML and plots from that record
+alone. Nothing here ever goes back into an agent's context (trust rule 9).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from agents._predictions import PREDICTIONS_FILE
+from agents._report_headline import headline, read_milestone
+from agents._report_html import render_html
 from agents._report_md import render_markdown
+from agents._report_plots import PLOTS_DIR, copy_analysis_plots, curves_plot, dev_plot
+from agents._report_records import (
+    ApprovalRow,
+    AuditSummary,
+    Headline,
+    RunReport,
+    SealedScore,
+    TicketRow,
+)
+from agents.approvals import ApprovalQueue
 from agents.challenge import retractions
-from agents.incumbent import read_lineage
+from agents.incumbent import Lineage, read_lineage
 from agents.labelling import label_rounds
-from analysis.render import to_html
 from audit import check_records, iter_records, load_policy, verify_log
-from runner import read_beneath
-from segfactory.files import read_jsonl
+from segfactory.files import read_jsonl, write_atomic
 from segfactory.home import Home
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 REPORT_JSON = "report.json"
-PLOTS_DIR = "plots"
-
-
-class _Rec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TicketRow(_Rec):
-    """One ticket as people see it: the hypothesis, the change, the host's numbers and the verdicts."""
-
-    ticket_id: str
-    arm: str
-    kind: str
-    replicate_of: str | None = None
-    hypothesis: str
-    change: dict[str, Any]
-    status: str  # DONE | FAILED | REFUSED | not run
-    reason: str | None = None
-    device_seconds: float = 0.0
-    dev_metrics: dict[str, float] = Field(default_factory=dict)
-    best_dev_object_f1: float | None = None
-    dev_win: bool | None = None
-    verdict: str  # WIN | NO_WIN | INVALID | BUDGET_EXHAUSTED | DEV_LOSS | FAILED
-    tier: str | None = None
-    decision: str | None = None  # replicate | promote | reject | escalate (the judge), None: not judged
-    decision_reason: str | None = None
-
-
-class AuditSummary(_Rec):
-    ok: bool
-    records: int
-    run_records: int
-    head_seq: int | None
-    anchor_seq: int | None
-    unanchored_from: int | None
-    problems: list[str]
-    protected_read_attempts: int
-    path_escape_attempts: int
-    findings: int
-
-
-class RunReport(_Rec):
-    schema_version: int = 1
-    run_id: str
-    profile: str
-    proposer: str
-    backend: str
-    base_config: str | None = (
-        None  # the training config every ticket patched (None: a run before it was recorded)
-    )
-    sized_note: str = ""  # why a GPU-sized profile ran its CPU-sized config ("" when it did not)
-    concurrency: int = 1  # tickets trained at once (run --concurrency)
-    stop_reason: str
-    started_at: float | None
-    ended_at: float
-    win_rule_sha256: str | None
-    tickets: list[TicketRow]
-    not_run: list[dict[str, Any]]  # queued when the budget ran out
-    approvals: list[dict[str, Any]]
-    counts: dict[str, int]
-    device_seconds: float
-    milestone: dict[str, Any] | None
-    audit: AuditSummary | None
-    llm_usage: dict[str, Any]
-    analysis_dir: str | None
-    plots: dict[str, str] = Field(default_factory=dict)
-    label_rounds: list[dict[str, Any]] = Field(default_factory=list)  # the home's labelling rounds so far
-    retractions: list[dict[str, Any]] = Field(default_factory=list)  # the home's retracted claims so far
-    refused: list[dict[str, Any]] = Field(default_factory=list)  # drafts validation refused before queueing
-    rounds: list[dict[str, Any]] = Field(default_factory=list)  # weakness, fixes tried on that best, results
-    predictions: list[dict[str, Any]] = Field(
-        default_factory=list
-    )  # each executed recommendation: predicted, measured
-    hit_rate: dict[str, Any] = Field(
-        default_factory=dict
-    )  # recommendation vs default action, Wilson intervals
-    not_executable: list[dict[str, Any]] = Field(
-        default_factory=list
-    )  # recommendations that became no ticket
+ANALYSIS_DIR = "analysis"  # runs/<id>/analysis/<sha12>/: the dev analysis of each best the run analysed
+SHA_DIR_CHARS = 12  # hex digits of the best's sha256 naming its analysis folder
+WEAKNESSES_SHOWN = 3  # a round names the first this many recommendations of its analysis
 
 
 def home_records(home: Home) -> dict[str, list[dict[str, Any]]]:
@@ -156,16 +89,21 @@ def ticket_rows(
     tickets_dir: Path,
     comparisons: list[dict[str, Any]],
     tickets: dict[str, dict[str, Any]],
+    lineage: Mapping[str, Lineage] | None = None,
+    promotions: Sequence[dict[str, Any]] = (),
 ) -> list[TicketRow]:
-    """Every ticket the run ran, in order, with its verdict and the judge's decision."""
+    """Every ticket the run ran, in order, with its verdict, the judge's decision and what it built
+    on (from its lineage row: the promoted model whose config it patched, or the base config)."""
     decisions = {d["ticket_id"]: d for d in state.get("decisions", [])}
     compared = {c["ticket_id"]: c for c in comparisons}
+    configs_of = {p["sha256"]: p.get("ticket_id") for p in promotions if p.get("sha256") and p.get("config")}
     rows = []
     for entry in state.get("history", []):
         tid = entry["ticket_id"]
         outcome, cmp, ticket = _outcome(tickets_dir, tid), compared.get(tid, {}), tickets.get(tid, {})
         decision = decisions.get(tid) if not ticket.get("replicate_of") else None
         evidence = outcome.get("evidence") or {}
+        parent = (lineage or {}).get(tid)
         rows.append(
             TicketRow(
                 ticket_id=tid,
@@ -184,6 +122,8 @@ def ticket_rows(
                 tier=entry.get("tier"),
                 decision=decision["decision"] if decision else None,
                 decision_reason=decision["reason"] if decision else None,
+                built_on=parent.parent_sha256 if parent else None,
+                built_on_ticket=configs_of.get(parent.parent_sha256) if parent else None,
             )
         )
     return rows
@@ -227,6 +167,24 @@ def refused_drafts(home: Home, run_id: str) -> list[dict[str, Any]]:
     return out
 
 
+def approval_rows(queue: ApprovalQueue, run_id: str) -> list[ApprovalRow]:
+    """The data requests ``run_id`` made, and earlier runs' requests it took up, oldest first."""
+    taken = queue.taken()
+    return [
+        ApprovalRow(
+            id=a.id,
+            status=a.status,
+            hypothesis=a.ticket.hypothesis,
+            run_id=a.run_id,
+            taken_by=taken.get(a.id),
+            decided_by=a.decided_by,
+            reason=a.reason,
+        )
+        for a in queue.requests()
+        if a.run_id == run_id or taken.get(a.id) == run_id
+    ]
+
+
 def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) -> AuditSummary:
     """The chain verified against the gate's anchor, and the protected-path findings."""
 
@@ -247,89 +205,13 @@ def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) ->
     )
 
 
-def dev_plot(rows: list[TicketRow], out: Path) -> bool:
-    """Dev object F1 per ticket against the best at the time (host-computed)."""
-    scored = [r for r in rows if "object_f1" in r.dev_metrics]
-    if not scored:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(scored)), 3.2))
-    xs = range(len(scored))
-    colours = ["tab:green" if r.dev_win else "tab:grey" for r in scored]
-    ax.bar(xs, [r.dev_metrics["object_f1"] for r in scored], color=colours)
-    ax.plot(xs, [r.best_dev_object_f1 or 0.0 for r in scored], "k_", markersize=24, label="current best")
-    ax.set_xticks(list(xs), [r.ticket_id.rsplit("-", 1)[-1] for r in scored], rotation=45, fontsize=7)
-    ax.set_ylabel("dev object F1")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return True
-
-
-CURVE_FILE = "out/learning_curve.jsonl"  # written by the worker inside the sandbox: shown, never evidence
-MAX_CURVE_BYTES = 1024**2  # past this the curve is cut (read_beneath reports it truncated)
-
-
-def _curve(work: Path) -> list[dict[str, Any]]:
-    """A ticket's learning curve, read beneath its workspace with no symlink followed."""
-
-    try:
-        data, _ = read_beneath(work, CURVE_FILE, cap=MAX_CURVE_BYTES)
-    except Exception:  # absent, refused (a symlink, a FIFO) or unreadable: no curve for this ticket
-        return []
-    rows = []
-    for line in data.decode(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("train_loss"), int | float):
-            rows.append(row)
-    return rows
-
-
-def curves_plot(rows: list[TicketRow], tickets_dir: Path, out: Path) -> bool:
-    """Train loss per epoch for every ticket that trained (as the sandboxed worker reported it)."""
-    curves = {r.ticket_id: _curve(tickets_dir / r.ticket_id / "work") for r in rows}
-    curves = {k: v for k, v in curves.items() if v}
-    if not curves:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.0, 3.2))
-    for tid, curve in curves.items():
-        ax.plot(
-            [c.get("epoch", k) for k, c in enumerate(curve)],
-            [c["train_loss"] for c in curve],
-            "o-",
-            label=tid.rsplit("-", 1)[-1],
-        )
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("train loss (sandbox-reported)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return True
-
-
-def copy_analysis_plots(analysis_dir: Path | None, plots_dir: Path) -> dict[str, str]:
-    found: dict[str, str] = {}
-    if analysis_dir is None:
-        return found
-    for name in ("errors.png", "slices.png", "learning_curve.png"):
-        if (analysis_dir / name).is_file():
-            shutil.copyfile(analysis_dir / name, plots_dir / f"best-{name}")
-            found[name.removesuffix(".png")] = f"{PLOTS_DIR}/best-{name}"
-    return found
+def first_analysis(run_dir: Path, state: dict[str, Any]) -> str | None:
+    """The dev analysis of the best the run started from: its first round's (None: no round)."""
+    rounds = state.get("rounds", [])
+    if not rounds:
+        return None
+    folder = run_dir / ANALYSIS_DIR / str(rounds[0].get("incumbent", ""))[:SHA_DIR_CHARS]
+    return str(folder) if (folder / REPORT_JSON).is_file() else None
 
 
 def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> dict[str, Path]:
@@ -343,30 +225,11 @@ def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> d
     if tickets_dir is not None and curves_plot(report.tickets, tickets_dir, plots_dir / "curves.png"):
         plots["curves"] = f"{PLOTS_DIR}/curves.png"
     report = report.model_copy(update={"plots": plots})
-    md = render_markdown(report)
     paths = {"json": people / REPORT_JSON, "md": people / REPORT_MD, "html": people / REPORT_HTML}
-    paths["json"].write_text(report.model_dump_json(indent=2) + "\n")
-    paths["md"].write_text(md)
-    page = to_html(md).replace(
-        "<title>segfactory analysis</title>", f"<title>segfactory run {report.run_id}</title>"
-    )
-    paths["html"].write_text(page.replace("<p>- ", "<p>&bull; "))
+    write_atomic(paths["json"], report.model_dump_json(indent=2) + "\n")
+    write_atomic(paths["md"], render_markdown(report))
+    write_atomic(paths["html"], render_html(report))
     return paths
-
-
-__all__ = [
-    "REPORT_HTML",
-    "REPORT_JSON",
-    "REPORT_MD",
-    "AuditSummary",
-    "RunReport",
-    "TicketRow",
-    "audit_summary",
-    "counts",
-    "home_records",
-    "ticket_rows",
-    "write",
-]
 
 
 def loop_rounds(home: Home, run_id: str, state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -384,11 +247,11 @@ def loop_rounds(home: Home, run_id: str, state: dict[str, Any]) -> list[dict[str
     out = []
     for row in state.get("rounds", []):
         sha = row.get("incumbent", "")
-        analysis = home.runs / run_id / "analysis" / sha[:12] / "report.json"
+        analysis = home.runs / run_id / ANALYSIS_DIR / sha[:SHA_DIR_CHARS] / REPORT_JSON
         weakness = ""
         if analysis.is_file():
             recs = json.loads(analysis.read_text()).get("recommendations", [])
-            weakness = "; ".join(f"{r['id']}: {r.get('rationale', '')}"[:160] for r in recs[:3])
+            weakness = "; ".join(f"{r['id']}: {r.get('rationale', '')}" for r in recs[:WEAKNESSES_SHOWN])
         tried = []
         for tid, lin in lineage.items():
             if lin.parent_sha256 != sha or tid not in tickets:
@@ -397,7 +260,7 @@ def loop_rounds(home: Home, run_id: str, state: dict[str, Any]) -> list[dict[str
             tried.append(
                 {
                     "ticket_id": tid,
-                    "hypothesis": tickets[tid]["hypothesis"][:120],
+                    "hypothesis": tickets[tid]["hypothesis"],
                     "change": tickets[tid]["change"],
                     "verdict": verdicts.get(tid, "not recorded"),
                     "dev_object_f1": (dev.get(tid) or {}).get("object_f1"),
@@ -409,3 +272,30 @@ def loop_rounds(home: Home, run_id: str, state: dict[str, Any]) -> list[dict[str
             )
         out.append({"round": row["round"], "incumbent": sha, "weakness": weakness, "tried": tried})
     return out
+
+
+__all__ = [
+    "PLOTS_DIR",
+    "REPORT_HTML",
+    "REPORT_JSON",
+    "REPORT_MD",
+    "ApprovalRow",
+    "AuditSummary",
+    "Headline",
+    "RunReport",
+    "SealedScore",
+    "TicketRow",
+    "approval_rows",
+    "audit_summary",
+    "counts",
+    "first_analysis",
+    "headline",
+    "home_records",
+    "loop_rounds",
+    "read_milestone",
+    "refused_drafts",
+    "render_html",
+    "render_markdown",
+    "ticket_rows",
+    "write",
+]

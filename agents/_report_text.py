@@ -1,0 +1,74 @@
+"""How a value enters the run report's Markdown: one door for text, one for code, one way to cut.
+
+The report's sentences are Markdown written here; every value put into them (a hypothesis, a
+reason, a ticket id, a path) is text, not Markdown. Hypotheses and change patches come from a
+proposer (an LLM), reasons from the judge, the runner or a sandbox, so a value could hold
+Markdown that links to a remote image, breaks a table or opens a code span. ``inert`` is the one
+place such text passes through; ``text`` and ``code`` build on it and make the value literal in
+its place, so the HTML, rendered by markdown-it with raw HTML off, shows it as written.
+
+``clip`` shortens a value for a table cell at a word boundary and marks the cut with an ellipsis;
+the report gives every clipped value in full elsewhere (the ticket list).
+"""
+
+from __future__ import annotations
+
+import re
+
+ELLIPSIS = "…"
+MIN_KEPT_SHARE = 0.5  # clip keeps at least this share of its limit before it looks for a boundary
+
+_MARKUP = re.compile(r"([\\`*\[\]<>|&~])")  # characters that start Markdown inline markup
+_EDGE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")  # `_x_` emphasises, `batch_size` not
+_WORD = re.compile(r"\w")
+
+
+def inert(value: object) -> str:
+    """Any value as one line of plain text: every run of whitespace (newlines, tabs) is one space.
+
+    The one point where text a sandbox, an LLM or a person wrote enters the report: whatever
+    else such text needs before people read it belongs here.
+    """
+    return " ".join(str(value).split())
+
+
+def clip(value: str, limit: int) -> str:
+    """``value`` cut to at most ``limit`` characters between two words, ending in an ellipsis.
+
+    The cut falls at the last space in the kept part, else after the last character that is not
+    a letter or digit (``batch_size=`` rather than ``batch_size=3``). Only a value whose first
+    ``limit`` characters hold no such boundary at all is cut inside it.
+    """
+    if len(value) <= limit:
+        return value
+    kept = value[: max(limit - len(ELLIPSIS), 1)]
+    space = kept.rfind(" ")
+    if space >= limit * MIN_KEPT_SHARE:
+        return kept[:space].rstrip(" ,;:") + ELLIPSIS
+    for end in range(len(kept), 0, -1):  # the last end with a non-word character on either side
+        if not (_WORD.match(kept[end - 1]) and _WORD.match(value[end])):
+            return kept[:end].rstrip() + ELLIPSIS
+    return kept + ELLIPSIS
+
+
+def text(value: object, limit: int | None = None) -> str:
+    """``value`` as literal Markdown text (safe inside a table cell), clipped to ``limit``."""
+    plain = inert(value)
+    if limit is not None:
+        plain = clip(plain, limit)
+    return _EDGE_UNDERSCORE.sub(r"\\_", _MARKUP.sub(r"\\\1", plain))
+
+
+def code(value: object, limit: int | None = None, *, cell: bool = False) -> str:
+    """``value`` as a Markdown code span, clipped to ``limit``; ``cell``: it sits in a table row."""
+    plain = inert(value)
+    if limit is not None:
+        plain = clip(plain, limit)
+    ticks = max((len(run) for run in re.findall(r"`+", plain)), default=0)
+    fence = "`" * (ticks + 1)
+    pad = " " if plain.startswith("`") or plain.endswith("`") else ""
+    span = f"{fence}{pad}{plain}{pad}{fence}"
+    return span.replace("|", "\\|") if cell else span  # a table splits its row at every bare pipe
+
+
+__all__ = ["ELLIPSIS", "clip", "code", "inert", "text"]
