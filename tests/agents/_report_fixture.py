@@ -116,7 +116,8 @@ _TICKETS: list[tuple[str, str, str, dict[str, Any], str, float | None, str]] = [
     (
         "t003",
         "data",
-        "targeted_synthetic: contrast=low: defect failure 0.77 vs 0.40 elsewhere (n=98), reproduced on held-out half",
+        "targeted_synthetic: contrast=low: defect failure 0.77 vs 0.40 elsewhere (n=98), reproduced on "
+        "held-out half",
         {"topup": {"n": 250, "slice": "contrast=low"}},
         "WIN",
         0.479,
@@ -185,7 +186,8 @@ _TICKETS: list[tuple[str, str, str, dict[str, Any], str, float | None, str]] = [
     (
         "t011",
         "data",
-        "targeted_synthetic: size=tiny: defect failure 0.84 vs 0.39 elsewhere (n=151), reproduced on held-out half",
+        "targeted_synthetic: size=tiny: defect failure 0.84 vs 0.39 elsewhere (n=151), reproduced on "
+        "held-out half",
         {"topup": {"n": 250, "slice": "size=tiny"}},
         "DEV_LOSS",
         0.490,
@@ -364,7 +366,8 @@ def demo_report(**update: Any) -> rpt.RunReport:
         },
         refused=[
             {
-                "hypothesis": "targeted_synthetic: shape=cluster: defect failure 0.66 vs 0.41 elsewhere (n=23)",
+                "hypothesis": "targeted_synthetic: shape=cluster: defect failure 0.66 vs 0.41 elsewhere "
+                "(n=23)",
                 "kind": "data",
                 "reasons": ["the generator cannot target the slice term 'shape=cluster'"],
             }
