@@ -89,7 +89,7 @@ class Headline(_Rec):
 
 
 class RunReport(_Rec):
-    schema_version: int = 1
+    schema_version: int = 2  # 2: headline, lineage per ticket, approval rows, gate tiers
     run_id: str
     profile: str
     proposer: str
