@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents._report_caveats import did_not_do, starts
-from agents._report_records import ApprovalRow, RunReport, SealedScore, TicketRow
-from agents._report_text import code, text
+from agents._report_outcome import headline_lines
+from agents._report_records import ApprovalRow, RunReport, TicketRow
+from agents._report_text import NOT_MEASURED, code, number, sha_text, text, ticket_text
 
-NOT_MEASURED = "n/a"
 HYPOTHESIS_CELL = 90  # characters of a hypothesis in a table cell (in full in the ticket list)
 CHANGE_CELL = 60  # characters of a change patch in a table cell (in full in the ticket list)
 ROUND_CELL = 70  # characters of a fix in the rounds table
-SHA_SHOWN = 10  # hex digits of a model's sha256 in the text
 
 
 @dataclass(frozen=True)
@@ -40,22 +39,8 @@ class Section:
     blocks: list[Block] = field(default_factory=list)
 
 
-def _f(value: Any, digits: int = 3) -> str:
-    return f"{value:.{digits}f}" if isinstance(value, int | float) else NOT_MEASURED
-
-
 def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) if ts else NOT_MEASURED
-
-
-def _sha(sha: str | None) -> str:
-    return code((sha or "")[:SHA_SHOWN]) if sha else NOT_MEASURED
-
-
-def _tid(r: RunReport, ticket_id: str | None) -> str:
-    """A ticket id as text, without this run's id in front (the title names the run)."""
-    tid = ticket_id or ""
-    return text(tid.removeprefix(f"{r.run_id}-") if tid.startswith(f"{r.run_id}-t") else tid)
 
 
 def _sentence(value: str) -> str:
@@ -108,7 +93,7 @@ def _outcome(r: RunReport) -> list[Block]:
         f"- wins that survived confirm-a: {c.get('survived_confirm_a', 0)}",
         f"- promoted (confirm-a WIN and a replicate WIN on confirm-b): {c.get('promoted', 0)}",
     ]
-    blocks = [Block(_headline(r))]
+    blocks = [Block(headline_lines(r))]
     if "dev_f1" in r.plots:
         blocks.append(
             Block(
@@ -121,63 +106,6 @@ def _outcome(r: RunReport) -> list[Block]:
             )
         )
     return [*blocks, Block(counts)]
-
-
-def _who(r: RunReport, score: SealedScore) -> str:
-    if score.ticket_id:
-        return f"the model of ticket {_tid(r, score.ticket_id)} ({_sha(score.sha256)})"
-    return f"the classical detector ({_sha(score.sha256)})"
-
-
-def _interval(score: SealedScore) -> str:
-    level = f"{1 - score.alpha:.0%} " if score.alpha is not None else ""
-    return f"[{score.low:.3f}, {score.high:.3f}] ({level}interval)"
-
-
-def _against(label: str, best: SealedScore, other: SealedScore) -> str:
-    overlap = other.low <= best.high and best.low <= other.high
-    return (
-        f"- against {label}: {other.estimate:.3f} {_interval(other)}; difference "
-        f"{best.estimate - other.estimate:+.3f}, the intervals {'overlap' if overlap else 'do not overlap'}"
-    )
-
-
-def _headline(r: RunReport) -> list[str]:
-    h = r.headline
-    if h.best is None:
-        return [f"**The best has no sealed score in this report:** {text(h.missing or 'not scored')}."]
-    b = h.best
-    moved = (
-        f"promoted in this run ({', '.join(_tid(r, t) for t in h.promoted)})"
-        if h.promoted
-        else "unchanged: nothing was promoted in this run"
-    )
-    images = f" on {b.n_images} images" if b.n_images else ""
-    version = f" v{h.tier_version}" if h.tier_version is not None else ""
-    lines = [
-        f"**The best after this run is {_who(r, b)}, {moved}.** Its object F1 on the sealed tier{version} "
-        f"is **{b.estimate:.3f}** {_interval(b)}{images}.",
-        "",
-    ]
-    if h.classical is None:
-        lines.append("- against the classical detector: not scored in this run's milestone")
-    elif h.classical.sha256 != b.sha256:
-        lines.append(_against(f"the classical detector ({_sha(h.classical.sha256)})", b, h.classical))
-    lines.append(_against_start(r, b))
-    return lines
-
-
-def _against_start(r: RunReport, b: SealedScore) -> str:
-    h, label = r.headline, "the best when the run started"
-    if h.start_sha256 is None:
-        return f"- against {label}: not known (the run's first promotion names no parent)"
-    if h.start_sha256 == b.sha256:
-        return f"- against {label}: the same model"
-    if h.start is None:
-        return f"- against {label} ({_sha(h.start_sha256)}): not scored on the sealed tier"
-    if h.classical is not None and h.start.sha256 == h.classical.sha256:
-        return f"- {label} was the classical detector"
-    return _against(f"{label}, {_who(r, h.start)}", b, h.start)
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -242,13 +170,13 @@ def _ticket_row(r: RunReport, t: TicketRow) -> str:
     verdict = f"{t.verdict} ({t.tier})" if t.tier else t.verdict
     decision = text(t.decision) if t.decision else "-"
     if t.replicate_of is not None:
-        decision = f"replicate of {_tid(r, t.replicate_of)}"
+        decision = f"replicate of {ticket_text(r.run_id, t.replicate_of)}"
     cells = [
-        _tid(r, t.ticket_id),
+        ticket_text(r.run_id, t.ticket_id),
         f"{text(t.arm)}, {text(t.kind)}",
         text(t.hypothesis, HYPOTHESIS_CELL),
         code(_change(t), CHANGE_CELL, cell=True) if t.change else "-",
-        f"{_f(t.dev_metrics.get('object_f1'))} ({_f(t.best_dev_object_f1)})",
+        f"{number(t.dev_metrics.get('object_f1'))} ({number(t.best_dev_object_f1)})",
         f"{t.device_seconds:.0f}",
         text(verdict),
         decision,
@@ -257,14 +185,14 @@ def _ticket_row(r: RunReport, t: TicketRow) -> str:
 
 
 def _ticket_in_full(t: TicketRow) -> str:
-    built = f", built on {_sha(t.built_on)}" if t.built_on else ""
+    built = f", built on {sha_text(t.built_on)}" if t.built_on else ""
     if t.built_on_ticket:
         built += f" from {text(t.built_on_ticket)}"
     head = f"- **{text(t.ticket_id)}** ({text(t.arm)}, {text(t.kind)}{built}):"
     parts = [head, _sentence(text(t.hypothesis))]
     if t.change:
         parts.append(f"Change: {code(_change(t))}.")
-    parts.append(f"Status {text(t.status)}; dev dice {_f(t.dev_metrics.get('dice'))}.")
+    parts.append(f"Status {text(t.status)}; dev dice {number(t.dev_metrics.get('dice'))}.")
     if t.reason:
         parts.append(f"Outcome: {_sentence(text(t.reason))}")
     if t.decision_reason:
@@ -289,7 +217,7 @@ def _rounds(r: RunReport) -> list[Block]:
     ]
     for rnd in r.rounds:
         lines = [
-            f"### Round {rnd['round']} (best {_sha(rnd['incumbent'])})",
+            f"### Round {rnd['round']} (best {sha_text(rnd['incumbent'])})",
             "",
             f"Weakness: {text(rnd['weakness'] or 'none named')}",
             "",
@@ -312,8 +240,9 @@ def _round_row(r: RunReport, t: dict[str, Any]) -> str:
     measured = f"{t['observed_change']:+.3f}" if t.get("observed_change") is not None else "-"
     held = "-" if t.get("held") is None else ("yes" if t["held"] else "no")
     return (
-        f"| {_tid(r, t['ticket_id'])} | {text(t['hypothesis'], ROUND_CELL)} | {_f(t['dev_object_f1'])} "
-        f"({_f(t['best_dev_object_f1'])}) | {text(pred)} | {measured} | {held} | {text(t['verdict'])} |"
+        f"| {ticket_text(r.run_id, t['ticket_id'])} | {text(t['hypothesis'], ROUND_CELL)} | "
+        f"{number(t['dev_object_f1'])} ({number(t['best_dev_object_f1'])}) | {text(pred)} | {measured} | "
+        f"{held} | {text(t['verdict'])} |"
     )
 
 
@@ -367,9 +296,10 @@ def _milestone(r: RunReport) -> list[str]:
             f1 = s.get("object_f1", {}) if isinstance(s, dict) else {}
             level = f"{1 - f1['alpha']:.0%} " if isinstance(f1.get("alpha"), int | float) else ""
             lines.append(
-                f"| {text(tier)} | v{block.get('version')} | {names.get(sha, 'model')} {_sha(sha)} | "
-                f"{_f(f1.get('estimate'))} | {level}[{_f(f1.get('low'))}, {_f(f1.get('high'))}] | "
-                f"{_f(s.get('pixel_iou'))} | {s.get('n_images', NOT_MEASURED)} |"
+                f"| {text(tier)} | v{block.get('version')} | {names.get(sha, 'model')} {sha_text(sha)} | "
+                f"{number(f1.get('estimate'))} | {level}[{number(f1.get('low'))}, "
+                f"{number(f1.get('high'))}] | "
+                f"{number(s.get('pixel_iou'))} | {s.get('n_images', NOT_MEASURED)} |"
             )
     return [*lines, "", *_gap(m)]
 
@@ -452,8 +382,9 @@ def _labelling(r: RunReport) -> list[str]:
         ]
         lines += [
             f"| {text(x['round'])} | {x['reviewed']} | {x['kept']} / {x['fixed']} / {x['dropped']} | "
-            f"{_f(x['precision'])} | {_f(x['human_minutes_per_image'])} | {_f(x['labels_per_hour'], 0)} | "
-            f"{_f(x['dev_object_f1'])} | {_f(x['dev_gain'])} | {text(x['gate_verdict'] or x['status'])} |"
+            f"{number(x['precision'])} | {number(x['human_minutes_per_image'])} | "
+            f"{number(x['labels_per_hour'], 0)} | {number(x['dev_object_f1'])} | {number(x['dev_gain'])} | "
+            f"{text(x['gate_verdict'] or x['status'])} |"
             for x in r.label_rounds
         ]
         lines.append("")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 
 ELLIPSIS = "…"
+NOT_MEASURED = "n/a"  # a number the records do not hold
+SHA_SHOWN = 10  # hex digits of a model's sha256 in the text
 MIN_KEPT_SHARE = 0.5  # clip keeps at least this share of its limit before it looks for a boundary
 
 _MARKUP = re.compile(r"([\\`*\[\]<>|&~])")  # characters that start Markdown inline markup
@@ -71,4 +73,19 @@ def code(value: object, limit: int | None = None, *, cell: bool = False) -> str:
     return span.replace("|", "\\|") if cell else span  # a table splits its row at every bare pipe
 
 
-__all__ = ["ELLIPSIS", "clip", "code", "inert", "text"]
+def number(value: object, digits: int = 3) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else NOT_MEASURED
+
+
+def sha_text(sha: str | None) -> str:
+    """A model's sha256, shortened, as code."""
+    return code(sha[:SHA_SHOWN]) if sha else NOT_MEASURED
+
+
+def ticket_text(run_id: str, ticket_id: str | None) -> str:
+    """A ticket id as text, without ``run_id`` in front (the report's title names the run)."""
+    tid = ticket_id or ""
+    return text(tid.removeprefix(f"{run_id}-") if tid.startswith(f"{run_id}-t") else tid)
+
+
+__all__ = ["ELLIPSIS", "NOT_MEASURED", "clip", "code", "inert", "number", "sha_text", "text", "ticket_text"]
