@@ -9,7 +9,7 @@ written; none is a fixed sentence that could outlive the code it describes.
 from __future__ import annotations
 
 from agents._report_records import RunReport, TicketRow
-from agents._report_text import code, text
+from agents._report_text import code, sha_text, text
 from gate.milestones import MILESTONE_TIERS, REAL_TIERS
 from segfactory.records import Arm, TicketKind
 
@@ -108,7 +108,7 @@ def _no_trained_start(r: RunReport) -> list[str]:
     config = code(r.base_config) if r.base_config else "the run's base config"
     return [
         f"- No ticket started from a trained model: all {len(planned)} patched {config}, because the best "
-        f"they built on ({', '.join(code(p[:12]) for p in parents)}) {which}."
+        f"they built on ({', '.join(sha_text(p) for p in parents)}) {which}."
     ]
 
 
@@ -156,7 +156,7 @@ def starts(rows: list[TicketRow]) -> list[str]:
     tally: dict[str, int] = {}
     for t in planned:
         name = f"{text(t.built_on_ticket)}'s config" if t.built_on_ticket else "the base config"
-        key = f"{name} ({code((t.built_on or '')[:12])})"
+        key = f"{name} ({sha_text(t.built_on)})"
         tally[key] = tally.get(key, 0) + 1
     return [f"- tickets built on: {'; '.join(f'{k} ×{n}' for k, n in tally.items())}"]
 

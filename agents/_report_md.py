@@ -22,6 +22,7 @@ from agents._report_text import NOT_MEASURED, code, number, sha_text, text, tick
 HYPOTHESIS_CELL = 90  # characters of a hypothesis in a table cell (in full in the ticket list)
 CHANGE_CELL = 60  # characters of a change patch in a table cell (in full in the ticket list)
 ROUND_CELL = 70  # characters of a fix in the rounds table
+PROBLEMS_SHOWN = 3  # audit problems listed; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -407,7 +408,12 @@ def _audit(r: RunReport) -> list[str]:
     a = r.audit
     if a is None:
         return ["The audit log was not verified."]
-    chain = "verified" if a.ok else "FAILED: " + text("; ".join(a.problems[:3]))
+    more = (
+        f" (and {len(a.problems) - PROBLEMS_SHOWN} more: `segfactory audit verify`)"
+        if len(a.problems) > PROBLEMS_SHOWN
+        else ""
+    )
+    chain = "verified" if a.ok else "FAILED: " + text("; ".join(a.problems[:PROBLEMS_SHOWN])) + more
     window = (
         "no unanchored window"
         if a.unanchored_from is None

@@ -94,12 +94,12 @@ def test_unscored_tiers_follow_the_milestone_and_the_gates_tiers() -> None:
 def test_a_trained_start_follows_the_lineage() -> None:
     assert "No ticket started from a trained model" not in _did_not_do()  # the demo built on promotions
     run = _section(fx.demo_report(), "The run")
-    assert f"- tickets built on: r20261202-1733-t004's config (`{fx.START[:12]}`) ×4" in run
+    assert f"- tickets built on: r20261202-1733-t004's config (`{fx.START[:10]}`) ×4" in run
     classical = _tickets(built_on=fx.CLASSICAL, built_on_ticket=None)
     line = _did_not_do(tickets=classical)
     assert (
         f"No ticket started from a trained model: all {len(classical)} patched `configs/run-demo.yaml`, "
-        f"because the best they built on (`{fx.CLASSICAL[:12]}`) is the classical detector." in line
+        f"because the best they built on (`{fx.CLASSICAL[:10]}`) is the classical detector." in line
     )
     assert "tickets built on" not in _section(fx.demo_report(tickets=classical), "The run")
     unrecorded = _tickets(built_on=fx.START, built_on_ticket=None)  # promoted before lineage was kept
@@ -143,6 +143,18 @@ def test_the_audit_window_follows_the_anchor() -> None:
     open_window = _section(fx.demo_report(audit=audit.model_copy(update={"unanchored_from": 1880})), "Audit")
     assert "records from seq 1880 on came after it; the run's end anchors them" in open_window
     assert "no unanchored window" not in open_window
+
+
+def test_a_broken_chain_lists_its_first_problems_and_counts_the_rest() -> None:
+    audit = fx.demo_report().audit
+    assert audit is not None
+    assert "- chain: verified;" in _section(fx.demo_report(), "Audit")
+    broken = audit.model_copy(update={"ok": False, "problems": [f"seq {k}: hash mismatch" for k in range(5)]})
+    text = _section(fx.demo_report(audit=broken), "Audit")
+    assert (
+        "- chain: FAILED: seq 0: hash mismatch; seq 1: hash mismatch; seq 2: hash mismatch (and 2 more"
+        in text
+    )
 
 
 def _request(tid: str) -> Ticket:
