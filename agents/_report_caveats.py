@@ -107,7 +107,7 @@ def _no_trained_start(r: RunReport) -> list[str]:
     which = "is the classical detector" if parents == [classical] else "has no recorded training config"
     config = code(r.base_config) if r.base_config else "the run's base config"
     return [
-        f"- No ticket started from a trained model: all {len(planned)} patched {config}, because the best "
+        f"- No ticket started from a trained model: {_all(len(planned))} patched {config}, because the best "
         f"they built on ({', '.join(sha_text(p) for p in parents)}) {which}."
     ]
 
@@ -123,7 +123,7 @@ def _robustness(r: RunReport) -> list[str]:
         else "nowhere: no ticket reached the gate"
     )
     return [
-        f"- No perturbation score was measured for the {len(trained)} ticket(s) that trained: their dev "
+        f"- No perturbation score was measured for {_the(len(trained))} that trained: their dev "
         "numbers are on clean images, and robustness (`robust` in `policies/win_rule.yaml`) was "
         f"checked {where}."
     ]
@@ -145,7 +145,19 @@ def _nothing_promoted(r: RunReport) -> list[str]:
 
 def _not_run(r: RunReport) -> list[str]:
     n = len(r.not_run)
-    return [f"- {n} queued ticket(s) did not run before the budget was spent."] if n else []
+    return [f"- {_tickets(n)} in the queue did not run before the budget was spent."] if n else []
+
+
+def _tickets(n: int) -> str:
+    return f"{n} ticket" if n == 1 else f"{n} tickets"
+
+
+def _all(n: int) -> str:
+    return "the one ticket" if n == 1 else f"all {n} tickets"
+
+
+def _the(n: int) -> str:
+    return "the one ticket" if n == 1 else f"the {n} tickets"
 
 
 def starts(rows: list[TicketRow]) -> list[str]:

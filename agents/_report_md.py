@@ -251,7 +251,7 @@ def _predictions(r: RunReport) -> list[str]:
     rates = r.hit_rate or {}
     lines = []
     if not any((rates.get(arm) or {}).get("n") for arm in ("recommendation", "default", "sealed")):
-        lines.append("No recommendation's prediction was scored in this run.")
+        lines += ["No recommendation's prediction was scored in this run.", ""]
     for arm, label in (
         ("recommendation", "recommendations (dev)"),
         ("default", "default action at the same cost (fresh-seed re-run of the best)"),

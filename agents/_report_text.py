@@ -20,7 +20,10 @@ NOT_MEASURED = "n/a"  # a number the records do not hold
 SHA_SHOWN = 10  # hex digits of a model's sha256 in the text
 MIN_KEPT_SHARE = 0.5  # clip keeps at least this share of its limit before it looks for a boundary
 
-_MARKUP = re.compile(r"([\\`*\[\]<>|&~])")  # characters that start Markdown inline markup
+# What starts Markdown inline markup: emphasis, code, links and images, a table cell's end, an
+# autolink or raw HTML (``<`` before a letter, ``/``, ``!`` or ``?``) and an entity (``&`` before a
+# letter or ``#``). Other punctuation stays as it is, so report.md reads as plain text.
+_MARKUP = re.compile(r"([\\`*\[\]|]|<(?=[A-Za-z/!?])|&(?=[A-Za-z#]))")
 _EDGE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")  # `_x_` emphasises, `batch_size` not
 _WORD = re.compile(r"\w")
 

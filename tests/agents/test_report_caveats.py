@@ -98,13 +98,16 @@ def test_a_trained_start_follows_the_lineage() -> None:
     classical = _tickets(built_on=fx.CLASSICAL, built_on_ticket=None)
     line = _did_not_do(tickets=classical)
     assert (
-        f"No ticket started from a trained model: all {len(classical)} patched `configs/run-demo.yaml`, "
-        f"because the best they built on (`{fx.CLASSICAL[:10]}`) is the classical detector." in line
+        f"No ticket started from a trained model: all {len(classical)} tickets patched "
+        f"`configs/run-demo.yaml`, because the best they built on (`{fx.CLASSICAL[:10]}`) is the "
+        "classical detector." in line
     )
     assert "tickets built on" not in _section(fx.demo_report(tickets=classical), "The run")
     unrecorded = _tickets(built_on=fx.START, built_on_ticket=None)  # promoted before lineage was kept
     assert "has no recorded training config" in _did_not_do(tickets=unrecorded)
     assert "No ticket started" not in _did_not_do(tickets=_tickets(built_on=None, built_on_ticket=None))
+    one = _did_not_do(tickets=classical[:1])
+    assert "No ticket started from a trained model: the one ticket patched `configs/run-demo.yaml`" in one
 
 
 def test_robustness_follows_the_tickets_the_gate_scored() -> None:
@@ -132,8 +135,10 @@ def test_nothing_promoted_and_not_run_follow_the_counts_and_the_queue() -> None:
     assert "Nothing was promoted" not in _did_not_do()
     counts = {**fx.demo_report().counts, "promoted": 0}
     assert "Nothing was promoted: the current best is unchanged by this run." in _did_not_do(counts=counts)
-    assert "1 queued ticket(s) did not run" in _did_not_do()
+    assert "- 1 ticket in the queue did not run before the budget was spent." in _did_not_do()
     assert "did not run before the budget" not in _did_not_do(not_run=[])
+    two = [{"id": f"{fx.RUN}-t0{k}", "hypothesis": "exploration"} for k in (15, 16)]
+    assert "- 2 tickets in the queue did not run" in _did_not_do(not_run=two)
 
 
 def test_the_audit_window_follows_the_anchor() -> None:
