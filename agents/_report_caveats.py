@@ -123,7 +123,7 @@ def _robustness(r: RunReport) -> list[str]:
         else "nowhere: no ticket reached the gate"
     )
     return [
-        f"- No perturbation score was measured for {_the(len(trained))} that trained: their dev "
+        f"- No perturbation score was measured for {_the(len(trained))} that trained: the dev "
         "numbers are on clean images, and robustness (`robust` in `policies/win_rule.yaml`) was "
         f"checked {where}."
     ]

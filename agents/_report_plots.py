@@ -46,7 +46,8 @@ def dev_plot(rows: list[TicketRow], out: Path) -> bool:
     xs = list(range(len(scored)))
     colours = ["tab:green" if r.dev_win else "tab:grey" for r in scored]
     ax.bar(xs, [r.dev_metrics["object_f1"] for r in scored], color=colours, label="ticket (green: dev win)")
-    ax.step(xs, [r.best_dev_object_f1 or 0.0 for r in scored], "k-", where="mid", label="best at the time")
+    best = [r.best_dev_object_f1 or 0.0 for r in scored]
+    ax.hlines(best, [x - 0.45 for x in xs], [x + 0.45 for x in xs], colors="k", label="best at the time")
     for x, row in zip(xs, scored, strict=True):
         if row.decision == "promote":
             ax.annotate("promoted", (x, row.dev_metrics["object_f1"]), ha="center", va="bottom", fontsize=7)
