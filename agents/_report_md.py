@@ -1,119 +1,257 @@
-"""Markdown of the run report (the HTML is rendered from it by ``analysis.render.to_html``)."""
+"""The run report as sections of Markdown, rendered from a ``RunReport`` alone.
+
+``sections(report)`` gives the report in reading order, the outcome first; ``render_markdown``
+joins them into ``report.md`` and ``agents._report_html`` renders the same sections as HTML. A
+section is a list of blocks; a block with a ``fold`` title holds text given in full (every
+ticket's hypothesis and reasons), which the HTML shows folded under that title. Every value goes
+into the Markdown through ``agents._report_text`` (``text`` or ``code``), never as Markdown.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
-NOT_MEASURED = "n/a"
+from agents._report_caveats import did_not_do, starts
+from agents._report_outcome import headline_lines
+from agents._report_records import ApprovalRow, RunReport, TicketRow
+from agents._report_text import NOT_MEASURED, code, number, sha_text, text, ticket_text
+
+HYPOTHESIS_CELL = 90  # characters of a hypothesis in a table cell (in full in the ticket list)
+CHANGE_CELL = 60  # characters of a change patch in a table cell (in full in the ticket list)
+ROUND_CELL = 70  # characters of a fix in the rounds table
+PROBLEMS_SHOWN = 3  # audit problems listed; the rest are counted
 
 
-def _f(value: Any, digits: int = 3) -> str:
-    return f"{value:.{digits}f}" if isinstance(value, int | float) else NOT_MEASURED
+@dataclass(frozen=True)
+class Block:
+    """Markdown lines; with ``fold``, the HTML shows them folded under that title."""
+
+    lines: list[str]
+    fold: str | None = None
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    anchor: str  # the HTML section's id
+    blocks: list[Block] = field(default_factory=list)
 
 
 def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) if ts else NOT_MEASURED
 
 
-def render_markdown(r: Any) -> str:
-    """The whole report, section by section."""
-    lines = [
-        f"# Run {r.run_id}",
-        "",
-        f"- profile `{r.profile}`, proposer `{r.proposer}`, sandbox backend `{r.backend}`",
-        *(
-            [f"- training config `{r.base_config}`" + (f": {r.sized_note}" if r.sized_note else "")]
-            if r.base_config
-            else []
-        ),
-        f"- started {_when(r.started_at)}, ended {_when(r.ended_at)}; "
-        f"stopped because: {r.stop_reason or 'done'}",
-        f"- win rule sha256 `{(r.win_rule_sha256 or NOT_MEASURED)[:16]}` (pinned at start)",
-        f"- device time spent {r.device_seconds:.0f} s"
-        + (
-            f"; tickets trained {r.concurrency} at a time, each charged its own sandbox time"
-            if r.concurrency > 1
-            else ""
-        ),
-        "",
-    ]
-    for section in (
-        _counts,
-        _rounds,
-        _predictions,
-        _tickets,
-        _plots,
-        _milestone,
-        _approvals,
-        _labelling,
-        _audit,
-        _llm,
-        _did_not_do,
-    ):
-        lines += section(r)
-    return "\n".join(lines) + "\n"
+def _sentence(value: str) -> str:
+    return value if value.endswith((".", "!", "?", "…")) else f"{value}."
 
 
-def _counts(r: Any) -> list[str]:
-    c = r.counts
+def sections(r: RunReport) -> list[Section]:
+    """The whole report in reading order: outcome, the run, caveats, then the evidence."""
     return [
-        "## Outcome",
-        "",
-        f"- tickets run: {c['tickets']} ({c['replicates']} replicates); dev losses {c['dev_losses']}, "
-        f"failed {c['failed']}",
-        f"- dev wins: {c['dev_wins']}; gate queries: {c['gate_queries']}",
-        f"- wins that survived confirm-a: {c['survived_confirm_a']}",
-        f"- promoted (confirm-a WIN and a replicate WIN on confirm-b): {c['promoted']}",
-        "",
+        Section("Outcome", "outcome", _outcome(r)),
+        Section("The run", "run", [Block(_run(r))]),
+        Section("What this run did not do", "did-not-do", [Block(did_not_do(r) or ["- Nothing to list."])]),
+        Section("Every ticket", "tickets", _tickets(r)),
+        Section("Rounds: weakness, fix tried, result", "rounds", _rounds(r)),
+        Section("Scored predictions", "predictions", [Block(_predictions(r))]),
+        Section("Milestone: sealed and never-queried tiers", "milestone", [Block(_milestone(r))]),
+        Section("Plots", "plots", [Block(_plots(r))]),
+        Section("Data requests (approvals queue)", "approvals", [Block(_approvals(r))]),
+        Section(
+            "Labelling rounds and retracted claims (this home, so far)", "labelling", [Block(_labelling(r))]
+        ),
+        Section("Audit", "audit", [Block(_audit(r))]),
+        Section("LLM usage", "llm", [Block(_llm(r))]),
     ]
 
 
-def _rounds(r: Any) -> list[str]:
+def title(r: RunReport) -> str:
+    return f"Run {text(r.run_id)}"
+
+
+def render_markdown(r: RunReport) -> str:
+    """``report.md``: the sections under the run's title; folded blocks are plain text here."""
+    lines = [f"# {title(r)}", ""]
+    for section in sections(r):
+        lines += [f"## {section.title}", ""]
+        for block in section.blocks:
+            lines += ([f"{block.fold}:", ""] if block.fold else []) + block.lines + [""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# -- outcome -------------------------------------------------------------------------------------
+
+
+def _outcome(r: RunReport) -> list[Block]:
+    c = r.counts
+    counts = [
+        f"- tickets run: {c.get('tickets', 0)} ({c.get('replicates', 0)} replicates); dev losses "
+        f"{c.get('dev_losses', 0)}, failed {c.get('failed', 0)}",
+        f"- dev wins: {c.get('dev_wins', 0)}; gate queries: {c.get('gate_queries', 0)}",
+        f"- wins that survived confirm-a: {c.get('survived_confirm_a', 0)}",
+        f"- promoted (confirm-a WIN and a replicate WIN on confirm-b): {c.get('promoted', 0)}",
+    ]
+    blocks = [Block(headline_lines(r))]
+    if "dev_f1" in r.plots:
+        blocks.append(
+            Block(
+                [
+                    "Progress on dev: each ticket's object F1 (green: a dev win) against the best's "
+                    "at the time:",
+                    "",
+                    f"![dev object F1 per ticket]({r.plots['dev_f1']})",
+                ]
+            )
+        )
+    return [*blocks, Block(counts)]
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def _run(r: RunReport) -> list[str]:
+    config = [
+        f"- training config {code(r.base_config)}" + (f": {text(r.sized_note)}" if r.sized_note else "")
+    ]
+    device = f"- device time spent {r.device_seconds:.0f} s" + (
+        f"; tickets trained {r.concurrency} at a time, each charged its own sandbox time"
+        if r.concurrency > 1
+        else ""
+    )
+    return [
+        f"- profile {code(r.profile)}, proposer {code(r.proposer)}, sandbox backend {code(r.backend)}",
+        *(config if r.base_config else []),
+        f"- started {_when(r.started_at)}, ended {_when(r.ended_at)}; "
+        f"stopped because: {text(r.stop_reason or 'done')}",
+        f"- win rule sha256 {code((r.win_rule_sha256 or NOT_MEASURED)[:16])} (pinned at start)",
+        device,
+        *starts(r.tickets),
+    ]
+
+
+# -- tickets -------------------------------------------------------------------------------------
+
+
+def _tickets(r: RunReport) -> list[Block]:
+    table = [
+        "All tickets, including the ones that did nothing or made things worse. Dev numbers are "
+        "computed on the host from the copied-out model (confined scorer); verdicts are the gate's.",
+        "",
+        "| ticket | arm, kind | hypothesis | change | dev object F1 (best then) | device s | verdict "
+        "| decision |",
+        "|---|---|---|---|---|---|---|---|",
+        *(_ticket_row(r, t) for t in r.tickets),
+    ]
+    blocks = [Block(table if r.tickets else ["No ticket ran."])]
+    if r.tickets:
+        blocks.append(Block([_ticket_in_full(t) for t in r.tickets], fold="Every ticket in full"))
+    if r.not_run:
+        blocks.append(
+            Block(
+                [f"- {text(q['id'])}: {text(q['hypothesis'])}" for q in r.not_run], fold="Queued but not run"
+            )
+        )
+    if r.refused:
+        refused = [
+            f"- {text(q['kind'])} ticket “{text(q['hypothesis'])}”, refused: {text('; '.join(q['reasons']))}"
+            for q in r.refused
+        ]
+        blocks.append(Block(refused, fold="Proposed but refused before queueing (validation)"))
+    return blocks
+
+
+def _change(t: TicketRow) -> str:
+    return json.dumps(t.change, sort_keys=True)
+
+
+def _ticket_row(r: RunReport, t: TicketRow) -> str:
+    verdict = f"{t.verdict} ({t.tier})" if t.tier else t.verdict
+    decision = text(t.decision) if t.decision else "-"
+    if t.replicate_of is not None:
+        decision = f"replicate of {ticket_text(r.run_id, t.replicate_of)}"
+    cells = [
+        ticket_text(r.run_id, t.ticket_id),
+        f"{text(t.arm)}, {text(t.kind)}",
+        text(t.hypothesis, HYPOTHESIS_CELL),
+        code(_change(t), CHANGE_CELL, cell=True) if t.change else "-",
+        f"{number(t.dev_metrics.get('object_f1'))} ({number(t.best_dev_object_f1)})",
+        f"{t.device_seconds:.0f}",
+        text(verdict),
+        decision,
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _ticket_in_full(t: TicketRow) -> str:
+    built = f", built on {sha_text(t.built_on)}" if t.built_on else ""
+    if t.built_on_ticket:
+        built += f" from {text(t.built_on_ticket)}"
+    head = f"- **{text(t.ticket_id)}** ({text(t.arm)}, {text(t.kind)}{built}):"
+    parts = [head, _sentence(text(t.hypothesis))]
+    if t.change:
+        parts.append(f"Change: {code(_change(t))}.")
+    parts.append(f"Status {text(t.status)}; dev dice {number(t.dev_metrics.get('dice'))}.")
+    if t.reason:
+        parts.append(f"Outcome: {_sentence(text(t.reason))}")
+    if t.decision_reason:
+        parts.append(f"Judge ({text(t.decision)}): {_sentence(text(t.decision_reason))}")
+    return " ".join(parts)
+
+
+# -- rounds and predictions ----------------------------------------------------------------------
+
+
+def _rounds(r: RunReport) -> list[Block]:
     """Weakness, fix tried, result: one block per analysis of a best."""
     if not r.rounds:
-        return []
-    lines = [
-        "## Rounds: weakness, fix tried, result",
-        "",
-        "Each round analyses the current best on dev; its tickets patch that best. Fixes that did nothing "
-        "or made things worse are listed too.",
-        "",
+        return [Block(["No round was recorded."])]
+    blocks = [
+        Block(
+            [
+                "Each round analyses the current best on dev; its tickets patch that best. Fixes that did "
+                "nothing or made things worse are listed too; each is in full under Every ticket."
+            ]
+        )
     ]
     for rnd in r.rounds:
-        lines += [
-            f"### Round {rnd['round']} (best `{rnd['incumbent'][:12]}`)",
+        lines = [
+            f"### Round {rnd['round']} (best {sha_text(rnd['incumbent'])})",
             "",
-            f"Weakness: {rnd['weakness'] or 'none named'}",
+            f"Weakness: {text(rnd['weakness'] or 'none named')}",
             "",
         ]
         if not rnd["tried"]:
-            lines += ["No ticket ran on this best.", ""]
+            blocks.append(Block([*lines, "No ticket ran on this best."]))
             continue
         lines += [
-            "| ticket | fix tried | dev object F1 | best then | predicted | measured | held | verdict |",
-            "|---|---|---|---|---|---|---|---|",
+            "| ticket | fix tried | dev object F1 (best then) | predicted | measured | held | verdict |",
+            "|---|---|---|---|---|---|---|",
+            *(_round_row(r, t) for t in rnd["tried"]),
         ]
-        for t in rnd["tried"]:
-            p = t.get("predicted") or {}
-            pred = f"{p.get('metric')} on {p.get('slice')} {p.get('direction')} {p.get('size')}" if p else "-"
-            measured = f"{t['observed_change']:+.3f}" if t.get("observed_change") is not None else "-"
-            held = "-" if t.get("held") is None else ("yes" if t["held"] else "no")
-            lines.append(
-                f"| {t['ticket_id']} | {t['hypothesis'].replace('|', '/')[:70]} | {_f(t['dev_object_f1'])} | "
-                f"{_f(t['best_dev_object_f1'])} | {pred.replace('|', '/')} | {measured} | {held} | "
-                f"{t['verdict']} |"
-            )
-        lines.append("")
-    return lines
+        blocks.append(Block(lines))
+    return blocks
 
 
-def _predictions(r: Any) -> list[str]:
+def _round_row(r: RunReport, t: dict[str, Any]) -> str:
+    p = t.get("predicted") or {}
+    pred = f"{p.get('metric')} on {p.get('slice')} {p.get('direction')} {p.get('size')}" if p else "-"
+    measured = f"{t['observed_change']:+.3f}" if t.get("observed_change") is not None else "-"
+    held = "-" if t.get("held") is None else ("yes" if t["held"] else "no")
+    return (
+        f"| {ticket_text(r.run_id, t['ticket_id'])} | {text(t['hypothesis'], ROUND_CELL)} | "
+        f"{number(t['dev_object_f1'])} ({number(t['best_dev_object_f1'])}) | {text(pred)} | {measured} | "
+        f"{held} | {text(t['verdict'])} |"
+    )
+
+
+def _predictions(r: RunReport) -> list[str]:
     rates = r.hit_rate or {}
-    lines = ["## Scored predictions", ""]
+    lines = []
     if not any((rates.get(arm) or {}).get("n") for arm in ("recommendation", "default", "sealed")):
-        lines.append("No recommendation's prediction was scored in this run.")
+        lines += ["No recommendation's prediction was scored in this run.", ""]
     for arm, label in (
         ("recommendation", "recommendations (dev)"),
         ("default", "default action at the same cost (fresh-seed re-run of the best)"),
@@ -129,92 +267,42 @@ def _predictions(r: Any) -> list[str]:
             )
     if r.not_executable:
         lines += ["", "Recommendations that became no ticket:", ""]
-        lines += [f"- {n['recommendation_id']}: {n['reason'][:240]}" for n in r.not_executable]
-    return [*lines, ""]
-
-
-def _tickets(r: Any) -> list[str]:
-    lines = [
-        "## Every ticket",
-        "",
-        "All tickets, including the ones that did nothing or made things worse. Dev numbers are "
-        "computed on the host from the copied-out model (confined scorer); verdicts are the gate's.",
-        "",
-        "| ticket | arm | kind | hypothesis | change | status | dev object F1 | best then | dev dice | "
-        "device s | verdict | decision |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for t in r.tickets:
-        hyp = t.hypothesis.replace("|", "/")[:90]
-        change = json.dumps(t.change, sort_keys=True).replace("|", "/")[:80]
-        verdict = f"{t.verdict} ({t.tier})" if t.tier else t.verdict
-        decision = t.decision or ("-" if t.replicate_of is None else f"replicate of {t.replicate_of}")
-        lines.append(
-            f"| {t.ticket_id} | {t.arm} | {t.kind} | {hyp} | `{change}` | {t.status} | "
-            f"{_f(t.dev_metrics.get('object_f1'))} | {_f(t.best_dev_object_f1)} | "
-            f"{_f(t.dev_metrics.get('dice'))} | {t.device_seconds:.0f} | {verdict} | {decision} |"
-        )
-    lines.append("")
-    for t in r.tickets:
-        if t.reason or t.decision_reason:
-            lines.append(f"- {t.ticket_id}: {t.reason or ''} {t.decision_reason or ''}".rstrip())
-    if r.not_run:
-        lines += ["", "Queued but not run (budget spent):", ""]
-        lines += [f"- {q['id']}: {q['hypothesis'][:100]}" for q in r.not_run]
-    if r.refused:
-        lines += ["", "Proposed but refused before queueing (validation):", ""]
-        lines += [
-            f'- {q["kind"]} ticket "{q["hypothesis"][:100]}", refused: {"; ".join(q["reasons"])[:300]}'
-            for q in r.refused
-        ]
-    return [*lines, ""]
-
-
-def _plots(r: Any) -> list[str]:
-    titles = {
-        "dev_f1": "Dev object F1 per ticket (green: dev win) against the best at the time",
-        "errors": "Error types of the starting best on dev",
-        "slices": "Slices of the starting best on dev",
-        "learning_curve": "Learning curve of the starting best",
-        "curves": (
-            "Learning curves of the tickets (train loss as the sandboxed worker reported it; not evidence)"
-        ),
-    }
-    lines = ["## Plots", ""]
-    for key, path in r.plots.items():
-        lines += [f"{titles.get(key, key)}:", "", f"![{key}]({path})", ""]
-    if "curves" not in r.plots:
-        lines += ["No ticket reported a learning curve.", ""]
-    if r.analysis_dir:
-        lines += [f"The full dev analysis of the starting best: `{r.analysis_dir}/report.html`.", ""]
+        lines += [f"- {text(n['recommendation_id'])}: {text(n['reason'])}" for n in r.not_executable]
     return lines
 
 
-def _milestone(r: Any) -> list[str]:
+# -- milestone, plots, approvals, labelling ------------------------------------------------------
+
+
+def _milestone(r: RunReport) -> list[str]:
     m = r.milestone
-    lines = ["## Milestone: sealed and never-queried tiers", ""]
     if not m:
-        return [*lines, "No milestone was scored.", ""]
+        return ["No milestone was scored."]
     if m.get("error"):
-        return [*lines, f"The milestone was refused by the gate: {m['error']}", ""]
+        return [f"The milestone was refused by the gate: {text(m['error'])}"]
     names = {
-        sha: ("current best" if sha == m.get("best_sha256") else "baseline") for sha in m.get("models", {})
+        sha: ("current best" if sha == m.get("best_sha256") else "classical detector")
+        for sha in m.get("models", {})
     }
-    lines += [
-        "| tier | version | model | object F1 | 90% interval | pixel IoU | images |",
+    lines = [
+        "| tier | version | model | object F1 | interval | pixel IoU | images |",
         "|---|---|---|---|---|---|---|",
     ]
     for tier, block in m.get("tiers", {}).items():
         if block.get("error"):
-            lines.append(f"| {tier} | v{block.get('version')} | not scored: {block['error']} | | | | |")
+            lines.append(
+                f"| {text(tier)} | v{block.get('version')} | not scored: {text(block['error'])} | | | | |"
+            )
         for sha, s in block.get("models", {}).items():
             f1 = s.get("object_f1", {}) if isinstance(s, dict) else {}
+            level = f"{1 - f1['alpha']:.0%} " if isinstance(f1.get("alpha"), int | float) else ""
             lines.append(
-                f"| {tier} | v{block.get('version')} | {names.get(sha, sha[:12])} `{sha[:10]}` | "
-                f"{_f(f1.get('estimate'))} | [{_f(f1.get('low'))}, {_f(f1.get('high'))}] | "
-                f"{_f(s.get('pixel_iou'))} | {s.get('n_images', NOT_MEASURED)} |"
+                f"| {text(tier)} | v{block.get('version')} | {names.get(sha, 'model')} {sha_text(sha)} | "
+                f"{number(f1.get('estimate'))} | {level}[{number(f1.get('low'))}, "
+                f"{number(f1.get('high'))}] | "
+                f"{number(s.get('pixel_iou'))} | {s.get('n_images', NOT_MEASURED)} |"
             )
-    return [*lines, "", *_gap(m), ""]
+    return [*lines, "", *_gap(m)]
 
 
 def _gap(m: dict[str, Any]) -> list[str]:
@@ -228,31 +316,59 @@ def _gap(m: dict[str, Any]) -> list[str]:
     overlap = sealed["low"] <= never["high"] and never["low"] <= sealed["high"]
     return [
         f"Never-queried gap (sealed − never-queried object F1 of the current best): "
-        f"{sealed['estimate'] - never['estimate']:+.4f}; the 90% intervals "
+        f"{sealed['estimate'] - never['estimate']:+.4f}; the intervals "
         f"{'overlap' if overlap else 'do NOT overlap'}. Milestone scores on sealed guide people's "
         "choices; never-queried is read only for this comparison, so a sealed score clearly above "
         "never-queried would mean the milestones themselves are being overfit."
     ]
 
 
-def _approvals(r: Any) -> list[str]:
-    lines = ["## Data requests (approvals queue)", ""]
+PLOT_TITLES = {
+    "errors": "Error types of the starting best on dev",
+    "slices": "Slices of the starting best on dev",
+    "learning_curve": "Learning curve of the starting best",
+    "curves": "Learning curves of the tickets (train loss as the sandboxed worker reported it; not evidence)",
+}
+
+
+def _plots(r: RunReport) -> list[str]:
+    lines = []
+    for key, path in r.plots.items():
+        if key != "dev_f1":  # the outcome shows it
+            lines += [f"{PLOT_TITLES.get(key, text(key))}:", "", f"![{text(key)}]({path})", ""]
+    if "curves" not in r.plots:
+        lines += ["No ticket reported a learning curve.", ""]
+    if r.analysis_dir:
+        lines += [f"The full dev analysis of the starting best: {code(r.analysis_dir + '/report.html')}."]
+    return lines
+
+
+def _approvals(r: RunReport) -> list[str]:
     if not r.approvals:
-        return [*lines, "No data requests were made.", ""]
-    lines += [f"- {a['id']}: {a['status']} — {a['hypothesis'][:100]}" for a in r.approvals]
-    return [
-        *lines,
-        "",
-        "Decide pending ones with `segfactory approvals approve|deny ID`. An approved request "
-        "becomes a data ticket at its run's next propose step; once the run has finished it does not "
-        "run (carrying it into a new run is not built yet).",
-        "",
-    ]
+        return ["No data requests were made."]
+    lines = []
+    for a in r.approvals:
+        asked = "" if a.run_id == r.run_id else f" (asked by run {text(a.run_id)})"
+        lines.append(f"- {text(a.id)}{asked}: {text(a.status)}{_approval_state(r, a)} — {text(a.hypothesis)}")
+    return lines
 
 
-def _labelling(r: Any) -> list[str]:
+def _approval_state(r: RunReport, a: ApprovalRow) -> str:
+    if a.status == "pending":
+        return f"; decide with `segfactory approvals approve|deny {text(a.id)}`"
+    if a.status == "denied":
+        by = f" by {text(a.decided_by)}" if a.decided_by else ""
+        return f"{by}" + (f": {text(a.reason)}" if a.reason else "")
+    if a.taken_by == r.run_id:
+        return f"; queued in this run as data ticket {text(a.id)}-data"
+    if a.taken_by:
+        return f"; taken up by run {text(a.taken_by)}"
+    return "; not taken up yet: the next run in this home queues it at its first propose step"
+
+
+def _labelling(r: RunReport) -> list[str]:
     """The home's labelling rounds and retracted claims (they outlive the run that made them)."""
-    lines = ["## Labelling rounds and retracted claims (this home, so far)", ""]
+    lines = []
     if not r.label_rounds:
         lines += [
             "No labelling round has finished in this home (`segfactory label propose`, then review, "
@@ -266,71 +382,62 @@ def _labelling(r: Any) -> list[str]:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {x['round']} | {x['reviewed']} | {x['kept']} / {x['fixed']} / {x['dropped']} | "
-            f"{_f(x['precision'])} | {_f(x['human_minutes_per_image'])} | {_f(x['labels_per_hour'], 0)} | "
-            f"{_f(x['dev_object_f1'])} | {_f(x['dev_gain'])} | {x['gate_verdict'] or x['status']} |"
+            f"| {text(x['round'])} | {x['reviewed']} | {x['kept']} / {x['fixed']} / {x['dropped']} | "
+            f"{number(x['precision'])} | {number(x['human_minutes_per_image'])} | "
+            f"{number(x['labels_per_hour'], 0)} | {number(x['dev_object_f1'])} | {number(x['dev_gain'])} | "
+            f"{text(x['gate_verdict'] or x['status'])} |"
             for x in r.label_rounds
         ]
         lines.append("")
     if not r.retractions:
-        return [*lines, "No claim has been retracted.", ""]
+        return [*lines, "No claim has been retracted."]
     lines += [
-        f"- **Retracted** {x['claim']} claim of ticket {x['ticket_id']} (run {x['run_id']}), challenge "
-        f"{x['challenge_id']}: {x['reason']}{' — the best was moved back' if x['demoted'] else ''}"
+        f"- **Retracted** {text(x['claim'])} claim of ticket {text(x['ticket_id'])} "
+        f"(run {text(x['run_id'])}), "
+        f"challenge {text(x['challenge_id'])}: {text(x['reason'])}"
+        f"{' — the best was moved back' if x['demoted'] else ''}"
         for x in r.retractions
     ]
-    return [*lines, ""]
+    return lines
 
 
-def _audit(r: Any) -> list[str]:
+# -- audit and LLM -------------------------------------------------------------------------------
+
+
+def _audit(r: RunReport) -> list[str]:
     a = r.audit
     if a is None:
-        return ["## Audit", "", "The audit log was not verified.", ""]
-    chain = "verified" if a.ok else "FAILED: " + "; ".join(a.problems[:3])
+        return ["The audit log was not verified."]
+    more = (
+        f" (and {len(a.problems) - PROBLEMS_SHOWN} more: `segfactory audit verify`)"
+        if len(a.problems) > PROBLEMS_SHOWN
+        else ""
+    )
+    chain = "verified" if a.ok else "FAILED: " + text("; ".join(a.problems[:PROBLEMS_SHOWN])) + more
+    window = (
+        "no unanchored window"
+        if a.unanchored_from is None
+        else f"records from seq {a.unanchored_from} on came after it; the run's end anchors them "
+        "(`segfactory audit verify` shows whether it did)"
+    )
     return [
-        "## Audit",
-        "",
         f"- chain: {chain}; {a.records} records ({a.run_records} in this run), head seq {a.head_seq}",
-        f"- anchor in the gate's ledger at seq {a.anchor_seq}; unanchored window from "
-        f"{a.unanchored_from if a.unanchored_from is not None else '(none)'} (the run end anchors the rest)",
+        f"- anchor in the gate's ledger at seq {a.anchor_seq}; {window}",
         f"- protected-read attempts: {a.protected_read_attempts}; path escapes: {a.path_escape_attempts}; "
         f"`audit check` findings: {a.findings}",
-        "",
     ]
 
 
-def _llm(r: Any) -> list[str]:
+def _llm(r: RunReport) -> list[str]:
     u = r.llm_usage
     if not u.get("calls") and not u.get("attempts"):
-        return ["## LLM usage", "", "No LLM calls were made.", ""]
+        return ["No LLM calls were made."]
     cost = f"${u.get('cost_usd', 0):.4f}" if u.get("cost_known", True) else "unknown (unlisted model)"
     return [
-        "## LLM usage",
-        "",
         f"- calls {u.get('calls', 0)}, attempts {u.get('attempts', 0)}, "
         f"tokens in {u.get('input_tokens', 0)} / out {u.get('output_tokens', 0)}, "
         f"latency {u.get('latency_s', 0):.1f} s, cost {cost}",
-        "",
     ]
 
 
-def _did_not_do(r: Any) -> list[str]:
-    lines = ["## What this run did not do", ""]
-    if r.proposer == "rules":
-        lines.append(
-            "- **No LLM was configured.** The agent arm was the `rules` proposer: the dev analysis's "
-            "recommendations, in order, as tickets. No hypothesis here was written by a language model."
-        )
-    lines += [
-        "- No code-editing (`agent-code`) tickets ran; no sweep or A/A control ran in this run "
-        "(`segfactory compare`, `segfactory aa`).",
-        "- The real-holdout tier was not scored (none is registered unless a person adds one).",
-        "- Tickets start from the profile's base config, not from the promoted model's config.",
-        "- Perturbation robustness was not measured for the tickets; their learning curves are the "
-        "sandbox's own report, not host evidence.",
-    ]
-    if r.counts.get("promoted", 0) == 0:
-        lines.append("- Nothing was promoted: the current best is unchanged by this run.")
-    if r.not_run:
-        lines.append(f"- {len(r.not_run)} queued ticket(s) did not run before the budget was spent.")
-    return [*lines, ""]
+__all__ = ["Block", "Section", "render_markdown", "sections", "title"]

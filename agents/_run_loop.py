@@ -177,19 +177,11 @@ def _write_report(
 ) -> None:
     home, run_id, layout = setup.home, setup.run_id, setup.layout
     setup.audit.flush_anchor(run_id)
-    tickets = {t.id: t.model_dump(mode="json") for t in layout.started()}
-    comparisons = [row.line() for row in layout.dev_comparisons()]
-    legacy = state.model_dump(mode="json")  # the report's own readers still take the state as JSON
-    rows = rpt.ticket_rows(legacy, layout.tickets, comparisons, tickets)
-    assert deps.approvals is not None
-    approvals = [
-        {"id": a.id, "status": a.status, "hypothesis": a.ticket.hypothesis}
-        for a in deps.approvals.requests()
-        if a.run_id == run_id
-    ]
-    milestone_file = layout.milestone(f"{run_id}-final")
-    analyses = layout.analysis_reports()
+    promotions = setup.runs.promotions()
+    rows = rpt.ticket_rows(state, layout, promotions)
+    milestone = rpt.read_milestone(layout)
     predictions = write_summary(home, run_id).as_json()
+    assert deps.approvals is not None
     report = rpt.RunReport(
         run_id=run_id,
         profile=record.profile,
@@ -198,23 +190,27 @@ def _write_report(
         base_config=record.base_config,
         sized_note=record.sized_note,
         concurrency=record.concurrency,
+        code_agent=record.code_agent,
+        fill_budget=record.fill_budget,
+        gate_tiers=sorted({t.tier for t in setup.gate.status().tiers}),
         stop_reason=stop_reason,
         started_at=record.started_at,
         ended_at=time.time(),
         win_rule_sha256=record.win_rule_sha256,
+        headline=rpt.headline(milestone, rpt.read_milestone(layout, "chain"), promotions, run_id),
         tickets=rows,
         not_run=[{"id": q.id, "hypothesis": q.hypothesis} for q in state.queue],
-        approvals=approvals,
-        counts=rpt.counts(rows, legacy),
+        approvals=rpt.approval_rows(deps.approvals, run_id),
+        counts=rpt.counts(rows, state),
         device_seconds=state.device_seconds,
-        milestone=json.loads(milestone_file.read_text()) if milestone_file.is_file() else None,
+        milestone=milestone.as_json() if milestone is not None else None,
         audit=rpt.audit_summary(
             home, run_id, anchor_from_reply(setup.gate.get_anchor()), anchor_checked=True
         ),
         llm_usage=usage.model_dump(mode="json"),
-        analysis_dir=str(analyses[0].parent) if analyses else None,
+        analysis_dir=rpt.first_analysis(layout, state),
         refused=rpt.refused_drafts(home, run_id),
-        rounds=rpt.loop_rounds(home, run_id, legacy),
+        rounds=rpt.loop_rounds(layout, state),
         predictions=predictions["rows"],
         hit_rate=predictions["hit_rate"],
         not_executable=[row.line() for row in layout.not_executable()],

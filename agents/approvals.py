@@ -264,6 +264,12 @@ class ApprovalQueue:
         tickets = [_as_data_ticket(Ticket.model_validate_json(r[0]), r[1], r[2], r[3]) for r in rows]
         return [t for t in tickets if taken.get(t.change["approved_request"]) in (None, run_id)]
 
+    def taken(self) -> dict[str, str]:
+        """Which run took up each approved request: request id -> run id (requests none took: absent)."""
+        with self._table() as table:
+            rows = table.execute("SELECT id, taken_by FROM approvals WHERE taken_by IS NOT NULL").fetchall()
+        return {str(r[0]): str(r[1]) for r in rows}
+
     def take(self, request_id: str, run_id: str) -> bool:
         """Mark an approved request as taken up by ``run_id``; False when another run has it."""
         with self._table() as table:

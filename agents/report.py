@@ -1,114 +1,47 @@
 """The morning report of a run: ``runs/<id>/people/report.md`` and ``report.html`` (people only).
 
-``gather(...)`` collects a ``RunReport`` from what the host recorded: the graph's final state
-(history of coarse verdicts, the judge's decisions, budget counters), each ticket's
-``outcome.json`` (the runner's host-computed evidence), ``people/dev_comparisons.jsonl``, the
-milestone under ``people/milestones/``, the audit log (verified against the gate's anchor) and
-the LLM usage. ``write(report, people_dir)`` renders Markdown, HTML and a plot. Nothing here ever
-goes back into an agent's context (trust rule 9).
+The run's end (``agents._run_loop``) gathers a ``RunReport`` from what the host recorded: the
+graph's final state (history of coarse verdicts, the judge's decisions, budget counters), each
+ticket's ``outcome.json`` (the runner's host-computed evidence) and lineage row,
+``people/dev_comparisons.jsonl``, ``runs/promotions.jsonl``, the milestones under
+``people/milestones/``, the approvals queue, the audit log (verified against the gate's anchor)
+and the LLM usage. ``write(report, people_dir)`` renders Markdown, HTML and plots from that record
+alone. Nothing here ever goes back into an agent's context (trust rule 9).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from agents._report_headline import headline, read_milestone
+from agents._report_html import render_html
 from agents._report_md import render_markdown
+from agents._report_plots import PLOTS_DIR, copy_analysis_plots, curves_plot, dev_plot
+from agents._report_records import (
+    ApprovalRow,
+    AuditSummary,
+    Headline,
+    RunReport,
+    SealedScore,
+    TicketRow,
+)
+from agents.approvals import ApprovalQueue
 from agents.challenge import retractions
 from agents.labelling import label_rounds
-from analysis.render import to_html
+from agents.state import FactoryState
 from audit import check_records, iter_records, load_policy, verify_log
-from runner import read_beneath
-from segfactory.files import read_jsonl
+from runner import TicketOutcome
+from segfactory.files import write_atomic
 from segfactory.home import Home
-from segfactory.layout import RunLayout
+from segfactory.layout import DevPrediction, Promotion, RunLayout
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 REPORT_JSON = "report.json"
-PLOTS_DIR = "plots"
-
-
-class _Rec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TicketRow(_Rec):
-    """One ticket as people see it: the hypothesis, the change, the host's numbers and the verdicts."""
-
-    ticket_id: str
-    arm: str
-    kind: str
-    replicate_of: str | None = None
-    hypothesis: str
-    change: dict[str, Any]
-    status: str  # DONE | FAILED | REFUSED | not run
-    reason: str | None = None
-    device_seconds: float = 0.0
-    dev_metrics: dict[str, float] = Field(default_factory=dict)
-    best_dev_object_f1: float | None = None
-    dev_win: bool | None = None
-    verdict: str  # WIN | NO_WIN | INVALID | BUDGET_EXHAUSTED | DEV_LOSS | FAILED
-    tier: str | None = None
-    decision: str | None = None  # replicate | promote | reject | escalate (the judge), None: not judged
-    decision_reason: str | None = None
-
-
-class AuditSummary(_Rec):
-    ok: bool
-    records: int
-    run_records: int
-    head_seq: int | None
-    anchor_seq: int | None
-    unanchored_from: int | None
-    problems: list[str]
-    protected_read_attempts: int
-    path_escape_attempts: int
-    findings: int
-
-
-class RunReport(_Rec):
-    schema_version: int = 1
-    run_id: str
-    profile: str
-    proposer: str
-    backend: str
-    base_config: str | None = (
-        None  # the training config every ticket patched (None: a run before it was recorded)
-    )
-    sized_note: str = ""  # why a GPU-sized profile ran its CPU-sized config ("" when it did not)
-    concurrency: int = 1  # tickets trained at once (run --concurrency)
-    stop_reason: str
-    started_at: float | None
-    ended_at: float
-    win_rule_sha256: str | None
-    tickets: list[TicketRow]
-    not_run: list[dict[str, Any]]  # queued when the budget ran out
-    approvals: list[dict[str, Any]]
-    counts: dict[str, int]
-    device_seconds: float
-    milestone: dict[str, Any] | None
-    audit: AuditSummary | None
-    llm_usage: dict[str, Any]
-    analysis_dir: str | None
-    plots: dict[str, str] = Field(default_factory=dict)
-    label_rounds: list[dict[str, Any]] = Field(default_factory=list)  # the home's labelling rounds so far
-    retractions: list[dict[str, Any]] = Field(default_factory=list)  # the home's retracted claims so far
-    refused: list[dict[str, Any]] = Field(default_factory=list)  # drafts validation refused before queueing
-    rounds: list[dict[str, Any]] = Field(default_factory=list)  # weakness, fixes tried on that best, results
-    predictions: list[dict[str, Any]] = Field(
-        default_factory=list
-    )  # each executed recommendation: predicted, measured
-    hit_rate: dict[str, Any] = Field(
-        default_factory=dict
-    )  # recommendation vs default action, Wilson intervals
-    not_executable: list[dict[str, Any]] = Field(
-        default_factory=list
-    )  # recommendations that became no ticket
+WEAKNESSES_SHOWN = 3  # a round names the first this many recommendations of its analysis
 
 
 def home_records(home: Home) -> dict[str, list[dict[str, Any]]]:
@@ -145,52 +78,54 @@ def home_records(home: Home) -> dict[str, list[dict[str, Any]]]:
     return {"label_rounds": rounds, "retractions": retracted}
 
 
-def _outcome(tickets_dir: Path, ticket_id: str) -> dict[str, Any]:
-    path = tickets_dir / ticket_id / "outcome.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+def _outcome(layout: RunLayout, ticket_id: str) -> TicketOutcome | None:
+    path = layout.ticket(ticket_id).outcome
+    return TicketOutcome.model_validate_json(path.read_text()) if path.is_file() else None
 
 
-def ticket_rows(
-    state: dict[str, Any],
-    tickets_dir: Path,
-    comparisons: list[dict[str, Any]],
-    tickets: dict[str, dict[str, Any]],
-) -> list[TicketRow]:
-    """Every ticket the run ran, in order, with its verdict and the judge's decision."""
-    decisions = {d["ticket_id"]: d for d in state.get("decisions", [])}
-    compared = {c["ticket_id"]: c for c in comparisons}
+def ticket_rows(state: FactoryState, layout: RunLayout, promotions: Sequence[Promotion]) -> list[TicketRow]:
+    """Every ticket the run ran, in order, with its verdict, the judge's decision and what it built
+    on (from its lineage row: the promoted model whose config it patched, or the base config)."""
+    decisions = {d.ticket_id: d for d in state.decisions}
+    compared = {c.ticket_id: c for c in layout.dev_comparisons()}
+    tickets = {t.id: t for t in layout.started()}
+    lineage = layout.lineage()
+    configs_of = {p.sha256: p.ticket_id for p in promotions if p.config}
     rows = []
-    for entry in state.get("history", []):
-        tid = entry["ticket_id"]
-        outcome, cmp, ticket = _outcome(tickets_dir, tid), compared.get(tid, {}), tickets.get(tid, {})
-        decision = decisions.get(tid) if not ticket.get("replicate_of") else None
-        evidence = outcome.get("evidence") or {}
+    for entry in state.history:
+        tid = entry.ticket_id
+        outcome, cmp, ticket = _outcome(layout, tid), compared.get(tid), tickets.get(tid)
+        replicate_of = ticket.replicate_of if ticket else None
+        decision = decisions.get(tid) if not replicate_of else None
+        parent = lineage.get(tid)
         rows.append(
             TicketRow(
                 ticket_id=tid,
-                arm=entry["arm"],
-                kind=ticket.get("kind", "?"),
-                replicate_of=ticket.get("replicate_of"),
-                hypothesis=entry["hypothesis"],
-                change=entry.get("change", {}),
-                status=outcome.get("status", "not run"),
-                reason=outcome.get("reason"),
-                device_seconds=float(outcome.get("device_seconds", 0.0)),
-                dev_metrics=evidence.get("dev_metrics", {}),
-                best_dev_object_f1=cmp.get("best_object_f1"),
-                dev_win=cmp.get("dev_win"),
-                verdict=entry["verdict"],
-                tier=entry.get("tier"),
-                decision=decision["decision"] if decision else None,
-                decision_reason=decision["reason"] if decision else None,
+                arm=entry.arm.value,
+                kind=ticket.kind.value if ticket else "?",
+                replicate_of=replicate_of,
+                hypothesis=entry.hypothesis,
+                change=entry.change,
+                status=outcome.status.value if outcome else "not run",
+                reason=outcome.reason if outcome else None,
+                device_seconds=outcome.device_seconds if outcome else 0.0,
+                dev_metrics=outcome.evidence.dev_metrics if outcome and outcome.evidence else {},
+                best_dev_object_f1=cmp.best_object_f1 if cmp else None,
+                dev_win=cmp.dev_win if cmp else None,
+                verdict=str(entry.verdict),
+                tier=entry.tier,
+                decision=decision.decision.value if decision else None,
+                decision_reason=decision.reason if decision else None,
+                built_on=parent.parent_sha256 if parent else None,
+                built_on_ticket=configs_of.get(parent.parent_sha256) if parent else None,
             )
         )
     return rows
 
 
-def counts(rows: list[TicketRow], state: dict[str, Any]) -> dict[str, int]:
+def counts(rows: list[TicketRow], state: FactoryState) -> dict[str, int]:
     originals = [r for r in rows if r.replicate_of is None]
-    promoted = [d for d in state.get("decisions", []) if d["decision"] == "promote"]
+    promoted = [d for d in state.decisions if d.decision == "promote"]
     return {
         "tickets": len(rows),
         "dev_wins": sum(1 for r in originals if r.dev_win),
@@ -226,6 +161,24 @@ def refused_drafts(home: Home, run_id: str) -> list[dict[str, Any]]:
     return out
 
 
+def approval_rows(queue: ApprovalQueue, run_id: str) -> list[ApprovalRow]:
+    """The data requests ``run_id`` made, and earlier runs' requests it took up, oldest first."""
+    taken = queue.taken()
+    return [
+        ApprovalRow(
+            id=a.id,
+            status=a.status,
+            hypothesis=a.ticket.hypothesis,
+            run_id=a.run_id,
+            taken_by=taken.get(a.id),
+            decided_by=a.decided_by,
+            reason=a.reason,
+        )
+        for a in queue.requests()
+        if a.run_id == run_id or taken.get(a.id) == run_id
+    ]
+
+
 def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) -> AuditSummary:
     """The chain verified against the gate's anchor, and the protected-path findings."""
 
@@ -246,89 +199,12 @@ def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) ->
     )
 
 
-def dev_plot(rows: list[TicketRow], out: Path) -> bool:
-    """Dev object F1 per ticket against the best at the time (host-computed)."""
-    scored = [r for r in rows if "object_f1" in r.dev_metrics]
-    if not scored:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(scored)), 3.2))
-    xs = range(len(scored))
-    colours = ["tab:green" if r.dev_win else "tab:grey" for r in scored]
-    ax.bar(xs, [r.dev_metrics["object_f1"] for r in scored], color=colours)
-    ax.plot(xs, [r.best_dev_object_f1 or 0.0 for r in scored], "k_", markersize=24, label="current best")
-    ax.set_xticks(list(xs), [r.ticket_id.rsplit("-", 1)[-1] for r in scored], rotation=45, fontsize=7)
-    ax.set_ylabel("dev object F1")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return True
-
-
-CURVE_FILE = "out/learning_curve.jsonl"  # written by the worker inside the sandbox: shown, never evidence
-MAX_CURVE_BYTES = 1024**2  # past this the curve is cut (read_beneath reports it truncated)
-
-
-def _curve(work: Path) -> list[dict[str, Any]]:
-    """A ticket's learning curve, read beneath its workspace with no symlink followed."""
-
-    try:
-        data, _ = read_beneath(work, CURVE_FILE, cap=MAX_CURVE_BYTES)
-    except Exception:  # absent, refused (a symlink, a FIFO) or unreadable: no curve for this ticket
-        return []
-    rows = []
-    for line in data.decode(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("train_loss"), int | float):
-            rows.append(row)
-    return rows
-
-
-def curves_plot(rows: list[TicketRow], tickets_dir: Path, out: Path) -> bool:
-    """Train loss per epoch for every ticket that trained (as the sandboxed worker reported it)."""
-    curves = {r.ticket_id: _curve(tickets_dir / r.ticket_id / "work") for r in rows}
-    curves = {k: v for k, v in curves.items() if v}
-    if not curves:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.0, 3.2))
-    for tid, curve in curves.items():
-        ax.plot(
-            [c.get("epoch", k) for k, c in enumerate(curve)],
-            [c["train_loss"] for c in curve],
-            "o-",
-            label=tid.rsplit("-", 1)[-1],
-        )
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("train loss (sandbox-reported)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return True
-
-
-def copy_analysis_plots(analysis_dir: Path | None, plots_dir: Path) -> dict[str, str]:
-    found: dict[str, str] = {}
-    if analysis_dir is None:
-        return found
-    for name in ("errors.png", "slices.png", "learning_curve.png"):
-        if (analysis_dir / name).is_file():
-            shutil.copyfile(analysis_dir / name, plots_dir / f"best-{name}")
-            found[name.removesuffix(".png")] = f"{PLOTS_DIR}/best-{name}"
-    return found
+def first_analysis(layout: RunLayout, state: FactoryState) -> str | None:
+    """The dev analysis of the best the run started from: its first round's (None: no round)."""
+    if not state.rounds:
+        return None
+    folder = layout.analysis_dir(state.rounds[0].incumbent)
+    return str(folder) if (folder / REPORT_JSON).is_file() else None
 
 
 def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> dict[str, Path]:
@@ -342,69 +218,75 @@ def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> d
     if tickets_dir is not None and curves_plot(report.tickets, tickets_dir, plots_dir / "curves.png"):
         plots["curves"] = f"{PLOTS_DIR}/curves.png"
     report = report.model_copy(update={"plots": plots})
-    md = render_markdown(report)
     paths = {"json": people / REPORT_JSON, "md": people / REPORT_MD, "html": people / REPORT_HTML}
-    paths["json"].write_text(report.model_dump_json(indent=2) + "\n")
-    paths["md"].write_text(md)
-    page = to_html(md).replace(
-        "<title>segfactory analysis</title>", f"<title>segfactory run {report.run_id}</title>"
-    )
-    paths["html"].write_text(page.replace("<p>- ", "<p>&bull; "))
+    write_atomic(paths["json"], report.model_dump_json(indent=2) + "\n")
+    write_atomic(paths["md"], render_markdown(report))
+    write_atomic(paths["html"], render_html(report))
     return paths
 
 
-__all__ = [
-    "REPORT_HTML",
-    "REPORT_JSON",
-    "REPORT_MD",
-    "AuditSummary",
-    "RunReport",
-    "TicketRow",
-    "audit_summary",
-    "counts",
-    "home_records",
-    "ticket_rows",
-    "write",
-]
-
-
-def loop_rounds(home: Home, run_id: str, state: dict[str, Any]) -> list[dict[str, Any]]:
+def loop_rounds(layout: RunLayout, state: FactoryState) -> list[dict[str, Any]]:
     """The run as rounds: the weakness the analysis named, each fix tried on that best, and its result.
 
     People only (dev numbers and predictions); rounds where the fix did nothing or made things
     worse are listed like the others.
     """
-    lineage = RunLayout(home, run_id).lineage()
-    people = home.people_dir(run_id)
-    dev = {r["ticket_id"]: r for r in read_jsonl(people / "dev_comparisons.jsonl")}
-    predicted = {r.ticket_id: r.line() for r in RunLayout(home, run_id).predictions() if r.stage == "dev"}
-    verdicts = {h["ticket_id"]: h["verdict"] for h in state.get("history", [])}
-    tickets = {t["id"]: t for t in read_jsonl(people / "tickets.jsonl")}
+    lineage = layout.lineage()
+    dev = {r.ticket_id: r for r in layout.dev_comparisons()}
+    predicted = {r.ticket_id: r for r in layout.predictions() if isinstance(r, DevPrediction)}
+    verdicts = {h.ticket_id: str(h.verdict) for h in state.history}
+    tickets = {t.id: t for t in layout.started()}
     out = []
-    for row in state.get("rounds", []):
-        sha = row.get("incumbent", "")
-        analysis = home.runs / run_id / "analysis" / sha[:12] / "report.json"
+    for row in state.rounds:
+        analysis = layout.analysis_dir(row.incumbent) / REPORT_JSON
         weakness = ""
         if analysis.is_file():
             recs = json.loads(analysis.read_text()).get("recommendations", [])
-            weakness = "; ".join(f"{r['id']}: {r.get('rationale', '')}"[:160] for r in recs[:3])
+            weakness = "; ".join(f"{r['id']}: {r.get('rationale', '')}" for r in recs[:WEAKNESSES_SHOWN])
         tried = []
         for tid, lin in lineage.items():
-            if lin.parent_sha256 != sha or tid not in tickets:
+            if lin.parent_sha256 != row.incumbent or tid not in tickets:
                 continue
-            pred = predicted.get(tid, {})
+            pred, cmp = predicted.get(tid), dev.get(tid)
             tried.append(
                 {
                     "ticket_id": tid,
-                    "hypothesis": tickets[tid]["hypothesis"][:120],
-                    "change": tickets[tid]["change"],
+                    "hypothesis": tickets[tid].hypothesis,
+                    "change": tickets[tid].change,
                     "verdict": verdicts.get(tid, "not recorded"),
-                    "dev_object_f1": (dev.get(tid) or {}).get("object_f1"),
-                    "best_dev_object_f1": (dev.get(tid) or {}).get("best_object_f1"),
-                    "predicted": pred.get("predicted"),
-                    "observed_change": pred.get("observed_change"),
-                    "held": pred.get("held"),
+                    "dev_object_f1": cmp.object_f1 if cmp else None,
+                    "best_dev_object_f1": cmp.best_object_f1 if cmp else None,
+                    "predicted": pred.predicted.model_dump(mode="json") if pred else None,
+                    "observed_change": pred.observed_change if pred else None,
+                    "held": pred.held if pred else None,
                 }
             )
-        out.append({"round": row["round"], "incumbent": sha, "weakness": weakness, "tried": tried})
+        out.append({"round": row.round, "incumbent": row.incumbent, "weakness": weakness, "tried": tried})
     return out
+
+
+__all__ = [
+    "PLOTS_DIR",
+    "REPORT_HTML",
+    "REPORT_JSON",
+    "REPORT_MD",
+    "ApprovalRow",
+    "AuditSummary",
+    "Headline",
+    "RunReport",
+    "SealedScore",
+    "TicketRow",
+    "approval_rows",
+    "audit_summary",
+    "counts",
+    "first_analysis",
+    "headline",
+    "home_records",
+    "loop_rounds",
+    "read_milestone",
+    "refused_drafts",
+    "render_html",
+    "render_markdown",
+    "ticket_rows",
+    "write",
+]

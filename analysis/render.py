@@ -8,10 +8,12 @@ made from dev only. The folder is written to a temporary sibling and renamed int
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from markdown_it import MarkdownIt
 
 from analysis.errortypes import SIZE_BIN_NAMES, ErrorAnalysis
 from analysis.report import AnalysisReport, Evaluated
@@ -168,44 +170,66 @@ def markdown(report: AnalysisReport, plots: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_html(md: str) -> str:
-    """A small Markdown-to-HTML for exactly what ``markdown`` emits (headings, lists, tables, images)."""
-    out = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>segfactory analysis</title>",
-        "<style>body{font-family:sans-serif;max-width:980px;margin:auto}td,th{border:1px solid #ccc;"
-        "padding:2px 6px}table{border-collapse:collapse}</style></head><body>",
-    ]
-    in_table = False
-    for line in md.splitlines():
-        text = html.escape(line)
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if set("".join(cells)) <= {"-"}:
-                continue
-            out.append(
-                ("<table>" if not in_table else "")
-                + "<tr>"
-                + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
-                + "</tr>"
-            )
-            in_table = True
-            continue
-        if in_table:
-            out.append("</table>")
-            in_table = False
-        if line.startswith("!["):
-            src = line[line.index("(") + 1 : line.rindex(")")]
-            out.append(f"<p><img src='{html.escape(src)}'></p>")
-        elif line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
-        elif line.startswith(("- ", "1", "2", "3", "4", "5", "6", "7", "8", "9")):
-            out.append(f"<p>{text}</p>")
-        elif line:
-            out.append(f"<p>{text}</p>")
-    if in_table:
-        out.append("</table>")
-    return "\n".join(out + ["</body></html>"]) + "\n"
+# The page fits its tables: cells wrap between words, and a table still wider than the page
+# scrolls inside its own box rather than widening the page.
+PAGE_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;color:#1f2328;margin:0;line-height:1.45}
+main{max-width:1100px;margin:0 auto;padding:8px 20px 48px}
+h1{margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #d8dee4;padding-bottom:.2em}
+.table-wrap{max-width:100%;overflow-x:auto;margin:.6em 0}
+table{border-collapse:collapse;font-size:.88em;table-layout:auto;max-width:100%}
+td,th{border:1px solid #d0d7de;padding:3px 6px;vertical-align:top;overflow-wrap:break-word;text-align:left}
+th{background:#f6f8fa}
+code{font-size:.9em;background:#f6f8fa;border-radius:3px;padding:0 3px;overflow-wrap:break-word}
+img{max-width:100%;height:auto}
+details{margin:.6em 0}summary{cursor:pointer;font-weight:600}
+section#outcome{border-left:4px solid #1a7f37;padding-left:14px}
+"""
+# Only the report's own files may load: no script, no image from elsewhere.
+PAGE_CSP = "default-src 'none'; img-src 'self' file:; style-src 'unsafe-inline'"
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
+
+
+def _relative(url: str) -> bool:
+    """Links and images may point only at files beside the report (no scheme, no other host)."""
+    return not _SCHEME.match(url) and not url.startswith(("//", "\\\\"))
+
+
+def _wrapped(open_tag: bool) -> Any:
+    def render(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+        return '<div class="table-wrap"><table>\n' if open_tag else "</table></div>\n"
+
+    return render
+
+
+def markdown_renderer() -> MarkdownIt:
+    """CommonMark with tables, raw HTML off (``<`` in text stays text), relative links only."""
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.validateLink = _relative  # type: ignore[method-assign]
+    md.add_render_rule("table_open", _wrapped(True))
+    md.add_render_rule("table_close", _wrapped(False))
+    return md
+
+
+def markdown_html(text: str) -> str:
+    """A Markdown fragment as HTML."""
+    return str(markdown_renderer().render(text))
+
+
+def page(body: str, title: str) -> str:
+    """A whole HTML page around ``body``; ``title`` is text (escaped here)."""
+    return (
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{PAGE_CSP}\">"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{html.escape(title)}</title><style>{PAGE_CSS}</style></head>\n"
+        f"<body><main>\n{body}</main></body></html>\n"
+    )
+
+
+def to_html(md: str, title: str = "segfactory analysis") -> str:
+    """The analysis report's Markdown as a page."""
+    return page(markdown_html(md), title)
 
 
 def write_report(report: AnalysisReport, dev: Evaluated, errors: ErrorAnalysis, out: Path) -> AnalysisReport:

@@ -11,6 +11,7 @@ from agents import report as rpt
 from agents._report_md import render_markdown
 from agents.run import check_base_config
 from agents.run_policy import RUN_POLICY, load_run_defaults
+from agents.state import FactoryState
 from runner._workspace import _deep_merge
 from segfactory.errors import PolicyError, UsageError
 from segfactory.home import SOURCE_ROOT
@@ -101,7 +102,7 @@ def test_the_report_names_the_training_config_and_why() -> None:
         tickets=[],
         not_run=[],
         approvals=[],
-        counts=rpt.counts([], {}),
+        counts=rpt.counts([], FactoryState(run_id="r1")),
         device_seconds=0.0,
         milestone=None,
         audit=None,

@@ -9,6 +9,7 @@ from agents import report as rpt
 from agents._report_md import render_markdown
 from agents.challenge._records import ChallengeRecord, Claim, ClaimKind, Verdict
 from agents.labelling._finetune import LABEL_RUN, ROUNDS_FILE, LabelRound
+from agents.state import FactoryState
 from segfactory.home import Home
 
 
@@ -74,7 +75,7 @@ def _rendered(records: dict[str, list[dict[str, Any]]]) -> str:
         tickets=[],
         not_run=[],
         approvals=[],
-        counts=rpt.counts([], {}),
+        counts=rpt.counts([], FactoryState(run_id="r1")),
         device_seconds=0.0,
         milestone=None,
         audit=None,

@@ -11,7 +11,8 @@ from agents._report_md import render_markdown
 from agents._run_loop import host_seeds
 from agents.graph import run_loop
 from agents.state import RunOutcome
-from segfactory.layout import RunRecord
+from segfactory.home import Home
+from segfactory.layout import DevComparison, RunLayout, RunRecord
 from segfactory.records import Ticket
 from tests.agents._stubs import make_graph, make_services
 from tests.agents.conftest import Log
@@ -60,14 +61,23 @@ def test_a_replicate_that_loses_on_dev_is_rejected_without_a_query(audit_log: Lo
 def test_the_report_lists_every_ticket_and_says_no_llm_was_configured(audit_log: Log, tmp_path: Path) -> None:
     services = make_services()
     state = run_loop(make_graph(services, audit_log, tmp_path), "w3")
-    rows = rpt.ticket_rows(
-        state.model_dump(mode="json"),
-        tmp_path / "tickets",
-        [{"ticket_id": "w3-t001", "dev_win": True, "best_object_f1": 0.2}],
-        {},
+    layout = RunLayout(Home(tmp_path / "home"), "w3")
+    layout.append_dev_comparison(
+        DevComparison(
+            ticket_id="w3-t001",
+            object_f1=0.3,
+            best_object_f1=0.2,
+            best_sha256="b",
+            dev_margin=0.005,
+            dev_win=True,
+            metrics={"object_f1": 0.3},
+            threshold=0.5,
+            parent_sha256="b",
+        )
     )
+    rows = rpt.ticket_rows(state, layout, [])
     assert [r.ticket_id for r in rows] == [h.ticket_id for h in state.history]
-    counts = rpt.counts(rows, state.model_dump(mode="json"))
+    counts = rpt.counts(rows, state)
     assert counts["promoted"] == 1 and counts["survived_confirm_a"] == 2 and counts["dev_wins"] == 1
     report = rpt.RunReport(
         run_id="w3",

@@ -1,0 +1,121 @@
+"""The run report's plots (people only): dev progress per ticket, the tickets' learning curves,
+and the dev analysis's plots of the starting best, copied beside the report.
+
+Plots use matplotlib's Agg backend (no display); matplotlib is imported when a plot is drawn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from agents._report_records import TicketRow
+from runner import read_beneath
+
+PLOTS_DIR = "plots"
+LEGEND_ROWS = 8  # a curves legend takes another column past this many tickets
+MAX_PLOT_WIDTH_IN = 12.0  # inches: past this many tickets the bars get narrower, the figure no wider
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def short_id(ticket_id: str) -> str:
+    """``r7-t003-rep`` as ``t003-rep``: the part of a ticket id after its run id."""
+    match = re.search(r"t\d+(-rep)?$", ticket_id)
+    return match.group(0) if match else ticket_id
+
+
+def dev_plot(rows: list[TicketRow], out: Path) -> bool:
+    """The run's progress on dev: each ticket's object F1 against the best's at the time, promoted
+    tickets marked (host-computed numbers only)."""
+    scored = [r for r in rows if "object_f1" in r.dev_metrics]
+    if not scored:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(min(max(4.0, 0.6 * len(scored)), MAX_PLOT_WIDTH_IN), 3.2))
+    xs = list(range(len(scored)))
+    colours = ["tab:green" if r.dev_win else "tab:grey" for r in scored]
+    ax.bar(xs, [r.dev_metrics["object_f1"] for r in scored], color=colours, label="ticket (green: dev win)")
+    best = [r.best_dev_object_f1 or 0.0 for r in scored]
+    ax.hlines(best, [x - 0.45 for x in xs], [x + 0.45 for x in xs], colors="k", label="best at the time")
+    for x, row in zip(xs, scored, strict=True):
+        if row.decision == "promote":
+            ax.annotate("promoted", (x, row.dev_metrics["object_f1"]), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(xs, [short_id(r.ticket_id) for r in scored], rotation=45, fontsize=7)
+    ax.set_ylabel("dev object F1")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return True
+
+
+CURVE_FILE = "out/learning_curve.jsonl"  # written by the worker inside the sandbox: shown, never evidence
+MAX_CURVE_BYTES = 1024**2  # past this the curve is cut (read_beneath reports it truncated)
+
+
+def _curve(work: Path) -> list[dict[str, Any]]:
+    """A ticket's learning curve, read beneath its workspace with no symlink followed."""
+
+    try:
+        data, _ = read_beneath(work, CURVE_FILE, cap=MAX_CURVE_BYTES)
+    except Exception:  # absent, refused (a symlink, a FIFO) or unreadable: no curve for this ticket
+        return []
+    rows = []
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("train_loss"), int | float):
+            rows.append(row)
+    return rows
+
+
+def curves_plot(rows: list[TicketRow], tickets_dir: Path, out: Path) -> bool:
+    """Train loss per epoch for every ticket that trained (as the sandboxed worker reported it)."""
+    curves = {r.ticket_id: _curve(tickets_dir / r.ticket_id / "work") for r in rows}
+    curves = {k: v for k, v in curves.items() if v}
+    if not curves:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.0, 3.2))
+    for tid, curve in curves.items():
+        ax.plot(
+            [c.get("epoch", k) for k, c in enumerate(curve)],
+            [c["train_loss"] for c in curve],
+            "o-",
+            label=short_id(tid),
+        )
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("train loss (sandbox-reported)")
+    ax.legend(fontsize=6, ncol=1 + len(curves) // LEGEND_ROWS, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def copy_analysis_plots(analysis_dir: Path | None, plots_dir: Path) -> dict[str, str]:
+    """The starting best's dev-analysis plots, copied under ``plots_dir``: name -> relative path."""
+    found: dict[str, str] = {}
+    if analysis_dir is None:
+        return found
+    for name in ("errors.png", "slices.png", "learning_curve.png"):
+        if (analysis_dir / name).is_file():
+            shutil.copyfile(analysis_dir / name, plots_dir / f"best-{name}")
+            found[name.removesuffix(".png")] = f"{PLOTS_DIR}/best-{name}"
+    return found
+
+
+__all__ = ["CURVE_FILE", "PLOTS_DIR", "copy_analysis_plots", "curves_plot", "dev_plot", "short_id"]

@@ -1,0 +1,137 @@
+"""The records of the run report: ``RunReport`` and its rows (people only, trust rule 9).
+
+Everything the report says is rendered from one ``RunReport``: its sentences about what the run
+did and did not do are derived from these fields, so a report cannot state what the records do
+not hold. ``agents.report`` gathers them from the run's files; ``report.json`` is this record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Rec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TicketRow(_Rec):
+    """One ticket as people see it: the hypothesis, the change, the host's numbers and the verdicts."""
+
+    ticket_id: str
+    arm: str
+    kind: str
+    replicate_of: str | None = None
+    hypothesis: str
+    change: dict[str, Any]
+    status: str  # DONE | FAILED | REFUSED | not run
+    reason: str | None = None
+    device_seconds: float = 0.0
+    dev_metrics: dict[str, float] = Field(default_factory=dict)
+    best_dev_object_f1: float | None = None
+    dev_win: bool | None = None
+    verdict: str  # WIN | NO_WIN | INVALID | BUDGET_EXHAUSTED | DEV_LOSS | FAILED
+    tier: str | None = None
+    decision: str | None = None  # replicate | promote | reject | escalate (the judge), None: not judged
+    decision_reason: str | None = None
+    built_on: str | None = None  # sha256 of the model whose config it patched (None: no lineage row)
+    built_on_ticket: str | None = None  # the promoted ticket that model came from (None: the base config)
+
+
+class AuditSummary(_Rec):
+    ok: bool
+    records: int
+    run_records: int
+    head_seq: int | None
+    anchor_seq: int | None
+    unanchored_from: int | None
+    problems: list[str]
+    protected_read_attempts: int
+    path_escape_attempts: int
+    findings: int
+
+
+class ApprovalRow(_Rec):
+    """A data request this run made, or an earlier run's that this run took up."""
+
+    id: str
+    status: str  # pending | approved | denied
+    hypothesis: str
+    run_id: str  # the run that asked
+    taken_by: str | None = None  # the run that queued it as a data ticket (None: none yet)
+    decided_by: str | None = None
+    reason: str | None = None
+
+
+class SealedScore(_Rec):
+    """One model's object F1 on the sealed tier, with its bootstrap interval."""
+
+    sha256: str
+    ticket_id: str | None  # the promoted ticket it came from; None: the classical detector
+    estimate: float
+    low: float
+    high: float
+    alpha: float | None = None  # the interval is two-sided 1 - alpha (None: the milestone did not say)
+    n_images: int | None = None
+
+
+class Headline(_Rec):
+    """The outcome: the best's sealed score against the classical detector and the run's start."""
+
+    best: SealedScore | None = None
+    classical: SealedScore | None = None
+    start: SealedScore | None = None  # the best when the run started, when scored
+    start_sha256: str | None = None  # None: the run's first promotion does not name its parent
+    promoted: list[str] = Field(default_factory=list)  # tickets this run promoted, in order
+    tier_version: int | None = None
+    missing: str | None = None  # why there is no sealed score of the best
+
+
+class RunReport(_Rec):
+    schema_version: int = 2  # 2: headline, lineage per ticket, approval rows, gate tiers
+    run_id: str
+    profile: str
+    proposer: str
+    backend: str
+    base_config: str | None = (
+        None  # the training config every ticket patched (None: a run before it was recorded)
+    )
+    sized_note: str = ""  # why a GPU-sized profile ran its CPU-sized config ("" when it did not)
+    concurrency: int = 1  # tickets trained at once (run --concurrency)
+    code_agent: bool = False  # run --code-agent: the code-editing agent wrote the code tickets' files
+    fill_budget: bool = False  # an arm of `compare`: it stopped only on its budget
+    gate_tiers: list[str] | None = None  # held-back tiers the gate listed at the run's end (None: not asked)
+    stop_reason: str
+    started_at: float | None
+    ended_at: float
+    win_rule_sha256: str | None
+    headline: Headline = Field(
+        default_factory=lambda: Headline(missing="no milestone was read for this report")
+    )
+    tickets: list[TicketRow]
+    not_run: list[dict[str, Any]]  # queued when the budget ran out
+    approvals: list[ApprovalRow]
+    counts: dict[str, int]
+    device_seconds: float
+    milestone: dict[str, Any] | None
+    audit: AuditSummary | None
+    llm_usage: dict[str, Any]
+    analysis_dir: str | None
+    plots: dict[str, str] = Field(default_factory=dict)
+    label_rounds: list[dict[str, Any]] = Field(default_factory=list)  # the home's labelling rounds so far
+    retractions: list[dict[str, Any]] = Field(default_factory=list)  # the home's retracted claims so far
+    refused: list[dict[str, Any]] = Field(default_factory=list)  # drafts validation refused before queueing
+    rounds: list[dict[str, Any]] = Field(default_factory=list)  # weakness, fixes tried on that best, results
+    predictions: list[dict[str, Any]] = Field(
+        default_factory=list
+    )  # each executed recommendation: predicted, measured
+    hit_rate: dict[str, Any] = Field(
+        default_factory=dict
+    )  # recommendation vs default action, Wilson intervals
+    not_executable: list[dict[str, Any]] = Field(
+        default_factory=list
+    )  # recommendations that became no ticket
+
+
+__all__ = ["ApprovalRow", "AuditSummary", "Headline", "RunReport", "SealedScore", "TicketRow"]
