@@ -10,12 +10,15 @@ incumbent's, so its dev score compares like with like.
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agents.actions import Catalogue, NotExecutable, Realised, load_catalogue, realise_config, rule_of
+from agents.approvals import APPROVED_REQUEST_KEY, Grant, data_ticket_id, grant_keys, read_grant
 from agents.incumbent import Incumbent
 from analysis.curation import Plan, apply_plan, curate_images
 from analysis.curation.plan import _applied
@@ -23,12 +26,14 @@ from analysis.effects import parse_slice
 from analysis.errortypes import ErrorType
 from analysis.units import defect_units
 from segfactory.errors import DataError, UsageError
+from segfactory.files import write_atomic
 from segfactory.records import Recommendation, TicketKind, canonical_json
 from synthetic.extend import append_images
 from synthetic.splits import read_split
 from synthetic.versions import approved, create_version, resolve
 
 NOT_EXECUTABLE_FILE = "not_executable.jsonl"  # people/: recommendations that became no ticket, and why
+REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # a request id: one plain path component
 REVIEWED_VERSIONS_NOTE = (
     "a reviewed version: same train images and dev split as its parent, other train masks"
 )
@@ -229,7 +234,7 @@ def named_dataset(services: Any, ticket: Any, base: Any, base_images: int | None
     ``base_images``: how many of the base's train images the parent trains on (None: all)."""
 
     ref = ticket.change.get("dataset")
-    if ticket.kind.value == "data" and ticket.change.get("approved_request"):
+    if grant_keys(ticket.change):  # refused by validation unless the approvals queue made the ticket
         return approved_data_version(services, ticket, base, base_images)
     if not ref:
         return None
@@ -247,49 +252,35 @@ def named_dataset(services: Any, ticket: Any, base: Any, base_images: int | None
 def approved_data_version(services: Any, ticket: Any, base: Any, base_images: int | None = None) -> Any:
     """The incumbent's train split (the first ``base_images``, those a capped config trains on;
     all when None) plus the approved images: at most the approved count, only those in the
-    approved scope (a slice of the images' voids). Dev stays the incumbent's."""
+    approved scope (a slice of the images' voids). Dev stays the incumbent's.
 
-    change = ticket.change
-    request = change["approved_request"]
-    if not change.get("approved_data"):
+    What was approved comes from the approvals record (``agents.approvals.read_grant``), never
+    from the ticket: its change only names the request, and the request must have been approved
+    by a person and taken up by this run. Every path built from the request stays inside the
+    home, or the ticket is refused before anything is written.
+    """
+
+    grant = _grant(services, ticket)
+    if not grant.data:
         raise UsageError(
-            f"approved request {request} names no dataset version to train on; import the data "
-            "(`segfactory data import`) and approve the request with `--data NAME/vK`"
+            f"approved request {grant.request_id} names no dataset version to train on; import the "
+            "data (`segfactory data import`) and approve the request with `--data NAME/vK`"
         )
-    record = services.home.runs / services.setup.run_id / "approved" / request / "dataset.json"
+    folder = _approved_folder(services, grant.request_id)
+    record = folder / "dataset.json"
     if record.is_file():
         return resolve(services.home.root, json.loads(record.read_text())["dataset"])
-    extra = read_split(resolve(services.home.root, str(change["approved_data"])).train)
+    extra = read_split(resolve(services.home.root, grant.data).train)
     train = read_split(base.train)
     if extra.images.shape[1:] != train.images.shape[1:]:
         raise DataError(
-            f"approved data {change['approved_data']} has images of {extra.images.shape[1:]}, the "
+            f"approved data {grant.data} has images of {extra.images.shape[1:]}, the "
             f"incumbent's {base.ref} of {train.images.shape[1:]}; import it at that size"
         )
-    keep = list(range(len(extra.image_meta)))
-    scope = change.get("approved_scope")
-    if scope:
-        predicate = parse_slice(str(scope))
-        if predicate is None:
-            raise UsageError(
-                f"approved scope {scope!r} of request {request} is not a slice the factory can apply "
-                "(e.g. shape=shrinkage, size<12); approve it again with such a scope, or none"
-            )
-        units = defect_units(extra.image_meta, extra.defects, [ErrorType.MISSED.value] * len(extra.defects))
-        inside = {int(units.image[k]) for k in np.flatnonzero(predicate(units))}
-        keep = [k for k in keep if k in inside]
-    keep = keep[: int(change.get("approved_count") or len(keep))]
-    if not keep:
-        raise DataError(f"approved data {change['approved_data']} holds no image in scope {scope!r}")
-    out = services.home.runs / services.setup.run_id / "approved" / request / "train"
+    keep = _granted_images(extra, grant)
     position = {str(extra.image_meta[k]["id"]): n for n, k in enumerate(keep)}
     metas = [
-        {
-            **extra.image_meta[k],
-            "source_id": extra.image_meta[k]["id"],
-            "source": str(change["approved_data"]),
-        }
-        for k in keep
+        {**extra.image_meta[k], "source_id": extra.image_meta[k]["id"], "source": grant.data} for k in keep
     ]
     defects = [
         {**d, "image_id": position[str(d["image_id"])]}
@@ -303,30 +294,90 @@ def approved_data_version(services: Any, ticket: Any, base: Any, base_images: in
         metas,
         defects,
         {
-            "approved_request": request,
-            "approved_data": str(change["approved_data"]),
+            "approved_request": grant.request_id,
+            "approved_data": grant.data,
             "approved_count": len(keep),
-            "approved_scope": scope,
+            "approved_scope": grant.scope,
             "parent": base.content_hash,
         },
-        out,
+        folder / "train",
         base_images,
     )
     version = create_version(
         services.home.root, base.name, {"train": split, "dev": None}, parent=base.ref, approve_it=True
     )
-    record.write_text(json.dumps({"dataset": version.ref, "images_added": len(keep)}) + "\n")
+    write_atomic(record, json.dumps({"dataset": version.ref, "images_added": len(keep)}) + "\n")
     services.audit(
         "approved_data_version",
         {
             "ticket_id": ticket.id,
-            "request": request,
+            "request": grant.request_id,
             "dataset": version.ref,
             "images_added": len(keep),
-            "scope": scope,
+            "scope": grant.scope,
         },
     )
     return version
+
+
+def _granted_images(extra: Any, grant: Grant) -> list[int]:
+    """Indices of the approved version's train images the grant lets in: those in its scope, at
+    most its count."""
+    keep = list(range(len(extra.image_meta)))
+    if grant.scope:
+        predicate = parse_slice(grant.scope)
+        if predicate is None:
+            raise UsageError(
+                f"approved scope {grant.scope!r} of request {grant.request_id} is not a slice the "
+                "factory can apply (e.g. shape=shrinkage, size<12); approve it again with such a "
+                "scope, or none"
+            )
+        units = defect_units(extra.image_meta, extra.defects, [ErrorType.MISSED.value] * len(extra.defects))
+        inside = {int(units.image[k]) for k in np.flatnonzero(predicate(units))}
+        keep = [k for k in keep if k in inside]
+    keep = keep[: grant.count or len(keep)]
+    if not keep:
+        raise DataError(f"approved data {grant.data} holds no image in scope {grant.scope!r}")
+    return keep
+
+
+def _grant(services: Any, ticket: Any) -> Grant:
+    """The approvals record's grant for the request a data ticket names; DataError when no person
+    approved it, when this is not that request's own data ticket, or another run took it up."""
+    request = ticket.change.get(APPROVED_REQUEST_KEY)
+    own = isinstance(request, str) and data_ticket_id(request) in (ticket.id, ticket.replicate_of)
+    if ticket.kind is not TicketKind.DATA or grant_keys(ticket.change) != [APPROVED_REQUEST_KEY] or not own:
+        raise DataError(
+            f"ticket {ticket.id} carries {grant_keys(ticket.change)} naming request {request!r}, but it "
+            "is not the data ticket the approvals queue made from that request; what an approval "
+            "grants is read from the approvals record, never from a ticket"
+        )
+    grant = read_grant(services.home.state_db, request)
+    if grant is None or grant.status != "approved":
+        state = "no such request" if grant is None else f"it is {grant.status}"
+        raise DataError(
+            f"ticket {ticket.id} names approved request {request!r}, but the approvals record in "
+            f"{services.home.state_db} holds no approval of it ({state}); a data ticket trains only "
+            "on what a person approved (`segfactory approvals approve`)"
+        )
+    if grant.taken_by != services.setup.run_id:
+        raise DataError(
+            f"approved request {request} was taken up by run {grant.taken_by or '(none yet)'}, not by "
+            f"run {services.setup.run_id}; its data ticket runs only in the run that took it"
+        )
+    return grant
+
+
+def _approved_folder(services: Any, request: str) -> Path:
+    """``runs/<run>/approved/<request>/``, refused unless it lies inside the home's runs folder."""
+    runs = Path(os.path.realpath(services.home.runs))
+    folder = Path(os.path.realpath(runs / services.setup.run_id / "approved" / request))
+    if not REQUEST_ID.match(request) or not folder.is_relative_to(runs):
+        raise DataError(
+            f"approved request id {request!r} would place its data at {folder}, outside the home's "
+            f"runs folder {runs}; refused"
+        )
+    return folder
 
 
 __all__ = [
