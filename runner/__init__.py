@@ -22,7 +22,7 @@ from runner._execute import (
 )
 from runner._launch import HOST_CONFIG_FILE, LaunchRequest, LaunchResult, SandboxLauncher, WorkerLauncher
 from runner._manifest import SplitDigest, TrainingManifest, training_manifest
-from runner._policy import refusal_reason
+from runner._policy import code_files, refusal_reason
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import (
     Admission,
@@ -62,6 +62,7 @@ __all__ = [
     "TrainingManifest",
     "UnsafeArtifact",
     "WorkerLauncher",
+    "code_files",
     "copy_out",
     "default_scorer",
     "execute_ticket",
