@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -243,9 +244,11 @@ def test_a_proposers_own_draft_is_the_agents_start_and_a_bad_one_is_refused(
 def test_a_tree_too_deep_to_read_back_fails_its_draft_not_the_run(
     keys: None, audit_log: Log, context: ProposerContext, tmp_path: Path
 ) -> None:
-    """The proposer's own draft plants 900 nested folders (the agent's `run` could as well): the
-    read-back refuses the tree, the draft is dropped on record, and the other draft goes on."""
-    deep = {**CODE_DRAFT, "change": {"files": {"code/vision/" + "d/" * 900 + "x.py": "X = 1\n"}}}
+    """The proposer's own draft plants more nested folders than the interpreter's recursion limit
+    (the agent's `run` could as well): the read-back refuses the tree, the draft is dropped on
+    record, and the other draft goes on."""
+    levels = sys.getrecursionlimit() + 100
+    deep = {**CODE_DRAFT, "change": {"files": {"code/vision/" + "d/" * levels + "x.py": "X = 1\n"}}}
     script = [
         Step.call("propose_tickets", {"tickets": [deep, CONFIG_DRAFT]}),
         Step.call("submit", {"summary": "a deep module"}),

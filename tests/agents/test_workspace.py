@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ def test_a_walk_is_bounded_in_depth_and_entries_without_recursion(ws: Workspace)
     from agents.workspace import MAX_WALK_DEPTH, TreeRefused, walk_files
 
     assert walk_files(ws, "code") == ["code/train.py"]
-    deep = "code/" + "d/" * 900 + "x.py"  # far past the interpreter's recursion limit
+    deep = "code/" + "d/" * (sys.getrecursionlimit() + 100) + "x.py"  # past the recursion limit
     ws.write(deep, "x = 1\n")
     with pytest.raises(TreeRefused, match=f"more than MAX_WALK_DEPTH={MAX_WALK_DEPTH} folders"):
         walk_files(ws, "code")
