@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -253,8 +254,12 @@ def test_a_tree_too_deep_to_read_back_fails_its_draft_not_the_run(
         Step.call("propose_tickets", {"tickets": [deep, CONFIG_DRAFT]}),
         Step.call("submit", {"summary": "a deep module"}),
     ]
-    with openai_server(script) as fake:
-        [ticket] = _valid(_proposer(fake.base_url, audit_log, tmp_path / "arm"), context, audit_log, n=2)
+    try:
+        with openai_server(script) as fake:
+            [ticket] = _valid(_proposer(fake.base_url, audit_log, tmp_path / "arm"), context, audit_log, n=2)
+    finally:  # rm walks any depth; shutil.rmtree (pytest's own clean-up) recurses and fails on it
+        for work in (tmp_path / "arm").glob("*/work"):
+            subprocess.run(["rm", "-rf", str(work)], check=True)
     assert ticket.kind.value == "config"  # the run goes on with the other draft
     [failed] = audit_log.events("code_agent_failed")
     assert "more than MAX_WALK_DEPTH=32 folders" in failed["reason"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -93,9 +94,12 @@ def test_a_walk_is_bounded_in_depth_and_entries_without_recursion(ws: Workspace)
 
     assert walk_files(ws, "code") == ["code/train.py"]
     deep = "code/" + "d/" * (sys.getrecursionlimit() + 100) + "x.py"  # past the recursion limit
-    ws.write(deep, "x = 1\n")
-    with pytest.raises(TreeRefused, match=f"more than MAX_WALK_DEPTH={MAX_WALK_DEPTH} folders"):
-        walk_files(ws, "code")
+    try:
+        ws.write(deep, "x = 1\n")
+        with pytest.raises(TreeRefused, match=f"more than MAX_WALK_DEPTH={MAX_WALK_DEPTH} folders"):
+            walk_files(ws, "code")
+    finally:  # rm walks any depth; shutil.rmtree (pytest's own clean-up) recurses and fails on it
+        subprocess.run(["rm", "-rf", str(ws.root / "code" / "d")], check=True)
 
 
 def test_a_listing_of_a_huge_folder_reads_a_bounded_number_of_entries(
