@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agents._predictions import PREDICTIONS_FILE
 from agents._report_md import render_markdown
@@ -27,6 +27,7 @@ from audit import check_records, iter_records, load_policy, verify_log
 from runner import read_beneath
 from segfactory.files import read_jsonl
 from segfactory.home import Home
+from segfactory.text import inert_tree
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -35,7 +36,16 @@ PLOTS_DIR = "plots"
 
 
 class _Rec(BaseModel):
+    """A report record. Every string in it is made inert as it enters (hypotheses, reasons and
+    changes are a model's or a sandbox's text), so no rendering of the report, and no terminal
+    that prints it, receives their control characters."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inert(cls, data: Any) -> Any:
+        return inert_tree(data)
 
 
 class TicketRow(_Rec):

@@ -15,6 +15,7 @@ from audit.show import parse_time
 from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
 from segfactory.errors import UsageError
 from segfactory.home import Home
+from segfactory.text import inert
 
 if TYPE_CHECKING:
     from audit import AnchorStore, Finding, VerifyReport
@@ -156,7 +157,8 @@ def _print_findings(findings: list[Finding]) -> None:
         return
     table = Table("seq", "run", "actor", "event", "kind", "path", "pattern", title="protected-path reads")
     for f in findings:
-        table.add_row(str(f.seq), f.run_id or "", f.actor, f.event, f.kind, f.path, f.pattern or "")
+        path = inert(f.path, multiline=False)  # a path a sandbox chose
+        table.add_row(str(f.seq), f.run_id or "", f.actor, f.event, f.kind, path, f.pattern or "")
     out.print(table)
 
 
