@@ -149,6 +149,7 @@ def _print_verify(report: VerifyReport) -> None:
 
 
 def _print_findings(findings: list[Finding]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     out = console()
@@ -157,7 +158,7 @@ def _print_findings(findings: list[Finding]) -> None:
         return
     table = Table("seq", "run", "actor", "event", "kind", "path", "pattern", title="protected-path reads")
     for f in findings:
-        path = inert(f.path, multiline=False)  # a path a sandbox chose
+        path = escape(inert(f.path, multiline=False))  # a path a sandbox chose: no escapes, no markup
         table.add_row(str(f.seq), f.run_id or "", f.actor, f.event, f.kind, path, f.pattern or "")
     out.print(table)
 
