@@ -10,11 +10,14 @@ incumbent's, so its dev score compares like with like.
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
 
 from agents.actions import Catalogue, NotExecutable, Realised, realise_config, rule_of
+from agents.approvals import APPROVED_REQUEST_KEY, Grant, data_ticket_id, grant_keys, read_grant
 from agents.incumbent import Incumbent
 from agents.run_setup import RunSetup
 from analysis.curation import Plan, applied_plans, apply_plan, curate_images
@@ -22,11 +25,13 @@ from analysis.effects import parse_slice
 from analysis.errortypes import ErrorType
 from analysis.units import defect_units
 from segfactory.errors import DataError, UsageError
+from segfactory.files import write_atomic
 from segfactory.records import Recommendation, Ticket, TicketKind, canonical_json
 from synthetic.extend import append_images
-from synthetic.splits import read_split
+from synthetic.splits import Split, read_split
 from synthetic.versions import DatasetVersion, approved, create_version, resolve
 
+REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # a request id: one plain path component
 REVIEWED_VERSIONS_NOTE = (
     "a reviewed version: same train images and dev split as its parent, other train masks"
 )
@@ -232,7 +237,7 @@ def named_dataset(
     ``base_images``: how many of the base's train images the parent trains on (None: all)."""
 
     ref = ticket.change.get("dataset")
-    if ticket.kind.value == "data" and ticket.change.get("approved_request"):
+    if grant_keys(ticket.change):  # refused by validation unless the approvals queue made the ticket
         return approved_data_version(setup, ticket, base, base_images)
     if not ref:
         return None
@@ -252,49 +257,35 @@ def approved_data_version(
 ) -> DatasetVersion:
     """The incumbent's train split (the first ``base_images``, those a capped config trains on;
     all when None) plus the approved images: at most the approved count, only those in the
-    approved scope (a slice of the images' voids). Dev stays the incumbent's."""
+    approved scope (a slice of the images' voids). Dev stays the incumbent's.
 
-    change = ticket.change
-    request = change["approved_request"]
-    if not change.get("approved_data"):
+    What was approved comes from the approvals record (``agents.approvals.read_grant``), never
+    from the ticket: its change only names the request, and the request must have been approved
+    by a person and taken up by this run. Every path built from the request stays inside the
+    home, or the ticket is refused before anything is written.
+    """
+
+    grant = _grant(setup, ticket)
+    if not grant.data:
         raise UsageError(
-            f"approved request {request} names no dataset version to train on; import the data "
-            "(`segfactory data import`) and approve the request with `--data NAME/vK`"
+            f"approved request {grant.request_id} names no dataset version to train on; import the "
+            "data (`segfactory data import`) and approve the request with `--data NAME/vK`"
         )
-    record = setup.layout.approved_dir(request) / "dataset.json"
+    folder = _approved_folder(setup, grant.request_id)
+    record = folder / "dataset.json"
     if record.is_file():
         return resolve(setup.home.root, json.loads(record.read_text())["dataset"])
-    extra = read_split(resolve(setup.home.root, str(change["approved_data"])).train)
+    extra = read_split(resolve(setup.home.root, grant.data).train)
     train = read_split(base.train)
     if extra.images.shape[1:] != train.images.shape[1:]:
         raise DataError(
-            f"approved data {change['approved_data']} has images of {extra.images.shape[1:]}, the "
+            f"approved data {grant.data} has images of {extra.images.shape[1:]}, the "
             f"incumbent's {base.ref} of {train.images.shape[1:]}; import it at that size"
         )
-    keep = list(range(len(extra.image_meta)))
-    scope = change.get("approved_scope")
-    if scope:
-        predicate = parse_slice(str(scope))
-        if predicate is None:
-            raise UsageError(
-                f"approved scope {scope!r} of request {request} is not a slice the factory can apply "
-                "(e.g. shape=shrinkage, size<12); approve it again with such a scope, or none"
-            )
-        units = defect_units(extra.image_meta, extra.defects, [ErrorType.MISSED.value] * len(extra.defects))
-        inside = {int(units.image[k]) for k in np.flatnonzero(predicate(units))}
-        keep = [k for k in keep if k in inside]
-    keep = keep[: int(change.get("approved_count") or len(keep))]
-    if not keep:
-        raise DataError(f"approved data {change['approved_data']} holds no image in scope {scope!r}")
-    out = setup.layout.approved_dir(request) / "train"
+    keep = _granted_images(extra, grant)
     position = {str(extra.image_meta[k]["id"]): n for n, k in enumerate(keep)}
     metas = [
-        {
-            **extra.image_meta[k],
-            "source_id": extra.image_meta[k]["id"],
-            "source": str(change["approved_data"]),
-        }
-        for k in keep
+        {**extra.image_meta[k], "source_id": extra.image_meta[k]["id"], "source": grant.data} for k in keep
     ]
     defects = [
         {**d, "image_id": position[str(d["image_id"])]}
@@ -308,30 +299,91 @@ def approved_data_version(
         metas,
         defects,
         {
-            "approved_request": request,
-            "approved_data": str(change["approved_data"]),
+            "approved_request": grant.request_id,
+            "approved_data": grant.data,
             "approved_count": len(keep),
-            "approved_scope": scope,
+            "approved_scope": grant.scope,
             "parent": base.content_hash,
         },
-        out,
+        folder / "train",
         base_images,
     )
     version = create_version(
         setup.home.root, base.name, {"train": split, "dev": None}, parent=base.ref, approve_it=True
     )
-    record.write_text(json.dumps({"dataset": version.ref, "images_added": len(keep)}) + "\n")
+    write_atomic(record, json.dumps({"dataset": version.ref, "images_added": len(keep)}) + "\n")
     setup.audit_event(
         "approved_data_version",
         {
             "ticket_id": ticket.id,
-            "request": request,
+            "request": grant.request_id,
             "dataset": version.ref,
             "images_added": len(keep),
-            "scope": scope,
+            "scope": grant.scope,
         },
     )
     return version
+
+
+def _granted_images(extra: Split, grant: Grant) -> list[int]:
+    """Indices of the approved version's train images the grant lets in: those in its scope, at
+    most its count."""
+    keep = list(range(len(extra.image_meta)))
+    if grant.scope:
+        predicate = parse_slice(grant.scope)
+        if predicate is None:
+            raise UsageError(
+                f"approved scope {grant.scope!r} of request {grant.request_id} is not a slice the "
+                "factory can apply (e.g. shape=shrinkage, size<12); approve it again with such a "
+                "scope, or none"
+            )
+        units = defect_units(extra.image_meta, extra.defects, [ErrorType.MISSED.value] * len(extra.defects))
+        inside = {int(units.image[k]) for k in np.flatnonzero(predicate(units))}
+        keep = [k for k in keep if k in inside]
+    keep = keep[: grant.count or len(keep)]
+    if not keep:
+        raise DataError(f"approved data {grant.data} holds no image in scope {grant.scope!r}")
+    return keep
+
+
+def _grant(setup: RunSetup, ticket: Ticket) -> Grant:
+    """The approvals record's grant for the request a data ticket names; DataError when no person
+    approved it, when this is not that request's own data ticket, or another run took it up."""
+    named = ticket.change.get(APPROVED_REQUEST_KEY)
+    request = named if isinstance(named, str) else ""
+    own = bool(request) and data_ticket_id(request) in (ticket.id, ticket.replicate_of)
+    if ticket.kind is not TicketKind.DATA or grant_keys(ticket.change) != [APPROVED_REQUEST_KEY] or not own:
+        raise DataError(
+            f"ticket {ticket.id} carries {grant_keys(ticket.change)} naming request {named!r}, but it "
+            "is not the data ticket the approvals queue made from that request; what an approval "
+            "grants is read from the approvals record, never from a ticket"
+        )
+    grant = read_grant(setup.home.state_db, request)
+    if grant is None or grant.status != "approved":
+        state = "no such request" if grant is None else f"it is {grant.status}"
+        raise DataError(
+            f"ticket {ticket.id} names approved request {request!r}, but the approvals record in "
+            f"{setup.home.state_db} holds no approval of it ({state}); a data ticket trains only "
+            "on what a person approved (`segfactory approvals approve`)"
+        )
+    if grant.taken_by != setup.run_id:
+        raise DataError(
+            f"approved request {request} was taken up by run {grant.taken_by or '(none yet)'}, not by "
+            f"run {setup.run_id}; its data ticket runs only in the run that took it"
+        )
+    return grant
+
+
+def _approved_folder(setup: RunSetup, request: str) -> Path:
+    """``runs/<run>/approved/<request>/``, refused unless it lies inside the home's runs folder."""
+    runs = Path(os.path.realpath(setup.home.runs))
+    folder = Path(os.path.realpath(setup.layout.approved_dir(request)))
+    if not REQUEST_ID.match(request) or not folder.is_relative_to(runs):
+        raise DataError(
+            f"approved request id {request!r} would place its data at {folder}, outside the home's "
+            f"runs folder {runs}; refused"
+        )
+    return folder
 
 
 __all__ = [

@@ -9,11 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from segfactory.text import inert_tree
 
 
 class _Rec(BaseModel):
+    """A report record. Every string in it is made inert as it enters (hypotheses, reasons and
+    changes are a model's or a sandbox's text), so no rendering of the report, and no terminal
+    that prints it, receives their control characters."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inert(cls, data: Any) -> Any:
+        return inert_tree(data)
 
 
 class TicketRow(_Rec):

@@ -17,6 +17,12 @@ across the processes that may answer it (the console, the CLI).
 
 Ids are shared by both kinds (an escalation's is ``<ticket id>-esc``), so ``segfactory approvals
 approve|deny ID`` and the console decide either through :meth:`ApprovalQueue.decide`.
+
+**What an approval grants** lives in the approvals record alone (:func:`read_grant`): the data
+ticket the queue makes carries only the request's id (``change["approved_request"]``), and the
+host reads the dataset version, count and scope from the row a person's decision wrote. Every
+other ``approved_*`` key is host-owned: a proposer that writes one is refused at validation,
+and one that an old request still holds is dropped when its data ticket is made.
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ ESCALATION_SUFFIX = "-esc"  # an escalation's id: the escalated ticket's id plus
 # of it, the scope (a slice the images must fall in), and which run took it up.
 _GRANT_COLUMNS = (("data_ref", "TEXT"), ("count", "INTEGER"), ("scope", "TEXT"), ("taken_by", "TEXT"))
 MAX_RESUME_ATTEMPTS = 3  # resumes of a request's thread before `decide` gives up and says so
+GRANT_KEY_PREFIX = "approved_"  # change keys only the host writes: what a person's approval granted
+APPROVED_REQUEST_KEY = "approved_request"  # the one the data ticket carries: which request it is
+DATA_TICKET_SUFFIX = "-data"  # an approved request's data ticket: the request's id plus this
 
 
 Pending = Literal["promote", "replicate"]
@@ -79,6 +88,50 @@ class EscalationAnswer(BaseModel):
     approved: bool
     by: str
     reason: str
+
+
+class Grant(BaseModel):
+    """What a person's decision on one data request granted, as the approvals record holds it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    request_id: str
+    run_id: str
+    status: Literal["pending", "approved", "denied"]
+    data: str | None = None  # the dataset version with the approved images (NAME/vK)
+    count: int | None = None  # at most this many of them
+    scope: str | None = None  # a slice their voids must fall in
+    taken_by: str | None = None  # the run that took the approved request up
+
+
+def data_ticket_id(request_id: str) -> str:
+    """The id of the data ticket an approved request becomes."""
+    return f"{request_id}{DATA_TICKET_SUFFIX}"
+
+
+def grant_keys(change: dict[str, Any]) -> list[str]:
+    """The host-owned ``approved_*`` keys in ``change``, sorted."""
+    return sorted(str(k) for k in change if str(k).startswith(GRANT_KEY_PREFIX))
+
+
+def read_grant(db: Path, request_id: str) -> Grant | None:
+    """The approvals record of ``request_id``; None when the database, the table or the row is
+    missing. Opened read-only, so reading creates nothing."""
+    if not Path(db).is_file():
+        return None
+    conn = sqlite3.connect(f"file:{Path(db).resolve()}?mode=ro", uri=True, timeout=30)
+    try:
+        row = conn.execute(
+            "SELECT id, run_id, status, data_ref, count, scope, taken_by FROM approvals WHERE id = ?",
+            (request_id,),
+        ).fetchone()
+    except sqlite3.OperationalError:  # no approvals table (or an old one without the grant columns)
+        return None
+    finally:
+        conn.close()
+    if row is None:
+        return None
+    keys = ("request_id", "run_id", "status", "data", "count", "scope", "taken_by")
+    return Grant.model_validate(dict(zip(keys, row, strict=True)))
 
 
 class _State(TypedDict, total=False):
@@ -256,13 +309,13 @@ class ApprovalQueue:
         """
         with self._table() as table:
             rows = table.execute(
-                "SELECT ticket, data_ref, count, scope FROM approvals WHERE status = 'approved' "
+                "SELECT ticket FROM approvals WHERE status = 'approved' "
                 "AND (run_id = ? OR taken_by IS NULL OR taken_by = ?) ORDER BY requested_at",
                 (run_id, run_id),
             ).fetchall()
             taken = {r[0]: r[1] for r in table.execute("SELECT id, taken_by FROM approvals").fetchall()}
-        tickets = [_as_data_ticket(Ticket.model_validate_json(r[0]), r[1], r[2], r[3]) for r in rows]
-        return [t for t in tickets if taken.get(t.change["approved_request"]) in (None, run_id)]
+        tickets = [_as_data_ticket(Ticket.model_validate_json(r[0])) for r in rows]
+        return [t for t in tickets if taken.get(t.change[APPROVED_REQUEST_KEY]) in (None, run_id)]
 
     def taken(self) -> dict[str, str]:
         """Which run took up each approved request: request id -> run id (requests none took: absent)."""
@@ -404,19 +457,27 @@ def _escalation_id(table: sqlite3.Connection, run_id: str, ticket_id: str) -> st
     return f"{run_id}-{item_id}" if taken else item_id
 
 
-def _as_data_ticket(
-    request: Ticket, data: str | None = None, count: int | None = None, scope: str | None = None
-) -> Ticket:
-    grant = {
-        k: v for k, v in (("approved_data", data), ("approved_count", count), ("approved_scope", scope)) if v
-    }
+def _as_data_ticket(request: Ticket) -> Ticket:
+    """The data ticket of an approved request: its change names the request and nothing it was
+    granted (the host reads that from the record); ``approved_*`` keys the request held are dropped."""
+    change = {k: v for k, v in request.change.items() if not str(k).startswith(GRANT_KEY_PREFIX)}
     return request.model_copy(
         update={
-            "id": f"{request.id}-data",
+            "id": data_ticket_id(request.id),
             "kind": TicketKind.DATA,
-            "change": {**request.change, "approved_request": request.id, **grant},
+            "change": {**change, APPROVED_REQUEST_KEY: request.id},
         }
     )
 
 
-__all__ = ["ApprovalQueue", "ApprovalRequest", "EscalationAnswer"]
+__all__ = [
+    "APPROVED_REQUEST_KEY",
+    "GRANT_KEY_PREFIX",
+    "ApprovalQueue",
+    "ApprovalRequest",
+    "EscalationAnswer",
+    "Grant",
+    "data_ticket_id",
+    "grant_keys",
+    "read_grant",
+]

@@ -35,7 +35,7 @@ from agents.context import ProposerContext
 from agents.graph import LoopDeps
 from agents.llm import LLMCaller, make_provider
 from agents.proposer import Proposer, Rejected, TicketDraft
-from agents.workspace import PathRefused, Workspace
+from agents.workspace import PathRefused, TreeRefused, Workspace, walk_files
 from runner import TRAINING_PACKAGES
 from segfactory.errors import SegfactoryError, UsageError
 from segfactory.files import write_atomic
@@ -191,14 +191,18 @@ def _fresh(work: Path) -> None:
 def changed_files(workspace: Workspace) -> dict[str, str]:
     """Every file under ``code/`` that differs from the source tree, read beneath the root.
 
-    Symlinks and deleted files cannot be expressed as a code change, so they fail the ticket,
-    as do more than MAX_CHANGED_FILES files or MAX_CHANGED_BYTES bytes.
+    Symlinks, special files and deleted files cannot be expressed as a code change, so they fail
+    the draft, as do more than MAX_CHANGED_FILES files or MAX_CHANGED_BYTES bytes, and a tree
+    past the workspace's walk bounds (``agents.workspace.MAX_WALK_DEPTH``, ``MAX_WALK_ENTRIES``).
     """
     seen: set[str] = set()
     files: dict[str, str] = {}
     for name in _walk(workspace, CODE_DIR):
         seen.add(name)
-        text, truncated, size = workspace.read(name)
+        try:
+            text, truncated, size = workspace.read(name)
+        except (PathRefused, OSError) as exc:  # swapped for a link or a FIFO after the walk
+            raise CodeArmFailed(f"the code agent's {name} cannot be read back: {exc}") from None
         if truncated:
             raise CodeArmFailed(f"the code agent left {name} at {size} bytes, over the read limit")
         source = SOURCE_ROOT / name.removeprefix(f"{CODE_DIR}/")
@@ -223,25 +227,16 @@ def changed_files(workspace: Workspace) -> dict[str, str]:
 
 
 def _walk(workspace: Workspace, folder: str) -> list[str]:
-    entries, truncated = workspace.list(folder)
-    if truncated:
-        raise CodeArmFailed(
-            f"{folder} holds too many entries to read back; the code agent's change is refused"
-        )
-    names: list[str] = []
-    for entry in entries:
-        name, kind = f"{folder}/{entry['name']}", entry["type"]
-        if str(entry["name"]) in _SKIPPED or str(entry["name"]).endswith(_SKIPPED_SUFFIXES):
-            continue
-        if kind == "dir":
-            names += _walk(workspace, name)
-        elif kind == "file":
-            names.append(name)
-        else:
+    """Every regular file beneath ``folder``; CodeArmFailed for a link, a special file, or a tree
+    too deep or too large to read back (the draft fails, the run goes on)."""
+    try:
+        return walk_files(workspace, folder, skip=_SKIPPED, skip_suffixes=_SKIPPED_SUFFIXES)
+    except TreeRefused as exc:
+        if exc.kind:
             raise CodeArmFailed(
-                f"the code agent left a {kind} at {name}; only regular files can be a code change"
-            )
-    return names
+                f"the code agent left a {exc.kind} at {exc.path}; only regular files can be a code change"
+            ) from None
+        raise CodeArmFailed(f"the code agent's workspace cannot be read back: {exc}") from None
 
 
 def _source_files() -> list[str]:

@@ -4,7 +4,9 @@
 from ``policies/budgets.yaml`` for the run's profile; config changes are checked against the
 training config model (``vision.config.TrainConfig``) when it can be imported, else against the
 fallback allowlist in the same policy file; code changes must stay under the ticket's copy of
-the training code and name no protected path.
+the training code and name no protected path. The ``approved_*`` keys of a change are the
+host's: only the data ticket the approvals queue makes from an approved request carries one
+(``approved_request``, naming that request), so a proposer that writes any is refused.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from agents._data_tickets import generator_constraint, topup_spec
 from agents._paths import is_protected
+from agents.approvals import APPROVED_REQUEST_KEY, data_ticket_id, grant_keys
 from segfactory.budgets import BudgetPolicy, TicketCaps
 from segfactory.errors import UsageError
 from segfactory.records import Ticket, TicketKind
@@ -40,7 +43,7 @@ def ticket_problems(
     it a minimal valid config is used.
     """
     caps = policy.for_profile(profile).ticket
-    problems = _budget_problems(ticket, caps, device_seconds_left)
+    problems = grant_problems(ticket) + _budget_problems(ticket, caps, device_seconds_left)
     if ticket.kind is TicketKind.CONFIG and not (
         ticket.change == {} and ticket.evidence == [BASE_CONFIG_EVIDENCE]
     ):
@@ -50,6 +53,29 @@ def ticket_problems(
     elif ticket.kind is TicketKind.DATA:
         problems += data_problems(ticket)
     return problems
+
+
+def grant_problems(ticket: Ticket) -> list[str]:
+    """``approved_*`` keys that no approval put there: what a person granted is read from the
+    approvals record, never from a change, so a proposer may not write them (a data request
+    included: it asks, a person grants)."""
+    keys = grant_keys(ticket.change)
+    if not keys:
+        return []
+    request = ticket.change.get(APPROVED_REQUEST_KEY)
+    made_by_queue = (
+        ticket.kind is TicketKind.DATA
+        and keys == [APPROVED_REQUEST_KEY]
+        and isinstance(request, str)
+        and data_ticket_id(request) in (ticket.id, ticket.replicate_of)
+    )
+    if made_by_queue:
+        return []
+    return [
+        f"change keys {keys} are the host's: what an approval grants (its data, count and scope) "
+        "comes from the approvals record, never from a ticket. Remove them; to ask for data, propose "
+        "a data_request ticket, and a person grants it with `segfactory approvals approve`"
+    ]
 
 
 def data_problems(ticket: Ticket) -> list[str]:

@@ -19,6 +19,7 @@ import typer
 
 from segfactory.errors import SegfactoryError
 from segfactory.logs import configure
+from segfactory.text import inert
 
 HELP = "An experiment factory for segmentation models whose improvements can be trusted."
 
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(code, int) and code:  # click returns `typer.Exit(code)` here instead of raising
             return code
     except SegfactoryError as exc:
-        sys.stderr.write(f"segfactory: error: {exc}\n")
+        sys.stderr.write(f"segfactory: error: {inert(str(exc), multiline=False)}\n")
         return exc.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code or 0)

@@ -18,6 +18,7 @@ from cli._common import HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
 from cli._drop import continue_unprivileged
 from segfactory.errors import HomeError, UsageError
 from segfactory.home import Home
+from segfactory.text import inert
 from segfactory.units import parse_duration
 from synthetic.versions import resolve
 
@@ -37,8 +38,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _progress(line: str) -> None:
-    """Progress goes to stderr, so that ``--json`` keeps stdout to one object."""
-    sys.stderr.write(line + "\n")
+    """Progress goes to stderr, so that ``--json`` keeps stdout to one object; a line can quote a
+    sandbox's or a model's text, so it is made inert first."""
+    sys.stderr.write(inert(line, multiline=False) + "\n")
     sys.stderr.flush()
 
 
@@ -174,7 +176,7 @@ def run_cmd(
         emit_json(summary.as_json())
         return
     typer.echo(
-        f"run {summary.run_id}: {summary.stop_reason or 'finished'}; "
+        f"run {summary.run_id}: {inert(summary.stop_reason or 'finished', multiline=False)}; "
         f"{summary.tickets_run} tickets, {summary.device_seconds:.0f} device-s"
     )
     typer.echo(f"report: {summary.report_html}")
@@ -207,7 +209,9 @@ def report_cmd(
     if json_out:
         emit_json(summary)
         return
-    typer.echo((people / "report.md").read_text())
+    # Bytes, not read_text: its newline translation would turn a lone carriage return into a line.
+    text = (people / "report.md").read_bytes().decode(errors="replace")
+    typer.echo(inert(text))  # a report an older version wrote may hold raw escapes
 
 
 def _queue(resolved: Any, sink: Any) -> Any:
@@ -270,11 +274,13 @@ def approvals_list(
     if not rows and not escalations:
         typer.echo("no data requests and no escalations")
     for row in rows:
-        typer.echo(f"{row['id']}  {row['status']:<8}  run {row['run_id']}  {row['hypothesis'][:90]}")
+        hypothesis = inert(row["hypothesis"][:90], multiline=False)
+        typer.echo(f"{row['id']}  {row['status']:<8}  run {row['run_id']}  {hypothesis}")
     for esc in escalations:
+        why = inert((esc["judge_reason"] or "")[:70], multiline=False)
         typer.echo(
             f"{esc['id']}  {esc['status']:<8}  run {esc['run_id']}  escalation: approve to "
-            f"{esc['pending']} {esc['ticket_id']} ({(esc['judge_reason'] or '')[:70]})"
+            f"{esc['pending']} {esc['ticket_id']} ({why})"
         )
 
 

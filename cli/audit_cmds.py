@@ -15,6 +15,7 @@ from audit.show import parse_time
 from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for
 from segfactory.errors import UsageError
 from segfactory.home import Home
+from segfactory.text import inert
 
 if TYPE_CHECKING:
     from audit import AnchorStore, Finding, VerifyReport
@@ -148,6 +149,7 @@ def _print_verify(report: VerifyReport) -> None:
 
 
 def _print_findings(findings: list[Finding]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     out = console()
@@ -156,7 +158,8 @@ def _print_findings(findings: list[Finding]) -> None:
         return
     table = Table("seq", "run", "actor", "event", "kind", "path", "pattern", title="protected-path reads")
     for f in findings:
-        table.add_row(str(f.seq), f.run_id or "", f.actor, f.event, f.kind, f.path, f.pattern or "")
+        path = escape(inert(f.path, multiline=False))  # a path a sandbox chose: no escapes, no markup
+        table.add_row(str(f.seq), f.run_id or "", f.actor, f.event, f.kind, path, f.pattern or "")
     out.print(table)
 
 

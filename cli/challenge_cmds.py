@@ -11,6 +11,7 @@ from audit import AuditLog
 from cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json
 from segfactory.errors import HomeError
 from segfactory.home import Home
+from segfactory.text import inert
 
 
 def register(app: typer.Typer) -> None:
@@ -48,7 +49,7 @@ def challenge_cmd(
     out = console()
     out.print(f"challenge {summary['challenge_id']} of {ticket}: [bold]{summary['verdict'].upper()}[/bold]")
     for reason in summary["reasons"]:
-        out.print(f"  - {reason}")
+        out.print(f"  - {inert(reason, multiline=False)}", markup=False)
     if summary["demoted"]:
         out.print(f"  the current best moved back to {summary['demoted_to'][:12]}")
 

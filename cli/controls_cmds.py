@@ -20,6 +20,7 @@ from controls.aa import run_aa
 from controls.replay import replay
 from segfactory.budgets import load_budget_policy
 from segfactory.errors import UsageError
+from segfactory.text import inert
 from segfactory.units import parse_duration
 
 PROFILES = ("demo", "default")
@@ -46,7 +47,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _progress(line: str) -> None:
-    sys.stderr.write(line + "\n")
+    sys.stderr.write(inert(line, multiline=False) + "\n")  # a line can quote sandbox or model text
     sys.stderr.flush()
 
 
@@ -209,7 +210,8 @@ def _refuse_failed_runs(summary: Any, runs: list[Any]) -> None:
     first = next((r.reason for r in runs if r.status == "failed" or r.replicate_status == "failed"), "")
     sys.stderr.write(
         f"segfactory: error: {lost} of {summary.runs} A/A runs did not reach a decision "
-        f"(first: {first[:200]}); the rates count the {summary.gate_rule.runs} that did\n"
+        f"(first: {inert(first[:200], multiline=False)}); the rates count the "
+        f"{summary.gate_rule.runs} that did\n"
     )
     raise typer.Exit(1)
 

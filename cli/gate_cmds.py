@@ -21,6 +21,7 @@ from gate.setup import add_real, relock
 from gate.win_rule import DEFAULT_WIN_RULE
 from segfactory.errors import UsageError
 from segfactory.files import write_atomic
+from segfactory.text import inert
 from synthetic.check import require_intact
 from synthetic.intensity import split_stats
 from synthetic.splits import read_split
@@ -149,8 +150,11 @@ def status_cmd(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     out.print(f"win rule {status.win_rule_sha256} ok={status.win_rule_ok}")
     for row in status.tiers:
         out.print(f"{row.tier:>14} v{row.version}  budget left {row.left}/{row.budget}")
+    from rich.markup import escape
+
     for q in status.quarantine:
-        out.print(f"[red]quarantined[/red] run {q.run_id} ticket {q.ticket_id}: {q.reason}")
+        why = escape(inert(q.reason or "", multiline=False))  # it can quote a ref the submitter chose
+        out.print(f"[red]quarantined[/red] run {q.run_id} ticket {q.ticket_id}: {why}", highlight=False)
 
 
 @gate_app.command("submit")

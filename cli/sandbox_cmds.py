@@ -14,6 +14,7 @@ from cli._common import HomeOpt, JsonOpt, console, emit_json
 from sandbox import DockerBackend, SandboxSpec, build_image, get_backend
 from segfactory.errors import UsageError
 from segfactory.home import Home
+from segfactory.text import inert
 from segfactory.units import parse_duration
 
 if TYPE_CHECKING:
@@ -168,4 +169,6 @@ def _emit_result(result: Any, workspace: Path, as_json: bool) -> None:
         sys.stderr.write(f"segfactory: the command timed out after {result.duration_s:.1f}s\n")
     for event in result.events:
         if event.kind in ("protected_read_attempt", "monitoring_gap", "workspace_limit"):
-            sys.stderr.write(f"segfactory: sandbox event {event.kind} {event.path or ''}\n")
+            sys.stderr.write(
+                f"segfactory: sandbox event {event.kind} {inert(event.path or '', multiline=False)}\n"
+            )

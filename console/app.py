@@ -24,7 +24,7 @@ from console._approvals import ApprovalsDesk
 from console._auth import COOKIE, SESSION_TTL_S, Auth, AuthError, CsrfError
 from console._labels import LabelDesk, StaleEdit
 from console._pages import router
-from console._safe import inert
+from console._safe import finalize, inert
 from console._services import AnchorReader, Services
 from console.blind import router as blind_router
 from segfactory.errors import LimitExceeded, SegfactoryError
@@ -55,10 +55,10 @@ def create_app(
     home.root.mkdir(parents=True, exist_ok=True)
     from jinja2 import Environment, FileSystemLoader
 
-    env = Environment(
-        loader=FileSystemLoader(HERE / "templates"), autoescape=True
-    )  # every value HTML-escaped
-    env.filters["inert"] = inert  # control characters and terminal escapes written out
+    env = Environment(  # every value HTML-escaped, and its control characters written out
+        loader=FileSystemLoader(HERE / "templates"), autoescape=True, finalize=finalize
+    )
+    env.filters["inert"] = inert  # the same, where a template says so
     templates = Jinja2Templates(env=env)
     services = Services(
         home=home,

@@ -5,9 +5,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from segfactory.records import CoarseVerdict
+from segfactory.text import inert
 
 
 class TicketStatus(StrEnum):
@@ -60,3 +61,10 @@ class TicketOutcome(_Record):
     sandbox_reported: dict[str, Any] | None = None  # result.json as the worker wrote it, untrusted
     sandbox_reported_truncated: bool = False
     verdict: CoarseVerdict | None = None
+
+    @field_validator("reason")
+    @classmethod
+    def _inert_reason(cls, reason: str | None) -> str | None:
+        """A reason may quote the worker's stderr: made inert where it enters the record, so no
+        progress line, report or page that shows it hands a terminal its escapes."""
+        return None if reason is None else inert(reason, multiline=False)

@@ -1,7 +1,8 @@
 """Logging: every record of every logger is rendered by structlog on stderr.
 
 stdout carries ``--json`` objects, so logs never go there. By default a record reads as one line
-for a person (time, level, logger, message); with ``segfactory --log-json`` (or
+for a person (time, level, logger, message), made inert (``segfactory.text.inert``: a message
+may quote a sandbox's or a model's text); with ``segfactory --log-json`` (or
 ``SEGFACTORY_LOG_JSON=1``, which commands started on a person's behalf inherit) it is one JSON
 object a line with ``timestamp``, ``level``, ``logger`` and ``event``, for a log collector. The
 modules log through the standard ``logging`` API (``logging.getLogger(__name__)``), so the gate's
@@ -18,6 +19,8 @@ import os
 import sys
 from typing import Any
 
+from segfactory.text import inert
+
 LEVEL_ENV, JSON_ENV = "SEGFACTORY_LOG_LEVEL", "SEGFACTORY_LOG_JSON"
 
 
@@ -32,7 +35,8 @@ class _StructlogFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         if self._inner is None:
             self._inner = _processor_formatter(self.json_lines)
-        return self._inner.format(record)
+        text = self._inner.format(record)
+        return text if self.json_lines else inert(text)  # JSON escapes controls itself
 
 
 def _processor_formatter(json_lines: bool) -> logging.Formatter:

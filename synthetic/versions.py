@@ -25,7 +25,8 @@ from synthetic.splits import read_split
 
 SPLITS = ("train", "dev")
 REGISTRY = "registry.json"
-_REF = re.compile(r"^([A-Za-z0-9_.-]+)/(v\d+)$")
+# NAME/vK; NAME is one plain folder name under datasets/ ('.' and '..' would leave it)
+_REF = re.compile(r"^([A-Za-z0-9_-][A-Za-z0-9_.-]*)/(v\d+)$")
 
 
 class DatasetVersion(BaseModel):

@@ -114,9 +114,7 @@ def _run_challenge(
     setup: ChallengeSetup, located: Located, cid: str, host_seeds: list[int], policy: ChallengePolicy
 ) -> ChallengeRecord:
     claim = located.claim
-    original = _condition(
-        setup, located, claim, "claimed", located.ticket.id, located.folder, located.outcome
-    )
+    original = _condition(setup, located, claim, "claimed", located.ticket, located.folder, located.outcome)
     spent, rederived = 0.0, []
     for i, seed in enumerate(host_seeds):
         cond, secs = _rerun(
@@ -215,9 +213,7 @@ def _rerun(
     folder = setup.home.tickets_dir(located.run_id) / ticket_id
     if outcome.status is not TicketStatus.DONE:
         log.warning("challenge re-run %s ended %s: %s", ticket_id, outcome.status.value, outcome.reason)
-    return _condition(
-        setup, located, located.claim, label, ticket_id, folder, outcome
-    ), outcome.device_seconds
+    return _condition(setup, located, located.claim, label, ticket, folder, outcome), outcome.device_seconds
 
 
 def _challenge_ticket(located: Located, ticket_id: str, seed: int, patch: dict[str, Any] | None) -> Ticket:
@@ -244,10 +240,12 @@ def _condition(
     located: Located,
     claim: Claim,
     label: str,
-    ticket_id: str,
+    ticket: Ticket,
     folder: Path,
     outcome: Any,
 ) -> Condition:
+    """What one run trained with and scored: its config and code from the host's own records
+    (never from the workspace the sandbox wrote), its dev score from the host's evidence."""
     config = _trained_config(folder, located.config)
     ok = outcome.evidence is not None
     dev_f1 = float(outcome.evidence.dev_metrics["object_f1"]) if ok else None
@@ -259,11 +257,11 @@ def _condition(
     stable = {k: v for k, v in config.items() if k != "seed"}
     return Condition(
         label=label,
-        ticket_id=ticket_id,
+        ticket_id=ticket.id,
         seed=int(config.get("seed", 0)),
         dataset=located.dataset.ref,
         dataset_hash=located.dataset.content_hash,
-        code_sha256=code_sha256(folder / "work" / "code"),
+        code_sha256=code_sha256(ticket),
         config_sha256=hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest(),
         augment=dict(config.get("augment", {})),
         dev_object_f1=dev_f1,

@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 
 from agents.challenge._records import Claim, ClaimKind
-from runner import HOST_CONFIG_FILE, TicketOutcome, TicketStatus
+from agents.workspace import TreeRefused, Workspace, walk_files
+from runner import HOST_CONFIG_FILE, TicketOutcome, TicketStatus, code_files
 from segfactory.errors import DataError, UsageError
 from segfactory.home import Home
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
@@ -24,6 +25,7 @@ PROMOTIONS_FILE = "promotions.jsonl"  # runs/: agents.services writes one line p
 DEV_COMPARISONS = "dev_comparisons.jsonl"  # people/: agents.services writes one line per ticket
 TICKETS_FILE = "tickets.jsonl"  # people/: every ticket as it started
 VISION_DIR = Path(__file__).resolve().parents[2] / "vision"
+MAX_CODE_FILE_BYTES = 4 * 1024**2  # one training-code file hashed; past this: DataError, no hash
 
 
 @dataclass(frozen=True)
@@ -185,10 +187,33 @@ def write_claim(home: Home, claim: Claim) -> Path:
     return path
 
 
-def code_sha256(folder: Path | None) -> str:
-    """sha256 over the training code (``*.py`` under ``folder``, or the host's vision/ package)."""
-    root = folder if folder is not None and folder.is_dir() else VISION_DIR
+def code_sha256(ticket: Ticket) -> str:
+    """sha256 over the training code the host put before the ticket's worker: its own ``vision/``
+    package with the ticket's file edits (``change["files"]``, code tickets) laid over it.
+
+    Nothing the sandbox left is read: its ``work/code`` is the ticket code's to rewrite, or to fill
+    with a link to ``/dev/zero`` or a FIFO. The host's tree is read like a workspace (no link
+    followed, regular files only, bounded depth and entries) and each file within
+    MAX_CODE_FILE_BYTES; past a bound it is refused with a DataError.
+    """
+    tree = Workspace(VISION_DIR.parent, writable="")
+    try:
+        names = walk_files(tree, VISION_DIR.name, skip=("__pycache__",), skip_suffixes=(".pyc",))
+    except TreeRefused as exc:
+        raise DataError(f"the host's training code cannot be hashed: {exc}") from None
+    files = {name: _source_bytes(tree, name) for name in names if name.endswith(".py")}
+    files.update({name: text.encode() for name, text in code_files(ticket).items() if name.endswith(".py")})
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name])
     return digest.hexdigest()
+
+
+def _source_bytes(tree: Workspace, name: str) -> bytes:
+    data, truncated, size = tree.read_bytes(name, MAX_CODE_FILE_BYTES)
+    if truncated:
+        raise DataError(
+            f"{tree.root / name} holds {size} bytes, over MAX_CODE_FILE_BYTES={MAX_CODE_FILE_BYTES}; "
+            "the training code cannot be hashed"
+        )
+    return data

@@ -66,7 +66,7 @@ class Condition(Strict):
     seed: int
     dataset: str  # dataset version ref
     dataset_hash: str
-    code_sha256: str  # hash of the training code the worker ran (vision/ or the ticket's copy)
+    code_sha256: str  # the training code the host gave the worker: its vision/ with the ticket's files
     config_sha256: str
     augment: dict[str, Any]  # the augmentation ranges trained with
     dev_object_f1: float | None = None

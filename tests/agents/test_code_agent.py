@@ -120,3 +120,37 @@ def test_tool_misuse_gets_corrective_messages_and_the_step_cap_holds(
     assert "only files under code/" in results[2] and "Call exactly one of the tools" in results[3]
     assert [c["ok"] for c in audit_log.events("tool_call")] == [False, False, False]
     assert audit_log.events("code_agent_end")[0]["stopped_by"] == "step_cap"
+
+
+@pytest.mark.bwrap
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.timeout(120)  # before the fix, read_file on the FIFO never returned
+def test_a_fifo_the_agent_makes_gets_a_corrective_message_not_a_hang(
+    keys: None, audit_log: Log, tmp_path: Path
+) -> None:
+    script = [
+        Step.call("run", {"command": ["mkfifo", "code/model.py.new"], "timeout_s": 30}),
+        Step.call("read_file", {"path": "code/model.py.new"}),
+        Step.call("write_file", {"path": "code/model.py.new", "content": "WIDTH = 32\n"}),
+        Step.call("submit", {"summary": "tried a FIFO"}),
+    ]
+    root = _workspace(tmp_path)
+    with openai_server(script) as fake:
+        caller = LLMCaller(
+            make_provider("openai:gpt-4o", audit_log, Actor.CODE_AGENT, base_url=fake.base_url, timeout_s=10),
+            audit_log,
+            LLMUsage(),
+            Actor.CODE_AGENT,
+        )
+        tools = CodeTools(Workspace(root), sandbox_runner("bwrap"), audit_log, run_id="r1", ticket_id="t1")
+        outcome = CodeAgent(caller, tools).run("Widen the decoder.")
+    calls = [(c["tool"], c["ok"]) for c in audit_log.events("tool_call")]
+    assert outcome.submitted and calls == [
+        ("run", True),
+        ("read_file", False),
+        ("write_file", False),
+        ("submit", True),
+    ]
+    for body in fake.received[2:4]:  # the model got a corrective tool message for each, and went on
+        message = json.loads(body)["messages"][-1]["content"]
+        assert "'code/model.py.new' is a FIFO, not a regular file" in message

@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,12 +93,12 @@ def _proposer(base_url: str, log: Log, root: Path) -> CodeArmProposer:
     )
 
 
-def _valid(proposer: CodeArmProposer, context: ProposerContext, log: Log) -> list[Ticket]:
+def _valid(proposer: CodeArmProposer, context: ProposerContext, log: Log, n: int = 1) -> list[Ticket]:
     policy, ids, seeds = load_budget_policy(), itertools.count(1), itertools.count(7)
     return propose_valid(
         proposer,
         context,
-        1,
+        n,
         check=lambda t: ticket_problems(t, policy, "demo"),
         make_id=lambda: f"r1-t{next(ids):03d}",
         make_seed=lambda: next(seeds),
@@ -237,3 +239,30 @@ def test_a_proposers_own_draft_is_the_agents_start_and_a_bad_one_is_refused(
         ):
             arm.write(outside)
     assert len(fake.received) == 1  # the refused draft never reached the agent
+
+
+@pytest.mark.timeout(120)
+def test_a_tree_too_deep_to_read_back_fails_its_draft_not_the_run(
+    keys: None, audit_log: Log, context: ProposerContext, tmp_path: Path
+) -> None:
+    """The proposer's own draft plants more nested folders than the interpreter's recursion limit
+    (the agent's `run` could as well): the read-back refuses the tree, the draft is dropped on
+    record, and the other draft goes on."""
+    levels = sys.getrecursionlimit() + 100
+    deep = {**CODE_DRAFT, "change": {"files": {"code/vision/" + "d/" * levels + "x.py": "X = 1\n"}}}
+    script = [
+        Step.call("propose_tickets", {"tickets": [deep, CONFIG_DRAFT]}),
+        Step.call("submit", {"summary": "a deep module"}),
+    ]
+    try:
+        with openai_server(script) as fake:
+            [ticket] = _valid(_proposer(fake.base_url, audit_log, tmp_path / "arm"), context, audit_log, n=2)
+    finally:  # rm walks any depth; shutil.rmtree (pytest's own clean-up) recurses and fails on it
+        for work in (tmp_path / "arm").glob("*/work"):
+            subprocess.run(["rm", "-rf", str(work)], check=True)
+    assert ticket.kind.value == "config"  # the run goes on with the other draft
+    [failed] = audit_log.events("code_agent_failed")
+    assert "more than MAX_WALK_DEPTH=32 folders" in failed["reason"]
+    key = draft_key(TicketDraft.model_validate(deep))
+    recorded = json.loads((tmp_path / "arm" / key / "result.json").read_text())
+    assert "MAX_WALK_DEPTH" in recorded["error"] and recorded["files"] == {}  # a recorded state

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from agents.workspace import MAX_READ_BYTES, PathRefused, Workspace
+from agents.workspace import MAX_READ_BYTES, NotRegular, PathRefused, Workspace
 
 
 @pytest.fixture
@@ -68,3 +71,44 @@ def test_writes_only_under_code_and_reads_are_capped(ws: Workspace) -> None:
     (ws.root / "code" / "big.txt").write_bytes(b"a" * (MAX_READ_BYTES + 10))
     text, truncated, size = ws.read("code/big.txt")
     assert truncated and len(text) == MAX_READ_BYTES and size == MAX_READ_BYTES + 10
+
+
+@pytest.mark.timeout(60)  # the attack was a hang: a FIFO opened without O_NONBLOCK waits for a writer
+def test_a_fifo_or_a_device_is_refused_without_blocking(ws: Workspace) -> None:
+    os.mkfifo(ws.root / "code" / "pipe.py")
+    specials = ["code/pipe.py"]
+    if os.geteuid() == 0:  # a device node, as ticket code with CAP_MKNOD could leave one
+        os.mknod(ws.root / "code" / "zero.py", 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+        specials.append("code/zero.py")
+    for path in specials:
+        with pytest.raises(NotRegular, match="not a regular file"):
+            ws.read(path)
+        with pytest.raises(NotRegular, match="not a regular file"):
+            ws.write(path, "x = 1\n")
+    assert {"name": "pipe.py", "type": "other", "size": 0} in ws.list("code")[0]
+    assert stat.S_ISFIFO(os.stat(ws.root / "code" / "pipe.py").st_mode)  # left as it was
+
+
+def test_a_walk_is_bounded_in_depth_and_entries_without_recursion(ws: Workspace) -> None:
+    from agents.workspace import MAX_WALK_DEPTH, TreeRefused, walk_files
+
+    assert walk_files(ws, "code") == ["code/train.py"]
+    deep = "code/" + "d/" * (sys.getrecursionlimit() + 100) + "x.py"  # past the recursion limit
+    try:
+        ws.write(deep, "x = 1\n")
+        with pytest.raises(TreeRefused, match=f"more than MAX_WALK_DEPTH={MAX_WALK_DEPTH} folders"):
+            walk_files(ws, "code")
+    finally:  # rm walks any depth; shutil.rmtree (pytest's own clean-up) recurses and fails on it
+        subprocess.run(["rm", "-rf", str(ws.root / "code" / "d")], check=True)
+
+
+def test_a_listing_of_a_huge_folder_reads_a_bounded_number_of_entries(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agents.workspace as workspace
+
+    monkeypatch.setattr(workspace, "MAX_SCAN_ENTRIES", 50)
+    for i in range(120):
+        (ws.root / "code" / f"f{i:03d}").touch()
+    entries, truncated = ws.list("code")
+    assert truncated and len(entries) == 50

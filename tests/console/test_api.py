@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from typing import Any
 
 from console import MAX_BODY_BYTES, MAX_REPLY_CHARS
@@ -18,12 +19,48 @@ def _records(ch: ConsoleHome, event: str) -> list[dict[str, Any]]:
 # --- auth -------------------------------------------------------------------------------------
 
 
-def test_every_page_and_api_needs_the_token(app: Any) -> None:
+STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
+EXEMPT = {"/login"}  # the one path without a session: it exchanges the printed token for one
+
+
+def _routes(app: Any) -> list[tuple[str, str]]:
+    """Every (method, concrete path) the app serves, read from ``app.routes`` (included routers
+    flattened): each path parameter filled with a value of its type, a mount with a file under it."""
+    from fastapi.routing import APIRoute, iter_route_contexts
+    from starlette.routing import Mount
+
+    out = []
+    for context in iter_route_contexts(app.routes):
+        route = context.original_route
+        if isinstance(route, Mount):
+            out.append(("GET", f"{route.path}/console.css"))
+            continue
+        assert isinstance(route, APIRoute), f"a route of a kind this test does not know: {route!r}"
+        path, hints = context.path_format, typing.get_type_hints(route.endpoint)
+        for name in route.param_convertors:
+            sample = "0" if hints.get(name) is int else "x"  # a valid value: refused for CSRF, not type
+            path = re.sub(r"\{" + name + r"(:[a-z]+)?\}", sample, path)
+        out += [(method, path) for method in sorted(set(context.methods or ()) - {"HEAD"})]
+    return out
+
+
+def test_the_route_list_covers_the_whole_app(app: Any) -> None:
+    routes = _routes(app)
+    assert ("POST", "/approvals/x/reply") in routes and ("GET", "/static/console.css") in routes
+    assert len([r for r in routes if r[0] in STATE_CHANGING]) >= 9  # approvals, labels, blind
+    assert {m for m, _ in routes} <= {"GET", *STATE_CHANGING}
+
+
+def test_every_route_needs_the_token(app: Any) -> None:
     from fastapi.testclient import TestClient
 
     with TestClient(app, base_url="http://127.0.0.1") as anon:
-        for path in ["/", "/runs/r1", "/approvals", "/audit", "/labels", "/api/runs", "/static/console.css"]:
-            assert anon.get(path).status_code == 401, path
+        for method, path in _routes(app):
+            if path in EXEMPT:
+                continue
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                answer = anon.request(method, path, headers=headers, content=b"")
+                assert answer.status_code == 401, (method, path, headers, answer.status_code)
         assert anon.get("/login", params={"token": "wrong"}).status_code == 401
         assert anon.get("/api/runs", headers={"Authorization": "Bearer wrong"}).json()["status"] == 401
         assert anon.get("/api/runs", headers={"Authorization": "Bearer test-token"}).status_code == 200
@@ -31,6 +68,25 @@ def test_every_page_and_api_needs_the_token(app: Any) -> None:
         cookie = login.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie
         assert login.headers["location"] == "/"  # the token leaves the address bar
+
+
+def test_every_state_changing_route_needs_its_csrf_token(
+    app: Any, client: Any, console_home: ConsoleHome
+) -> None:
+    """With the session cookie a browser sends by itself, and no token or a forged one: refused
+    before anything is read or changed, on every route that changes state."""
+    log = console_home.home.audit / "log.jsonl"
+    for method, path in _routes(app):
+        if method not in STATE_CHANGING:
+            continue
+        before = log.read_bytes()
+        for form in ({"text": "approve", "message_id": "1"}, {"text": "approve", "csrf": "forged"}):
+            answer = client.request(method, path, data=form)
+            assert answer.status_code == 403, (method, path, form, answer.status_code, answer.text[:300])
+            assert "CSRF" in answer.text
+        answer = client.request(method, path, json={"guess": "real"}, headers={"x-csrf-token": "forged"})
+        assert answer.status_code == 403, (method, path, "json", answer.status_code)
+        assert log.read_bytes() == before, (method, path)  # no reply, decision or guess recorded
 
 
 def test_an_expired_session_is_refused(app: Any, client: Any) -> None:
@@ -44,14 +100,6 @@ def test_pages_carry_a_strict_content_security_policy(client: Any) -> None:
     headers = client.get("/audit").headers
     assert "script-src 'self'" in headers["content-security-policy"]
     assert headers["x-content-type-options"] == "nosniff"
-
-
-def test_a_post_without_its_csrf_token_is_refused(client: Any, console_home: ConsoleHome) -> None:
-    reply = client.post(f"/approvals/{REQUEST}/reply", data={"text": "approve"})
-    assert reply.status_code == 403
-    wrong = client.post(f"/approvals/{REQUEST}/reply", data={"text": "approve", "csrf": "forged"})
-    assert wrong.status_code == 403
-    assert not _records(console_home, "approval_reply")
 
 
 def test_a_huge_body_is_refused_before_it_is_read(client: Any) -> None:
@@ -94,6 +142,18 @@ def test_agent_text_in_chat_and_lists_renders_inert(client: Any, console_home: C
     ApprovalQueue(console_home.home.state_db, console_home.log).request(hostile, RUN)
     for page in (client.get("/approvals/r1-dr2").text, client.get("/approvals").text):
         assert "<script>" not in page and "\x1b" not in page and "&lt;script&gt;" in page
+
+
+def test_a_value_a_template_prints_without_the_filter_is_inert_too(
+    client: Any, console_home: ConsoleHome
+) -> None:
+    """The stop reason can quote a model's error text, and the run pages print it with no filter:
+    the environment's ``finalize`` writes its controls out all the same."""
+    reason = "proposer failed: \x1b[31mRED\x1b]0;pwned\x07 \u202eevil"
+    console_home.log.append("system", "run_end", {"stop_reason": reason}, run_id=RUN)
+    for page in (client.get(f"/runs/{RUN}").text, client.get("/").text):
+        assert not any(c in page for c in "\x1b\x07\u202e"), page
+        assert "\\x1b[31mRED\\x1b]0;pwned\\x07 \\u202eevil" in page
 
 
 def test_a_tampered_log_shows_a_broken_chain(client: Any, console_home: ConsoleHome) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -76,6 +77,20 @@ def _bad_inputs(tmp: Path) -> dict[str, bytes]:
     }
 
 
+# What people read for each bad input (the ledger keeps it; agents get only INVALID).
+BAD_INPUT_REASONS = {
+    "non-onnx": "not an ONNX protobuf",
+    "pickle": "not an ONNX protobuf (empty, pickle or zip payload); nothing was unpickled",
+    "external-data": "uses external data; only self-contained graphs are accepted",
+    "custom-domain": "custom opset domain 'com.evil' is refused",
+    "unbounded-loop": "Loop without a constant trip count",
+    "huge-constant": "over MAX_CONSTANT_ELEMENTS=",
+    "wrong-output-shape": "model output shape",
+    "empty": "not an ONNX protobuf (empty, pickle or zip payload); nothing was unpickled",
+    "ticket-id": "ticket id does not match the ticket id pattern",
+}
+
+
 def test_every_bad_input_is_one_undifferentiated_invalid(
     gate: Gate, gate_home: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -83,18 +98,21 @@ def test_every_bad_input_is_one_undifferentiated_invalid(
     before = vault_hashes(home / "vault")
     spent_before = gate.ledger.budget_left("confirm-a", 1)
     answers = {name: gate.submit(data, f"bad-{name}") for name, data in _bad_inputs(tmp_path).items()}
-    answers["bad-ticket-id"] = gate.submit(b"x", "../../etc/passwd")
+    answers["ticket-id"] = gate.submit(b"x", "../../etc/passwd")
+    assert set(answers) == set(BAD_INPUT_REASONS)
     for name, outcome in answers.items():
         body = outcome.verdict.model_dump()
         assert body["verdict"] is Verdict.INVALID, name
-        assert outcome.reason, name  # the reason exists, for people
-    reasons = {o.reason for o in answers.values()}
-    assert len(reasons) > 3  # people get distinct reasons; agents get one word
+        assert set(body) == {"schema_version", "ticket_id", "tier", "verdict", "queries_left"}, name
+        assert BAD_INPUT_REASONS[name] in outcome.reason, (name, outcome.reason)  # for people
     assert gate.ledger.budget_left("confirm-a", 1) == spent_before - len(answers)  # INVALID spends
     assert not (tmp_path / "pwned").exists()
     assert vault_hashes(home / "vault") == before
-    stored = {q.ticket_id: q.reason for q in gate.ledger.queries()}
-    assert "external data" in stored["bad-external-data"]
+    stored = {q.ticket_id: (q.verdict, q.reason) for q in gate.ledger.queries()}
+    malformed = f"bad-ticket-{hashlib.sha256(b'../../etc/passwd').hexdigest()[:16]}"  # recorded safely
+    for name, outcome in answers.items():  # the people-facing reason is what the ledger keeps
+        ticket = malformed if name == "ticket-id" else f"bad-{name}"
+        assert stored[ticket] == (Verdict.INVALID.value, outcome.reason), name
 
 
 def test_changed_win_rule_stops_queries(
@@ -137,6 +155,16 @@ def test_clean_training_data_passes(gate: Gate, gate_home: tuple[Path, Path], be
     assert answer.verdict.verdict is Verdict.WIN
 
 
+LEAK_REASONS = {
+    "exact": "20 train images of synthetic/v1 equal confirm-a v1 images",
+    "near": "are perceptual near-matches of confirm-a v1",
+}
+
+
+def _quarantined(gate: Gate) -> list[tuple[str | None, str, str]]:
+    return [(q.run_id, q.ticket_id, q.reason or "") for q in gate.ledger.quarantines()]
+
+
 @pytest.mark.parametrize("kind", ["exact", "near"])
 def test_leak_quarantines_the_run(
     gate: Gate, gate_home: tuple[Path, Path], better_model: Path, kind: str
@@ -151,9 +179,23 @@ def test_leak_quarantines_the_run(
     )
     answer = gate.submit(better_model.read_bytes(), f"t-leak-{kind}", train_data=ref, run_id="r-leak")
     assert answer.verdict.verdict is Verdict.INVALID
-    assert gate.status().quarantine[0].run_id == "r-leak"
+    assert answer.reason.startswith("leak: ") and LEAK_REASONS[kind] in answer.reason
+    assert answer.reason.endswith("run quarantined, a person must review and rotate")
+    [(run_id, ticket_id, reason)] = _quarantined(gate)  # the quarantine row, with its reason
+    assert (run_id, ticket_id) == ("r-leak", f"t-leak-{kind}") and LEAK_REASONS[kind] in reason
+    [row] = gate.status().quarantine
+    assert row.ts is not None and row.reason == reason
+    hidden = gate.status().for_agent().quarantine  # an agent's credential sees that, not why
+    assert [(q.run_id, q.ticket_id, q.reason, q.ts) for q in hidden] == [
+        ("r-leak", f"t-leak-{kind}", None, None)
+    ]
     later = gate.submit(better_model.read_bytes(), f"t-later-{kind}", run_id="r-leak")
-    assert later.verdict.verdict is Verdict.INVALID and "quarantined" in later.reason
+    assert (
+        later.verdict.verdict is Verdict.INVALID and later.reason == "run r-leak is quarantined for a person"
+    )
+    assert len(_quarantined(gate)) == 1  # refused as quarantined, not quarantined again
+    other = gate.submit(better_model.read_bytes(), f"t-other-{kind}", run_id="r-other")
+    assert other.verdict.verdict is Verdict.WIN  # only that run is stopped
 
 
 def test_unapproved_or_traversing_dataset_is_invalid(
@@ -161,9 +203,25 @@ def test_unapproved_or_traversing_dataset_is_invalid(
 ) -> None:
     home, _ = gate_home
     ref = _dataset(home, *make_split(998, 10), approve=False)
-    for i, name in enumerate([ref, "../../vault/v1", "synthetic/v99"]):
+    expected = {
+        ref: f"dataset version {ref} is not approved in the registry; a person must approve it",
+        "../../vault/v1": "dataset version '../../vault/v1' cannot be resolved: dataset version "
+        "'../../vault/v1' must look like NAME/vK",
+        "synthetic/v99": "dataset version 'synthetic/v99' cannot be resolved: dataset version "
+        "synthetic/v99 not found under",
+    }
+    for i, (name, why) in enumerate(expected.items()):
         answer = gate.submit(better_model.read_bytes(), f"t-ds-{i}", train_data=name, run_id=f"r{i}")
         assert answer.verdict.verdict is Verdict.INVALID, name
+        assert answer.reason.startswith(f"leak: {why}"), (name, answer.reason)
+    assert [(r, t) for r, t, _ in _quarantined(gate)] == [
+        ("r0", "t-ds-0"),
+        ("r1", "t-ds-1"),
+        ("r2", "t-ds-2"),
+    ]
+    assert all(
+        why in reason for (_, _, reason), why in zip(_quarantined(gate), expected.values(), strict=True)
+    )
 
 
 def test_promotion_needs_a_win_and_a_replicate_win(gate: Gate, better_model: Path, tmp_path: Path) -> None:
