@@ -295,8 +295,38 @@ def _audit(r: Any) -> list[str]:
         f"{a.unanchored_from if a.unanchored_from is not None else '(none)'} (the run end anchors the rest)",
         f"- protected-read attempts: {a.protected_read_attempts}; path escapes: {a.path_escape_attempts}; "
         f"`audit check` findings: {a.findings}",
+        *_findings(a),
         "",
     ]
+
+
+FINDINGS_SHOWN = 50  # listed in report.md; the rest are counted (report.json keeps more, `audit check` all)
+
+
+def _findings(a: Any) -> list[str]:
+    """This run's findings, one line each with its ticket, and the tickets held for them."""
+    total = getattr(a, "run_findings_total", 0)
+    if not total:
+        return ["- findings in this run: none"]
+    held = ", ".join(a.held_for_findings) or "none"
+    lines = [f"- findings in this run: {total}; tickets held for a person: {held}"]
+    for f in a.run_findings[:FINDINGS_SHOWN]:
+        pattern = f" (matches `{_plain(f.pattern)}`)" if f.pattern else ""
+        lines.append(
+            f"  - ticket `{_plain(f.ticket_id or '-')}`: {f.event} `{_plain(f.path)}`{pattern} (seq {f.seq})"
+        )
+    if total > FINDINGS_SHOWN:
+        lines.append(f"  - and {total - FINDINGS_SHOWN} more: `segfactory audit check` lists them all")
+    return lines
+
+
+PLAIN_MAX_CHARS = 200  # of one sandbox-reported string in report.md
+
+
+def _plain(text: str) -> str:
+    """Sandbox text made safe for Markdown and a terminal: control characters and backticks escaped."""
+    out = "".join(c if c.isprintable() and c != "`" else f"\\x{ord(c):02x}" for c in text)
+    return out if len(out) <= PLAIN_MAX_CHARS else out[:PLAIN_MAX_CHARS] + "…"
 
 
 def _llm(r: Any) -> list[str]:

@@ -20,6 +20,7 @@ from agents import report as rpt
 from agents._predictions import write_summary
 from agents._realise import NOT_EXECUTABLE_FILE
 from agents.approvals import ApprovalQueue
+from agents.audit_hold import AuditHolds
 from agents.code_arm import with_code_arm
 from agents.graph import DEVICE_LEFT_SHARE, LoopDeps, build_graph, run_loop
 from agents.judge import Judge, default_judge, make_reviewer
@@ -114,6 +115,7 @@ def _deps(req: Any, record: dict[str, Any], services: Any, audit: Any, defaults:
         default_budget=defaults.ticket,
         device_left_share=0.0 if fill else DEVICE_LEFT_SHARE,
         concurrency=int(record.get("concurrency", 1)),
+        audit_hold=AuditHolds(req.home.root).hold,
     )
     if record.get("code_agent"):  # code drafts get their files from the code-editing agent first
         deps.proposer = with_code_arm(

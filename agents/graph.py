@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypedDict, 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.approvals import ApprovalQueue
+from agents.audit_hold import AuditHold, held_update
 from agents.context import DevAnalysis, VerdictEntry, build_context
 from agents.incumbent import DEFAULT_ACTION_EVIDENCE, Incumbent
 from agents.judge import Decision, Judge, JudgeDecision, JudgeInput, TicketMeta, rule_decision
@@ -169,6 +170,8 @@ class LoopDeps:
     # trains them together (each admitted by the run's one scheduler); they are then gated,
     # judged and recorded one at a time, in queue order, before the loop re-analyses or proposes.
     concurrency: int = 1
+    # A ticket with audit findings is held before the gate (``agents.audit_hold``); None: never held.
+    audit_hold: Callable[[str, Ticket], AuditHold | None] | None = None
 
 
 class _Nodes:
@@ -426,9 +429,11 @@ class _Nodes:
 
     def gate(self, state: FactoryState) -> FactoryState:
         outcome = RunOutcome.model_validate(state["outcome"])
+        ticket = Ticket.model_validate(state["current"])
+        if self.d.audit_hold is not None and (hold := self.d.audit_hold(state["run_id"], ticket)):
+            return cast(FactoryState, held_update(state, hold, self.d.sink))  # no query, no promotion
         if outcome.status != "dev_win" or outcome.model_ref is None:
             return {"verdict": None}  # a dev loss, a failure or a control spends no query
-        ticket = Ticket.model_validate(state["current"])
         verdict = self.d.services.submit(ticket, outcome.model_ref, ticket.replicate_of)
         fault_point("after_verdict")  # tests: a kill -9 after the gate answered, before the checkpoint
         return {"verdict": verdict.model_dump(mode="json")}

@@ -23,11 +23,12 @@ from agents.challenge import retractions
 from agents.incumbent import read_lineage
 from agents.labelling import label_rounds
 from analysis.render import to_html
-from audit import check_records, iter_records, load_policy, verify_log
+from audit import Finding, check_records, iter_records, load_policy, verify_log
 from runner import read_beneath
 from segfactory.files import read_jsonl
 from segfactory.home import Home
 
+MAX_RUN_FINDINGS = 500  # listed in the report's record; past it: run_findings_truncated, the count kept
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 REPORT_JSON = "report.json"
@@ -70,6 +71,13 @@ class AuditSummary(_Rec):
     protected_read_attempts: int
     path_escape_attempts: int
     findings: int
+    # this run's findings, each with its ticket, in log order (at most MAX_RUN_FINDINGS)
+    run_findings: list[Finding] = Field(default_factory=list)
+    run_findings_total: int = 0
+    run_findings_truncated: bool = False
+    held_for_findings: list[str] = Field(
+        default_factory=list
+    )  # tickets held for a person (ticket_held, audit)
 
 
 class RunReport(_Rec):
@@ -233,6 +241,12 @@ def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) ->
     verified = verify_log(home.audit, anchor, anchor_checked=anchor_checked)
     records = list(iter_records(home.audit / "log.jsonl"))
     findings = check_records(records, load_policy(), home.root)
+    mine = [f for f in findings if f.run_id == run_id]
+    held = [
+        str(r.payload.get("ticket"))
+        for r in records
+        if r.run_id == run_id and r.event == "ticket_held" and r.payload.get("pending") == "audit"
+    ]
     return AuditSummary(
         ok=verified.ok,
         records=verified.records,
@@ -244,6 +258,10 @@ def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) ->
         protected_read_attempts=sum(1 for r in records if r.event == "protected_read_attempt"),
         path_escape_attempts=sum(1 for r in records if r.event == "path_escape_attempt"),
         findings=len(findings),
+        run_findings=mine[:MAX_RUN_FINDINGS],
+        run_findings_total=len(mine),
+        run_findings_truncated=len(mine) > MAX_RUN_FINDINGS,
+        held_for_findings=held,
     )
 
 
