@@ -66,7 +66,7 @@ class AuditHolds:
         records = [r for r in iter_records(self.home / "audit" / "log.jsonl") if r.run_id == run_id]
         drafts = drafts_of(ticket, records)
         names = {ticket.id, *drafts}
-        mine = [r for r in records if ticket_of(r.payload) in names]
+        mine = [r for r in records if ticket_of(r) in names]
         findings = check_records(mine, self.policy, self.home)
         if not findings:
             return None

@@ -115,7 +115,7 @@ def _record_findings(
         run_id=record.run_id,
         actor=record.actor.value,
         event=record.event,
-        ticket_id=ticket_of(record.payload),
+        ticket_id=ticket_of(record),
     )
     if record.event in finding_events:
         hits = [
@@ -137,10 +137,10 @@ _UNSCANNED = "<blob not scanned>"
 _SUBJECT_KEYS = ("address", "argv", "library", "reason")  # what an event without a path names
 
 
-def ticket_of(payload: dict[str, Any]) -> str | None:
+def ticket_of(record: AuditRecord) -> str | None:
     """The ticket a record is about: ``ticket_id`` (runner, sandbox) or ``ticket`` (code agent, judge)."""
     for key in ("ticket_id", "ticket"):
-        value = payload.get(key)
+        value = record.payload.get(key)
         if isinstance(value, str) and value:
             return value
     return None
