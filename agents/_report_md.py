@@ -16,7 +16,7 @@ from typing import Any
 
 from agents._report_caveats import did_not_do, starts
 from agents._report_outcome import headline_lines
-from agents._report_records import ApprovalRow, RunReport, TicketRow
+from agents._report_records import ApprovalRow, AuditSummary, RunReport, TicketRow
 from agents._report_text import NOT_MEASURED, code, number, sha_text, text, ticket_text
 
 HYPOTHESIS_CELL = 90  # characters of a hypothesis in a table cell (in full in the ticket list)
@@ -425,7 +425,29 @@ def _audit(r: RunReport) -> list[str]:
         f"- anchor in the gate's ledger at seq {a.anchor_seq}; {window}",
         f"- protected-read attempts: {a.protected_read_attempts}; path escapes: {a.path_escape_attempts}; "
         f"`audit check` findings: {a.findings}",
+        *_findings(a),
     ]
+
+
+FINDINGS_SHOWN = 50  # listed in report.md; the rest are counted (report.json keeps more, `audit check` all)
+
+
+def _findings(a: AuditSummary) -> list[str]:
+    """This run's findings, one line each with its ticket, and the tickets held for them."""
+    if not a.run_findings_total:
+        return ["- findings in this run: none"]
+    held = ", ".join(text(t) for t in a.held_for_findings) or "none"
+    lines = [f"- findings in this run: {a.run_findings_total}; tickets held for a person: {held}"]
+    for f in a.run_findings[:FINDINGS_SHOWN]:
+        pattern = f" (matches {code(f.pattern)})" if f.pattern else ""
+        lines.append(
+            f"  - ticket {code(f.ticket_id or '-')}: {f.event} {code(f.path)}{pattern} (seq {f.seq})"
+        )
+    if a.run_findings_total > FINDINGS_SHOWN:
+        lines.append(
+            f"  - and {a.run_findings_total - FINDINGS_SHOWN} more: `segfactory audit check` lists them all"
+        )
+    return lines
 
 
 def _llm(r: RunReport) -> list[str]:

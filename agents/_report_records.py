@@ -11,7 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from audit import Finding
 from segfactory.text import inert_tree
+
+MAX_RUN_FINDINGS = 500  # listed in the report's record; past it: run_findings_truncated, the count kept
 
 
 class _Rec(BaseModel):
@@ -61,6 +64,11 @@ class AuditSummary(_Rec):
     protected_read_attempts: int
     path_escape_attempts: int
     findings: int
+    # this run's findings, each with its ticket, in log order (at most MAX_RUN_FINDINGS)
+    run_findings: list[Finding] = Field(default_factory=list)
+    run_findings_total: int = 0
+    run_findings_truncated: bool = False
+    held_for_findings: list[str] = Field(default_factory=list)  # tickets held for a person (audit)
 
 
 class ApprovalRow(_Rec):

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from segfactory.text import inert as visible
+
 ELLIPSIS = "…"
 NOT_MEASURED = "n/a"  # a number the records do not hold
 SHA_SHOWN = 10  # hex digits of a model's sha256 in the text
@@ -29,12 +31,13 @@ _WORD = re.compile(r"\w")
 
 
 def inert(value: object) -> str:
-    """Any value as one line of plain text: every run of whitespace (newlines, tabs) is one space.
+    """Any value as one line of plain text: control, separator and bidi characters written out as
+    visible tokens (``segfactory.text.inert``), then every run of whitespace is one space.
 
     The one point where text a sandbox, an LLM or a person wrote enters the report: whatever
     else such text needs before people read it belongs here.
     """
-    return " ".join(str(value).split())
+    return " ".join(visible(str(value), multiline=False).split())
 
 
 def clip(value: str, limit: int) -> str:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from agents import report as rpt
 from agents._predictions import write_summary
 from agents.approvals import ApprovalQueue
+from agents.audit_hold import AuditHolds
 from agents.code_arm import with_code_arm
 from agents.graph import DEVICE_LEFT_SHARE, LoopDeps, build_graph, run_loop
 from agents.judge import Judge, default_judge, make_reviewer
@@ -115,6 +116,7 @@ def _deps(
         default_budget=defaults.ticket,
         device_left_share=0.0 if record.fill_budget else DEVICE_LEFT_SHARE,
         concurrency=record.concurrency,
+        audit_hold=AuditHolds(req.home.root).hold,
     )
     if record.code_agent:  # code drafts get their files from the code-editing agent first
         deps.proposer = with_code_arm(

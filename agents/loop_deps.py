@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agents.approvals import ApprovalQueue
+from agents.audit_hold import AuditHold
 from agents.context import DevAnalysis
 from agents.incumbent import Incumbent
 from agents.judge import Judge
@@ -79,6 +80,8 @@ class LoopDeps:
     # trains them together (each admitted by the run's one scheduler); they are then gated,
     # judged and recorded one at a time, in queue order, before the loop re-analyses or proposes.
     concurrency: int = 1
+    # A ticket with audit findings is held before the gate (``agents.audit_hold``); None: never held.
+    audit_hold: Callable[[str, Ticket], AuditHold | None] | None = None
 
 
 __all__ = ["DEVICE_LEFT_SHARE", "FactoryServices", "LoopDeps"]

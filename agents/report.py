@@ -21,6 +21,7 @@ from agents._report_html import render_html
 from agents._report_md import render_markdown
 from agents._report_plots import PLOTS_DIR, copy_analysis_plots, curves_plot, dev_plot
 from agents._report_records import (
+    MAX_RUN_FINDINGS,
     ApprovalRow,
     AuditSummary,
     Headline,
@@ -185,6 +186,12 @@ def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) ->
     verified = verify_log(home.audit, anchor, anchor_checked=anchor_checked)
     records = list(iter_records(home.audit / "log.jsonl"))
     findings = check_records(records, load_policy(), home.root)
+    mine = [f for f in findings if f.run_id == run_id]
+    held = [
+        str(r.payload.get("ticket"))
+        for r in records
+        if r.run_id == run_id and r.event == "ticket_held" and r.payload.get("pending") == "audit"
+    ]
     return AuditSummary(
         ok=verified.ok,
         records=verified.records,
@@ -196,6 +203,10 @@ def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) ->
         protected_read_attempts=sum(1 for r in records if r.event == "protected_read_attempt"),
         path_escape_attempts=sum(1 for r in records if r.event == "path_escape_attempt"),
         findings=len(findings),
+        run_findings=mine[:MAX_RUN_FINDINGS],
+        run_findings_total=len(mine),
+        run_findings_truncated=len(mine) > MAX_RUN_FINDINGS,
+        held_for_findings=held,
     )
 
 

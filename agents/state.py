@@ -57,10 +57,15 @@ class Awaiting(_Frozen):
     confirm_a: CoarseVerdict
 
 
-class Held(Awaiting):
-    """A ticket escalated to a person; ``pending`` is what the coded rule would have done."""
+class Held(_Frozen):
+    """A ticket held for a person. ``pending`` is what waits: the coded rule's promote or
+    replicate (an escalation, with its confirm-a verdict), or ``audit`` (findings in its sandbox:
+    nothing was submitted, so there is no verdict)."""
 
-    pending: str  # a Decision value: promote | replicate
+    ticket: Ticket
+    confirm_a: CoarseVerdict | None
+    pending: str  # promote | replicate | audit
+    findings: int = 0  # the audit findings that held it
 
 
 class Trained(_Frozen):

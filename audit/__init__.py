@@ -13,7 +13,7 @@ See docs/audit.md.
 
 from audit.anchor import AnchorStore, FileAnchorStore, GateAnchorStore, MemoryAnchorStore
 from audit.blobs import INLINE_MAX_BYTES, BlobStore
-from audit.check import Finding, ProtectedPaths, check_records, load_policy
+from audit.check import Finding, ProtectedPaths, check_records, load_policy, ticket_of
 from audit.log import ANCHOR_EVERY_RECORDS, ANCHOR_EVERY_S, GENESIS_HASH, AuditLog
 from audit.reader import iter_records, read_lines
 from audit.show import select
@@ -40,5 +40,6 @@ __all__ = [
     "load_policy",
     "read_lines",
     "select",
+    "ticket_of",
     "verify_log",
 ]

@@ -1,8 +1,9 @@
 """``audit check``: protected-path reads, found by applying ``policies/protected_paths.yaml``.
 
 Two sources of findings:
-- every record whose event is in ``finding_events`` (decoy hits, refused path escapes), whoever
-  wrote it: the host saw the attempt;
+- every record whose event is in ``finding_events`` (decoy hits, refused path escapes, what the
+  in-sandbox audit hook saw, monitoring gaps), whoever wrote it: an attempt is evidence even
+  when it failed;
 - every path-like token (one containing ``/``) in the payload of a record written by an actor in
   ``scan_actors`` (tool-call arguments, sandbox commands, sandbox-reported file opens) that
   matches a protected pattern, as written or normalised.
@@ -72,8 +73,9 @@ class Finding(BaseModel):
     kind: (
         str  # "event": a decoy hit or the like; "argument": a path in a payload; "unscanned": a blob not read
     )
-    path: str
+    path: str  # the path, or for an event without one what it named (an address, a symbol, a command)
     pattern: str | None
+    ticket_id: str | None = None  # the ticket (or code-agent draft) the record belongs to, when it says
 
 
 def load_policy(path: Path | None = None) -> ProtectedPaths:
@@ -108,13 +110,18 @@ def _record_findings(
     record: AuditRecord, scanner: _Scanner, scan: set[str], finding_events: set[str], opaque: set[str]
 ) -> list[Finding]:
     base = dict(
-        seq=record.seq, ts=record.ts, run_id=record.run_id, actor=record.actor.value, event=record.event
+        seq=record.seq,
+        ts=record.ts,
+        run_id=record.run_id,
+        actor=record.actor.value,
+        event=record.event,
+        ticket_id=ticket_of(record),
     )
     if record.event in finding_events:
         hits = [
             h for h in dict.fromkeys(scanner.paths(record.payload, open_blobs=True)) if h[1] != _UNSCANNED
         ]
-        path = str(record.payload.get("path", "")) or (hits[0][0] if hits else "")
+        path = subject(record.payload) or (hits[0][0] if hits else "")
         pattern = hits[0][1] if hits else None
         return [Finding(**base, kind="event", path=path, pattern=pattern)]
     if record.actor.value not in scan:
@@ -127,6 +134,29 @@ def _record_findings(
 
 
 _UNSCANNED = "<blob not scanned>"
+_SUBJECT_KEYS = ("address", "argv", "library", "reason")  # what an event without a path names
+
+
+def ticket_of(record: AuditRecord) -> str | None:
+    """The ticket a record is about: ``ticket_id`` (runner, sandbox) or ``ticket`` (code agent, judge)."""
+    for key in ("ticket_id", "ticket"):
+        value = record.payload.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def subject(payload: dict[str, Any]) -> str:
+    """What a finding event names: its path, else its address, command, library (and symbol) or reason."""
+    if isinstance(path := payload.get("path"), str) and path:
+        return path
+    detail = payload.get("detail")
+    detail = detail if isinstance(detail, dict) else {}
+    for key in _SUBJECT_KEYS:
+        if isinstance(value := detail.get(key), str) and value:
+            symbol = detail.get("symbol")
+            return f"{value}: {symbol}" if key == "library" and isinstance(symbol, str) else value
+    return ""
 
 
 class _Scanner:

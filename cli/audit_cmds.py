@@ -73,7 +73,8 @@ def check(
         typer.Option("--policy", help="Protected-path policy (default: policies/protected_paths.yaml)."),
     ] = None,
 ) -> None:
-    """List protected-path reads (tool arguments, sandbox events, decoy hits); exit 1 on any."""
+    """List findings: protected-path reads (tool arguments, decoy hits) and every attempt the
+    sandbox's audit hook saw (opens, writes, sockets, ctypes, processes); exit 1 on any."""
     resolved = home_for(home)
     findings = check_records(iter_records(resolved.audit / "log.jsonl"), load_policy(policy), resolved.root)
     if json_out:
@@ -154,12 +155,13 @@ def _print_findings(findings: list[Finding]) -> None:
 
     out = console()
     if not findings:
-        out.print("[green]no protected-path reads found[/green]")
+        out.print("[green]no findings[/green]")
         return
-    table = Table("seq", "run", "actor", "event", "kind", "path", "pattern", title="protected-path reads")
+    table = Table("seq", "run", "ticket", "actor", "event", "kind", "path", "pattern", title="findings")
     for f in findings:
         path = escape(inert(f.path, multiline=False))  # a path a sandbox chose: no escapes, no markup
-        table.add_row(str(f.seq), f.run_id or "", f.actor, f.event, f.kind, path, f.pattern or "")
+        ticket = escape(inert(f.ticket_id or "", multiline=False))
+        table.add_row(str(f.seq), f.run_id or "", ticket, f.actor, f.event, f.kind, path, f.pattern or "")
     out.print(table)
 
 

@@ -19,18 +19,62 @@ PYTHON_TARGET = "/opt/python"
 SITE_TARGET = "/opt/venv/site-packages"
 SRC_TARGET = "/opt/segfactory/src"
 INSIDE_TARGET = "/opt/segfactory/inside"
-EVENTS_TARGET = "/run/segfactory"  # rw, per run: where the in-sandbox audit hook writes
-HOOK_FILE = f"{EVENTS_TARGET}/hook.jsonl"
+EVENTS_TARGET = "/run/segfactory"  # ro, per run: holds the host's socket for the in-sandbox audit hook
+HOOK_SOCKET_NAME = "hook.sock"  # a datagram socket the host binds in the per-run events dir
+HOOK_SOCKET = f"{EVENTS_TARGET}/{HOOK_SOCKET_NAME}"
 WORKER_PACKAGES = ("segfactory", "synthetic", "vision")  # the minimum the worker imports
-HOOK_PREFIXES = (
-    "/data/holdout",
-    "/vault",
-    "/proc/1/",
-    "/root",
-    "/home",
-    "/etc/shadow",
-    "/var/run",
-    "/run/docker",
+RUNTIME_ROOTS = ("/opt/python", "/opt/venv", "/opt/segfactory")  # read-only code: the runtime, the helpers
+WORKSPACE_TARGET = "/work"
+WRITE_ROOTS = (WORKSPACE_TARGET, "/tmp")  # where sandbox code may write; a write elsewhere is recorded
+# Read in every run by the interpreter, torch and numpy; an open anywhere else (beside the
+# runtime, the data and the writable roots) is recorded by the audit hook, whether it succeeds.
+SYSTEM_READ_ROOTS = (
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/bin",
+    "/sbin",
+    "/etc",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/stdin",
+    "/dev/stdout",
+    "/dev/stderr",
+    "/dev/fd",
+    "/dev/shm",
+    "/proc/self",
+    "/proc/thread-self",
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/proc/uptime",
+    "/proc/loadavg",
+    "/proc/version",
+    "/proc/sys/kernel/random",
+    "/proc/sys/vm/overcommit_memory",
+    "/sys/devices/system/cpu",
+    "/sys/fs/cgroup",
+)
+# Recorded even under an ordinary root: the process's environment, memory and the host's root
+# through /proc, and the names of held-back data (fnmatch, ``*`` matches ``/`` too).
+HOOK_DENY = (
+    "/proc/*/environ",
+    "/proc/*/mem",
+    "/proc/*/root",
+    "/proc/*/root/*",
+    "/proc/*/cwd",
+    "/proc/*/cwd/*",
+    "/proc/*/map_files/*",
+    "/etc/shadow*",
+    "/etc/gshadow*",
+    "*/vault",
+    "*/vault/*",
+    "*/gate-run",
+    "*/gate-run/*",
+    "*/gate-pinned*",
 )
 INSIDE_DIR = Path(__file__).resolve().parent / "_inside"
 BASE_ENV = {
@@ -43,8 +87,6 @@ BASE_ENV = {
     "LANG": "C.UTF-8",
     "MPLCONFIGDIR": "/tmp/matplotlib",
     "SEGFACTORY_SANDBOX": "1",
-    "SEGFACTORY_HOOK_FILE": HOOK_FILE,
-    "SEGFACTORY_HOOK_PREFIXES": ":".join(HOOK_PREFIXES),
 }
 
 
@@ -70,9 +112,27 @@ def runtime_mounts() -> list[Mount]:
     return mounts
 
 
-def sandbox_env(extra: dict[str, str]) -> dict[str, str]:
-    """The complete environment inside: the base plus the caller's; nothing from the host."""
-    return {**BASE_ENV, **extra}
+def sandbox_env(extra: dict[str, str], mounts: list[Mount]) -> dict[str, str]:
+    """The complete environment inside: the base plus the caller's, then the audit hook's settings
+    for this mount plan (which the caller cannot change); nothing from the host."""
+    return {**BASE_ENV, **extra, **hook_env(mounts)}
+
+
+def hook_env(mounts: list[Mount]) -> dict[str, str]:
+    """What the in-sandbox audit hook needs: its socket, the roots it treats as ordinary and the
+    patterns it always records. Read roots are the runtime, the mounted data and the system's;
+    code roots (where a native library may come from) are the runtime's and the system's."""
+    hidden = ("/opt/", "/data/holdout", "/vault", EVENTS_TARGET)  # the runtime is listed whole; decoys never
+    data = [m.target for m in mounts if not m.target.startswith(hidden)]
+    return {
+        "SEGFACTORY_HOOK_SOCKET": HOOK_SOCKET,
+        "SEGFACTORY_HOOK_READ": ":".join([*RUNTIME_ROOTS, *data, *WRITE_ROOTS, *SYSTEM_READ_ROOTS]),
+        "SEGFACTORY_HOOK_WRITE": ":".join(
+            [*WRITE_ROOTS, "/dev/null", "/dev/stdout", "/dev/stderr", "/dev/fd"]
+        ),
+        "SEGFACTORY_HOOK_CODE": ":".join([*RUNTIME_ROOTS, "/usr", "/lib", "/lib64"]),
+        "SEGFACTORY_HOOK_DENY": ":".join(HOOK_DENY),
+    }
 
 
 ETC_FILES = {

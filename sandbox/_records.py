@@ -29,8 +29,14 @@ RESERVED_TARGETS = (
 )
 EventKind = Literal[
     "protected_read_attempt",  # a decoy was opened (host inotify; whatever the reader)
-    "monitoring_gap",  # the inotify queue overflowed: opens may have been missed
-    "file_open",  # reported by the in-sandbox audit hook (sandbox_reported=true, never relied on)
+    "monitoring_gap",  # opens or hook records may have been missed (a queue overflow, a cap, a flood)
+    # reported by the in-sandbox audit hook (sandbox_reported=true), whether the attempt succeeded:
+    "file_open",  # an open or listing outside the ordinary read roots, or of a denied path
+    "file_write",  # a write, or a change to the tree, outside /work and /tmp
+    "socket_call",  # a connect, bind, sendto or sendmsg
+    "ctypes_call",  # a foreign library, a symbol lookup, a foreign call, a raw memory access
+    "process_spawn",  # a process started (it may run without the hook)
+    "hook_malformed",  # a hook datagram that was cut or is no record: the sandbox sent it
     "workspace_limit",  # /work grew past limits.workspace_bytes; the sandbox was killed
     "timeout_kill",  # the wall-time limit passed; the sandbox was killed from outside
 ]

@@ -1,18 +1,15 @@
 """One sandbox run's host-side state, shared by every backend.
 
 A Session validates the spec against the policy and the mount rules (before anything starts),
-prepares a private temp dir (decoys, the audit hook's file, a minimal /etc), watches the decoys,
-and collects events. Backends start the process; ``supervise`` enforces the wall time and the
-workspace size from outside.
+prepares a private temp dir (decoys, a minimal /etc) and the audit hook's socket, watches the
+decoys, listens to the hook, and collects events. Backends start the process; ``supervise``
+enforces the wall time and the workspace size from outside.
 """
 
 from __future__ import annotations
 
-import errno
-import json
 import os
 import shutil
-import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -20,8 +17,17 @@ from pathlib import Path
 
 from sandbox._capture import CappedBuffer
 from sandbox._decoys import create_decoys
+from sandbox._hook import HookListener
 from sandbox._inotify import DecoyWatcher
-from sandbox._layout import EVENTS_TARGET, Mount, runtime_mounts, sandbox_env, write_etc
+from sandbox._layout import (
+    EVENTS_TARGET,
+    HOOK_SOCKET_NAME,
+    WORKSPACE_TARGET,
+    Mount,
+    runtime_mounts,
+    sandbox_env,
+    write_etc,
+)
 from sandbox._paths import check_mountable
 from sandbox._policy import Limits, SandboxPolicy, check_within
 from sandbox._records import SandboxEvent, SandboxSpec
@@ -29,14 +35,7 @@ from segfactory.errors import PolicyError
 from segfactory.gpus import plan_gpus
 
 EventHook = Callable[[SandboxEvent], None]
-HOOK_MAX_BYTES = (
-    1024**2
-)  # audit-hook output read back; past it: not read, a monitoring_gap event with the size
-EVENTS_MAX_BYTES = 4 * 1024**2  # the hook's rw dir on the host; past it: killed, workspace_limit event
 SCRATCH_ROOTS = (Path("/dev/shm"),)  # tmpfs for the per-run dir (decoys are sparse, the rest tiny)
-HOOK_MAX_EVENTS = 1000  # sandbox-reported events kept per run; past it: a monitoring_gap with the count
-HOOK_MAX_PATH_CHARS = 4096  # of one reported path; past it: cut, detail path_truncated and path_chars
-HOOK_NAME = "hook.jsonl"  # in the per-run events dir (EVENTS_TARGET inside)
 SUPERVISE_POLL_S = 0.05  # how often the supervisor looks at the process
 WORKSPACE_POLL_S = 0.25  # how often /work's disk use is measured
 OUTER_KILL_SLACK_S = 2.0  # after timeout + grace the host kills, whatever the inner timeout did
@@ -88,10 +87,11 @@ class Session:
         self.events: list[SandboxEvent] = []
         self.stdout = CappedBuffer(policy.output.stdout_bytes)
         self.stderr = CappedBuffer(policy.output.stderr_bytes)
-        self.env = {**sandbox_env(spec.env), **self.gpu.env()}  # the caller cannot widen what was assigned
-        self.tmp = Path(tempfile.mkdtemp(prefix="segfactory-sbx-", dir=_scratch_root()))
-        self.events_dir = Path(tempfile.mkdtemp(prefix="segfactory-sbx-events-"))  # on disk: rw inside
+        self.env: dict[str, str] = {}  # set on entering, once the mount plan is whole
+        self.tmp = Path(tempfile.mkdtemp(prefix="sbx-", dir=_scratch_root()))
+        self.events_dir = Path(tempfile.mkdtemp(prefix="sbx-events-"))  # holds the hook's socket; ro inside
         self.watcher: DecoyWatcher | None = None
+        self.hook: HookListener | None = None
         self._finished = False
 
     @staticmethod
@@ -115,14 +115,23 @@ class Session:
     def __enter__(self) -> Session:
         os.chmod(self.tmp, 0o755)
         write_etc(self.tmp / "etc", self.policy.uid, self.policy.gid)
-        os.chmod(self.events_dir, 0o777)
-        self.mounts.append(Mount(self.events_dir, EVENTS_TARGET, read_only=False))
+        os.chmod(self.events_dir, 0o755)
+        self.mounts.append(Mount(self.events_dir, EVENTS_TARGET))
         if self.spec.decoys:
-            decoy_mounts, files = create_decoys(self.tmp / "decoys")
+            decoy_mounts, files = create_decoys(self.tmp)  # mounted from neutral names: /<tmp>/vault
             self.mounts.extend(decoy_mounts)
             self.watcher = DecoyWatcher(files, self.emit)
-        self.mounts.append(Mount(self.workspace, "/work", read_only=False))
+        self.mounts.append(Mount(self.workspace, WORKSPACE_TARGET, read_only=False))
+        # the caller's env cannot widen the GPUs assigned or change what the hook treats as ordinary
+        self.env = {**sandbox_env(self.spec.env, self.mounts), **self.gpu.env()}
+        self.hook = HookListener(self.events_dir / HOOK_SOCKET_NAME, self._sender_uids(), self.emit)
         return self
+
+    def _sender_uids(self) -> set[int]:
+        """The uids the sandbox's processes have as this host sees them: the policy's when we
+        are root (bwrap drops to it, docker runs as it), else our own (a user namespace maps
+        the sandbox's uid to ours; docker runs as our uid)."""
+        return {self.policy.uid, os.geteuid()}
 
     def __exit__(self, *exc: object) -> None:
         self.finish()
@@ -136,7 +145,8 @@ class Session:
         self._finished = True
         if self.watcher is not None:
             self.watcher.stop()
-        self._read_hook_events()
+        if self.hook is not None:
+            self.hook.stop()
         return self.events
 
     def own_workspace(self, uid: int, gid: int) -> None:
@@ -180,11 +190,8 @@ class Session:
         return False
 
     def _workspace_full(self) -> bool:
-        """True (and an event) when /work or the hook's rw dir has grown past its cap."""
-        for path, inside, limit in (
-            (self.workspace, "/work", self.limits.workspace_bytes),
-            (self.events_dir, EVENTS_TARGET, EVENTS_MAX_BYTES),
-        ):
+        """True (and an event) when /work has grown past its cap."""
+        for path, inside, limit in ((self.workspace, "/work", self.limits.workspace_bytes),):
             used = disk_usage(path)
             if used > limit:
                 self.emit(
@@ -201,84 +208,3 @@ class Session:
     def timed_out(self, exit_code: int, duration_s: float, killed: bool) -> bool:
         """Whether the run hit its wall time: killed from outside, or ended by the inner timeout."""
         return killed or (exit_code in (124, 137) and duration_s >= self.timeout_s)
-
-    def _read_hook_events(self) -> None:
-        """Read the hook's file without trusting it: the sandbox owns its directory and may have put
-        a symlink (to a host file), a FIFO or a hard link there. Anything but a plain file is not
-        read and is a monitoring_gap; so is output past HOOK_MAX_BYTES or HOOK_MAX_EVENTS lines."""
-        try:
-            data, size = _read_plain(self.events_dir, HOOK_NAME, HOOK_MAX_BYTES)
-        except FileNotFoundError:
-            return
-        except (OSError, _NotPlain) as exc:
-            self.emit(
-                SandboxEvent(
-                    kind="monitoring_gap",
-                    ts=time.time(),
-                    detail={"reason": f"audit hook file not read: {exc}"},
-                )
-            )
-            return
-        if size > HOOK_MAX_BYTES:
-            self.emit(
-                SandboxEvent(
-                    kind="monitoring_gap",
-                    ts=time.time(),
-                    detail={"reason": "audit hook output cap", "size": size, "kept_bytes": len(data)},
-                )
-            )
-        lines = data.splitlines()
-        for line in lines[:HOOK_MAX_EVENTS]:
-            try:
-                item = json.loads(line)
-                path = str(item["path"])
-                detail: dict[str, object] = {"mode": str(item.get("mode"))[:16]}
-                if len(path) > HOOK_MAX_PATH_CHARS:
-                    detail.update(path_truncated=True, path_chars=len(path))
-                self.emit(
-                    SandboxEvent(
-                        kind="file_open",
-                        ts=float(item["ts"]),
-                        path=path[:HOOK_MAX_PATH_CHARS],
-                        sandbox_reported=True,
-                        detail=detail,
-                    )
-                )
-            except (ValueError, KeyError, TypeError):
-                continue
-        if len(lines) > HOOK_MAX_EVENTS:
-            self.emit(
-                SandboxEvent(
-                    kind="monitoring_gap",
-                    ts=time.time(),
-                    detail={"reason": "audit hook event cap", "kept": HOOK_MAX_EVENTS, "seen": len(lines)},
-                )
-            )
-
-
-class _NotPlain(Exception):
-    """The hook's file was a symlink, a special file or a hard link."""
-
-
-def _read_plain(directory: Path, name: str, cap: int) -> tuple[bytes, int]:
-    """(at most ``cap`` bytes, the size) of ``directory/name``, following no symlink, opening no
-    FIFO or device, refusing a file with other links. FileNotFoundError when it is absent."""
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        try:
-            fd = os.open(
-                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd
-            )
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise _NotPlain(f"{name} is a symlink") from None
-            raise
-    finally:
-        os.close(dir_fd)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise _NotPlain(f"{name} is not a regular file (mode {stat.filemode(info.st_mode)})")
-        if info.st_nlink != 1:
-            raise _NotPlain(f"{name} has {info.st_nlink} hard links")
-        return handle.read(cap), info.st_size

@@ -9,6 +9,7 @@ person where an LLM reviewer asks for it.
 
 from __future__ import annotations
 
+from agents.audit_hold import held_update
 from agents.faults import fault_point
 from agents.judge import Decision, JudgeDecision, JudgeInput, TicketMeta, rule_decision
 from agents.state import Awaiting, FactoryState, Held, Update
@@ -21,6 +22,8 @@ class JudgeStep(Step):
     def gate(self, state: FactoryState) -> Update:
         outcome, ticket = state.outcome, state.current
         assert outcome is not None and ticket is not None, "gate runs after run"
+        if self.d.audit_hold is not None and (hold := self.d.audit_hold(state.run_id, ticket)):
+            return held_update(state, hold, self.d.sink)  # no query, no judge, no promotion
         if outcome.status != "dev_win" or outcome.model_ref is None:
             return {"verdict": None}  # a dev loss, a failure or a control spends no query
         verdict = self.d.services.submit(ticket, outcome.model_ref, ticket.replicate_of)

@@ -118,9 +118,10 @@ class ProposeStep(Step):
         update: Update = {}
         decisions = []
         for answer in answers:
-            item = held.pop(answer.ticket_id, None)
-            if item is None:
+            item = held.get(answer.ticket_id)
+            if item is None or item.confirm_a is None:  # an audit hold is no escalation: nothing to answer
                 continue
+            del held[answer.ticket_id]
             decision = Decision.REJECT
             if answer.approved and answer.pending == "promote":
                 self.d.services.promote(answer.ticket_id)  # the gate still checks both WINs

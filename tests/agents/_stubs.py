@@ -159,7 +159,12 @@ class StubFactoryServices:
 
 
 def make_graph(
-    services: StubFactoryServices, log: Any, tmp_path: Path, tickets: int = 20, approvals: Any = None
+    services: StubFactoryServices,
+    log: Any,
+    tmp_path: Path,
+    tickets: int = 20,
+    approvals: Any = None,
+    audit_hold: Any = None,
 ) -> Any:
     """The loop with the rules proposer over the stub services; checkpoints in tmp_path/state.sqlite."""
     policy = load_budget_policy()
@@ -180,6 +185,7 @@ def make_graph(
         check=lambda t: ticket_problems(t, policy, "demo"),
         make_seed=lambda: next(seeds),
         approvals=approvals,
+        audit_hold=audit_hold,
     )
     return build_graph(deps, tmp_path / "state.sqlite")
 

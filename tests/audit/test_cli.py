@@ -61,8 +61,8 @@ def test_check_exits_non_zero_on_a_tickets_reads(ticket_home: Home, cli: Cli, _:
     findings = json.loads(result.stdout)["findings"]
     found = {(f["actor"], f["event"], f["kind"], f["path"]) for f in findings}
     assert ("sandbox", "protected_read_attempt", "event", DECOY_READ) in found, findings
-    assert ("sandbox", "file_open", "argument", "/proc/1/environ") in found, findings
-    assert {f["run_id"] for f in findings} == {"r1"}
+    assert ("sandbox", "file_open", "event", "/proc/1/environ") in found, findings
+    assert {(f["run_id"], f["ticket_id"]) for f in findings} == {("r1", HOSTILE_TICKET)}
 
 
 def test_check_passes_a_clean_log(home: Home, cli: Cli) -> None:

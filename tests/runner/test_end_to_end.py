@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from audit import AuditLog
+from audit import AuditLog, check_records, iter_records, load_policy
 from runner import TicketStatus, execute_ticket
 from runner.scheduler import Scheduler
 from segfactory.home import Home
@@ -34,11 +34,11 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.mark.bwrap
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-def test_ticket_trains_in_bwrap_with_host_computed_evidence(
-    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+def test_ticket_trains_in_the_sandbox_with_host_computed_evidence_and_no_finding(
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, backend: str
 ) -> None:
+    """The real worker trains; and what it does (torch's imports, its ctypes loads, the compiler
+    runs of ctypes.util.find_library, its /proc reads) is no finding: an honest ticket is not held."""
     ticket = Ticket(
         id="e2e",
         arm="agent",
@@ -53,13 +53,14 @@ def test_ticket_trains_in_bwrap_with_host_computed_evidence(
         ticket,
         home=home,
         dataset_version=dataset,
-        backend="bwrap",
+        backend=backend,
         base_config=dict(BASE_CONFIG),
         audit=audit_log,
         run_id="r1",
         scheduler=scheduler,
     )
     assert outcome.status == TicketStatus.DONE, (outcome.reason, outcome.attempts)
+    assert check_records(iter_records(audit_log.path), load_policy(), home.root) == []
     assert len(outcome.attempts) == 1 and outcome.attempts[0].exit_code == 0
     assert outcome.device_seconds > 0
     evidence = outcome.evidence

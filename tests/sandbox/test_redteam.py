@@ -272,49 +272,69 @@ def test_outliving_the_timeout_is_killed(run_in: Run) -> None:
     _assert_host_healthy(token, before)
 
 
-def test_a_hook_file_pointing_at_the_host_is_not_read(run_in: Run, tmp_path: Path) -> None:
-    """The sandbox owns the hook's directory: a symlink there to a host file (or a FIFO) must not
-    make the host read that file into the record; it is a monitoring gap instead."""
-    token = secrets.token_hex(16)
-    host_file = tmp_path / "host-secret.jsonl"
-    host_file.write_text(json.dumps({"ts": 1.0, "path": f"/secret-{token}"}) + "\n")
-    host_file.chmod(0o644)
-    for plant in (f"ln -s {host_file} /run/segfactory/hook.jsonl", "mkfifo /run/segfactory/hook.jsonl"):
-        result = run_in(f"{plant} && echo planted")
-        assert b"planted" in result.stdout.data, result.stderr.data
-        assert token not in json.dumps([e.model_dump(mode="json") for e in result.events])
-        gaps = [e.detail["reason"] for e in result.events if e.kind == "monitoring_gap"]
-        assert any("audit hook file not read" in g for g in gaps), result.events
+def test_nothing_can_be_planted_or_removed_beside_the_hook_socket(run_in: Run) -> None:
+    """The hook's directory is mounted read-only: no symlink to a host file, FIFO or forged log can
+    be put there, and the host's socket cannot be removed (so no record is taken back)."""
+    plants = [
+        "ln -s /etc/passwd /run/segfactory/x",
+        "mkfifo /run/segfactory/x",
+        "echo forged > /run/segfactory/x",
+        "rm -f /run/segfactory/hook.sock",
+        "mv /run/segfactory/hook.sock /run/segfactory/y",
+    ]
+    result = run_in("; ".join(f"{p} 2>/dev/null && echo PLANTED" for p in plants) + "; ls /run/segfactory")
+    assert b"PLANTED" not in result.stdout.data and result.stdout.data.split() == [b"hook.sock"]
+
+
+HOOK_SENDER = """
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+for i in range(int(sys.argv[1])):
+    s.sendto(json.dumps({"k": "file_open", "op": "open", "path": f"/data/holdout/{i}"}).encode(),
+             "/run/segfactory/hook.sock")
+"""
 
 
 def test_hook_events_past_the_cap_are_a_monitoring_gap(run_in: Run) -> None:
-    from sandbox._session import HOOK_MAX_EVENTS
+    from sandbox._hook import MAX_EVENTS
 
-    lines = HOOK_MAX_EVENTS + 500
-    writer = (
-        "import json\nwith open('/run/segfactory/hook.jsonl', 'a') as f:\n"
-        f"    for i in range({lines}): "
-        f"f.write(json.dumps({{'ts': 1.0, 'path': f'/data/holdout/{{i}}'}}) + '\\n')"
-    )
-    result = run_in(["python", "-I", "-c", writer])
+    sent = MAX_EVENTS + 500
+    result = run_in(["python", "-I", "-c", HOOK_SENDER, str(sent)])
     assert result.exit_code == 0, result.stderr.data
-    assert sum(e.kind == "file_open" for e in result.events) == HOOK_MAX_EVENTS
+    assert sum(e.kind == "file_open" for e in result.events) == MAX_EVENTS
     gaps = [e.detail for e in result.events if e.kind == "monitoring_gap"]
-    assert gaps == [{"reason": "audit hook event cap", "kept": HOOK_MAX_EVENTS, "seen": lines}]
+    assert gaps == [{"reason": "audit hook event cap", "kept": MAX_EVENTS, "seen": sent}]
 
 
 def test_a_long_reported_path_is_cut_and_says_so(run_in: Run) -> None:
-    from sandbox._session import HOOK_MAX_PATH_CHARS
+    from sandbox._hook import FIELD_MAX_CHARS
 
-    path = "/vault/" + "x" * (HOOK_MAX_PATH_CHARS + 900)
+    path = "/vault/" + "x" * (FIELD_MAX_CHARS + 900)
     result = run_in(["python", "-c", f"open({path!r})"])  # the in-sandbox hook reports it, then it fails
     opens = [e for e in result.events if e.kind == "file_open"]
-    assert len(opens) == 1 and opens[0].path == path[:HOOK_MAX_PATH_CHARS], result.stderr.data[-300:]
-    assert opens[0].detail["path_truncated"] is True and opens[0].detail["path_chars"] == len(path)
+    assert len(opens) == 1 and opens[0].path == path[:FIELD_MAX_CHARS], result.stderr.data[-300:]
+    assert opens[0].detail["truncated"] is True and opens[0].detail["path_chars"] == len(path)
 
 
-def test_flooding_the_audit_hook_file_is_contained(run_in: Run) -> None:
-    result = run_in("head -c 100000000 /dev/zero > /run/segfactory/hook.jsonl; sleep 30", timeout_s=20)
-    limits = [e for e in result.events if e.kind == "workspace_limit"]
-    assert [e.path for e in limits] == ["/run/segfactory"] and result.exit_code == 137
-    assert any(e.kind == "monitoring_gap" for e in result.events) and result.duration_s < 10
+FLOOD = """
+import socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+n = 0
+try:
+    while True:
+        s.sendto(b"x" * 100, "/run/segfactory/hook.sock")
+        n += 1
+except OSError as exc:
+    print("stopped after", n, type(exc).__name__)
+"""
+
+
+def test_flooding_the_audit_hook_is_contained(run_in: Run) -> None:
+    """A sandbox that sends without end is cut off (its sends then fail) and the flood is a gap."""
+    from sandbox._hook import MAX_DATAGRAMS
+
+    result = run_in(["python", "-I", "-c", FLOOD], timeout_s=60)
+    assert b"stopped after" in result.stdout.data, (result.stdout.data, result.stderr.data[-500:])
+    gaps = [e.detail for e in result.events if e.kind == "monitoring_gap"]
+    assert [g["reason"] for g in gaps] == ["audit hook flood"] and gaps[0]["datagrams"] == MAX_DATAGRAMS + 1
+    assert not result.timed_out
