@@ -23,6 +23,7 @@ from runner._execute import (
 from runner._launch import HOST_CONFIG_FILE, LaunchRequest, LaunchResult, SandboxLauncher, WorkerLauncher
 from runner._manifest import SplitDigest, TrainingManifest, training_manifest
 from runner._policy import refusal_reason
+from runner.inputs import InitFrom, MemberModel
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import (
     Admission,
@@ -48,8 +49,10 @@ __all__ = [
     "DeviceProfile",
     "Evidence",
     "GateSubmitter",
+    "InitFrom",
     "LaunchRequest",
     "LaunchResult",
+    "MemberModel",
     "MemoryEstimator",
     "SandboxLauncher",
     "Scheduler",

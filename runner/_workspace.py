@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from runner._policy import CODE_DIR, WORKSPACE_MOUNT, code_files
+from runner.inputs import CHECKPOINT_FILE
 from sandbox import load_policy
 from segfactory.errors import UsageError
 from segfactory.home import SOURCE_ROOT
@@ -32,6 +33,9 @@ WORKER_ARGS = [
     "--out",
     f"{WORKSPACE_MOUNT}/{OUT_DIR}",
 ]
+INIT_MOUNT = "/init"  # a continued ticket's staged checkpoint folder, read-only
+INIT_CHECKPOINT = f"{INIT_MOUNT}/{CHECKPOINT_FILE}"
+MEMBERS_MOUNT = "/members"  # a packaging ticket's staged member models, read-only
 # Code tickets: the code copy goes first on sys.path, then the worker module runs as __main__.
 _CODE_BOOT = (
     f"import runpy, sys; sys.path.insert(0, '{WORKSPACE_MOUNT}/{CODE_DIR}'); "
@@ -145,8 +149,10 @@ def _hand_over(work: Path) -> None:
         os.chmod(path, 0o777 if path.is_dir() else 0o666)
 
 
-def worker_command(ticket: Ticket) -> list[str]:
-    """The worker's argv inside the sandbox (``python`` is the mounted runtime)."""
+def worker_command(ticket: Ticket, *, init_from: bool = False) -> list[str]:
+    """The worker's argv inside the sandbox (``python`` is the mounted runtime); ``init_from``: it
+    starts from the checkpoint the host mounted at ``INIT_CHECKPOINT``."""
+    args = [*WORKER_ARGS, *(["--init-from", INIT_CHECKPOINT] if init_from else [])]
     if ticket.kind == TicketKind.CODE:
-        return ["python", "-c", _CODE_BOOT, *WORKER_ARGS]
-    return ["python", "-m", "vision.worker", *WORKER_ARGS]
+        return ["python", "-c", _CODE_BOOT, *args]
+    return ["python", "-m", "vision.worker", *args]

@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--init-from", type=Path, default=None, help="start from this checkpoint's weights")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out,
             progress=False,
             resume=args.resume,
+            init_from=args.init_from,
             timings={"startup_s": startup_s, "imports_s": imports_s},  # the fixed cost of a fresh process
         )
     except SegfactoryError as exc:

@@ -4,7 +4,8 @@
 allocates ``batch_size * MIB_PER_SAMPLE`` MiB (touching every page), then writes ``W/out``:
 a real ONNX model (prob = sigmoid(GAIN * (image - 0.55))) and a result.json with a fake perfect
 score. Modes plant what a hostile worker would: a symlink or a FIFO instead of model.onnx, or a
-symlink instead of config.yaml (which the host rewrites before a retry).
+symlink instead of config.yaml (which the host rewrites before a retry), or a symlink instead of
+the checkpoint (``model.safetensors``, which it writes otherwise, unless ``no-checkpoint``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def main() -> int:
     (out / "result.json").write_text(
         json.dumps({"usable": True, "dev_metrics": {"object_f1": 0.999}, "allocated": int(block.size)})
     )
+    checkpoint = out / "model.safetensors"  # the host only hashes it; these bytes stand in for weights
+    if args.mode == "symlink-checkpoint":
+        os.symlink(args.target, checkpoint)
+    elif args.mode != "no-checkpoint":
+        checkpoint.write_bytes(f"weights of seed {config['seed']}".encode())
     model = out / "model.onnx"
     if args.mode == "symlink":
         os.symlink(args.target, model)
