@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,12 @@ from runner._evidence import (
 )
 from runner._launch import (
     LaunchRequest,
-    SandboxLauncher,
     WorkerLauncher,
     audit_sandbox_events,
     keep_host_config,
     output_record,
 )
+from runner._package import package_ticket
 from runner._policy import refusal_reason
 from runner._progress import PROGRESS_FILE, CurveWatcher
 from runner._ticket import (
@@ -40,11 +40,13 @@ from runner._ticket import (
     TicketFailed,
     TicketRun,
     finish,
+    launcher_for,
     prepare,
+    profile_of,
     refuse,
     run_recorded,
 )
-from runner.inputs import InitFrom
+from runner.inputs import InitFrom, MemberModel
 from runner.outcome import Attempt, TicketOutcome
 from runner.scheduler import Scheduler, is_oom, shrink_for_oom
 from segfactory.budgets import TicketCaps, ticket_caps
@@ -88,7 +90,7 @@ def execute_ticket(
     into the ticket folder, hash-checked, and mounted read-only at ``/init``, and training starts
     from it with a fresh optimiser and schedule. A bad one is REFUSED with its reason."""
     started = time.monotonic()
-    policy = budget_policy or ticket_caps(_profile_of(home))
+    policy = budget_policy or ticket_caps(profile_of(home))
     config, reason = _checked_config(ticket, dataset_version, base_config, policy)
     ticket_dir = home.tickets_dir(run_id) / ticket.id
     if reason is None and ticket_dir.exists():
@@ -102,7 +104,7 @@ def execute_ticket(
         ticket,
         run_id,
         dataset_version,
-        _launcher(backend),
+        launcher_for(backend),
         audit,
         scheduler or Scheduler.for_home(home),
         ticket_dir,
@@ -113,7 +115,9 @@ def execute_ticket(
     share = run.scheduler.cpu_share()
     if share is not None:  # several tickets at once on the CPU: this one trains on its share of the cores
         config = {**config, "threads": min(int(config.get("threads") or share), share)}
-    extra = {"init_from": init_from.model_dump(mode="json")} if init_from is not None else {}
+    extra = {}
+    if init_from is not None and inputs is not None:
+        extra = {"init_from": init_from.model_dump(mode="json"), "staged": inputs.record()}
     return run_recorded(
         run,
         started,
@@ -127,13 +131,14 @@ def _stage_init(
     home: Home, run_id: str, init_from: InitFrom, config: dict[str, Any]
 ) -> tuple[StagedInputs | None, str | None]:
     """(the staged checkpoint, None), or (None, why the ticket is refused)."""
+    t0 = time.perf_counter()
     try:
         folder = _staging.stage_init(home, run_id, init_from, config)
     except _staging.StagingRefused as exc:
         return None, str(exc)
-    return StagedInputs(
-        folder, _staging.INIT_DIR, _staging.INIT_MOUNT, {init_from.file: init_from.sha256}
-    ), None
+    hashes = {init_from.file: init_from.sha256}
+    staged_s = time.perf_counter() - t0
+    return StagedInputs(folder, _staging.INIT_DIR, _staging.INIT_MOUNT, hashes, staged_s=staged_s), None
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,8 @@ class TicketRunner:
 
     The loop's services, the controls, the challenge and the labelling finetune each hold one
     instead of repeating ``execute_ticket``'s keywords at every call. ``scorer`` None is the
-    gate's confined scorer; ``budget_policy`` None is the home profile's ticket caps.
+    gate's confined scorer; ``budget_policy`` None is the home profile's ticket caps. ``package``
+    runs a packaging ticket with the same collaborators.
     """
 
     home: Home
@@ -182,18 +188,30 @@ class TicketRunner:
             init_from=init_from,
         )
 
-
-def _profile_of(home: Home) -> str:
-    try:
-        return str(home.info().get("profile", "default"))
-    except Exception:  # no home marker: the default profile's budgets
-        return "default"
-
-
-def _launcher(backend: WorkerLauncher | str) -> WorkerLauncher:
-    if isinstance(backend, str):
-        return SandboxLauncher(backend)
-    return backend
+    def package(
+        self,
+        ticket: Ticket,
+        dataset_version: DatasetVersion,
+        members: Sequence[MemberModel],
+        *,
+        wall_left_s: float | None = None,
+    ) -> TicketOutcome:
+        """A packaging ticket (kind ``package``) over ``members`` (``TicketOutcome.member()`` of DONE
+        tickets of this home): one ONNX model, scored and optionally submitted like any other."""
+        return package_ticket(
+            ticket,
+            home=self.home,
+            dataset_version=dataset_version,
+            members=members,
+            backend=self.backend,
+            audit=self.audit,
+            gate=self.gate,
+            run_id=self.run_id,
+            scheduler=self.scheduler,
+            scorer=self.scorer or default_scorer,
+            budget_policy=self.budget_policy,
+            wall_left_s=wall_left_s,
+        )
 
 
 def _checked_config(
@@ -269,7 +287,12 @@ def _train(run: TicketRun, config: dict[str, Any]) -> dict[str, Any]:
         run.attempts.append(attempt)
         run.event(
             "ticket_attempt",
-            {**attempt.model_dump(mode="json"), "sandbox_events": result.events, **output_record(result)},
+            {
+                **attempt.model_dump(mode="json"),
+                "sandbox_events": result.events,
+                **output_record(result),
+                **({"staged": run.inputs.record()} if run.inputs is not None else {}),
+            },
         )
         audit_sandbox_events(
             run.audit, result.events, ticket_id=run.ticket.id, run_id=run.run_id, attempt=index

@@ -32,10 +32,10 @@ from runner.inputs import InitFrom, MemberModel
 from runner.outcome import TicketOutcome, TicketStatus
 from segfactory.errors import DataError, LimitExceeded
 from segfactory.home import Home
+from vision.packaging import MAX_MEMBERS
 
 MAX_STAGED_BYTES = MAX_MODEL_BYTES  # one checkpoint or member model; past it: the ticket is refused
 MAX_RECORD_BYTES = 4 * 1024**2  # a parent's outcome.json or host_config.yaml read while planning
-MAX_MEMBERS = 8  # models in one packaging ticket; past it: refused
 INIT_DIR = "init"  # in the ticket folder: the staged checkpoint; mounted read-only at INIT_MOUNT
 MEMBERS_DIR = "members"  # in the ticket folder: <i>.onnx per member; mounted read-only at MEMBERS_MOUNT
 OUTCOME_FILE = "outcome.json"
@@ -120,16 +120,16 @@ def _copy_checked(home: Home, ref: InitFrom | MemberModel, dest: Path) -> None:
     os.chmod(dest, 0o444)
 
 
-def parent_config(home: Home, init_from: InitFrom) -> dict[str, Any]:
-    """The config the parent trained with, from the host's own copy (never its workspace)."""
-    relpath = _ticket_relpath(home, init_from.run_id, init_from.ticket_id, HOST_CONFIG_FILE)
+def parent_config(home: Home, ref: InitFrom | MemberModel) -> dict[str, Any]:
+    """The config the named ticket trained with, from the host's own copy (never its workspace)."""
+    relpath = _ticket_relpath(home, ref.run_id, ref.ticket_id, HOST_CONFIG_FILE)
     try:
         data, truncated = read_beneath(home.root, relpath, cap=MAX_RECORD_BYTES)
         loaded = None if truncated else yaml.safe_load(data)
     except (OSError, DataError, yaml.YAMLError) as exc:
-        raise StagingRefused(f"init_from: the parent's {relpath} cannot be read: {exc}") from None
+        raise StagingRefused(f"{_what(ref)}: the config of {relpath} cannot be read: {exc}") from None
     if not isinstance(loaded, dict):
-        raise StagingRefused(f"init_from: the parent's {relpath} is not a config mapping")
+        raise StagingRefused(f"{_what(ref)}: {relpath} is not a config mapping")
     return loaded
 
 

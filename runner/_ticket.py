@@ -19,12 +19,13 @@ from typing import Any
 
 from runner import _staging
 from runner._evidence import GateSubmitter, Scorer, copy_outputs, evidence, sandbox_report
-from runner._launch import WorkerLauncher
+from runner._launch import SandboxLauncher, WorkerLauncher
 from runner._manifest import TrainingManifest, training_manifest, write_manifest
 from runner.outcome import Attempt, TicketOutcome, TicketStatus
 from runner.scheduler import Scheduler
 from segfactory.errors import DataError
 from segfactory.files import write_atomic
+from segfactory.home import Home
 from segfactory.records import Actor, Ticket
 from segfactory.seams import AuditSink
 from synthetic.versions import DatasetVersion
@@ -75,12 +76,25 @@ class StagedInputs:
     name: str
     mount: str
     hashes: dict[str, str]
+    staged_s: float = 0.0  # host time to check and copy the files in
+    verified_s: float = 0.0  # host time spent hashing them again before the starts
 
     def place(self, ticket_dir: Path) -> None:
         self.folder = _staging.place(self.folder, ticket_dir, self.name)
 
     def verify(self) -> None:
+        t0 = time.perf_counter()
         _staging.verify(self.folder, self.hashes)
+        self.verified_s += time.perf_counter() - t0
+
+    def record(self) -> dict[str, Any]:
+        """What the audit keeps of them: hashes and the host's staging times."""
+        return {
+            "files": dict(self.hashes),
+            "mount": self.mount,
+            "staged_s": round(self.staged_s, 4),
+            "verified_s": round(self.verified_s, 4),
+        }
 
 
 def run_recorded(
@@ -227,3 +241,16 @@ def write_outcome(ticket_dir: Path, outcome: TicketOutcome) -> None:
     if not ticket_dir.is_dir():
         return
     write_atomic(ticket_dir / "outcome.json", outcome.model_dump_json(indent=2) + "\n")
+
+
+def profile_of(home: Home) -> str:
+    try:
+        return str(home.info().get("profile", "default"))
+    except Exception:  # no home marker: the default profile's budgets
+        return "default"
+
+
+def launcher_for(backend: WorkerLauncher | str) -> WorkerLauncher:
+    if isinstance(backend, str):
+        return SandboxLauncher(backend)
+    return backend

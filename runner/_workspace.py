@@ -23,6 +23,7 @@ from segfactory.records import Ticket, TicketKind
 from vision.config import parse_config
 
 CONFIG_FILE = "config.yaml"
+PACKAGE_SPEC_FILE = "package.yaml"  # a packaging ticket's vision.packaging.PackageSpec
 OUT_DIR = "out"  # beneath the workspace: where the worker writes
 TRAINING_PACKAGES = ("vision",)  # copied into <work>/code/ for code tickets
 WORKER_ARGS = [
@@ -147,6 +148,30 @@ def _hand_over(work: Path) -> None:
         if uid is not None and gid is not None:
             os.chown(path, uid, gid, follow_symlinks=False)
         os.chmod(path, 0o777 if path.is_dir() else 0o666)
+
+
+def materialise_package(work: Path, spec: dict[str, Any]) -> None:
+    """A packaging ticket's fresh workspace: ``package.yaml`` only (it trains nothing)."""
+    work.mkdir(parents=True)
+    (work / PACKAGE_SPEC_FILE).write_text(yaml.safe_dump(spec, sort_keys=False))
+    _hand_over(work)
+
+
+def package_command() -> list[str]:
+    """The packaging step's argv inside the sandbox: members read-only, only the train split."""
+    return [
+        "python",
+        "-m",
+        "vision.packaging",
+        "--members",
+        MEMBERS_MOUNT,
+        "--data",
+        "/data",
+        "--out",
+        f"{WORKSPACE_MOUNT}/{OUT_DIR}",
+        "--spec",
+        f"{WORKSPACE_MOUNT}/{PACKAGE_SPEC_FILE}",
+    ]
 
 
 def worker_command(ticket: Ticket, *, init_from: bool = False) -> list[str]:
