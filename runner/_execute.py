@@ -1,10 +1,12 @@
 """Executing one ticket: refuse or materialise, train in the sandbox, copy out, compute evidence.
 
-Order: policy checks before anything starts (REFUSED);
+Order: policy checks before anything starts (REFUSED), and with ``init_from`` the parent's
+checkpoint staged and hash-checked (``_staging``; REFUSED too);
 the workspace ``runs/<run>/tickets/<id>/work/`` with ``config.yaml`` (and, for code tickets, a
 copy of the training code); the training manifest from the dataset version the host mounts;
 the worker in the sandbox, admitted by the scheduler and killed past its device-second budget,
-retried at half the batch after an OOM; ``model.onnx`` copied out beneath the workspace; dev
+retried at half the batch after an OOM (the staged checkpoint hashed again before each start);
+``model.onnx`` and ``model.safetensors`` copied out beneath the workspace; dev
 metrics from the copied model through the confined scorer; then, when a gate is given, the
 submission. Any error after the start is caught here and recorded as FAILED.
 """

@@ -1,5 +1,7 @@
 """Sandbox entry: ``python -m vision.worker --config /work/config.yaml --data /data --out /work/out``.
 
+``--init-from /init/model.safetensors``: start from a parent's weights (strict; fresh schedule).
+
 Reads only the given paths, opens no network connection and never touches a factory home.
 Exit status 0 when the run is usable, 3 when it finished but is not usable, 2 on bad input.
 """
