@@ -25,6 +25,7 @@ from runner._manifest import SplitDigest, TrainingManifest, training_manifest
 from runner._policy import code_files, refusal_reason
 from runner._progress import NOT_EVIDENCE, PROGRESS_FILE
 from runner._workspace import TRAINING_PACKAGES, ticket_config
+from runner.inputs import InitFrom, MemberModel
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import (
     Admission,
@@ -53,8 +54,10 @@ __all__ = [
     "DeviceProfile",
     "Evidence",
     "GateSubmitter",
+    "InitFrom",
     "LaunchRequest",
     "LaunchResult",
+    "MemberModel",
     "MemoryEstimator",
     "SandboxLauncher",
     "Scheduler",

@@ -1,114 +1,69 @@
 """Executing one ticket: refuse or materialise, train in the sandbox, copy out, compute evidence.
 
-Order: policy checks before anything starts (REFUSED);
+Order: policy checks before anything starts (REFUSED), and with ``init_from`` the parent's
+checkpoint staged and hash-checked (``_staging``; REFUSED too);
 the workspace ``runs/<run>/tickets/<id>/work/`` with ``config.yaml`` (and, for code tickets, a
 copy of the training code); the training manifest from the dataset version the host mounts;
 the worker in the sandbox, admitted by the scheduler and killed past its device-second budget,
-retried at half the batch after an OOM; ``model.onnx`` copied out beneath the workspace; dev
+retried at half the batch after an OOM (the staged checkpoint hashed again before each start);
+``model.onnx`` and ``model.safetensors`` copied out beneath the workspace; dev
 metrics from the copied model through the confined scorer; then, when a gate is given, the
 submission. Any error after the start is caught here and recorded as FAILED.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
-import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-
-from gate.intake import inspect_model
-from gate.scorer import score_checked
-from runner import _workspace
-from runner._copyout import MAX_MODEL_BYTES, copy_out, read_beneath
+from runner import _staging, _workspace
+from runner._evidence import (
+    GateSubmitter,
+    Scorer,
+    default_scorer,
+)
 from runner._launch import (
     LaunchRequest,
-    SandboxLauncher,
     WorkerLauncher,
     audit_sandbox_events,
     keep_host_config,
     output_record,
 )
-from runner._manifest import TrainingManifest, training_manifest, write_manifest
+from runner._package import package_ticket
 from runner._policy import refusal_reason
 from runner._progress import PROGRESS_FILE, CurveWatcher
-from runner._workspace import OUT_DIR
-from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
+from runner._ticket import (
+    StagedInputs,
+    TicketFailed,
+    TicketRun,
+    finish,
+    launcher_for,
+    prepare,
+    profile_of,
+    refuse,
+    run_recorded,
+)
+from runner.inputs import InitFrom, MemberModel
+from runner.outcome import Attempt, TicketOutcome
 from runner.scheduler import Scheduler, is_oom, shrink_for_oom
 from segfactory.budgets import TicketCaps, ticket_caps
-from segfactory.errors import DataError
-from segfactory.files import write_atomic
 from segfactory.home import Home
-from segfactory.records import Actor, CoarseVerdict, Ticket
+from segfactory.records import Ticket
 from segfactory.seams import AuditSink
-from synthetic.splits import appended_images, read_split
+from synthetic.splits import appended_images
 from synthetic.versions import DatasetVersion
-from vision.metrics import aggregate, per_image_metrics
 
 TIMEOUT_MARGIN_S = 30.0  # added to the remaining device-second budget per attempt (start-up, export)
 MIN_WALL_S = 30.0  # a ticket is not started with less of the run's wall time left than this
-BYTES_PER_PIXEL = 5  # a split in the worker's memory: a float32 image and a uint8 mask per pixel
-MODEL_FILE = "model.onnx"
-RESULT_FILE = "result.json"
 
 log = logging.getLogger(__name__)
 
-Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, W)) -> prob (N, 1, H, W)
-
-
-class GateSubmitter(Protocol):
-    """The gate as the runner uses it (``gate.client.GateClient`` satisfies it)."""
-
-    def submit(
-        self,
-        model_path: Path | str,
-        train_data: str | None,
-        ticket_id: str,
-        replicate_of: str | None = None,
-        run_id: str | None = None,
-    ) -> CoarseVerdict: ...
-
-
-class TicketFailed(Exception):
-    """A ticket ended without a model; the message is the recorded reason."""
-
-
-@dataclass
-class _Run:
-    """State of one ticket while it executes (attempts survive a failure into the record)."""
-
-    ticket: Ticket
-    run_id: str
-    dataset: DatasetVersion
-    launcher: WorkerLauncher
-    audit: AuditSink
-    scheduler: Scheduler
-    ticket_dir: Path
-    attempts: list[Attempt] = field(default_factory=list)
-    device_seconds: float = 0.0
-    image_size: int = 0  # side of the training images, from the host-computed manifest
-    data_bytes: int = 0  # the train and dev splits as the worker holds them (float32 images, uint8 masks)
-    deadline: float | None = None  # time.monotonic() by which the run's wall ends; None: no wall
-    progress: Callable[[str], None] | None = None  # people's progress lines (the CLI)
-
-    @property
-    def work(self) -> Path:
-        return self.ticket_dir / "work"
-
-    def event(self, event: str, payload: dict[str, Any]) -> None:
-        self.audit.append(Actor.RUNNER, event, {"ticket_id": self.ticket.id, **payload}, run_id=self.run_id)
-
-
-def default_scorer(model_path: Path, images: np.ndarray) -> np.ndarray:
-    """Intake checks on the copied model, then the gate's confined scorer (no vault involved)."""
-
-    return score_checked(inspect_model(model_path), images)
+__all__ = ["GateSubmitter", "Scorer", "TicketRunner", "default_scorer", "execute_ticket"]
 
 
 def execute_ticket(
@@ -126,53 +81,66 @@ def execute_ticket(
     budget_policy: TicketCaps | None = None,
     progress: Callable[[str], None] | None = None,
     wall_left_s: float | None = None,
+    init_from: InitFrom | None = None,
 ) -> TicketOutcome:
     """Run ``ticket`` end to end and return its recorded outcome; never raises for a bad ticket.
 
     ``wall_left_s``: what is left of the run's wall time; the worker gets no more than that, and a
     ticket is not started with less than ``MIN_WALL_S``. ``progress`` receives a line per epoch
-    the worker reports while it trains (the sandbox's claim, for people)."""
+    the worker reports while it trains (the sandbox's claim, for people). ``init_from``: the
+    host-planned weights to start from (a DONE ticket's checkpoint in this home); it is copied
+    into the ticket folder, hash-checked, and mounted read-only at ``/init``, and training starts
+    from it with a fresh optimiser and schedule. A bad one is REFUSED with its reason."""
     started = time.monotonic()
-    policy = budget_policy or ticket_caps(_profile_of(home))
+    policy = budget_policy or ticket_caps(profile_of(home))
     config, reason = _checked_config(ticket, dataset_version, base_config, policy)
     ticket_dir = home.tickets_dir(run_id) / ticket.id
     if reason is None and ticket_dir.exists():
         reason = f"ticket {ticket.id} already has a folder in run {run_id}; ticket ids are unique per run"
+    inputs = None
+    if reason is None and config is not None and init_from is not None:
+        inputs, reason = _stage_init(home, run_id, init_from, config)
     if reason is not None or config is None:
-        return _refuse(ticket, run_id, audit, reason or "invalid config")
-    launcher = _launcher(backend)
-    run = _Run(
+        return refuse(ticket, run_id, audit, reason or "invalid config")
+    run = TicketRun(
         ticket,
         run_id,
         dataset_version,
-        launcher,
+        launcher_for(backend),
         audit,
         scheduler or Scheduler.for_home(home),
         ticket_dir,
         deadline=None if wall_left_s is None else started + wall_left_s,
         progress=progress,
+        inputs=inputs,
     )
     share = run.scheduler.cpu_share()
     if share is not None:  # several tickets at once on the CPU: this one trains on its share of the cores
         config = {**config, "threads": min(int(config.get("threads") or share), share)}
-    run.event(
-        "ticket_started",
-        {
-            "backend": launcher.name,
-            "dataset": dataset_version.ref,
-            "budget": ticket.budget.model_dump(),
-            "config": config,
-            **({"cpus": share} if share is not None else {}),
-        },
+    extra = {}
+    if init_from is not None and inputs is not None:
+        extra = {"init_from": init_from.model_dump(mode="json"), "staged": inputs.record()}
+    return run_recorded(
+        run,
+        started,
+        {"config": config, **extra},
+        lambda: _execute(run, config, scorer, gate),
+        {"init_from": init_from},
     )
+
+
+def _stage_init(
+    home: Home, run_id: str, init_from: InitFrom, config: dict[str, Any]
+) -> tuple[StagedInputs | None, str | None]:
+    """(the staged checkpoint, None), or (None, why the ticket is refused)."""
+    t0 = time.perf_counter()
     try:
-        outcome = _execute(run, config, scorer, gate)
-    except Exception as exc:  # the ticket boundary: a failure is a recorded state
-        outcome = _failed(run, exc)
-    outcome = outcome.model_copy(update={"wall_seconds": round(time.monotonic() - started, 3)})
-    _write_outcome(ticket_dir, outcome)
-    run.event("ticket_" + outcome.status.value.lower(), outcome.model_dump(mode="json"))
-    return outcome
+        folder = _staging.stage_init(home, run_id, init_from, config)
+    except _staging.StagingRefused as exc:
+        return None, str(exc)
+    hashes = {init_from.file: init_from.sha256}
+    staged_s = time.perf_counter() - t0
+    return StagedInputs(folder, _staging.INIT_DIR, _staging.INIT_MOUNT, hashes, staged_s=staged_s), None
 
 
 @dataclass(frozen=True)
@@ -181,7 +149,8 @@ class TicketRunner:
 
     The loop's services, the controls, the challenge and the labelling finetune each hold one
     instead of repeating ``execute_ticket``'s keywords at every call. ``scorer`` None is the
-    gate's confined scorer; ``budget_policy`` None is the home profile's ticket caps.
+    gate's confined scorer; ``budget_policy`` None is the home profile's ticket caps. ``package``
+    runs a packaging ticket with the same collaborators.
     """
 
     home: Home
@@ -201,7 +170,9 @@ class TicketRunner:
         base_config: dict[str, Any] | Path,
         *,
         wall_left_s: float | None = None,
+        init_from: InitFrom | None = None,
     ) -> TicketOutcome:
+        """``execute_ticket`` with these collaborators; ``init_from`` continues a parent's weights."""
         return execute_ticket(
             ticket,
             home=self.home,
@@ -216,20 +187,33 @@ class TicketRunner:
             budget_policy=self.budget_policy,
             progress=self.progress,
             wall_left_s=wall_left_s,
+            init_from=init_from,
         )
 
-
-def _profile_of(home: Home) -> str:
-    try:
-        return str(home.info().get("profile", "default"))
-    except Exception:  # no home marker: the default profile's budgets
-        return "default"
-
-
-def _launcher(backend: WorkerLauncher | str) -> WorkerLauncher:
-    if isinstance(backend, str):
-        return SandboxLauncher(backend)
-    return backend
+    def package(
+        self,
+        ticket: Ticket,
+        dataset_version: DatasetVersion,
+        members: Sequence[MemberModel],
+        *,
+        wall_left_s: float | None = None,
+    ) -> TicketOutcome:
+        """A packaging ticket (kind ``package``) over ``members`` (``TicketOutcome.member()`` of DONE
+        tickets of this home): one ONNX model, scored and optionally submitted like any other."""
+        return package_ticket(
+            ticket,
+            home=self.home,
+            dataset_version=dataset_version,
+            members=members,
+            backend=self.backend,
+            audit=self.audit,
+            gate=self.gate,
+            run_id=self.run_id,
+            scheduler=self.scheduler,
+            scorer=self.scorer or default_scorer,
+            budget_policy=self.budget_policy,
+            wall_left_s=wall_left_s,
+        )
 
 
 def _checked_config(
@@ -267,81 +251,16 @@ def _cut_images(config: dict[str, Any], dataset: DatasetVersion) -> str | None:
     )
 
 
-def _refuse(ticket: Ticket, run_id: str, audit: AuditSink, reason: str) -> TicketOutcome:
-    outcome = TicketOutcome(ticket_id=ticket.id, run_id=run_id, status=TicketStatus.REFUSED, reason=reason)
-    audit.append(Actor.RUNNER, "ticket_refused", {"ticket_id": ticket.id, "reason": reason}, run_id=run_id)
-    log.info("ticket %s refused: %s", ticket.id, reason)
-    return outcome
-
-
-def _execute(run: _Run, config: dict[str, Any], scorer: Scorer, gate: GateSubmitter | None) -> TicketOutcome:
-    _workspace.materialise(run.work, run.ticket, config)
-    manifest = training_manifest(run.dataset.train, run.dataset.dev)
-    _check_version(run.dataset, manifest)
-    write_manifest(manifest, run.ticket_dir / "manifest.json")
-    run.image_size = max(manifest.train.shape)
-    run.data_bytes = sum(
-        d.count * d.shape[0] * d.shape[1] * BYTES_PER_PIXEL for d in (manifest.train, manifest.dev)
-    )
+def _execute(
+    run: TicketRun, config: dict[str, Any], scorer: Scorer, gate: GateSubmitter | None
+) -> TicketOutcome:
+    manifest = prepare(run, lambda: _workspace.materialise(run.work, run.ticket, config))
     config = _train(run, config)
     keep_host_config(run.ticket_dir, config)  # what a challenge re-derives from, never work/config.yaml
-    model = copy_out(run.work, f"{OUT_DIR}/{MODEL_FILE}", run.ticket_dir / MODEL_FILE, cap=MAX_MODEL_BYTES)
-    run.event("model_copied_out", {"sha256": model.sha256, "bytes": model.size})
-    reported, truncated = _sandbox_report(run.work)
-    metrics = _dev_metrics(model.path, run.dataset.dev, float(config["threshold"]), scorer)
-    evidence = Evidence(
-        model_sha256=model.sha256,
-        model_bytes=model.size,
-        manifest=manifest.summary(),
-        manifest_file=str(run.ticket_dir / "manifest.json"),
-        dev_metrics=metrics,
-        threshold=float(config["threshold"]),
-    )
-    run.event("evidence_computed", evidence.model_dump(mode="json"))
-    done = TicketOutcome(
-        ticket_id=run.ticket.id,
-        run_id=run.run_id,
-        status=TicketStatus.DONE,
-        attempts=run.attempts,
-        device_seconds=round(run.device_seconds, 3),
-        evidence=evidence,
-        sandbox_reported=reported,
-        sandbox_reported_truncated=truncated,
-    )
-    if gate is None:
-        return done
-    try:
-        verdict = gate.submit(
-            model.path,
-            run.dataset.ref,
-            run.ticket.id,
-            replicate_of=run.ticket.replicate_of,
-            run_id=run.run_id,
-        )
-    except Exception as exc:  # the evidence stands; only the submission failed
-        failed = _failed(run, exc)
-        return done.model_copy(
-            update={
-                "status": TicketStatus.FAILED,
-                "traceback_ref": failed.traceback_ref,
-                "reason": f"gate submission failed: {failed.reason}",
-            }
-        )
-    return done.model_copy(update={"verdict": verdict})
+    return finish(run, manifest, float(config["threshold"]), scorer, gate, checkpoint=True)
 
 
-def _check_version(dataset: DatasetVersion, manifest: TrainingManifest) -> None:
-    for name, digest in (("train", manifest.train), ("dev", manifest.dev)):
-        recorded = dataset.split_hashes.get(name)
-        if recorded is not None and recorded != digest.content_hash:
-            raise DataError(
-                f"dataset version {dataset.ref}: the {name} split's content hash is "
-                f"{digest.content_hash[:12]}..., version.json says {recorded[:12]}...; "
-                "the version was modified after it was written"
-            )
-
-
-def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
+def _train(run: TicketRun, config: dict[str, Any]) -> dict[str, Any]:
     """Run the worker until it succeeds; after an OOM, again at half the batch. Returns the config used."""
     budget = run.ticket.budget.device_seconds
     for index in range(run.scheduler.settings.max_oom_retries + 1):
@@ -370,7 +289,12 @@ def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
         run.attempts.append(attempt)
         run.event(
             "ticket_attempt",
-            {**attempt.model_dump(mode="json"), "sandbox_events": result.events, **output_record(result)},
+            {
+                **attempt.model_dump(mode="json"),
+                "sandbox_events": result.events,
+                **output_record(result),
+                **({"staged": run.inputs.record()} if run.inputs is not None else {}),
+            },
         )
         audit_sandbox_events(
             run.audit, result.events, ticket_id=run.ticket.id, run_id=run.run_id, attempt=index
@@ -388,16 +312,19 @@ def _train(run: _Run, config: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _attempt(run: _Run, config: dict[str, Any], left: float, wall: float | None) -> tuple[Any, int | None]:
+def _attempt(
+    run: TicketRun, config: dict[str, Any], left: float, wall: float | None
+) -> tuple[Any, int | None]:
     estimate = run.scheduler.estimate(config, run.image_size, run.data_bytes)
     if run.attempts:  # a retry: the last attempt's output is set aside, the config rewritten safely
         _workspace.set_aside_output(run.work, len(run.attempts) - 1)
         _workspace.write_config(run.work, config)
     with run.scheduler.admit(estimate) as gpus:
         request = LaunchRequest(
-            command=_workspace.worker_command(run.ticket),
+            command=_workspace.worker_command(run.ticket, init_from=run.inputs is not None),
             workspace=run.work,
             data={"train": run.dataset.train, "dev": run.dataset.dev},
+            extra_ro={run.inputs.mount: run.inputs.folder} if run.inputs is not None else {},
             timeout_s=min(left + TIMEOUT_MARGIN_S, wall if wall is not None else math.inf),
             memory_bytes=run.scheduler.settings.memory_limit_bytes,
             gpus=gpus,
@@ -413,6 +340,8 @@ def _attempt(run: _Run, config: dict[str, Any], left: float, wall: float | None)
             run.progress,
             record=run.ticket_dir / PROGRESS_FILE,
         ):
+            if run.inputs is not None:  # at mount time: a staged file rewritten since staging is caught here
+                run.inputs.verify()
             return run.launcher.launch(request), estimate
 
 
@@ -431,48 +360,3 @@ def _next_config(
     if smaller is None:
         raise TicketFailed("out of memory at batch size 1; the model does not fit the memory limit")
     return smaller
-
-
-def _sandbox_report(work: Path) -> tuple[dict[str, Any] | None, bool]:
-    """The worker's result.json, kept as its claim only; None when absent or unsafe."""
-    try:
-        data, truncated = read_beneath(work, f"{OUT_DIR}/{RESULT_FILE}")
-    except (OSError, DataError):
-        return None, False
-    try:
-        parsed = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return {"unparsed": data.decode("utf-8", errors="replace")}, truncated
-    return (parsed if isinstance(parsed, dict) else {"value": parsed}), truncated
-
-
-def _dev_metrics(model_path: Path, dev_dir: Path, threshold: float, scorer: Scorer) -> dict[str, float]:
-    dev = read_split(dev_dir)
-    prob = np.asarray(scorer(model_path, dev.images))  # (N, 1, H, W)
-    if prob.shape != (len(dev), 1, *dev.images.shape[1:]):
-        raise DataError(
-            f"scorer returned shape {prob.shape} for {len(dev)} dev images of {dev.images.shape[1:]}"
-        )
-    return aggregate(per_image_metrics(prob[:, 0], dev.masks, threshold=threshold))
-
-
-def _failed(run: _Run, exc: Exception) -> TicketOutcome:
-    text = "".join(traceback.format_exception(exc))
-    ref = run.audit.put_blob(text.encode())
-    reason = str(exc) if isinstance(exc, TicketFailed) else f"{type(exc).__name__}: {exc}"
-    log.warning("ticket %s failed: %s", run.ticket.id, reason)
-    return TicketOutcome(
-        ticket_id=run.ticket.id,
-        run_id=run.run_id,
-        status=TicketStatus.FAILED,
-        reason=reason[:2000],
-        traceback_ref=ref,
-        attempts=run.attempts,
-        device_seconds=round(run.device_seconds, 3),
-    )
-
-
-def _write_outcome(ticket_dir: Path, outcome: TicketOutcome) -> None:
-    if not ticket_dir.is_dir():
-        return
-    write_atomic(ticket_dir / "outcome.json", outcome.model_dump_json(indent=2) + "\n")

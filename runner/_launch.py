@@ -34,6 +34,7 @@ class LaunchRequest(BaseModel):
     command: list[str] = Field(min_length=1)
     workspace: Path  # mounted read-write at /work, the working directory
     data: dict[str, Path]  # name -> split folder, mounted read-only at /data/<name>
+    extra_ro: dict[str, Path] = Field(default_factory=dict)  # target inside -> host path, read-only
     timeout_s: float = Field(gt=0)  # wall time; past it the worker is killed from outside
     memory_bytes: int | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
@@ -66,7 +67,8 @@ class LaunchResult(BaseModel):
 class WorkerLauncher(Protocol):
     """Runs one worker process under the ticket policy and waits for it.
 
-    Guarantees: the process sees only the request's workspace (rw) and data (ro); it is killed
+    Guarantees: the process sees only the request's workspace (rw), data and ``extra_ro`` (ro)
+    besides its runtime; it is killed
     once ``timeout_s`` has passed (``timed_out`` true) or when it exceeds its memory limit
     (``oom_killed`` true, or exit 137). Raises SandboxError when it cannot start the process.
     """
@@ -140,6 +142,7 @@ class SandboxLauncher:
             command=request.command,
             workspace=request.workspace,
             data=request.data,
+            extra_ro=request.extra_ro,
             timeout_s=request.timeout_s,
             limits=limits,
             env=request.env,

@@ -17,12 +17,15 @@ from segfactory.records import Ticket, TicketKind
 WORKSPACE_MOUNT = PurePosixPath("/work")  # where the ticket's workspace appears in the sandbox
 CODE_DIR = "code"  # code tickets: the training code copy, beneath the workspace
 RUNNABLE_KINDS = frozenset({TicketKind.CONFIG, TicketKind.CODE, TicketKind.DATA, TicketKind.CURATION})
+PACKAGE_KINDS = frozenset({TicketKind.PACKAGE})  # what TicketRunner.package runs
 
 
-def refusal_reason(ticket: Ticket, policy: TicketCaps) -> str | None:
-    """Why ``ticket`` must not start, or None when it may."""
-    if ticket.kind not in RUNNABLE_KINDS:
-        return f"ticket kind {ticket.kind.value!r} is not runnable; it goes to the approvals queue"
+def refusal_reason(
+    ticket: Ticket, policy: TicketCaps, runnable: frozenset[TicketKind] = RUNNABLE_KINDS
+) -> str | None:
+    """Why ``ticket`` must not start, or None when it may; ``runnable``: the kinds this route runs."""
+    if ticket.kind not in runnable:
+        return _kind_reason(ticket.kind, runnable)
     budget = ticket.budget
     if budget.device_seconds > policy.max_device_seconds:
         return (
@@ -39,6 +42,15 @@ def refusal_reason(ticket: Ticket, policy: TicketCaps) -> str | None:
         if not _inside_workspace(name, base=WORKSPACE_MOUNT / CODE_DIR):
             return f"code file {name!r} is outside the ticket's code copy {WORKSPACE_MOUNT / CODE_DIR}"
     return None
+
+
+def _kind_reason(kind: TicketKind, runnable: frozenset[TicketKind]) -> str:
+    if kind == TicketKind.DATA_REQUEST:
+        return f"ticket kind {kind.value!r} is not runnable; it goes to the approvals queue"
+    if kind == TicketKind.PACKAGE:
+        return "a package ticket trains nothing; run it with TicketRunner.package and its members"
+    known = ", ".join(sorted(k.value for k in runnable))
+    return f"ticket kind {kind.value!r} does not run here (this route runs: {known})"
 
 
 def code_files(ticket: Ticket) -> dict[str, str]:

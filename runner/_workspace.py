@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from runner._policy import CODE_DIR, WORKSPACE_MOUNT, code_files
+from runner.inputs import CHECKPOINT_FILE
 from sandbox import load_policy
 from segfactory.errors import UsageError
 from segfactory.home import SOURCE_ROOT
@@ -22,6 +23,7 @@ from segfactory.records import Ticket, TicketKind
 from vision.config import parse_config
 
 CONFIG_FILE = "config.yaml"
+PACKAGE_SPEC_FILE = "package.yaml"  # a packaging ticket's vision.packaging.PackageSpec
 OUT_DIR = "out"  # beneath the workspace: where the worker writes
 TRAINING_PACKAGES = ("vision",)  # copied into <work>/code/ for code tickets
 WORKER_ARGS = [
@@ -32,6 +34,9 @@ WORKER_ARGS = [
     "--out",
     f"{WORKSPACE_MOUNT}/{OUT_DIR}",
 ]
+INIT_MOUNT = "/init"  # a continued ticket's staged checkpoint folder, read-only
+INIT_CHECKPOINT = f"{INIT_MOUNT}/{CHECKPOINT_FILE}"
+MEMBERS_MOUNT = "/members"  # a packaging ticket's staged member models, read-only
 # Code tickets: the code copy goes first on sys.path, then the worker module runs as __main__.
 _CODE_BOOT = (
     f"import runpy, sys; sys.path.insert(0, '{WORKSPACE_MOUNT}/{CODE_DIR}'); "
@@ -145,8 +150,34 @@ def _hand_over(work: Path) -> None:
         os.chmod(path, 0o777 if path.is_dir() else 0o666)
 
 
-def worker_command(ticket: Ticket) -> list[str]:
-    """The worker's argv inside the sandbox (``python`` is the mounted runtime)."""
+def materialise_package(work: Path, spec: dict[str, Any]) -> None:
+    """A packaging ticket's fresh workspace: ``package.yaml`` only (it trains nothing)."""
+    work.mkdir(parents=True)
+    (work / PACKAGE_SPEC_FILE).write_text(yaml.safe_dump(spec, sort_keys=False))
+    _hand_over(work)
+
+
+def package_command() -> list[str]:
+    """The packaging step's argv inside the sandbox: members read-only, only the train split."""
+    return [
+        "python",
+        "-m",
+        "vision.packaging",
+        "--members",
+        MEMBERS_MOUNT,
+        "--data",
+        "/data",
+        "--out",
+        f"{WORKSPACE_MOUNT}/{OUT_DIR}",
+        "--spec",
+        f"{WORKSPACE_MOUNT}/{PACKAGE_SPEC_FILE}",
+    ]
+
+
+def worker_command(ticket: Ticket, *, init_from: bool = False) -> list[str]:
+    """The worker's argv inside the sandbox (``python`` is the mounted runtime); ``init_from``: it
+    starts from the checkpoint the host mounted at ``INIT_CHECKPOINT``."""
+    args = [*WORKER_ARGS, *(["--init-from", INIT_CHECKPOINT] if init_from else [])]
     if ticket.kind == TicketKind.CODE:
-        return ["python", "-c", _CODE_BOOT, *WORKER_ARGS]
-    return ["python", "-m", "vision.worker", *WORKER_ARGS]
+        return ["python", "-c", _CODE_BOOT, *args]
+    return ["python", "-m", "vision.worker", *args]

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from runner.inputs import InitFrom, MemberModel
+from segfactory.errors import UsageError
 from segfactory.records import CoarseVerdict
 from segfactory.text import inert
 
@@ -44,6 +46,8 @@ class Evidence(_Record):
     manifest_file: str  # the full manifest (every training image hash), in the ticket folder
     dev_metrics: dict[str, float]  # vision.metrics.aggregate over the dev split, confined scorer
     threshold: float
+    checkpoint_sha256: str | None = None  # model.safetensors copied out beside the model; None: none written
+    checkpoint_bytes: int | None = Field(default=None, gt=0)
 
 
 class TicketOutcome(_Record):
@@ -61,6 +65,30 @@ class TicketOutcome(_Record):
     sandbox_reported: dict[str, Any] | None = None  # result.json as the worker wrote it, untrusted
     sandbox_reported_truncated: bool = False
     verdict: CoarseVerdict | None = None
+    init_from: InitFrom | None = None  # the weights it started from (host-planned, hash-checked)
+    members: list[MemberModel] = Field(default_factory=list)  # a packaging ticket's ensemble
+
+    def continuation(self) -> InitFrom:
+        """The ``InitFrom`` a child names to continue from this ticket's weights."""
+        if (
+            self.status != TicketStatus.DONE
+            or self.evidence is None
+            or self.evidence.checkpoint_sha256 is None
+        ):
+            raise UsageError(
+                f"ticket {self.ticket_id} of run {self.run_id} has no copied-out checkpoint "
+                f"(status {self.status.value}); only a DONE ticket of the factory's trainer can be continued"
+            )
+        return InitFrom(run_id=self.run_id, ticket_id=self.ticket_id, sha256=self.evidence.checkpoint_sha256)
+
+    def member(self) -> MemberModel:
+        """This ticket's model as a member of a packaging ticket's ensemble."""
+        if self.status != TicketStatus.DONE or self.evidence is None:
+            raise UsageError(
+                f"ticket {self.ticket_id} of run {self.run_id} has no copied-out model "
+                f"(status {self.status.value}); only a DONE ticket can join an ensemble"
+            )
+        return MemberModel(run_id=self.run_id, ticket_id=self.ticket_id, sha256=self.evidence.model_sha256)
 
     @field_validator("reason")
     @classmethod

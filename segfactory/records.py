@@ -61,6 +61,7 @@ class TicketKind(StrEnum):
     CODE = "code"
     CURATION = "curation"
     DATA_REQUEST = "data_request"
+    PACKAGE = "package"  # trains nothing: packages DONE tickets' models (runner's TicketRunner.package)
 
 
 class Tier(StrEnum):

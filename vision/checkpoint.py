@@ -60,6 +60,48 @@ def load_model(path: Path) -> tuple[nn.Module, TrainConfig]:
     return model.eval(), config
 
 
+def load_weights(model: nn.Module, path: Path) -> int:
+    """Load a checkpoint's weights into ``model`` strictly; returns the checkpoint's epoch.
+
+    Only the weights are taken: the model was built from the caller's own config, never from the
+    checkpoint's metadata. A file that is not a segfactory checkpoint, or whose tensors do not
+    match the model's names and shapes one to one, raises DataError before anything trains."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            meta = handle.metadata() or {}
+            state = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
+    except (OSError, SafetensorError) as exc:
+        raise DataError(f"init_from checkpoint {path} cannot be read as safetensors: {exc}") from None
+    if meta.get("format") != FORMAT:
+        raise DataError(f"init_from {path} is not a segfactory checkpoint (format {meta.get('format')!r})")
+    mismatch = _state_mismatch(model.state_dict(), state)
+    if mismatch:
+        raise DataError(
+            f"init_from checkpoint {path} does not fit this ticket's model ({mismatch}); "
+            "continue only from a parent with the same architecture"
+        )
+    model.load_state_dict(state, strict=True)
+    return int(meta.get("epoch", -1))
+
+
+def _state_mismatch(expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> str:
+    """What differs between two state dicts (names, then shapes); empty when they match."""
+    missing, unexpected = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+    shapes = [
+        f"{k}: {tuple(got[k].shape)} for {tuple(expected[k].shape)}"
+        for k in sorted(set(expected) & set(got))
+        if got[k].shape != expected[k].shape
+    ]
+    parts = [
+        f"{label} {items[:3]}{'...' if len(items) > 3 else ''}"
+        for label, items in (("missing", missing), ("unexpected", unexpected), ("shape", shapes))
+        if items
+    ]
+    return "; ".join(parts)
+
+
 def save_resume(path: Path, state: dict[str, Any]) -> None:
     _atomic(path, lambda tmp: torch.save(state, tmp))
 

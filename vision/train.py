@@ -32,6 +32,7 @@ from vision.checkpoint import (
     RESUME_FILE,
     load_model,
     load_resume,
+    load_weights,
     read_checkpoint,
     save_checkpoint,
     save_resume,
@@ -204,6 +205,13 @@ class Trainer:
         self.start_epoch = 0
         self.timings: dict[str, float] = {"train_s": 0.0, "eval_s": 0.0, "train_images": 0.0}
 
+    def start_from(self, path: Path) -> None:
+        """Start from a parent's weights (strict); the optimiser and the schedule stay fresh."""
+        t0 = time.perf_counter()
+        epoch = load_weights(self.model, path)
+        self.timings["init_s"] = time.perf_counter() - t0
+        log.info("started from %s (its epoch %d) with a fresh schedule", path, epoch)
+
     def try_resume(self) -> None:
         """Continue from ``resume.pt`` if it was written by a run with the same config."""
         path = self.out / RESUME_FILE
@@ -346,13 +354,20 @@ def train(
     progress: bool = False,
     resume: bool = False,
     timings: dict[str, float] | None = None,
+    init_from: Path | None = None,
 ) -> TrainResult:
     """Train per ``config`` on the dataset version ``data_dir``; write the run into ``out_dir``.
 
-    ``timings``: the caller's own (the worker's start-up and imports), recorded beside the run's."""
+    ``timings``: the caller's own (the worker's start-up and imports), recorded beside the run's.
+    ``init_from``: a checkpoint whose weights the model starts from (same architecture, else
+    DataError before training), with a fresh optimiser and schedule."""
     started = time.perf_counter()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
+    if init_from is not None and (config.engine == "nnunet" or config.model.name == CLASSICAL):
+        raise DataError(
+            f"init_from needs the factory's trainer; got engine {config.engine}, model {config.model.name}"
+        )
     if config.engine == "nnunet":
         return train_nnunet(config, data_dir, out_dir)
     if config.model.name == CLASSICAL:
@@ -362,6 +377,8 @@ def train(
     trainer = Trainer(config, data_dir, out_dir, progress)
     trainer.timings.update(timings or {})
     trainer.timings["setup_s"] = time.perf_counter() - started  # data, model, optimiser
+    if init_from is not None:
+        trainer.start_from(init_from)
     if resume:
         trainer.try_resume()
     return trainer.run()

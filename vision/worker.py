@@ -1,5 +1,7 @@
 """Sandbox entry: ``python -m vision.worker --config /work/config.yaml --data /data --out /work/out``.
 
+``--init-from /init/model.safetensors``: start from a parent's weights (strict; fresh schedule).
+
 Reads only the given paths, opens no network connection and never touches a factory home.
 Exit status 0 when the run is usable, 3 when it finished but is not usable, 2 on bad input.
 """
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--init-from", type=Path, default=None, help="start from this checkpoint's weights")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out,
             progress=False,
             resume=args.resume,
+            init_from=args.init_from,
             timings={"startup_s": startup_s, "imports_s": imports_s},  # the fixed cost of a fresh process
         )
     except SegfactoryError as exc:

@@ -4,7 +4,9 @@
 allocates ``batch_size * MIB_PER_SAMPLE`` MiB (touching every page), then writes ``W/out``:
 a real ONNX model (prob = sigmoid(GAIN * (image - 0.55))) and a result.json with a fake perfect
 score. Modes plant what a hostile worker would: a symlink or a FIFO instead of model.onnx, or a
-symlink instead of config.yaml (which the host rewrites before a retry).
+symlink instead of config.yaml (which the host rewrites before a retry), or a symlink instead of
+the checkpoint (``model.safetensors``, which it writes otherwise, unless ``no-checkpoint``);
+``seeded`` writes a model whose shift depends on the config's seed.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ MIB_PER_SAMPLE = 32
 GAIN = 40.0
 
 
-def tiny_model() -> bytes:
+def tiny_model(shift_value: float = 0.55) -> bytes:
     from onnx import TensorProto, helper
 
     image = helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 1, "H", "W"])
     prob = helper.make_tensor_value_info("prob", TensorProto.FLOAT, ["N", 1, "H", "W"])
-    shift = helper.make_tensor("shift", TensorProto.FLOAT, [], [0.55])
+    shift = helper.make_tensor("shift", TensorProto.FLOAT, [], [shift_value])
     gain = helper.make_tensor("gain", TensorProto.FLOAT, [], [GAIN])
     nodes = [
         helper.make_node("Sub", ["image", "shift"], ["centred"]),
@@ -58,11 +60,18 @@ def main() -> int:
     (out / "result.json").write_text(
         json.dumps({"usable": True, "dev_metrics": {"object_f1": 0.999}, "allocated": int(block.size)})
     )
+    checkpoint = out / "model.safetensors"  # the host only hashes it; these bytes stand in for weights
+    if args.mode == "symlink-checkpoint":
+        os.symlink(args.target, checkpoint)
+    elif args.mode != "no-checkpoint":
+        checkpoint.write_bytes(f"weights of seed {config['seed']}".encode())
     model = out / "model.onnx"
     if args.mode == "symlink":
         os.symlink(args.target, model)
     elif args.mode == "fifo":
         os.mkfifo(model)
+    elif args.mode == "seeded":  # one model per seed: ensemble members that differ
+        model.write_bytes(tiny_model(0.5 + 0.01 * (config["seed"] % 10)))
     else:
         model.write_bytes(tiny_model())
     sys.stdout.write(f"trained at batch {config['batch_size']}\n")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 
 import pytest
 
 from audit import AuditLog, check_records, iter_records, load_policy
-from runner import TicketStatus, execute_ticket
+from runner import TicketOutcome, TicketStatus, execute_ticket
 from runner.scheduler import Scheduler
 from segfactory.home import Home
 from segfactory.records import Ticket
@@ -126,3 +128,69 @@ def test_oom_in_a_memory_limited_sandbox_is_retried_at_half_the_batch(
     )
     assert outcome.status == TicketStatus.DONE, (outcome.reason, outcome.attempts)
     assert [(a.batch_size, a.grad_accum, a.oom) for a in outcome.attempts] == [(16, 1, True), (8, 2, False)]
+
+
+def continuation_ticket(tid: str, change: dict[str, object], seed: int) -> Ticket:
+    return Ticket(
+        id=tid,
+        arm="agent",
+        kind="config",
+        hypothesis="training on from the parent's weights helps",
+        change=change,
+        budget={"device_seconds": 240, "epochs": 1},
+        expected_effect={"metric": "object_f1", "direction": "up", "size": 0.0},
+        seed=seed,
+    )
+
+
+def test_a_child_trains_on_from_its_parents_weights_mounted_read_only(
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, backend: str
+) -> None:
+    from safetensors.torch import load_file
+
+    from sandbox import SandboxSpec, get_backend
+
+    def run(ticket: Ticket, **kw: object) -> TicketOutcome:
+        return execute_ticket(
+            ticket,
+            home=home,
+            dataset_version=dataset,
+            backend=backend,
+            base_config=dict(BASE_CONFIG),
+            audit=audit_log,
+            run_id="r1",
+            scheduler=scheduler,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    parent = run(continuation_ticket("parent", {"optim": {"lr": 0.003}}, seed=3))
+    assert parent.status == TicketStatus.DONE, parent.reason
+    still = {"optim": {"lr": 1e-9}, "schedule": {"name": "constant", "warmup_epochs": 0}}
+    child = run(continuation_ticket("child", still, seed=4), init_from=parent.continuation())
+    assert child.status == TicketStatus.DONE, (child.reason, child.attempts)
+    tickets = home.tickets_dir("r1")
+    before, after = (load_file(str(tickets / t / "model.safetensors")) for t in ("parent", "child"))
+    learned = [k for k in before if "running" not in k and "num_batches" not in k]
+    assert (
+        max(float((before[k] - after[k]).abs().max()) for k in learned) < 1e-4
+    )  # the parent's weights, kept
+    assert child.sandbox_reported is not None and "init_s" in child.sandbox_reported["timings"]
+
+    staged = tickets / "child" / "init"
+    probe = (
+        "import json; "
+        "print(json.dumps([l.split()[5] for l in open('/proc/self/mountinfo') if l.split()[4] == '/init'])); "
+        "open('/init/model.safetensors', 'ab').write(b'x')"
+    )
+    seen = get_backend(backend).run(
+        SandboxSpec(
+            command=["python", "-c", probe], workspace=tickets / "child" / "work", extra_ro={"/init": staged}
+        )
+    )
+    (options,) = json.loads(seen.stdout.data)  # read back from inside: one mount at /init, read-only
+    assert "ro" in options.split(",")
+    assert seen.exit_code != 0  # and the write was refused
+    assert (
+        hashlib.sha256((staged / "model.safetensors").read_bytes()).hexdigest()
+        == parent.continuation().sha256
+    )
