@@ -21,8 +21,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.validate import BASE_CONFIG_EVIDENCE
+from segfactory.errors import UsageError
 from segfactory.layout import Lineage, RepeatKind
-from segfactory.records import Arm, Ticket, canonical_json
+from segfactory.records import Arm, InitFrom, Ticket, canonical_json
 
 DEFAULT_ACTION_EVIDENCE = "default-action"  # the control: the incumbent retrained with a fresh seed
 EXPLORATION_EVIDENCE = "exploration"  # prefix: a ticket from the explorer, not from the analysis
@@ -45,6 +46,17 @@ class Incumbent(_Strict):
     fingerprint: str = ""
     ticket_id: str | None = None
     run_id: str | None = None
+    checkpoint: InitFrom | None = None  # its copied-out weights; None: nothing to continue from
+
+    def weights(self) -> InitFrom:
+        """The checkpoint a ticket continues from; UsageError when the best has none."""
+        if self.checkpoint is None:
+            what = "the classical baseline" if not self.trained else f"ticket {self.ticket_id}'s model"
+            raise UsageError(
+                f"the incumbent {self.sha256[:12]} ({what}) has no copied-out checkpoint to continue "
+                "from; train from fresh weights (continues: null)"
+            )
+        return self.checkpoint
 
     @property
     def trained(self) -> bool:
@@ -52,13 +64,19 @@ class Incumbent(_Strict):
         return self.ticket_id is not None
 
 
-def fingerprint(config: dict[str, Any], dataset_hash: str, code: dict[str, str]) -> str:
-    """SHA-256 of the training inputs: config (seed left out), data content hash, code overlay."""
-    body = {
+def fingerprint(
+    config: dict[str, Any], dataset_hash: str, code: dict[str, str], init_from: InitFrom | None = None
+) -> str:
+    """SHA-256 of the training inputs: config (seed left out), data content hash, code overlay and
+    the hash of the weights it starts from (left out of the body when it starts fresh, so a
+    fresh ticket's fingerprint is what it always was)."""
+    body: dict[str, Any] = {
         "config": {k: v for k, v in config.items() if k not in NOT_FINGERPRINTED},
         "data": dataset_hash,
         "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(code.items())},
     }
+    if init_from is not None:
+        body["init"] = init_from.sha256
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 

@@ -22,10 +22,10 @@ from agents import _realise
 from agents._data_tickets import materialise, topup_spec
 from agents.incumbent import Incumbent, fingerprint, repeat_kind, same_as_parent
 from agents.run_setup import RunSetup
-from runner import code_files, ticket_config
+from runner import TicketOutcome, TicketStatus, code_files, ticket_config
 from segfactory.errors import DataError, GateError, SegfactoryError, UsageError
 from segfactory.layout import Lineage, Promotion
-from segfactory.records import Ticket, TicketKind
+from segfactory.records import INCUMBENT, InitFrom, Ticket, TicketKind
 from synthetic.splits import appended_images
 from synthetic.versions import DatasetVersion, resolve
 from vision.config import parse_config
@@ -80,7 +80,10 @@ class LineagePlanner:
         return self.setup.layout.lineage()
 
     def parent_of(self, ticket: Ticket) -> Incumbent:
-        """A replicate builds on what its original built on; every other ticket on the incumbent."""
+        """What a ticket builds on: the ticket of this run it continues (a budget plan's rung, and
+        that rung's replicate), else for a replicate what its original built on, else the incumbent."""
+        if ticket.continues not in (None, INCUMBENT):
+            return self.ticket_as_parent(str(ticket.continues))
         if ticket.replicate_of is not None:
             original = self.lineage().get(ticket.replicate_of)
             if original is not None:
@@ -97,13 +100,42 @@ class LineagePlanner:
                 return _incumbent_of(promo, promo.model)
         return current
 
+    def ticket_as_parent(self, ticket_id: str) -> Incumbent:
+        """A DONE ticket of this run as what another builds on: its recipe, data, code and weights."""
+        row = self.lineage().get(ticket_id)
+        files = self.setup.layout.ticket(ticket_id)
+        if row is None or not files.outcome.is_file():
+            raise UsageError(
+                f"ticket {ticket_id} did not run in run {self.setup.run_id}: nothing to continue"
+            )
+        outcome = TicketOutcome.model_validate_json(files.outcome.read_text())
+        if outcome.status is not TicketStatus.DONE or outcome.evidence is None:
+            raise UsageError(
+                f"ticket {ticket_id} did not train ({outcome.status.value}): nothing to continue"
+            )
+        checkpoint = outcome.continuation() if outcome.evidence.checkpoint_sha256 else None
+        return Incumbent(
+            sha256=outcome.evidence.model_sha256,
+            model=str(files.model),
+            config=row.config,
+            dataset=row.dataset,
+            dataset_hash=row.dataset_hash,
+            code=row.code,
+            fingerprint=row.fingerprint,
+            ticket_id=ticket_id,
+            run_id=self.setup.run_id,
+            checkpoint=checkpoint,
+        )
+
     # -- what a ticket trains -----------------------------------------------------------------
     def plan(self, ticket: Ticket) -> Lineage:
-        """What ``ticket`` would train: its patched config, data version, code and fingerprint."""
+        """What ``ticket`` would train: its patched config, data version, code, the weights it
+        starts from, and the fingerprint of all four."""
         parent = self.parent_of(ticket)
         dataset = self.dataset_for(ticket, parent)
         config = ticket_config(base_config_for(parent, dataset), runnable(ticket, parent))
         code = {**parent.code, **_code_files(ticket)}
+        init_from = parent.weights() if ticket.continues is not None else None
         return Lineage(
             ticket_id=ticket.id,
             run_id=self.setup.run_id,
@@ -113,8 +145,9 @@ class LineagePlanner:
             dataset=dataset.ref,
             dataset_hash=dataset.content_hash,
             code=code,
-            fingerprint=fingerprint(config, dataset.content_hash, code),
+            fingerprint=fingerprint(config, dataset.content_hash, code, init_from),
             repeat=repeat_kind(ticket),
+            init_from=init_from,
         )
 
     def check(self, ticket: Ticket) -> list[str]:
@@ -201,6 +234,11 @@ def base_config_for(parent: Incumbent, dataset: DatasetVersion) -> dict[str, Any
 
 
 def _incumbent_of(row: Promotion, model: str) -> Incumbent:
+    checkpoint = (
+        InitFrom(run_id=row.run_id, ticket_id=row.ticket_id, sha256=row.checkpoint_sha256)
+        if row.checkpoint_sha256
+        else None
+    )
     return Incumbent(
         sha256=row.sha256,
         model=model,
@@ -211,6 +249,7 @@ def _incumbent_of(row: Promotion, model: str) -> Incumbent:
         fingerprint=row.fingerprint,
         ticket_id=row.ticket_id,
         run_id=row.run_id,
+        checkpoint=checkpoint,
     )
 
 

@@ -19,6 +19,7 @@ from agents.dev_compare import DevComparer
 from agents.run_setup import RunSetup
 from audit.gate_events import pull
 from gate.milestone_report import TierScores
+from runner import TicketOutcome
 from segfactory.errors import GateError
 from segfactory.files import write_atomic
 from segfactory.layout import Promotion
@@ -76,10 +77,16 @@ class Promoter:
         pull(s.gate, s.audit)
 
     def _row(self, ticket_id: str, model: Path, sha: str) -> Promotion:
+        """The promotion with the ticket's lineage and its copied-out weights (what the next ticket
+        patches and may continue from)."""
         row = Promotion(model=str(model), sha256=sha, run_id=self.setup.run_id, ticket_id=ticket_id)
         lineage = self.setup.layout.lineage().get(ticket_id)
         if lineage is None:
             return row
+        outcome = self.setup.layout.ticket(ticket_id).outcome
+        evidence = (
+            TicketOutcome.model_validate_json(outcome.read_text()).evidence if outcome.is_file() else None
+        )
         return Promotion(
             model=row.model,
             sha256=sha,
@@ -91,6 +98,8 @@ class Promoter:
             code=lineage.code,
             fingerprint=lineage.fingerprint,
             parent_sha256=lineage.parent_sha256,
+            checkpoint_sha256=(evidence.checkpoint_sha256 or "") if evidence else "",
+            init_from=lineage.init_from,
         )
 
     def promoted_in_run(self) -> list[Promotion]:

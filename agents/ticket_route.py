@@ -84,7 +84,8 @@ class SandboxExecutor:
             budget_policy=s.ticket_caps,
             progress=s.progress,
         )
-        return runner.run(ticket, dataset, base_config_for(parent, dataset), wall_left_s=wall_left_s)
+        base = base_config_for(parent, dataset)
+        return runner.run(ticket, dataset, base, wall_left_s=wall_left_s, init_from=lineage.init_from)
 
 
 class TicketRoute:

@@ -37,7 +37,7 @@ from segfactory.budgets import RunCaps
 from segfactory.errors import UsageError
 from segfactory.files import append_jsonl, read_jsonl, write_atomic
 from segfactory.home import Home
-from segfactory.records import ExpectedEffect, Ticket, sha256_file
+from segfactory.records import ExpectedEffect, InitFrom, Ticket, sha256_file
 
 BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # under the home; written by init
 PROMOTIONS = "promotions.jsonl"
@@ -95,6 +95,7 @@ class Lineage(Row):
     code: dict[str, str] = Field(default_factory=dict)
     fingerprint: str
     repeat: RepeatKind | None = None
+    init_from: InitFrom | None = None  # the trained weights it starts from (host-planned, by hash)
 
 
 class Promotion(Row):
@@ -117,6 +118,8 @@ class Promotion(Row):
     fingerprint: str = ""
     parent_sha256: str = ""
     reason: str = ""
+    checkpoint_sha256: str = ""  # its copied-out weights, for tickets that continue from it ("": none)
+    init_from: InitFrom | None = None  # the weights it itself started from
 
     @model_validator(mode="before")
     @classmethod

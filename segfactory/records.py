@@ -13,7 +13,7 @@ import hashlib
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -108,10 +108,22 @@ class ExpectedEffect(Record):
     size: float = Field(ge=0)
 
 
-class Ticket(Record):
-    """One hypothesis to test. ``change`` is a config patch (or a code/data description)."""
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # a run or ticket id: one plain path component
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+INCUMBENT = "incumbent"  # Ticket.continues: the current best's weights
 
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+class Ticket(Record):
+    """One hypothesis to test. ``change`` is a config patch (or a code/data description).
+
+    ``continues`` names the weights the ticket starts from: None, fresh weights; ``"incumbent"``,
+    the current best's (for a replicate, those its original started from); or a ticket id of this
+    run, that ticket's own recipe and weights (a budget plan's rung continuing its checkpoint).
+    The host resolves it to a copied-out checkpoint by hash (``InitFrom``); a proposer may ask only
+    for the incumbent.
+    """
+
+    id: str = Field(pattern=ID_PATTERN)
     arm: Arm
     kind: TicketKind
     replicate_of: str | None = None
@@ -121,6 +133,35 @@ class Ticket(Record):
     expected_effect: ExpectedEffect
     evidence: list[str] = Field(default_factory=list)
     seed: int = Field(ge=0, lt=2**31)
+    continues: str | None = Field(default=None, pattern=ID_PATTERN)
+
+
+class _Ref(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: Literal[1] = 1
+
+    run_id: str = Field(pattern=ID_PATTERN)
+    ticket_id: str = Field(pattern=ID_PATTERN)
+    sha256: str = Field(pattern=SHA256_PATTERN)  # as the runner recorded it at copy-out
+
+    file: ClassVar[str]  # the file's name in the ticket folder
+
+
+class InitFrom(_Ref):
+    """The weights a ticket starts from: a DONE ticket's copied-out checkpoint in this home.
+
+    Host-owned: planned from the home's own records, never written by a proposer. The child trains
+    its own config (same architecture: a mismatch is refused) from these weights with a fresh
+    optimiser and schedule. A replicate names the same ``InitFrom`` with a new seed.
+    """
+
+    file: ClassVar[str] = "model.safetensors"
+
+
+class MemberModel(_Ref):
+    """One member of a packaging ticket's ensemble: a DONE ticket's copied-out ``model.onnx``."""
+
+    file: ClassVar[str] = "model.onnx"
 
 
 class Recommendation(Record):

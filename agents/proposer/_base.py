@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,9 @@ class TicketDraft(BaseModel):
     budget: Budget
     expected_effect: ExpectedEffect
     evidence: list[str] = Field(default_factory=list)
+    # "incumbent": start from the current best's trained weights (the host finds its checkpoint);
+    # None: fresh weights. Which checkpoint, and its hash, are the host's to plan.
+    continues: Literal["incumbent"] | None = None
 
 
 class ProposalBatch(BaseModel):

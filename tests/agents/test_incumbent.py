@@ -17,20 +17,22 @@ import numpy as np
 import pytest
 
 from agents.actions import NotExecutable, load_catalogue, realise_config
-from agents.incumbent import DEFAULT_ACTION_EVIDENCE
+from agents.incumbent import DEFAULT_ACTION_EVIDENCE, fingerprint
 from agents.run_setup import RunSetup
 from agents.services import HostServices
 from agents.validate import BASE_CONFIG_EVIDENCE
 from gate.replies import GateStatus
+from runner import Evidence, TicketOutcome, TicketStatus
 from segfactory.errors import UsageError
 from segfactory.files import append_jsonl
 from segfactory.home import Home
-from segfactory.layout import BASELINE_MODEL, PROMOTIONS
+from segfactory.layout import BASELINE_MODEL, PROMOTIONS, RunsLayout
 from segfactory.records import (
     Arm,
     Budget,
     Direction,
     ExpectedEffect,
+    InitFrom,
     Recommendation,
     Ticket,
     TicketKind,
@@ -582,3 +584,73 @@ def test_approved_keys_an_old_request_holds_grant_nothing(services: HostServices
     assert ticket.change == {"request": "x", "approved_request": "r0-t008"}
     with pytest.raises(UsageError, match="names no dataset version"):
         services.lineage.plan(ticket)
+
+
+CKPT = "c" * 64  # the promoted ticket's copied-out weights, as its outcome recorded them
+
+
+def _promote_trained(services: HostServices) -> None:
+    """A promoted ticket whose outcome recorded a copied-out checkpoint (what a trained best has)."""
+    _promote_with(services)
+    rows = [r.line() for r in RunsLayout(services.setup.home).promotions()]
+    rows[-1]["checkpoint_sha256"] = CKPT
+    RunsLayout(services.setup.home).promotions_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_continuation_starts_from_the_incumbents_weights_and_its_fingerprint_names_them(
+    services: HostServices,
+) -> None:
+    _promote_trained(services)
+    incumbent = services.incumbent()
+    assert incumbent.checkpoint == InitFrom(run_id="k1", ticket_id="k1-p1", sha256=CKPT)
+    longer = _ticket("k1-t010", evidence=["recommendation:train-longer-0"]).model_copy(
+        update={"continues": "incumbent"}
+    )
+    plan = services.lineage.plan(longer)
+    assert plan.init_from == incumbent.checkpoint and plan.config == incumbent.config
+    # the same recipe from fresh weights trains what the incumbent trained: refused as a repeat
+    fresh = longer.model_copy(update={"id": "k1-t011", "continues": None})
+    assert "trains exactly what its parent" in services.check(fresh)[0]
+    assert services.check(longer) == []  # from the incumbent's weights it trains something else
+    other = fingerprint(
+        plan.config, plan.dataset_hash, plan.code, plan.init_from.model_copy(update={"sha256": "d" * 64})
+    )
+    assert other != plan.fingerprint  # other weights, another fingerprint
+    replicate = longer.model_copy(update={"id": "k1-t010-rep", "replicate_of": longer.id, "seed": 99})
+    services.lineage.start(longer)
+    assert services.lineage.plan(replicate).init_from == plan.init_from  # same parent weights, new seed
+
+
+def test_a_continuation_of_a_best_without_weights_is_refused_with_the_reason(services: HostServices) -> None:
+    longer = _ticket("k1-t012").model_copy(update={"continues": "incumbent"})  # the best is the classical one
+    [reason] = services.check(longer)
+    assert "has no copied-out checkpoint to continue from" in reason and "classical baseline" in reason
+
+
+def test_a_rung_continues_its_own_tickets_recipe_and_weights(services: HostServices) -> None:
+    screen = _ticket("k1-t020", change={"optim.lr": 0.003})
+    row = services.lineage.start(screen)
+    files = services.setup.layout.ticket(screen.id)
+    files.root.mkdir(parents=True)
+    files.model.write_bytes(b"the screen's model")
+    evidence = Evidence(
+        model_sha256=sha256_file(files.model),
+        model_bytes=18,
+        manifest={},
+        manifest_file="m.json",
+        dev_metrics={"object_f1": 0.3},
+        threshold=0.5,
+        checkpoint_sha256=CKPT,
+        checkpoint_bytes=100,
+    )
+    outcome = TicketOutcome(
+        ticket_id=screen.id, run_id="k1", status=TicketStatus.DONE, device_seconds=30.0, evidence=evidence
+    )
+    files.outcome.write_text(outcome.model_dump_json())
+    rung = _ticket("k1-t021").model_copy(update={"continues": screen.id})
+    plan = services.lineage.plan(rung)
+    assert plan.config == row.config and plan.parent_fingerprint == row.fingerprint  # its recipe
+    assert plan.init_from == InitFrom(run_id="k1", ticket_id=screen.id, sha256=CKPT)  # its weights
+    assert plan.parent_sha256 == evidence.model_sha256 and services.check(rung) == []
+    missing = _ticket("k1-t022").model_copy(update={"continues": "k1-t099"})
+    assert "did not run in run k1" in services.check(missing)[0]
