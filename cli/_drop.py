@@ -85,6 +85,7 @@ def _served_gate(home: Home) -> Iterator[None]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         cwd=SAFE_CWD,
+        env={**os.environ, PARENT_ENV: str(os.getpid())},  # it dies with this process
     )
     client = GateClient(socket_path=sock)
     try:

@@ -21,6 +21,7 @@ from gate.setup import add_real, relock
 from gate.win_rule import DEFAULT_WIN_RULE
 from segfactory.errors import GateError, UsageError
 from segfactory.files import write_atomic
+from segfactory.handover import parent_env
 from segfactory.privilege import SAFE_CWD
 from synthetic.check import require_intact
 from synthetic.intensity import split_stats
@@ -152,6 +153,7 @@ def _exec_pinned(
     sys.stdout.flush()
     sys.stderr.flush()
     os.chdir(SAFE_CWD)  # root's current directory may be one that others can write
+    os.environ.update(parent_env())  # the pinned service dies with the process that started this one
     os.execv(argv[0], argv)
 
 

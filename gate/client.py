@@ -27,7 +27,7 @@ from gate import users
 from gate.replies import GateStatus
 from gate.roles import HOST, ROLES, token_file
 from segfactory.errors import GateError
-from segfactory.handover import handed
+from segfactory.handover import PARENT_ENV, handed
 from segfactory.privilege import SAFE_CWD, SOURCE_TREE, isolated_python
 from segfactory.records import Anchor, CoarseVerdict
 
@@ -246,7 +246,7 @@ def running_gate(
             cmd + (extra_args or []),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            env=env or dict(os.environ),
+            env={**(env or os.environ), PARENT_ENV: str(os.getpid())},  # it dies with this process
             cwd=SAFE_CWD,
         )
         client = GateClient(socket_path=sock, role=role)

@@ -1,7 +1,7 @@
 """The gate's pinned copy: the code that scores, frozen into the vault at init.
 
 ``pin_code(vault)`` copies ``gate/``, ``vision/``, ``analysis/``, ``synthetic/`` and
-``segfactory/{__init__,records,errors,gpus,stats,files,privilege}.py`` into
+``segfactory/{__init__,records,errors,gpus,stats,files,privilege,handover}.py`` into
 ``vault/gate-pinned/<sha256>/`` with a ``MANIFEST.json`` of file hashes; the directory name is
 the sha256 of the manifest. The copy is made read-only (files 0444, directories 0555; as root,
 ``gate.users.lock_vault`` also gives it to root, so the gate's own user cannot make it writable
@@ -41,6 +41,7 @@ PINNED_FILES = (
     "segfactory/stats.py",
     "segfactory/files.py",
     "segfactory/privilege.py",
+    "segfactory/handover.py",
 )
 MANIFEST = "MANIFEST.json"
 CURRENT = "CURRENT"  # vault/gate-pinned/CURRENT names the digest the service runs from

@@ -26,8 +26,8 @@ from sandbox._base import EventHook, SandboxBackend, register_backend
 from sandbox._capture import pump
 from sandbox._cgroup import CgroupV1, run_cgroup
 from sandbox._cgroup2 import CgroupV2
+from sandbox._identity import ENTER as ENTER_IDENTITY
 from sandbox._identity import as_policy_uid, give_workspace, identity_fd, take_back
-from sandbox._identity import enter as enter_identity
 from sandbox._records import SandboxResult, SandboxSpec
 from sandbox._session import Session
 from segfactory.errors import SandboxError
@@ -36,10 +36,10 @@ NOFILE = 4096  # open files inside
 PUMP_JOIN_S = 10.0  # wait for the output pumps after the process ended
 USR_LINKS = {"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"}
 STAGE_MOUNTS = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; shift; exec "$@"'
-# the same inside the ticket identity: its descriptor ($1) is closed first, so the sandbox never
-# holds it; --rbind, since mounts inherited from the host's namespace are locked to their children
+# the same inside the ticket identity: its descriptor (standard input) is replaced first, so the
+# sandbox never holds it; --rbind, since mounts inherited from the host's namespace are locked
 STAGE_IN_IDENTITY = (
-    'eval "exec $1<&-"; shift; '
+    "exec </dev/null; "
     'while [ "$1" != -- ]; do mount --rbind "$1" "$2" || exit 125; shift 2; done; shift; exec "$@"'
 )
 JOIN_CGROUPS = 'for f in $SEGFACTORY_CGROUPS; do echo $$ > "$f" || exit 125; done; exec "$@"'
@@ -130,7 +130,7 @@ class BwrapBackend(SandboxBackend):
                     cgroup.remove()
                 take_back(session.workspace)  # every sandbox process has ended
 
-    def _drop_root(self, session: Session) -> tuple[list[str], dict[Path, Path], tuple[int, ...]]:
+    def _drop_root(self, session: Session) -> tuple[list[str], dict[Path, Path], int | None]:
         """As root, or holding the ticket identity: the command prefix that makes the sandbox run
         as the policy uid on the host too (``sandbox._identity``).
 
@@ -139,10 +139,10 @@ class BwrapBackend(SandboxBackend):
         uid). Mount sources whose parents the uid cannot search (``/root/.pyenv``, the home) are
         first bind-mounted onto staging dirs in a private mount namespace that only this run
         sees; nothing on the host has its permissions loosened. Returns (prefix argv, {source:
-        staged path}, descriptors the prefix needs).
+        staged path}, the descriptor the prefix needs on its standard input).
         """
         if not as_policy_uid():
-            return [], {}, ()
+            return [], {}, None
         give_workspace(session.workspace, self.policy.uid, self.policy.gid)
         staged, pairs = {}, []
         for index, mount in enumerate(session.mounts):
@@ -160,18 +160,15 @@ class BwrapBackend(SandboxBackend):
             "--",
         ]
         fd = identity_fd()
-        enter, script, fds = (
-            ([], STAGE_MOUNTS, ()) if fd is None else (enter_identity(fd), STAGE_IN_IDENTITY, (fd,))
-        )
+        enter, script = ([], STAGE_MOUNTS) if fd is None else (ENTER_IDENTITY, STAGE_IN_IDENTITY)
         stage = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh"]
-        stage += [*([str(fd)] if fd is not None else []), *pairs, "--"]
-        return [*enter, *stage, *setpriv], staged, fds
+        return [*enter, *stage, *pairs, "--", *setpriv], staged, fd
 
     def _start(
         self, session: Session, cgroup: CgroupV1 | CgroupV2 | None
     ) -> tuple[subprocess.Popen[bytes], int]:
         """Start the wrapper chain; returns the process and the read end of bwrap's info pipe."""
-        prefix, staged, fds = self._drop_root(session)
+        prefix, staged, identity = self._drop_root(session)
         info_r, info_w = os.pipe()
         argv = [*self._prlimit_args(session, cgroup), *prefix, *self._bwrap_args(session, staged, info_w)]
         env = {"PATH": "/usr/bin:/bin"}
@@ -181,12 +178,12 @@ class BwrapBackend(SandboxBackend):
         try:
             proc = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if identity is None else identity,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
                 start_new_session=True,
-                pass_fds=(info_w, *fds),
+                pass_fds=(info_w,),
             )
         finally:
             os.close(info_w)

@@ -33,9 +33,10 @@ def as_policy_uid() -> bool:
     return os.geteuid() == 0 or identity_fd() is not None
 
 
-def enter(fd: int) -> list[str]:
-    """Command prefix: run the rest inside the ticket identity (as its root, the orchestrator)."""
-    return ["nsenter", f"--user=/proc/self/fd/{fd}", "--"]
+# Command prefix: run the rest inside the ticket identity (as its root, the orchestrator). The
+# identity's descriptor is the prefix's standard input: a shell can move that one away (fd 0),
+# where a descriptor above 9 it could not even name.
+ENTER = ["nsenter", "--user=/proc/self/fd/0", "--"]
 
 
 def give_workspace(workspace: Path, uid: int, gid: int) -> None:
@@ -63,8 +64,8 @@ def _chown_inside(fd: int, workspace: Path, uid: int, gid: int) -> None:
     """``chown -R -P -h`` inside the identity: the walk never follows a link, and only the two
     users it maps can be given or taken."""
     proc = subprocess.run(
-        [*enter(fd), "chown", "-R", "-P", "-h", f"{uid}:{gid}", "--", str(workspace)],
-        pass_fds=(fd,),
+        [*ENTER, "chown", "-R", "-P", "-h", f"{uid}:{gid}", "--", str(workspace)],
+        stdin=fd,
         capture_output=True,
         text=True,
         timeout=CHOWN_TIMEOUT_S,

@@ -35,14 +35,18 @@ MAX_SECRETS_BYTES = 64 * 1024  # what one handover may carry; past it: ValueErro
 USERNS_START_S = 5.0  # time for the namespace holder to unshare; past it: OSError
 
 _secrets: dict[str, str] = {}
+_parent: list[int] = []  # the parent this process dies with, once ``die_with_parent`` armed it
 
 
 def die_with_parent() -> None:
-    """In the restarted command: end with ``DEATH_SIGNAL`` when the root parent ends. Exits at
-    once (with that signal's code) if the parent is already gone."""
+    """In a process started by a root parent that named itself in ``PARENT_ENV``: end with
+    ``DEATH_SIGNAL`` when that parent ends. Exits at once (with that signal's code) if the parent
+    is already gone. The variable is taken out of the environment, so that processes this one
+    starts do not take its parent for theirs (``parent_env`` passes it on across an exec)."""
     expected = os.environ.pop(PARENT_ENV, "")
     if not expected.isdigit():
         return
+    _parent[:] = [int(expected)]
     import ctypes  # deferred: only a restarted command needs it
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -51,6 +55,12 @@ def die_with_parent() -> None:
     if os.getppid() != int(expected):  # the parent died before the signal was armed
         sys.stderr.write("segfactory: the root process that started this command has ended; stopping\n")
         os._exit(128 + int(DEATH_SIGNAL))
+
+
+def parent_env() -> dict[str, str]:
+    """For an ``exec`` that replaces this process (same pid, same parent) and changes its
+    credentials, which clears the death signal: the entry that lets the new program arm it again."""
+    return {PARENT_ENV: str(_parent[0])} if _parent else {}
 
 
 def hand_over(secrets: dict[str, str]) -> tuple[int, dict[str, str]]:
