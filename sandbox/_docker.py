@@ -158,24 +158,29 @@ class DockerBackend(SandboxBackend):
         with Session(spec, self.policy, on_event) as session:
             if as_policy_uid():
                 give_workspace(session.workspace, self.policy.uid, self.policy.gid)
-            api = self.api()
-            container = api.create_container(
-                self.policy.image,
-                command=session.inner_command,
-                user=self.container_user(),
-                working_dir="/work",
-                environment=session.env,
-                host_config=self._host_config(session),
-                network_disabled=True,
-                labels={LABEL: "1", PID_LABEL: owner_label()},
-                stdin_open=False,
-                tty=False,
-            )
             try:
-                return self._run(api, container["Id"], session)
+                return self._create_and_run(session)
             finally:
-                api.remove_container(container["Id"], force=True)
-                take_back(session.workspace)  # the container is gone
+                take_back(session.workspace)  # the container is gone (or was never made)
+
+    def _create_and_run(self, session: Session) -> SandboxResult:
+        api = self.api()
+        container = api.create_container(
+            self.policy.image,
+            command=session.inner_command,
+            user=self.container_user(),
+            working_dir="/work",
+            environment=session.env,
+            host_config=self._host_config(session),
+            network_disabled=True,
+            labels={LABEL: "1", PID_LABEL: owner_label()},
+            stdin_open=False,
+            tty=False,
+        )
+        try:
+            return self._run(api, container["Id"], session)
+        finally:
+            api.remove_container(container["Id"], force=True)
 
     def container_user(self) -> str:
         """``uid:gid`` inside the container: the policy's as root or with the ticket identity

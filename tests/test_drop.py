@@ -123,16 +123,21 @@ def test_started_as_root_the_command_continues_as_segfactory_and_stops_with_sigt
     parent = _start(demo_home, *COMMANDS[command])
     try:
         child = _restarted(parent, me.pw_uid)
+        gate = _restarted_gate(parent.pid, pwd.getpwnam(users.GATE_USER).pw_uid)
         status = _status(child)
         assert status["Uid"] == [str(me.pw_uid)] * 4 and status["Gid"] == [str(me.pw_gid)] * 4
         assert status["Groups"] == [str(me.pw_gid)]  # bwrap: no group but its own
         assert all(int(status[cap][0], 16) == 0 for cap in CAPS), {cap: status[cap] for cap in CAPS}
         parent.send_signal(signal.SIGTERM)  # a supervisor stopping what it started
-        parent.wait(timeout=STOP_S)
+        code = parent.wait(timeout=STOP_S)
         deadline = time.monotonic() + STOP_S
-        while _alive(child) and time.monotonic() < deadline:
+        while (_alive(child) or _alive(gate)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _alive(child), f"the restarted {command} outlived its root parent"
+        # the root process passed the signal on and waited: it exits with the child's code, not
+        # killed by the signal itself, and stopped the gate it served
+        assert code in (0, 128 + signal.SIGTERM), (code, _said(parent))
+        assert not _alive(gate), "the gate served for the command outlived it"
     finally:
         _stop(parent)
 
