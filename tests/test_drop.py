@@ -86,10 +86,10 @@ def demo_home() -> Iterator[Path]:
     subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
-def _start(home: Path, *argv: str) -> subprocess.Popen[str]:
+def _start(home: Path, *argv: str, stdout: int = subprocess.DEVNULL) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "segfactory", *argv, "--home", str(home)],
-        stdout=subprocess.DEVNULL,
+        stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
         cwd="/",
@@ -150,10 +150,11 @@ def test_the_restarted_command_and_its_gate_die_with_a_killed_parent(demo_home: 
     """SIGKILL cannot be passed on: the restarted console and the gate served for it end anyway."""
     me = pwd.getpwnam(users.ORCHESTRATOR_USER)
     gate_uid = pwd.getpwnam(users.GATE_USER).pw_uid
-    parent = _start(demo_home, "console", "--port", "0")
+    parent = _start(demo_home, "console", "--port", "0", stdout=subprocess.PIPE)
     try:
         child = _restarted(parent, me.pw_uid)
         gate = _restarted_gate(parent.pid, gate_uid)
+        _serving(parent)  # armed long since: a parent that dies before that is the re-check's case
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + STOP_S
@@ -163,6 +164,15 @@ def test_the_restarted_command_and_its_gate_die_with_a_killed_parent(demo_home: 
         assert not _alive(gate), "the gate served for it outlived its killed root parent"
     finally:
         _stop(parent)
+
+
+def _serving(console: subprocess.Popen[str]) -> None:
+    """Wait until the restarted console prints its login link (it has started, and serves)."""
+    assert console.stdout is not None
+    for line in console.stdout:
+        if line.startswith("open: http"):
+            return
+    raise AssertionError(f"the console never served: {_said(console)}")
 
 
 def _restarted_gate(parent: int, uid: int) -> int:
