@@ -18,6 +18,7 @@ from typing import Protocol, cast
 import typer
 
 from segfactory.errors import SegfactoryError
+from segfactory.handover import adopt
 from segfactory.logs import configure
 from segfactory.text import inert
 
@@ -148,6 +149,7 @@ def build_app(command: str | None) -> typer.Typer:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; a SegfactoryError becomes one line on stderr and its exit code."""
     configure()  # readable, or JSON lines when SEGFACTORY_LOG_JSON is set; --log-json switches later
+    adopt()  # restarted by a root parent: die with it, take the credential and ticket identity it handed
     argv = sys.argv[1:] if argv is None else argv
     try:
         code = build_app(command_in(argv))(args=argv, standalone_mode=False)

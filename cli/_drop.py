@@ -1,11 +1,16 @@
 """Started as root, a command that runs agents' work continues as the unprivileged ``segfactory`` user.
 
-Root only prepares: the home's writable parts are given to ``segfactory``
-(``gate.users.give_home_to_orchestrator``), the gate is served as ``segfactory-gate`` on the
-home's socket when nothing serves there yet, and then the same command is started again as
-``segfactory`` (``gate.users.user_launcher``: a private mount namespace makes the runtime
-reachable, setpriv drops every capability). The root process only waits for it, stops the gate
-it started and passes the exit code on. The re-started command is not root, so it runs in place.
+Root only prepares: the home root is kept root's and the orchestrator's own parts are given to
+``segfactory`` (``gate.users.give_home_to_orchestrator``, a walk that follows no link), the gate
+is served as ``segfactory-gate`` on the home's socket when nothing serves there yet (started
+``python -I`` from ``/``: root imports nothing from its current directory), and then the same
+command is started again as ``segfactory`` (``gate.users.user_launcher``: a private mount
+namespace makes the runtime reachable, setpriv drops every capability). The root process only
+waits for it, passes SIGTERM, SIGINT and SIGHUP on to it, stops the gate it started and passes
+the exit code on; the re-started command dies with it (``segfactory.handover``). Root hands it
+the gate's host credential over a pipe (the file is the gate user's alone) and a ticket identity,
+so that its sandboxes run as the sandbox uid, never as ``segfactory``. The re-started command is
+not root, so it runs in place.
 
 This applies only where the users are separated (``init`` as root gave the vault to
 ``segfactory-gate``); otherwise the command runs as it was started.
@@ -15,10 +20,11 @@ This applies only where the users are separated (``init`` as root gave the vault
 re-started command is told so (``gate.users.VERIFIED_ENV``) instead of verifying again. Root gives
 ``segfactory`` the sandbox cgroup parents too, so its sandboxes keep their whole-sandbox limits.
 With the docker backend the re-started command gets the docker socket's group for its own process
-tree only (``/etc/group`` is not changed) and its containers run as its own uid, so they can
-write the workspaces it owns. The socket is root-equivalent: with docker, the drop keeps host code
-from opening the vault by mistake, not a compromised orchestrator from reaching it. A socket only
-root's group may use cannot be shared that way; then the command keeps root and says why.
+tree only (``/etc/group`` is not changed); its containers run as the sandbox uid, in workspaces it
+gives to that uid for the ticket and takes back afterwards (``sandbox._identity``). The socket is
+root-equivalent: with docker, the drop keeps host code from opening the vault by mistake, not a
+compromised orchestrator from reaching it. A socket only root's group may use cannot be shared
+that way; then the command keeps root and says why.
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from gate import users
-from gate.client import SERVED_SOCKET, GateClient, wait_ready
-from sandbox import delegate_v1, engine_address
-from segfactory.errors import GateError
+from gate.client import SERVED_SOCKET, GateClient, host_credential, wait_ready
+from sandbox import delegate_v1, engine_address, load_policy
+from segfactory.errors import GateError, HomeError
+from segfactory.handover import PARENT_ENV, TICKET_USERNS_ENV, hand_over, ticket_userns
 from segfactory.home import Home
+from segfactory.privilege import SAFE_CWD, SOURCE_TREE, isolated_python
 
 GATE_START_S = 60.0  # time for the served gate to answer; past this: HomeError
 
@@ -69,10 +77,13 @@ def _served_gate(home: Home) -> Iterator[None]:
         pass
     finally:
         probe.close()
+    # isolated and from "/": root imports nothing from its current directory (which may be the home)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "segfactory", "gate", "serve", "--home", str(home.root)],
+        isolated_python(SOURCE_TREE, "segfactory", "gate", "serve", "--home", str(home.root)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        cwd=SAFE_CWD,
+        env={**os.environ, PARENT_ENV: str(os.getpid())},  # it dies with this process
     )
     client = GateClient(socket_path=sock)
     try:
@@ -140,7 +151,11 @@ def rerun_as_orchestrator(
 ) -> int | None:
     """As root with separated users: run this command again as ``segfactory`` (with ``env`` added,
     and ``extra_groups`` for its process tree); its exit code. None when no drop applies (the
-    caller then runs the command itself)."""
+    caller then runs the command itself).
+
+    The restarted command gets what ``segfactory.handover`` describes: it dies with this process,
+    the gate's host credential over a pipe, and a ticket identity for its sandboxes. SIGTERM,
+    SIGINT and SIGHUP sent to this process are passed on to it."""
     if not should_drop(home):
         return None
     users.give_home_to_orchestrator(home.root)
@@ -148,19 +163,16 @@ def rerun_as_orchestrator(
         tempfile.TemporaryDirectory(prefix="segfactory-user-") as scratch,
         _readable_source(Path(__file__).resolve().parents[1]) as repo,
         _served_gate(home),
+        _handed_over(home) as (fds, handed_env),
     ):
         os.chown(scratch, *_ids(users.ORCHESTRATOR_USER))
-        # unbuffered: the re-started command's output reaches a pipe (a supervisor, a test) as it is written
-        # PYTHONPATH: the re-started command imports this very source tree, not whatever tree the
-        # interpreter's editable install points at (the child starts elsewhere, from ``scratch``)
-        path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH", "")) if p)
         env = {
             **os.environ,
             "HOME": scratch,
             "XDG_CACHE_HOME": scratch,
             "MPLCONFIGDIR": scratch,
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": path,
+            PARENT_ENV: str(os.getpid()),
+            **handed_env,
             **(env or {}),
         }
         launcher = users.user_launcher(
@@ -168,17 +180,68 @@ def rerun_as_orchestrator(
             users.ORCHESTRATOR_USER,
             extra_groups,
         )
-        argv = [*launcher, sys.executable, "-m", "segfactory", *_with_home(sys.argv[1:], home.root)]
+        # -I and "/": the restarted command imports this very source tree (or its staged copy),
+        # never its current directory nor whatever tree the interpreter's editable install names;
+        # unbuffered, so that its output reaches a pipe (a supervisor, a test) as it is written
+        args = _with_home(sys.argv[1:], home.root)
+        argv = [*launcher, *isolated_python(repo, "segfactory", *args, unbuffered=True)]
         sys.stderr.write(f"continuing as {users.ORCHESTRATOR_USER} after set-up\n")
-        child = subprocess.Popen(argv, env=env, cwd=scratch)
-        previous = signal.signal(signal.SIGINT, lambda *_: child.send_signal(signal.SIGINT))
-        try:
-            return child.wait()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            if child.poll() is None:
-                child.terminate()
-                _reap(child)
+        child = subprocess.Popen(argv, env=env, cwd=SAFE_CWD, pass_fds=fds)
+        with _forwarding_signals(child):
+            return _exit_code(child.wait())
+
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the restarted command
+
+
+@contextmanager
+def _forwarding_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While the restarted command runs, a signal of ``FORWARDED`` sent to this process goes to it
+    (it decides how to stop; this process waits for it). On the way out it is stopped if needed."""
+    previous = {sig: signal.signal(sig, lambda sig, _: child.send_signal(sig)) for sig in FORWARDED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if child.poll() is None:
+            child.terminate()
+            _reap(child)
+
+
+def _exit_code(returncode: int) -> int:
+    """The restarted command's exit status as a shell reports it (a signal N is 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@contextmanager
+def _handed_over(home: Home) -> Iterator[tuple[tuple[int, ...], dict[str, str]]]:
+    """The descriptors the restarted command inherits and the environment that names them: the
+    served gate's host credential (a pipe) and the ticket identity (a user namespace)."""
+    secrets_fd, env = hand_over(host_credential(home.root / users.GATE_RUN))
+    try:
+        with ticket_identity() as (identity, identity_env):
+            yield (secrets_fd, identity), {**env, **identity_env}
+    finally:
+        os.close(secrets_fd)
+
+
+@contextmanager
+def ticket_identity() -> Iterator[tuple[int, dict[str, str]]]:
+    """As root: the ticket identity for ``segfactory`` (``segfactory.handover.ticket_userns``, with
+    the sandbox policy's uid) and the environment entry that names it; closed on exit."""
+    policy = load_policy()
+    try:
+        identity = ticket_userns(_ids(users.ORCHESTRATOR_USER), (policy.uid, policy.gid))
+    except (OSError, ValueError) as exc:
+        raise HomeError(
+            f"cannot make the ticket identity (sandbox uid {policy.uid}) for {users.ORCHESTRATOR_USER}: "
+            f"{exc}; tickets never run as the orchestrator's own uid"
+        ) from None
+    try:
+        yield identity, {TICKET_USERNS_ENV: str(identity)}
+    finally:
+        os.close(identity)
 
 
 SOURCE_SKIP = ("tests", "docs", "benchmarks", "test-artifacts")  # not needed to run a command

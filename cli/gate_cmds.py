@@ -16,11 +16,13 @@ from gate.client import home_gate, running_gate
 from gate.core import Gate
 from gate.intake import IntakeError, inspect_model
 from gate.milestones import host_copies
-from gate.pinned import current_pinned
+from gate.pinned import PinError, current_pinned
 from gate.setup import add_real, relock
 from gate.win_rule import DEFAULT_WIN_RULE
-from segfactory.errors import UsageError
+from segfactory.errors import GateError, UsageError
 from segfactory.files import write_atomic
+from segfactory.handover import parent_env
+from segfactory.privilege import SAFE_CWD
 from segfactory.text import inert
 from synthetic.check import require_intact
 from synthetic.intensity import split_stats
@@ -73,6 +75,9 @@ def serve_cmd(
     quantum = PROFILE_ANSWER_TIME_S.get(profile, ANSWER_TIME_S) if answer is None else answer
     if host is not None and not os.environ.get(TOKEN_ENV):
         raise UsageError(f"the gate refuses TCP without a bearer token; set ${TOKEN_ENV} or use --socket")
+    problem = users.vault_problem(resolved.vault)
+    if problem is not None:
+        raise GateError(f"the gate refuses to serve {resolved.vault}: {problem}")
     pinned = _pinned_dir(resolved.vault)
     if pinned is not None:
         _exec_pinned(resolved.root, pinned, sock, host, port, quantum)
@@ -93,7 +98,20 @@ def _seconds(text: str) -> float:
 
 
 def _pinned_dir(vault: Path) -> Path | None:
-    return current_pinned(vault)
+    """The copy to run: named by its digest in the vault, and root's when root starts it (as it
+    is after ``init`` as root), else the starting user's or root's; anything else is refused."""
+    try:
+        pinned = current_pinned(vault)
+    except PinError as exc:
+        raise GateError(f"the gate refuses to serve {vault}: {exc}") from None
+    if pinned is None:
+        return None
+    owner = pinned.lstat().st_uid
+    if owner not in {0, os.geteuid()}:
+        raise GateError(
+            f"the gate refuses to run its pinned copy {pinned}: it belongs to uid {owner}, not to root"
+        )
+    return pinned
 
 
 def _exec_pinned(
@@ -135,6 +153,8 @@ def _exec_pinned(
         argv = users.gate_launcher(needed + ([sock.parent] if sock is not None else [])) + argv
     sys.stdout.flush()
     sys.stderr.flush()
+    os.chdir(SAFE_CWD)  # root's current directory may be one that others can write
+    os.environ.update(parent_env())  # the pinned service dies with the process that started this one
     os.execv(argv[0], argv)
 
 

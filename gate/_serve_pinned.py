@@ -16,9 +16,12 @@ from pathlib import Path
 from gate.core import Gate
 from gate.pinned import META_PINNED, PinError, verify
 from gate.service import serve
+from gate.users import vault_problem
 from segfactory.errors import GateError, SegfactoryError
+from segfactory.handover import die_with_parent
 
 EXIT_PIN_MISMATCH = 3
+EXIT_UNSAFE_VAULT = 4  # a vault of another user, or reached through a path others control
 
 
 def boot_code(pinned: Path) -> str:
@@ -46,7 +49,12 @@ def _args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     import os
 
+    die_with_parent()  # the credentials changed on the way here, which cleared the death signal
     args = _args(argv)
+    problem = vault_problem(args.home / "vault")
+    if problem is not None:  # checked again here, as the user that serves, in its own namespace
+        sys.stderr.write(f"segfactory: error: gate refuses service: {problem}\n")
+        return EXIT_UNSAFE_VAULT
     gate = Gate(args.home / "vault", win_rule_path=args.win_rule, home_root=args.home)
     expected = gate.ledger.get_meta(META_PINNED) or ""  # the ledger, not CURRENT, says which copy is pinned
     try:

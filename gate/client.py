@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -28,6 +27,8 @@ from gate import users
 from gate.replies import GateStatus
 from gate.roles import HOST, ROLES, token_file
 from segfactory.errors import GateError
+from segfactory.handover import PARENT_ENV, handed
+from segfactory.privilege import SAFE_CWD, SOURCE_TREE, isolated_python
 from segfactory.records import Anchor, CoarseVerdict
 
 if TYPE_CHECKING:
@@ -80,10 +81,18 @@ class GateClient:
         except FileNotFoundError:
             return {}  # not written yet (the gate is starting): the gate answers 401
         except PermissionError:
-            raise GateError(
-                f"cannot read the gate's {self.role} credential {self._token_path}: permission "
-                "denied; run as a member of group segfactory"
-            ) from None
+            given = handed(_handed_name(self._token_path.parent)) if self.role == HOST else None
+            if given is None:
+                raise GateError(
+                    f"cannot read the gate's {self.role} credential {self._token_path}: permission denied; "
+                    + (
+                        "the host credential is the gate user's alone: start the command as root, which "
+                        "hands it to the command it continues as segfactory"
+                        if self.role == HOST
+                        else "run as a member of group segfactory"
+                    )
+                ) from None
+            token = given
         return {"authorization": f"Bearer {token}"}
 
     def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -179,6 +188,16 @@ class GateClient:
         return _reply(MilestoneReport, self._json("POST", "/milestone", json=body), "milestone report")
 
 
+def _handed_name(socket_dir: Path) -> str:
+    return f"gate-host-token:{os.path.realpath(socket_dir)}"
+
+
+def host_credential(socket_dir: Path) -> dict[str, str]:
+    """As root: the served gate's host credential in ``socket_dir``, named for ``hand_over``
+    (the file is the gate user's alone; the command root restarts as segfactory gets it this way)."""
+    return {_handed_name(socket_dir): token_file(Path(socket_dir), HOST).read_text().strip()}
+
+
 def _reply(record: type[R], reply: Any, what: str) -> R:
     try:
         return record.model_validate(reply)
@@ -219,22 +238,16 @@ def running_gate(
     with tempfile.TemporaryDirectory(prefix="segfactory-gate-") as tmp:
         sock = Path(tmp) / "run" / "gate.sock"
         _prepare_for_gate_user(home, sock.parent)
-        cmd = [
-            sys.executable,
-            "-m",
-            "segfactory",
-            "gate",
-            "serve",
-            "--home",
-            str(home),
-            "--socket",
-            str(sock),
-        ]
+        # isolated, from "/": started as root, nothing is imported from the caller's directory
+        cmd = isolated_python(
+            SOURCE_TREE, "segfactory", "gate", "serve", "--home", str(home), "--socket", str(sock)
+        )
         proc = subprocess.Popen(
             cmd + (extra_args or []),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            env=env or dict(os.environ),
+            env={**(env or os.environ), PARENT_ENV: str(os.getpid())},  # it dies with this process
+            cwd=SAFE_CWD,
         )
         client = GateClient(socket_path=sock, role=role)
         client.server_pid = proc.pid

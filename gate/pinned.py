@@ -1,10 +1,11 @@
 """The gate's pinned copy: the code that scores, frozen into the vault at init.
 
 ``pin_code(vault)`` copies ``gate/``, ``vision/``, ``analysis/``, ``synthetic/`` and
-``segfactory/{__init__,records,errors,gpus,stats,files}.py`` into ``vault/gate-pinned/<sha256>/`` with a
-``MANIFEST.json`` of file hashes; the directory name is the sha256 of the manifest. The copy is
-made read-only (files 0444, directories 0555; as root, ``gate.users.lock_vault`` also gives it
-to root, so the gate's own user cannot make it writable again).
+``segfactory/{__init__,records,errors,gpus,stats,files,privilege,handover}.py`` into
+``vault/gate-pinned/<sha256>/`` with a ``MANIFEST.json`` of file hashes; the directory name is
+the sha256 of the manifest. The copy is made read-only (files 0444, directories 0555; as root,
+``gate.users.lock_vault`` also gives it to root, so the gate's own user cannot make it writable
+again).
 
 The service runs from that copy (``python -I -B``: no bytecode is ever written into it, so it
 stays byte-identical to what was pinned) and calls ``verify`` at start, before each verdict and
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import re
 import shutil
 import sys
 from pathlib import Path
 
 from segfactory.files import staged_dir
+from segfactory.privilege import chown_tree
 from segfactory.records import canonical_json, sha256_file
 
 # Its own root, not segfactory.home.SOURCE_ROOT: the service runs from the pinned copy, which
@@ -38,11 +40,14 @@ PINNED_FILES = (
     "segfactory/gpus.py",
     "segfactory/stats.py",
     "segfactory/files.py",
+    "segfactory/privilege.py",
+    "segfactory/handover.py",
 )
 MANIFEST = "MANIFEST.json"
 CURRENT = "CURRENT"  # vault/gate-pinned/CURRENT names the digest the service runs from
 PINNED_DIR = "gate-pinned"
 META_PINNED = "pinned_code_sha256"
+DIGEST = re.compile(r"[0-9a-f]{64}")  # what CURRENT may hold: a copy's name, never a path
 FILE_MODE, DIR_MODE = 0o444, 0o555  # the pinned copy: readable, never writable
 
 
@@ -80,11 +85,21 @@ def pin_code(vault: Path, source: Path = SOURCE_ROOT) -> tuple[str, Path]:
 
 
 def current_pinned(vault: Path) -> Path | None:
-    """The pinned directory named by ``CURRENT``, or None when nothing was pinned."""
+    """The pinned directory named by ``CURRENT``, or None when nothing was pinned.
+
+    ``CURRENT`` holds a digest, never a path: anything else (an absolute path, ``..``, a name
+    that is not 64 hex digits) is a PinError, so the copy that is run always lies directly in
+    ``vault/gate-pinned/``. The named entry must be a directory, not a link."""
     marker = Path(vault) / PINNED_DIR / CURRENT
     if not marker.is_file():
         return None
-    return marker.parent / marker.read_text().strip()
+    digest = marker.read_text().strip()
+    if not DIGEST.fullmatch(digest):
+        raise PinError(f"{marker} must hold the sha256 digest of a pinned copy, not {digest[:80]!r}")
+    pinned = marker.parent / digest
+    if pinned.is_symlink() or not pinned.is_dir():
+        raise PinError(f"the pinned copy {pinned} named by {marker} is a link or not a directory")
+    return pinned
 
 
 def _copy(source: Path, manifest: dict[str, str], target: Path) -> None:
@@ -97,13 +112,8 @@ def _copy(source: Path, manifest: dict[str, str], target: Path) -> None:
 
 
 def make_read_only(pinned: Path) -> None:
-    """Files 0444, directories 0555 (deepest first, so the walk can still enter each directory)."""
-    for root, dirs, files in os.walk(pinned, topdown=False):
-        for name in files:
-            os.chmod(os.path.join(root, name), FILE_MODE, follow_symlinks=False)
-        for name in dirs:
-            os.chmod(os.path.join(root, name), DIR_MODE)
-    os.chmod(pinned, DIR_MODE)
+    """Files 0444, directories 0555, owners unchanged; a link is neither followed nor changed."""
+    chown_tree(pinned, -1, -1, dir_mode=DIR_MODE, file_mode=FILE_MODE)
 
 
 def _unexpected_entries(pinned: Path, manifest: dict[str, str]) -> list[str]:

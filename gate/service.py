@@ -4,9 +4,10 @@ credential.
 Two credentials, two surfaces. The **agent** credential reaches only what an agent-facing caller
 needs; the **host** credential (the orchestrator, the audit writer, a person's CLI) reaches
 everything. ``serve`` draws both at start and, on a Unix socket, writes them beside it as
-``agent.token`` and ``host.token`` (mode 0640, group ``segfactory``); ``GateClient`` picks the
-one its ``role`` names. A request without a known credential gets 401 ``{"verdict": "INVALID"}``,
-an agent credential on a host endpoint gets 403; neither spends anything, both are audit events.
+``agent.token`` (mode 0640, group ``segfactory``) and ``host.token`` (mode 0600, the gate's user
+alone); ``GateClient`` picks the one its ``role`` names. A request without a known credential
+gets 401 ``{"verdict": "INVALID"}``, an agent credential on a host endpoint gets 403; neither
+spends anything, both are audit events.
 
 Agent surface:
 
@@ -86,7 +87,9 @@ MAX_RETRACT_REASON = 2000  # characters of a retraction's reason kept in the led
 MAX_MILESTONE_BYTES = 256 * 1024**2  # /milestone body: a few base64 models; past it: 409 with the reason
 SOCKET_MODE = 0o660  # the Unix socket: owner and group `segfactory` only
 SOCKET_DIR_MODE = 0o750
-TOKEN_FILE_MODE = 0o640  # credentials beside the socket: the gate and group `segfactory`
+# credentials beside the socket: the agent's for the gate and group `segfactory`; the host's for
+# the gate's user alone (root hands it to the command it restarts as `segfactory`, over a pipe)
+TOKEN_FILE_MODES = {AGENT: 0o640, HOST: 0o600}
 SERVICE_GROUP = "segfactory"
 TOKEN_ENV = "SEGFACTORY_GATE_TOKEN"  # the host credential for TCP (a person sets it)
 AGENT_TOKEN_ENV = "SEGFACTORY_GATE_AGENT_TOKEN"  # the agent credential for TCP (optional)
@@ -122,12 +125,12 @@ def issue_credentials(directory: Path) -> Credentials:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(str(token))
-        if gid >= 0:
-            try:
-                os.chown(tmp, -1, gid)
-            except PermissionError:
-                log.info("cannot give %s to group %s; it stays owner-only", path, SERVICE_GROUP)
-        os.chmod(tmp, TOKEN_FILE_MODE)
+            if gid >= 0 and TOKEN_FILE_MODES[role] & 0o040:
+                try:
+                    os.fchown(fh.fileno(), -1, gid)
+                except PermissionError:
+                    log.info("cannot give %s to group %s; it stays owner-only", path, SERVICE_GROUP)
+            os.fchmod(fh.fileno(), TOKEN_FILE_MODES[role])
         os.replace(tmp, path)
     return creds
 

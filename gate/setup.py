@@ -46,6 +46,7 @@ def init_gate(
     if separate_users:
         users.ensure_users()
         users.lock_vault(vault)
+        users.lock_home(Path(home_root))
     return digest
 
 

@@ -13,11 +13,13 @@ namespace only: the parents keep their modes on the host.
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
 import shlex
 import shutil
+import stat
 import subprocess
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,12 +27,17 @@ from pathlib import Path
 
 from gate.pinned import PINNED_DIR, make_read_only
 from segfactory.errors import HomeError
+from segfactory.privilege import OwnershipError, chown_entry, chown_tree, open_dir
 
 GATE_USER = "segfactory-gate"
 ORCHESTRATOR_USER = "segfactory"
 GROUP = "segfactory"
 NOLOGIN = "/usr/sbin/nologin"
 STAGE_ROOT = "/mnt"  # covered by a namespace-private tmpfs while binds are staged
+GATE_RUN = "gate-run"  # under the home: the served gate's socket and credentials
+HOME_MODE = 0o1775  # the home root (root:segfactory): sticky, so only an entry's owner renames it
+GATE_RUN_MODE = 0o750  # gate-run/ (segfactory-gate:segfactory)
+VAULT_DIR_MODE, VAULT_FILE_MODE = 0o700, 0o600  # the vault's directories and files (the gate user's)
 
 
 def is_root() -> bool:
@@ -96,40 +103,127 @@ def _lock_pinned(pinned_root: Path) -> None:
     for copy in pinned_root.iterdir():
         if not copy.is_dir() or copy.is_symlink():
             continue
-        for root, dirs, files in os.walk(copy):
-            for name in [*dirs, *files]:
-                os.chown(os.path.join(root, name), 0, 0, follow_symlinks=False)
-        os.chown(copy, 0, 0)
+        chown_tree(copy, 0, 0)
         make_read_only(copy)
 
 
 def lock_vault(vault: Path) -> None:
-    """Give the vault to the gate user: directories 0700, files 0600; pinned copies to root, read-only."""
+    """Give the vault to the gate user: directories 0700, files 0600; pinned copies to root,
+    read-only. The walk never follows a link (``segfactory.privilege.chown_tree``)."""
     entry = pwd.getpwnam(GATE_USER)
-    pinned_root = Path(vault) / PINNED_DIR
-    for root, dirs, files in os.walk(vault):
-        if Path(root) == pinned_root:
-            dirs[:] = []  # the copies below are root's (``_lock_pinned``)
-        os.chown(root, entry.pw_uid, entry.pw_gid)
-        os.chmod(root, 0o700)
-        for name in files:
-            path = os.path.join(root, name)
-            os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
-            if not os.path.islink(path):
-                os.chmod(path, 0o600)
-    _lock_pinned(pinned_root)
+    chown_tree(
+        vault,
+        entry.pw_uid,
+        entry.pw_gid,
+        dir_mode=VAULT_DIR_MODE,
+        file_mode=VAULT_FILE_MODE,
+        shallow=frozenset({PINNED_DIR}),  # the copies below are root's (``_lock_pinned``)
+    )
+    _lock_pinned(Path(vault) / PINNED_DIR)
 
 
 def prepare_socket_dir(path: Path) -> None:
-    """The gate's own socket directory: owned by the gate user, group segfactory, mode 0750."""
-    path.mkdir(parents=True, exist_ok=True)
-    os.chown(path, pwd.getpwnam(GATE_USER).pw_uid, grp.getgrnam(GROUP).gr_gid)
-    os.chmod(path, 0o750)
+    """The gate's own socket directory: owned by the gate user, group segfactory, mode 0750.
+
+    An existing one is taken over only when it is a real directory of root or the gate user: one
+    that another user made (or a link it planted) is refused, never chowned through."""
+    path = Path(path)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, GATE_RUN_MODE)
+    fd = open_dir(path)
+    try:
+        gate_uid = pwd.getpwnam(GATE_USER).pw_uid
+        owner = os.fstat(fd).st_uid
+        if owner not in (0, gate_uid):
+            raise HomeError(
+                f"the gate's socket directory {path} belongs to uid {owner}, not to root or {GATE_USER}; "
+                "remove it as root and start the gate again"
+            )
+        os.fchown(fd, gate_uid, grp.getgrnam(GROUP).gr_gid)
+        os.fchmod(fd, GATE_RUN_MODE)
+    finally:
+        os.close(fd)
+
+
+def lock_home(home_root: Path) -> None:
+    """The home root becomes root's (group segfactory, mode 1775) and ``gate-run/`` the gate's.
+
+    The sticky bit lets the orchestrator create its own files there (the run state and its
+    journal, the scheduler's records) while only an entry's owner may rename or remove it: the
+    orchestrator can neither move ``vault``, ``gate-run`` or ``home.json`` aside nor put its own
+    in their place."""
+    fd = open_dir(home_root)
+    try:
+        os.fchown(fd, 0, grp.getgrnam(GROUP).gr_gid)
+        os.fchmod(fd, HOME_MODE)
+    finally:
+        os.close(fd)
+    prepare_socket_dir(Path(home_root) / GATE_RUN)
 
 
 def vault_is_separated(vault: Path) -> bool:
     """True when the vault belongs to the gate user (then the gate must run as that user)."""
     return user_exists(GATE_USER) and vault.is_dir() and vault.stat().st_uid == pwd.getpwnam(GATE_USER).pw_uid
+
+
+def path_problem(path: Path, trusted: set[int]) -> str | None:
+    """Why another user could replace ``path`` (absolute, links already resolved), or None.
+
+    Every component from ``/`` down must be a directory, not a link, owned by a ``trusted`` uid,
+    and no component above the last may be writable by group or others unless it is sticky (then
+    only an entry's owner may rename it, and that owner is checked at the next component)."""
+    parts = [*reversed(Path(path).parents), Path(path)]
+    for depth, part in enumerate(parts):
+        try:
+            info = os.lstat(part)
+        except OSError as exc:
+            return f"{part} cannot be examined: {exc.strerror}"
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            return f"{part} is a link or not a directory"
+        if info.st_uid not in trusted:
+            return f"{part} belongs to uid {info.st_uid} ({_name(info.st_uid)})"
+        writable = info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX
+        if writable and depth < len(parts) - 1:
+            return f"{part} may be written by its group or others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "no such user"
+
+
+def vault_problem(vault: Path) -> str | None:
+    """Why the gate must not serve ``vault``, or None. It serves only a vault its own user owns
+    (mode 0700), reached through directories that root or that user own and no one else may
+    rearrange. As root, a vault of any user but root or ``segfactory-gate`` is refused: serving it
+    would run, as root, code that user chose."""
+    me = os.geteuid()
+    gate_uid = pwd.getpwnam(GATE_USER).pw_uid if user_exists(GATE_USER) else None
+    owners = {0, gate_uid} if me == 0 and gate_uid is not None else {me}
+    path = Path(vault)
+    if not path.is_absolute():
+        return f"the vault path {vault} is not absolute"
+    problem = path_problem(path, {0, *owners})
+    if problem is not None:
+        return problem
+    info = os.lstat(path)
+    if info.st_uid not in owners:
+        return f"the vault {path} belongs to uid {info.st_uid} ({_name(info.st_uid)}), not to the gate"
+    if info.st_mode & 0o077:
+        return (
+            f"the vault {path} is open to its group or others (mode {stat.S_IMODE(info.st_mode):o}, not 700)"
+        )
+    return None
+
+
+def home_problem(home_root: Path) -> str | None:
+    """Why root must not prepare ``home_root`` for the drop, or None: a directory above it that
+    someone other than root could rearrange (the chown walk would act on what they put there)."""
+    root = Path(home_root)
+    return path_problem(root.parent, {0}) if root.is_absolute() else f"the home {root} is not absolute"
 
 
 def _blocking_ancestor(path: Path) -> Path | None:
@@ -198,24 +292,50 @@ def verified_before_drop(backend: str) -> bool:
     return os.geteuid() != 0 and os.environ.get(VERIFIED_ENV) == backend
 
 
-# What the orchestrator writes under the home (with the home root itself): a run writes its
-# records, its audit log and the dataset versions its top-ups and approved data requests create.
+# What the orchestrator writes under the home: a run writes its records, its audit log and the
+# dataset versions its top-ups and approved data requests create; at the home root it keeps the
+# run state (SQLite, with its journal and WAL beside it), the sweep's study and the scheduler's
+# measured profile and estimates. The home root itself stays root's (``lock_home``).
 ORCHESTRATOR_DIRS = ("runs", "audit", "datasets")
-ORCHESTRATOR_FILE_PREFIX = "state.sqlite"  # the run state and its WAL and shared-memory files
+ORCHESTRATOR_OPTIONAL_DIRS = ("curation",)  # given over when present (curation creates it)
+ORCHESTRATOR_FILE_PREFIXES = ("state.sqlite", "optuna.db", "device_profile.json", "memory_estimates.json")
 
 
 def give_home_to_orchestrator(home_root: Path) -> None:
-    """Before dropping to ``segfactory``: the home root, ``runs/``, ``audit/`` and the run state become
-    its own, and so does ``datasets/``, where a run creates its top-up versions. The vault stays
-    the gate's."""
+    """Before dropping to ``segfactory``: the home root becomes root's (``lock_home``) and the
+    orchestrator's own parts (``ORCHESTRATOR_DIRS``, the files named by
+    ``ORCHESTRATOR_FILE_PREFIXES``) become its, walked without following a link. The vault
+    stays the gate's. HomeError when a directory above the home could be rearranged by another
+    user, or when a part to give is a link."""
+    problem = home_problem(home_root)
+    if problem is not None:
+        raise HomeError(
+            f"refusing to hand the home {home_root} to {ORCHESTRATOR_USER}: {problem}; keep the home under "
+            "directories only root can change (the default is /var/lib/segfactory)"
+        )
+    lock_home(home_root)
     entry = pwd.getpwnam(ORCHESTRATOR_USER)
-    root = Path(home_root)
-    os.chown(root, entry.pw_uid, entry.pw_gid)
-    for name in ORCHESTRATOR_DIRS:
-        (root / name).mkdir(exist_ok=True)
-        for parent, dirs, files in os.walk(root / name):
-            os.chown(parent, entry.pw_uid, entry.pw_gid)
-            for item in [*dirs, *files]:
-                os.chown(os.path.join(parent, item), entry.pw_uid, entry.pw_gid, follow_symlinks=False)
-    for path in root.glob(f"{ORCHESTRATOR_FILE_PREFIX}*"):
-        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+    root_fd = open_dir(home_root)
+    try:
+        names = os.listdir(root_fd)
+        for name in ORCHESTRATOR_DIRS:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=root_fd)
+            _give_dir(root_fd, name, home_root, entry)
+        for name in ORCHESTRATOR_OPTIONAL_DIRS:
+            if name in names:
+                _give_dir(root_fd, name, home_root, entry)
+        for name in names:
+            if name.startswith(ORCHESTRATOR_FILE_PREFIXES):
+                chown_entry(root_fd, name, entry.pw_uid, entry.pw_gid)
+    finally:
+        os.close(root_fd)
+
+
+def _give_dir(root_fd: int, name: str, home_root: Path, entry: pwd.struct_passwd) -> None:
+    try:
+        chown_tree(name, entry.pw_uid, entry.pw_gid, dir_fd=root_fd)
+    except OwnershipError as exc:
+        raise HomeError(
+            f"refusing to hand {Path(home_root) / name} to {ORCHESTRATOR_USER}: {exc.strerror}"
+        ) from None

@@ -5,8 +5,9 @@ inside (``--disable-userns``), ``--die-with-parent``,
 ``--new-session``, ``--cap-drop ALL``, a non-zero uid, a root that is remounted read-only, the
 host's ``/usr`` read-only, a minimal ``/etc``, a sized tmpfs ``/tmp``; rlimits via ``prlimit``;
 memory/pids/cpu for the whole sandbox through a cgroup, v1 or v2 (``sandbox._cgroup``): no
-sandbox starts without one unless the user opted out. Started as root, the
-sandbox drops to the policy uid on the host too (``setpriv``) before bwrap makes its namespaces.
+sandbox starts without one unless the user opted out. Started as root, or as ``segfactory`` with
+the ticket identity root handed over (``sandbox._identity``), the sandbox drops to the policy uid
+on the host too (``setpriv``) before bwrap makes its namespaces.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from sandbox._base import EventHook, SandboxBackend, register_backend
 from sandbox._capture import pump
 from sandbox._cgroup import CgroupV1, run_cgroup
 from sandbox._cgroup2 import CgroupV2
+from sandbox._identity import ENTER as ENTER_IDENTITY
+from sandbox._identity import as_policy_uid, give_workspace, identity_fd, take_back
 from sandbox._records import SandboxResult, SandboxSpec
 from sandbox._session import Session
 from segfactory.errors import SandboxError
@@ -33,6 +36,12 @@ NOFILE = 4096  # open files inside
 PUMP_JOIN_S = 10.0  # wait for the output pumps after the process ended
 USR_LINKS = {"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"}
 STAGE_MOUNTS = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; shift; exec "$@"'
+# the same inside the ticket identity: its descriptor (standard input) is replaced first, so the
+# sandbox never holds it; --rbind, since mounts inherited from the host's namespace are locked
+STAGE_IN_IDENTITY = (
+    "exec </dev/null; "
+    'while [ "$1" != -- ]; do mount --rbind "$1" "$2" || exit 125; shift 2; done; shift; exec "$@"'
+)
 JOIN_CGROUPS = 'for f in $SEGFACTORY_CGROUPS; do echo $$ > "$f" || exit 125; done; exec "$@"'
 
 
@@ -119,19 +128,22 @@ class BwrapBackend(SandboxBackend):
                 if cgroup is not None:
                     cgroup.kill_all()
                     cgroup.remove()
+                take_back(session.workspace)  # every sandbox process has ended
 
-    def _drop_root(self, session: Session) -> tuple[list[str], dict[Path, Path]]:
-        """As root: the command prefix that makes the sandbox run as the policy uid on the host too.
+    def _drop_root(self, session: Session) -> tuple[list[str], dict[Path, Path], int | None]:
+        """As root, or holding the ticket identity: the command prefix that makes the sandbox run
+        as the policy uid on the host too (``sandbox._identity``).
 
-        bwrap then runs unprivileged, so the sandbox is not host root outside its user namespace
-        (RLIMIT_NPROC applies, files it writes belong to the sandbox uid). Mount sources whose
-        parents the uid cannot search (``/root/.pyenv``) are first bind-mounted by root onto
-        staging dirs in a private mount namespace that only this run sees; nothing on the host
-        has its permissions loosened. Returns (prefix argv, {source: staged path}).
+        bwrap then runs unprivileged, so the sandbox is neither host root nor the orchestrator
+        outside its user namespace (RLIMIT_NPROC applies, files it writes belong to the sandbox
+        uid). Mount sources whose parents the uid cannot search (``/root/.pyenv``, the home) are
+        first bind-mounted onto staging dirs in a private mount namespace that only this run
+        sees; nothing on the host has its permissions loosened. Returns (prefix argv, {source:
+        staged path}, the descriptor the prefix needs on its standard input).
         """
-        if os.geteuid() != 0:
-            return [], {}
-        session.own_workspace(self.policy.uid, self.policy.gid)
+        if not as_policy_uid():
+            return [], {}, None
+        give_workspace(session.workspace, self.policy.uid, self.policy.gid)
         staged, pairs = {}, []
         for index, mount in enumerate(session.mounts):
             target = session.tmp / "stage" / str(index)
@@ -147,26 +159,16 @@ class BwrapBackend(SandboxBackend):
             "--no-new-privs",
             "--",
         ]
-        stage = [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "/bin/sh",
-            "-c",
-            STAGE_MOUNTS,
-            "sh",
-            *pairs,
-            "--",
-        ]
-        return [*stage, *setpriv], staged
+        fd = identity_fd()
+        enter, script = ([], STAGE_MOUNTS) if fd is None else (ENTER_IDENTITY, STAGE_IN_IDENTITY)
+        stage = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh"]
+        return [*enter, *stage, *pairs, "--", *setpriv], staged, fd
 
     def _start(
         self, session: Session, cgroup: CgroupV1 | CgroupV2 | None
     ) -> tuple[subprocess.Popen[bytes], int]:
         """Start the wrapper chain; returns the process and the read end of bwrap's info pipe."""
-        prefix, staged = self._drop_root(session)
+        prefix, staged, identity = self._drop_root(session)
         info_r, info_w = os.pipe()
         argv = [*self._prlimit_args(session, cgroup), *prefix, *self._bwrap_args(session, staged, info_w)]
         env = {"PATH": "/usr/bin:/bin"}
@@ -176,7 +178,7 @@ class BwrapBackend(SandboxBackend):
         try:
             proc = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if identity is None else identity,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,

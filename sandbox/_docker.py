@@ -3,8 +3,9 @@
 network ``none``, read-only rootfs, tmpfs ``/tmp``, ``cap_drop=ALL``, ``no-new-privileges``, a
 non-root uid, ``init``, pids/memory (memswap = memory)/cpu limits, RLIMIT_FSIZE, no log driver
 (output is streamed through ``attach`` and capped by us, so a flood never reaches the disk).
-Run as root, the workspace is chowned to the sandbox uid so that it can write ``/work``; run as
-another user (``segfactory`` after the drop, or a developer in the docker group), the container
+Run as root, or as ``segfactory`` with the ticket identity root handed over at the drop
+(``sandbox._identity``), the workspace is given to the sandbox uid, which the container runs as,
+and taken back once the container is gone; run as a developer in the docker group, the container
 runs as that user's own uid, which owns the workspace already.
 Membership of the docker group is root-equivalent: with this backend the user separation of
 trust rule 1 guards against mistakes, not a compromised orchestrator.
@@ -18,6 +19,7 @@ from typing import Any
 
 from sandbox._base import EventHook, SandboxBackend, register_backend
 from sandbox._capture import pump
+from sandbox._identity import as_policy_uid, give_workspace, take_back
 from sandbox._image import build_image
 from sandbox._records import SandboxResult, SandboxSpec
 from sandbox._session import Session
@@ -154,29 +156,36 @@ class DockerBackend(SandboxBackend):
         self.ensure_image()
         self.remove_orphans()
         with Session(spec, self.policy, on_event) as session:
-            if os.geteuid() == 0:
-                session.own_workspace(self.policy.uid, self.policy.gid)
-            api = self.api()
-            container = api.create_container(
-                self.policy.image,
-                command=session.inner_command,
-                user=self.container_user(),
-                working_dir="/work",
-                environment=session.env,
-                host_config=self._host_config(session),
-                network_disabled=True,
-                labels={LABEL: "1", PID_LABEL: owner_label()},
-                stdin_open=False,
-                tty=False,
-            )
+            if as_policy_uid():
+                give_workspace(session.workspace, self.policy.uid, self.policy.gid)
             try:
-                return self._run(api, container["Id"], session)
+                return self._create_and_run(session)
             finally:
-                api.remove_container(container["Id"], force=True)
+                take_back(session.workspace)  # the container is gone (or was never made)
+
+    def _create_and_run(self, session: Session) -> SandboxResult:
+        api = self.api()
+        container = api.create_container(
+            self.policy.image,
+            command=session.inner_command,
+            user=self.container_user(),
+            working_dir="/work",
+            environment=session.env,
+            host_config=self._host_config(session),
+            network_disabled=True,
+            labels={LABEL: "1", PID_LABEL: owner_label()},
+            stdin_open=False,
+            tty=False,
+        )
+        try:
+            return self._run(api, container["Id"], session)
+        finally:
+            api.remove_container(container["Id"], force=True)
 
     def container_user(self) -> str:
-        """``uid:gid`` inside the container: the policy's as root, else the caller's own, never 0."""
-        if os.geteuid() == 0:
+        """``uid:gid`` inside the container: the policy's as root or with the ticket identity
+        (``sandbox._identity``), else the caller's own (a developer in the docker group), never 0."""
+        if as_policy_uid():
             return f"{self.policy.uid}:{self.policy.gid}"
         return f"{os.geteuid()}:{os.getegid()}"
 

@@ -149,13 +149,6 @@ class Session:
             self.hook.stop()
         return self.events
 
-    def own_workspace(self, uid: int, gid: int) -> None:
-        """Chown the workspace tree to the sandbox user (root only), so that it can write /work."""
-        os.lchown(self.workspace, uid, gid)
-        for dirpath, dirnames, filenames in os.walk(self.workspace):
-            for name in dirnames + filenames:
-                os.lchown(os.path.join(dirpath, name), uid, gid)
-
     def emit(self, event: SandboxEvent) -> None:
         """Record an event and pass it to the caller's hook (the audit log)."""
         self.events.append(event)

@@ -1,58 +1,312 @@
-"""The commands that run agents' work (run, aa, compare, sweep) continue as ``segfactory`` when
-started as root on a home with separated users; the set-up before the drop, and the docker case
-(the socket's group for the dropped process tree, containers as its own uid)."""
+"""Started as root on a home with separated users, the commands that run agents' work (run, aa,
+compare, sweep) and the console continue as ``segfactory``. Driven for real: the command is
+started as root, its restarted process is found by its parent and read back from
+``/proc/<pid>/status`` (uid, groups, capabilities), a signal to the root process stops it, and so
+does the root process's death. A ticket it starts runs as the sandbox uid, never as its own."""
 
 from __future__ import annotations
 
+import grp
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
-from cli import _common, _drop, agents_cmds, controls_cmds, main
+from cli import _drop
+from gate import users
+from sandbox import load_policy
+from segfactory import handover
+from tests.conftest import REPO
+
+AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as segfactory needs root")
+SETUP_S = 600.0  # root's set-up before the drop: sandbox verify, the served gate (a loaded machine)
+STOP_S = 60.0  # for the restarted command to end after its parent was signalled or killed
+CAPS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 
 
-def test_every_agent_command_continues_unprivileged(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    home = SimpleNamespace(root=tmp_path, info=lambda: {"profile": "demo"})
-    asked: list[str] = []
-
-    def dropped(h: Any, backend: str, progress: Any) -> int:
-        asked.append(backend)
-        return 7  # the re-started command's exit code; nothing else may run here
-
-    monkeypatch.setattr(_drop, "drop_for_agents", dropped)
-    monkeypatch.setattr(agents_cmds, "home_for", lambda *a, **k: home)
-    monkeypatch.setattr(controls_cmds, "home_for", lambda *a, **k: home)
-    monkeypatch.setattr(_common, "home_for", lambda *a, **k: home)  # the sweep's, after its validation
-    for argv in (
-        ["run", "--budget", "10s"],
-        ["aa", "--runs", "1"],
-        ["compare", "--budget", "3m"],
-        ["sweep", "--budget", "3m"],
-    ):
-        assert main([*argv, "--backend", "bwrap"]) == 7, argv
-    assert asked == ["bwrap"] * 4
+def _status(pid: int) -> dict[str, list[str]]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return {line.split(":")[0]: line.split(":", 1)[1].split() for line in text.splitlines()}
 
 
-def test_the_drop_verifies_as_root_then_restarts_with_the_receipt(monkeypatch: pytest.MonkeyPatch) -> None:
-    import agents.run
-    from gate import users
+def _alive(pid: int) -> bool:
+    try:
+        return _status(pid)["State"][0] != "Z"
+    except (OSError, KeyError):
+        return False
 
-    calls: list[Any] = []
-    monkeypatch.setattr(_drop, "should_drop", lambda home: True)
-    monkeypatch.setattr(
-        agents.run, "verify_sandbox", lambda backend, home, progress: calls.append(("verify", backend))
+
+def _restarted(parent: subprocess.Popen[str], uid: int, timeout: float = SETUP_S) -> int:
+    """The pid of the process ``parent`` restarted as ``uid`` (once it runs Python as that user)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and parent.poll() is None:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                status = _status(int(pid))
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, KeyError):
+                continue
+            if status["PPid"] == [str(parent.pid)] and status["Uid"][0] == str(uid) and b"runpy" in cmdline:
+                return int(pid)
+        time.sleep(0.1)
+    raise AssertionError(f"no process restarted as uid {uid}; the command said: {_said(parent)}")
+
+
+def _said(proc: subprocess.Popen[str]) -> str:
+    if proc.poll() is None:
+        return "(still running)"
+    return (proc.stderr.read() if proc.stderr else "")[-2000:]
+
+
+@pytest.fixture(scope="module")
+def demo_home() -> Iterator[Path]:
+    """``segfactory init --profile demo`` as root, under a directory others may enter."""
+    base = Path(tempfile.mkdtemp(prefix="sf-drop-"))
+    os.chmod(base, 0o755)
+    home = base / "home"
+    done = subprocess.run(
+        [sys.executable, "-m", "segfactory", "init", "--profile", "demo", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=REPO,
     )
-    monkeypatch.setattr(_drop, "delegate_v1", lambda uid, gid: calls.append(("delegate", uid)))
-    monkeypatch.setattr(_drop, "_ids", lambda user: (999, 995))
-    monkeypatch.setattr(
-        _drop,
-        "rerun_as_orchestrator",
-        lambda home, env=None, extra_groups=(): calls.append(("rerun", env, extra_groups)) or 0,
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert users.vault_is_separated(home / "vault")
+    yield home
+    subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def _start(home: Path, *argv: str, stdout: int = subprocess.DEVNULL) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "segfactory", *argv, "--home", str(home)],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
     )
-    assert _drop.drop_for_agents(SimpleNamespace(), "bwrap", lambda line: None) == 0
-    assert calls == [("verify", "bwrap"), ("delegate", 999), ("rerun", {users.VERIFIED_ENV: "bwrap"}, ())]
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+COMMANDS = {
+    "run": ("run", "--budget", "10m", "--backend", "bwrap"),
+    "aa": ("aa", "--runs", "1", "--backend", "bwrap"),
+    "compare": ("compare", "--arms", "sweep-random", "--seeds", "1", "--budget", "3m", "--backend", "bwrap"),
+    "sweep": ("sweep", "--budget", "3m", "--backend", "bwrap"),
+    "console": ("console", "--port", "0"),
+}
+
+
+@AS_ROOT
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_started_as_root_the_command_continues_as_segfactory_and_stops_with_sigterm(
+    demo_home: Path, command: str
+) -> None:
+    me = pwd.getpwnam(users.ORCHESTRATOR_USER)
+    parent = _start(demo_home, *COMMANDS[command])
+    try:
+        child = _restarted(parent, me.pw_uid)
+        gate = _restarted_gate(parent.pid, pwd.getpwnam(users.GATE_USER).pw_uid)
+        status = _status(child)
+        assert status["Uid"] == [str(me.pw_uid)] * 4 and status["Gid"] == [str(me.pw_gid)] * 4
+        assert status["Groups"] == [str(me.pw_gid)]  # bwrap: no group but its own
+        assert all(int(status[cap][0], 16) == 0 for cap in CAPS), {cap: status[cap] for cap in CAPS}
+        parent.send_signal(signal.SIGTERM)  # a supervisor stopping what it started
+        code = parent.wait(timeout=STOP_S)
+        deadline = time.monotonic() + STOP_S
+        while (_alive(child) or _alive(gate)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), f"the restarted {command} outlived its root parent"
+        # the root process passed the signal on and waited: it exits with the child's code, not
+        # killed by the signal itself, and stopped the gate it served
+        assert code in (0, 128 + signal.SIGTERM), (code, _said(parent))
+        assert not _alive(gate), "the gate served for the command outlived it"
+    finally:
+        _stop(parent)
+
+
+@AS_ROOT
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.bwrap
+def test_the_restarted_command_and_its_gate_die_with_a_killed_parent(demo_home: Path) -> None:
+    """SIGKILL cannot be passed on: the restarted console and the gate served for it end anyway."""
+    me = pwd.getpwnam(users.ORCHESTRATOR_USER)
+    gate_uid = pwd.getpwnam(users.GATE_USER).pw_uid
+    parent = _start(demo_home, "console", "--port", "0", stdout=subprocess.PIPE)
+    try:
+        child = _restarted(parent, me.pw_uid)
+        gate = _restarted_gate(parent.pid, gate_uid)
+        _serving(parent)  # armed long since: a parent that dies before that is the re-check's case
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + STOP_S
+        while (_alive(child) or _alive(gate)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), "the restarted console outlived its killed root parent"
+        assert not _alive(gate), "the gate served for it outlived its killed root parent"
+    finally:
+        _stop(parent)
+
+
+def _serving(console: subprocess.Popen[str]) -> None:
+    """Wait until the restarted console prints its login link (it has started, and serves)."""
+    assert console.stdout is not None
+    for line in console.stdout:
+        if line.startswith("open: http"):
+            return
+    raise AssertionError(f"the console never served: {_said(console)}")
+
+
+def _restarted_gate(parent: int, uid: int) -> int:
+    deadline = time.monotonic() + SETUP_S
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                status = _status(int(pid))
+            except (OSError, KeyError):
+                continue
+            if status["PPid"] == [str(parent)] and status["Uid"][0] == str(uid):
+                return int(pid)
+        time.sleep(0.1)
+    raise AssertionError("no gate served as segfactory-gate for the command")
+
+
+def test_a_process_whose_parent_is_already_gone_stops_at_once() -> None:
+    """The re-check after arming the death signal: a parent that died before it (here: a pid that
+    is not the parent) ends the process at start, with SIGTERM's code."""
+    code = "from segfactory.handover import die_with_parent; die_with_parent(); print('ran on')"
+    env = {**os.environ, handover.PARENT_ENV: str(os.getpid() + 10**6), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 128 + signal.SIGTERM and "ran on" not in done.stdout, done.stderr
+    env[handover.PARENT_ENV] = str(os.getpid())  # its real parent: it runs on
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "ran on" in done.stdout, done.stderr
+
+
+TICKET = "touch /work/mine; sleep {pause}; cat /work/mine"  # long enough to be seen from the host
+
+
+@contextmanager
+def _as_segfactory_with_identity(
+    backend: str, workspace: Path, scratch: Path, extra_groups: tuple[int, ...] = ()
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """What the restarted command does with a ticket: a real sandbox started by ``segfactory``
+    holding the ticket identity root made for it (as the drop makes it)."""
+    pause = f"{7 + time.monotonic() % 1:.3f}"  # a mark to find the ticket's processes by
+    script = (
+        "import sys; from pathlib import Path; from segfactory.handover import adopt; adopt()\n"
+        "from sandbox import SandboxSpec, get_backend\n"
+        f"spec = SandboxSpec(command=['sh', '-c', {TICKET.format(pause=pause)!r}], "
+        f"workspace=Path({str(workspace)!r}), timeout_s=120)\n"
+        f"sys.exit(get_backend({backend!r}).run(spec).exit_code)"
+    )
+    with _drop.ticket_identity() as (fd, env), _drop._readable_source(REPO) as source:
+        paths = [Path(sys.base_prefix), Path(sys.prefix), source, workspace.parent]
+        launcher = users.user_launcher(paths, users.ORCHESTRATOR_USER, extra_groups)
+        env = {**os.environ, **env, "HOME": str(scratch), "XDG_CACHE_HOME": str(scratch)}
+        proc = subprocess.Popen(
+            [*launcher, sys.executable, "-c", script],
+            env={**env, "PYTHONPATH": str(source)},
+            cwd="/",
+            pass_fds=(fd,),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            yield proc, pause
+        finally:
+            _stop(proc)
+
+
+def _ticket_uids(mark: str, proc: subprocess.Popen[str]) -> set[int]:
+    """Host uids of the ticket's own ``sleep`` processes, while they run."""
+    deadline = time.monotonic() + SETUP_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = set()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", mark.encode()]:
+                    found.add(int(_status(int(pid))["Uid"][1]))
+            except (OSError, KeyError):
+                continue
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(
+        f"the ticket never ran: {proc.stderr.read() if proc.stderr and proc.poll() is not None else ''}"
+    )
+
+
+def _ticket_workspace(tmp_path: Path) -> tuple[Path, Path]:
+    me = pwd.getpwnam(users.ORCHESTRATOR_USER)
+    os.chmod(tmp_path, 0o755)  # pytest makes it 0700; its private parents are bridged by the launcher
+    scratch, workspace = tmp_path / "home", tmp_path / "ws" / "work"
+    for folder in (scratch, workspace.parent, workspace):
+        folder.mkdir()
+        os.chown(folder, me.pw_uid, me.pw_gid)
+    return scratch, workspace
+
+
+@AS_ROOT
+@pytest.mark.root
+@pytest.mark.bwrap
+def test_after_the_drop_a_bwrap_ticket_runs_as_the_sandbox_uid_not_the_orchestrator_s(tmp_path: Path) -> None:
+    users.ensure_users()
+    me, sandbox_uid = pwd.getpwnam(users.ORCHESTRATOR_USER), load_policy().uid
+    scratch, workspace = _ticket_workspace(tmp_path)
+    with _as_segfactory_with_identity("bwrap", workspace, scratch) as (proc, mark):
+        assert _ticket_uids(mark, proc) == {sandbox_uid} and sandbox_uid != me.pw_uid
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    assert {p.lstat().st_uid for p in [workspace, *workspace.rglob("*")]} == {me.pw_uid}  # taken back
+
+
+@AS_ROOT
+@pytest.mark.root
+@pytest.mark.docker
+def test_after_the_drop_a_docker_ticket_runs_as_the_sandbox_uid_with_the_socket_group_for_that_tree_only(
+    tmp_path: Path,
+) -> None:
+    """The dropped command holds the docker socket's group for its own process tree (``/etc/group``
+    unchanged); without it the engine refuses; its container runs as the sandbox uid, not its own."""
+    from tests.sandbox.conftest import docker_problem
+
+    users.ensure_users()
+    if problem := docker_problem():
+        pytest.skip(f"no Docker engine could be started: {problem}")
+    socket, groups = _drop.docker_socket_groups()
+    if not groups:
+        pytest.skip(f"the engine's socket {socket} is not shared through a group")
+    me, sandbox_uid = pwd.getpwnam(users.ORCHESTRATOR_USER), load_policy().uid
+    scratch, workspace = _ticket_workspace(tmp_path)
+    with _as_segfactory_with_identity("docker", workspace, scratch) as (refused, _):
+        _, err = refused.communicate(timeout=300)
+    assert refused.returncode != 0 and "the Docker engine does not answer" in err, err[-2000:]
+    with _as_segfactory_with_identity("docker", workspace, scratch, groups) as (proc, mark):
+        assert _ticket_uids(mark, proc) == {sandbox_uid} and sandbox_uid != me.pw_uid
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    assert {p.lstat().st_uid for p in [workspace, *workspace.rglob("*")]} == {me.pw_uid}  # taken back
+    assert users.ORCHESTRATOR_USER not in grp.getgrgid(groups[0]).gr_mem
 
 
 def _socket(tmp_path: Path, gid: int, mode: int) -> str:
@@ -66,31 +320,6 @@ def _socket(tmp_path: Path, gid: int, mode: int) -> str:
     os.chown(path, -1, gid) if os.geteuid() == 0 else None
     os.chmod(path, mode)
     return str(path)
-
-
-def test_the_docker_backend_drops_with_the_sockets_group_for_that_process_only(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    import os
-
-    import agents.run
-    from gate import users
-
-    gid = os.getgid() or 4242  # any group but root's
-    monkeypatch.setenv("DOCKER_HOST", "unix://" + _socket(tmp_path, gid, 0o660))
-    calls: list[Any] = []
-    monkeypatch.setattr(_drop, "should_drop", lambda home: True)
-    monkeypatch.setattr(
-        agents.run, "verify_sandbox", lambda backend, home, progress: calls.append(("verify", backend))
-    )
-    monkeypatch.setattr(_drop, "delegate_v1", lambda uid, gid: pytest.fail("docker has its own cgroups"))
-    monkeypatch.setattr(
-        _drop,
-        "rerun_as_orchestrator",
-        lambda home, env=None, extra_groups=(): calls.append(("rerun", env, extra_groups)) or 0,
-    )
-    assert _drop.drop_for_agents(SimpleNamespace(), "docker", lambda line: None) == 0
-    assert calls == [("verify", "docker"), ("rerun", {users.VERIFIED_ENV: "docker"}, (gid,))]
 
 
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="giving the socket root's group needs root")
@@ -114,74 +343,6 @@ def test_an_engine_over_tcp_needs_no_group(monkeypatch: pytest.MonkeyPatch) -> N
     assert _drop.docker_socket_groups() == ("tcp://127.0.0.1:2375", ())
 
 
-@pytest.mark.root
-@pytest.mark.docker
-@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="starting a process as segfactory needs root")
-def test_as_segfactory_with_the_sockets_group_a_docker_sandbox_writes_its_own_workspace(
-    tmp_path: Path,
-) -> None:
-    """What the dropped command does: a real container started by ``segfactory`` holding only the
-    socket's group (as the launcher gives it), running as segfactory's uid in the workspace it owns.
-    Without the group the engine refuses it."""
-    import os
-    import pwd
-    import subprocess
-    import sys
-
-    from gate import users
-    from tests.conftest import REPO
-    from tests.sandbox.conftest import docker_problem
-
-    if not users.user_exists(users.ORCHESTRATOR_USER):
-        pytest.skip("no segfactory user (created by `segfactory init` as root)")
-    if problem := docker_problem():
-        pytest.skip(f"no Docker engine could be started: {problem}")
-    socket, groups = _drop.docker_socket_groups()
-    if not groups:
-        pytest.skip(f"the engine's socket {socket} is not shared through a group")
-    me = pwd.getpwnam(users.ORCHESTRATOR_USER)
-    os.chmod(tmp_path, 0o755)  # pytest makes it 0700; its private parents are bridged by the launcher
-    scratch, workspace = tmp_path / "home", tmp_path / "ws"
-    for folder in (scratch, workspace):
-        folder.mkdir()
-        os.chown(folder, me.pw_uid, me.pw_gid)
-    script = (
-        "import sys; from pathlib import Path; from sandbox import get_backend; "
-        "from sandbox import SandboxSpec; from segfactory.errors import SandboxError\n"
-        "try:\n"
-        f"    r = get_backend('docker').run(SandboxSpec(command=['sh', '-c', 'id -u > /work/uid'], "
-        f"workspace=Path({str(workspace)!r}), timeout_s=60))\n"
-        "except SandboxError as exc:\n"
-        "    sys.exit(f'refused: {exc}')\n"
-        "sys.exit(r.exit_code)"
-    )
-    with _drop._readable_source(REPO) as source:
-        env = {**os.environ, "HOME": str(scratch), "XDG_CACHE_HOME": str(scratch), "PYTHONPATH": str(source)}
-        paths = [Path(sys.base_prefix), Path(sys.prefix), source, tmp_path]
-
-        def as_segfactory(extra: tuple[int, ...]) -> subprocess.CompletedProcess[str]:
-            launcher = users.user_launcher(paths, users.ORCHESTRATOR_USER, extra)
-            return subprocess.run(
-                [*launcher, sys.executable, "-c", script],
-                env=env,
-                cwd=scratch,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-
-        refused = as_segfactory(())
-        assert refused.returncode != 0 and "refused: the Docker engine does not answer" in refused.stderr
-        assert not (workspace / "uid").exists()
-        ran = as_segfactory(groups)
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    assert (workspace / "uid").read_text().strip() == str(me.pw_uid)
-    assert (workspace / "uid").stat().st_uid == me.pw_uid
-    assert "docker" not in {
-        g.gr_name for g in __import__("grp").getgrall() if users.ORCHESTRATOR_USER in g.gr_mem
-    }
-
-
 def test_only_a_dropped_process_skips_the_verify(monkeypatch: pytest.MonkeyPatch) -> None:
     from gate import users
 
@@ -192,40 +353,7 @@ def test_only_a_dropped_process_skips_the_verify(monkeypatch: pytest.MonkeyPatch
     assert users.verified_before_drop("bwrap") and not users.verified_before_drop("docker")
 
 
-def test_the_restarted_command_imports_this_source_tree(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    import contextlib
-    import os
-
-    from gate import users
-
-    seen: dict[str, Any] = {}
-
-    class Child:
-        def __init__(self, argv: list[str], env: dict[str, str], cwd: str) -> None:
-            first = Path(env["PYTHONPATH"].split(os.pathsep)[0])  # the tree itself, or its staged copy
-            seen.update(argv=argv, env=env, source=(first / "cli" / "_drop.py").read_text())
-
-        def wait(self) -> int:
-            return 0
-
-        def poll(self) -> int:
-            return 0
-
-    monkeypatch.setattr(_drop, "should_drop", lambda home: True)
-    monkeypatch.setattr(users, "give_home_to_orchestrator", lambda root: None)
-    monkeypatch.setattr(users, "user_launcher", lambda paths, user, extra_groups=(): ["launch"])
-    monkeypatch.setattr(_drop, "_served_gate", lambda home: contextlib.nullcontext())
-    monkeypatch.setattr(_drop, "_ids", lambda user: (os.getuid(), os.getgid()))
-    monkeypatch.setattr(_drop.subprocess, "Popen", Child)
-    assert _drop.rerun_as_orchestrator(SimpleNamespace(root=tmp_path), env={"X": "1"}) == 0
-    assert seen["source"] == Path(_drop.__file__).read_text() and seen["env"]["X"] == "1"
-    assert seen["argv"][:4] == ["launch", _drop.sys.executable, "-m", "segfactory"]
-
-
 def test_a_private_checkout_is_staged_readable_for_the_restarted_command(tmp_path: Path) -> None:
-    import os
     import stat
 
     repo = tmp_path / "checkout"

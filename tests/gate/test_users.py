@@ -1,8 +1,12 @@
 """Trust rule 1 as root: the vault belongs to segfactory-gate, and the orchestrator, as the CLI
-really starts it, runs as an unprivileged user that gets EACCES on every vault file."""
+really starts it, runs as an unprivileged user that gets EACCES on every vault file, and can
+neither move nor replace the vault, the gate's socket directory or the home marker; the home
+root stays root's; the gate serves no vault it does not own, reached through a path it does not
+control; root follows no link in its chown walk and imports nothing from its directory."""
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import queue
@@ -10,6 +14,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -23,8 +28,9 @@ import httpx
 import pytest
 
 from gate import users
-from gate.client import running_gate
+from gate.client import GateClient, running_gate
 from gate.pinned import current_pinned
+from segfactory.errors import HomeError
 from tests.gate import models
 from tests.gate.conftest import build_home
 
@@ -188,8 +194,203 @@ def test_the_console_works_after_the_drop(separated_home: Path, orchestrator: Or
     with httpx.Client(follow_redirects=True, timeout=30) as http:
         page = http.get(orchestrator.url)  # /login?token=…, then the runs page
     assert page.status_code == 200, page.text[:300]
-    owned = {p.stat().st_uid for p in [separated_home, separated_home / "runs", separated_home / "audit"]}
-    assert owned == {orchestrator.uid}  # the home's writable parts are the orchestrator's
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def test_after_the_drop_the_home_root_is_root_s_and_only_the_orchestrator_s_parts_are_its_own(
+    separated_home: Path, orchestrator: Orchestrator
+) -> None:
+    """The table of docs/trust.md, read back from a home that a real drop prepared."""
+    gate = pwd.getpwnam(users.GATE_USER)
+    group = grp.getgrnam(users.GROUP).gr_gid
+    home = separated_home
+    assert (home.stat().st_uid, home.stat().st_gid, _mode(home)) == (0, group, 0o1775)
+    assert (home / "home.json").stat().st_uid == 0
+    assert ((home / "vault").stat().st_uid, _mode(home / "vault")) == (gate.pw_uid, 0o700)
+    run_dir = home / "gate-run"
+    assert (run_dir.stat().st_uid, run_dir.stat().st_gid, _mode(run_dir)) == (gate.pw_uid, group, 0o750)
+    host, agent = run_dir / "host.token", run_dir / "agent.token"
+    assert (host.stat().st_uid, _mode(host)) == (gate.pw_uid, 0o600)  # the gate user's alone
+    assert (agent.stat().st_uid, agent.stat().st_gid, _mode(agent)) == (gate.pw_uid, group, 0o640)
+    for name in users.ORCHESTRATOR_DIRS:
+        assert {p.lstat().st_uid for p in [home / name, *(home / name).rglob("*")]} == {orchestrator.uid}, (
+            name
+        )
+
+
+# what the orchestrator tries against the entries of the home root that are not its own: move each
+# away, remove it, put one of its own (a directory, a file, a link) in its place; read the host token
+REARRANGE = """
+cd "$1" || exit 9
+err=$(mktemp)
+attempt() { if "$@" 2>"$err"; then echo "DONE: $*"; else echo "REFUSED: $*: $(cat "$err")"; fi; }
+for entry in vault gate-run home.json; do attempt mv -T "$entry" "$entry.moved"; done
+attempt rmdir vault; attempt rmdir gate-run; attempt rm -f home.json
+mkdir own-vault own-run; echo '{}' > own.json; ln -s /tmp own-link
+attempt mv -T own-vault vault; attempt mv -T own-run gate-run
+attempt mv -T own.json home.json; attempt mv -T own-link home.json
+attempt cat gate-run/host.token
+attempt touch state.sqlite-probe; attempt rm state.sqlite-probe
+rm -rf own-vault own-run own.json own-link "$err"
+"""
+DENIED = ("Operation not permitted", "Permission denied")
+
+
+def test_as_segfactory_the_vault_gate_run_and_marker_can_be_neither_moved_nor_replaced(
+    separated_home: Path, orchestrator: Orchestrator
+) -> None:
+    before = {name: (separated_home / name).lstat().st_ino for name in ("vault", "gate-run", "home.json")}
+    out = _as(orchestrator, REARRANGE, str(separated_home))
+    lines = out.stdout.strip().splitlines()
+    refused = [line for line in lines if line.startswith("REFUSED")]
+    assert len(refused) == 11 and all(any(d in line for d in DENIED) for line in refused), out.stdout
+    assert [line for line in lines if line.startswith("DONE")] == [
+        "DONE: touch state.sqlite-probe",  # its own files at the home root it still makes and removes
+        "DONE: rm state.sqlite-probe",
+    ], out.stdout + out.stderr
+    assert {n: (separated_home / n).lstat().st_ino for n in before} == before
+
+
+def test_as_segfactory_python_gets_eperm_renaming_the_vault(
+    separated_home: Path, orchestrator: Orchestrator
+) -> None:
+    """``os.rename(home / 'vault', ...)`` by the orchestrator's uid, the call the review made."""
+    script = (
+        "import errno, os, sys\n"
+        "try:\n"
+        "    os.rename(sys.argv[1] + '/vault', sys.argv[1] + '/vault.old')\n"
+        "except OSError as exc:\n"
+        "    print(errno.errorcode[exc.errno])\n"
+        "else:\n"
+        "    print('RENAMED')\n"
+    )
+    out = _as(orchestrator, 'exec /usr/bin/python3 -I -c "$1" "$2"', script, str(separated_home))
+    assert out.stdout.strip() in ("EPERM", "EACCES"), out.stdout + out.stderr
+    assert (separated_home / "vault").is_dir()
+
+
+def _serve(home: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``gate serve`` as root on ``home``; stopped by its own refusal, else by the timeout."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "segfactory",
+            "gate",
+            "serve",
+            "--home",
+            str(home),
+            "--socket",
+            str(home / "s"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd="/",
+    )
+
+
+def _planted_copy(where: Path, marker: Path) -> Path:
+    """A "pinned copy" whose boot module writes ``marker``: what a swapped vault would run."""
+    boot = where / "gate" / "_serve_pinned.py"
+    boot.parent.mkdir(parents=True)
+    (boot.parent / "__init__.py").write_text("")
+    boot.write_text(f"def main(argv):\n    open({str(marker)!r}, 'w').write('ran')\n    return 0\n")
+    return where
+
+
+def test_the_gate_refuses_a_vault_the_orchestrator_swapped_in(separated_home: Path, tmp_path: Path) -> None:
+    """A vault that ``segfactory`` owns (what a rename would have let it put in place), whose
+    ``CURRENT`` names a copy it wrote: root's ``gate serve`` runs none of it."""
+    me = pwd.getpwnam(users.ORCHESTRATOR_USER)
+    os.chmod(tmp_path, 0o755)
+    home, marker = tmp_path / "home", tmp_path / "ran-as-root"
+    (home / "vault" / "gate-pinned").mkdir(parents=True)
+    (home / "home.json").write_text('{"profile": "test"}')
+    copy = _planted_copy(tmp_path / "evil", marker)
+    (home / "vault" / "gate-pinned" / "CURRENT").write_text(f"{copy}\n")
+    for path in [home / "vault", *(home / "vault").rglob("*")]:
+        os.chown(path, me.pw_uid, me.pw_gid)
+    os.chmod(home / "vault", 0o700)
+    out = _serve(home)
+    assert out.returncode != 0 and "refuses to serve" in out.stderr, out.stderr[-500:]
+    assert f"belongs to uid {me.pw_uid}" in out.stderr and not marker.exists()
+
+
+def test_current_may_name_a_digest_only(tmp_path: Path) -> None:
+    """A root-owned vault whose ``CURRENT`` holds an absolute path: refused, nothing run."""
+    os.chmod(tmp_path, 0o755)
+    home, marker = tmp_path / "home", tmp_path / "ran-as-root"
+    (home / "vault" / "gate-pinned").mkdir(parents=True)
+    os.chmod(home / "vault", 0o700)
+    (home / "home.json").write_text('{"profile": "test"}')
+    for named in (str(_planted_copy(tmp_path / "evil", marker)), "../../evil"):
+        (home / "vault" / "gate-pinned" / "CURRENT").write_text(named + "\n")
+        out = _serve(home)
+        assert out.returncode != 0 and "must hold the sha256 digest" in out.stderr, out.stderr[-500:]
+        assert not marker.exists()
+
+
+def test_the_gate_refuses_a_vault_under_a_directory_the_orchestrator_controls(tmp_path: Path) -> None:
+    me = pwd.getpwnam(users.ORCHESTRATOR_USER)
+    os.chmod(tmp_path, 0o755)
+    theirs = tmp_path / "theirs"
+    home, _ = build_home(theirs / "home")
+    os.chown(theirs, me.pw_uid, me.pw_gid)  # it could rename ``home`` and put another in its place
+    out = _serve(home)
+    assert out.returncode != 0 and "refuses to serve" in out.stderr, out.stderr[-500:]
+    assert f"{theirs} belongs to uid {me.pw_uid}" in out.stderr
+
+
+def test_the_drop_chowns_nothing_through_a_link(tmp_path: Path) -> None:
+    """``runs -> <a root directory>`` in the home: the drop refuses it and the target stays root's;
+    a link inside ``audit/`` is left alone while the rest is given."""
+    users.ensure_users()
+    os.chmod(tmp_path, 0o755)
+    home, outside = tmp_path / "home", tmp_path / "etc-like"
+    outside.mkdir()
+    (outside / "passwd").write_text("root:x:0:0\n")
+    (home / "audit").mkdir(parents=True)
+    (home / "audit" / "log.jsonl").write_text("")
+    (home / "audit" / "shadow").symlink_to(outside / "passwd")
+    (home / "runs").symlink_to(outside)
+    with pytest.raises(HomeError, match="runs is a link or not a directory"):
+        users.give_home_to_orchestrator(home)
+    assert {p.lstat().st_uid for p in [outside, *outside.iterdir()]} == {0}
+    (home / "runs").unlink()
+    users.give_home_to_orchestrator(home)
+    uid = pwd.getpwnam(users.ORCHESTRATOR_USER).pw_uid
+    assert (home / "audit" / "log.jsonl").stat().st_uid == uid and (home / "runs").stat().st_uid == uid
+    assert {p.lstat().st_uid for p in [outside, *outside.iterdir()]} == {0}
+    assert home.stat().st_uid == 0
+
+
+def test_a_module_planted_in_root_s_directory_is_not_imported_by_the_gate_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root's current directory holds ``segfactory/``, ``cli/`` and ``gate/`` packages (a home the
+    orchestrator writes, say): neither the served gate of the drop nor ``running_gate`` imports
+    them."""
+    from cli import _drop
+    from segfactory.home import Home
+
+    users.ensure_users()
+    os.chmod(tmp_path, 0o755)
+    home, _ = build_home(tmp_path / "home", separate_users=True)
+    planted, marker = tmp_path / "planted", tmp_path / "imported-as-root"
+    for package in ("segfactory", "cli", "gate"):
+        (planted / package).mkdir(parents=True)
+        (planted / package / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write({package!r})\n")
+    (planted / "segfactory" / "__main__.py").write_text("")
+    monkeypatch.chdir(planted)
+    with _drop._served_gate(Home(home)):
+        assert GateClient(socket_path=home / "gate-run" / "gate.sock").status().pinned_code_ok is True
+    with running_gate(home) as client:
+        assert client.status().pinned_code_ok is True
+    assert not marker.exists(), marker.read_text()
 
 
 def test_the_gate_user_cannot_write_its_pinned_copy(separated_home: Path) -> None:
