@@ -53,6 +53,7 @@ def sections(r: RunReport) -> list[Section]:
     return [
         Section("Outcome", "outcome", _outcome(r)),
         Section("The run", "run", [Block(_run(r))]),
+        Section("Where the device time went", "budget-plan", [Block(_budget_plan(r))]),
         Section("What this run did not do", "did-not-do", [Block(did_not_do(r) or ["- Nothing to list."])]),
         Section("Every ticket", "tickets", _tickets(r)),
         Section("Rounds: weakness, fix tried, result", "rounds", _rounds(r)),
@@ -110,6 +111,28 @@ def _outcome(r: RunReport) -> list[Block]:
 
 
 # -- the run -------------------------------------------------------------------------------------
+
+
+def _budget_plan(r: RunReport) -> list[str]:
+    """The budget plan's phases: each one's written share and what it spent (people only)."""
+    if not r.budget_plan:
+        return [
+            f"No budget plan: every ticket was the proposer's, {number(r.device_seconds, 0)} device-s in all."
+        ]
+    total = sum(p.device_seconds for p in r.budget_plan)
+    lines = [
+        "The run spent its device budget by the written plan (policies/budget_plan.yaml): screens, rungs "
+        "that continue the best of the level before, one long final of the best recipe.",
+        "",
+        "| phase | share written | tickets | device-s | share spent |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for p in r.budget_plan:
+        spent = p.device_seconds / total if total else 0.0
+        lines.append(
+            f"| {text(p.phase)} | {p.share:.0%} | {p.tickets} | {number(p.device_seconds, 0)} | {spent:.0%} |"
+        )
+    return lines
 
 
 def _run(r: RunReport) -> list[str]:

@@ -107,6 +107,15 @@ class Headline(_Rec):
     missing: str | None = None  # why there is no sealed score of the best
 
 
+class PlanSpend(_Rec):
+    """Where one phase of the budget plan put the device time: its written share and what it spent."""
+
+    phase: str  # screen | rung | final
+    share: float  # of the run's device budget, as policies/budget_plan.yaml writes it
+    tickets: int  # the phase's tickets and their replicates
+    device_seconds: float
+
+
 class RunReport(_Rec):
     schema_version: int = 2  # 2: headline, lineage per ticket, approval rows, gate tiers
     run_id: str
@@ -148,6 +157,7 @@ class RunReport(_Rec):
     hit_rate: dict[str, Any] = Field(
         default_factory=dict
     )  # recommendation vs default action, Wilson intervals
+    budget_plan: list[PlanSpend] = Field(default_factory=list)  # empty: the run had no budget plan
     not_executable: list[dict[str, Any]] = Field(
         default_factory=list
     )  # recommendations that became no ticket

@@ -20,6 +20,7 @@ from agents import report as rpt
 from agents._predictions import write_summary
 from agents.approvals import ApprovalQueue
 from agents.audit_hold import AuditHolds
+from agents.budget_plan import BudgetPlanner, load_plan
 from agents.code_arm import with_code_arm
 from agents.graph import DEVICE_LEFT_SHARE, LoopDeps, build_graph, run_loop
 from agents.judge import Judge, default_judge, make_reviewer
@@ -29,6 +30,7 @@ from agents.proposer.explore import ExploringProposer
 from agents.run_policy import DATASET, RunDefaults
 from agents.run_setup import RunRequest, RunSetup
 from agents.services import HostServices
+from agents.space import load_space
 from agents.state import FactoryState
 from agents.validate import ticket_problems
 from audit import AuditLog
@@ -36,7 +38,7 @@ from audit.anchor import anchor_from_reply
 from audit.gate_events import pull
 from gate.client import GateClient
 from gate.win_rule import load_win_rule
-from segfactory.budgets import load_budget_policy
+from segfactory.budgets import TicketCaps, load_budget_policy
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.layout import RunLayout, RunRecord
 from segfactory.records import Actor, Budget, Ticket
@@ -91,7 +93,16 @@ def _deps(
     )
     make_seed = host_seeds(record, resumed=bool(req.resume))
     if defaults.explore:  # when the analysis has nothing new, TPE around the incumbent fills the batch
-        proposer = ExploringProposer(proposer, defaults.ticket, seed=make_seed())
+        space = load_space()
+        proposer = ExploringProposer(
+            proposer,
+            defaults.ticket,
+            space=space,
+            seed=make_seed(),
+            storage=f"sqlite:///{RunLayout(req.home, record.run_id).search_db}",
+            study_name=record.run_id,
+            observations=lambda: services.observations(list(space.params)),
+        )
 
     def check(ticket: Ticket) -> list[str]:
         config = services.incumbent().config  # the change applies to the incumbent's config
@@ -117,12 +128,22 @@ def _deps(
         device_left_share=0.0 if record.fill_budget else DEVICE_LEFT_SHARE,
         concurrency=record.concurrency,
         audit_hold=AuditHolds(req.home.root).hold,
+        planner=_planner(record, req.home, services, ticket_caps),
     )
     if record.code_agent:  # code drafts get their files from the code-editing agent first
         deps.proposer = with_code_arm(
             deps, proposer=record.proposer, backend=record.backend, home=req.home, run_id=record.run_id
         )
     return deps
+
+
+def _planner(record: RunRecord, home: Home, services: HostServices, caps: TicketCaps) -> BudgetPlanner | None:
+    """The profile's budget plan (``policies/budget_plan.yaml``), or None when it has none."""
+    plan = load_plan(record.profile)
+    if plan is None or record.caps is None:
+        return None
+    layout = RunLayout(home, record.run_id)
+    return BudgetPlanner(plan, layout, record.caps, caps, lambda: services.dev_scores())
 
 
 def execute(
@@ -216,6 +237,7 @@ def _write_report(
         predictions=predictions["rows"],
         hit_rate=predictions["hit_rate"],
         not_executable=[row.line() for row in layout.not_executable()],
+        budget_plan=rpt.plan_spend(layout, rows, deps.planner.plan if deps.planner else None),
         **rpt.home_records(home),
     )
     paths = rpt.write(report, layout.people, layout.tickets)

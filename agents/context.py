@@ -108,10 +108,17 @@ class ProposerContext(_Frozen):
     history: tuple[VerdictEntry, ...] = ()
     history_truncated: bool = False
     incumbent: dict[str, Any] = Field(default_factory=dict)  # the current best's training config: no score
+    incumbent_sha256: str = ""  # which model that is (a hash names it; it holds no score)
+    incumbent_has_weights: bool = False  # a ticket may continue from its weights (continues: incumbent)
 
 
 def build_context(
-    analysis: DevAnalysis, history: Sequence[VerdictEntry], incumbent: dict[str, Any] | None = None
+    analysis: DevAnalysis,
+    history: Sequence[VerdictEntry],
+    incumbent: dict[str, Any] | None = None,
+    *,
+    incumbent_sha256: str = "",
+    incumbent_has_weights: bool = False,
 ) -> ProposerContext:
     """The one way to make a proposer context; any other input type is a ``TypeError``.
 
@@ -130,6 +137,8 @@ def build_context(
         history=entries[-MAX_HISTORY_ENTRIES:],
         history_truncated=truncated,
         incumbent=_config_only(incumbent or {}),
+        incumbent_sha256=incumbent_sha256,
+        incumbent_has_weights=incumbent_has_weights,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from agents.approvals import ApprovalQueue
 from agents.audit_hold import AuditHold
+from agents.budget_plan import BudgetPlanner
 from agents.context import DevAnalysis
 from agents.incumbent import Incumbent
 from agents.judge import Judge
@@ -33,8 +34,10 @@ class FactoryServices(Protocol):
     ``run_ticket`` trains one ticket in the sandbox and compares it with the current best on dev
     (host-computed), and must be idempotent by ticket id (a resumed run may call it again); the
     worker gets at most ``wall_left_s`` of the run's wall time.
-    ``submit`` queries the gate (confirm-a, or confirm-b with ``replicate_of``); the gate answers
-    a repeated ticket id from its cache without spending twice. ``promote`` moves the global best
+    ``check`` is the host's refusal of a ticket before it is queued (one that would train exactly
+    what its parent trained), with the reasons. ``submit`` queries the gate (confirm-a, or
+    confirm-b with ``replicate_of``); the gate answers a repeated ticket id from its cache
+    without spending twice. ``promote`` moves the global best
     to the ticket's model after the judge's ``promote`` (idempotent: a resumed run may repeat it).
     """
 
@@ -43,6 +46,8 @@ class FactoryServices(Protocol):
     def realise(self, analysis: DevAnalysis) -> DevAnalysis: ...
 
     def incumbent(self) -> Incumbent: ...
+
+    def check(self, ticket: Ticket) -> list[str]: ...
 
     def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome: ...
 
@@ -82,6 +87,9 @@ class LoopDeps:
     concurrency: int = 1
     # A ticket with audit findings is held before the gate (``agents.audit_hold``); None: never held.
     audit_hold: Callable[[str, Ticket], AuditHold | None] | None = None
+    # How the run spends its device budget (``agents.budget_plan``); None: every ticket is the
+    # proposer's, at its own budget.
+    planner: BudgetPlanner | None = None
 
 
 __all__ = ["DEVICE_LEFT_SHARE", "FactoryServices", "LoopDeps"]

@@ -25,11 +25,13 @@ from agents._report_records import (
     ApprovalRow,
     AuditSummary,
     Headline,
+    PlanSpend,
     RunReport,
     SealedScore,
     TicketRow,
 )
 from agents.approvals import ApprovalQueue
+from agents.budget_plan import ProfilePlan
 from agents.challenge import retractions
 from agents.labelling import label_rounds
 from agents.state import FactoryState
@@ -210,6 +212,29 @@ def audit_summary(home: Home, run_id: str, anchor: Any, anchor_checked: bool) ->
     )
 
 
+def plan_spend(layout: RunLayout, rows: Sequence[TicketRow], plan: ProfilePlan | None) -> list[PlanSpend]:
+    """Device time per phase of the budget plan: its tickets (and their replicates) as trained."""
+    if plan is None:
+        return []
+    phase_of = {r.ticket_id: r.phase for r in layout.plan_rows()}
+    out = []
+    for phase, share in (
+        ("screen", plan.screen.share),
+        ("rung", plan.rungs.share),
+        ("final", plan.final.share),
+    ):
+        mine = [t for t in rows if phase_of.get(t.replicate_of or t.ticket_id) == phase]
+        out.append(
+            PlanSpend(
+                phase=phase,
+                share=share,
+                tickets=len(mine),
+                device_seconds=sum(t.device_seconds for t in mine),
+            )
+        )
+    return out
+
+
 def first_analysis(layout: RunLayout, state: FactoryState) -> str | None:
     """The dev analysis of the best the run started from: its first round's (None: no round)."""
     if not state.rounds:
@@ -291,6 +316,7 @@ __all__ = [
     "audit_summary",
     "counts",
     "first_analysis",
+    "plan_spend",
     "headline",
     "home_records",
     "loop_rounds",

@@ -17,14 +17,16 @@ answered from its ``outcome.json``; the gate answers a repeated ticket id from i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from agents._analysis import analyse_best
+from agents.actions import dotted_get
 from agents.context import DevAnalysis
 from agents.dev_compare import DevComparer
 from agents.incumbent import Incumbent
 from agents.lineage import LineagePlanner
 from agents.promotion import Promoter
+from agents.proposer.explore import Observation
 from agents.recommendations import Realiser
 from agents.run_setup import RunSetup
 from agents.state import RunOutcome
@@ -71,6 +73,21 @@ class HostServices:
 
     def check(self, ticket: Ticket) -> list[str]:
         return self.lineage.check(ticket)
+
+    def observations(self, keys: Sequence[str]) -> list[Observation]:
+        """Every ticket of this run that trained, as the explorer's study sees it: its patched
+        config's values of ``keys`` and its host-computed dev object F1."""
+        scores, out = self.dev_scores(), []
+        for ticket_id, row in self.lineage.lineage().items():
+            params = {key: dotted_get(row.config, key) for key in keys}
+            if ticket_id in scores and all(v is not None for v in params.values()):
+                out.append(Observation(ticket_id=ticket_id, params=params, value=scores[ticket_id]))
+        return out
+
+    def dev_scores(self) -> dict[str, float]:
+        """This run's tickets and their host-computed dev object F1 (for the budget plan and the
+        explorer's study; people only otherwise, and never in an LLM's context)."""
+        return {row.ticket_id: row.object_f1 for row in self.setup.layout.dev_comparisons()}
 
     def run_ticket(self, ticket: Ticket, wall_left_s: float | None = None) -> RunOutcome:
         return self.route.run(ticket, wall_left_s)

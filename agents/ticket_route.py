@@ -22,12 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from agents.budget_plan import final_caps, is_final
 from agents.dev_compare import DevComparer
 from agents.incumbent import Incumbent
 from agents.lineage import LineagePlanner, base_config_for, runnable
 from agents.run_setup import RunSetup
 from agents.state import RunOutcome
 from runner import Scheduler, SchedulerSettings, TicketOutcome, TicketRunner, TicketStatus
+from segfactory.budgets import ticket_caps
 from segfactory.errors import SegfactoryError
 from segfactory.layout import Lineage
 from segfactory.records import Ticket
@@ -74,6 +76,11 @@ class SandboxExecutor:
     ) -> TicketOutcome:
         s = self.setup
         dataset = resolve(s.home.root, lineage.dataset)
+        caps = s.ticket_caps  # None: the home profile's (the runner reads them)
+        if is_final(s.layout, ticket):  # the plan's written rule: its final may pass the cap
+            caps = final_caps(
+                s.layout, ticket, caps or ticket_caps(str(s.home.info().get("profile", "default")))
+            )
         runner = TicketRunner(
             s.home,
             s.backend,
@@ -81,7 +88,7 @@ class SandboxExecutor:
             run_id=s.run_id,
             scheduler=self.scheduler(),
             scorer=s.score,
-            budget_policy=s.ticket_caps,
+            budget_policy=caps,
             progress=s.progress,
         )
         base = base_config_for(parent, dataset)

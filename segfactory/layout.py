@@ -136,6 +136,17 @@ class Promotion(Row):
         return data
 
 
+class PlanRow(Row):
+    """A ticket the budget plan placed (``runs/<run>/budget_plan.jsonl``): its phase, its level
+    (screens 0, each rung one deeper, the final last), the budget it was given, what it continues."""
+
+    ticket_id: str
+    phase: Literal["screen", "rung", "final"]
+    level: int = Field(ge=0)
+    budget_s: float = Field(gt=0)
+    continues: str | None = None
+
+
 class DevComparison(Row):
     """A ticket's host-computed dev score against the current best's (people only)."""
 
@@ -262,6 +273,17 @@ class RunLayout:
     @property
     def llm_usage(self) -> Path:
         return self.root / "llm_usage.json"
+
+    @property
+    def search_db(self) -> Path:
+        """The explorer's Optuna study of this run (its trials' dev scores: host-side only)."""
+        return self.root / "search.db"
+
+    def plan_rows(self) -> list[PlanRow]:
+        return [PlanRow.model_validate(r) for r in read_jsonl(self.root / "budget_plan.jsonl")]
+
+    def append_plan_row(self, row: PlanRow) -> None:
+        append_jsonl(self.root / "budget_plan.jsonl", row.line())
 
     def analysis_dir(self, best_sha256: str) -> Path:
         return self.root / "analysis" / best_sha256[:12]
@@ -396,6 +418,7 @@ __all__ = [
     "DevPrediction",
     "Lineage",
     "NotExecutableRow",
+    "PlanRow",
     "PredictionRow",
     "Promotion",
     "RepeatKind",

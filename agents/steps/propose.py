@@ -80,9 +80,21 @@ class ProposeStep(Step):
             counter[0] += 1
             return f"{state.run_id}-t{counter[0] - 1:03d}"
 
+        planner = self.d.planner
+        if planner is not None:  # the budget plan's rungs and final come before new screens
+            planned = planner.tickets(state, self.d.services.incumbent(), make_id, self.d.make_seed)
+            if planned is not None:
+                return self._planned(state, planned, counter[0])
         assert state.analysis is not None, "propose runs after analyse"
         analysis = self.d.services.realise(state.analysis)
-        context = build_context(analysis, state.history, incumbent=self.d.services.incumbent().config)
+        incumbent = self.d.services.incumbent()
+        context = build_context(
+            analysis,
+            state.history,
+            incumbent=incumbent.config,
+            incumbent_sha256=incumbent.sha256,
+            incumbent_has_weights=incumbent.checkpoint is not None,
+        )
         try:
             tickets = propose_valid(
                 self.d.proposer,
@@ -100,9 +112,31 @@ class ProposeStep(Step):
             self.audit(state, "proposer_failed", {"error": str(exc)})
             return {"stop_reason": f"proposer failed: {exc}"}
         tickets = self._route_requests(state, tickets)
+        if planner is not None and not tickets:  # nothing more to screen: on to the rungs early
+            planned = planner.tickets(
+                state, self.d.services.incumbent(), make_id, self.d.make_seed, screens_done=True
+            )
+            return self._planned(state, planned or [], counter[0])
+        if planner is not None:  # a screen: cut to the plan's screen budget
+            tickets = [t.model_copy(update={"budget": planner.screen_budget(t.budget)}) for t in tickets]
+            planner.record_screens(tickets)
         update: Update = {"queue": tickets, "next_id": counter[0]}
         if not tickets:
             update["stop_reason"] = "the proposer has nothing left to try"
+        return update
+
+    def _planned(self, state: FactoryState, planned: list[Ticket], next_id: int) -> Update:
+        """The plan's own tickets (host-made: a rung or the final), each checked against its
+        parent; an empty list means the plan has run its final: the run ends."""
+        if not planned:
+            assert self.d.planner is not None
+            return {"stop_reason": self.d.planner.end_reason(), "next_id": next_id}
+        valid = [t for t in planned if not self._refused_by_host(state, t)]
+        update: Update = {"queue": valid, "next_id": next_id}
+        if not valid:
+            update["stop_reason"] = (
+                "budget plan: its next tickets were refused (ticket_invalid in the audit log)"
+            )
         return update
 
     def _take_escalations(self, state: FactoryState) -> Update:
@@ -151,6 +185,16 @@ class ProposeStep(Step):
         taken = [t for t in approved if self.d.approvals.take(t.change["approved_request"], state.run_id)]
         valid = [t for t in taken if not self._invalid(state, t)]
         return {"queue": [*state.queue, *valid], "taken_approvals": [t.id for t in taken]}
+
+    def _refused_by_host(self, state: FactoryState, ticket: Ticket) -> bool:
+        """A host-made ticket passes the host's own checks (it must not train its parent again);
+        the proposer's validation, budgets included, is for proposals: the plan writes its own."""
+        problems = self.d.services.check(ticket)
+        if problems:
+            self.audit(
+                state, "ticket_invalid", {"ticket": ticket.model_dump(mode="json"), "reasons": problems}
+            )
+        return bool(problems)
 
     def _invalid(self, state: FactoryState, ticket: Ticket) -> bool:
         problems = self.d.check(ticket)
