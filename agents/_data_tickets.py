@@ -10,41 +10,17 @@ parent; dev is unchanged.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from segfactory.errors import UsageError
 from segfactory.records import Ticket, TicketKind
 from synthetic.extend import base_params, build_arm
-from synthetic.slices import constrain
+from synthetic.slices import constrain, generator_constraint
 from synthetic.splits import read_split
 
 DEFAULT_TOPUP_IMAGES = 250  # images added when a data ticket does not say how many
 MAX_TOPUP_IMAGES = 2000  # past this the ticket is refused: it would dwarf the train split
-_SMALL = re.compile(r"^(diameter|area|size)\s*<")
-
-
-def _term(term: str) -> str:
-    """One analysis slice term as a generator constraint; UsageError when there is none."""
-    term = term.strip()
-    if term.startswith("contrast<"):
-        return "low-contrast"
-    if term.startswith("background="):
-        return "background:" + term.split("=", 1)[1].strip()
-    if _SMALL.match(term):
-        return "tiny"
-    if term.startswith("shape=shrinkage"):
-        return "thin"
-    raise UsageError(
-        f"the generator cannot target the slice term {term!r}; it can target contrast<x, "
-        "background=NAME, diameter<x (tiny) and shape=shrinkage (thin)"
-    )
-
-
-def generator_constraint(slice_name: str) -> str:
-    """``contrast<0.124 & background=texture`` -> ``low-contrast+background:texture``."""
-    return "+".join(dict.fromkeys(_term(t) for t in slice_name.split("&")))
 
 
 def topup_spec(ticket: Ticket) -> dict[str, Any] | None:

@@ -55,11 +55,12 @@ def realise_all(
         evidence = {**rec.evidence, "catalogue_action": got.rule, "catalogue_option": got.option}
         if got.epochs is not None:
             evidence["epochs"] = got.epochs
-        realised.append(
-            rec.model_copy(
-                update={"kind": got.kind, "change": change, "evidence": evidence, "action": describe(got)}
-            )
-        )
+        entry = catalogue.actions[got.rule]
+        continues = "incumbent" if entry.continues and incumbent.checkpoint is not None else None
+        if continues:  # a fine-tune of the incumbent's weights: a share of a fresh training's budget
+            evidence["budget_share"] = entry.budget_share
+        update = {"kind": got.kind, "change": change, "evidence": evidence, "action": describe(got)}
+        realised.append(rec.model_copy(update={**update, "continues": continues}))
     return realised, refused
 
 

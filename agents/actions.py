@@ -38,6 +38,10 @@ class ActionEntry(_Strict):
     do: Do
     options: list[dict[str, Any]] = Field(default_factory=list)  # config only: tried in order
     epochs_with_budget: bool = False
+    # Start from the incumbent's trained weights when it has them (a fine-tune), for this share of
+    # the ticket's device budget; from fresh weights, at the whole budget, when it has none.
+    continues: bool = False
+    budget_share: float = Field(default=1.0, gt=0, le=1)
 
 
 class Catalogue(_Strict):

@@ -16,12 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agents._data_tickets import generator_constraint, topup_spec
+from agents._data_tickets import topup_spec
 from agents._paths import is_protected
 from agents.approvals import APPROVED_REQUEST_KEY, data_ticket_id, grant_keys
 from segfactory.budgets import BudgetPolicy, TicketCaps
 from segfactory.errors import UsageError
 from segfactory.records import Ticket, TicketKind
+from synthetic.slices import generator_constraint
 
 # Config fields the host owns: a ticket never sets them (the seed is the ticket's own, host-chosen).
 HOST_OWNED_CONFIG_KEYS = frozenset({"version", "seed", "device", "threads", "max_train_images"})

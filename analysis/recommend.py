@@ -19,6 +19,7 @@ from analysis.labels import LabelEstimate
 from analysis.slices import SliceRow
 from segfactory.errors import PolicyError
 from segfactory.records import Direction, ExpectedEffect, Recommendation, TicketKind
+from synthetic.slices import can_draw
 
 POLICY_PATH = Path(__file__).resolve().parent.parent / "policies" / "recommend.yaml"
 TOPUP_IMAGES = 250  # images of targeted synthetic data a slice recommendation asks for
@@ -53,6 +54,8 @@ class Rule(BaseModel):
     min_model_dice: float = Field(default=0.0, ge=0, le=1)  # silent when the model's dev dice is lower
     # slice rules: slices whose train coverage is at most this come first (None: strength alone)
     uncovered_first: float | None = Field(default=None, ge=0)
+    # slice rules whose remedy is drawing more of the slice: only slices the generator can draw
+    drawable_only: bool = False
 
 
 class Policy(BaseModel):
@@ -227,7 +230,9 @@ def _fire(rule: Rule, inputs: Inputs) -> list[Recommendation]:
         rows = [
             r
             for r in inputs.strongest()
-            if r.effect >= rule.min_value and any(a in rule.attributes for a in r.attributes)
+            if r.effect >= rule.min_value
+            and any(a in rule.attributes for a in r.attributes)
+            and (not rule.drawable_only or can_draw(r.name))
         ]
         if rule.uncovered_first is not None:
             rows.sort(key=lambda r: not _uncovered(r, rule.uncovered_first))  # stable: strength within

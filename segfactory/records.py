@@ -174,6 +174,7 @@ class Recommendation(Record):
     change: dict[str, Any] = Field(default_factory=dict)
     predicted_effect: ExpectedEffect
     rationale: str = ""
+    continues: Literal["incumbent"] | None = None  # the ticket starts from the incumbent's weights
 
 
 class CoarseVerdict(Record):

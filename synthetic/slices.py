@@ -15,6 +15,7 @@ Constraints combine with ``+`` (``thin+low-contrast``). A constraint the generat
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from segfactory.errors import UsageError
@@ -70,6 +71,41 @@ def _background(p: GenParams, name: str) -> dict[str, Any]:
             f"known: {', '.join(BACKGROUNDS)}"
         )
     return {"backgrounds": (name,)}
+
+
+_SMALL = re.compile(r"^(diameter|area|size)\s*<")
+
+
+def _term(term: str) -> str:
+    """One analysis slice term as a generator constraint; UsageError when there is none."""
+    term = term.strip()
+    if term.startswith("contrast<"):
+        return "low-contrast"
+    if term.startswith("background="):
+        return "background:" + term.split("=", 1)[1].strip()
+    if _SMALL.match(term):
+        return "tiny"
+    if term.startswith("shape=shrinkage"):
+        return "thin"
+    raise UsageError(
+        f"the generator cannot target the slice term {term!r}; it can target contrast<x, "
+        "background=NAME, diameter<x (tiny) and shape=shrinkage (thin)"
+    )
+
+
+def generator_constraint(slice_name: str) -> str:
+    """An analysis slice in the generator's terms: ``contrast<0.124 & background=texture`` ->
+    ``low-contrast+background:texture``; UsageError naming the first term it cannot draw."""
+    return "+".join(dict.fromkeys(_term(t) for t in slice_name.split("&")))
+
+
+def can_draw(slice_name: str) -> bool:
+    """Whether the generator can draw more images of this analysis slice (every term targetable)."""
+    try:
+        generator_constraint(slice_name)
+    except UsageError:
+        return False
+    return True
 
 
 def constrain(params: GenParams, slice_name: str) -> GenParams:

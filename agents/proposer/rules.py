@@ -15,11 +15,15 @@ from segfactory.records import Budget, Direction, ExpectedEffect, Recommendation
 
 
 def draft_from(rec: Recommendation, budget: Budget) -> TicketDraft:
-    """A recommendation as a draft; an action that trains longer raises the epoch budget with it."""
+    """A recommendation as a draft; an action that trains longer raises the epoch budget with it,
+    and a fine-tune of the incumbent's weights takes its share of the device budget."""
     hypothesis = f"{rec.action}: {rec.rationale}" if rec.rationale else rec.action
     epochs = rec.evidence.get("epochs")
     if isinstance(epochs, int) and epochs > budget.epochs:
         budget = Budget(device_seconds=budget.device_seconds, epochs=epochs)
+    share = rec.evidence.get("budget_share")
+    if rec.continues and isinstance(share, float) and share < 1:
+        budget = Budget(device_seconds=budget.device_seconds * share, epochs=budget.epochs)
     return TicketDraft(
         kind=rec.kind,
         hypothesis=hypothesis,
@@ -27,6 +31,7 @@ def draft_from(rec: Recommendation, budget: Budget) -> TicketDraft:
         budget=budget,
         expected_effect=rec.predicted_effect,
         evidence=[f"recommendation:{rec.id}"],
+        continues=rec.continues,
     )
 
 

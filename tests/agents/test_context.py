@@ -38,6 +38,8 @@ def test_context_fields_are_the_allowlist() -> None:
         "history",
         "history_truncated",
         "incumbent",
+        "incumbent_sha256",  # a hash naming the best: no score
+        "incumbent_has_weights",  # whether a ticket may continue from its weights: no score
     }
     assert set(DevAnalysis.model_fields) == {"schema_version", "summary", "recommendations"}
     assert set(VerdictEntry.model_fields) == {

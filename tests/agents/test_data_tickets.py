@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agents._data_tickets import generator_constraint, topup_spec
+from agents._data_tickets import topup_spec
 from segfactory.errors import UsageError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+from synthetic.slices import generator_constraint
 
 
 def _ticket(kind: TicketKind, change: dict[str, object]) -> Ticket:

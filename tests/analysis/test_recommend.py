@@ -149,14 +149,27 @@ def test_a_measured_learning_curve_feeds_the_more_data_rule() -> None:
 def test_a_slice_training_lacks_comes_first_for_drawn_data_even_when_weaker() -> None:
     strong = _row("contrast<0.1", ["contrast"], 0.62, 0.2, coverage=1.1)
     absent = _row("size<4", ["size"], 0.6, 0.2, coverage=0.0)
-    unmeasured = _row("dose<900", ["dose"], 0.61, 0.2)
+    unmeasured = _row("background=texture", ["background"], 0.61, 0.2)
     recs = [
         r
         for r in recommend(Inputs(findings=[strong, unmeasured, absent]))
         if r.action == "targeted_synthetic"
     ]
-    assert [r.predicted_effect.slice for r in recs] == ["size<4", "contrast<0.1", "dose<900"]
+    assert [r.predicted_effect.slice for r in recs] == ["size<4", "contrast<0.1", "background=texture"]
     assert recs[0].evidence["train_coverage"] == 0.0 and "training holds 0%" in recs[0].rationale
     assert "train_coverage" not in recs[2].evidence and "training holds" not in recs[1].rationale
     plain = [r for r in recommend(Inputs(findings=[strong, unmeasured])) if r.action == "targeted_synthetic"]
-    assert [r.predicted_effect.slice for r in plain] == ["contrast<0.1", "dose<900"]  # strength alone
+    assert [r.predicted_effect.slice for r in plain] == [
+        "contrast<0.1",
+        "background=texture",
+    ]  # strength alone
+
+
+def test_only_slices_the_generator_can_draw_become_top_ups() -> None:
+    """A cluster-shaped or dose slice is real, but no synthetic top-up can target it: the
+    top-up rule passes it by, so it is never refused later as a ticket the loop cannot run."""
+    cluster = _row("shape=cluster", ["shape"], 0.66, 0.2)
+    dose = _row("dose<900", ["dose"], 0.64, 0.2)
+    thin = _row("shape=shrinkage", ["shape"], 0.6, 0.2)
+    recs = [r for r in recommend(Inputs(findings=[cluster, dose, thin])) if r.action == "targeted_synthetic"]
+    assert [r.predicted_effect.slice for r in recs] == ["shape=shrinkage"]
