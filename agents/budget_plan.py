@@ -46,7 +46,7 @@ from segfactory.records import (
 
 BUDGET_PLAN = POLICY_DIR / "budget_plan.yaml"
 PLAN_EVIDENCE = "budget-plan"  # evidence prefix of the tickets the planner makes
-Phase = Literal["screen", "rung", "final"]
+Phase = Literal["screen", "rung", "final", "package"]
 MIN_FINAL_S = 30.0  # device-seconds: below this the final is not worth a sandbox start; the run ends
 RUNG_GAIN = 0.01  # object F1 a rung or the final is predicted to gain (the dev rule's order)
 
@@ -71,10 +71,22 @@ class Final(_Strict):
     may_exceed_ticket_cap: bool = False  # the written rule: the final alone may pass the per-ticket cap
 
 
+class Package(_Strict):
+    """After the final: the run's best ``top_k`` models on dev packaged as one (a ticket that
+    trains nothing: the ensemble, flip views, threshold and minimum void size chosen on a split
+    carved from train; vision.packaging)."""
+
+    top_k: int = Field(ge=2, le=8)
+    ticket_s: float = Field(gt=0)  # device-seconds of the packaging ticket
+    flips: tuple[Literal["h", "v", "hv"], ...] = ("h",)
+    min_sizes: tuple[int, ...] = (1, 2, 3)
+
+
 class ProfilePlan(_Strict):
     screen: Screen
     rungs: Rungs
     final: Final
+    package: Package | None = None  # None: the run ends with its final
 
     @model_validator(mode="after")
     def _shares(self) -> ProfilePlan:
@@ -144,8 +156,10 @@ class BudgetPlanner:
         """The planner's tickets for this step; None: the proposer's turn (a screen).
         ``screens_done``: the proposer has nothing more to screen, so the rungs start early."""
         rows = self.layout.plan_rows()
+        if any(r.phase == "package" for r in rows):
+            return []  # the package was queued: the plan is done
         if any(r.phase == "final" for r in rows):
-            return []  # the final was queued: the plan is done
+            return self._package(rows, make_id, make_seed)
         phase = self.phase(state.device_seconds)
         if phase == "screen" and not screens_done:
             return None
@@ -222,6 +236,38 @@ class BudgetPlanner:
         self.record(ticket, "final", max((r.level for r in rows), default=0) + 1)
         return [ticket]
 
+    def _package(
+        self, rows: list[PlanRow], make_id: Callable[[], str], make_seed: Callable[[], int]
+    ) -> list[Ticket]:
+        """The run's best ``top_k`` tickets on dev packaged as one model (when the plan asks)."""
+        spec = self.plan.package
+        scores = self.dev_scores()
+        if spec is None or len(scores) < 2:
+            return []
+        members = sorted(scores, key=lambda tid: scores[tid], reverse=True)[: spec.top_k]
+        ticket = Ticket(
+            id=make_id(),
+            arm=Arm.AGENT,
+            kind=TicketKind.PACKAGE,
+            hypothesis=f"package: the run's best {len(members)} models on dev as one ensemble with flip "
+            "views, its threshold and minimum void size chosen on a split carved from train",
+            change={"flips": list(spec.flips), "min_sizes": list(spec.min_sizes)},
+            budget=Budget(device_seconds=spec.ticket_s, epochs=1),
+            expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=RUNG_GAIN),
+            evidence=[f"{PLAN_EVIDENCE}:package"],
+            seed=make_seed(),
+        )
+        self.layout.append_plan_row(
+            PlanRow(
+                ticket_id=ticket.id,
+                phase="package",
+                level=max(r.level for r in rows) + 1,
+                budget_s=spec.ticket_s,
+                members=members,
+            )
+        )
+        return [ticket]
+
     def _best_weights(self, rows: list[PlanRow], incumbent: Incumbent) -> tuple[str | None, str]:
         """What the final continues: the incumbent's weights when it has them (the best the gate
         confirmed); else (the classical baseline) the run's best ticket on dev; else fresh weights."""
@@ -259,8 +305,11 @@ class BudgetPlanner:
         )
 
     def end_reason(self) -> str:
-        """Why the plan has nothing more to run: its final ran, or too little was left for one."""
-        if any(r.phase == "final" for r in self.layout.plan_rows()):
+        """Why the plan has nothing more to run: its final (and package) ran, or too little was left."""
+        phases = {r.phase for r in self.layout.plan_rows()}
+        if "package" in phases:
+            return "budget plan: the final training and the package ran"
+        if "final" in phases:
             return "budget plan: the final training ran"
         return f"budget plan: under {2 * MIN_FINAL_S:g} device-seconds left for the final and its replicate"
 

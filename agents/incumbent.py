@@ -16,6 +16,7 @@ kinds whose point is repetition (:data:`REPEAT_KINDS`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.validate import BASE_CONFIG_EVIDENCE
 from segfactory.errors import UsageError
 from segfactory.layout import Lineage, RepeatKind
-from segfactory.records import Arm, InitFrom, Ticket, canonical_json
+from segfactory.records import Arm, InitFrom, MemberModel, Ticket, canonical_json
 
 DEFAULT_ACTION_EVIDENCE = "default-action"  # the control: the incumbent retrained with a fresh seed
 EXPLORATION_EVIDENCE = "exploration"  # prefix: a ticket from the explorer, not from the analysis
@@ -65,11 +66,15 @@ class Incumbent(_Strict):
 
 
 def fingerprint(
-    config: dict[str, Any], dataset_hash: str, code: dict[str, str], init_from: InitFrom | None = None
+    config: dict[str, Any],
+    dataset_hash: str,
+    code: dict[str, str],
+    init_from: InitFrom | None = None,
+    members: Sequence[MemberModel] = (),
 ) -> str:
-    """SHA-256 of the training inputs: config (seed left out), data content hash, code overlay and
-    the hash of the weights it starts from (left out of the body when it starts fresh, so a
-    fresh ticket's fingerprint is what it always was)."""
+    """SHA-256 of the training inputs: config (seed left out), data content hash, code overlay,
+    the hash of the weights it starts from and, for a packaging ticket, its members' hashes (each
+    left out of the body when absent, so a fresh ticket's fingerprint is what it always was)."""
     body: dict[str, Any] = {
         "config": {k: v for k, v in config.items() if k not in NOT_FINGERPRINTED},
         "data": dataset_hash,
@@ -77,6 +82,8 @@ def fingerprint(
     }
     if init_from is not None:
         body["init"] = init_from.sha256
+    if members:
+        body["members"] = [m.sha256 for m in members]
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 

@@ -25,7 +25,7 @@ from agents.run_setup import RunSetup
 from runner import TicketOutcome, TicketStatus, code_files, ticket_config
 from segfactory.errors import DataError, GateError, SegfactoryError, UsageError
 from segfactory.layout import Lineage, Promotion
-from segfactory.records import INCUMBENT, InitFrom, Ticket, TicketKind
+from segfactory.records import INCUMBENT, InitFrom, MemberModel, Ticket, TicketKind
 from synthetic.splits import appended_images
 from synthetic.versions import DatasetVersion, resolve
 from vision.config import parse_config
@@ -133,7 +133,11 @@ class LineagePlanner:
         starts from, and the fingerprint of all four."""
         parent = self.parent_of(ticket)
         dataset = self.dataset_for(ticket, parent)
-        config = ticket_config(base_config_for(parent, dataset), runnable(ticket, parent))
+        members = self.members(ticket) if ticket.kind is TicketKind.PACKAGE else []
+        if members:  # trains nothing: its inputs are the members, the packaging spec and the data
+            config = {**parent.config, "package": dict(ticket.change)}
+        else:
+            config = ticket_config(base_config_for(parent, dataset), runnable(ticket, parent))
         code = {**parent.code, **_code_files(ticket)}
         init_from = parent.weights() if ticket.continues is not None else None
         return Lineage(
@@ -145,10 +149,26 @@ class LineagePlanner:
             dataset=dataset.ref,
             dataset_hash=dataset.content_hash,
             code=code,
-            fingerprint=fingerprint(config, dataset.content_hash, code, init_from),
+            fingerprint=fingerprint(config, dataset.content_hash, code, init_from, members),
             repeat=repeat_kind(ticket),
             init_from=init_from,
+            members=members,
         )
+
+    def members(self, ticket: Ticket) -> list[MemberModel]:
+        """A packaging ticket's members, as the budget plan's ledger names them (host-written; a
+        proposer cannot name them): each a DONE ticket of this run, by its model's hash."""
+        key = ticket.replicate_of or ticket.id
+        rows = [r for r in self.setup.layout.plan_rows() if r.ticket_id == key and r.phase == "package"]
+        if not rows or not rows[0].members:
+            raise UsageError(f"packaging ticket {ticket.id} has no members in this run's budget plan ledger")
+        out = []
+        for member in rows[0].members:
+            path = self.setup.layout.ticket(member).outcome
+            if not path.is_file():
+                raise UsageError(f"packaging ticket {ticket.id}: member {member} did not run in this run")
+            out.append(TicketOutcome.model_validate_json(path.read_text()).member())
+        return out
 
     def check(self, ticket: Ticket) -> list[str]:
         """Host-side refusals before a ticket is queued: one that would train its parent again."""
@@ -208,7 +228,10 @@ class LineagePlanner:
 
 
 def runnable(ticket: Ticket, parent: Incumbent) -> Ticket:
-    """The ticket as the runner executes it: on a code incumbent, its code overlay comes along."""
+    """The ticket as the runner executes it: on a code incumbent, its code overlay comes along
+    (a packaging ticket trains nothing: no code to carry)."""
+    if ticket.kind is TicketKind.PACKAGE:
+        return ticket
     if ticket.kind is TicketKind.CODE:
         if not parent.code:
             return ticket

@@ -91,6 +91,8 @@ class SandboxExecutor:
             budget_policy=caps,
             progress=s.progress,
         )
+        if lineage.members:  # a packaging ticket trains nothing: it packages its members
+            return runner.package(ticket, dataset, lineage.members, wall_left_s=wall_left_s)
         base = base_config_for(parent, dataset)
         return runner.run(ticket, dataset, base, wall_left_s=wall_left_s, init_from=lineage.init_from)
 

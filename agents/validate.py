@@ -45,6 +45,7 @@ def ticket_problems(
     """
     caps = policy.for_profile(profile).ticket
     problems = grant_problems(ticket) + _budget_problems(ticket, caps, device_seconds_left)
+    problems += host_ticket_problems(ticket)
     if ticket.kind is TicketKind.CONFIG and not (
         ticket.change == {} and ticket.evidence == [BASE_CONFIG_EVIDENCE]
     ):
@@ -53,6 +54,25 @@ def ticket_problems(
         problems += code_problems(ticket.change, policy.code_root)
     elif ticket.kind is TicketKind.DATA:
         problems += data_problems(ticket)
+    return problems
+
+
+def host_ticket_problems(ticket: Ticket) -> list[str]:
+    """What only the host may ask of a ticket: packaging (its members are the budget plan's), and
+    continuing a particular ticket's weights (a rung or final of the plan). A proposer may ask to
+    continue the incumbent's weights, nothing else."""
+    problems = []
+    if ticket.kind is TicketKind.PACKAGE:
+        problems.append(
+            "a packaging ticket is the budget plan's (its members are chosen by the host from dev "
+            "scores); propose a training ticket instead"
+        )
+    if ticket.continues not in (None, "incumbent"):
+        problems.append(
+            f"continues={ticket.continues!r}: a proposal may continue only the incumbent's weights "
+            "(continues: incumbent) or start fresh (null); which ticket's weights a rung continues is "
+            "the budget plan's"
+        )
     return problems
 
 

@@ -37,7 +37,7 @@ from segfactory.budgets import RunCaps
 from segfactory.errors import UsageError
 from segfactory.files import append_jsonl, read_jsonl, write_atomic
 from segfactory.home import Home
-from segfactory.records import ExpectedEffect, InitFrom, Ticket, sha256_file
+from segfactory.records import ExpectedEffect, InitFrom, MemberModel, Ticket, sha256_file
 
 BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # under the home; written by init
 PROMOTIONS = "promotions.jsonl"
@@ -96,6 +96,7 @@ class Lineage(Row):
     fingerprint: str
     repeat: RepeatKind | None = None
     init_from: InitFrom | None = None  # the trained weights it starts from (host-planned, by hash)
+    members: list[MemberModel] = Field(default_factory=list)  # a packaging ticket's models (by hash)
 
 
 class Promotion(Row):
@@ -141,10 +142,11 @@ class PlanRow(Row):
     (screens 0, each rung one deeper, the final last), the budget it was given, what it continues."""
 
     ticket_id: str
-    phase: Literal["screen", "rung", "final"]
+    phase: Literal["screen", "rung", "final", "package"]
     level: int = Field(ge=0)
     budget_s: float = Field(gt=0)
     continues: str | None = None
+    members: list[str] = Field(default_factory=list)  # a packaging ticket's tickets, best first
 
 
 class DevComparison(Row):

@@ -14,18 +14,28 @@ from pathlib import Path
 
 import pytest
 
-from agents.budget_plan import BudgetPlanner, Final, ProfilePlan, Rungs, Screen, final_caps, load_plan
+from agents.budget_plan import (
+    BudgetPlanner,
+    Final,
+    Package,
+    ProfilePlan,
+    Rungs,
+    Screen,
+    final_caps,
+    load_plan,
+)
 from agents.graph import LoopDeps, build_graph, run_loop
+from agents.incumbent import Incumbent
 from agents.judge import Judge
 from agents.llm import LLMUsage
 from agents.proposer import get_proposer
-from agents.state import RunOutcome
+from agents.state import FactoryState, RunOutcome
 from agents.validate import ticket_problems
 from segfactory.budgets import RunCaps, TicketCaps, load_budget_policy
 from segfactory.errors import PolicyError
 from segfactory.home import Home
 from segfactory.layout import PlanRow, RunLayout
-from segfactory.records import Budget, Ticket
+from segfactory.records import Budget, Ticket, TicketKind
 from tests.agents._stubs import StubFactoryServices, make_services
 from tests.agents.conftest import Log
 
@@ -151,3 +161,40 @@ def _ticket(tid: str) -> Ticket:
             "seed": 1,
         }
     )
+
+
+def test_after_the_final_the_best_tickets_are_packaged_and_then_the_plan_ends(tmp_path: Path) -> None:
+    layout = RunLayout(Home(tmp_path), RUN)
+    plan = PLAN.model_copy(update={"package": Package(top_k=2, ticket_s=30)})
+    caps = RunCaps(wall_seconds=3600, device_seconds=TOTAL_S, tickets=80, llm_tokens=0)
+    scores = {"p1-t001": 0.4, "p1-t002": 0.6, "p1-t003": 0.5}
+    planner = BudgetPlanner(
+        plan, layout, caps, TicketCaps(max_device_seconds=15, max_epochs=10), lambda: scores
+    )
+    layout.append_plan_row(PlanRow(ticket_id="p1-t003", phase="final", level=1, budget_s=40))
+    ids = iter(["p1-t004", "p1-t005"])
+    state = FactoryState(run_id=RUN, device_seconds=TOTAL_S)
+    [package] = planner.tickets(state, _incumbent(), lambda: next(ids), lambda: 3) or []
+    assert package.kind is TicketKind.PACKAGE and package.change == {"flips": ["h"], "min_sizes": [1, 2, 3]}
+    [row] = [r for r in layout.plan_rows() if r.phase == "package"]
+    assert (row.ticket_id, row.members) == ("p1-t004", ["p1-t002", "p1-t003"])  # the best two on dev
+    assert planner.tickets(state, _incumbent(), lambda: next(ids), lambda: 3) == []  # the plan is done
+    assert planner.end_reason() == "budget plan: the final training and the package ran"
+
+
+def test_a_proposal_may_not_package_nor_name_a_tickets_weights() -> None:
+    policy = load_budget_policy()
+    packaged = _ticket("p1-t009").model_copy(update={"kind": TicketKind.PACKAGE, "change": {"flips": ["h"]}})
+    assert any(
+        "packaging ticket is the budget plan's" in p for p in ticket_problems(packaged, policy, "demo")
+    )
+    named = _ticket("p1-t010").model_copy(update={"continues": "p1-t001"})
+    assert any(
+        "may continue only the incumbent's weights" in p for p in ticket_problems(named, policy, "demo")
+    )
+    own = _ticket("p1-t011").model_copy(update={"continues": "incumbent"})
+    assert not any("continue" in p for p in ticket_problems(own, policy, "demo"))
+
+
+def _incumbent() -> Incumbent:
+    return Incumbent(sha256="b" * 64, model="m.onnx", config={"epochs": 2}, dataset="synthetic/v1")

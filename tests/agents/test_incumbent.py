@@ -26,7 +26,7 @@ from runner import Evidence, TicketOutcome, TicketStatus
 from segfactory.errors import UsageError
 from segfactory.files import append_jsonl
 from segfactory.home import Home
-from segfactory.layout import BASELINE_MODEL, PROMOTIONS, RunsLayout
+from segfactory.layout import BASELINE_MODEL, PROMOTIONS, PlanRow, RunsLayout
 from segfactory.records import (
     Arm,
     Budget,
@@ -654,3 +654,41 @@ def test_a_rung_continues_its_own_tickets_recipe_and_weights(services: HostServi
     assert plan.parent_sha256 == evidence.model_sha256 and services.check(rung) == []
     missing = _ticket("k1-t022").model_copy(update={"continues": "k1-t099"})
     assert "did not run in run k1" in services.check(missing)[0]
+
+
+def _done(services: HostServices, ticket_id: str, model_bytes: bytes) -> str:
+    """A DONE ticket of the run with a copied-out model (as the runner leaves it); its sha256."""
+    files = services.setup.layout.ticket(ticket_id)
+    files.root.mkdir(parents=True)
+    files.model.write_bytes(model_bytes)
+    evidence = Evidence(
+        model_sha256=sha256_file(files.model),
+        model_bytes=len(model_bytes),
+        manifest={},
+        manifest_file="m.json",
+        dev_metrics={"object_f1": 0.3},
+        threshold=0.5,
+    )
+    outcome = TicketOutcome(ticket_id=ticket_id, run_id="k1", status=TicketStatus.DONE, evidence=evidence)
+    files.outcome.write_text(outcome.model_dump_json())
+    return evidence.model_sha256
+
+
+def test_a_packaging_tickets_members_come_from_the_plans_ledger_and_name_its_fingerprint(
+    services: HostServices,
+) -> None:
+    shas = [_done(services, tid, tid.encode()) for tid in ("k1-t030", "k1-t031")]
+    layout = services.setup.layout
+    layout.append_plan_row(
+        PlanRow(ticket_id="k1-t032", phase="package", level=2, budget_s=30, members=["k1-t031", "k1-t030"])
+    )
+    package = _ticket("k1-t032", TicketKind.PACKAGE, {"flips": ["h"], "min_sizes": [1, 2]})
+    plan = services.lineage.plan(package)
+    assert [m.sha256 for m in plan.members] == [shas[1], shas[0]] and plan.init_from is None
+    assert services.check(package) == []  # it trains nothing its parent trained: it packages
+    replicate = package.model_copy(update={"id": "k1-t032-rep", "replicate_of": "k1-t032"})
+    assert services.lineage.plan(replicate).members == plan.members  # the same members, by hash
+    other = fingerprint(plan.config, plan.dataset_hash, plan.code, None, plan.members[:1])
+    assert other != plan.fingerprint  # other members, another fingerprint
+    orphan = _ticket("k1-t033", TicketKind.PACKAGE, {"flips": ["h"]})
+    assert "has no members in this run's budget plan ledger" in services.check(orphan)[0]
