@@ -215,9 +215,11 @@ class BudgetPlanner:
         make_id: Callable[[], str],
         make_seed: Callable[[], int],
     ) -> list[Ticket]:
-        """The best recipe so far continues its weights with half of what is left (the other half
-        pays for the replicate a confirm-a WIN owes)."""
-        left = self.caps.device_seconds - state.device_seconds
+        """The best recipe so far continues its weights with half of what is left once the package
+        (and its replicate) is set aside; the other half pays for the replicate a WIN owes."""
+        package = self.plan.package
+        kept = 2 * package.ticket_s if package is not None else 0.0  # the package and its replicate
+        left = self.caps.device_seconds - state.device_seconds - kept
         budget_s = left / 2
         if not self.plan.final.may_exceed_ticket_cap:
             budget_s = min(budget_s, self.ticket_caps.max_device_seconds)
