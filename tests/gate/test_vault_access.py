@@ -60,7 +60,7 @@ def test_no_host_module_opens_the_vault_in_process() -> None:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[GateClient, Path]]:
     home, _ = build_home(tmp_path / "home")
-    with running_gate(home, ["--answer-time", "0"]) as client:
+    with running_gate(home) as client:
         yield client, home
 
 
