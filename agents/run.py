@@ -18,16 +18,19 @@ from typing import Any
 
 from agents._run_loop import RunSummary, execute, finished_summary
 from agents.judge import default_judge
-from agents.run_policy import RunDefaults, load_run_defaults
+from agents.run_policy import DATASET, RunDefaults, load_run_defaults
 from audit import AuditLog
 from audit.anchor import gate_anchor_store
 from gate.users import verified_before_drop
 from gate.win_rule import load_win_rule
+from runner import AUTO_CONCURRENCY, BYTES_PER_PIXEL, ConcurrencyPlan, Scheduler
 from sandbox import get_backend
 from segfactory.budgets import RunCaps, load_budget_policy
 from segfactory.errors import PolicyError, SandboxError, UsageError
 from segfactory.gpus import host_gpus
 from segfactory.home import SOURCE_ROOT, Home
+from synthetic.splits import read_split
+from synthetic.versions import resolve
 from vision.config import load_config
 
 RUN_FILE = "run.json"  # runs/<id>/run.json: what the run was started with (resume reads it)
@@ -64,7 +67,9 @@ class RunRequest:
     # left, as a sweep does: no plateau rule, no half-ticket rule. ``compare`` sets it so that every
     # arm stops by the same rule and spends its budget.
     fill_budget: bool = False
-    concurrency: int = 1  # tickets trained at once under the run's one scheduler (--concurrency)
+    # Tickets trained at once under the run's one scheduler (--concurrency): a number, or "auto"
+    # (the CLI's default): the scheduler sizes it from the cores and the measured memory at start.
+    concurrency: int | str = 1
     # Host seeds (training, replicates, the explorer) drawn from a generator seeded with this, so
     # that a run can be reproduced; None: from os.urandom, as a run meant to be trusted should be.
     seed: int | None = None
@@ -105,8 +110,30 @@ def _read_record(home: Home, run_id: str) -> dict[str, Any]:
     return record
 
 
+def plan_concurrency(req: RunRequest, defaults: RunDefaults) -> tuple[int, ConcurrencyPlan | None]:
+    """The tickets a run trains at once: the request's number, or for ``auto`` the scheduler's plan
+    for one ticket of the base config on the run's dataset (its measured-memory estimate against
+    the cores and the free memory, ``runner.Scheduler.auto_concurrency``)."""
+    if req.concurrency != AUTO_CONCURRENCY:
+        return int(req.concurrency), None
+    config = load_config(SOURCE_ROOT / defaults.base_config).model_dump(mode="json")
+    dataset = resolve(req.home.root, DATASET)
+    shapes = [read_split(split, mmap=True).images.shape for split in (dataset.train, dataset.dev)]
+    data_bytes = sum(n * h * w * BYTES_PER_PIXEL for n, h, w in shapes)
+    scheduler = Scheduler.for_home(req.home)
+    plan = scheduler.auto_concurrency(scheduler.estimate(config, max(shapes[0][1:]), data_bytes))
+    req.progress(f"concurrency auto: {plan.tickets} tickets at once ({plan.basis})")
+    return plan.tickets, plan
+
+
 def _run_record(
-    home: Home, req: RunRequest, run_id: str, caps: Any, win_rule_sha: str, defaults: RunDefaults
+    home: Home,
+    req: RunRequest,
+    run_id: str,
+    caps: Any,
+    win_rule_sha: str,
+    defaults: RunDefaults,
+    concurrency: tuple[int, ConcurrencyPlan | None] = (1, None),
 ) -> dict[str, Any]:
     """Write runs/<id>/run.json at start; on resume read it and refuse a changed win rule."""
     path = home.runs / run_id / RUN_FILE
@@ -133,7 +160,9 @@ def _run_record(
         "user": running_user(),
         "base_config": defaults.base_config,
         "sized_note": defaults.sized_note,
-        "concurrency": req.concurrency,
+        "concurrency": concurrency[0],  # what the run trains at once (auto resolved at start)
+        "concurrency_requested": req.concurrency,
+        "concurrency_plan": None if concurrency[1] is None else concurrency[1].model_dump(),
         "seed": req.seed,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,10 +230,11 @@ def start_run(req: RunRequest) -> RunSummary:
         req.progress(defaults.sized_note)
     caps = run_caps(req, defaults)
     verify_sandbox(req.backend, home, req.progress)
+    concurrency = (1, None) if req.resume else plan_concurrency(req, defaults)  # a resume keeps its own
     with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as audit:  # a served gate, or one started
         client = anchor.client
         run_id = req.resume or new_run_id()
-        record = _run_record(home, req, run_id, caps, check_win_rule(client), defaults)
+        record = _run_record(home, req, run_id, caps, check_win_rule(client), defaults, concurrency)
         summary = execute(req, record, client, audit, defaults)
         audit.close_run(run_id)  # anchors the chain head: no unanchored window after a run
     record["finished_at"] = time.time()
@@ -217,6 +247,7 @@ __all__ = [
     "RunRequest",
     "check_base_config",
     "new_run_id",
+    "plan_concurrency",
     "run_caps",
     "start_run",
 ]

@@ -12,6 +12,7 @@ anything started), FAILED (reason and traceback blob recorded) or DONE (host-com
 
 from runner._copyout import MAX_MODEL_BYTES, CopiedFile, UnsafeArtifact, copy_out, open_beneath, read_beneath
 from runner._execute import (
+    BYTES_PER_PIXEL,
     TIMEOUT_MARGIN_S,
     AuditSink,
     GateSubmitter,
@@ -25,7 +26,10 @@ from runner._manifest import SplitDigest, TrainingManifest, training_manifest
 from runner._policy import refusal_reason
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import (
+    AUTO_CONCURRENCY,
+    MAX_AUTO_CONCURRENCY,
     Admission,
+    ConcurrencyPlan,
     DeviceProfile,
     MemoryEstimator,
     Scheduler,
@@ -37,12 +41,16 @@ from runner.scheduler import (
 from segfactory.budgets import TicketCaps, ticket_caps
 
 __all__ = [
+    "AUTO_CONCURRENCY",
+    "BYTES_PER_PIXEL",
     "HOST_CONFIG_FILE",
+    "MAX_AUTO_CONCURRENCY",
     "MAX_MODEL_BYTES",
     "TIMEOUT_MARGIN_S",
     "Admission",
     "Attempt",
     "AuditSink",
+    "ConcurrencyPlan",
     "TicketCaps",
     "CopiedFile",
     "DeviceProfile",
