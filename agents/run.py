@@ -133,7 +133,7 @@ def _run_record(
     caps: Any,
     win_rule_sha: str,
     defaults: RunDefaults,
-    concurrency: tuple[int, ConcurrencyPlan | None] = (1, None),
+    concurrency: tuple[int, ConcurrencyPlan | None] | None = None,
 ) -> dict[str, Any]:
     """Write runs/<id>/run.json at start; on resume read it and refuse a changed win rule."""
     path = home.runs / run_id / RUN_FILE
@@ -146,6 +146,7 @@ def _run_record(
             )
         return record
 
+    used, plan = concurrency if concurrency is not None else plan_concurrency(req, defaults)
     record = {
         "run_id": run_id,
         "profile": req.profile,
@@ -160,9 +161,9 @@ def _run_record(
         "user": running_user(),
         "base_config": defaults.base_config,
         "sized_note": defaults.sized_note,
-        "concurrency": concurrency[0],  # what the run trains at once (auto resolved at start)
+        "concurrency": used,  # what the run trains at once (auto resolved at start)
         "concurrency_requested": req.concurrency,
-        "concurrency_plan": None if concurrency[1] is None else concurrency[1].model_dump(),
+        "concurrency_plan": None if plan is None else plan.model_dump(),
         "seed": req.seed,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -230,7 +231,7 @@ def start_run(req: RunRequest) -> RunSummary:
         req.progress(defaults.sized_note)
     caps = run_caps(req, defaults)
     verify_sandbox(req.backend, home, req.progress)
-    concurrency = (1, None) if req.resume else plan_concurrency(req, defaults)  # a resume keeps its own
+    concurrency = None if req.resume else plan_concurrency(req, defaults)  # a resume keeps its own
     with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as audit:  # a served gate, or one started
         client = anchor.client
         run_id = req.resume or new_run_id()
