@@ -6,8 +6,9 @@ Runs ``segfactory run --profile demo`` (on a fresh demo home in a temporary fold
 - **training share**: the union of the intervals in which at least one ticket's sandbox was
   training (each ``ticket_attempt`` audit record ends one, ``duration_s`` long), over the run's
   wall time;
-- **CPU utilisation**: user + system time of the run and every process it waited for (its sandboxes
-  under bwrap; docker containers are not its children and are not counted) over wall x cores;
+- **CPU utilisation**: user + system time of the run and every process under it (its gate, its
+  bwrap sandboxes; docker containers are not its descendants and are not counted), sampled from
+  /proc, over wall x cores;
 - **device-seconds over wall**: what the run charged its budget (the sum of its tickets' sandbox
   time) over its wall time; above 1 when tickets train at once.
 
@@ -25,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,24 +35,53 @@ sys.path.insert(0, str(REPO))
 
 from runner.scheduler import host_cores  # noqa: E402
 
+SAMPLE_S = 0.5  # how often the run's process tree is read for its CPU time
+
 
 def segfactory(*args: str) -> list[str]:
     return [sys.executable, "-m", "segfactory", *args]
 
 
 def timed_run(command: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, user + system CPU seconds of the child and all it waited for, stdout)."""
+    """(wall seconds, user + system CPU seconds of the child and every descendant, stdout).
+
+    Descendants are sampled every ``SAMPLE_S`` from /proc (``psutil``) and each counted at the last
+    CPU time seen: the sandboxes' processes are not reaped by their parents the way ``wait4``'s
+    rusage needs (bwrap's own pid 1 reaps them), so the child's rusage alone misses them. A process
+    that ended between two samples loses at most its last ``SAMPLE_S``."""
+    import psutil
+
+    seen: dict[tuple[int, float], float] = {}
+    done = threading.Event()
+
+    def sample(root: psutil.Process) -> None:
+        while not done.is_set():
+            try:
+                family = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for proc in family:
+                try:
+                    times = proc.cpu_times()
+                    seen[(proc.pid, proc.create_time())] = times.user + times.system
+                except psutil.Error:
+                    continue
+            done.wait(SAMPLE_S)
+
     with tempfile.TemporaryFile() as out:
         start = time.monotonic()
         proc = subprocess.Popen(command, stdout=out, cwd=REPO)
-        _, status, usage = os.wait4(proc.pid, 0)
+        sampler = threading.Thread(target=sample, args=(psutil.Process(proc.pid),), daemon=True)
+        sampler.start()
+        code = proc.wait()
         wall = time.monotonic() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        done.set()
+        sampler.join()
         out.seek(0)
         stdout = out.read().decode()
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(command[2:])} exited {proc.returncode}")
-    return wall, usage.ru_utime + usage.ru_stime, stdout
+    if code != 0:
+        raise SystemExit(f"{' '.join(command[2:])} exited {code}")
+    return wall, sum(seen.values()), stdout
 
 
 def training_intervals(home: Path, run_id: str) -> list[tuple[float, float]]:
