@@ -15,19 +15,22 @@ from collections.abc import Callable
 
 from agents._run_loop import RunSummary, execute, finished_summary
 from agents.judge import default_judge
-from agents.run_policy import RunDefaults, load_run_defaults
+from agents.run_policy import DATASET, RunDefaults, load_run_defaults
 from agents.run_setup import RunRequest
 from audit import AuditLog
 from audit.anchor import gate_anchor_store
 from gate.client import GateClient
 from gate.users import verified_before_drop
 from gate.win_rule import load_win_rule
+from runner import AUTO_CONCURRENCY, BYTES_PER_PIXEL, ConcurrencyPlan, Scheduler
 from sandbox import get_backend
 from segfactory.budgets import RunCaps, load_budget_policy
 from segfactory.errors import PolicyError, SandboxError, UsageError
 from segfactory.gpus import host_gpus
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.layout import RunLayout, RunRecord
+from synthetic.splits import read_split
+from synthetic.versions import resolve
 from vision.config import load_config
 
 
@@ -73,8 +76,30 @@ def new_run_id() -> str:
     return time.strftime("r%Y%m%d-%H%M%S", time.gmtime()) + f"-{secrets.token_hex(2)}"
 
 
+def plan_concurrency(req: RunRequest, defaults: RunDefaults) -> tuple[int, ConcurrencyPlan | None]:
+    """The tickets a run trains at once: the request's number, or for ``auto`` the scheduler's plan
+    for one ticket of the base config on the run's dataset (its measured-memory estimate against
+    the cores and the free memory, ``runner.Scheduler.auto_concurrency``)."""
+    if req.concurrency != AUTO_CONCURRENCY:
+        return int(req.concurrency), None
+    config = load_config(SOURCE_ROOT / defaults.base_config).model_dump(mode="json")
+    dataset = resolve(req.home.root, DATASET)
+    shapes = [read_split(split, mmap=True).images.shape for split in (dataset.train, dataset.dev)]
+    data_bytes = sum(n * h * w * BYTES_PER_PIXEL for n, h, w in shapes)
+    scheduler = Scheduler.for_home(req.home)
+    plan = scheduler.auto_concurrency(scheduler.estimate(config, max(shapes[0][1:]), data_bytes))
+    req.progress(f"concurrency auto: {plan.tickets} tickets at once ({plan.basis})")
+    return plan.tickets, plan
+
+
 def _run_record(
-    home: Home, req: RunRequest, run_id: str, caps: RunCaps, win_rule_sha: str, defaults: RunDefaults
+    home: Home,
+    req: RunRequest,
+    run_id: str,
+    caps: RunCaps,
+    win_rule_sha: str,
+    defaults: RunDefaults,
+    concurrency: tuple[int, ConcurrencyPlan | None] | None = None,
 ) -> RunRecord:
     """Write runs/<id>/run.json at start; on resume read it and refuse a changed win rule."""
     layout = RunLayout(home, run_id)
@@ -86,6 +111,7 @@ def _run_record(
                 f"{record.win_rule_sha256[:12]}…, now {win_rule_sha[:12]}…); start a new run"
             )
         return record
+    used, plan = concurrency if concurrency is not None else plan_concurrency(req, defaults)
     record = RunRecord(
         run_id=run_id,
         profile=req.profile,
@@ -100,7 +126,9 @@ def _run_record(
         user=running_user(),
         base_config=defaults.base_config,
         sized_note=defaults.sized_note,
-        concurrency=req.concurrency,
+        concurrency=used,
+        concurrency_requested=req.concurrency,
+        concurrency_plan=plan,
         seed=req.seed,
     )
     layout.write_record(record)
@@ -167,10 +195,11 @@ def start_run(req: RunRequest) -> RunSummary:
         req.progress(defaults.sized_note)
     caps = run_caps(req, defaults)
     verify_sandbox(req.backend, home, req.progress)
+    concurrency = None if req.resume else plan_concurrency(req, defaults)  # a resume keeps its own
     with gate_anchor_store(home) as anchor, AuditLog(home, anchor) as audit:  # a served gate, or one started
         client = anchor.client
         run_id = req.resume or new_run_id()
-        record = _run_record(home, req, run_id, caps, check_win_rule(client), defaults)
+        record = _run_record(home, req, run_id, caps, check_win_rule(client), defaults, concurrency)
         summary = execute(req, record, client, audit, defaults)
         audit.close_run(run_id)  # anchors the chain head: no unanchored window after a run
     RunLayout(home, run_id).write_record(record.model_copy(update={"finished_at": time.time()}))
@@ -181,6 +210,7 @@ __all__ = [
     "RunRequest",
     "check_base_config",
     "new_run_id",
+    "plan_concurrency",
     "run_caps",
     "start_run",
 ]

@@ -81,7 +81,9 @@ class RunRequest:
     # left, as a sweep does: no plateau rule, no half-ticket rule. ``compare`` sets it so that every
     # arm stops by the same rule and spends its budget.
     fill_budget: bool = False
-    concurrency: int = 1  # tickets trained at once under the run's one scheduler (--concurrency)
+    # Tickets trained at once under the run's one scheduler (--concurrency): a number, or "auto"
+    # (the CLI's default): the scheduler sizes it from the cores and the measured memory at start.
+    concurrency: int | str = 1
     # Host seeds (training, replicates, the explorer) drawn from a generator seeded with this, so
     # that a run can be reproduced; None: from os.urandom, as a run meant to be trusted should be.
     seed: int | None = None

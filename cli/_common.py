@@ -31,12 +31,26 @@ BackendOpt = Annotated[str, typer.Option("--backend", help="Sandbox backend: doc
 
 
 MAX_CONCURRENCY = 8  # tickets at once under one scheduler (run, aa --concurrency)
+AUTO = "auto"  # run --concurrency auto: runner.scheduler.AUTO_CONCURRENCY (not imported: --help stays light)
 
 
 def check_concurrency(value: int) -> None:
     """``--concurrency`` is 1..MAX_CONCURRENCY; anything else is one clear error before set-up."""
     if not 1 <= value <= MAX_CONCURRENCY:
         raise UsageError(f"--concurrency {value}: expected 1..{MAX_CONCURRENCY}")
+
+
+def concurrency_choice(text: str) -> int | str:
+    """``run --concurrency``: ``auto`` (the scheduler sizes it from the cores and the measured
+    memory) or a number 1..MAX_CONCURRENCY; anything else is one clear error before set-up."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"--concurrency {text}: expected auto or 1..{MAX_CONCURRENCY}") from None
+    check_concurrency(value)
+    return value
 
 
 def emit_json(obj: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from agents.judge import check_judge_spec
 from agents.proposer import KNOWN_PROPOSERS
 from audit import AuditLog
 from audit.anchor import gate_anchor_store
-from cli._common import HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
+from cli._common import AUTO, MAX_CONCURRENCY, HomeOpt, JsonOpt, concurrency_choice, emit_json, home_for
 from cli._drop import continue_unprivileged
 from segfactory.errors import HomeError, UsageError
 from segfactory.home import Home
@@ -118,13 +118,14 @@ def run_cmd(
         ),
     ] = False,
     concurrency: Annotated[
-        int,
+        str,
         typer.Option(
             "--concurrency",
-            help="Tickets trained at once under the run's scheduler (on the CPU each gets its share "
-            "of the cores). Default 1.",
+            help="Tickets trained at once under the run's scheduler: auto (as many as the cores, one "
+            "thread each, and the measured memory allow; on a GPU, as fit in its memory) or a "
+            f"number 1..{MAX_CONCURRENCY} (on the CPU each gets its share of the cores). Default auto.",
         ),
-    ] = 1,
+    ] = AUTO,
     seed: Annotated[
         int | None,
         typer.Option(
@@ -143,6 +144,7 @@ def run_cmd(
         raise UsageError(
             f"sandbox backend {backend!r} is not registered; known: {', '.join(sorted(BACKENDS))}"
         )
+    chosen = concurrency_choice(concurrency)  # bad input fails before anything heavy loads
     from agents.run import RunRequest, start_run  # deferred: loads numba
 
     if proposer != "rules" and proposer.split(":", 1)[0] not in {p.split(":")[0] for p in KNOWN_PROPOSERS}:
@@ -154,7 +156,6 @@ def run_cmd(
         _seconds(budget, "--budget"),
         _seconds(wall, "--wall"),
     )  # bad input fails before any set-up
-    check_concurrency(concurrency)
     resolved = home_for(home, create=True, profile=profile)
     continue_unprivileged(resolved, backend, _progress)
     request = RunRequest(
@@ -168,7 +169,7 @@ def run_cmd(
         progress=_progress,
         judge=judge,
         code_agent=code_agent,
-        concurrency=concurrency,
+        concurrency=chosen,
         seed=seed,
     )
     summary = start_run(request)

@@ -10,19 +10,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json, home_for, print_training_range
+from cli.init import reference_config
 from gate import users
 from gate.attack import run_attack
+from gate.calibrate import REFERENCE_DIR, Override, requested_override
 from gate.client import home_gate, running_gate
 from gate.core import Gate
+from gate.init_step import REFERENCE_FILE
 from gate.intake import IntakeError, inspect_model
 from gate.milestones import host_copies
 from gate.pinned import PinError, current_pinned
-from gate.setup import add_real, relock
+from gate.replies import AnswerTime
+from gate.setup import add_real, export_reference, register_reference, relock
 from gate.win_rule import DEFAULT_WIN_RULE
 from segfactory.errors import GateError, UsageError
 from segfactory.files import write_atomic
 from segfactory.handover import parent_env
+from segfactory.home import Home
 from segfactory.privilege import SAFE_CWD
+from segfactory.profiles import get_profile
 from segfactory.text import inert
 from synthetic.check import require_intact
 from synthetic.intensity import split_stats
@@ -55,57 +61,77 @@ def serve_cmd(
     ] = None,
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 0,
     answer: Annotated[
-        float | None,
+        str | None,
         typer.Option(
             "--answer-time",
             "--pad-quantum",
-            help="Seconds after which every /submit answer leaves "
-            "(default by home profile; 0: unpadded, tests only).",
+            help="Every /submit answer leaves this long after its request: seconds (600) or a "
+            "multiple of the verdict time the gate measures at start (2x); never below that time. "
+            "Default: $SEGFACTORY_GATE_ANSWER_TIME, else calibrated (3x the measured time, at least 10 s).",
         ),
     ] = None,
 ) -> None:
     """Run the gate service until stopped (from the vault's pinned copy when there is one)."""
-    from gate.service import ANSWER_TIME_S, PROFILE_ANSWER_TIME_S, TOKEN_ENV, serve  # deferred: loads fastapi
+    from gate.service import TOKEN_ENV, serve  # deferred: loads fastapi
 
-    if answer is None and os.environ.get(ANSWER_TIME_ENV):  # the operator's (or the test suite's) choice
-        answer = _seconds(os.environ[ANSWER_TIME_ENV])
+    override = requested_override(answer)  # a malformed value fails before anything starts
     resolved = home_for(home, create=True)
     sock = socket if socket is not None or host is not None else resolved.root / "gate-run" / "gate.sock"
-    profile = str(resolved.info().get("profile", "")) if resolved.exists() else ""
-    quantum = PROFILE_ANSWER_TIME_S.get(profile, ANSWER_TIME_S) if answer is None else answer
     if host is not None and not os.environ.get(TOKEN_ENV):
         raise UsageError(f"the gate refuses TCP without a bearer token; set ${TOKEN_ENV} or use --socket")
     problem = users.vault_problem(resolved.vault)
     if problem is not None:
         raise GateError(f"the gate refuses to serve {resolved.vault}: {problem}")
     pinned = _pinned_dir(resolved.vault)
+    ensure_reference(resolved)
     if pinned is not None:
-        _exec_pinned(resolved.root, pinned, sock, host, port, quantum)
-    serve(_gate(home), sock, host, port, os.environ.get(TOKEN_ENV) or None, quantum)
+        _exec_pinned(resolved.root, pinned, sock, host, port, override)
+    serve(_gate(home), sock, host, port, os.environ.get(TOKEN_ENV) or None, override)
 
 
-ANSWER_TIME_ENV = "SEGFACTORY_GATE_ANSWER_TIME"  # seconds, as --answer-time, when the flag is not given
-
-
-def _seconds(text: str) -> float:
+def ensure_reference(home: Home) -> None:
+    """A home made before the gate timed itself has no reference candidate: export the one init
+    would make for the home's profile and register it (a person's command, like ``add-real``).
+    The vault's reference folder tells, so a served gate's ledger is not opened for nothing."""
+    if any((home.vault / REFERENCE_DIR).glob("*.onnx")) or not (home.vault / "ledger.sqlite").is_file():
+        return
+    profile = str(home.info().get("profile", ""))
+    config = reference_config(profile)
+    size = get_profile(profile).image_size if config is not None else 0
+    model = (
+        export_reference(home.root / "runs" / "baseline" / REFERENCE_FILE, config, size) if config else None
+    )
+    if model is None:
+        raise UsageError(
+            f"the vault of {home.root} has no reference model and none can be made for its profile "
+            f"{profile!r}; the gate times its verdicts with one (docs/gate.md), so re-create the home "
+            "with `segfactory init`"
+        )
+    gate = _gate(home.root)
     try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"${ANSWER_TIME_ENV}={text!r} is not a number of seconds") from None
-    if value < 0:
-        raise UsageError(f"${ANSWER_TIME_ENV}={text!r} must be 0 or more seconds")
-    return value
+        sha = register_reference(gate, model)
+    finally:
+        gate.ledger.close()
+    relock(gate.vault)
+    console().print(f"registered the reference model {sha[:12]}… for the gate's answer time ({model})")
 
 
 def _pinned_dir(vault: Path) -> Path | None:
     """The copy to run: named by its digest in the vault, and root's when root starts it (as it
-    is after ``init`` as root), else the starting user's or root's; anything else is refused."""
+    is after ``init`` as root), else the starting user's or root's; anything else is refused. A
+    copy pinned before the gate timed itself is refused too (it would pad to a fixed constant)."""
     try:
         pinned = current_pinned(vault)
     except PinError as exc:
         raise GateError(f"the gate refuses to serve {vault}: {exc}") from None
     if pinned is None:
         return None
+    if not (pinned / "gate" / "calibrate.py").is_file():
+        raise UsageError(
+            f"the gate code pinned in {pinned} predates the calibrated answer time (it would pad every "
+            "answer to a fixed constant instead of timing itself); re-create the home with "
+            "`segfactory init` to pin the current gate"
+        )
     owner = pinned.lstat().st_uid
     if owner not in {0, os.geteuid()}:
         raise GateError(
@@ -115,7 +141,7 @@ def _pinned_dir(vault: Path) -> Path | None:
 
 
 def _exec_pinned(
-    home: Path, pinned: Path, sock: Path | None, host: str | None, port: int, quantum: float
+    home: Path, pinned: Path, sock: Path | None, host: str | None, port: int, override: Override | None
 ) -> None:
     """Replace this process with the pinned service (``python -I -B``: the copy first on sys.path,
     and no bytecode written into it).
@@ -139,11 +165,12 @@ def _exec_pinned(
         str(pinned),
         "--win-rule",
         str(DEFAULT_WIN_RULE),
-        "--answer-time",
-        str(quantum),
         "--port",
         str(port),
     ]
+    argv += (
+        ["--answer-time", override.text, "--answer-source", override.source] if override is not None else []
+    )
     argv += ["--socket", str(sock)] if sock is not None else []
     argv += ["--host", host] if host is not None else []
     if users.is_root() and users.vault_is_separated(home / "vault"):
@@ -160,14 +187,18 @@ def _exec_pinned(
 
 @gate_app.command("status")
 def status_cmd(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
-    """Pinned code hash, win-rule hash, tier versions and budgets left, quarantines."""
-    with running_gate(home_for(home, create=True).root) as client:
+    """Pinned code hash, win-rule hash, tier versions and budgets left, quarantines, the answer time.
+
+    Asks the home's served gate (its answer time is the one agents get), else one started for the call."""
+    with home_gate(home_for(home, create=True).root) as client:
         status = client.status()
     if as_json:
         emit_json(status.as_json())
         return
     out = console()
     out.print(f"win rule {status.win_rule_sha256} ok={status.win_rule_ok}")
+    if status.answer_time is not None:
+        out.print(_answer_line(status.answer_time))
     for row in status.tiers:
         out.print(f"{row.tier:>14} v{row.version}  budget left {row.left}/{row.budget}")
     from rich.markup import escape
@@ -175,6 +206,20 @@ def status_cmd(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
     for q in status.quarantine:
         why = escape(inert(q.reason or "", multiline=False))  # it can quote a ref the submitter chose
         out.print(f"[red]quarantined[/red] run {q.run_id} ticket {q.ticket_id}: {why}", highlight=False)
+
+
+def _answer_line(answer: AnswerTime) -> str:
+    """``answer time 12 s (calibrated: 3x the measured 3.71 s verdict on confirm-a v1, floor 10 s)``."""
+    line = f"answer time {answer.seconds:g} s ({answer.source}"
+    if answer.source != "calibrated":
+        line += f" {answer.requested}"
+    if answer.measured_verdict_s is not None:
+        how = f"{answer.multiple:g}x the" if answer.source == "calibrated" and answer.multiple else "over the"
+        where = f"{answer.tier} v{answer.tier_version}"
+        line += f": {how} measured {answer.measured_verdict_s:.2f} s verdict on {where}"
+    if answer.floor_s is not None:
+        line += f", floor {answer.floor_s:g} s"
+    return line + ")"
 
 
 @gate_app.command("submit")

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agents.run_policy import load_run_defaults
 from gate.init_step import init_step as gate_init_step
+from segfactory.errors import UsageError
 from segfactory.files import write_atomic
-from segfactory.home import Home
+from segfactory.home import SOURCE_ROOT, Home
 from segfactory.profiles import Profile, get_profile
 from synthetic import generate
 from synthetic.tiers import TIERS, build_tier, current_version, tier_path, versions
@@ -92,8 +94,18 @@ STEPS: list[Step] = [_layout, _open_dataset, _tiers]  # other areas append steps
 
 
 def _gate(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
-    """The gate: pinned copy, ledger, baseline as best, users (as root)."""
-    summary["gate"] = gate_init_step(home, profile).model_dump(mode="json")
+    """The gate: pinned copy, ledger, baseline as best, reference candidate, users (as root)."""
+    summary["gate"] = gate_init_step(home, profile, reference_config(profile.name)).model_dump(mode="json")
+
+
+def reference_config(profile: str) -> Path | None:
+    """The training config a run of ``profile`` patches on this machine (``policies/run.yaml``):
+    the gate's reference candidate is its model. None for a profile the run policy lacks."""
+    try:
+        defaults = load_run_defaults(profile)
+    except UsageError:
+        return None
+    return SOURCE_ROOT / defaults.base_config
 
 
 STEPS.append(_gate)

@@ -4,7 +4,8 @@ Started by ``segfactory gate serve`` as ``python -I -B -c <boot>`` with the pinn
 first on ``sys.path`` and bytecode writing off (the copy stays byte-identical and read-only).
 It verifies that the copy is the one the ledger pinned, its files and the loaded modules,
 refuses service (exit 3, with an audit event in the ledger) on any mismatch, and re-verifies
-before every verdict and milestone.
+before every verdict and milestone. Before it listens it fixes its answer time (``gate.calibrate``);
+when it cannot, or a person's override is below the measured verdict time, it exits 2 with why.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from gate.calibrate import parse_override
 from gate.core import Gate
 from gate.pinned import META_PINNED, PinError, verify
 from gate.service import serve
@@ -40,7 +42,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--socket", type=Path)
     parser.add_argument("--host")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--answer-time", type=float, required=True)
+    parser.add_argument("--answer-time")  # an override as given (600, 2x); absent: calibrated
+    parser.add_argument("--answer-source", choices=("flag", "env"), default="flag")
     parser.add_argument("--token-env", default="SEGFACTORY_GATE_TOKEN")
     parser.add_argument("--agent-token-env", default="SEGFACTORY_GATE_AGENT_TOKEN")
     return parser.parse_args(argv)
@@ -73,13 +76,14 @@ def main(argv: list[str]) -> int:
 
     gate.integrity_check = integrity
     try:
+        override = None if args.answer_time is None else parse_override(args.answer_time, args.answer_source)
         serve(
             gate,
             args.socket,
             args.host,
             args.port,
             os.environ.get(args.token_env) or None,
-            args.answer_time,
+            override,
             os.environ.get(args.agent_token_env) or None,
         )
     except SegfactoryError as exc:

@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 R = TypeVar("R", bound=BaseModel)
 
 CLIENT_TIMEOUT_S = 900.0  # one request (a submission scores two models); past it: GateError
-START_TIMEOUT_S = 60.0  # time for a spawned gate to answer /status; past it: GateError
+# Time for a spawned gate to answer /status; past it: GateError. A gate times a reference verdict
+# before it listens (at most gate.calibrate.CALIBRATION_WALL_S, 900 s), then starts in seconds; one
+# that exits on the way is reported at once.
+START_TIMEOUT_S = 960.0
 
 
 class GateClient:

@@ -34,7 +34,7 @@ from gate.intake import (
 )
 from gate.leakage import LeakError, check_training_data
 from gate.ledger import PENDING, Ledger, LedgerError, QueryRow
-from gate.replies import GateStatus
+from gate.replies import AnswerTime, GateStatus
 from gate.scorer import ScoringError, score_checked
 from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule, perturbed_views
 from segfactory.errors import DataError, GateError, PolicyError
@@ -89,6 +89,7 @@ class Gate:
         self.ledger = Ledger(self.vault / "ledger.sqlite")
         self._prob_cache: dict[tuple[str, str, int], np.ndarray] = {}
         self.integrity_check: Any = None  # set by the service: a callable raising GateError
+        self.answer_time: AnswerTime | None = None  # set by the service at start (gate.calibrate)
         self.pin_providers()
 
     def pin_providers(self) -> None:
@@ -289,7 +290,7 @@ class Gate:
         if cached is not None:
             return Verdict(cached[0]), f"cached: {cached[1]}", False
         try:
-            decision = self._compare(checked, tier, version, rule)
+            decision = self.compare(checked, tier, version, rule)
         except (ScoringError, IntakeError, DataError) as exc:
             return Verdict.INVALID, f"scoring failed: {exc}", True
         return (Verdict.WIN if decision.win else Verdict.NO_WIN), decision.reason, True
@@ -382,16 +383,25 @@ class Gate:
         """The provider a tier version is scored with, pinned at its first score (``gate._provider``)."""
         return pinned_scoring(tiers.tier_dir(self.vault, tier, version), pin_it=pin_it)
 
-    def _compare(self, checked: CheckedModel, tier: str, version: int, rule: WinRule) -> Any:
-        best = self.ledger.current_best()
-        if best is None:
+    def compare(
+        self, checked: CheckedModel, tier: str, version: int, rule: WinRule, best: CheckedModel | None = None
+    ) -> Any:
+        """Score the current best and the candidate confined on a tier version and apply the rule.
+        ``best``: score that model as the best, afresh (the start's reference verdict,
+        ``gate.calibrate``), instead of the current best, whose probabilities are cached."""
+        current = self.ledger.current_best()
+        if best is None and current is None:
             raise ScoringError("no current best is registered; `segfactory init` registers the baseline")
         _, split = tiers.read_tier(self.vault, tier, version)
         images, masks = np.asarray(split.images), np.asarray(split.masks)
         views = perturbed_views(images, masks, rule)
         stacked = np.concatenate([images, *(v[0] for v in views)])  # one confined pass: clean, then each view
         scoring = self.scoring(tier, version)
-        best_prob = self._best_prob(best, tier, version, stacked, scoring)
+        if best is not None:
+            best_prob = score_checked(best, stacked, scoring=scoring)[:, 0]
+        else:
+            assert current is not None
+            best_prob = self._best_prob(current, tier, version, stacked, scoring)
         cand_prob = score_checked(checked, stacked, scoring=scoring)[:, 0]
         n = len(images)
         perturbed = [
@@ -451,6 +461,7 @@ class Gate:
             tiers=self.ledger.tier_versions(),
             quarantine=self.ledger.quarantines(),
             current_best=(self.ledger.current_best() or {}).get("model_sha256"),
+            answer_time=self.answer_time,
         )
 
     def _pinned_ok(self) -> bool | None:

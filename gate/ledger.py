@@ -2,8 +2,9 @@
 
 It holds tier versions and their budgets, every query (ticket, model hash, time, tier version,
 verdict, the reason for people), the verdict cache keyed by (model hash, tier version),
-milestones and their quota, the history of the current best, chain anchors, quarantines and the
-queue of audit events waiting for the host's writer.
+milestones and their quota, the history of the current best, chain anchors, quarantines, the
+answer time each served gate fixed at its start (and how), and the queue of audit events waiting
+for the host's writer.
 
 Every mutation is one ``BEGIN IMMEDIATE`` transaction in WAL mode with ``synchronous=FULL``, so
 a ``kill -9`` leaves either the whole change or none of it. A query spends its budget in the
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gate.replies import Quarantine, TierState
+from gate.replies import AnswerTime, Quarantine, TierState
 
 PENDING = "PENDING"
 _EVENTS_LAST_ID = "events.last_id"  # meta key: the last event id issued
@@ -56,7 +57,11 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS quarantine (
     id INTEGER PRIMARY KEY, run_id TEXT, ticket_id TEXT, ts REAL NOT NULL, reason TEXT NOT NULL,
     cleared INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS answer_times (
+    id INTEGER PRIMARY KEY, ts REAL NOT NULL, pid INTEGER NOT NULL, record TEXT NOT NULL);
 """
+# ``answer_times`` is created by IF NOT EXISTS like every table, so a ledger written before it
+# existed gains it on first open; each row is one gate start's ``AnswerTime`` as JSON.
 
 
 class LedgerError(Exception):
@@ -374,6 +379,22 @@ class Ledger:
                     "an event is dropped only after the audit writer has read it"
                 )
             return db.execute("DELETE FROM events WHERE id <= ?", (up_to,)).rowcount
+
+    # -- answer times -------------------------------------------------------------------------
+    def record_answer_time(self, answer: AnswerTime, pid: int) -> None:
+        """Append the answer time a gate fixed at its start (every start adds a row; none is rewritten)."""
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO answer_times (ts, pid, record) VALUES (?, ?, ?)",
+                (time.time(), pid, answer.model_dump_json(exclude_unset=True)),
+            )
+
+    def answer_times(self) -> list[AnswerTime]:
+        """Every recorded gate start's answer time, oldest first."""
+        return [
+            AnswerTime.model_validate_json(r[0])
+            for r in self._all("SELECT record FROM answer_times ORDER BY id")
+        ]
 
     # -- quarantine ---------------------------------------------------------------------------
     def quarantine(self, run_id: str | None, ticket_id: str, reason: str) -> None:

@@ -13,11 +13,14 @@ Agent surface:
 
 - ``POST /submit`` ``{"ticket_id", "model_b64", "train_data"?, "replicate_of"?, "run_id"?}`` ->
   ``CoarseVerdict``. Any malformed or oversized request is still a submission: it spends a
-  query and gets ``INVALID``. Every answer leaves exactly ``answer_time_s`` after the request
-  arrived, whatever it holds; a verdict not reached by then is ``INVALID`` (an overrun: the
-  reason and the late verdict go to people). An unforeseen error is that same padded INVALID.
-- ``GET /status`` -> pinned code hash, win-rule hash, tier versions and budgets, current best;
-  quarantines (with their reasons only for the host credential).
+  query and gets ``INVALID``. Every answer leaves exactly the gate's answer time after the
+  request arrived, whatever it holds; a verdict not reached by then is ``INVALID`` (an overrun:
+  the reason and the late verdict go to people). An unforeseen error is that same padded INVALID.
+  ``serve`` fixes the answer time once, before it answers anything, from the gate's own measured
+  verdict time (``gate.calibrate``), or takes a person's override when it is not below that.
+- ``GET /status`` -> pinned code hash, win-rule hash, tier versions and budgets, current best, the
+  answer time and how it was set; quarantines' reasons and the calibration behind the answer
+  time only for the host credential.
 
 Host surface:
 
@@ -59,6 +62,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from gate import tiers
+from gate.calibrate import ANSWER_TIME_FLOOR_S, Override, fix_answer_time
 from gate.core import Deadline, Gate
 from gate.intake import MAX_MODEL_BYTES
 from gate.ledger import LedgerError
@@ -70,17 +74,6 @@ from segfactory.records import CoarseVerdict, Tier, Verdict
 
 log = logging.getLogger(__name__)
 
-# Every /submit answer leaves this many seconds after its request arrived. It must exceed the
-# slowest honest verdict (best and candidate on the tier's clean and perturbed images); a verdict
-# that takes longer is an INVALID overrun. Measured on the shared 2-core machine at load ~9
-# (docs/benchmarks.md, gate): a cold verdict on the default profile's 2,000-image tiers ~120 s,
-# on the demo's 400-image tiers ~30 s; idle, 12 s and 4.3 s. The default leaves four times the
-# loaded figure. The demo leaves the loaded figure itself (seven times the idle one): every dev
-# win waits this long twice (confirm-a, then its replicate), and four times it would spend most
-# of a 15-minute demo waiting; on a machine so loaded that a verdict takes longer, the answer is
-# an INVALID overrun, recorded for people, never a late or early answer.
-ANSWER_TIME_S = 480.0
-PROFILE_ANSWER_TIME_S = {"demo": 30.0}  # home profile -> answer time; others get ANSWER_TIME_S
 MAX_UPLOAD_BYTES = MAX_MODEL_BYTES * 4 // 3 + 64 * 1024  # base64 model + fields; past it: INVALID
 MAX_CONTROL_BYTES = 64 * 1024  # body of any other endpoint; past it: 413
 MAX_RETRACT_REASON = 2000  # characters of a retraction's reason kept in the ledger; the rest is cut
@@ -185,14 +178,16 @@ def _invalid(gate: Gate, fields: dict[str, Any]) -> CoarseVerdict:
 def create_app(
     gate: Gate,
     token: str | None = None,
-    answer_time_s: float = ANSWER_TIME_S,
+    answer_time_s: float = ANSWER_TIME_FLOOR_S,
     *,
     agent_token: str | None = None,
     pad_quantum_s: float | None = None,
 ) -> FastAPI:
     """The app. ``token`` is the host credential, ``agent_token`` the agent's; with neither, every
     caller is host (an app embedded in a test only: ``serve`` always draws both). ``answer_time_s``
-    <= 0 answers unpadded (tests only); ``pad_quantum_s`` is its former name."""
+    is what ``serve`` fixed at start (``gate.calibrate``); <= 0 answers unpadded, which only an app
+    embedded in a test process can ask for (``serve`` refuses it); ``pad_quantum_s`` is its former
+    name."""
     answer_time = answer_time_s if pad_quantum_s is None else pad_quantum_s
     creds = Credentials(host=token, agent=agent_token)
     app = FastAPI(title="segfactory gate", docs_url=None, redoc_url=None, openapi_url=None)
@@ -476,14 +471,17 @@ def serve(
     host: str | None = None,
     port: int | None = None,
     token: str | None = None,
-    answer_time_s: float = ANSWER_TIME_S,
+    override: Override | None = None,
     agent_token: str | None = None,
 ) -> None:
-    """Run the service until stopped, always with both credentials.
+    """Run the service until stopped, always with both credentials and one answer time.
 
-    On a Unix socket both are drawn fresh and written beside it (``token_file``); on TCP the host
-    credential is ``token`` (refused when missing: a gate on TCP without a token is unsafe) and
-    the agent credential ``agent_token``, else a random one nobody holds.
+    Before it listens, the gate fixes its answer time (``gate.calibrate.fix_answer_time``: it
+    times a reference verdict, derives the answer time or checks ``override`` against the measured
+    time, and records it); a CalibrationError stops the start. On a Unix socket both credentials
+    are drawn fresh and written beside it (``token_file``); on TCP the host credential is
+    ``token`` (refused when missing: a gate on TCP without a token is unsafe) and the agent
+    credential ``agent_token``, else a random one nobody holds.
     """
     import uvicorn
 
@@ -491,12 +489,13 @@ def serve(
         raise UsageError("give --socket PATH, or --host/--port with a token")
     if host is not None and not token:
         raise UsageError(f"the gate refuses TCP without a bearer token; set ${TOKEN_ENV} or use --socket")
+    answer = gate.answer_time = fix_answer_time(gate, override)
     listener = bind_unix_socket(Path(socket_path)) if socket_path is not None else None
     if socket_path is not None:
         creds = issue_credentials(Path(socket_path).parent)
     else:
         creds = Credentials(host=token, agent=agent_token or secrets.token_urlsafe(32))
-    app = create_app(gate, creds.host, answer_time_s, agent_token=creds.agent)
+    app = create_app(gate, creds.host, answer.seconds, agent_token=creds.agent)
     config = uvicorn.Config(app, log_level="warning", access_log=False, limit_concurrency=64)
     server = uvicorn.Server(config)
     if listener is not None:

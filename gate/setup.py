@@ -1,7 +1,8 @@
 """Gate steps of ``segfactory init`` and the person-run tier commands (rotate, add-real).
 
-``init_gate(home_root, baseline)`` pins the win rule in a fresh ledger, registers every built
-tier version with its budget, and registers the classical baseline as the current best.
+``init_gate(home_root, baseline, reference)`` pins the win rule in a fresh ledger, registers every
+built tier version with its budget, registers the classical baseline as the current best and the
+reference candidate the served gate times its verdicts with (``gate.calibrate``).
 """
 
 from __future__ import annotations
@@ -10,14 +11,21 @@ import os
 from pathlib import Path
 
 from gate import tiers, users
+from gate.calibrate import META_REFERENCE, REFERENCE_DIR
 from gate.core import Gate
+from gate.intake import inspect_own_model
 from gate.pinned import META_PINNED, pin_code
 from gate.win_rule import DEFAULT_WIN_RULE
 from segfactory.errors import DataError, UsageError
+from segfactory.files import write_atomic
 from synthetic import tiers as synth_tiers
 from synthetic.splits import read_split, write_split
 
 VAULT_MODE = 0o700  # the vault: its owner (the gate's user) only
+# The reference candidate's weights are drawn from this seed: what a verdict costs depends on the
+# architecture, not on the weights, and a fixed seed makes the file the same for every home of a
+# profile on one torch version.
+REFERENCE_SEED = 0
 
 
 def init_gate(
@@ -25,8 +33,11 @@ def init_gate(
     baseline: Path | None = None,
     win_rule: Path = DEFAULT_WIN_RULE,
     separate_users: bool = False,
+    reference: Path | None = None,
 ) -> str:
-    """Pin the win rule and the scoring code, register tiers and (optionally) the baseline as best.
+    """Pin the win rule and the scoring code, register tiers and (optionally) the baseline as best
+    and the reference candidate (``reference``; the baseline itself when not given, as for a home
+    whose candidates cost what its baseline costs).
 
     With ``separate_users`` (``segfactory init`` as root) the users are created and the vault is
     given to ``segfactory-gate`` (mode 0700). Returns the pinned code digest.
@@ -41,6 +52,9 @@ def init_gate(
         gate.ledger.set_meta(META_PINNED, digest)
         if baseline is not None and gate.ledger.current_best() is None:
             gate.set_best(baseline, "init", "classical baseline registered at init", own=True)
+        reference = reference if reference is not None else baseline
+        if reference is not None and gate.ledger.get_meta(META_REFERENCE) is None:
+            register_reference(gate, reference)
     finally:
         gate.ledger.close()
     if separate_users:
@@ -61,6 +75,41 @@ def export_classical_baseline(path: Path, size: int) -> Path | None:
         model = build_model(CLASSICAL)
     except ImportError:
         return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Path(export_onnx(model, path, (size, size)))
+
+
+def register_reference(gate: Gate, model: Path) -> str:
+    """Keep a model this process built (init's, never an agent's) as the vault's reference candidate."""
+    checked = inspect_own_model(model)
+    target = gate.vault / REFERENCE_DIR / f"{checked.sha256}.onnx"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, checked.data)
+    gate.ledger.set_meta(META_REFERENCE, checked.sha256)
+    gate.ledger.queue_event("gate.reference", {"model_sha256": checked.sha256})
+    return checked.sha256
+
+
+def export_reference(path: Path, config: Path, size: int) -> Path | None:
+    """Export the model of training config ``config`` with seeded weights, for images of ``size``
+    pixels a side; None while vision cannot build models (no torch)."""
+    if path.is_file():
+        return path
+    try:
+        import torch  # deferred: torch, at init only
+
+        from vision.config import load_config  # deferred: torch, at init only
+        from vision.export import export_onnx  # deferred: torch, at init only
+        from vision.models import PLAIN_UNET, build_model  # deferred: torch, at init only
+        from vision.plain_unet import stages_for  # deferred: torch, at init only
+    except ImportError:
+        return None
+    spec = load_config(config)
+    stages = spec.model.stages
+    if spec.model.name == PLAIN_UNET and stages is None:  # as training sizes it from its patch
+        stages = stages_for(int(spec.sampling.crop or size))
+    torch.manual_seed(REFERENCE_SEED)
+    model = build_model(spec.model.name, spec.model.decoder_width, stages=stages)
     path.parent.mkdir(parents=True, exist_ok=True)
     return Path(export_onnx(model, path, (size, size)))
 

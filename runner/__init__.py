@@ -24,11 +24,15 @@ from runner._launch import HOST_CONFIG_FILE, LaunchRequest, LaunchResult, Sandbo
 from runner._manifest import SplitDigest, TrainingManifest, training_manifest
 from runner._policy import code_files, refusal_reason
 from runner._progress import NOT_EVIDENCE, PROGRESS_FILE
+from runner._ticket import BYTES_PER_PIXEL
 from runner._workspace import TRAINING_PACKAGES, ticket_config
 from runner.inputs import InitFrom, MemberModel
 from runner.outcome import Attempt, Evidence, TicketOutcome, TicketStatus
 from runner.scheduler import (
+    AUTO_CONCURRENCY,
+    MAX_AUTO_CONCURRENCY,
     Admission,
+    ConcurrencyPlan,
     DeviceProfile,
     MemoryEstimator,
     Scheduler,
@@ -40,7 +44,10 @@ from runner.scheduler import (
 from segfactory.budgets import TicketCaps, ticket_caps
 
 __all__ = [
+    "AUTO_CONCURRENCY",
+    "BYTES_PER_PIXEL",
     "HOST_CONFIG_FILE",
+    "MAX_AUTO_CONCURRENCY",
     "TRAINING_PACKAGES",
     "MAX_MODEL_BYTES",
     "NOT_EVIDENCE",
@@ -49,6 +56,7 @@ __all__ = [
     "Admission",
     "Attempt",
     "AuditSink",
+    "ConcurrencyPlan",
     "TicketCaps",
     "CopiedFile",
     "DeviceProfile",

@@ -7,8 +7,11 @@ measurement) and ``save_profile`` keeps it in the home as ``device_profile.json`
 area; a probe of its own when the preset was not profiled) and caches the answer by config hash
 in ``memory_estimates.json``. ``Admission`` lets a ticket start only when its estimate fits in
 free device memory less ``MEMORY_RESERVE_BYTES`` for other tenants, and at most ``concurrency``
-at a time. ``shrink_for_oom`` gives the retry config after an OOM: half the batch, double the
-gradient accumulation, so the effective batch is unchanged.
+at a time. ``Scheduler.auto_concurrency`` sizes that bound when nobody chose it (``run
+--concurrency auto``): on the CPU as many tickets as the cores allow, one thread each, and the
+free memory holds; on CUDA as many as fit in the GPUs' free memory. ``shrink_for_oom`` gives the
+retry config after an OOM: half the batch, double the gradient accumulation, so the effective
+batch is unchanged.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from segfactory import gpus as host_devices
 from segfactory.errors import DataError, LimitExceeded, PolicyError
 from segfactory.files import write_atomic
 from segfactory.home import SOURCE_ROOT, Home
-from segfactory.records import canonical_json
+from segfactory.records import MAX_AUTO_CONCURRENCY, ConcurrencyPlan, canonical_json
 from vision.tiling import DEV_BATCH, TILE_PX, per_batch
 
 PROFILE_FILE = "device_profile.json"  # in the home
@@ -42,6 +45,10 @@ MEMORY_RESERVE_BYTES = 1 * 1024**3  # kept free for other tenants of the device
 ESTIMATE_SAFETY = 1.2  # an estimate is the fitted peak times this factor
 MAX_OOM_RETRIES = 3  # halvings after an OOM; past this the ticket fails with reason "oom"
 DEFAULT_CONCURRENCY = 1  # tickets running at once on one device
+AUTO_CONCURRENCY = "auto"  # a concurrency nobody chose: Scheduler.auto_concurrency sizes it
+# MAX_AUTO_CONCURRENCY (segfactory.records) caps what auto trains at once, and the CLI's
+# --concurrency: past a handful, one host's tickets would spend more on sandboxes and data copies
+# than they gain; a person may still ask for fewer.
 PROBE_TIMEOUT_S = 300.0  # one probe process; past this: killed, the profile fails
 ADMISSION_POLL_S = 0.5  # how often a waiting ticket re-reads free memory
 DEFAULT_BATCH_SIZES = (4, 16)  # batch sizes a profile measures per preset
@@ -53,7 +60,7 @@ OOM_MARKERS = (
     "Memory allocation still failed",
 )  # in the worker's stderr tail
 
-DeviceKind = Literal["cpu", "cuda"]
+DeviceKind = Literal["cpu", "cuda"]  # segfactory.records.ConcurrencyPlan.device
 
 
 class Measurement(BaseModel):
@@ -101,6 +108,14 @@ class DeviceProfile(BaseModel):
         intercept, slope, size = fitted
         per_image = slope * (image_size / size) ** 2
         return int(ESTIMATE_SAFETY * (intercept + per_image * batch_size))
+
+
+def host_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which a cpuset or ``taskset`` narrows)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity call on this platform: every core the OS reports
+        return max(1, os.cpu_count() or 1)
 
 
 class SchedulerSettings(BaseModel):
@@ -551,7 +566,44 @@ class Scheduler:
         sandbox policy's own CPU limit stands."""
         if self.estimator.device != "cpu" or self.settings.concurrency <= 1:
             return None
-        return max(1, (os.cpu_count() or 1) // self.settings.concurrency)
+        return max(1, host_cores() // self.settings.concurrency)
+
+    def auto_concurrency(self, estimate_bytes: int) -> ConcurrencyPlan:
+        """How many tickets of ``estimate_bytes`` to train at once when nobody chose: on the CPU the
+        fewer of the cores (one thread a ticket, ``cpu_share``) and the tickets the free memory
+        less the reserve holds; on CUDA the tickets each GPU's free memory less the reserve holds,
+        summed (packed by measured memory; admission still checks each ticket as it starts). At
+        least 1, at most ``MAX_AUTO_CONCURRENCY``."""
+        estimate = max(1, int(estimate_bytes))
+        mib = f"{estimate / 2**20:.0f} MiB"
+        if self.estimator.device == "cuda":
+            gpus = self._per_gpu()
+            fits = sum(max(0, a.headroom()) // estimate for a in gpus.values())
+            tickets = max(1, min(MAX_AUTO_CONCURRENCY, fits))
+            basis = f"{fits} tickets of {mib} fit in the free memory of {len(gpus)} GPU(s) less the reserve"
+            return ConcurrencyPlan(
+                tickets=tickets,
+                device="cuda",
+                cores=None,
+                fit_by_memory=fits,
+                estimate_bytes=estimate,
+                basis=basis,
+            )
+        cores = host_cores()
+        fits = max(0, self.admission.headroom()) // estimate
+        tickets = max(1, min(MAX_AUTO_CONCURRENCY, cores, fits))
+        basis = (
+            f"{cores} cores, one thread a ticket; {fits} tickets of {mib} fit in free memory less the "
+            f"{self.settings.reserve_bytes / 2**30:g} GiB reserve"
+        )
+        return ConcurrencyPlan(
+            tickets=tickets,
+            device="cpu",
+            cores=cores,
+            fit_by_memory=fits,
+            estimate_bytes=estimate,
+            basis=basis,
+        )
 
     def device_gpus(self) -> list[int]:
         """The GPUs (device minors) this scheduler gives tickets: none on the CPU; on CUDA every

@@ -37,7 +37,7 @@ from segfactory.budgets import RunCaps
 from segfactory.errors import UsageError
 from segfactory.files import append_jsonl, read_jsonl, write_atomic
 from segfactory.home import Home
-from segfactory.records import ExpectedEffect, InitFrom, MemberModel, Ticket, sha256_file
+from segfactory.records import ConcurrencyPlan, ExpectedEffect, InitFrom, MemberModel, Ticket, sha256_file
 
 BASELINE_MODEL = Path("runs") / "baseline" / "baseline-classical.onnx"  # under the home; written by init
 PROMOTIONS = "promotions.jsonl"
@@ -70,7 +70,9 @@ class RunRecord(Row):
     win_rule_sha256: str
     started_at: float
     user: str
-    concurrency: int = 1
+    concurrency: int = 1  # what the run trains at once (auto resolved at start)
+    concurrency_requested: int | str | None = None  # --concurrency as given: a number or "auto"
+    concurrency_plan: ConcurrencyPlan | None = None  # how auto was resolved (None: a number was given)
     proposer: str = "rules"
     caps: RunCaps | None = None  # an agent run's caps (budgets.yaml, tightened by run.yaml and flags)
     judge: str | None = None

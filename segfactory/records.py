@@ -164,6 +164,23 @@ class MemberModel(_Ref):
     file: ClassVar[str] = "model.onnx"
 
 
+MAX_AUTO_CONCURRENCY = 8  # tickets trained at once when nobody chose; past it more cores idle rather
+
+
+class ConcurrencyPlan(BaseModel):
+    """How many tickets train at once when nobody chose (``runner.Scheduler.auto_concurrency``), and
+    why; ``run.json`` keeps it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tickets: int = Field(ge=1, le=MAX_AUTO_CONCURRENCY)
+    device: Literal["cpu", "cuda"]
+    cores: int | None  # the CPU's cores this process may use (one thread a ticket); None on CUDA
+    fit_by_memory: int = Field(ge=0)  # tickets of estimate_bytes the free memory less the reserve holds
+    estimate_bytes: int = Field(gt=0)  # one ticket's measured-memory estimate (its base config)
+    basis: str  # the same, in one line for people
+
+
 class Recommendation(Record):
     """An analysis finding turned into a proposed action; ``agents`` turns it into a Ticket."""
 

@@ -46,8 +46,12 @@ def test_layout_and_summary(demo_home: tuple[Path, dict[str, Any]]) -> None:
     assert stat.S_IMODE((home / "vault").stat().st_mode) == 0o700
     assert json.loads((home / "home.json").read_text())["layout_version"] == 1
     assert summary["datasets"][0]["ref"] == "synthetic/v1" and summary["datasets"][0]["approved"]
-    assert set(summary["gate"]) == {"pinned_code_sha256", "baseline", "users_separated"}  # init --json
+    assert set(summary["gate"]) == {"pinned_code_sha256", "baseline", "reference", "users_separated"}
     assert summary["gate"]["baseline"].endswith("baseline-classical.onnx")
+    # the gate times its verdicts with the demo base config's model (configs/run-demo.yaml), kept in the vault
+    assert summary["gate"]["reference"].endswith("reference-candidate.onnx")
+    kept = list((home / "vault" / "reference").glob("*.onnx"))
+    assert [p.read_bytes() for p in kept] == [Path(summary["gate"]["reference"]).read_bytes()]
     assert len(read_split(home / "datasets/synthetic/v1/train")) == 768
 
 

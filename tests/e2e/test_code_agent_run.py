@@ -93,6 +93,8 @@ def code_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
                     "--code-agent",
                     "--judge",
                     "rules",
+                    "--concurrency",
+                    "1",  # the scripted code ticket alone (auto would train two at once here)
                     "--home",
                     str(home),
                     "--json",

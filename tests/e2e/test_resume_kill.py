@@ -103,6 +103,8 @@ def killed_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
                 f"local:{fake.base_url}#fake-model",
                 "--judge",
                 "rules",
+                "--concurrency",
+                "1",  # one ticket in the sandbox when the kill comes (auto would train two here)
             )  # one scripted LLM answer: no reviewer
             orphans_after_first = left_running(str(home))
             _plant(home / "runs" / run_id / "people" / "planted-confirm.md")

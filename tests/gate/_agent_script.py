@@ -97,7 +97,7 @@ def run_script(home_root: Path, dataset: DatasetVersion, fake_url: str, response
     )
     with (
         AuditLog(home, MemoryAnchorStore()) as audit,
-        running_gate(home_root, ["--answer-time", "0"]) as client,
+        running_gate(home_root) as client,
     ):
         client._http.event_hooks["response"].append(lambda r: responses.append(r.read()))
         proposer = get_proposer(

@@ -24,11 +24,12 @@ from typing import Any
 
 import pytest
 
-from tests.agents.fakes import Step, openai_server
+from tests.agents.fakes import Step, _server, openai_server
 from tests.gate._agent_script import LLM_SCRIPT, RUN_ID, add_dataset, llm_request_blobs, run_script
 from tests.gate.conftest import build_home
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+FAKE_LIFETIME_S = 900.0  # the fake LLM outlives the gate's start (it times a verdict) and padded answers
 
 VERDICT_WORDS = rb"NO_WIN|WIN|INVALID|BUDGET_EXHAUSTED"
 CLOCK_KEYS = frozenset(
@@ -75,8 +76,12 @@ def _drive(tmp_path: Path, name: str, strong_labels: bool) -> dict[str, Any]:
     home, _ = build_home(tmp_path / "home", strong_labels=strong_labels)
     dataset = add_dataset(home, tmp_path / "src")
     responses: list[bytes] = []
-    with openai_server([Step.call("propose_tickets", args) for args in LLM_SCRIPT]) as fake:
-        run_script(home, dataset, fake.base_url, responses)
+    lifetime, _server.LIFETIME_S = _server.LIFETIME_S, FAKE_LIFETIME_S
+    try:
+        with openai_server([Step.call("propose_tickets", args) for args in LLM_SCRIPT]) as fake:
+            run_script(home, dataset, fake.base_url, responses)
+    finally:
+        _server.LIFETIME_S = lifetime
     submits = [r for r in responses if b'"verdict"' in r]
     outputs = {"submits": submits, "tickets": _ticket_files(home), "llm": llm_request_blobs(home)}
     (tmp_path / "home").rename(tmp_path / name)

@@ -413,7 +413,7 @@ def test_the_gate_user_cannot_write_its_pinned_copy(separated_home: Path) -> Non
 def test_gate_serves_as_its_own_user_without_opening_root(separated_home: Path, tmp_path: Path) -> None:
     root_mode = os.stat("/root").st_mode
     model = models.save(models.threshold_model(bias=-0.45), tmp_path / "m.onnx")
-    with running_gate(separated_home, ["--answer-time", "0"]) as client:
+    with running_gate(separated_home) as client:
         uid, _, _, _ = _ids(int(client.server_pid or 0))
         assert uid == pwd.getpwnam(users.GATE_USER).pw_uid
         assert client.status().pinned_code_ok is True

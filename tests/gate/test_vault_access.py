@@ -16,8 +16,9 @@ from tests.gate import models
 from tests.gate.conftest import build_home
 
 REPO = Path(__file__).resolve().parents[2]
-# Modules that open the vault in-process: the gate's decision procedure, ledger, set-up and tiers.
-VAULT_MODULES = {"gate.core", "gate.ledger", "gate.setup", "gate.tiers", "gate.leakage"}
+# Modules that open the vault in-process: the gate's decision procedure, ledger, set-up, tiers
+# and the start's reference verdict.
+VAULT_MODULES = {"gate.core", "gate.ledger", "gate.setup", "gate.tiers", "gate.leakage", "gate.calibrate"}
 # Outside gate/, only root's set-up and a person's own gate commands may use them.
 ALLOWED = {"cli/init.py", "cli/gate_cmds.py"}
 HOST_PACKAGES = (
@@ -60,7 +61,7 @@ def test_no_host_module_opens_the_vault_in_process() -> None:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[GateClient, Path]]:
     home, _ = build_home(tmp_path / "home")
-    with running_gate(home, ["--answer-time", "0"]) as client:
+    with running_gate(home) as client:
         yield client, home
 
 

@@ -187,7 +187,7 @@ def test_concurrent_tickets_on_the_cpu_split_its_cores_and_a_gpu_or_one_ticket_k
             MemoryEstimator(home, None, device), Admission(device, PROFILED.total_bytes, settings), settings
         )
 
-    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    monkeypatch.setattr("runner.scheduler.host_cores", lambda: 16)
     assert [scheduler("cpu", n).cpu_share() for n in (1, 2, 3, 4, 32)] == [None, 8, 5, 4, 1]
     assert scheduler("cuda", 4).cpu_share() is None
 
