@@ -11,31 +11,39 @@ import pytest
 from agents.labelling import BASELINE_MODEL
 from gate.intake import inspect_model
 from gate.ledger import Ledger
-from gate.setup import export_classical_baseline
+from gate.setup import export_classical_baseline, init_gate
 from segfactory.home import Home
 from synthetic.splits import write_split
 from synthetic.versions import DatasetVersion, create_version
+from tests.gate.conftest import make_split, write_tier
 from tests.runner import conftest as runner_fixtures
 from tests.runner._standin import tiny_model
 from tests.vision._data import draw
+
+TIERS = ("confirm-a", "confirm-b", "sealed", "never-queried")
+TIER_IMAGES = 16  # enough for the gate to time one reference verdict
 
 scheduler = runner_fixtures.scheduler  # the runner tests' scheduler (a measured device profile)
 
 
 @pytest.fixture
 def home(tmp_home: Path) -> Home:
-    """A home with the classical detector and a current best (the stand-in model) in the ledger."""
+    """A home with held-back tiers, the classical detector registered at init (the gate calibrates
+    its answer time on it) and a current best (the stand-in model) in the ledger."""
     home = Home(tmp_home)
     tmp_home.mkdir(parents=True)
     home.marker.write_text(json.dumps({"profile": "demo", "created": 0.0, "layout": 1}))
-    assert export_classical_baseline(home.root / BASELINE_MODEL, 32) is not None
+    for offset, tier in enumerate(TIERS):
+        write_tier(home.vault, tier, *make_split(200 + offset, TIER_IMAGES))
+    baseline = export_classical_baseline(home.root / BASELINE_MODEL, 32)
+    assert baseline is not None
+    init_gate(home.root, baseline)
     best = home.runs / "r0" / "tickets" / "t1" / "model.onnx"
     best.parent.mkdir(parents=True)
     best.write_bytes(tiny_model())  # prob = sigmoid(40 (x - 0.55)): the discs are ~0.7, background ~0.45
     (home.runs / "promotions.jsonl").write_text(
         json.dumps({"model": str(best), "run_id": "r0", "ticket_id": "t1"}) + "\n"
     )
-    home.vault.mkdir()
     ledger = Ledger(home.vault / "ledger.sqlite")
     ledger.set_best(inspect_model(best).sha256, str(best), "promotion", "test")
     ledger.close()
