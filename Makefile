@@ -17,7 +17,8 @@ demo: setup
 
 # Two workers, one test file each at a time (module fixtures stay in one process): most of the
 # suite waits on subprocesses, sandboxes and the gate, so two share the cores well. Tests that
-# assert wall-clock timings (`serial`) run afterwards with nothing else running.
+# assert wall-clock timings, or need the Docker engine to themselves (`serial`), run afterwards
+# with nothing else running.
 test: setup lint
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not serial" --durations=25
 	$(BIN)/pytest -q -m serial

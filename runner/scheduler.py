@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,10 @@ AUTO_CONCURRENCY = "auto"  # a concurrency nobody chose: Scheduler.auto_concurre
 # --concurrency: past a handful, one host's tickets would spend more on sandboxes and data copies
 # than they gain; a person may still ask for fewer.
 PROBE_TIMEOUT_S = 300.0  # one probe process; past this: killed, the profile fails
+# A probe builds the model of a config a proposer may have written (a changed decoder width) on the
+# host, outside any sandbox: its private memory is capped (RLIMIT_DATA) at this share of the host's
+# physical memory, so a config that would exhaust the host fails its probe and the ticket is refused.
+PROBE_MEMORY_SHARE = 0.5
 ADMISSION_POLL_S = 0.5  # how often a waiting ticket re-reads free memory
 DEFAULT_BATCH_SIZES = (4, 16)  # batch sizes a profile measures per preset
 OOM_MARKERS = (
@@ -172,11 +177,12 @@ def measure_peak(
         *(["--decoder-width", str(decoder_width)] if decoder_width is not None else []),
     ]
     start = time.monotonic()
-    code, stdout, stderr, rusage = _run_measured(command)
+    limit = probe_memory_limit()
+    code, stdout, stderr, rusage = _run_measured(command, limit)
     if code != 0:
         raise DataError(
-            f"memory probe for {preset} at batch {batch_size} failed "
-            f"(exit {code}): {stderr.decode(errors='replace')[-400:]}"
+            f"memory probe for {preset} at batch {batch_size}, {image_size} px failed (exit {code}; a "
+            f"probe may use at most {limit / 1024**3:.1f} GiB): {stderr.decode(errors='replace')[-400:]}"
         )
     if device == "cuda":
         peak = int(json.loads(stdout.decode().strip().splitlines()[-1])["peak_bytes"])
@@ -191,12 +197,30 @@ def measure_peak(
     )
 
 
-def _run_measured(command: list[str]) -> tuple[int, bytes, bytes, Any]:
-    """Run ``command`` and reap it with ``os.wait4`` so its own peak RSS is known."""
+def probe_memory_limit() -> int:
+    """Bytes of private memory one probe process may map (``PROBE_MEMORY_SHARE`` of the host's)."""
+    return int(PROBE_MEMORY_SHARE * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _limit_memory(limit: int) -> None:  # runs in the probe between fork and exec
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _run_measured(command: list[str], memory_limit: int) -> tuple[int, bytes, bytes, Any]:
+    """Run ``command`` with its private memory capped at ``memory_limit`` bytes, and reap it with
+    ``os.wait4`` so its own peak RSS is known."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SOURCE_ROOT)}
     timed_out = threading.Event()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(command, stdout=out, stderr=err, cwd=SOURCE_ROOT, env=env)
+        proc = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=err,
+            cwd=SOURCE_ROOT,
+            env=env,
+            preexec_fn=partial(_limit_memory, memory_limit),
+        )
 
         def expire() -> None:
             timed_out.set()

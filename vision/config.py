@@ -17,6 +17,11 @@ from vision.registry import known_models
 
 LossName = Literal["bce", "dice", "focal", "tversky"]
 CONFIG_VERSION: Literal[1] = 1
+# A proposer (an LLM) writes config patches, and the host sizes memory from them before any sandbox
+# starts: every value has an upper bound, and so has one batch's pixels (what memory grows with).
+MAX_CROP_PX = 2048  # crop side; the largest image a profile generates is 96 px, imports rarely 2k
+MAX_BATCH_PIXELS = 2**25  # batch_size x crop^2: 128 crops of 512 px, 64 x 96 px is 1.8 % of it
+RANGE_LIMIT = 1000.0  # an augmentation range's ends (pixels, factors, intensities; finite)
 
 
 class Strict(BaseModel):
@@ -39,8 +44,8 @@ class ModelConfig(Strict):
 
 class LossTerm(Strict):
     name: LossName
-    weight: float = Field(default=1.0, gt=0)
-    focal_gamma: float = Field(default=2.0, ge=0)  # focal only
+    weight: float = Field(default=1.0, gt=0, le=100)
+    focal_gamma: float = Field(default=2.0, ge=0, le=10)  # focal only
     tversky_alpha: float = Field(default=0.3, ge=0, le=1)  # tversky: weight of false positives
     tversky_beta: float = Field(default=0.7, ge=0, le=1)  # tversky: weight of false negatives
 
@@ -48,7 +53,7 @@ class LossTerm(Strict):
 class OptimConfig(Strict):
     name: Literal["adamw", "sgd"] = "adamw"
     lr: float = Field(default=3e-3, gt=0, le=1)
-    weight_decay: float = Field(default=1e-4, ge=0)
+    weight_decay: float = Field(default=1e-4, ge=0, le=1)
     momentum: float = Field(default=0.9, ge=0, lt=1)  # sgd only
     nesterov: bool = False  # sgd only: Nesterov momentum (nnU-Net: momentum 0.99, nesterov)
 
@@ -61,14 +66,14 @@ class OptimConfig(Strict):
 
 class ScheduleConfig(Strict):
     name: Literal["constant", "cosine", "onecycle", "poly"] = "cosine"  # poly: (1 - t)^0.9, nnU-Net's
-    warmup_epochs: int = Field(default=0, ge=0)
+    warmup_epochs: int = Field(default=0, ge=0, le=10_000)
 
 
 class Range(Strict):
     """A closed interval [low, high] sampled uniformly; low == high means a fixed value."""
 
-    low: float
-    high: float
+    low: float = Field(ge=-RANGE_LIMIT, le=RANGE_LIMIT)
+    high: float = Field(ge=-RANGE_LIMIT, le=RANGE_LIMIT)
 
     @model_validator(mode="after")
     def _ordered(self) -> Range:
@@ -93,10 +98,12 @@ class AugmentConfig(Strict):
 
 
 class SamplingConfig(Strict):
-    crop: int | None = Field(default=None, gt=0)  # crop side in pixels; None trains on whole images
+    crop: int | None = Field(default=None, gt=0, le=MAX_CROP_PX)  # crop side in pixels; None: whole images
     defect_centred_p: float = Field(default=0.0, ge=0, le=1)  # share of crops centred on a void
-    rare_oversample: float = Field(default=1.0, ge=1)  # weight of images holding a small void
-    rare_area_px: int = Field(default=16, gt=0)  # "small void": area below this many pixels
+    rare_oversample: float = Field(default=1.0, ge=1, le=1000)  # weight of images holding a small void
+    rare_area_px: int = Field(
+        default=16, gt=0, le=MAX_CROP_PX**2
+    )  # "small void": area below this many pixels
 
 
 class NnunetConfig(Strict):
@@ -111,9 +118,11 @@ class NnunetConfig(Strict):
     time_budget_s: float = Field(default=300.0, gt=0, le=86_400)  # device-seconds the worker may use
     iterations_per_epoch: int = Field(default=50, ge=1, le=1000)  # nnU-Net's own is 250 (with 1000 epochs)
     val_iterations: int = Field(default=5, ge=1, le=100)  # nnU-Net's per-epoch pseudo-Dice batches (logging)
-    export_reserve_s: float = Field(default=25.0, ge=0)  # kept back for ONNX export and the parity check
+    export_reserve_s: float = Field(
+        default=25.0, ge=0, le=3600
+    )  # kept back for ONNX export and the parity check
     data_workers: int = Field(default=1, ge=0, le=16)  # nnUNet_n_proc_DA; 0: augmentation in the main process
-    max_val_cases: int = Field(default=32, ge=1)  # dev images nnU-Net logs its pseudo Dice on
+    max_val_cases: int = Field(default=32, ge=1, le=10_000)  # dev images nnU-Net logs its pseudo Dice on
     parity_images: int = Field(default=8, ge=1, le=256)  # dev images the ONNX-vs-predictor check uses
 
 
@@ -141,8 +150,8 @@ class TrainConfig(Strict):
     seed: int = Field(default=0, ge=0)
     threshold: float = Field(default=0.5, gt=0, lt=1)  # probability threshold for dev metrics
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int | None = Field(default=None, gt=0)  # CPU threads; None: torch's default
-    max_train_images: int | None = Field(default=None, gt=0)  # cap for quick runs; None: all
+    threads: int | None = Field(default=None, gt=0, le=1024)  # CPU threads; None: torch's default
+    max_train_images: int | None = Field(default=None, gt=0, le=10**8)  # cap for quick runs; None: all
 
     @model_validator(mode="after")
     def _plain_only(self) -> TrainConfig:
@@ -150,6 +159,12 @@ class TrainConfig(Strict):
             raise ValueError(f"deep_supervision needs model.name unet-plain; got {self.model.name}")
         if self.model.stages is not None and self.model.name != "unet-plain":
             raise ValueError(f"model.stages is unet-plain's; got model {self.model.name}")
+        crop = self.sampling.crop
+        if crop is not None and self.batch_size * crop * crop > MAX_BATCH_PIXELS:
+            raise ValueError(
+                f"batch_size {self.batch_size} x crop {crop}^2 is {self.batch_size * crop * crop} pixels "
+                f"a batch, above MAX_BATCH_PIXELS={MAX_BATCH_PIXELS}"
+            )
         return self
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -10,18 +11,23 @@ from typing import Any
 
 import pytest
 
+from runner import scheduler
 from runner.scheduler import (
     ESTIMATE_SAFETY,
+    PROBE_MEMORY_SHARE,
+    PROBE_TIMEOUT_S,
     Admission,
     MemoryEstimator,
     Scheduler,
     SchedulerSettings,
     is_oom,
     load_profile,
+    measure_peak,
+    probe_memory_limit,
     save_profile,
     shrink_for_oom,
 )
-from segfactory.errors import LimitExceeded
+from segfactory.errors import DataError, LimitExceeded
 from segfactory.home import Home
 from tests.runner.conftest import PROFILED
 
@@ -213,3 +219,17 @@ def test_a_share_of_the_cores_tightens_the_sandbox_policy_and_never_loosens_it(
         with pytest.raises(RuntimeError, match="recorded"):
             SandboxLauncher("bwrap").launch(request)
     assert seen[0].limits.cpus == 1.0 and seen[1].limits.cpus == policy_cpus and seen[2].limits is None
+
+
+@pytest.mark.slow  # ~15 s: two real probe processes
+def test_a_probe_is_confined_to_a_memory_cap_and_a_config_past_it_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert probe_memory_limit() == int(PROBE_MEMORY_SHARE * host) and PROBE_MEMORY_SHARE <= 0.5
+    monkeypatch.setattr(scheduler, "PROBE_MEMORY_SHARE", 1.5 * 1024**3 / host)
+    assert measure_peak("unet-mobilenetv3", 4, 32, "cpu").peak_bytes > 0  # a demo-sized probe fits
+    started = time.monotonic()
+    with pytest.raises(DataError, match=r"at batch 64, 512 px failed .*at most 1\.5 GiB"):
+        measure_peak("unet-mobilenetv3", 64, 512, "cpu")  # ~6 GiB unconfined
+    assert time.monotonic() - started < PROBE_TIMEOUT_S  # refused by the cap, not by the timeout

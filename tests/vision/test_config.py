@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from segfactory.errors import UsageError
-from vision.config import dump_config, load_config, parse_config
+from vision.config import MAX_BATCH_PIXELS, dump_config, load_config, parse_config
 from vision.models import build_model, known_models
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,3 +55,28 @@ def test_shipped_configs_parse_and_round_trip(path: Path) -> None:
 def test_unknown_model_in_config_is_refused_at_validation() -> None:
     with pytest.raises(UsageError, match="model.name: .*'unet-vgg' is not registered"):
         parse_config({"epochs": 1, "batch_size": 8, "model": {"name": "unet-vgg"}})
+
+
+# What a proposer's patch could ask for that would exhaust the host before any sandbox starts: each is
+# refused at validation, naming the field.
+@pytest.mark.parametrize(
+    ("patch", "named"),
+    [
+        ({"sampling": {"crop": 100_000}}, "sampling.crop"),
+        ({"batch_size": 4096, "sampling": {"crop": 1024}}, "MAX_BATCH_PIXELS"),
+        ({"augment": {"blur_sigma": {"low": 0, "high": 1e9}}}, "augment.blur_sigma.high"),
+        ({"augment": {"scale": {"low": 1, "high": float("inf")}}}, "augment.scale.high"),
+        ({"loss": [{"name": "focal", "focal_gamma": 1e6}]}, "focal_gamma"),
+        ({"threads": 10**6}, "threads"),
+        ({"schedule": {"warmup_epochs": 10**9}}, "schedule.warmup_epochs"),
+    ],
+)
+def test_unbounded_values_a_proposer_could_write_are_refused(patch: dict[str, object], named: str) -> None:
+    with pytest.raises(UsageError, match=named):
+        parse_config({"epochs": 1, "batch_size": 8, **patch})
+
+
+def test_the_largest_shipped_batch_is_far_inside_the_pixel_bound() -> None:
+    config = load_config(REPO / "configs" / "run-default.yaml")
+    assert config.sampling.crop is not None
+    assert config.batch_size * config.sampling.crop**2 * 10 < MAX_BATCH_PIXELS
