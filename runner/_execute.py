@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,11 @@ from synthetic.versions import DatasetVersion
 
 TIMEOUT_MARGIN_S = 30.0  # added to the remaining device-second budget per attempt (start-up, export)
 MIN_WALL_S = 30.0  # a ticket is not started with less of the run's wall time left than this
+# A ticket's workspace shares the home's filesystem with the audit log, the run state and the
+# vault: it does not start while less than this is free there, in bytes or in inodes, so the
+# records every result rests on keep room to be written whatever the tickets before it left.
+FREE_BYTES_RESERVE = 2 * 1024**3
+FREE_INODES_RESERVE = 100_000
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +100,8 @@ def execute_ticket(
     started = time.monotonic()
     policy = budget_policy or ticket_caps(profile_of(home))
     config, reason = _checked_config(ticket, dataset_version, base_config, policy)
+    if reason is None:
+        reason = disk_reserve_problem(home.root)
     ticket_dir = home.tickets_dir(run_id) / ticket.id
     if reason is None and ticket_dir.exists():
         reason = f"ticket {ticket.id} already has a folder in run {run_id}; ticket ids are unique per run"
@@ -249,6 +257,23 @@ def _cut_images(config: dict[str, Any], dataset: DatasetVersion) -> str | None:
         "train its parent's images under another name. Lift the cap, or build the version on the images "
         "the cap keeps"
     )
+
+
+def disk_reserve_problem(path: Path) -> str | None:
+    """Why no ticket may start on ``path``'s filesystem (below a free-space reserve), or None."""
+    fs = os.statvfs(path)
+    free = fs.f_bavail * fs.f_frsize
+    if free < FREE_BYTES_RESERVE:
+        return (
+            f"only {free / 1024**3:.2f} GiB is free on the home's filesystem, below the reserve of "
+            f"{FREE_BYTES_RESERVE / 1024**3:.2f} GiB kept for the audit log, the run state and the vault"
+        )
+    if fs.f_files and fs.f_favail < FREE_INODES_RESERVE:  # f_files 0: no inode limit (btrfs)
+        return (
+            f"only {fs.f_favail} inodes are free on the home's filesystem, below the reserve of "
+            f"{FREE_INODES_RESERVE} kept for the audit log, the run state and the vault"
+        )
+    return None
 
 
 def _execute(

@@ -29,6 +29,9 @@ class Limits(BaseModel):
     memory_bytes: int = Field(gt=0)  # RAM, swap included; past it: OOM kill, oom_killed=true
     pids: int = Field(gt=0)  # processes + threads; past it: fork/clone fails with EAGAIN
     workspace_bytes: int = Field(gt=0)  # bytes under /work; past it: killed, event workspace_limit
+    # files, directories and links under /work (inodes: a million empty files take no blocks but
+    # exhaust the host filesystem's inodes); past it: killed, event workspace_limit
+    workspace_files: int = Field(default=100_000, gt=0)
     file_bytes: int = Field(gt=0)  # one file (RLIMIT_FSIZE); past it: write fails with EFBIG
     tmp_bytes: int = Field(gt=0)  # the /tmp tmpfs; past it: ENOSPC
     timeout_s: float = Field(gt=0)  # wall time; past it: SIGTERM, then SIGKILL, timed_out=true

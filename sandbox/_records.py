@@ -37,7 +37,7 @@ EventKind = Literal[
     "ctypes_call",  # a foreign library, a symbol lookup, a foreign call, a raw memory access
     "process_spawn",  # a process started (it may run without the hook)
     "hook_malformed",  # a hook datagram that was cut or is no record: the sandbox sent it
-    "workspace_limit",  # /work grew past limits.workspace_bytes; the sandbox was killed
+    "workspace_limit",  # /work grew past limits.workspace_bytes or workspace_files; the sandbox was killed
     "timeout_kill",  # the wall-time limit passed; the sandbox was killed from outside
 ]
 

@@ -50,15 +50,17 @@ def _scratch_root() -> str | None:
     return None
 
 
-def disk_usage(root: Path) -> int:
-    """Bytes of disk used under ``root`` (st_blocks; symlinks not followed)."""
-    total = 0
+def disk_usage(root: Path) -> tuple[int, int]:
+    """(bytes of disk, entries) under ``root``: st_blocks, and every file, directory and link
+    (each an inode, whatever its size); symlinks not followed."""
+    total, files = 0, 0
     stack = [root]
     while stack:
         try:
             entries = list(os.scandir(stack.pop()))
         except OSError:
             continue
+        files += len(entries)
         for entry in entries:
             try:
                 total += entry.stat(follow_symlinks=False).st_blocks * 512
@@ -66,7 +68,7 @@ def disk_usage(root: Path) -> int:
                     stack.append(Path(entry.path))
             except OSError:
                 continue
-    return total
+    return total, files
 
 
 class Session:
@@ -183,20 +185,19 @@ class Session:
         return False
 
     def _workspace_full(self) -> bool:
-        """True (and an event) when /work has grown past its cap."""
-        for path, inside, limit in ((self.workspace, "/work", self.limits.workspace_bytes),):
-            used = disk_usage(path)
-            if used > limit:
-                self.emit(
-                    SandboxEvent(
-                        kind="workspace_limit",
-                        ts=time.time(),
-                        path=inside,
-                        detail={"used_bytes": used, "limit_bytes": limit},
-                    )
-                )
-                return True
-        return False
+        """True (and an event) when /work has grown past its cap in bytes or in entries."""
+        used, files = disk_usage(self.workspace)
+        limits = self.limits
+        if used <= limits.workspace_bytes and files <= limits.workspace_files:
+            return False
+        detail = {
+            "used_bytes": used,
+            "limit_bytes": limits.workspace_bytes,
+            "files": files,
+            "limit_files": limits.workspace_files,
+        }
+        self.emit(SandboxEvent(kind="workspace_limit", ts=time.time(), path="/work", detail=detail))
+        return True
 
     def timed_out(self, exit_code: int, duration_s: float, killed: bool) -> bool:
         """Whether the run hit its wall time: killed from outside, or ended by the inner timeout."""

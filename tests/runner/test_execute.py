@@ -4,6 +4,7 @@ and a planted symlink or FIFO in place of the model."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 from audit import AuditLog, iter_records
-from runner import TicketStatus, execute_ticket
+from runner import TicketStatus, _execute, execute_ticket
 from runner.scheduler import Scheduler
 from segfactory.home import Home
 from segfactory.records import Ticket
@@ -364,3 +365,23 @@ def test_a_cap_that_would_cut_the_images_a_version_adds_is_refused_before_anythi
         scheduler=scheduler,
     )
     assert plain.status == TicketStatus.DONE, plain.reason
+
+
+def test_a_ticket_does_not_start_below_the_free_space_reserve(
+    home: Home,
+    dataset: DatasetVersion,
+    audit_log: AuditLog,
+    scheduler: Scheduler,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    launcher = StandinLauncher()
+    fs = os.statvfs(home.root)
+    monkeypatch.setattr(_execute, "FREE_BYTES_RESERVE", fs.f_bavail * fs.f_frsize + 1024**3)
+    outcome = run(make_ticket(), home, dataset, launcher, audit_log, scheduler)
+    assert outcome.status == TicketStatus.REFUSED and launcher.requests == []
+    assert "below the reserve" in str(outcome.reason) and "GiB is free" in str(outcome.reason)
+    monkeypatch.undo()
+    if fs.f_files:  # a filesystem that counts inodes
+        monkeypatch.setattr(_execute, "FREE_INODES_RESERVE", fs.f_favail + 10**6)
+        refused = run(make_ticket("t2"), home, dataset, launcher, audit_log, scheduler)
+        assert refused.status == TicketStatus.REFUSED and "inodes are free" in str(refused.reason)

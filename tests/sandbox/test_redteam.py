@@ -260,6 +260,23 @@ def test_full_disk_in_work_and_tmp_is_contained(run_in: Run, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+def test_an_inode_bomb_in_work_is_killed(run_in: Run, tmp_path: Path) -> None:
+    """Empty files take no blocks, so a byte cap alone never fires; each is an inode of the host's
+    filesystem (the audit log's and the vault's). Several writers, so one poll sees many at once."""
+    limit = 2_000
+    writer = "i=0; while true; do : > /work/$1/f$i; i=$((i+1)); done"
+    script = "\n".join([f"mkdir /work/w{n}; sh -c '{writer}' sh w{n} &" for n in range(4)] + ["wait"])
+    result = run_in(script, limits=small_limits(workspace_files=limit), timeout_s=60)
+    [event] = [e for e in result.events if e.kind == "workspace_limit"]
+    assert event.detail["files"] > limit and event.detail["limit_files"] == limit
+    assert not result.timed_out and result.duration_s < 10  # killed at the first poll past the cap
+    # the cap is polled (WORKSPACE_POLL_S), not enforced by the kernel: four shell writers make
+    # 60-80 thousand files before that poll here; what is bounded is the time they have
+    left = sum(1 for _ in (tmp_path / "ws").rglob("*"))
+    assert limit < left < 500_000, left
+
+
+@pytest.mark.slow
 def test_outliving_the_timeout_is_killed(run_in: Run) -> None:
     token = secrets.token_hex(8)
     script = (
