@@ -23,6 +23,10 @@ from segfactory.records import Ticket, TicketKind
 from vision.config import parse_config
 
 CONFIG_FILE = "config.yaml"
+# A budget-sized ticket's worker aims to finish within this share of the ticket's device budget: the
+# rest covers the sandbox's start before the worker's clock, copy-out, and an epoch slower than the
+# one it was sized from (the sandbox is killed TIMEOUT_MARGIN_S past the whole budget)
+SIZED_SHARE = 0.9
 PACKAGE_SPEC_FILE = "package.yaml"  # a packaging ticket's vision.packaging.PackageSpec
 OUT_DIR = "out"  # beneath the workspace: where the worker writes
 TRAINING_PACKAGES = ("vision",)  # copied into <work>/code/ for code tickets
@@ -76,7 +80,14 @@ def ticket_config(base: dict[str, Any] | Path, ticket: Ticket) -> dict[str, Any]
         raise UsageError(f"base config {base} is not a mapping")
     merged = _deep_merge(data, _config_patch(ticket))
     merged["seed"] = ticket.seed
-    merged["epochs"] = min(int(merged.get("epochs", ticket.budget.epochs)), ticket.budget.epochs)
+    recipe_epochs = int(merged.get("epochs", ticket.budget.epochs))
+    if ticket.budget.epochs > recipe_epochs and merged.get("engine", "segfactory") == "segfactory":
+        # the ticket asks for more epochs than its recipe (a budget plan's rung or final): it trains
+        # as many as its device budget holds, up to that many (vision/train.py sizes them)
+        merged["epochs"] = ticket.budget.epochs
+        merged["time_budget_s"] = round(SIZED_SHARE * ticket.budget.device_seconds, 1)
+    else:
+        merged["epochs"] = min(recipe_epochs, ticket.budget.epochs)
     return parse_config(merged, f"ticket {ticket.id}").model_dump(mode="json")
 
 

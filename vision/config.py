@@ -150,6 +150,10 @@ class TrainConfig(Strict):
     seed: int = Field(default=0, ge=0)
     threshold: float = Field(default=0.5, gt=0, lt=1)  # probability threshold for dev metrics
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # segfactory engine: train as many epochs as fit in this many seconds of the worker's life (its
+    # first epochs are timed, and the schedule's length follows), ``epochs`` then being the cap;
+    # None: exactly ``epochs``. The runner sets it from a ticket's device budget (vision/train.py).
+    time_budget_s: float | None = Field(default=None, gt=0, le=86_400)
     threads: int | None = Field(default=None, gt=0, le=1024)  # CPU threads; None: torch's default
     max_train_images: int | None = Field(default=None, gt=0, le=10**8)  # cap for quick runs; None: all
 

@@ -7,6 +7,11 @@ outputs, and its ONNX export matches PyTorch within ``vision.export.PARITY_ATOL`
 
 Randomness: the model is initialised from ``seed``; epoch ``e`` draws its order, crops and
 augmentations from generators seeded with ``(seed, e)``, so a resumed run replays exactly.
+
+Length: ``epochs``, or with ``time_budget_s`` as many epochs as fit in that budget (at most
+``epochs``): after each of its first ``SIZING_EPOCHS`` epochs the run re-sizes its length from the
+epoch's measured time and what the worker has spent, and the learning-rate schedule follows the
+planned length. Such a run's length depends on the machine; ``result.json``'s ``plan`` records it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,19 +58,30 @@ from vision.tiling import DEV_BATCH, TILE_PX, predict_batched
 log = logging.getLogger(__name__)
 
 CURVE_FILE = "learning_curve.jsonl"
+# A budget-sized run (config.time_budget_s) re-sizes its length after each of its first epochs (the
+# first is slower: allocations, caches), and keeps this long for what follows the last epoch:
+# reload, ONNX export and the parity check (2-5 s at demo size on a CPU core), then copy-out.
+SIZING_EPOCHS = 2
+FINALISE_RESERVE_S = 10.0
 
 
 class NonFiniteLoss(Exception):
     """Raised inside the loop when the loss is NaN or inf."""
 
 
-def _lr_factor(config: TrainConfig, steps_per_epoch: int) -> Any:
-    total = max(1, config.epochs * steps_per_epoch)
-    warm = config.schedule.warmup_epochs * steps_per_epoch
-    if config.schedule.name == "onecycle":
-        warm = max(warm, int(0.3 * total))
+def _lr_factor(config: TrainConfig, steps_per_epoch: int, epochs: Callable[[], int] | None = None) -> Any:
+    """The learning-rate factor per optimiser step. ``epochs`` gives the run's planned length when
+    it may change while training (a budget-sized run); the schedule then follows it."""
+
+    def span() -> tuple[int, int]:
+        total = max(1, (epochs() if epochs else config.epochs) * steps_per_epoch)
+        warm = config.schedule.warmup_epochs * steps_per_epoch
+        if config.schedule.name == "onecycle":
+            warm = max(warm, int(0.3 * total))
+        return total, warm
 
     def factor(step: int) -> float:
+        total, warm = span()
         if warm and step < warm:
             return (step + 1) / warm
         if config.schedule.name == "constant":
@@ -201,9 +217,14 @@ class Trainer:
         if self.device.type == "cuda":
             self.model = self.model.to(memory_format=torch.channels_last)
         self.opt = make_optimizer(config, self.model)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, _lr_factor(config, self.steps_per_epoch))
+        self.epochs = config.epochs  # the planned length; a budget-sized run re-sizes it (size_to_budget)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, _lr_factor(config, self.steps_per_epoch, lambda: self.epochs)
+        )
         self.start_epoch = 0
         self.timings: dict[str, float] = {"train_s": 0.0, "eval_s": 0.0, "train_images": 0.0}
+        self.clock_origin = time.perf_counter()  # when the worker's budget started (train() sets it)
+        self.plan: dict[str, float | int] = {}
 
     def start_from(self, path: Path) -> None:
         """Start from a parent's weights (strict); the optimiser and the schedule stay fresh."""
@@ -224,6 +245,8 @@ class Trainer:
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         self.start_epoch = int(state["epoch"]) + 1
+        # a budget-sized run keeps the length it planned (its schedule is that length's)
+        self.epochs = int(state.get("epochs_planned", self.config.epochs))
         log.info("resumed at epoch %d", self.start_epoch)
 
     def _step_batch(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float:
@@ -271,6 +294,7 @@ class Trainer:
                 "model": self.model.state_dict(),
                 "optimizer": self.opt.state_dict(),
                 "scheduler": self.sched.state_dict(),
+                "epochs_planned": self.epochs,
             },
         )
         line = {"epoch": epoch, "train_loss": loss, "lr": self.sched.get_last_lr()[0], "dev": dev}
@@ -285,7 +309,9 @@ class Trainer:
         with progress_bar(
             self.progress, self.config.epochs * self.steps_per_epoch, self.start_epoch * self.steps_per_epoch
         ) as tick:
-            for epoch in range(self.start_epoch, self.config.epochs):
+            epoch = self.start_epoch
+            while epoch < self.epochs:
+                started = time.perf_counter()
                 try:
                     loss = self.train_epoch(epoch, tick)
                 except NonFiniteLoss as exc:
@@ -295,8 +321,36 @@ class Trainer:
                     log.error("run stopped: %s", reason)
                     return done, reason, dev
                 dev = self.end_epoch(epoch, loss)
-                done = epoch + 1
+                done = epoch = epoch + 1
+                if self.config.time_budget_s is not None and epoch - self.start_epoch <= SIZING_EPOCHS:
+                    self.size_to_budget(done, time.perf_counter() - started)
         return done, None, dev
+
+    def size_to_budget(self, done: int, epoch_s: float) -> None:
+        """Set the planned length to the epochs that fit in ``time_budget_s`` (at most ``epochs``,
+        at least those done), from the last epoch's time (training and its dev scoring) and what the
+        worker has spent so far, keeping ``FINALISE_RESERVE_S`` for the final checks and export."""
+        budget = float(self.config.time_budget_s or 0.0)
+        spent = time.perf_counter() - self.clock_origin
+        left = budget - spent - FINALISE_RESERVE_S
+        fit = done + max(0, math.floor(left / max(epoch_s, 1e-3)))
+        self.epochs = max(done, min(self.config.epochs, fit))
+        self.plan = {
+            "time_budget_s": budget,
+            "sized_after_epoch": done,
+            "spent_s": round(spent, 3),
+            "epoch_s": round(epoch_s, 3),
+            "epochs_planned": self.epochs,
+            "epochs_cap": self.config.epochs,
+        }
+        log.info(
+            "sized to the budget: %d epochs (cap %d) from %.2f s an epoch, %.1f of %.0f s spent",
+            self.epochs,
+            self.config.epochs,
+            epoch_s,
+            spent,
+            budget,
+        )
 
     def run(self) -> TrainResult:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -311,6 +365,7 @@ class Trainer:
             epochs_completed=done,
             device=str(self.device),
             dev=dev,
+            plan=dict(self.plan),
         )
         if reason is None and done > 0:
             self.final_checks(result)
@@ -376,6 +431,8 @@ def train(
         raise DataError(f"{out_dir} is not empty; choose a new --out or pass --resume")
     trainer = Trainer(config, data_dir, out_dir, progress)
     trainer.timings.update(timings or {})
+    # the budget counts the worker's whole life: its start-up and imports came before this call
+    trainer.clock_origin = started - sum((timings or {}).get(k, 0.0) for k in ("startup_s", "imports_s"))
     trainer.timings["setup_s"] = time.perf_counter() - started  # data, model, optimiser
     if init_from is not None:
         trainer.start_from(init_from)

@@ -14,9 +14,10 @@ import pytest
 
 from audit import AuditLog, iter_records
 from runner import TicketStatus, _execute, execute_ticket
+from runner._workspace import SIZED_SHARE, ticket_config
 from runner.scheduler import Scheduler
 from segfactory.home import Home
-from segfactory.records import Ticket
+from segfactory.records import Budget, Ticket
 from synthetic.splits import read_split, write_split
 from synthetic.versions import DatasetVersion, create_version
 from tests.runner.conftest import BASE_CONFIG, StandinLauncher
@@ -385,3 +386,21 @@ def test_a_ticket_does_not_start_below_the_free_space_reserve(
         monkeypatch.setattr(_execute, "FREE_INODES_RESERVE", fs.f_favail + 10**6)
         refused = run(make_ticket("t2"), home, dataset, launcher, audit_log, scheduler)
         assert refused.status == TicketStatus.REFUSED and "inodes are free" in str(refused.reason)
+
+
+def _budgeted(epochs: int, change: dict[str, Any] | None = None) -> Ticket:
+    return make_ticket(seconds=90, change=change).model_copy(
+        update={"budget": Budget(device_seconds=90, epochs=epochs)}
+    )
+
+
+def test_a_ticket_asking_more_epochs_than_its_recipe_trains_what_its_budget_holds() -> None:
+    base = {**BASE_CONFIG, "epochs": 4}
+    longer = ticket_config(base, _budgeted(10))  # a budget plan's rung or final
+    assert longer["epochs"] == 10 and longer["time_budget_s"] == pytest.approx(SIZED_SHARE * 90)
+    same = ticket_config(base, _budgeted(4))  # the recipe's own length: exactly that, as before
+    assert same["epochs"] == 4 and same["time_budget_s"] is None
+    fixed = ticket_config(base, _budgeted(8, {"epochs": 8}))  # a patch that names its epochs keeps them
+    assert fixed["epochs"] == 8 and fixed["time_budget_s"] is None
+    nnunet = ticket_config({**base, "engine": "nnunet"}, _budgeted(10))  # its engine sizes itself
+    assert nnunet["time_budget_s"] is None

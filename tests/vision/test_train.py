@@ -145,3 +145,63 @@ def test_other_options_train_usable(data: Path, tmp_path: Path) -> None:
     )
     result = train(config, data, tmp_path / "o")
     assert result.usable and result.epochs_completed == 2
+
+
+class _Clock:
+    """A perf_counter for vision.train that moves only when a test says (an epoch takes 2 s)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def _timed_epochs(monkeypatch: pytest.MonkeyPatch, seconds: float) -> _Clock:
+    clock = _Clock()
+    monkeypatch.setattr(train_mod, "time", clock)
+    epoch = train_mod.Trainer.train_epoch
+
+    def timed(self: train_mod.Trainer, index: int, tick: Any) -> float:
+        clock.now += seconds
+        return epoch(self, index, tick)
+
+    monkeypatch.setattr(train_mod.Trainer, "train_epoch", timed)
+    return clock
+
+
+def test_a_budget_sized_run_trains_what_its_budget_holds_and_its_schedule_follows(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _timed_epochs(monkeypatch, 2.0)
+    train(cfg(epochs=30, time_budget_s=30.0), data, tmp_path / "sized")
+    result = json.loads((tmp_path / "sized" / "result.json").read_text())
+    # 2 s an epoch, 10 s kept for the final checks: (30 - 4 - 10) / 2 = 8 more after the second
+    assert result["epochs_completed"] == 10 and result["usable"]
+    assert result["plan"] == {
+        "time_budget_s": 30.0,
+        "sized_after_epoch": 2,
+        "spent_s": 4.0,
+        "epoch_s": 2.0,
+        "epochs_planned": 10,
+        "epochs_cap": 30,
+    }
+    curve = [
+        json.loads(line) for line in (tmp_path / "sized" / "learning_curve.jsonl").read_text().splitlines()
+    ]
+    lr0 = TINY.get("optim", {}).get("lr", cfg().optim.lr)
+    assert curve[-1]["lr"] < 0.01 * lr0  # the cosine ends with the planned length, not the cap's
+
+
+def test_a_budget_sized_run_keeps_its_cap_and_at_least_what_it_trained(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _timed_epochs(monkeypatch, 2.0)
+    train(cfg(epochs=3, time_budget_s=1000.0), data, tmp_path / "roomy")
+    roomy = json.loads((tmp_path / "roomy" / "result.json").read_text())
+    assert roomy["epochs_completed"] == 3 and roomy["plan"]["epochs_planned"] == 3  # the cap
+    train(cfg(epochs=30, time_budget_s=5.0), data, tmp_path / "tight")
+    tight = json.loads((tmp_path / "tight" / "result.json").read_text())
+    assert tight["epochs_completed"] == 1 and tight["usable"]  # over budget after one: stops there
+    plain = train(cfg(epochs=3), data, tmp_path / "plain")
+    assert plain.epochs_completed == 3 and plain.plan == {}  # no budget: exactly its epochs
