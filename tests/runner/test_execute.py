@@ -388,7 +388,7 @@ def test_a_ticket_does_not_start_below_the_free_space_reserve(
         assert refused.status == TicketStatus.REFUSED and "inodes are free" in str(refused.reason)
 
 
-def _budgeted(epochs: int, change: dict[str, Any] | None = None) -> Ticket:
+def _budgeted(epochs: int, change: dict[str, object] | None = None) -> Ticket:
     return make_ticket(seconds=90, change=change).model_copy(
         update={"budget": Budget(device_seconds=90, epochs=epochs)}
     )
