@@ -18,6 +18,7 @@ from tests.vision._data import make_version
 from vision.checkpoint import read_checkpoint
 from vision.config import TrainConfig, parse_config
 from vision.onnx_infer import predict
+from vision.result import TrainResult
 from vision.train import train
 
 TINY = {
@@ -170,15 +171,20 @@ def _timed_epochs(monkeypatch: pytest.MonkeyPatch, seconds: float) -> _Clock:
     return clock
 
 
+def _result(data: Path, out: Path, **over: Any) -> TrainResult:
+    """Train per ``TINY`` and ``over``; what the run's result.json says."""
+    train(cfg(**over), data, out)
+    return TrainResult.model_validate_json((out / "result.json").read_text())
+
+
 def test_a_budget_sized_run_trains_what_its_budget_holds_and_its_schedule_follows(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _timed_epochs(monkeypatch, 2.0)
-    train(cfg(epochs=30, time_budget_s=30.0), data, tmp_path / "sized")
-    result = json.loads((tmp_path / "sized" / "result.json").read_text())
+    result = _result(data, tmp_path / "sized", epochs=30, time_budget_s=30.0)
     # 2 s an epoch, 10 s kept for the final checks: (30 - 4 - 10) / 2 = 8 more after the second
-    assert result["epochs_completed"] == 10 and result["usable"]
-    assert result["plan"] == {
+    assert result.epochs_completed == 10 and result.usable
+    assert result.plan == {
         "time_budget_s": 30.0,
         "sized_after_epoch": 2,
         "spent_s": 4.0,
@@ -189,19 +195,16 @@ def test_a_budget_sized_run_trains_what_its_budget_holds_and_its_schedule_follow
     curve = [
         json.loads(line) for line in (tmp_path / "sized" / "learning_curve.jsonl").read_text().splitlines()
     ]
-    lr0 = TINY.get("optim", {}).get("lr", cfg().optim.lr)
-    assert curve[-1]["lr"] < 0.01 * lr0  # the cosine ends with the planned length, not the cap's
+    assert curve[-1]["lr"] < 0.01 * cfg().optim.lr  # the cosine ends with the planned length, not the cap's
 
 
 def test_a_budget_sized_run_keeps_its_cap_and_at_least_what_it_trained(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _timed_epochs(monkeypatch, 2.0)
-    train(cfg(epochs=3, time_budget_s=1000.0), data, tmp_path / "roomy")
-    roomy = json.loads((tmp_path / "roomy" / "result.json").read_text())
-    assert roomy["epochs_completed"] == 3 and roomy["plan"]["epochs_planned"] == 3  # the cap
-    train(cfg(epochs=30, time_budget_s=5.0), data, tmp_path / "tight")
-    tight = json.loads((tmp_path / "tight" / "result.json").read_text())
-    assert tight["epochs_completed"] == 1 and tight["usable"]  # over budget after one: stops there
+    roomy = _result(data, tmp_path / "roomy", epochs=3, time_budget_s=1000.0)
+    assert roomy.epochs_completed == 3 and roomy.plan["epochs_planned"] == 3  # the cap
+    tight = _result(data, tmp_path / "tight", epochs=30, time_budget_s=5.0)
+    assert tight.epochs_completed == 1 and tight.usable  # over budget after one: stops there
     plain = train(cfg(epochs=3), data, tmp_path / "plain")
     assert plain.epochs_completed == 3 and plain.plan == {}  # no budget: exactly its epochs
