@@ -139,6 +139,10 @@ def hostile_run(
             proc = _cli(
                 [
                     *("run", "--profile", "demo", "--budget", "10s", "--backend", backend),
+                    # one ticket at a time: the code ticket alone spends the 10 s. A second one (an
+                    # exploration) could be promoted, and the next backend's run in this home would
+                    # then open with the default action and spend its budget there instead
+                    *("--concurrency", "1"),
                     *("--proposer", "openai:gpt-4o-mini", "--code-agent", "--judge", "rules"),
                     *("--home", str(home), "--json"),
                 ],
