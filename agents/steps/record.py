@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 from agents.context import VerdictEntry
+from agents.loop_deps import LoopDeps
 from agents.state import FactoryState, Update
 from agents.steps._base import Step
 
@@ -20,6 +21,47 @@ _NOT_SUBMITTED: dict[str, Literal["DEV_LOSS", "FAILED", "CONTROL"]] = {
     "failed": "FAILED",
     "control": "CONTROL",
 }
+
+
+def stop_reason(d: LoopDeps, state: FactoryState) -> str:
+    """Why the run stops now, or "" while every budget holds another ticket."""
+    caps = d.caps
+    elapsed, done = d.clock() - state.started_at, max(1, state.tickets_run)
+    batch = max(1, d.concurrency)  # tickets the next run step trains together
+    if elapsed >= caps.wall_seconds:
+        return f"budget: wall time {caps.wall_seconds:g} s spent"
+    if elapsed + batch * elapsed / done > caps.wall_seconds:  # the next ticket(s), at the average pace
+        return f"budget: wall time {caps.wall_seconds:g} s would be passed by the next ticket"
+    spent, share = state.device_seconds, d.device_left_share
+    # A confirm-a WIN's replicate runs even past the device budget: its query is spent, and
+    # without the replicate the win can be neither promoted nor rejected (a sweep's trial
+    # likewise includes its replicate). Nothing else does (owed_only).
+    owed = any(q.replicate_of for q in state.queue)
+    if spent >= caps.device_seconds and not owed:
+        return f"budget: device time {caps.device_seconds:g} s spent"
+    if caps.device_seconds - spent < share * batch * spent / done and not owed:  # the next would overshoot
+        return (
+            f"budget: device time {caps.device_seconds:g} s: {caps.device_seconds - spent:.0f} s left, "
+            f"under {share:g} of a ticket at the average {spent / done:.0f} s"
+        )
+    if state.tickets_run >= caps.tickets:
+        return f"budget: {caps.tickets} tickets run"
+    if d.usage.tokens >= caps.llm_tokens > 0:
+        return f"budget: {caps.llm_tokens} LLM tokens spent"
+    if 0 < d.plateau_tickets <= state.since_dev_win:
+        return (
+            f"plateau: {d.plateau_tickets} tickets in a row without a dev win "
+            "(policies/run.yaml plateau.tickets_without_dev_win)"
+        )
+    return ""
+
+
+def owed_only(d: LoopDeps, state: FactoryState) -> bool:
+    """True when the run goes on only because replicates owed to confirm-a WINs are queued: the
+    stop rules would end it without them. Then those replicates train, and no other ticket."""
+    if not any(q.replicate_of for q in state.queue):
+        return False
+    return bool(stop_reason(d, state.model_copy(update={"queue": []})))
 
 
 class RecordStep(Step):
@@ -53,37 +95,7 @@ class RecordStep(Step):
 
     def spent(self, state: FactoryState) -> str:
         """Why the run stops now, or "" while every budget holds another ticket."""
-        caps = self.d.caps
-        elapsed, done = self.d.clock() - state.started_at, max(1, state.tickets_run)
-        batch = max(1, self.d.concurrency)  # tickets the next run step trains together
-        if elapsed >= caps.wall_seconds:
-            return f"budget: wall time {caps.wall_seconds:g} s spent"
-        if elapsed + batch * elapsed / done > caps.wall_seconds:  # the next ticket(s), at the average pace
-            return f"budget: wall time {caps.wall_seconds:g} s would be passed by the next ticket"
-        spent, share = state.device_seconds, self.d.device_left_share
-        # A confirm-a WIN's replicate runs even past the device budget: its query is spent, and
-        # without the replicate the win can be neither promoted nor rejected (a sweep's trial
-        # likewise includes its replicate).
-        owed = any(q.replicate_of for q in state.queue)
-        if spent >= caps.device_seconds and not owed:
-            return f"budget: device time {caps.device_seconds:g} s spent"
-        if (
-            caps.device_seconds - spent < share * batch * spent / done and not owed
-        ):  # the next would overshoot
-            return (
-                f"budget: device time {caps.device_seconds:g} s: {caps.device_seconds - spent:.0f} s left, "
-                f"under {share:g} of a ticket at the average {spent / done:.0f} s"
-            )
-        if state.tickets_run >= caps.tickets:
-            return f"budget: {caps.tickets} tickets run"
-        if self.d.usage.tokens >= caps.llm_tokens > 0:
-            return f"budget: {caps.llm_tokens} LLM tokens spent"
-        if 0 < self.d.plateau_tickets <= state.since_dev_win:
-            return (
-                f"plateau: {self.d.plateau_tickets} tickets in a row without a dev win "
-                "(policies/run.yaml plateau.tickets_without_dev_win)"
-            )
-        return ""
+        return stop_reason(self.d, state)
 
     def milestone(self, state: FactoryState) -> Update:
         self.d.services.milestone(state.run_id)

@@ -2,6 +2,8 @@
 
 With ``concurrency`` above one the step takes up to that many tickets from the head of the queue
 (never past the ticket cap) and trains them at once, each admitted by the run's one scheduler.
+When the run goes on only for replicates owed to confirm-a WINs (the stop rules would end it
+without them), it takes those replicates alone.
 The first is gated, judged and recorded now; the others wait in ``trained`` and are judged one
 at a time, in queue order, before anything else happens.
 """
@@ -13,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from agents.state import FactoryState, RunOutcome, Trained, Update
 from agents.steps._base import Step
+from agents.steps.record import owed_only
 from segfactory.records import Ticket
 
 log = logging.getLogger(__name__)
@@ -24,7 +27,12 @@ class TrainStep(Step):
             first, *rest = state.trained
             return {"trained": rest, "current": first.ticket, "outcome": first.outcome, "verdict": None}
         queue = list(state.queue)
-        room = max(1, self.d.caps.tickets - state.tickets_run)  # a batch never passes the ticket cap
+        if owed_only(self.d, state):  # past the budget: the owed replicates, not a fresh ticket beside them
+            owed = [q for q in queue if q.replicate_of]
+            queue = owed + [q for q in queue if not q.replicate_of]
+            room = len(owed)
+        else:
+            room = max(1, self.d.caps.tickets - state.tickets_run)  # a batch never passes the ticket cap
         batch = [queue.pop(0) for _ in range(min(max(1, self.d.concurrency), len(queue), room))]
         wall_left = self.d.caps.wall_seconds - (self.d.clock() - state.started_at)
         for ticket in batch:

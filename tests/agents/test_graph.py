@@ -98,6 +98,18 @@ def test_a_replicate_owed_to_a_confirm_win_runs_past_the_device_budget(
     assert state.tickets_run == 2 and state.stop_reason == "budget: device time 10 s spent"
 
 
+def test_past_the_device_budget_an_owed_replicate_trains_alone_not_beside_a_fresh_ticket(
+    audit_log: Log, tmp_path: Path
+) -> None:
+    services = make_services()
+    deps = _deps_of(services, audit_log)
+    deps.concurrency = 2  # two at a time: the first batch alone spends the device budget
+    deps.caps = RunCaps(wall_seconds=600, device_seconds=10, tickets=20, llm_tokens=0)
+    state = run_loop(build_graph(deps, tmp_path / "owed2.sqlite"), "run12")
+    assert services.runs == ["run12-t001", "run12-t002", "run12-t001-rep"], services.runs
+    assert state.tickets_run == 3 and state.stop_reason == "budget: device time 10 s spent"
+
+
 def _deps_of(services: StubFactoryServices, log: Log, **kw: Any) -> LoopDeps:
     policy = load_budget_policy()
     seeds = itertools.count(100)
