@@ -81,7 +81,11 @@ def ticket_config(base: dict[str, Any] | Path, ticket: Ticket) -> dict[str, Any]
     merged = _deep_merge(data, _config_patch(ticket))
     merged["seed"] = ticket.seed
     recipe_epochs = int(merged.get("epochs", ticket.budget.epochs))
-    if ticket.budget.epochs > recipe_epochs and merged.get("engine", "segfactory") == "segfactory":
+    # a recipe a sized ticket trained (a rung's, when the final continues it) keeps being sized,
+    # but by this ticket's own budget, never by the one its parent had
+    sized_recipe = merged.pop("time_budget_s", None) is not None
+    longer = ticket.budget.epochs > recipe_epochs
+    if (longer or sized_recipe) and merged.get("engine", "segfactory") == "segfactory":
         # the ticket asks for more epochs than its recipe (a budget plan's rung or final): it trains
         # as many as its device budget holds, up to that many (vision/train.py sizes them)
         merged["epochs"] = ticket.budget.epochs

@@ -404,3 +404,11 @@ def test_a_ticket_asking_more_epochs_than_its_recipe_trains_what_its_budget_hold
     assert fixed["epochs"] == 8 and fixed["time_budget_s"] is None
     nnunet = ticket_config({**base, "engine": "nnunet"}, _budgeted(10))  # its engine sizes itself
     assert nnunet["time_budget_s"] is None
+    # a final continuing a sized rung's recipe is sized by its own budget, not the rung's
+    rung = {**base, "epochs": 10, "time_budget_s": 81.0}
+    final = _budgeted(10).model_copy(update={"budget": Budget(device_seconds=47, epochs=10)})
+    assert ticket_config(rung, final)["time_budget_s"] == pytest.approx(SIZED_SHARE * 47)
+    shorter = ticket_config(rung, _budgeted(4))  # a proposer's ticket on that recipe: its own cap
+    assert shorter["epochs"] == 4 and shorter["time_budget_s"] == pytest.approx(SIZED_SHARE * 90)
+    replicate = _budgeted(10).model_copy(update={"id": "t1-rep", "replicate_of": "t1", "seed": 12})
+    assert {**ticket_config(base, replicate), "seed": 0} == {**longer, "seed": 0}  # same inputs, new seed
