@@ -10,7 +10,7 @@ received (before any content decoding) as audit blobs, and appends ``llm_http_re
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TypedDict
 
 import httpx2
 
@@ -18,6 +18,14 @@ from segfactory.records import Actor
 from segfactory.seams import AuditSink
 
 REDACTED_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "cookie"})
+
+
+class CallTags(TypedDict, total=False):
+    """What the caller says about the exchange it is about to make (``agents.llm.LLMCaller``)."""
+
+    provider: str
+    model: str
+    attempt: int
 
 
 def _headers(headers: httpx2.Headers) -> dict[str, str]:
@@ -44,11 +52,11 @@ class CapturingTransport(httpx2.BaseTransport):
         self._actor = actor
         self._run_id = run_id
         self._inner = inner or httpx2.HTTPTransport()
-        self.tags: dict[str, Any] = {}
+        self.tags: CallTags = {}
         self.last_request_blob: str | None = None
         self.last_response_blob: str | None = None
 
-    def _append(self, event: str, payload: dict[str, Any]) -> None:
+    def _append(self, event: str, payload: dict[str, object]) -> None:
         self._sink.append(self._actor.value, event, {**self.tags, **payload}, run_id=self._run_id)
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:

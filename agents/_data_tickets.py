@@ -13,6 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import JsonValue
+
+from agents._config_values import as_int
 from segfactory.errors import UsageError
 from segfactory.records import Ticket, TicketKind
 from synthetic.extend import base_params, build_arm
@@ -23,7 +26,7 @@ DEFAULT_TOPUP_IMAGES = 250  # images added when a data ticket does not say how m
 MAX_TOPUP_IMAGES = 2000  # past this the ticket is refused: it would dwarf the train split
 
 
-def topup_spec(ticket: Ticket) -> dict[str, Any] | None:
+def topup_spec(ticket: Ticket) -> dict[str, JsonValue] | None:
     """The ``synthetic`` part of a data ticket's change, or None for any other ticket."""
     if ticket.kind is not TicketKind.DATA:
         return None
@@ -38,7 +41,7 @@ def materialise(home_root: Path, base: Any, ticket: Ticket, work: Path, keep: in
     spec = topup_spec(ticket)
     if spec is None:
         return base
-    n = int(spec.get("n", DEFAULT_TOPUP_IMAGES))
+    n = as_int(spec.get("n", DEFAULT_TOPUP_IMAGES))
     if not 0 < n <= MAX_TOPUP_IMAGES:
         raise UsageError(f"a data ticket may add 1..{MAX_TOPUP_IMAGES} images; got {n}")
     constraint = generator_constraint(str(spec["slice"]))

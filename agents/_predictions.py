@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -67,6 +67,24 @@ def recommendation_of(ticket: Ticket) -> str | None:
     return None
 
 
+class _DevRow(TypedDict, total=False):
+    """The fields of a :class:`DevPrediction` as ``Predictions._dev`` sets them (``reason``: only
+    when the effect cannot be measured)."""
+
+    ticket_id: str
+    recommendation_id: str
+    parent_sha256: str
+    predicted: ExpectedEffect
+    change: dict[str, object]
+    candidate: float | None
+    parent: float | None
+    observed_change: float | None
+    held: bool | None
+    n: int
+    default: DefaultOutcome | None
+    reason: str
+
+
 @dataclass
 class Predictions:
     """Dev scoring of predictions for one run; ``score`` maps (model, images) to probabilities."""
@@ -112,7 +130,7 @@ class Predictions:
     ) -> DevPrediction:
         effect = ticket.expected_effect
         got, base = measure(effect, candidate, self.threshold), measure(effect, parent, self.threshold)
-        row: dict[str, Any] = {
+        row: _DevRow = {
             "ticket_id": ticket.id,
             "recommendation_id": rec,
             "parent_sha256": lineage.parent_sha256,
@@ -139,7 +157,13 @@ class Predictions:
                 observed_change=change,
             )
             row.update(
-                candidate=got.value, parent=base.value, observed_change=change, held=outcome.held, n=got.n
+                {
+                    "candidate": got.value,
+                    "parent": base.value,
+                    "observed_change": change,
+                    "held": outcome.held,
+                    "n": got.n,
+                }
             )
             control = self._control_for(lineage.parent_sha256)
             if control is not None:
@@ -259,7 +283,7 @@ class PredictionSummary(BaseModel):
     rows: list[DevPrediction | SealedPrediction]
     hit_rate: HitRates
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {
             "rows": [r.line() for r in self.rows],
             "hit_rate": self.hit_rate.model_dump(mode="json"),

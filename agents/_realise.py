@@ -70,8 +70,8 @@ MAX_DESCRIBED_CHARS = 160  # the change as a ticket's hypothesis names it; past 
 def describe(got: Realised) -> str:
     """``robustness (config: augment.noise_std={'low': 0.0, 'high': 0.04}, augment.p=0.7)``."""
     parts = ", ".join(f"{k}={v}" for k, v in got.change.items() if k != "synthetic")
-    if "synthetic" in got.change:
-        spec = got.change["synthetic"]
+    spec = got.change.get("synthetic")
+    if isinstance(spec, dict):  # a top-up's change: {"synthetic": {"slice": ..., "n": ...}}
         parts = f"+{spec.get('n')} synthetic images of {spec.get('slice')}"
     text = f"{got.rule} ({got.do}: {parts})" if parts else f"{got.rule} ({got.do})"
     return text if len(text) <= MAX_DESCRIBED_CHARS else text[: MAX_DESCRIBED_CHARS - 3] + "..."

@@ -70,15 +70,14 @@ def _unscored_tiers(r: RunReport) -> list[str]:
         return [
             "- No milestone was scored: no tier held back for people (sealed, never-queried) scored the best."
         ]
-    if m.get("error"):
-        return [f"- The gate refused the milestone, so no held-back tier scored the best: {text(m['error'])}"]
-    scored = m.get("tiers") or {}
+    if m.error:
+        return [f"- The gate refused the milestone, so no held-back tier scored the best: {text(m.error)}"]
     lines = []
     for tier in MILESTONE_TIERS:
-        block = scored.get(tier)
+        block = m.tiers.get(tier)
         if block is not None:
-            if block.get("error"):
-                lines.append(f"- The {tier} tier was not scored: {text(block['error'])}")
+            if block.error:
+                lines.append(f"- The {tier} tier was not scored: {text(block.error)}")
             continue
         lines.append(f"- The {tier} tier was not scored{_why_unscored(r, tier)}.")
     return lines

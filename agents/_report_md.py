@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from agents._report_caveats import did_not_do, starts
 from agents._report_outcome import headline_lines
-from agents._report_records import ApprovalRow, AuditSummary, RunReport, TicketRow
+from agents._report_records import ApprovalRow, AuditSummary, RunReport, TicketRow, TriedFix
 from agents._report_text import NOT_MEASURED, code, number, sha_text, text, ticket_text
+from agents.promotion import MilestoneFile
+from segfactory.stats import Interval
 
 HYPOTHESIS_CELL = 90  # characters of a hypothesis in a table cell (in full in the ticket list)
 CHANGE_CELL = 60  # characters of a change patch in a table cell (in full in the ticket list)
@@ -173,13 +174,11 @@ def _tickets(r: RunReport) -> list[Block]:
         blocks.append(Block([_ticket_in_full(t) for t in r.tickets], fold="Every ticket in full"))
     if r.not_run:
         blocks.append(
-            Block(
-                [f"- {text(q['id'])}: {text(q['hypothesis'])}" for q in r.not_run], fold="Queued but not run"
-            )
+            Block([f"- {text(q.id)}: {text(q.hypothesis)}" for q in r.not_run], fold="Queued but not run")
         )
     if r.refused:
         refused = [
-            f"- {text(q['kind'])} ticket “{text(q['hypothesis'])}”, refused: {text('; '.join(q['reasons']))}"
+            f"- {text(q.kind)} ticket “{text(q.hypothesis)}”, refused: {text('; '.join(q.reasons))}"
             for q in r.refused
         ]
         blocks.append(Block(refused, fold="Proposed but refused before queueing (validation)"))
@@ -241,56 +240,57 @@ def _rounds(r: RunReport) -> list[Block]:
     ]
     for rnd in r.rounds:
         lines = [
-            f"### Round {rnd['round']} (best {sha_text(rnd['incumbent'])})",
+            f"### Round {rnd.round} (best {sha_text(rnd.incumbent)})",
             "",
-            f"Weakness: {text(rnd['weakness'] or 'none named')}",
+            f"Weakness: {text(rnd.weakness or 'none named')}",
             "",
         ]
-        if not rnd["tried"]:
+        if not rnd.tried:
             blocks.append(Block([*lines, "No ticket ran on this best."]))
             continue
         lines += [
             "| ticket | fix tried | dev object F1 (best then) | predicted | measured | held | verdict |",
             "|---|---|---|---|---|---|---|",
-            *(_round_row(r, t) for t in rnd["tried"]),
+            *(_round_row(r, t) for t in rnd.tried),
         ]
         blocks.append(Block(lines))
     return blocks
 
 
-def _round_row(r: RunReport, t: dict[str, Any]) -> str:
-    p = t.get("predicted") or {}
-    pred = f"{p.get('metric')} on {p.get('slice')} {p.get('direction')} {p.get('size')}" if p else "-"
-    measured = f"{t['observed_change']:+.3f}" if t.get("observed_change") is not None else "-"
-    held = "-" if t.get("held") is None else ("yes" if t["held"] else "no")
+def _round_row(r: RunReport, t: TriedFix) -> str:
+    p = t.predicted
+    pred = f"{p.metric} on {p.slice} {p.direction.value} {p.size}" if p else "-"
+    measured = f"{t.observed_change:+.3f}" if t.observed_change is not None else "-"
+    held = "-" if t.held is None else ("yes" if t.held else "no")
     return (
-        f"| {ticket_text(r.run_id, t['ticket_id'])} | {text(t['hypothesis'], ROUND_CELL)} | "
-        f"{number(t['dev_object_f1'])} ({number(t['best_dev_object_f1'])}) | {text(pred)} | {measured} | "
-        f"{held} | {text(t['verdict'])} |"
+        f"| {ticket_text(r.run_id, t.ticket_id)} | {text(t.hypothesis, ROUND_CELL)} | "
+        f"{number(t.dev_object_f1)} ({number(t.best_dev_object_f1)}) | {text(pred)} | {measured} | "
+        f"{held} | {text(t.verdict)} |"
     )
 
 
 def _predictions(r: RunReport) -> list[str]:
-    rates = r.hit_rate or {}
+    rates = r.hit_rate
+    arms = [] if rates is None else [rates.recommendation, rates.default, rates.sealed]
     lines = []
-    if not any((rates.get(arm) or {}).get("n") for arm in ("recommendation", "default", "sealed")):
+    if not any(a.n for a in arms):
         lines += ["No recommendation's prediction was scored in this run.", ""]
-    for arm, label in (
-        ("recommendation", "recommendations (dev)"),
-        ("default", "default action at the same cost (fresh-seed re-run of the best)"),
-        ("sealed", "promoted recommendations (sealed)"),
-    ):
-        a = rates.get(arm)
-        if a and not a.get("n"):
+    labels = (
+        "recommendations (dev)",
+        "default action at the same cost (fresh-seed re-run of the best)",
+        "promoted recommendations (sealed)",
+    )
+    for a, label in zip(arms, labels, strict=False):
+        if not a.n:
             lines.append(f"- hit rate of {label}: none scored")
-        elif a:
+        else:
             lines.append(
-                f"- hit rate of {label}: {a['held']}/{a['n']} = {a['rate']:.2f} "
-                f"[{a['low']:.2f}, {a['high']:.2f}] (Wilson 95%)"
+                f"- hit rate of {label}: {a.held}/{a.n} = {a.rate:.2f} "
+                f"[{a.low:.2f}, {a.high:.2f}] (Wilson 95%)"
             )
     if r.not_executable:
         lines += ["", "Recommendations that became no ticket:", ""]
-        lines += [f"- {text(n['recommendation_id'])}: {text(n['reason'])}" for n in r.not_executable]
+        lines += [f"- {text(n.recommendation_id)}: {text(n.reason)}" for n in r.not_executable]
     return lines
 
 
@@ -299,47 +299,45 @@ def _predictions(r: RunReport) -> list[str]:
 
 def _milestone(r: RunReport) -> list[str]:
     m = r.milestone
-    if not m:
+    if m is None:
         return ["No milestone was scored."]
-    if m.get("error"):
-        return [f"The milestone was refused by the gate: {text(m['error'])}"]
-    names = {
-        sha: ("current best" if sha == m.get("best_sha256") else "classical detector")
-        for sha in m.get("models", {})
-    }
+    if m.error:
+        return [f"The milestone was refused by the gate: {text(m.error)}"]
+    names = {sha: ("current best" if sha == m.best_sha256 else "classical detector") for sha in m.models}
     lines = [
         "| tier | version | model | object F1 | interval | pixel IoU | images |",
         "|---|---|---|---|---|---|---|",
     ]
-    for tier, block in m.get("tiers", {}).items():
-        if block.get("error"):
+    for tier, block in m.tiers.items():
+        if block.error:
+            lines.append(f"| {text(tier)} | v{block.version} | not scored: {text(block.error)} | | | | |")
+        for sha, s in block.models.items():
+            f1 = s.object_f1
             lines.append(
-                f"| {text(tier)} | v{block.get('version')} | not scored: {text(block['error'])} | | | | |"
-            )
-        for sha, s in block.get("models", {}).items():
-            f1 = s.get("object_f1", {}) if isinstance(s, dict) else {}
-            level = f"{1 - f1['alpha']:.0%} " if isinstance(f1.get("alpha"), int | float) else ""
-            lines.append(
-                f"| {text(tier)} | v{block.get('version')} | {names.get(sha, 'model')} {sha_text(sha)} | "
-                f"{number(f1.get('estimate'))} | {level}[{number(f1.get('low'))}, "
-                f"{number(f1.get('high'))}] | "
-                f"{number(s.get('pixel_iou'))} | {s.get('n_images', NOT_MEASURED)} |"
+                f"| {text(tier)} | v{block.version} | {names.get(sha, 'model')} {sha_text(sha)} | "
+                f"{number(f1.estimate)} | {1 - f1.alpha:.0%} [{number(f1.low)}, "
+                f"{number(f1.high)}] | "
+                f"{number(s.pixel_iou)} | {s.n_images} |"
             )
     return [*lines, "", *_gap(m)]
 
 
-def _gap(m: dict[str, Any]) -> list[str]:
+def _best_f1(m: MilestoneFile, tier: str) -> Interval | None:
+    """The current best's object F1 on ``tier``; None when the tier or the best's score is missing."""
+    block = m.tiers.get(tier)
+    score = block.models.get(m.best_sha256) if block is not None and m.best_sha256 is not None else None
+    return score.object_f1 if score is not None else None
+
+
+def _gap(m: MilestoneFile) -> list[str]:
     """sealed minus never-queried for the current best, and whether their intervals overlap."""
-    best = m.get("best_sha256")
-    try:
-        sealed = m["tiers"]["sealed"]["models"][best]["object_f1"]
-        never = m["tiers"]["never-queried"]["models"][best]["object_f1"]
-    except (KeyError, TypeError):
+    sealed, never = _best_f1(m, "sealed"), _best_f1(m, "never-queried")
+    if sealed is None or never is None:
         return ["Never-queried gap: not measured (a tier or the best's score is missing)."]
-    overlap = sealed["low"] <= never["high"] and never["low"] <= sealed["high"]
+    overlap = sealed.low <= never.high and never.low <= sealed.high
     return [
         f"Never-queried gap (sealed − never-queried object F1 of the current best): "
-        f"{sealed['estimate'] - never['estimate']:+.4f}; the intervals "
+        f"{sealed.estimate - never.estimate:+.4f}; the intervals "
         f"{'overlap' if overlap else 'do NOT overlap'}. Milestone scores on sealed guide people's "
         "choices; never-queried is read only for this comparison, so a sealed score clearly above "
         "never-queried would mean the milestones themselves are being overfit."
@@ -405,20 +403,20 @@ def _labelling(r: RunReport) -> list[str]:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {text(x['round'])} | {x['reviewed']} | {x['kept']} / {x['fixed']} / {x['dropped']} | "
-            f"{number(x['precision'])} | {number(x['human_minutes_per_image'])} | "
-            f"{number(x['labels_per_hour'], 0)} | {number(x['dev_object_f1'])} | {number(x['dev_gain'])} | "
-            f"{text(x['gate_verdict'] or x['status'])} |"
+            f"| {text(x.round)} | {x.reviewed} | {x.kept} / {x.fixed} / {x.dropped} | "
+            f"{number(x.precision)} | {number(x.human_minutes_per_image)} | "
+            f"{number(x.labels_per_hour, 0)} | {number(x.dev_object_f1)} | {number(x.dev_gain)} | "
+            f"{text(x.gate_verdict or x.status)} |"
             for x in r.label_rounds
         ]
         lines.append("")
     if not r.retractions:
         return [*lines, "No claim has been retracted."]
     lines += [
-        f"- **Retracted** {text(x['claim'])} claim of ticket {text(x['ticket_id'])} "
-        f"(run {text(x['run_id'])}), "
-        f"challenge {text(x['challenge_id'])}: {text(x['reason'])}"
-        f"{' — the best was moved back' if x['demoted'] else ''}"
+        f"- **Retracted** {text(x.claim)} claim of ticket {text(x.ticket_id)} "
+        f"(run {text(x.run_id)}), "
+        f"challenge {text(x.challenge_id)}: {text(x.reason)}"
+        f"{' — the best was moved back' if x.demoted else ''}"
         for x in r.retractions
     ]
     return lines
@@ -475,13 +473,13 @@ def _findings(a: AuditSummary) -> list[str]:
 
 def _llm(r: RunReport) -> list[str]:
     u = r.llm_usage
-    if not u.get("calls") and not u.get("attempts"):
+    if not u.calls and not u.attempts:
         return ["No LLM calls were made."]
-    cost = f"${u.get('cost_usd', 0):.4f}" if u.get("cost_known", True) else "unknown (unlisted model)"
+    cost = f"${u.cost_usd:.4f}" if u.cost_known else "unknown (unlisted model)"
     return [
-        f"- calls {u.get('calls', 0)}, attempts {u.get('attempts', 0)}, "
-        f"tokens in {u.get('input_tokens', 0)} / out {u.get('output_tokens', 0)}, "
-        f"latency {u.get('latency_s', 0):.1f} s, cost {cost}",
+        f"- calls {u.calls}, attempts {u.attempts}, "
+        f"tokens in {u.input_tokens} / out {u.output_tokens}, "
+        f"latency {u.latency_s:.1f} s, cost {cost}",
     ]
 
 

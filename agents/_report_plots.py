@@ -10,7 +10,9 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from pydantic import JsonValue
 
 from agents._report_records import TicketRow
 from runner import read_beneath
@@ -64,22 +66,31 @@ CURVE_FILE = "out/learning_curve.jsonl"  # written by the worker inside the sand
 MAX_CURVE_BYTES = 1024**2  # past this the curve is cut (read_beneath reports it truncated)
 
 
-def _curve(work: Path) -> list[dict[str, Any]]:
+class CurvePoint(NamedTuple):
+    """One point of a learning curve as the sandboxed worker reported it (shown, never evidence):
+    its ``epoch`` as written (the point's place in the curve when it wrote none) and its train loss."""
+
+    epoch: JsonValue
+    train_loss: float
+
+
+def _curve(work: Path) -> list[CurvePoint]:
     """A ticket's learning curve, read beneath its workspace with no symlink followed."""
 
     try:
         data, _ = read_beneath(work, CURVE_FILE, cap=MAX_CURVE_BYTES)
     except Exception:  # absent, refused (a symlink, a FIFO) or unreadable: no curve for this ticket
         return []
-    rows = []
+    points: list[CurvePoint] = []
     for line in data.decode(errors="replace").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(row, dict) and isinstance(row.get("train_loss"), int | float):
-            rows.append(row)
-    return rows
+        loss = row.get("train_loss") if isinstance(row, dict) else None
+        if isinstance(loss, int | float):
+            points.append(CurvePoint(row.get("epoch", len(points)), loss))
+    return points
 
 
 def curves_plot(rows: list[TicketRow], tickets_dir: Path, out: Path) -> bool:
@@ -92,8 +103,8 @@ def curves_plot(rows: list[TicketRow], tickets_dir: Path, out: Path) -> bool:
     fig, ax = plt.subplots(figsize=(5.0, 3.2))
     for tid, curve in curves.items():
         ax.plot(
-            [c.get("epoch", k) for k, c in enumerate(curve)],
-            [c["train_loss"] for c in curve],
+            [c.epoch for c in curve],
+            [c.train_loss for c in curve],
             "o-",
             label=short_id(tid),
         )

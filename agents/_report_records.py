@@ -7,11 +7,16 @@ not hold. ``agents.report`` gathers them from the run's files; ``report.json`` i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
+from agents._predictions import HitRates
+from agents.llm import LLMUsage
+from agents.promotion import MilestoneFile
 from audit import Finding
+from segfactory.layout import DevPrediction, NotExecutableRow, SealedPrediction
+from segfactory.records import ExpectedEffect
 from segfactory.text import inert_tree
 
 MAX_RUN_FINDINGS = 500  # listed in the report's record; past it: run_findings_truncated, the count kept
@@ -38,7 +43,7 @@ class TicketRow(_Rec):
     kind: str
     replicate_of: str | None = None
     hypothesis: str
-    change: dict[str, Any]
+    change: dict[str, object]  # the ticket's change as it ran: shown as JSON, never interpreted
     status: str  # DONE | FAILED | REFUSED | not run
     reason: str | None = None
     device_seconds: float = 0.0
@@ -107,6 +112,75 @@ class Headline(_Rec):
     missing: str | None = None  # why there is no sealed score of the best
 
 
+class QueuedTicket(_Rec):
+    """A ticket still in the queue when the run stopped."""
+
+    id: str
+    hypothesis: str
+
+
+class RefusedDraft(_Rec):
+    """A draft validation refused before it was queued (audit event ``ticket_invalid``)."""
+
+    hypothesis: str
+    kind: str
+    reasons: list[str]
+
+
+class TriedFix(_Rec):
+    """One ticket tried on a round's best: the fix, its dev result and its prediction (people only)."""
+
+    ticket_id: str
+    hypothesis: str
+    change: dict[str, object]  # the ticket's change as it ran: never interpreted here
+    verdict: str
+    dev_object_f1: float | None
+    best_dev_object_f1: float | None
+    predicted: ExpectedEffect | None  # the recommendation's predicted effect (None: no prediction)
+    observed_change: float | None
+    held: bool | None
+
+
+class RoundRow(_Rec):
+    """One analysis of a best: the weakness it named and every fix tried on that best."""
+
+    round: int
+    incumbent: str  # the best's sha256
+    weakness: str
+    tried: list[TriedFix]
+
+
+class LabelRoundRow(_Rec):
+    """A finished labelling round of the home (``agents.labelling.LabelRound``), as reports list it."""
+
+    round: str
+    reviewed: int
+    kept: int
+    fixed: int
+    dropped: int
+    precision: float | None
+    human_minutes_per_image: float | None
+    labels_per_hour: float | None
+    dev_object_f1: float | None
+    dev_gain: float | None
+    gate_verdict: str | None
+    status: str
+
+
+class RetractionRow(_Rec):
+    """A claim of the home that a challenge retracted (``agents.challenge.ChallengeRecord``)."""
+
+    challenge_id: str
+    ticket_id: str
+    run_id: str
+    claim: str  # the claim's kind
+    reason: str
+    demoted: bool
+
+
+ScoredPrediction = Annotated[DevPrediction | SealedPrediction, Field(discriminator="stage")]
+
+
 class PlanSpend(_Rec):
     """Where one phase of the budget plan put the device time: its written share and what it spent."""
 
@@ -138,29 +212,60 @@ class RunReport(_Rec):
         default_factory=lambda: Headline(missing="no milestone was read for this report")
     )
     tickets: list[TicketRow]
-    not_run: list[dict[str, Any]]  # queued when the budget ran out
+    not_run: list[QueuedTicket]  # queued when the budget ran out
     approvals: list[ApprovalRow]
     counts: dict[str, int]
     device_seconds: float
-    milestone: dict[str, Any] | None
+    milestone: MilestoneFile | None  # the run's final milestone file (None: none was read)
     audit: AuditSummary | None
-    llm_usage: dict[str, Any]
+    llm_usage: LLMUsage
     analysis_dir: str | None
     plots: dict[str, str] = Field(default_factory=dict)
-    label_rounds: list[dict[str, Any]] = Field(default_factory=list)  # the home's labelling rounds so far
-    retractions: list[dict[str, Any]] = Field(default_factory=list)  # the home's retracted claims so far
-    refused: list[dict[str, Any]] = Field(default_factory=list)  # drafts validation refused before queueing
-    rounds: list[dict[str, Any]] = Field(default_factory=list)  # weakness, fixes tried on that best, results
-    predictions: list[dict[str, Any]] = Field(
+    label_rounds: list[LabelRoundRow] = Field(default_factory=list)  # the home's labelling rounds so far
+    retractions: list[RetractionRow] = Field(default_factory=list)  # the home's retracted claims so far
+    refused: list[RefusedDraft] = Field(default_factory=list)  # drafts validation refused before queueing
+    rounds: list[RoundRow] = Field(default_factory=list)  # weakness, fixes tried on that best, results
+    predictions: list[ScoredPrediction] = Field(
         default_factory=list
     )  # each executed recommendation: predicted, measured
-    hit_rate: dict[str, Any] = Field(
-        default_factory=dict
-    )  # recommendation vs default action, Wilson intervals
+    # recommendation vs default action, Wilson intervals; None (``{}`` in report.json): not scored
+    hit_rate: HitRates | None = None
     budget_plan: list[PlanSpend] = Field(default_factory=list)  # empty: the run had no budget plan
-    not_executable: list[dict[str, Any]] = Field(
+    not_executable: list[NotExecutableRow] = Field(
         default_factory=list
     )  # recommendations that became no ticket
 
+    @field_validator("hit_rate", mode="before")
+    @classmethod
+    def _unscored(cls, value: object) -> object:
+        return None if value == {} else value
 
-__all__ = ["ApprovalRow", "AuditSummary", "Headline", "RunReport", "SealedScore", "TicketRow"]
+    @field_serializer("milestone")
+    def _milestone_as_written(self, milestone: MilestoneFile | None) -> dict[str, object] | None:
+        return None if milestone is None else milestone.as_json()  # the keys the gate set, as in its file
+
+    @field_serializer("hit_rate")
+    def _hit_rate_or_empty(self, rates: HitRates | None) -> dict[str, object]:
+        return {} if rates is None else rates.model_dump(mode="json")
+
+    @field_serializer("predictions", "not_executable")
+    def _rows_as_written(
+        self, rows: list[DevPrediction | SealedPrediction] | list[NotExecutableRow]
+    ) -> list[dict[str, object]]:
+        return [row.line() for row in rows]  # each ledger row with the keys its writer set
+
+
+__all__ = [
+    "ApprovalRow",
+    "AuditSummary",
+    "Headline",
+    "LabelRoundRow",
+    "QueuedTicket",
+    "RefusedDraft",
+    "RetractionRow",
+    "RoundRow",
+    "RunReport",
+    "SealedScore",
+    "TicketRow",
+    "TriedFix",
+]

@@ -12,9 +12,9 @@ import random
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents import report as rpt
 from agents._predictions import write_summary
@@ -44,10 +44,13 @@ from segfactory.layout import RunLayout, RunRecord
 from segfactory.records import Actor, Budget, Ticket
 from synthetic.versions import resolve
 
+if TYPE_CHECKING:
+    from langgraph.types import RunnableConfig
+
 SEED_BOUND = 2**31  # host-chosen seeds lie in [0, this)
 
 
-def _config(run_id: str) -> Any:  # a langgraph RunnableConfig
+def _config(run_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": run_id}}
 
 
@@ -203,7 +206,7 @@ def _write_report(
     promotions = setup.runs.promotions()
     rows = rpt.ticket_rows(state, layout, promotions)
     milestone = rpt.read_milestone(layout)
-    predictions = write_summary(home, run_id).as_json()
+    predictions = write_summary(home, run_id)
     assert deps.approvals is not None
     report = rpt.RunReport(
         run_id=run_id,
@@ -234,8 +237,8 @@ def _write_report(
         analysis_dir=rpt.first_analysis(layout, state),
         refused=rpt.refused_drafts(home, run_id),
         rounds=rpt.loop_rounds(layout, state),
-        predictions=predictions["rows"],
-        hit_rate=predictions["hit_rate"],
+        predictions=[r.line() for r in predictions.rows],
+        hit_rate=predictions.hit_rate.model_dump(mode="json"),
         not_executable=[row.line() for row in layout.not_executable()],
         budget_plan=rpt.plan_spend(layout, rows, deps.planner.plan if deps.planner else None),
         **rpt.home_records(home),
@@ -244,15 +247,32 @@ def _write_report(
     setup.progress(f"report: {paths['md']} and {paths['html']}")
 
 
+class _WrittenReport(BaseModel):
+    """What a run's summary repeats from its written ``report.json`` (absent: the defaults)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    stop_reason: str = ""
+    device_seconds: float = 0.0
+    counts: dict[str, int] = Field(default_factory=dict)
+    rounds: list[object] = Field(default_factory=list)  # counted only
+    predictions: list[dict[str, object]] = Field(default_factory=list)  # repeated as written
+    hit_rate: dict[str, object] = Field(default_factory=dict)  # repeated as written
+
+    @classmethod
+    def read(cls, layout: RunLayout) -> _WrittenReport:
+        path = layout.report("json")
+        return cls.model_validate(json.loads(path.read_text()) if path.is_file() else {})
+
+
 def finished_summary(home: Home, run_id: str) -> RunSummary:
     """The summary of a run that already ended (``--resume`` of it is a no-op)."""
-    path = RunLayout(home, run_id).report("json")
-    data = json.loads(path.read_text()) if path.is_file() else {}
+    data = _WrittenReport.read(RunLayout(home, run_id))
     state = FactoryState(
         run_id=run_id,
-        stop_reason=data.get("stop_reason", ""),
-        tickets_run=data.get("counts", {}).get("tickets", 0),
-        device_seconds=data.get("device_seconds", 0.0),
+        stop_reason=data.stop_reason,
+        tickets_run=data.counts.get("tickets", 0),
+        device_seconds=data.device_seconds,
     )
     return _summary(home, run_id, state, resumed=False, already_finished=True)
 
@@ -264,19 +284,19 @@ class RunSummary(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_id: str
-    hit_rate: dict[str, Any]
-    predictions: list[dict[str, Any]]
+    hit_rate: dict[str, object]  # report.json's, as written
+    predictions: list[dict[str, object]]  # report.json's, as written
     rounds: int
     resumed: bool
     already_finished: bool
     stop_reason: str
     tickets_run: int
     device_seconds: float
-    counts: dict[str, Any]
+    counts: dict[str, int]
     report_md: str
     report_html: str
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return self.model_dump(mode="json")
 
 
@@ -284,19 +304,18 @@ def _summary(
     home: Home, run_id: str, state: FactoryState, *, resumed: bool, already_finished: bool
 ) -> RunSummary:
     layout = RunLayout(home, run_id)
-    path = layout.report("json")
-    report: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    report = _WrittenReport.read(layout)
     return RunSummary(
         run_id=run_id,
-        hit_rate=report.get("hit_rate", {}),
-        predictions=report.get("predictions", []),
-        rounds=len(report.get("rounds", [])),
+        hit_rate=report.hit_rate,
+        predictions=report.predictions,
+        rounds=len(report.rounds),
         resumed=resumed,
         already_finished=already_finished,
         stop_reason=state.stop_reason,
         tickets_run=state.tickets_run,
         device_seconds=state.device_seconds,
-        counts=report.get("counts", {}),
+        counts=report.counts,
         report_md=str(layout.report("md")),
         report_html=str(layout.report("html")),
     )

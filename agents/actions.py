@@ -13,12 +13,14 @@ it is reported, never run as something else.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from agents._config_values import as_int
 from agents._paths import POLICY_DIR
 from segfactory.errors import PolicyError
 from segfactory.records import Recommendation, TicketKind, canonical_json
@@ -36,7 +38,9 @@ class _Strict(BaseModel):
 
 class ActionEntry(_Strict):
     do: Do
-    options: list[dict[str, Any]] = Field(default_factory=list)  # config only: tried in order
+    # config only, tried in order: dotted key -> the value to set, or an operation on the current
+    # one ({scale: x}, {add: x, max: y}, {next: [...]}, {widen: x}); see policies/actions.yaml
+    options: list[dict[str, JsonValue]] = Field(default_factory=list)
     epochs_with_budget: bool = False
     # Start from the incumbent's trained weights when it has them (a fine-tune), for this share of
     # the ticket's device budget; from fresh weights, at the whole budget, when it has none.
@@ -56,7 +60,7 @@ class Realised(_Strict):
     recommendation_id: str
     do: Do
     kind: TicketKind
-    change: dict[str, Any]
+    change: dict[str, JsonValue]  # a config patch (dotted keys), or a data kind's change
     option: int | None = None  # which config option of the catalogue entry
     epochs: int | None = None  # the ticket's epoch budget, when the change raises it
 
@@ -145,9 +149,9 @@ def load_catalogue(path: Path = ACTIONS_POLICY, rules_path: Path = RECOMMEND_POL
 # -- config changes ----------------------------------------------------------------------------
 
 
-def dotted_get(config: dict[str, Any], dotted: str) -> Any:
+def dotted_get(config: dict[str, JsonValue], dotted: str) -> JsonValue:
     """``config['optim']['lr']`` for ``optim.lr``; None when any part is missing."""
-    node: Any = config
+    node: JsonValue = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
             return None
@@ -223,10 +227,12 @@ def _augment_field(perturbation: str | None) -> str | None:
     return PERTURBATIONS[perturbation].augment_field
 
 
-def patch_for(option: dict[str, Any], config: dict[str, Any], rec: Recommendation) -> dict[str, Any]:
+def patch_for(
+    option: Mapping[str, JsonValue], config: dict[str, JsonValue], rec: Recommendation
+) -> dict[str, JsonValue]:
     """One catalogue option as a patch of ``config`` (dotted keys); only keys whose value changes."""
     perturbation = _perturbation(rec)
-    patch: dict[str, Any] = {}
+    patch: dict[str, JsonValue] = {}
     for raw_key, op in option.items():
         key = raw_key
         if PERTURBATION_KEY in key:
@@ -245,7 +251,7 @@ def realise_config(
     rule: str,
     entry: ActionEntry,
     rec: Recommendation,
-    config: dict[str, Any],
+    config: dict[str, JsonValue],
     tried: set[str],
     *,
     max_epochs: int,
@@ -267,8 +273,8 @@ def realise_config(
             continue
         epochs = None
         if entry.epochs_with_budget and "epochs" in patch:
-            patch["epochs"] = min(int(patch["epochs"]), max_epochs)
-            epochs = int(patch["epochs"])
+            epochs = min(as_int(patch["epochs"]), max_epochs)
+            patch["epochs"] = epochs
             if epochs == dotted_get(config, "epochs"):
                 reasons.append(f"option {index + 1}: epochs are already at the ticket cap {max_epochs}")
                 continue

@@ -30,10 +30,10 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -41,6 +41,9 @@ from agents.judge import Decision, JudgeDecision
 from segfactory.errors import UsageError
 from segfactory.records import Actor, Ticket, TicketKind
 from segfactory.seams import AuditSink
+
+if TYPE_CHECKING:
+    from langgraph.types import RunnableConfig
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS approvals (
     id TEXT PRIMARY KEY, run_id TEXT NOT NULL, ticket TEXT NOT NULL, requested_at REAL NOT NULL,
@@ -108,7 +111,7 @@ def data_ticket_id(request_id: str) -> str:
     return f"{request_id}{DATA_TICKET_SUFFIX}"
 
 
-def grant_keys(change: dict[str, Any]) -> list[str]:
+def grant_keys(change: Mapping[str, object]) -> list[str]:
     """The host-owned ``approved_*`` keys in ``change``, sorted."""
     return sorted(str(k) for k in change if str(k).startswith(GRANT_KEY_PREFIX))
 
@@ -134,9 +137,17 @@ def read_grant(db: Path, request_id: str) -> Grant | None:
     return Grant.model_validate(dict(zip(keys, row, strict=True)))
 
 
+class _Decision(TypedDict):
+    """What ``decide`` resumes a request's thread with (``Command(resume=...)``)."""
+
+    approve: bool
+    by: str
+    reason: str
+
+
 class _State(TypedDict, total=False):
     id: str
-    decision: dict[str, Any]
+    decision: _Decision
 
 
 class ApprovalQueue:
@@ -177,7 +188,7 @@ class ApprovalQueue:
     def _await_decision(self, state: _State) -> _State:
         from langgraph.types import interrupt
 
-        decision: dict[str, Any] = interrupt({"approval": state["id"]})
+        decision: _Decision = interrupt({"approval": state["id"]})
         status = "approved" if decision["approve"] else "denied"
         with self._table() as table:
             table.execute(
@@ -187,7 +198,7 @@ class ApprovalQueue:
         return {"decision": decision}
 
     @staticmethod
-    def _config(request_id: str) -> dict[str, Any]:
+    def _config(request_id: str) -> RunnableConfig:
         return {"configurable": {"thread_id": f"approval:{request_id}"}}
 
     def request(self, ticket: Ticket, run_id: str) -> str:
@@ -266,7 +277,7 @@ class ApprovalQueue:
             MAX_RESUME_ATTEMPTS
         ):  # a resume that did not reach the interrupt is retried, boundedly
             self.graph.invoke(
-                Command(resume={"approve": approve, "by": by, "reason": reason}),
+                Command(resume=_Decision(approve=approve, by=by, reason=reason)),
                 self._config(request_id),
                 durability="sync",
             )

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agents.llm import LLMCaller, LLMFailed, ToolResultTurn, ToolSpec, Turn, UserTurn
 from agents.prompts import load_prompt
 from agents.workspace import PathRefused, Workspace
-from sandbox import SandboxSpec, get_backend
+from sandbox import SandboxEvent, SandboxSpec, get_backend
 from segfactory.errors import LimitExceeded
 from segfactory.records import Actor
 from segfactory.seams import AuditSink
@@ -36,7 +36,7 @@ class CommandResult(BaseModel):
     stdout: str
     stderr: str
     timed_out: bool = False
-    events: list[dict[str, Any]] = []  # host-seen sandbox events (decoy hits ...); each is audited
+    events: list[SandboxEvent] = []  # host-seen sandbox events (decoy hits ...); each is audited
 
 
 CommandRunner = Callable[[list[str], Path, float], CommandResult]
@@ -54,7 +54,7 @@ def sandbox_runner(backend: str) -> CommandRunner:
             stdout=_text(result.stdout),
             stderr=_text(result.stderr),
             timed_out=bool(result.timed_out),
-            events=[e.model_dump(mode="json") for e in result.events],
+            events=list(result.events),
         )
 
     return run
@@ -123,7 +123,7 @@ class CodeTools:
         self.ticket_id = ticket_id
         self.submitted: str | None = None
 
-    def _audit(self, event: str, payload: dict[str, Any]) -> None:
+    def _audit(self, event: str, payload: dict[str, object]) -> None:
         self.sink.append(
             Actor.CODE_AGENT.value, event, {"ticket": self.ticket_id, **payload}, run_id=self.run_id
         )
@@ -183,7 +183,8 @@ class CodeTools:
             {"command": args.command, "exit_code": result.exit_code, "timed_out": result.timed_out},
         )
         for event in result.events:
-            self._audit(str(event.get("kind", "sandbox_event")), {"tool": "run", **event})
+            body = event.model_dump(mode="json")
+            self._audit(str(body.get("kind", "sandbox_event")), {"tool": "run", **body})
         return result.model_dump_json(exclude={"events"})
 
     def _submit(self, args: SubmitArgs) -> str:

@@ -26,7 +26,6 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -92,7 +91,7 @@ class CodeArm:
         self.root, self.run_id, self.home = root, run_id, home
         self.max_steps = max_steps
 
-    def _audit(self, event: str, payload: dict[str, Any]) -> None:
+    def _audit(self, event: str, payload: dict[str, object]) -> None:
         self.sink.append(Actor.CODE_AGENT.value, event, payload, run_id=self.run_id)
 
     def write(self, draft: TicketDraft) -> TicketDraft:

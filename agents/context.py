@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from analysis.report import AnalysisReport
 from segfactory.records import Arm, CoarseVerdict, Recommendation, Ticket, Verdict
@@ -72,7 +72,9 @@ class VerdictEntry(_Frozen):
     ticket_id: str
     arm: Arm
     hypothesis: str
-    change: dict[str, Any]
+    # the ticket's change as it was (a config patch, files, a data spec): shown, never interpreted;
+    # ``object`` validates and dumps exactly as the ticket's own ``change`` does
+    change: dict[str, object]
     tier: Literal["confirm-a", "confirm-b"] | None  # None: a dev loss, never sent to the gate
     verdict: Verdict | Literal["DEV_LOSS", "FAILED", "CONTROL"]  # CONTROL: a default-action re-run
 
@@ -107,7 +109,8 @@ class ProposerContext(_Frozen):
     analysis: DevAnalysis
     history: tuple[VerdictEntry, ...] = ()
     history_truncated: bool = False
-    incumbent: dict[str, Any] = Field(default_factory=dict)  # the current best's training config: no score
+    # the current best's training config (a plain JSON copy): no score
+    incumbent: dict[str, JsonValue] = Field(default_factory=dict)
     incumbent_sha256: str = ""  # which model that is (a hash names it; it holds no score)
     incumbent_has_weights: bool = False  # a ticket may continue from its weights (continues: incumbent)
 
@@ -115,7 +118,7 @@ class ProposerContext(_Frozen):
 def build_context(
     analysis: DevAnalysis,
     history: Sequence[VerdictEntry],
-    incumbent: dict[str, Any] | None = None,
+    incumbent: dict[str, JsonValue] | None = None,
     *,
     incumbent_sha256: str = "",
     incumbent_has_weights: bool = False,
@@ -145,12 +148,12 @@ def build_context(
 MAX_INCUMBENT_CHARS = 8000  # the incumbent config as JSON; past this: ValueError (a config is small)
 
 
-def _config_only(config: dict[str, Any]) -> dict[str, Any]:
+def _config_only(config: dict[str, JsonValue]) -> dict[str, JsonValue]:
     """A plain JSON copy of a training config (validated by its shape: scalars, lists, mappings)."""
     import json
 
     text = json.dumps(config, sort_keys=True, default=str)
     if len(text) > MAX_INCUMBENT_CHARS:
         raise ValueError(f"incumbent config is {len(text)} characters; at most {MAX_INCUMBENT_CHARS}")
-    copied: dict[str, Any] = json.loads(text)
+    copied: dict[str, JsonValue] = json.loads(text)
     return copied

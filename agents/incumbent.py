@@ -16,10 +16,9 @@ kinds whose point is repetition (:data:`REPEAT_KINDS`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from agents.validate import BASE_CONFIG_EVIDENCE
 from segfactory.errors import UsageError
@@ -40,7 +39,7 @@ class Incumbent(_Strict):
 
     sha256: str
     model: str
-    config: dict[str, Any]  # the training config tickets patch (the run's base for the baseline)
+    config: dict[str, JsonValue]  # the training config tickets patch (the run's base for the baseline)
     dataset: str  # dataset version ref, NAME/vK
     dataset_hash: str = ""
     code: dict[str, str] = Field(default_factory=dict)  # code overlay: path -> text
@@ -66,7 +65,7 @@ class Incumbent(_Strict):
 
 
 def fingerprint(
-    config: dict[str, Any],
+    config: Mapping[str, object],
     dataset_hash: str,
     code: dict[str, str],
     init_from: InitFrom | None = None,
@@ -75,7 +74,7 @@ def fingerprint(
     """SHA-256 of the training inputs: config (seed left out), data content hash, code overlay,
     the hash of the weights it starts from and, for a packaging ticket, its members' hashes (each
     left out of the body when absent, so a fresh ticket's fingerprint is what it always was)."""
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "config": {k: v for k, v in config.items() if k not in NOT_FINGERPRINTED},
         "data": dataset_hash,
         "code": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(code.items())},

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import yaml
+from pydantic import JsonValue
 
 from agents import _realise
 from agents._data_tickets import materialise, topup_spec
@@ -70,7 +70,7 @@ class LineagePlanner:
             dataset_hash=self.setup.dataset.content_hash,
         )
 
-    def base_config(self) -> dict[str, Any]:
+    def base_config(self) -> dict[str, JsonValue]:
         """The run's base training config, validated and with every default filled in (as a
         ticket's patched config is), so that the two compare key by key."""
         data = yaml.safe_load(Path(self.setup.base_config).read_text())
@@ -134,6 +134,7 @@ class LineagePlanner:
         parent = self.parent_of(ticket)
         dataset = self.dataset_for(ticket, parent)
         members = self.members(ticket) if ticket.kind is TicketKind.PACKAGE else []
+        config: dict[str, object]  # the config after patching (JSON), as the lineage row keeps it
         if members:  # trains nothing: its inputs are the members, the packaging spec and the data
             config = {**parent.config, "package": dict(ticket.change)}
         else:
@@ -208,7 +209,8 @@ class LineagePlanner:
             return resolve(home.root, json.loads(record.read_text())["dataset"])
         parent = parent or self.parent_of(ticket)
         base = resolve(home.root, parent.dataset)
-        trained = parent.config.get("max_train_images")  # the parent's first N images; None: all of them
+        cap = parent.config.get("max_train_images")  # the parent's first N images; None: all of them
+        trained = cap if isinstance(cap, int) else None  # a validated config's cap is an int or None
         named = _realise.named_dataset(self.setup, ticket, base, trained)
         if named is not None:
             return named
@@ -245,7 +247,7 @@ def runnable(ticket: Ticket, parent: Incumbent) -> Ticket:
     )
 
 
-def base_config_for(parent: Incumbent, dataset: DatasetVersion) -> dict[str, Any]:
+def base_config_for(parent: Incumbent, dataset: DatasetVersion) -> dict[str, JsonValue]:
     """The config a ticket patches: its parent's, with the training cap lifted on a version that
     adds images to those the parent trained on (a top-up, approved data). Such a version holds
     the parent's first ``max_train_images`` images and then the added ones, which the cap would

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from agents._report_headline import headline, read_milestone
 from agents._report_html import render_html
@@ -25,10 +25,16 @@ from agents._report_records import (
     ApprovalRow,
     AuditSummary,
     Headline,
+    LabelRoundRow,
     PlanSpend,
+    QueuedTicket,
+    RefusedDraft,
+    RetractionRow,
+    RoundRow,
     RunReport,
     SealedScore,
     TicketRow,
+    TriedFix,
 )
 from agents.approvals import ApprovalQueue
 from agents.budget_plan import ProfilePlan
@@ -47,35 +53,42 @@ REPORT_JSON = "report.json"
 WEAKNESSES_SHOWN = 3  # a round names the first this many recommendations of its analysis
 
 
-def home_records(home: Home) -> dict[str, list[dict[str, Any]]]:
+class HomeRecords(TypedDict):
+    """What every later report of a home lists beside its run (``RunReport``'s fields of these names)."""
+
+    label_rounds: list[LabelRoundRow]
+    retractions: list[RetractionRow]
+
+
+def home_records(home: Home) -> HomeRecords:
     """The home's labelling rounds and retracted claims, as every later report lists them."""
 
     rounds = [
-        {
-            "round": r.round,
-            "reviewed": r.reviewed,
-            "kept": r.kept,
-            "fixed": r.fixed,
-            "dropped": r.dropped,
-            "precision": r.precision,
-            "human_minutes_per_image": r.human_minutes_per_image,
-            "labels_per_hour": r.labels_per_hour,
-            "dev_object_f1": r.dev_object_f1,
-            "dev_gain": r.dev_gain,
-            "gate_verdict": r.gate_verdict,
-            "status": r.status,
-        }
+        LabelRoundRow(
+            round=r.round,
+            reviewed=r.reviewed,
+            kept=r.kept,
+            fixed=r.fixed,
+            dropped=r.dropped,
+            precision=r.precision,
+            human_minutes_per_image=r.human_minutes_per_image,
+            labels_per_hour=r.labels_per_hour,
+            dev_object_f1=r.dev_object_f1,
+            dev_gain=r.dev_gain,
+            gate_verdict=r.gate_verdict,
+            status=r.status,
+        )
         for r in label_rounds(home)
     ]
     retracted = [
-        {
-            "challenge_id": c.challenge_id,
-            "ticket_id": c.claim.ticket_id,
-            "run_id": c.claim.run_id,
-            "claim": c.claim.kind.value,
-            "reason": c.reasons[0] if c.reasons else "",
-            "demoted": c.demoted,
-        }
+        RetractionRow(
+            challenge_id=c.challenge_id,
+            ticket_id=c.claim.ticket_id,
+            run_id=c.claim.run_id,
+            claim=c.claim.kind.value,
+            reason=c.reasons[0] if c.reasons else "",
+            demoted=c.demoted,
+        )
         for c in retractions(home)
     ]
     return {"label_rounds": rounds, "retractions": retracted}
@@ -141,11 +154,12 @@ def counts(rows: list[TicketRow], state: FactoryState) -> dict[str, int]:
     }
 
 
-def refused_drafts(home: Home, run_id: str) -> list[dict[str, Any]]:
+def refused_drafts(home: Home, run_id: str) -> list[RefusedDraft]:
     """The run's drafts that validation refused (audit event ``ticket_invalid``), with the reasons:
     a people's list of what the proposer wanted and could not have."""
 
-    out: list[dict[str, Any]] = []
+    out: list[RefusedDraft] = []
+    seen: list[tuple[str, str, list[str]]] = []  # as the audit log holds them, before they are made inert
     for record in iter_records(home.audit / "log.jsonl"):
         if record.run_id == run_id and record.event == "ticket_invalid":
             ticket = record.payload.get("ticket")
@@ -154,13 +168,11 @@ def refused_drafts(home: Home, run_id: str) -> list[dict[str, Any]]:
                 if isinstance(ticket, dict)
                 else {"hypothesis": "(the draft is stored as an audit blob)"}
             )
-            row = {
-                "hypothesis": str(ticket.get("hypothesis", "")),
-                "kind": str(ticket.get("kind", "")),
-                "reasons": [str(r) for r in record.payload.get("reasons", [])],
-            }
-            if row not in out:  # the same draft refused at several propose steps is listed once
-                out.append(row)
+            hypothesis, kind = str(ticket.get("hypothesis", "")), str(ticket.get("kind", ""))
+            reasons = [str(r) for r in record.payload.get("reasons", [])]
+            if (hypothesis, kind, reasons) not in seen:  # a draft refused at several propose steps: once
+                seen.append((hypothesis, kind, reasons))
+                out.append(RefusedDraft(hypothesis=hypothesis, kind=kind, reasons=reasons))
     return out
 
 
@@ -261,7 +273,7 @@ def write(report: RunReport, people: Path, tickets_dir: Path | None = None) -> d
     return paths
 
 
-def loop_rounds(layout: RunLayout, state: FactoryState) -> list[dict[str, Any]]:
+def loop_rounds(layout: RunLayout, state: FactoryState) -> list[RoundRow]:
     """The run as rounds: the weakness the analysis named, each fix tried on that best, and its result.
 
     People only (dev numbers and predictions); rounds where the fix did nothing or made things
@@ -285,19 +297,20 @@ def loop_rounds(layout: RunLayout, state: FactoryState) -> list[dict[str, Any]]:
                 continue
             pred, cmp = predicted.get(tid), dev.get(tid)
             tried.append(
-                {
-                    "ticket_id": tid,
-                    "hypothesis": tickets[tid].hypothesis,
-                    "change": tickets[tid].change,
-                    "verdict": verdicts.get(tid, "not recorded"),
-                    "dev_object_f1": cmp.object_f1 if cmp else None,
-                    "best_dev_object_f1": cmp.best_object_f1 if cmp else None,
-                    "predicted": pred.predicted.model_dump(mode="json") if pred else None,
-                    "observed_change": pred.observed_change if pred else None,
-                    "held": pred.held if pred else None,
-                }
+                TriedFix(
+                    ticket_id=tid,
+                    hypothesis=tickets[tid].hypothesis,
+                    change=tickets[tid].change,
+                    verdict=verdicts.get(tid, "not recorded"),
+                    dev_object_f1=cmp.object_f1 if cmp else None,
+                    best_dev_object_f1=cmp.best_object_f1 if cmp else None,
+                    # as JSON, so that its strings are made inert with the rest of the row
+                    predicted=pred.predicted.model_dump(mode="json") if pred else None,
+                    observed_change=pred.observed_change if pred else None,
+                    held=pred.held if pred else None,
+                )
             )
-        out.append({"round": row.round, "incumbent": row.incumbent, "weakness": weakness, "tried": tried})
+        out.append(RoundRow(round=row.round, incumbent=row.incumbent, weakness=weakness, tried=tried))
     return out
 
 
@@ -309,9 +322,16 @@ __all__ = [
     "ApprovalRow",
     "AuditSummary",
     "Headline",
+    "HomeRecords",
+    "LabelRoundRow",
+    "QueuedTicket",
+    "RefusedDraft",
+    "RetractionRow",
+    "RoundRow",
     "RunReport",
     "SealedScore",
     "TicketRow",
+    "TriedFix",
     "approval_rows",
     "audit_summary",
     "counts",

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -55,7 +54,7 @@ class RunSetup:
     def runs(self) -> RunsLayout:
         return RunsLayout(self.home)
 
-    def audit_event(self, event: str, payload: dict[str, Any]) -> None:
+    def audit_event(self, event: str, payload: dict[str, object]) -> None:
         self.audit.append(Actor.SYSTEM, event, payload, run_id=self.run_id)
 
     def score(self, model: Path, images: np.ndarray) -> np.ndarray:

@@ -9,13 +9,16 @@ space (the first trial is always the default config, through ``enqueue_trial``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
 from segfactory.errors import PolicyError
 from segfactory.home import SOURCE_ROOT
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
 
 SEARCH_SPACE = SOURCE_ROOT / "policies" / "search_space.yaml"
 MAX_PARAMS = 32  # keys in one space; past it: PolicyError
@@ -56,9 +59,12 @@ class IntParam(_Strict):
         return self
 
 
+ParamValue = int | float | str | bool  # one value of a space's key: a float, an int or a categorical choice
+
+
 class CategoricalParam(_Strict):
     type: Literal["categorical"]
-    choices: list[int | float | str | bool] = Field(min_length=1, max_length=MAX_CHOICES)
+    choices: list[ParamValue] = Field(min_length=1, max_length=MAX_CHOICES)
 
 
 Param = Annotated[FloatParam | IntParam | CategoricalParam, Field(discriminator="type")]
@@ -68,11 +74,11 @@ class SearchSpace(_Strict):
     schema_version: Literal[1] = 1
     params: dict[str, Param] = Field(min_length=1, max_length=MAX_PARAMS)
 
-    def distributions(self) -> dict[str, Any]:
+    def distributions(self) -> dict[str, BaseDistribution]:
         """The Optuna distributions, by key."""
         import optuna.distributions as d
 
-        out: dict[str, Any] = {}
+        out: dict[str, BaseDistribution] = {}
         for key, p in self.params.items():
             if isinstance(p, FloatParam):
                 out[key] = d.FloatDistribution(p.low, p.high, log=p.log)
@@ -82,9 +88,9 @@ class SearchSpace(_Strict):
                 out[key] = d.CategoricalDistribution(p.choices)
         return out
 
-    def suggest(self, trial: Any) -> dict[str, Any]:
+    def suggest(self, trial: Any) -> dict[str, ParamValue]:
         """The trial's config patch (dotted keys), one ``trial.suggest_*`` per key."""
-        patch: dict[str, Any] = {}
+        patch: dict[str, ParamValue] = {}
         for key, p in self.params.items():
             if isinstance(p, FloatParam):
                 patch[key] = trial.suggest_float(key, p.low, p.high, log=p.log)
@@ -114,8 +120,8 @@ def load_space(path: Path = SEARCH_SPACE) -> SearchSpace:
         ) from None
 
 
-def _lookup(config: dict[str, Any], dotted: str) -> Any:
-    node: Any = config
+def _lookup(config: dict[str, JsonValue], dotted: str) -> JsonValue:
+    node: JsonValue = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
             raise PolicyError(
@@ -126,9 +132,9 @@ def _lookup(config: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def default_params(space: SearchSpace, base_config: dict[str, Any]) -> dict[str, Any]:
+def default_params(space: SearchSpace, base_config: dict[str, JsonValue]) -> dict[str, ParamValue]:
     """The base config's values for every key; PolicyError when one lies outside the space."""
-    params = {}
+    params: dict[str, ParamValue] = {}
     for key, p in space.params.items():
         value = _lookup(base_config, key)
         inside = (
@@ -136,7 +142,8 @@ def default_params(space: SearchSpace, base_config: dict[str, Any]) -> dict[str,
             if isinstance(p, CategoricalParam)
             else (isinstance(value, int | float) and p.low <= value <= p.high)
         )
-        if not inside:
+        # a choice is an int, float, str or bool: a value found among them is one too
+        if not inside or not isinstance(value, int | float | str | bool):
             raise PolicyError(
                 f"the base config's {key} = {value!r} lies outside the search space "
                 f"({p.model_dump(exclude={'type'})}); widen the space so trial 0 is the default"
@@ -145,4 +152,4 @@ def default_params(space: SearchSpace, base_config: dict[str, Any]) -> dict[str,
     return params
 
 
-__all__ = ["SEARCH_SPACE", "SearchSpace", "default_params", "load_space"]
+__all__ = ["SEARCH_SPACE", "ParamValue", "SearchSpace", "default_params", "load_space"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -116,7 +116,7 @@ class FactoryState(BaseModel):
     answered: Annotated[list[str], operator.add] = Field(default_factory=list)  # escalations acted on
 
     @classmethod
-    def of(cls, values: Mapping[str, Any]) -> FactoryState:
+    def of(cls, values: Mapping[str, object]) -> FactoryState:
         """The state from LangGraph's channel values (``get_state(...).values``, ``invoke``'s result)."""
         return cls.model_validate(dict(values))
 

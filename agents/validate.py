@@ -11,10 +11,10 @@ host's: only the data ticket the approvals queue makes from an approved request 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import PurePosixPath
-from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, JsonValue, ValidationError
 
 from agents._data_tickets import topup_spec
 from agents._paths import is_protected
@@ -27,7 +27,7 @@ from synthetic.slices import generator_constraint
 # Config fields the host owns: a ticket never sets them (the seed is the ticket's own, host-chosen).
 HOST_OWNED_CONFIG_KEYS = frozenset({"version", "seed", "device", "threads", "max_train_images"})
 # The config a change is applied to when the caller gives none (TrainConfig requires these two).
-BASE_CONFIG_FOR_CHECKS: dict[str, Any] = {"epochs": 1, "batch_size": 8}
+BASE_CONFIG_FOR_CHECKS: dict[str, JsonValue] = {"epochs": 1, "batch_size": 8}
 
 
 def ticket_problems(
@@ -36,7 +36,7 @@ def ticket_problems(
     profile: str,
     *,
     device_seconds_left: float | None = None,
-    base_config: dict[str, Any] | None = None,
+    base_config: Mapping[str, JsonValue] | None = None,
 ) -> list[str]:
     """Every reason ``ticket`` may not run, in words an operator (and a proposer) can act on.
 
@@ -139,19 +139,20 @@ def _train_config_model() -> type[BaseModel] | None:
     return model
 
 
-def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: Mapping[str, JsonValue], patch: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
     merged = dict(base)
     for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
+        current = merged.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            merged[key] = _merge(current, value)
         else:
             merged[key] = value
     return merged
 
 
-def _nest(change: dict[str, Any]) -> dict[str, Any]:
+def _nest(change: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
     """``{"optim.lr": 1e-3}`` → ``{"optim": {"lr": 1e-3}}``; nested dicts pass through."""
-    nested: dict[str, Any] = {}
+    nested: dict[str, JsonValue] = {}
     for key, value in change.items():
         head, *rest = key.split(".")
         nested = _merge(nested, {head: _nest({".".join(rest): value}) if rest else value})
@@ -164,7 +165,7 @@ BASE_CONFIG_EVIDENCE = (
 
 
 def config_problems(
-    change: dict[str, Any], policy: BudgetPolicy, base_config: dict[str, Any] | None = None
+    change: Mapping[str, JsonValue], policy: BudgetPolicy, base_config: Mapping[str, JsonValue] | None = None
 ) -> list[str]:
     """Keys outside the allowlist, or a change the training config model refuses."""
     if not change:
@@ -188,7 +189,7 @@ def config_problems(
     return []
 
 
-def code_problems(change: dict[str, Any], code_root: str) -> list[str]:
+def code_problems(change: Mapping[str, JsonValue], code_root: str) -> list[str]:
     """Paths a code ticket names (``change["files"]``) must lie under ``code_root``, unprotected."""
     files = change.get("files")
     if not isinstance(files, list | dict) or not files:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from analysis.report import AnalysisReport, Evaluated, Extras, SplitLike, analyse
 from segfactory.stats import Interval, wilson_interval
+from synthetic.splits import ImageMeta
 from vision.onnx_infer import predict
 
 CauseKind = Literal["none", "placebo", "size", "contrast", "masks", "capacity", "background"]
@@ -65,7 +66,7 @@ class PlantedCause(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: CauseKind
     magnitude: float  # the drawn quantile, share or capacity (0 for none)
-    detail: dict[str, Any] = {}
+    detail: dict[str, float | int | str] = {}  # what was removed, erased or kept, by name
 
 
 @dataclass
@@ -76,8 +77,8 @@ class Planted:
     masks: np.ndarray
     capacity: float
     cause: PlantedCause
-    image_meta: list[dict[str, Any]]
-    defects: list[dict[str, Any]]
+    image_meta: list[ImageMeta]
+    defects: list[dict[str, Any]]  # defects.jsonl rows, typed as synthetic.splits.Split holds them
 
 
 Ranges = dict[str, tuple[float, float]]
@@ -117,7 +118,7 @@ def plant(cause: PlantedCause, train: SplitLike, rng: np.random.Generator) -> Pl
     """Apply ``cause`` to the training split; returns what the candidate trains on."""
     images, masks, capacity = train.images, train.masks, 1.0
     keep = np.ones(len(train.image_meta), dtype=bool)
-    detail: dict[str, Any] = {}
+    detail: dict[str, float | int | str] = {}
     if cause.kind in ("size", "contrast"):
         # the largest voids, or the faintest: the ranges a model most plainly learns from examples
         key, sign = ("area", -1.0) if cause.kind == "size" else ("contrast", 1.0)

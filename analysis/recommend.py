@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -104,7 +104,7 @@ class Inputs:
         return sorted(self.findings, key=lambda r: -r.effect * math.sqrt(r.n))
 
 
-def _scalar(rule: Rule, inputs: Inputs) -> tuple[float | None, dict[str, Any]]:
+def _scalar(rule: Rule, inputs: Inputs) -> tuple[float | None, dict[str, object]]:
     """The rule's input value and its evidence, or (None, {}) when it was not measured."""
     if rule.input == "train_label_excess" and inputs.dev_labels and inputs.train_labels:
         tr, dv = inputs.train_labels, inputs.dev_labels
@@ -113,7 +113,7 @@ def _scalar(rule: Rule, inputs: Inputs) -> tuple[float | None, dict[str, Any]]:
             "dev_labels": dv.model_dump(exclude={"flagged_ids"}),
         }
     if rule.input == "overall_drop" and inputs.overall_drop is not None:
-        evidence: dict[str, Any] = {"overall_miss_rate_increase": inputs.overall_drop}
+        evidence: dict[str, object] = {"overall_miss_rate_increase": inputs.overall_drop}
         if inputs.findings:  # a drop concentrated in one slice is that slice's, not the model's
             top = inputs.strongest()[0]
             if top.complement < rule.min_ratio_to_slice * top.score:
@@ -150,7 +150,8 @@ def _scalar(rule: Rule, inputs: Inputs) -> tuple[float | None, dict[str, Any]]:
     return None, {}
 
 
-def _change(rule: Rule, slice_row: SliceRow | None) -> dict[str, Any]:
+def _change(rule: Rule, slice_row: SliceRow | None) -> dict[str, object]:
+    """The recommendation's change (a ticket's config patch), as JSON for the record."""
     if slice_row is None:
         return {"action": rule.action}
     if rule.action == "data_request":
@@ -202,7 +203,7 @@ def _from_slice(rule: Rule, row: SliceRow, k: int) -> Recommendation:
     )
 
 
-def _from_scalar(rule: Rule, value: float, evidence: dict[str, Any]) -> Recommendation:
+def _from_scalar(rule: Rule, value: float, evidence: dict[str, object]) -> Recommendation:
     down = rule.metric == "miss_rate"
     direction = Direction.NONE if rule.effect_share == 0 else (Direction.DOWN if down else Direction.UP)
     effect = ExpectedEffect(

@@ -7,6 +7,7 @@ planted-cause runs both call it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -22,6 +23,7 @@ from analysis.units import defect_units, image_units
 from segfactory.errors import DataError
 from segfactory.records import Recommendation
 from segfactory.stats import bootstrap_mean_ci, noise_edge, wilson_interval
+from synthetic.splits import ImageMeta
 
 N_BOOT_OVERALL = 1000  # resamples for the overall dice interval
 CONFIDENT_FLOOR = 0.1  # probabilities below this count as "no response" in the confidence statistic
@@ -35,8 +37,8 @@ MIN_EMPTY_IMAGES = 30  # images labelled empty each split needs before its empty
 class SplitLike(Protocol):
     images: np.ndarray
     masks: np.ndarray
-    image_meta: list[dict[str, Any]]
-    defects: list[dict[str, Any]]
+    image_meta: list[ImageMeta]
+    defects: list[dict[str, Any]]  # defects.jsonl rows, as synthetic.splits.Split holds them
 
 
 class ProblemRow(BaseModel):
@@ -154,7 +156,10 @@ def _twins(extras: Extras) -> list[tuple[Evaluated, Evaluated | None]]:
 
 
 def _image_units(
-    meta: list[dict[str, Any]], defects: list[dict[str, Any]], dice: np.ndarray, ref_dice: np.ndarray | None
+    meta: list[ImageMeta],
+    defects: Sequence[Mapping[str, object]],
+    dice: np.ndarray,
+    ref_dice: np.ndarray | None,
 ) -> Units:
     units = image_units(meta, defects, dice, ref_dice)
     if ref_dice is not None:  # a uniform per-void drop costs more dice where there are more voids, so a

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
-from synthetic.splits import image_sha256
+from synthetic.splits import ImageMeta, image_sha256
 
 BACKGROUNDS = ("flat", "gradient", "texture")
 SHAPES = ("round", "elongated")
@@ -40,8 +40,8 @@ N_FEATURES = 4
 class ToySplit:
     images: np.ndarray  # (N, H, W) float32 in [0, 1]
     masks: np.ndarray  # (N, H, W) uint8
-    image_meta: list[dict[str, Any]]
-    defects: list[dict[str, Any]]
+    image_meta: list[ImageMeta]
+    defects: list[dict[str, Any]]  # defects.jsonl rows, typed as synthetic.splits.Split holds them
 
 
 def _background(kind: str, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -83,7 +83,8 @@ def toy_split(n: int, size: int = 40, seed: int = 0) -> ToySplit:
     rng = np.random.default_rng(seed)
     images = np.zeros((n, size, size), dtype=np.float32)
     masks = np.zeros((n, size, size), dtype=np.uint8)
-    meta, defects = [], []
+    meta: list[ImageMeta] = []
+    defects = []
     for k in range(n):
         image_id = f"toy-{seed}-{k:05d}"
         background = str(rng.choice(BACKGROUNDS))

@@ -9,13 +9,13 @@ reference model's outcomes, each unit's outcome becomes candidate minus referenc
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from analysis.errortypes import ErrorType
 from analysis.slices import Units
+from synthetic.splits import ImageMeta
 
 # slice attribute -> metadata key; defect keys are looked up on the defect row first, then its image
 DEFECT_ATTRIBUTES = {
@@ -30,21 +30,22 @@ IMAGE_ATTRIBUTES = {"dose": "dose", "background": "background", "thickness": "th
 UNLABELLED = "unlabelled"
 
 
-def _column(rows: Sequence[dict[str, Any]], key: str) -> np.ndarray:
+def _column(rows: Sequence[Mapping[str, object]], key: str) -> np.ndarray:
+    """One attribute of every row, whatever its JSON type (an object array; None where absent)."""
     out = np.empty(len(rows), dtype=object)
     out[:] = [row.get(key) for row in rows]
     return out
 
 
-def defect_counts(image_ids: Sequence[str], defects: Sequence[dict[str, Any]]) -> np.ndarray:
+def defect_counts(image_ids: Sequence[str], defects: Sequence[Mapping[str, object]]) -> np.ndarray:
     """Number of defect rows per image, in image order."""
     per = Counter(str(d.get("image_id")) for d in defects)
     return np.array([per.get(str(i), 0) for i in image_ids], dtype=float)
 
 
 def defect_units(
-    image_meta: Sequence[dict[str, Any]],
-    defects: Sequence[dict[str, Any]],
+    image_meta: Sequence[ImageMeta],
+    defects: Sequence[Mapping[str, object]],
     outcome: Sequence[str],
     reference: Sequence[str] | None = None,
 ) -> Units:
@@ -71,8 +72,8 @@ def defect_units(
 
 
 def image_units(
-    image_meta: Sequence[dict[str, Any]],
-    defects: Sequence[dict[str, Any]],
+    image_meta: Sequence[ImageMeta],
+    defects: Sequence[Mapping[str, object]],
     dice: np.ndarray,
     reference_dice: np.ndarray | None = None,
 ) -> Units:

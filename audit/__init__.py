@@ -17,7 +17,7 @@ from audit.check import Finding, ProtectedPaths, check_records, load_policy, tic
 from audit.log import ANCHOR_EVERY_RECORDS, ANCHOR_EVERY_S, GENESIS_HASH, AuditLog
 from audit.reader import iter_records, read_lines
 from audit.show import select
-from audit.verify import VerifyReport, verify_log
+from audit.verify import VerifyJson, VerifyReport, verify_log
 from segfactory.records import Anchor
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "GateAnchorStore",
     "MemoryAnchorStore",
     "ProtectedPaths",
+    "VerifyJson",
     "VerifyReport",
     "check_records",
     "iter_records",

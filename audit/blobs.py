@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +64,12 @@ class BlobStore:
             return str(exc)
         return None
 
-    def externalise(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def externalise(self, payload: Mapping[str, object]) -> dict[str, object]:
         """``payload`` with every top-level value larger than INLINE_MAX_BYTES stored as a blob.
 
         The blob holds the value's canonical JSON; the record keeps ``blob:<sha256>``.
         """
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for key, value in payload.items():
             encoded = canonical_json(value)
             out[key] = self.put(encoded) if len(encoded) > INLINE_MAX_BYTES else value

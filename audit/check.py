@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -146,7 +146,7 @@ def ticket_of(record: AuditRecord) -> str | None:
     return None
 
 
-def subject(payload: dict[str, Any]) -> str:
+def subject(payload: Mapping[str, object]) -> str:
     """What a finding event names: its path, else its address, command, library (and symbol) or reason."""
     if isinstance(path := payload.get("path"), str) and path:
         return path

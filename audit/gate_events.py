@@ -43,7 +43,7 @@ class GateEvent(BaseModel):
     id: int
     ts: float
     event: str
-    payload: dict[str, Any]
+    payload: dict[str, object]
 
 
 class GateEventsClient(Protocol):

@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -91,7 +91,7 @@ class AuditLog:
     # -- public API ---------------------------------------------------------------------------
 
     def append(
-        self, actor: Actor | str, event: str, payload: dict[str, Any], run_id: str | None = None
+        self, actor: Actor | str, event: str, payload: Mapping[str, object], run_id: str | None = None
     ) -> AuditRecord:
         """Write one record (fsynced) and return it. Large payload values become blob references."""
         actor = Actor(actor)
@@ -173,7 +173,7 @@ class AuditLog:
         return self._cache[1], self._cache[2]
 
     def _write(
-        self, seq: int, prev: str, actor: Actor, event: str, payload: dict[str, Any], run_id: str | None
+        self, seq: int, prev: str, actor: Actor, event: str, payload: dict[str, object], run_id: str | None
     ) -> AuditRecord:
         probe = AuditRecord(
             seq=seq,

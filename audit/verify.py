@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from audit.blobs import BlobStore, blob_refs
 from audit.log import GENESIS_HASH
@@ -19,6 +19,21 @@ from audit.reader import LOG_NAME, Line, TornTail, read_lines
 from segfactory.records import Anchor
 
 MAX_PROBLEMS = 100  # past this, verify stops listing problems and says how many it left out
+
+
+class VerifyJson(TypedDict):
+    """``VerifyReport.to_json``: what ``audit verify --json`` prints and the console's chain banner."""
+
+    ok: bool
+    records: int
+    head_seq: int | None
+    head_hash: str | None
+    anchor: dict[str, object] | None  # the anchor record's own JSON form
+    anchor_checked: bool
+    unanchored_from: int | None
+    problems: list[str]
+    warnings: list[str]
+    torn_tail: dict[str, object] | None  # offset, size and sha256 of the torn bytes
 
 
 @dataclass
@@ -36,7 +51,7 @@ class VerifyReport:
     warnings: list[str] = field(default_factory=list)
     torn_tail: TornTail | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerifyJson:
         return {
             "ok": self.ok,
             "records": self.records,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -53,7 +54,7 @@ def concurrency_choice(text: str) -> int | str:
     return value
 
 
-def emit_json(obj: dict[str, Any]) -> None:
+def emit_json(obj: Mapping[str, object]) -> None:
     """Print one JSON object on stdout and nothing else."""
     sys.stdout.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import typer
 
@@ -285,6 +285,14 @@ def approvals_list(
         )
 
 
+class Grant(TypedDict, total=False):
+    """What approving a data request grants (``ApprovalQueue.decide``'s keywords); None: not given."""
+
+    data: str | None  # the dataset version the ticket trains on
+    count: int | None
+    scope: str | None
+
+
 def _decide(
     request_id: str,
     approve: bool,
@@ -292,12 +300,12 @@ def _decide(
     reason: str,
     home: Path | None,
     json_out: bool,
-    grant: dict[str, Any] | None = None,
+    grant: Grant | None = None,
 ) -> None:
     resolved = home_for(home)
-    grant = {k: v for k, v in (grant or {}).items() if v is not None}
-    if grant.get("data"):
-        resolve(resolved.root, grant["data"])  # an unknown version is refused before anything is decided
+    grant = grant or {}  # a keyword left None is decide's own default
+    if data := grant.get("data"):
+        resolve(resolved.root, data)  # an unknown version is refused before anything is decided
     with gate_anchor_store(resolved) as anchor, AuditLog(resolved, anchor) as log:
         decided = _queue(resolved, log).decide(request_id, approve=approve, by=by, reason=reason, **grant)
     if json_out:

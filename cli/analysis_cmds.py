@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import typer
 
 from analysis.render import write_report
-from analysis.report import Evaluated, Extras, analyse, summary_lines
+from analysis.report import AnalysisReport, Evaluated, Extras, analyse, summary_lines
 from analysis.toy import ToySplit
 from cli._common import HomeOpt, JsonOpt, emit_json, home_for
 from segfactory.errors import DataError, PolicyError, UsageError
@@ -81,7 +81,39 @@ def _train_sample(train: Any, seed: int) -> Any:
     )
 
 
-def _extra_inputs(path: Path | None) -> dict[str, Any]:
+class ExtraInputs(TypedDict, total=False):
+    """``analyse --inputs``: the optional ``Extras`` read from a JSON file (name -> value)."""
+
+    learning_curve: dict[str, float]
+    perturbations: dict[str, float]
+
+
+class RecommendationRow(TypedDict):
+    id: str
+    action: str
+    kind: str
+    rationale: str
+    predicted_effect: dict[str, object]  # the ExpectedEffect's JSON form
+    evidence: dict[str, object]  # the finding the recommendation rests on, as the analysis recorded it
+
+
+class AnalysisSummary(TypedDict):
+    """What ``analyse --json`` prints of the report (beside its training-range reading)."""
+
+    out: str
+    report: str
+    html: str
+    n_images: int
+    n_defects: int
+    overall: dict[str, float]
+    error_counts: dict[str, dict[str, int]]
+    findings: list[str]
+    n_slices_tested: int
+    notes: list[str]
+    recommendations: list[RecommendationRow]
+
+
+def _extra_inputs(path: Path | None) -> ExtraInputs:
     import json
 
     if path is None:
@@ -93,10 +125,17 @@ def _extra_inputs(path: Path | None) -> dict[str, Any]:
     unknown = set(data) - {"learning_curve", "perturbations"}
     if not isinstance(data, dict) or unknown:
         raise UsageError(f"--inputs {path}: expected keys learning_curve, perturbations; got {sorted(data)}")
-    return {k: {str(a): float(b) for a, b in v.items()} for k, v in data.items()}
+    extra: ExtraInputs = {}
+    for key, value in data.items():
+        floats = {str(a): float(b) for a, b in value.items()}
+        if key == "learning_curve":
+            extra["learning_curve"] = floats
+        else:
+            extra["perturbations"] = floats
+    return extra
 
 
-def _summary(report: Any, out: Path) -> dict[str, Any]:
+def _summary(report: AnalysisReport, out: Path) -> AnalysisSummary:
     return {
         "out": str(out),
         "report": str(out / "report.json"),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, TypedDict
 
 import typer
 
-from agents.challenge import ChallengeSetup, challenge_ticket
+from agents.challenge import ChallengeRecord, ChallengeSetup, challenge_ticket
 from audit import AuditLog
 from cli._common import BackendOpt, HomeOpt, JsonOpt, console, emit_json
 from segfactory.errors import HomeError
@@ -51,11 +51,29 @@ def challenge_cmd(
     for reason in summary["reasons"]:
         out.print(f"  - {inert(reason, multiline=False)}", markup=False)
     if summary["demoted"]:
-        out.print(f"  the current best moved back to {summary['demoted_to'][:12]}")
+        out.print(f"  the current best moved back to {str(summary['demoted_to'])[:12]}")
 
 
-def _summary(record: Any) -> dict[str, Any]:
-    data: dict[str, Any] = record.model_dump(mode="json")
+class ChallengeSummary(TypedDict):
+    """What ``challenge --json`` prints: the record's verdict with its claim, seeds and conditions."""
+
+    challenge_id: str
+    ticket_id: str
+    run_id: str
+    claim: dict[str, object]  # the Claim's JSON form
+    verdict: str
+    reasons: list[str]
+    seeds: list[int]
+    diff: dict[str, list[object]]  # field -> the distinct values across conditions
+    range_checks: list[dict[str, object]]  # RangeCheck JSON forms
+    conditions: list[dict[str, object]]  # Condition JSON forms
+    demoted: bool
+    demoted_to: str | None
+    device_seconds: float
+
+
+def _summary(record: ChallengeRecord) -> ChallengeSummary:
+    data = record.model_dump(mode="json")
     return {
         "challenge_id": data["challenge_id"],
         "ticket_id": data["claim"]["ticket_id"],

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json
-from cli.init import initialise
+from cli.init import InitSummary, initialise
 from segfactory.home import Home
 
 
@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
     app.command("init")(init_cmd)
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
+def _print_summary(summary: InitSummary) -> None:
     from rich.table import Table
 
     out = console()

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Required, TypedDict
 
 from agents.run_policy import load_run_defaults
 from gate.init_step import init_step as gate_init_step
@@ -32,17 +32,46 @@ DEV_SEED = 2
 DATASET = "synthetic"  # name of the dataset whose v1 init creates
 VAULT_MODE = 0o700  # only the vault's owner (the gate user) may enter it
 
-Step = Callable[[Home, Profile, dict[str, Any]], None]
+
+class TierRow(TypedDict):
+    """One held-back tier as ``init`` lists it: no seeds, no labels."""
+
+    tier: str
+    version: str
+    count: int
+    size: int  # the image side
+    n_defects: int
 
 
-def _layout(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
+class DatasetRow(TypedDict):
+    ref: str
+    approved: bool
+    content_hash: str
+
+
+class InitSummary(TypedDict, total=False):
+    """What ``segfactory init`` prints (``--json``): the steps fill in what they made."""
+
+    home: Required[str]
+    existing: Required[bool]
+    profile: object  # the profile's name; an existing home's, as its marker file says
+    created: object  # epoch seconds, as the home's marker file says
+    tiers: list[TierRow]
+    datasets: list[DatasetRow]
+    gate: dict[str, object]  # gate.init_step's GateInit, in its JSON form
+
+
+Step = Callable[[Home, Profile, InitSummary], None]
+
+
+def _layout(home: Home, profile: Profile, summary: InitSummary) -> None:
     for path in (home.root, home.datasets, home.runs, home.audit):
         path.mkdir(parents=True, exist_ok=True)
     home.vault.mkdir(mode=VAULT_MODE, exist_ok=True)
     os.chmod(home.vault, VAULT_MODE)
 
 
-def _open_dataset(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
+def _open_dataset(home: Home, profile: Profile, summary: InitSummary) -> None:
     """train/ and dev/ from public seeds, as the approved version synthetic/v1."""
     if not (home.datasets / DATASET / "v1" / "version.json").is_file():
         staging = home.datasets / f".init-{os.getpid()}"
@@ -60,7 +89,7 @@ def _open_dataset(home: Home, profile: Profile, summary: dict[str, Any]) -> None
     ]
 
 
-def _tiers(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
+def _tiers(home: Home, profile: Profile, summary: InitSummary) -> None:
     """The held-back tiers, each from its own secret seed (synthetic.tiers)."""
     for tier in TIERS:
         if not versions(home.vault, tier):
@@ -68,9 +97,9 @@ def _tiers(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
     summary["tiers"] = tier_table(home)
 
 
-def tier_table(home: Home) -> list[dict[str, Any]]:
+def tier_table(home: Home) -> list[TierRow]:
     """Name, version, count, image size and defect count of each tier (no seeds, no labels)."""
-    rows = []
+    rows: list[TierRow] = []
     for tier in TIERS:
         manifest = json.loads((tier_path(home.vault, tier) / "manifest.json").read_text())
         rows.append(
@@ -85,7 +114,7 @@ def tier_table(home: Home) -> list[dict[str, Any]]:
     return rows
 
 
-def _marker(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
+def _marker(home: Home, profile: Profile, summary: InitSummary) -> None:
     data = {"profile": profile.name, "created": time.time(), "layout_version": LAYOUT_VERSION}
     write_atomic(home.marker, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
@@ -93,7 +122,7 @@ def _marker(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
 STEPS: list[Step] = [_layout, _open_dataset, _tiers]  # other areas append steps here
 
 
-def _gate(home: Home, profile: Profile, summary: dict[str, Any]) -> None:
+def _gate(home: Home, profile: Profile, summary: InitSummary) -> None:
     """The gate: pinned copy, ledger, baseline as best, reference candidate, users (as root)."""
     summary["gate"] = gate_init_step(home, profile, reference_config(profile.name)).model_dump(mode="json")
 
@@ -112,7 +141,7 @@ STEPS.append(_gate)
 FINAL_STEP: Step = _marker
 
 
-def initialise(home: Home, profile: str = "default") -> dict[str, Any]:
+def initialise(home: Home, profile: str = "default") -> InitSummary:
     """Create (or report) the home; returns the summary printed by ``segfactory init``."""
     if home.exists():
         info = home.info()
@@ -125,12 +154,12 @@ def initialise(home: Home, profile: str = "default") -> dict[str, Any]:
             "datasets": _datasets(home.root),
         }
     chosen = get_profile(profile)
-    summary: dict[str, Any] = {"home": str(home.root), "existing": False, "profile": chosen.name}
+    summary: InitSummary = {"home": str(home.root), "existing": False, "profile": chosen.name}
     for step in [*STEPS, FINAL_STEP]:
         step(home, chosen, summary)
     summary["created"] = home.info()["created"]
     return summary
 
 
-def _datasets(root: Path) -> list[dict[str, Any]]:
+def _datasets(root: Path) -> list[DatasetRow]:
     return [{"ref": v.ref, "approved": True, "content_hash": v.content_hash} for v in approved(root)]

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from cli._common import HomeOpt, JsonOpt, console, emit_json
-from runner.scheduler import profile_device, save_profile
+from runner.scheduler import DeviceProfile, profile_device, save_profile
 from segfactory.errors import UsageError
 from segfactory.home import Home
 from segfactory.profiles import get_profile
@@ -82,7 +82,7 @@ def profile_cmd(
     if json_out:
         emit_json(summary)
     else:
-        _print(summary)
+        _print(profile, str(path), size)
 
 
 def _fit(profile: Any, preset: str) -> dict[str, float]:
@@ -90,19 +90,16 @@ def _fit(profile: Any, preset: str) -> dict[str, float]:
     return {"base_bytes": round(intercept), "bytes_per_image": round(slope), "image_size": size}
 
 
-def _print(summary: dict[str, Any]) -> None:
+def _print(profile: DeviceProfile, path: str, size: int) -> None:
     from rich.table import Table
 
     out = console()
     out.print(
-        f"{summary['device']}: {summary['device_name']}, {summary['total_bytes'] / 2**30:.1f} GiB; "
-        f"saved to {summary['path']}"
+        f"{profile.device}: {profile.device_name}, {profile.total_bytes / 2**30:.1f} GiB; saved to {path}"
     )
-    table = Table(title=f"peak memory per training step at {summary['image_size']}x{summary['image_size']}")
+    table = Table(title=f"peak memory per training step at {size}x{size}")
     for column in ("preset", "batch", "peak MiB", "seconds"):
         table.add_column(column)
-    for m in summary["measurements"]:
-        table.add_row(
-            m["preset"], str(m["batch_size"]), f"{m['peak_bytes'] / 2**20:.0f}", f"{m['seconds']:.1f}"
-        )
+    for m in profile.measurements:
+        table.add_row(m.preset, str(m.batch_size), f"{m.peak_bytes / 2**20:.0f}", f"{m.seconds:.1f}")
     out.print(table)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import typer
 
@@ -18,7 +19,7 @@ from segfactory.text import inert
 from segfactory.units import parse_duration
 
 if TYPE_CHECKING:
-    from sandbox import SandboxBackend, SandboxEvent, VerifyReport
+    from sandbox import SandboxBackend, SandboxEvent, SandboxResult, VerifyReport
 
 sandbox_app = typer.Typer(
     help="Sandboxes for agent code: build the image, verify the policy, run a command.", no_args_is_help=True
@@ -50,7 +51,7 @@ def _print_report(report: VerifyReport) -> None:
     )
 
 
-def _finish_verify(report: VerifyReport, as_json: bool, extra: dict[str, Any] | None = None) -> None:
+def _finish_verify(report: VerifyReport, as_json: bool, extra: Mapping[str, object] | None = None) -> None:
     if as_json:
         emit_json({**(extra or {}), **report.model_dump(mode="json")})
     else:
@@ -130,7 +131,22 @@ def exec_(
     raise typer.Exit(result.exit_code)
 
 
-def _summary(result: Any) -> dict[str, Any]:
+class ExecSummary(TypedDict):
+    """A ``sandbox exec``'s end: the audit record's payload, and the head of its ``--json`` reply."""
+
+    backend: str
+    exit_code: int
+    timed_out: bool
+    oom_killed: bool
+    duration_s: float
+    stdout_bytes: int
+    stdout_truncated: bool
+    stderr_bytes: int
+    stderr_truncated: bool
+    events: int  # how many sandbox events the run had
+
+
+def _summary(result: SandboxResult) -> ExecSummary:
     return {
         "backend": result.backend,
         "exit_code": result.exit_code,

@@ -17,7 +17,7 @@ import json
 import sqlite3
 import threading
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,7 +27,7 @@ from console._interpret import Interpreter, RulesInterpreter
 from console._runs import run_ended, run_state
 from segfactory.errors import LimitExceeded, UsageError
 from segfactory.home import Home
-from segfactory.records import Actor
+from segfactory.records import Actor, Ticket
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS console_chat (
     id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, ts REAL NOT NULL,
@@ -43,6 +43,13 @@ class ChatMessage(BaseModel):
     text: str
     reading: Reading | None = None
     pending: bool = False  # a reading awaiting the person's confirmation
+
+
+class QueuedTicket(TypedDict):
+    """An approved data ticket of a run, and whether the run has taken it into its queue."""
+
+    ticket: Ticket
+    taken: bool
 
 
 class ApprovalsDesk:
@@ -126,7 +133,7 @@ class ApprovalsDesk:
             )
             return self._add(request_id, "console", "Cancelled; nothing was decided. Reply again when ready.")
 
-    def queued(self, run_id: str) -> list[dict[str, Any]]:
+    def queued(self, run_id: str) -> list[QueuedTicket]:
         """The run's approved data tickets and whether the run has taken them into its queue."""
 
         taken = set(run_state(self.home, run_id).taken_approvals)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-from audit import BlobStore, check_records, iter_records, load_policy, select, verify_log
+from audit import BlobStore, VerifyJson, check_records, iter_records, load_policy, select, verify_log
 from audit.reader import LOG_NAME
 from audit.show import parse_time
 from console._safe import inert, pretty
@@ -50,7 +49,7 @@ class Row:
 class AuditPage:
     rows: list[Row]
     matched: int
-    banner: dict[str, Any]
+    banner: VerifyJson
     findings: int
     actors: list[str]
     events: list[str]
@@ -61,13 +60,13 @@ def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def chain_banner(home: Home, anchor: Anchor | None, anchor_checked: bool) -> dict[str, Any]:
+def chain_banner(home: Home, anchor: Anchor | None, anchor_checked: bool) -> VerifyJson:
     """``audit verify`` as a banner: ok, records, problems, warnings."""
     report = verify_log(home.audit, anchor, anchor_checked=anchor_checked)
     return report.to_json()
 
 
-def audit_page(home: Home, filters: AuditFilters, banner: dict[str, Any]) -> AuditPage:
+def audit_page(home: Home, filters: AuditFilters, banner: VerifyJson) -> AuditPage:
     """The filtered records (newest first), each with its protected-read findings."""
     records = list(iter_records(home.audit / LOG_NAME))
     since = parse_time(filters.since) if filters.since else None

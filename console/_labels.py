@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -61,6 +61,42 @@ class QueueItem(BaseModel):
     reason: str = ""
     action: str | None = None  # the saved decision, if any
     rev: int = 0  # the decision's revision (0: none yet)
+
+
+class ReviewStats(TypedDict):
+    """Label-review figures of one dataset version: decisions by action, confirmed errors, time."""
+
+    dataset: str
+    reviewed: int
+    keep: int
+    fix: int
+    drop: int
+    confirmed_errors: int  # fix + drop
+    human_seconds: float
+    human_minutes_per_image: float | None  # None before any review
+
+
+class AppliedReview(ReviewStats):
+    """``LabelDesk.apply``: the figures, the version the decisions became, and its parent."""
+
+    new_version: str
+    parent: str
+
+
+class RetractionRow(TypedDict):
+    challenge_id: str
+    ticket_id: str
+    run_id: str
+    kind: str
+    reason: str
+    demoted: bool
+
+
+class LoopSummary(TypedDict):
+    """For the /labels page: finished labelling rounds and retracted claims (people only)."""
+
+    rounds: list[dict[str, object]]  # LabelRound JSON forms
+    retractions: list[RetractionRow]
 
 
 def queue_datasets(home: Home) -> list[str]:
@@ -218,11 +254,11 @@ class LabelDesk:
         )
         return QueueItem(dataset=dataset, split=split, image_id=image_id, action=action, rev=current + 1)
 
-    def stats(self, dataset: str) -> dict[str, Any]:
+    def stats(self, dataset: str) -> ReviewStats:
         """Reviewed images, suspected errors confirmed (fix + drop), human minutes per image."""
         return _stats(self.conn, dataset)
 
-    def apply(self, dataset: str, *, by: str) -> dict[str, Any]:
+    def apply(self, dataset: str, *, by: str) -> AppliedReview:
         """The decisions on ``dataset`` as its next version (the old one kept); returns the new ref and
         stats."""
         self._check_latest(dataset)
@@ -247,7 +283,7 @@ class LabelDesk:
                 (created.ref, dataset),
             )
             self.conn.commit()
-        summary = {**self.stats(dataset), "new_version": created.ref, "parent": dataset}
+        summary: AppliedReview = {**self.stats(dataset), "new_version": created.ref, "parent": dataset}
         self.sink.append(Actor.HUMAN.value, "label_review_applied", {**summary, "by": by})
         return summary
 
@@ -261,21 +297,23 @@ class LabelDesk:
             )
 
 
-def _stats(conn: sqlite3.Connection, dataset: str) -> dict[str, Any]:
+def _stats(conn: sqlite3.Connection, dataset: str) -> ReviewStats:
     rows = conn.execute("SELECT action, seconds FROM console_labels WHERE dataset = ?", (dataset,)).fetchall()
     seconds = sum(r[1] for r in rows)
     counts = {a: sum(1 for r in rows if r[0] == a) for a in ("keep", "fix", "drop")}
     return {
         "dataset": dataset,
         "reviewed": len(rows),
-        **counts,
+        "keep": counts["keep"],
+        "fix": counts["fix"],
+        "drop": counts["drop"],
         "confirmed_errors": counts["fix"] + counts["drop"],
         "human_seconds": round(seconds, 3),
         "human_minutes_per_image": round(seconds / 60 / len(rows), 3) if rows else None,
     }
 
 
-def review_stats(home: Home) -> list[dict[str, Any]]:
+def review_stats(home: Home) -> list[ReviewStats]:
     """Label-review figures per reviewed dataset version, for reports (read-only; [] before any review)."""
     if not home.state_db.is_file():
         return []
@@ -289,7 +327,7 @@ def review_stats(home: Home) -> list[dict[str, Any]]:
         conn.close()
 
 
-def loop_summary(home: Home) -> dict[str, Any]:
+def loop_summary(home: Home) -> LoopSummary:
     """For the /labels page: finished labelling rounds and retracted claims (people only, read-only)."""
 
     return {

@@ -71,10 +71,8 @@ def runs_api(request: Request) -> JSONResponse:
 def run_api(request: Request, run_id: str) -> JSONResponse:
     s = _services(request)
     data = _runs.progress(s.home, _runs.check_run_id(run_id))
-    data["approved_data_tickets"] = [
-        {"id": q["ticket"].id, "taken": q["taken"]} for q in s.approvals.queued(run_id)
-    ]
-    return JSONResponse(data)
+    tickets = [{"id": q["ticket"].id, "taken": q["taken"]} for q in s.approvals.queued(run_id)]
+    return JSONResponse({**data, "approved_data_tickets": tickets})
 
 
 @router.get("/runs/{run_id}/plots/{name:path}")

@@ -12,7 +12,7 @@ import json
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from agents.graph import checkpoint_serde
 from agents.state import FactoryState
@@ -96,7 +96,33 @@ def plot_path(home: Home, run_id: str, name: str) -> Path:
     return path
 
 
-def progress(home: Home, run_id: str) -> dict[str, Any]:
+TrainingRow = dict[str, str | int | float | None]  # ticket_id, note, then the worker's numbers (or None)
+
+
+class QueueRow(TypedDict):
+    id: str
+    arm: str
+    kind: str
+    hypothesis: str
+
+
+class RunProgress(TypedDict):
+    """What the run page polls (``/api/runs/<id>``): no score of any kind."""
+
+    run_id: str
+    ended: bool
+    stop_reason: str  # the run_end record's, else the state's (empty while it runs)
+    tickets_run: int
+    device_seconds: float
+    current: str | None  # the ticket training now
+    queue: list[QueueRow]
+    history: list[dict[str, object]]  # VerdictEntry JSON forms
+    decisions: list[dict[str, object]]  # JudgeDecision JSON forms
+    taken_approvals: list[str]
+    training: list[TrainingRow]
+
+
+def progress(home: Home, run_id: str) -> RunProgress:
     """What the run page polls: counters, queue, verdict history, decisions, ended or not."""
     state = run_state(home, run_id)
     ended = run_ended(home, run_id)
@@ -118,7 +144,7 @@ def progress(home: Home, run_id: str) -> dict[str, Any]:
     }
 
 
-def training(home: Home, run_id: str) -> list[dict[str, Any]]:
+def training(home: Home, run_id: str) -> list[TrainingRow]:
     """Tickets of the run training now (a ``progress.json`` and no ``outcome.json`` yet), with the
     latest epoch the runner read from the sandbox: the sandbox's own report, not evidence. Only
     numbers pass (the host wrote the file, but its numbers came from sandboxed code)."""
@@ -135,7 +161,7 @@ def training(home: Home, run_id: str) -> list[dict[str, Any]]:
             data = json.loads(record.read_text()[:4096])
         except (OSError, ValueError):
             continue
-        row: dict[str, Any] = {"ticket_id": ticket.name, "note": NOT_EVIDENCE}
+        row: TrainingRow = {"ticket_id": ticket.name, "note": NOT_EVIDENCE}
         for key in (
             "epoch",
             "epochs",

@@ -5,7 +5,7 @@ the routers that use them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ class Services:
     labels: Any  # console._labels.LabelDesk
 
 
-def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
+def page(request: Request, name: str, context: Mapping[str, object], status: int = 200) -> HTMLResponse:
     """Render a template with the session's CSRF token in its context."""
     services: Services = request.app.state.services
     session = request.state.session

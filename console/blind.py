@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ def _start(request: Request, synthetic: str, real: str, n: int) -> Any:
     return session
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def _body(request: Request) -> dict[str, object]:
     Auth.check_csrf(request.state.session, request.headers.get("x-csrf-token"))
     body = await request.json()
     if not isinstance(body, dict):
@@ -68,7 +69,7 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _audit(request: Request, event: str, payload: dict[str, Any]) -> None:
+def _audit(request: Request, event: str, payload: Mapping[str, object]) -> None:
     services = request.app.state.services
     services.sink.append("human", event, {"person": services.person, **payload}, run_id=BLIND_RUN)
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from controls.pipeline import CandidateResult, CandidateServices, JudgeLike, run_candidate
-from controls.rates import false_win_rate, rate, selection_effect
+from controls.rates import RateRecord, false_win_rate, rate, selection_effect
 from controls.replay import Replay
 from segfactory.errors import DataError
 from segfactory.home import SOURCE_ROOT
@@ -36,7 +35,7 @@ def noop_edit(index: int, source: Path = SOURCE_ROOT / NOOP_FILE) -> dict[str, s
 
 def aa_ticket(run_id: str, index: int, budget: Budget, seed: int) -> Ticket:
     code = index % 2 == 1
-    change: dict[str, Any] = {"files": noop_edit(index), "config": {}} if code else {}
+    change: dict[str, object] = {"files": noop_edit(index), "config": {}} if code else {}
     return Ticket(
         id=f"{run_id}-aa{index:03d}",
         arm=Arm.AA,
@@ -97,14 +96,14 @@ class AAResult:
 
 class RuleRates(BaseModel):
     """One decision rule over the A/A runs: wins per run and the false-win rate, each with its
-    binomial intervals (``controls.rates.Rate.as_dict``). In an A/A run every win is false."""
+    binomial intervals. In an A/A run every win is false."""
 
     model_config = ConfigDict(extra="forbid")
 
     wins: int
     runs: int
-    wins_per_run: dict[str, Any]
-    false_win_rate: dict[str, Any]
+    wins_per_run: RateRecord
+    false_win_rate: RateRecord
 
 
 class AaSummary(BaseModel):
@@ -135,7 +134,7 @@ class AaSummary(BaseModel):
     ledger: dict[str, int] | None = None  # confirm-a / confirm-b queries the A/A spent
     audit_sandbox_runs: int | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return self.model_dump(mode="json", exclude_unset=True)
 
 
@@ -143,8 +142,8 @@ def _rule(wins: int, runs: int) -> RuleRates:
     return RuleRates(
         wins=wins,
         runs=runs,
-        wins_per_run=rate(wins, runs).as_dict(),
-        false_win_rate=false_win_rate(wins, wins).as_dict(),
+        wins_per_run=RateRecord.of(rate(wins, runs)),
+        false_win_rate=RateRecord.of(false_win_rate(wins, wins)),
     )
 
 

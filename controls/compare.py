@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from agents.run import RunRequest, start_run
 from controls.arms import existing_home, run_sweep_arm
 from controls.compare_report import ArmRun, CompareSummary, SealedScores, summarise, write_plot
 from controls.isolation import BestStore, GateBestStore, Incumbent, start_from
-from controls.nnunet_arm import run_nnunet_arm
+from controls.nnunet_arm import NnunetArmSummary, run_nnunet_arm
 from controls.replay import replay, sealed_milestone, sealed_score
 from controls.session import new_run_id
 from gate.milestone_report import MilestoneReport
@@ -96,27 +95,27 @@ def _sweep_arm(home: Home, run_id: str) -> ArmRun:
     )
 
 
-def _nnunet_arm(home: Home, summary: dict[str, Any]) -> ArmRun:
+def _nnunet_arm(home: Home, summary: NnunetArmSummary) -> ArmRun:
     """The nnU-Net arm in the shape of the others: its ticket (and replicate) on the curve, its plan."""
-    candidate, tickets = summary["candidate"], home.tickets_dir(summary["run_id"])
+    candidate, tickets = summary.candidate, home.tickets_dir(summary.run_id)
     rows: list[tuple[float, float | None]] = []
     for ticket_id, score in (
-        (candidate["ticket_id"], candidate["dev_score"]),
-        (candidate["replicate_id"], None),
+        (candidate.ticket_id, candidate.dev_score),
+        (candidate.replicate_id, None),
     ):
         outcome = tickets / str(ticket_id) / "outcome.json"
         if ticket_id and outcome.is_file():
             rows.append((float(json.loads(outcome.read_text())["device_seconds"]), score))
     return ArmRun(
-        run_id=summary["run_id"],
+        run_id=summary.run_id,
         curve=_curve(rows),
         llm={},
-        best_ticket=candidate["ticket_id"] if candidate["dev_score"] is not None else None,
-        promoted=int(candidate["decision"] == "promote"),
-        dev_wins=int(candidate["status"] == "dev_win"),
-        confirm_a_wins=int(candidate["confirm_a"] == "WIN"),
-        plan=summary["plan"],
-        replicate_plan=summary["replicate_plan"],
+        best_ticket=candidate.ticket_id if candidate.dev_score is not None else None,
+        promoted=int(candidate.decision == "promote"),
+        dev_wins=int(candidate.status == "dev_win"),
+        confirm_a_wins=int(candidate.confirm_a == "WIN"),
+        plan=summary.plan,
+        replicate_plan=summary.replicate_plan,
     )
 
 
@@ -265,10 +264,10 @@ def run_compare(
     return summary
 
 
-def _dump(results: dict[str, list[ArmRun]]) -> dict[str, list[dict[str, Any]]]:
+def _dump(results: dict[str, list[ArmRun]]) -> dict[str, list[dict[str, object]]]:
     """``compare.json``'s arms: each arm-run with the fields it set, as they were always written."""
 
-    def as_written(run: ArmRun) -> dict[str, Any]:
+    def as_written(run: ArmRun) -> dict[str, object]:
         return run.model_dump(mode="json", exclude_unset=True)
 
     return {arm: [as_written(r) for r in rows] for arm, rows in results.items()}

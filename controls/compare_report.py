@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_serializer
 
+from agents.llm import LLMUsage
 from controls.rates import Yield
 from controls.replay import Replay
 from segfactory import stats
@@ -49,12 +50,13 @@ class ArmRun(BaseModel):
     run_id: str = ""
     curve: list[tuple[float, float]] = Field(default_factory=list)  # (device-seconds, best dev so far)
     best_ticket: str | None = None
-    llm: dict[str, Any] = Field(default_factory=dict)  # the run's LLMUsage totals ({} for a sweep)
+    # the run's LLM totals as its llm_usage.json holds them ({}: a sweep's, or nnU-Net's)
+    llm: LLMUsage = Field(default_factory=LLMUsage)
     promoted: int = 0
     dev_wins: int = 0
     confirm_a_wins: int = 0
-    plan: dict[str, Any] | None = None  # nnU-Net's own plan (patch, batch, stages, epochs)
-    replicate_plan: dict[str, Any] | None = None
+    plan: dict[str, JsonValue] | None = None  # nnU-Net's own plan (patch, batch, stages, epochs)
+    replicate_plan: dict[str, JsonValue] | None = None
     start_best: str | None = None  # the incumbent it started from
     restored_before: bool | None = None  # whether the best had to be moved back first
     fresh_tiers: dict[str, int] = Field(default_factory=dict)  # tiers redrawn for it: {tier: version}
@@ -118,7 +120,7 @@ class ArmSummary(Result):
     device_seconds: list[float]
     start_best: list[str | None]
     fresh_tiers: list[dict[str, int]]
-    plans: list[dict[str, Any]]  # nnU-Net's own plans, as it wrote them
+    plans: list[dict[str, JsonValue]]  # nnU-Net's own plans, as it wrote them
     yield_: dict[str, float | int | None] = Field(alias="yield")  # controls.rates.Yield.as_dict
 
 
@@ -142,7 +144,7 @@ class CompareSummary(Result):
     incumbent: str | None = None  # sha256 of the best every arm started from
 
     @field_serializer("replay")
-    def _whole_replays(self, replay: dict[str, Replay] | None) -> dict[str, Any] | None:
+    def _whole_replays(self, replay: dict[str, Replay] | None) -> dict[str, object] | None:
         return None if replay is None else {a: r.model_dump(mode="json") for a, r in replay.items()}
 
 
@@ -237,8 +239,8 @@ def ranking(results: Results) -> Ranking:
 def _arm_summary(runs: list[ArmRun]) -> ArmSummary:
     scores = [s for s in (_sealed_f1(r) for r in runs) if s is not None]
     seconds = [r.curve[-1][0] if r.curve else 0.0 for r in runs]
-    tokens = sum(int(r.llm.get("input_tokens", 0)) + int(r.llm.get("output_tokens", 0)) for r in runs)
-    llm_s = sum(float(r.llm.get("latency_s", 0.0)) for r in runs)  # LLM time, apart from device time
+    tokens = sum(r.llm.input_tokens + r.llm.output_tokens for r in runs)
+    llm_s = sum(r.llm.latency_s for r in runs)  # LLM time, apart from device time
     return ArmSummary(
         seeds=len(runs),
         sealed_object_f1=[r.sealed for r in runs],

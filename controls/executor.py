@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from audit import AuditLog
 from runner import TicketRunner, TicketStatus
@@ -49,7 +49,7 @@ class RunnerExecutor:
         home: Home,
         *,
         backend: Any,
-        base_config: Path | dict[str, Any],
+        base_config: Path | dict[str, JsonValue],
         run_id: str,
         gate: Any = None,
         audit: Any = None,

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+
+from pydantic import JsonValue
 
 from agents.services import HostServices
 from controls.arms import existing_home
-from controls.pipeline import run_candidate
+from controls.pipeline import CandidateResult, run_candidate
 from controls.session import ControlServices, control_session
 from segfactory.budgets import TicketCaps
 from segfactory.errors import UsageError
@@ -72,7 +73,27 @@ def arm_services(services: ControlServices, budget_s: float) -> ControlServices:
     return ControlServices(HostServices(replace(services.setup, ticket_caps=caps)))
 
 
-def reported_plan(ticket_dir: Path) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class NnunetArmSummary:
+    """What the arm did (``people/<run>/nnunet.json``; people only: it holds the dev score)."""
+
+    run_id: str
+    budget_s: float
+    candidate: CandidateResult
+    plan: dict[str, JsonValue] | None  # nnU-Net's own plan, as the sandbox reported it (None: none)
+    replicate_plan: dict[str, JsonValue] | None  # the replicate's, when confirm-a asked for one
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "run_id": self.run_id,
+            "budget_s": self.budget_s,
+            "candidate": self.candidate.model_dump(mode="json"),
+            "plan": self.plan,
+            "replicate_plan": self.replicate_plan,
+        }
+
+
+def reported_plan(ticket_dir: Path) -> dict[str, JsonValue] | None:
     """nnU-Net's plan as the sandbox reported it (``outcome.json`` keeps the worker's result.json)."""
     outcome = ticket_dir / "outcome.json"
     if not outcome.is_file():
@@ -90,7 +111,7 @@ def run_nnunet_arm(
     backend: str,
     run_id: str,
     progress: Callable[[str], None] = lambda line: None,
-) -> dict[str, Any]:
+) -> NnunetArmSummary:
     """Run the arm in a control session; returns its summary (people only: it holds the dev score)."""
 
     if budget_s < MIN_BUDGET_S:
@@ -104,16 +125,16 @@ def run_nnunet_arm(
         candidate = run_candidate(services, s.judge, ticket, s.make_seed)
     tickets = resolved.tickets_dir(run_id)
     plan = reported_plan(tickets / ticket.id) or {}
-    summary: dict[str, Any] = {
-        "run_id": run_id,
-        "budget_s": budget_s,
-        "candidate": candidate.model_dump(mode="json"),
-        "plan": plan or None,
-        "replicate_plan": reported_plan(tickets / candidate.replicate_id) if candidate.replicate_id else None,
-    }
+    summary = NnunetArmSummary(
+        run_id=run_id,
+        budget_s=budget_s,
+        candidate=candidate,
+        plan=plan or None,
+        replicate_plan=reported_plan(tickets / candidate.replicate_id) if candidate.replicate_id else None,
+    )
     people = resolved.people_dir(run_id)
     people.mkdir(parents=True, exist_ok=True)
-    (people / ARM_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True))
+    (people / ARM_FILE).write_text(json.dumps(summary.as_json(), indent=2, sort_keys=True))
     progress(
         f"nnunet arm {run_id}: dev {candidate.dev_score} ({candidate.status}, {candidate.decision}); "
         f"plan patch {plan.get('patch_size')} batch {plan.get('batch_size')} stages {plan.get('n_stages')}, "
@@ -123,4 +144,11 @@ def run_nnunet_arm(
     return summary
 
 
-__all__ = ["NNUNET_MAX_EPOCHS", "arm_services", "nnunet_ticket", "reported_plan", "run_nnunet_arm"]
+__all__ = [
+    "NNUNET_MAX_EPOCHS",
+    "NnunetArmSummary",
+    "arm_services",
+    "nnunet_ticket",
+    "reported_plan",
+    "run_nnunet_arm",
+]

@@ -12,7 +12,7 @@ coded judge (``agents.judge``) decides, and a PROMOTE moves the global best.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -60,12 +60,27 @@ class CandidateResult(BaseModel):
         return self.decision == Decision.PROMOTE.value
 
 
+class _Fields(TypedDict, total=False):
+    """A :class:`CandidateResult`'s fields as the path sets them, step by step."""
+
+    ticket_id: str
+    status: str
+    device_seconds: float
+    dev_score: float | None
+    reason: str
+    confirm_a: Verdict
+    decision: str
+    replicate_id: str
+    replicate_status: str
+    confirm_b: Verdict
+
+
 def run_candidate(
     services: CandidateServices, judge: JudgeLike, ticket: Ticket, make_seed: Callable[[], int]
 ) -> CandidateResult:
     """Run one ticket end to end; a failure is a recorded result, never an exception."""
     outcome = services.run_ticket(ticket)
-    base = {
+    base: _Fields = {
         "ticket_id": ticket.id,
         "status": outcome.status,
         "device_seconds": outcome.device_seconds,
@@ -76,7 +91,9 @@ def run_candidate(
         return CandidateResult(**base)
     verdict = services.submit(ticket, outcome.model_ref, None)
     decision = judge.decide(JudgeInput(ticket=TicketMeta.of(ticket), confirm_a=verdict))
-    base.update(confirm_a=verdict.verdict, decision=decision.decision.value, reason=decision.reason)
+    base.update(
+        {"confirm_a": verdict.verdict, "decision": decision.decision.value, "reason": decision.reason}
+    )
     if decision.decision is not Decision.REPLICATE:
         return CandidateResult(**base)
     return _replicate(services, judge, ticket, verdict, make_seed, base)
@@ -88,21 +105,25 @@ def _replicate(
     ticket: Ticket,
     confirm_a: CoarseVerdict,
     make_seed: Callable[[], int],
-    base: dict[str, Any],
+    base: _Fields,
 ) -> CandidateResult:
     replicate = ticket.model_copy(
         update={"id": f"{ticket.id}-rep", "replicate_of": ticket.id, "seed": make_seed()}
     )
     outcome = services.run_ticket(replicate)
     base.update(
-        replicate_id=replicate.id,
-        replicate_status=outcome.status,
-        device_seconds=base["device_seconds"] + outcome.device_seconds,
+        {
+            "replicate_id": replicate.id,
+            "replicate_status": outcome.status,
+            "device_seconds": base["device_seconds"] + outcome.device_seconds,
+        }
     )
     if outcome.status != "dev_win" or outcome.model_ref is None:  # no confirm-b query spent
         base.update(
-            decision=Decision.REJECT.value,
-            reason=f"the replicate {replicate.id} did not win on dev; no confirm-b query spent",
+            {
+                "decision": Decision.REJECT.value,
+                "reason": f"the replicate {replicate.id} did not win on dev; no confirm-b query spent",
+            }
         )
         return CandidateResult(**base)
     verdict = services.submit(replicate, outcome.model_ref, ticket.id)
@@ -113,7 +134,9 @@ def _replicate(
     )
     if decision.decision is Decision.PROMOTE:
         services.promote(ticket.id)
-    base.update(confirm_b=verdict.verdict, decision=decision.decision.value, reason=decision.reason)
+    base.update(
+        {"confirm_b": verdict.verdict, "decision": decision.decision.value, "reason": decision.reason}
+    )
     return CandidateResult(**base)
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict
+
 from segfactory.stats import Interval, clopper_pearson_interval, expected_max_of_normals, wilson_interval
 
 RATE_ALPHA = 0.05  # two-sided: every rate here carries a 95 % interval
@@ -48,6 +50,29 @@ class Rate:
             "wilson": self.wilson.as_dict(),
             "clopper_pearson": self.clopper_pearson.as_dict(),
         }
+
+
+class RateRecord(BaseModel):
+    """A :class:`Rate` as the summaries keep it (``Rate.as_dict``'s keys): k of n, the estimate
+    (None when n is 0) and both intervals."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    k: int
+    n: int
+    estimate: float | None
+    wilson: Interval
+    clopper_pearson: Interval
+
+    @classmethod
+    def of(cls, rate: Rate) -> RateRecord:
+        return cls(
+            k=rate.k,
+            n=rate.n,
+            estimate=rate.estimate,
+            wilson=rate.wilson,
+            clopper_pearson=rate.clopper_pearson,
+        )
 
 
 def rate(k: int, n: int, alpha: float = RATE_ALPHA) -> Rate:
@@ -119,6 +144,7 @@ class Yield:
 __all__ = [
     "RATE_ALPHA",
     "Rate",
+    "RateRecord",
     "SelectionEffect",
     "Yield",
     "false_win_rate",

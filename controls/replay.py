@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from audit import AuditLog
 from audit.anchor import gate_anchor_store
 from audit.gate_events import pull
-from controls.rates import false_win_rate, is_false_win
+from controls.rates import RateRecord, false_win_rate, is_false_win
 from gate.client import home_gate
 from gate.milestone_report import MilestoneReport, ModelScore
 from segfactory.errors import GateError
@@ -60,7 +60,7 @@ class Replay(BaseModel):
     promoted: int
     scored: int
     rows: list[ReplayRow]
-    false_win_rate: dict[str, Any]  # controls.rates.Rate.as_dict: k, n, estimate, two intervals
+    false_win_rate: RateRecord
 
 
 def pairs_for(home: Home, run_ids: set[str]) -> list[SealedPair]:
@@ -158,7 +158,7 @@ def replay(
             )
     scored = [r for r in rows if r.false_win is not None]
     rate = false_win_rate(sum(bool(r.false_win) for r in scored), len(scored))
-    return Replay(promoted=len(pairs), scored=len(scored), rows=rows, false_win_rate=rate.as_dict())
+    return Replay(promoted=len(pairs), scored=len(scored), rows=rows, false_win_rate=RateRecord.of(rate))
 
 
 __all__ = [

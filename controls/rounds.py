@@ -18,10 +18,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from analysis.report import Evaluated, analyse
 from analysis.slices import one_way_slices, slice_masks, two_way_slices
@@ -38,7 +38,7 @@ from synthetic.versions import resolve
 
 MIN_SLICE_VOIDS = 20  # voids in a dev slice; smaller slices are never picked (the win rule's min_support)
 N_BOOT = 1000  # bootstrap resamples of the slice's miss-rate change
-FIXES: dict[str, dict[str, Any]] = {  # fix kind -> the config patch its ticket carries
+FIXES: dict[str, dict[str, JsonValue]] = {  # fix kind -> the config patch its ticket carries
     "training": {"sampling": {"rare_oversample": 2.0}},  # weight images holding a small void twice
     "model": {"model": {"decoder_width": 32}},  # a wider full-resolution decoder
 }
@@ -87,8 +87,23 @@ class NextRound:
     slice_n: int
     confirmed: bool
     fix_kind: str
-    change: dict[str, Any]
+    change: dict[str, JsonValue]  # the fix's config patch (FIXES)
     reason: str
+
+
+class _Chosen(TypedDict):
+    """The fields of a :class:`RoundTwo` known before its fix is measured."""
+
+    slice: str
+    slice_effect: float
+    slice_n: int
+    confirmed: bool
+    fix_kind: str
+    change: dict[str, JsonValue]
+    reason: str
+    ticket: str
+    status: str
+    chosen_from: str
 
 
 def pick_next(report: Any, rounds: list[RoundRecord]) -> NextRound:
@@ -210,7 +225,7 @@ def run_round_two(
     )
     outcome = executor(ticket, version)
     status, model = outcome.status, Path(outcome.model) if outcome.model else None
-    fields: dict[str, Any] = {
+    fields: _Chosen = {
         "slice": plan.slice,
         "slice_effect": plan.slice_effect,
         "slice_n": plan.slice_n,

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import JsonValue
 
 from agents.judge import Judge
 from agents.run import check_win_rule, running_user, verify_sandbox
@@ -89,7 +90,7 @@ class Session:
     audit: AuditLog
     client: GateClient
     ticket_budget: Budget
-    base_config: dict[str, Any]
+    base_config: dict[str, JsonValue]  # the profile's base training config, as its YAML holds it
     make_seed: Callable[[], int]
 
     def spent(self) -> dict[str, int]:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
-from agents.space import SearchSpace, default_params
+from agents.space import ParamValue, SearchSpace, default_params
 from controls.pipeline import CandidateResult, CandidateServices, JudgeLike, run_candidate
 from segfactory.errors import DataError, UsageError
 from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
@@ -44,7 +44,7 @@ class SweepPlan:
     seed: int
     storage: str  # an SQLAlchemy URL
     space: SearchSpace
-    defaults: dict[str, Any]  # the base config's values: trial 0
+    defaults: dict[str, ParamValue]  # the base config's values: trial 0
     ticket_budget: Budget
 
     @property
@@ -90,7 +90,7 @@ def check_sweep(
     seed: int,
     storage: str,
     space: SearchSpace,
-    base_config: dict[str, Any],
+    base_config: dict[str, JsonValue],
     ticket_budget: Budget,
 ) -> SweepPlan:
     """Validate a sweep before anything runs; raises UsageError, PolicyError or DataError."""
@@ -153,43 +153,77 @@ class SweepSummary(BaseModel):
     failed: int
     best_dev_score: float | None
     best_ticket: str | None
-    best_params: dict[str, Any] | None
+    best_params: dict[str, ParamValue] | None
     # set by controls.arms.run_sweep_arm, which knows how the sweep was asked for
     sampler: str | None = None
     seed: int | None = None
     budget_s: float | None = None
     storage: str | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return self.model_dump(mode="json", exclude_unset=True)
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial of the sweep: its number, its parameters, the device-seconds spent so far and what
+    its candidate did (people only: it holds the dev score)."""
+
+    trial: int
+    params: dict[str, ParamValue]
+    cumulative_device_seconds: float
+    candidate: CandidateResult
+
+    def line(self) -> dict[str, object]:
+        """The trial's line of ``people/sweep.jsonl``: the candidate's fields beside the trial's."""
+        return {
+            "trial": self.trial,
+            "params": self.params,
+            "cumulative_device_seconds": self.cumulative_device_seconds,
+            **self.candidate.model_dump(mode="json"),
+        }
 
 
 @dataclass
 class SweepResult:
     run_id: str
     study_name: str
-    trials: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[TrialRow] = field(default_factory=list)  # every trial, in order
     device_seconds: float = 0.0
 
+    @property
+    def trials(self) -> list[dict[str, object]]:
+        """Every trial as ``people/sweep.jsonl`` holds it (its line), in order."""
+        return [row.line() for row in self.rows]
+
     def summary(self) -> SweepSummary:
-        scored = [t for t in self.trials if t["dev_score"] is not None]
-        best = max(scored, key=lambda t: t["dev_score"]) if scored else None
+        runs = [t.candidate for t in self.rows]
+        scored = [t for t in self.rows if t.candidate.dev_score is not None]
+        best = max(scored, key=_dev_score) if scored else None
         return SweepSummary(
             run_id=self.run_id,
             study_name=self.study_name,
-            trials=len(self.trials),
+            trials=len(self.rows),
             device_seconds=self.device_seconds,
-            dev_wins=sum(t["status"] == "dev_win" for t in self.trials),
-            confirm_a_wins=sum(t["confirm_a"] == "WIN" for t in self.trials),
-            promoted=sum(t["decision"] == "promote" for t in self.trials),
-            failed=sum(t["status"] == "failed" for t in self.trials),
-            best_dev_score=best["dev_score"] if best else None,
-            best_ticket=best["ticket_id"] if best else None,
-            best_params=best["params"] if best else None,
+            dev_wins=sum(c.status == "dev_win" for c in runs),
+            confirm_a_wins=sum(c.confirm_a == "WIN" for c in runs),
+            promoted=sum(c.decision == "promote" for c in runs),
+            failed=sum(c.status == "failed" for c in runs),
+            best_dev_score=best.candidate.dev_score if best else None,
+            best_ticket=best.candidate.ticket_id if best else None,
+            best_params=best.params if best else None,
         )
 
 
-def trial_ticket(plan: SweepPlan, run_id: str, number: int, params: dict[str, Any], seed: int) -> Ticket:
+def _dev_score(trial: TrialRow) -> float:
+    score = trial.candidate.dev_score
+    assert score is not None, "only scored trials are compared"
+    return score
+
+
+def trial_ticket(
+    plan: SweepPlan, run_id: str, number: int, params: dict[str, ParamValue], seed: int
+) -> Ticket:
     return Ticket(
         id=f"{run_id}-t{number:03d}",
         arm=plan.arm,
@@ -222,7 +256,7 @@ def run_sweep(
     study_name = f"{run_id}-{plan.arm.value}"
     study = open_study(plan, study_name)
     result = SweepResult(run_id=run_id, study_name=study_name)
-    while result.device_seconds < plan.budget_s and (max_trials is None or len(result.trials) < max_trials):
+    while result.device_seconds < plan.budget_s and (max_trials is None or len(result.rows) < max_trials):
         trial = study.ask()
         params = plan.space.suggest(trial)
         candidate = run_candidate(
@@ -233,8 +267,8 @@ def run_sweep(
         else:
             study.tell(trial, candidate.dev_score)
         result.device_seconds += candidate.device_seconds
-        result.trials.append(_row(trial.number, params, candidate, result.device_seconds))
-        _append(people, result.trials[-1])
+        result.rows.append(TrialRow(trial.number, params, result.device_seconds, candidate))
+        _append(people, result.rows[-1])
         progress(
             f"trial {trial.number}: dev {candidate.dev_score} ({candidate.status}, {candidate.decision}); "
             f"{result.device_seconds:.0f}/{plan.budget_s:.0f} device-s"
@@ -242,21 +276,21 @@ def run_sweep(
     return result
 
 
-def _row(number: int, params: dict[str, Any], c: CandidateResult, cumulative: float) -> dict[str, Any]:
-    return {
-        "trial": number,
-        "params": params,
-        "cumulative_device_seconds": cumulative,
-        **c.model_dump(mode="json"),
-    }
-
-
-def _append(people: Path | None, row: dict[str, Any]) -> None:
+def _append(people: Path | None, row: TrialRow) -> None:
     if people is None:
         return
     people.mkdir(parents=True, exist_ok=True)
     with (people / TRIALS_FILE).open("a") as fh:
-        fh.write(json.dumps(row, sort_keys=True) + "\n")
+        fh.write(json.dumps(row.line(), sort_keys=True) + "\n")
 
 
-__all__ = ["OPTUNA_DB", "SAMPLERS", "SweepPlan", "SweepResult", "check_sweep", "run_sweep", "storage_url"]
+__all__ = [
+    "OPTUNA_DB",
+    "SAMPLERS",
+    "SweepPlan",
+    "SweepResult",
+    "TrialRow",
+    "check_sweep",
+    "run_sweep",
+    "storage_url",
+]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import JsonValue
 
 from analysis.realism.report import load_real
 from controls.executor import TicketExecutor
@@ -93,7 +94,7 @@ def parse_doses(text: str) -> list[int]:
     return doses if 0 in doses else [0, *doses]
 
 
-def topup_config(base_config: Path | dict[str, Any], base_train: Path) -> dict[str, Any]:
+def topup_config(base_config: Path | dict[str, JsonValue], base_train: Path) -> dict[str, JsonValue]:
     """The arms' base training config: ``max_train_images`` lifted so the added images are trained on.
 
     Training keeps the first ``max_train_images`` images and the top-up images come last, so a
@@ -101,10 +102,12 @@ def topup_config(base_config: Path | dict[str, Any], base_train: Path) -> dict[s
     a cap below it is refused (the arms would not share the base images they claim to)."""
     import yaml
 
-    config = (
+    config: dict[str, JsonValue] = (
         dict(base_config) if isinstance(base_config, dict) else yaml.safe_load(Path(base_config).read_text())
     )
     cap, base_n = config.get("max_train_images"), int(read_split(base_train, mmap=True).images.shape[0])
+    if cap is not None and not isinstance(cap, int | float):  # as `cap < base_n` would refuse it
+        raise TypeError(f"'<' not supported between instances of '{type(cap).__name__}' and 'int'")
     if cap is not None and cap < base_n:
         raise UsageError(
             f"the training config caps training at max_train_images={cap} but the base train split "

@@ -9,7 +9,7 @@ had as plain dicts.
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import JsonValue
 
 from segfactory.records import Result
 from segfactory.stats import Interval
@@ -36,7 +36,7 @@ class RoundTwo(Result):
     slice_n: int
     confirmed: bool
     fix_kind: str
-    change: dict[str, Any]
+    change: dict[str, JsonValue]  # the fix ticket's config patch
     reason: str
     ticket: str
     status: str

@@ -159,8 +159,11 @@ class GateClient:
         """Every anchor the gate keeps, oldest first."""
         return [_anchor(item) for item in self._json("GET", "/anchor/history")["anchors"]]
 
-    def pull_events(self, after: int = 0) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = self._json("GET", "/audit/events", params={"after": after})["events"]
+    def pull_events(self, after: int = 0) -> list[dict[str, object]]:
+        """The gate's queued audit events after ``after``, as it sent them (``audit.gate_events``
+        validates each before it appends it to the log)."""
+        reply = self._json("GET", "/audit/events", params={"after": after})
+        events: list[dict[str, object]] = reply["events"]
         return events
 
     def ack_events(self, up_to: int) -> int:
@@ -179,7 +182,7 @@ class GateClient:
         self, name: str, run_id: str, model_paths: list[Path] | None = None, tiers: list[str] | None = None
     ) -> MilestoneReport:
         """Score ``model_paths`` (default: the current best) once on ``tiers`` (people only)."""
-        body: dict[str, Any] = {
+        body: dict[str, str | list[str]] = {
             "name": name,
             "run_id": run_id,
             "models_b64": [base64.b64encode(Path(p).read_bytes()).decode() for p in model_paths or []],

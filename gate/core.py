@@ -33,7 +33,7 @@ from gate.intake import (
     inspect_own_model,
 )
 from gate.leakage import LeakError, check_training_data
-from gate.ledger import PENDING, Ledger, LedgerError, QueryRow
+from gate.ledger import PENDING, BestRow, Ledger, LedgerError, QueryRow
 from gate.replies import AnswerTime, GateStatus
 from gate.scorer import ScoringError, score_checked
 from gate.win_rule import DEFAULT_WIN_RULE, WinRule, check_pinned, decide, load_win_rule, perturbed_views
@@ -411,7 +411,7 @@ class Gate:
         return decide(best_prob[:n], cand_prob[:n], masks, rule, perturbed)
 
     def _best_prob(
-        self, best: dict[str, Any], tier: str, version: int, images: np.ndarray, scoring: Scoring
+        self, best: BestRow, tier: str, version: int, images: np.ndarray, scoring: Scoring
     ) -> np.ndarray:
         """The best's probabilities on a tier version's clean and perturbed images (cached: the rule
         and the version's provider are pinned)."""
@@ -460,7 +460,7 @@ class Gate:
             pinned_code_ok=self._pinned_ok(),
             tiers=self.ledger.tier_versions(),
             quarantine=self.ledger.quarantines(),
-            current_best=(self.ledger.current_best() or {}).get("model_sha256"),
+            current_best=None if (best := self.ledger.current_best()) is None else best["model_sha256"],
             answer_time=self.answer_time,
         )
 

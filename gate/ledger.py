@@ -18,11 +18,11 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gate.replies import AnswerTime, Quarantine, TierState
 
@@ -78,6 +78,40 @@ class QueryRow:
     reason: str
     replicate_of: str | None
     best_sha256: str | None = None  # the best the verdict compared against (promotion checks it)
+
+
+class BestRow(TypedDict):
+    """The current best as the ledger keeps it: the model's hash, the host path it was read from,
+    when it became the best and how (``init``, ``promotion``, ``retraction`` or ``reference``)."""
+
+    model_sha256: str
+    model_path: str
+    ts: float
+    kind: str
+
+
+class BestMove(BestRow):
+    """One move of the best in its history, with the reason recorded for it."""
+
+    reason: str
+
+
+class AnchorRow(TypedDict):
+    """One stored anchor of the host's audit chain (``GET /anchor``, ``GET /anchor/history``)."""
+
+    seq: int
+    hash: str
+    ts: float
+    run_id: str | None
+
+
+class QueuedEvent(TypedDict):
+    """An audit event queued for the host's writer, as ``GET /audit/events`` hands it out."""
+
+    id: int
+    ts: float
+    event: str
+    payload: dict[str, object]  # the event's body, written to the audit log as it is
 
 
 class Ledger:
@@ -252,22 +286,24 @@ class Ledger:
                 (model_sha256, model_path, time.time(), kind, reason),
             )
 
-    def current_best(self) -> dict[str, Any] | None:
+    def current_best(self) -> BestRow | None:
         row = self._one("SELECT model_sha256, model_path, ts, kind FROM best ORDER BY id DESC LIMIT 1")
-        return (
-            None if row is None else dict(zip(("model_sha256", "model_path", "ts", "kind"), row, strict=True))
-        )
+        if row is None:
+            return None
+        sha, path, ts, kind = row
+        return {"model_sha256": sha, "model_path": path, "ts": ts, "kind": kind}
 
-    def best_history(self) -> list[dict[str, Any]]:
+    def best_history(self) -> list[BestMove]:
         """Every move of the global best, oldest first (read-only; used to undo a retracted promotion)."""
-        keys = ("model_sha256", "model_path", "ts", "kind", "reason")
         return [
-            dict(zip(keys, r, strict=True))
-            for r in self._all("SELECT model_sha256, model_path, ts, kind, reason FROM best ORDER BY id")
+            {"model_sha256": sha, "model_path": path, "ts": ts, "kind": kind, "reason": reason}
+            for sha, path, ts, kind, reason in self._all(
+                "SELECT model_sha256, model_path, ts, kind, reason FROM best ORDER BY id"
+            )
         ]
 
     # -- milestones ---------------------------------------------------------------------------
-    def start_milestone(self, name: str, run_id: str, detail: dict[str, Any]) -> None:
+    def start_milestone(self, name: str, run_id: str, detail: Mapping[str, object]) -> None:
         with self.transaction() as db:
             if db.execute("SELECT 1 FROM milestones WHERE name = ?", (name,)).fetchone():
                 raise LedgerError(f"milestone name {name!r} was already used; a name is used once")
@@ -321,13 +357,13 @@ class Ledger:
                 (seq, digest, run_id, time.time()),
             )
 
-    def latest_anchor(self) -> dict[str, Any] | None:
+    def latest_anchor(self) -> AnchorRow | None:
         row = self._one("SELECT seq, hash, ts, run_id FROM anchors ORDER BY id DESC LIMIT 1")
         if row is None:
             return None
         return {"seq": int(row[0]), "hash": str(row[1]), "ts": float(row[2]), "run_id": row[3]}
 
-    def anchor_history(self) -> list[dict[str, Any]]:
+    def anchor_history(self) -> list[AnchorRow]:
         """Every anchor ever stored, oldest first (``audit verify`` checks each against the log)."""
         rows = self._all("SELECT seq, hash, ts, run_id FROM anchors ORDER BY id")
         return [{"seq": int(q), "hash": str(h), "ts": float(t), "run_id": r} for q, h, t, r in rows]
@@ -336,7 +372,7 @@ class Ledger:
     # Event ids are never reused, even after every queued event was acknowledged (the table has no
     # AUTOINCREMENT, so the last issued id is kept in ``meta``): the host's puller reads "after its
     # cursor", and a reused id would be skipped. An ack may drop only events already delivered.
-    def queue_event(self, event: str, payload: dict[str, Any]) -> None:
+    def queue_event(self, event: str, payload: Mapping[str, object]) -> None:
         with self.transaction() as db:
             row = db.execute(
                 "SELECT MAX(COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0), "
@@ -352,7 +388,7 @@ class Ledger:
                 (event_id, time.time(), event, json.dumps(payload, sort_keys=True)),
             )
 
-    def events_after(self, after: int, limit: int = 1000) -> list[dict[str, Any]]:
+    def events_after(self, after: int, limit: int = 1000) -> list[QueuedEvent]:
         """Queued events with id > ``after``; the highest id handed out is remembered for ``ack_events``."""
         with self.transaction() as db:
             rows = db.execute(

@@ -54,7 +54,7 @@ class TierScores(Result):
         return data
 
     @field_serializer("intensity")
-    def _all_stats(self, stats: IntensityStats | None) -> dict[str, Any] | None:
+    def _all_stats(self, stats: IntensityStats | None) -> dict[str, object] | None:
         return None if stats is None else stats.model_dump(mode="json")  # every field, set or default
 
 

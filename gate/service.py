@@ -142,7 +142,7 @@ async def _read_capped(request: Request, cap: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _parse_submission(body: bytes | None) -> tuple[dict[str, Any], bytes, str]:
+def _parse_submission(body: bytes | None) -> tuple[dict[str, str | None], bytes, str]:
     """(fields, model bytes, problem) from a raw body; problem is '' when well-formed."""
     if body is None:
         return {}, b"", f"upload larger than MAX_UPLOAD_BYTES={MAX_UPLOAD_BYTES}"
@@ -159,7 +159,7 @@ def _parse_submission(body: bytes | None) -> tuple[dict[str, Any], bytes, str]:
     return fields, model, ""
 
 
-def _invalid(gate: Gate, fields: dict[str, Any]) -> CoarseVerdict:
+def _invalid(gate: Gate, fields: dict[str, str | None]) -> CoarseVerdict:
     """The INVALID an agent gets when the gate itself could not answer in time (or at all)."""
     tier = Tier.CONFIRM_B.value if fields.get("replicate_of") else Tier.CONFIRM_A.value
     try:
@@ -217,7 +217,7 @@ def create_app(
         return JSONResponse(verdict.model_dump(mode="json"))
 
     @app.get("/status")
-    def status(request: Request) -> dict[str, Any]:
+    def status(request: Request) -> dict[str, object]:
         report = gate.status()
         if request.state.role != HOST:  # a quarantine's reason quotes held-back rows: people only
             report = report.for_agent()
@@ -249,7 +249,7 @@ async def _submission(
     gate: Gate, lock: threading.Lock, request: Request, deadline: Deadline | None
 ) -> CoarseVerdict:
     """The verdict for one /submit, or INVALID when it is not reached by the deadline or fails."""
-    fields: dict[str, Any] = {}
+    fields: dict[str, str | None] = {}
     try:
         fields, model, problem = _parse_submission(await _read_capped(request, MAX_UPLOAD_BYTES))
         if problem:
@@ -335,7 +335,7 @@ async def _json_body(request: Request, cap: int = MAX_CONTROL_BYTES) -> dict[str
 
 def _add_audit_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
     @app.get("/audit/events")
-    def events(after: int = 0) -> dict[str, Any]:
+    def events(after: int = 0) -> dict[str, object]:
         return {"events": gate.ledger.events_after(after)}
 
     @app.post("/audit/ack")
@@ -366,7 +366,7 @@ def _add_audit_routes(app: FastAPI, gate: Gate, lock: threading.Lock) -> None:
         return JSONResponse({"ok": True})
 
     @app.get("/anchor/history")
-    def anchor_history() -> dict[str, Any]:
+    def anchor_history() -> dict[str, object]:
         return {"anchors": gate.ledger.anchor_history()}
 
     @app.get("/anchor")
@@ -392,7 +392,7 @@ def _add_milestone_route(app: FastAPI, gate: Gate, lock: threading.Lock) -> None
         try:
             req = MilestoneRequest.model_validate(data)
 
-            def score() -> dict[str, Any]:
+            def score() -> dict[str, object]:
                 with lock:
                     if gate.integrity_check is not None:  # sealed scores only from the verified copy
                         gate.integrity_check()

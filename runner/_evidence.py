@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -96,7 +96,7 @@ def evidence(
     )
 
 
-def sandbox_report(work: Path) -> tuple[dict[str, Any] | None, bool]:
+def sandbox_report(work: Path) -> tuple[dict[str, object] | None, bool]:
     """The worker's result.json, kept as its claim only; None when absent or unsafe."""
     try:
         data, truncated = read_beneath(work, f"{OUT_DIR}/{RESULT_FILE}")

@@ -17,10 +17,9 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from runner import _staging, _workspace
 from runner._evidence import (
@@ -30,6 +29,7 @@ from runner._evidence import (
 )
 from runner._launch import (
     LaunchRequest,
+    LaunchResult,
     WorkerLauncher,
     audit_sandbox_events,
     keep_host_config,
@@ -58,6 +58,7 @@ from segfactory.records import Ticket
 from segfactory.seams import AuditSink
 from synthetic.splits import appended_images
 from synthetic.versions import DatasetVersion
+from vision.config import TrainConfig
 
 TIMEOUT_MARGIN_S = 30.0  # added to the remaining device-second budget per attempt (start-up, export)
 MIN_WALL_S = 30.0  # a ticket is not started with less of the run's wall time left than this
@@ -78,7 +79,7 @@ def execute_ticket(
     home: Home,
     dataset_version: DatasetVersion,
     backend: WorkerLauncher | str,
-    base_config: dict[str, Any] | Path,
+    base_config: Mapping[str, object] | Path,
     audit: AuditSink,
     gate: GateSubmitter | None = None,
     run_id: str = "adhoc",
@@ -124,21 +125,21 @@ def execute_ticket(
     )
     share = run.scheduler.cpu_share()
     if share is not None:  # several tickets at once on the CPU: this one trains on its share of the cores
-        config = {**config, "threads": min(int(config.get("threads") or share), share)}
+        config = config.model_copy(update={"threads": min(config.threads or share, share)})
     extra = {}
     if init_from is not None and inputs is not None:
         extra = {"init_from": init_from.model_dump(mode="json"), "staged": inputs.record()}
     return run_recorded(
         run,
         started,
-        {"config": config, **extra},
+        {"config": config.model_dump(mode="json"), **extra},
         lambda: _execute(run, config, scorer, gate),
         {"init_from": init_from},
     )
 
 
 def _stage_init(
-    home: Home, run_id: str, init_from: InitFrom, config: dict[str, Any]
+    home: Home, run_id: str, init_from: InitFrom, config: TrainConfig
 ) -> tuple[StagedInputs | None, str | None]:
     """(the staged checkpoint, None), or (None, why the ticket is refused)."""
     t0 = time.perf_counter()
@@ -175,7 +176,7 @@ class TicketRunner:
         self,
         ticket: Ticket,
         dataset_version: DatasetVersion,
-        base_config: dict[str, Any] | Path,
+        base_config: Mapping[str, object] | Path,
         *,
         wall_left_s: float | None = None,
         init_from: InitFrom | None = None,
@@ -225,8 +226,8 @@ class TicketRunner:
 
 
 def _checked_config(
-    ticket: Ticket, dataset: DatasetVersion, base: dict[str, Any] | Path, policy: TicketCaps
-) -> tuple[dict[str, Any] | None, str | None]:
+    ticket: Ticket, dataset: DatasetVersion, base: Mapping[str, object] | Path, policy: TicketCaps
+) -> tuple[TrainConfig | None, str | None]:
     """(validated config, None), or (None, why the ticket is refused)."""
     reason = refusal_reason(ticket, policy)
     if reason is None and not dataset.approved:
@@ -234,20 +235,20 @@ def _checked_config(
     if reason is not None:
         return None, reason
     try:
-        config = _workspace.ticket_config(base, ticket)
+        config = _workspace.validated_config(base, ticket)
     except Exception as exc:  # UsageError from the config model, or a malformed base config
         return None, f"the ticket's config change is invalid: {exc}"
     return config, _cut_images(config, dataset)
 
 
-def _cut_images(config: dict[str, Any], dataset: DatasetVersion) -> str | None:
+def _cut_images(config: TrainConfig, dataset: DatasetVersion) -> str | None:
     """Why a config's training cap would silently drop the images a dataset version adds, or None.
 
     Training keeps the first ``max_train_images`` images; a top-up or approved-data version puts
     the added images last, so a cap below its size trains the parent's images and nothing the
     ticket claims to add."""
 
-    cap = config.get("max_train_images")
+    cap = config.max_train_images
     added, count = appended_images(dataset.train)
     if cap is None or not added or cap >= count:
         return None
@@ -277,15 +278,17 @@ def disk_reserve_problem(path: Path) -> str | None:
 
 
 def _execute(
-    run: TicketRun, config: dict[str, Any], scorer: Scorer, gate: GateSubmitter | None
+    run: TicketRun, config: TrainConfig, scorer: Scorer, gate: GateSubmitter | None
 ) -> TicketOutcome:
-    manifest = prepare(run, lambda: _workspace.materialise(run.work, run.ticket, config))
+    data = config.model_dump(mode="json")
+    manifest = prepare(run, lambda: _workspace.materialise(run.work, run.ticket, data))
     config = _train(run, config)
-    keep_host_config(run.ticket_dir, config)  # what a challenge re-derives from, never work/config.yaml
-    return finish(run, manifest, float(config["threshold"]), scorer, gate, checkpoint=True)
+    used = config.model_dump(mode="json")
+    keep_host_config(run.ticket_dir, used)  # what a challenge re-derives from, never work/config.yaml
+    return finish(run, manifest, config.threshold, scorer, gate, checkpoint=True)
 
 
-def _train(run: TicketRun, config: dict[str, Any]) -> dict[str, Any]:
+def _train(run: TicketRun, config: TrainConfig) -> TrainConfig:
     """Run the worker until it succeeds; after an OOM, again at half the batch. Returns the config used."""
     budget = run.ticket.budget.device_seconds
     for index in range(run.scheduler.settings.max_oom_retries + 1):
@@ -303,8 +306,8 @@ def _train(run: TicketRun, config: dict[str, Any]) -> dict[str, Any]:
         oom = is_oom(result.exit_code, result.oom_killed, result.stderr_tail)
         attempt = Attempt(
             index=index,
-            batch_size=int(config["batch_size"]),
-            grad_accum=int(config["grad_accum"]),
+            batch_size=config.batch_size,
+            grad_accum=config.grad_accum,
             memory_estimate_bytes=estimate,
             exit_code=result.exit_code,
             timed_out=result.timed_out,
@@ -338,12 +341,12 @@ def _train(run: TicketRun, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _attempt(
-    run: TicketRun, config: dict[str, Any], left: float, wall: float | None
-) -> tuple[Any, int | None]:
-    estimate = run.scheduler.estimate(config, run.image_size, run.data_bytes)
+    run: TicketRun, config: TrainConfig, left: float, wall: float | None
+) -> tuple[LaunchResult, int | None]:
+    estimate = run.scheduler.estimate(config.model_dump(mode="json"), run.image_size, run.data_bytes)
     if run.attempts:  # a retry: the last attempt's output is set aside, the config rewritten safely
         _workspace.set_aside_output(run.work, len(run.attempts) - 1)
-        _workspace.write_config(run.work, config)
+        _workspace.write_config(run.work, config.model_dump(mode="json"))
     with run.scheduler.admit(estimate) as gpus:
         request = LaunchRequest(
             command=_workspace.worker_command(run.ticket, init_from=run.inputs is not None),
@@ -359,7 +362,7 @@ def _attempt(
         with CurveWatcher(
             run.work,
             run.ticket.id,
-            int(config["epochs"]),
+            config.epochs,
             run.device_seconds,
             budget,
             run.progress,
@@ -371,8 +374,8 @@ def _attempt(
 
 
 def _next_config(
-    config: dict[str, Any], timed_out: bool, oom: bool, code: int, stderr: str, budget: float
-) -> dict[str, Any]:
+    config: TrainConfig, timed_out: bool, oom: bool, code: int, stderr: str, budget: float
+) -> TrainConfig:
     if timed_out:
         raise TicketFailed(
             f"the worker ran past its budget of {budget:g} device-seconds "

@@ -12,9 +12,9 @@ report see a ticket's protected reads the same way as those of any other sandbox
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -83,7 +83,7 @@ def tail(data: bytes, limit: int = TAIL_BYTES) -> str:
 
 
 def audit_sandbox_events(
-    audit: AuditSink, events: Sequence[dict[str, Any]], *, ticket_id: str, run_id: str | None, attempt: int
+    audit: AuditSink, events: Sequence[dict[str, object]], *, ticket_id: str, run_id: str | None, attempt: int
 ) -> None:
     """One ``sandbox`` record per host-seen event, named by its kind (``protected_read_attempt``...)."""
     for event in events:
@@ -96,7 +96,7 @@ def audit_sandbox_events(
 HOST_CONFIG_FILE = "host_config.yaml"  # in the ticket folder, beside (not in) the sandbox's work/
 
 
-def keep_host_config(ticket_dir: Path, config: dict[str, Any]) -> Path:
+def keep_host_config(ticket_dir: Path, config: Mapping[str, object]) -> Path:
     """Keep the host's own copy of the config a ticket trained with, outside the workspace.
 
     ``work/config.yaml`` is in the sandbox's hands (rewritten, or swapped for a symlink, by the
@@ -110,7 +110,17 @@ def keep_host_config(ticket_dir: Path, config: dict[str, Any]) -> Path:
     return target
 
 
-def output_record(result: LaunchResult) -> dict[str, Any]:
+class OutputRecord(TypedDict):
+    """A launch's captured output as the audit keeps it (``output_record``)."""
+
+    stderr_tail: str
+    stderr_bytes: int | None
+    stderr_truncated: bool
+    stdout_bytes: int | None
+    stdout_truncated: bool
+
+
+def output_record(result: LaunchResult) -> OutputRecord:
     """The captured output as an audit payload: the tails, their original sizes, whether cut."""
     return {
         "stderr_tail": result.stderr_tail,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -153,7 +152,7 @@ def _carve_reason(dataset: DatasetVersion, spec: PackageSpec) -> str | None:
     )
 
 
-def _members_holdout(home: Home, members: Sequence[MemberModel]) -> dict[str, Any]:
+def _members_holdout(home: Home, members: Sequence[MemberModel]) -> dict[str, object]:
     """The carve every member trained without (``validation`` of their host-kept configs): the
     images the choice is made on. Members that carved differently cannot be packaged together."""
     carves = []
@@ -180,8 +179,7 @@ def _stage(home: Home, run_id: str, members: Sequence[MemberModel]) -> tuple[Sta
 
 
 def _package(run: TicketRun, spec: PackageSpec, scorer: Scorer, gate: GateSubmitter | None) -> TicketOutcome:
-    spec_data = spec.model_dump(mode="json")
-    manifest = prepare(run, lambda: _workspace.materialise_package(run.work, spec_data))
+    manifest = prepare(run, lambda: _workspace.materialise_package(run.work, spec))
     _attempt(run)
     return finish(run, manifest, spec.gate_threshold, scorer, gate, checkpoint=False)
 

@@ -32,6 +32,7 @@ from runner.inputs import InitFrom, MemberModel
 from runner.outcome import TicketOutcome, TicketStatus
 from segfactory.errors import DataError, LimitExceeded
 from segfactory.home import Home
+from vision.config import TrainConfig
 from vision.packaging import MAX_MEMBERS
 
 MAX_STAGED_BYTES = MAX_MODEL_BYTES  # one checkpoint or member model; past it: the ticket is refused
@@ -121,7 +122,10 @@ def _copy_checked(home: Home, ref: InitFrom | MemberModel, dest: Path) -> None:
 
 
 def parent_config(home: Home, ref: InitFrom | MemberModel) -> dict[str, Any]:
-    """The config the named ticket trained with, from the host's own copy (never its workspace)."""
+    """The config the named ticket trained with, from the host's own copy (never its workspace).
+
+    As its YAML reads, unvalidated: ``architecture_mismatch`` reads it defensively, a packaging
+    ticket's carve is validated by ``PackageSpec``."""
     relpath = _ticket_relpath(home, ref.run_id, ref.ticket_id, HOST_CONFIG_FILE)
     try:
         data, truncated = read_beneath(home.root, relpath, cap=MAX_RECORD_BYTES)
@@ -133,12 +137,12 @@ def parent_config(home: Home, ref: InitFrom | MemberModel) -> dict[str, Any]:
     return loaded
 
 
-def _model_section(config: dict[str, Any]) -> dict[str, Any]:
+def _model_section(config: dict[str, object]) -> dict[str, object]:
     model = config.get("model")
     return model if isinstance(model, dict) else {}
 
 
-def architecture_mismatch(parent: dict[str, Any], child: dict[str, Any]) -> str | None:
+def architecture_mismatch(parent: dict[str, object], child: dict[str, object]) -> str | None:
     """Why the child's config cannot load the parent's weights, or None when it can (as far as
     the host can tell: a plain U-Net's depth may still be resolved from the crop in the sandbox,
     where the load is strict)."""
@@ -163,12 +167,12 @@ def architecture_mismatch(parent: dict[str, Any], child: dict[str, Any]) -> str 
     return None
 
 
-def stage_init(home: Home, run_id: str, init_from: InitFrom, child: dict[str, Any]) -> Path:
+def stage_init(home: Home, run_id: str, init_from: InitFrom, child: TrainConfig) -> Path:
     """Check ``init_from`` and copy its checkpoint into a fresh staging folder; returns the folder.
 
     Raises StagingRefused with the reason (nothing is left behind)."""
     _check_recorded(home, init_from)
-    reason = architecture_mismatch(parent_config(home, init_from), child)
+    reason = architecture_mismatch(parent_config(home, init_from), child.model_dump(mode="json"))
     if reason is not None:
         raise StagingRefused(reason)
     return _staged(home, run_id, lambda folder: _copy_checked(home, init_from, folder / init_from.file))

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from runner import _staging
 from runner._evidence import GateSubmitter, Scorer, copy_outputs, evidence, sandbox_report
@@ -63,8 +63,17 @@ class TicketRun:
     def work(self) -> Path:
         return self.ticket_dir / "work"
 
-    def event(self, event: str, payload: dict[str, Any]) -> None:
+    def event(self, event: str, payload: Mapping[str, object]) -> None:
         self.audit.append(Actor.RUNNER, event, {"ticket_id": self.ticket.id, **payload}, run_id=self.run_id)
+
+
+class StagedRecord(TypedDict):
+    """What the audit keeps of a ticket's staged inputs (``StagedInputs.record``)."""
+
+    files: dict[str, str]  # name in the staging folder -> sha256
+    mount: str
+    staged_s: float
+    verified_s: float
 
 
 @dataclass
@@ -87,7 +96,7 @@ class StagedInputs:
         _staging.verify(self.folder, self.hashes)
         self.verified_s += time.perf_counter() - t0
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> StagedRecord:
         """What the audit keeps of them: hashes and the host's staging times."""
         return {
             "files": dict(self.hashes),
@@ -100,9 +109,9 @@ class StagedInputs:
 def run_recorded(
     run: TicketRun,
     started: float,
-    start_payload: dict[str, Any],
+    start_payload: Mapping[str, object],
     body: Callable[[], TicketOutcome],
-    recorded: dict[str, Any],
+    recorded: Mapping[str, object],
 ) -> TicketOutcome:
     """Audit the start, run ``body`` (any failure is a recorded state), write and audit the outcome.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -20,7 +21,8 @@ from sandbox import load_policy
 from segfactory.errors import UsageError
 from segfactory.home import SOURCE_ROOT
 from segfactory.records import Ticket, TicketKind
-from vision.config import parse_config
+from vision.config import TrainConfig, parse_config
+from vision.packaging import PackageSpec
 
 CONFIG_FILE = "config.yaml"
 # A budget-sized ticket's worker aims to finish within this share of the ticket's device budget: the
@@ -48,21 +50,21 @@ _CODE_BOOT = (
 )
 
 
-def _deep_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+def _deep_merge(base: dict[str, object], patch: dict[str, object]) -> dict[str, object]:
     """``patch`` over ``base``; nested mappings merge, dotted keys (``optim.lr``) address nesting."""
     merged = dict(base)
     for key, value in patch.items():
         head, _, rest = str(key).partition(".")
         if rest:
             value, key = {rest: value}, head
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+        if isinstance(value, dict) and isinstance(inner := merged.get(key), dict):
+            merged[key] = _deep_merge(inner, value)
         else:
             merged[key] = value
     return merged
 
 
-def _config_patch(ticket: Ticket) -> dict[str, Any]:
+def _config_patch(ticket: Ticket) -> dict[str, object]:
     """Config tickets: ``change`` is the patch. Other kinds: ``change["config"]`` when present."""
     if ticket.kind == TicketKind.CONFIG:
         return dict(ticket.change)
@@ -72,13 +74,20 @@ def _config_patch(ticket: Ticket) -> dict[str, Any]:
     return patch
 
 
-def ticket_config(base: dict[str, Any] | Path, ticket: Ticket) -> dict[str, Any]:
+def ticket_config(base: Mapping[str, object] | Path, ticket: Ticket) -> dict[str, object]:
+    """Base config + the ticket's patch, seed set by the ticket, epochs within its budget; validated
+    (``validated_config``), as the config's JSON form."""
+    return validated_config(base, ticket).model_dump(mode="json")
+
+
+def validated_config(base: Mapping[str, object] | Path, ticket: Ticket) -> TrainConfig:
     """Base config + the ticket's patch, seed set by the ticket, epochs within its budget; validated."""
 
     data = yaml.safe_load(base.read_text()) if isinstance(base, Path) else dict(base)
     if not isinstance(data, dict):
         raise UsageError(f"base config {base} is not a mapping")
-    merged = _deep_merge(data, _config_patch(ticket))
+    # unvalidated until parse_config below: the recipe's own epochs are read as the YAML gave them
+    merged: dict[str, Any] = _deep_merge(data, _config_patch(ticket))
     merged["seed"] = ticket.seed
     recipe_epochs = int(merged.get("epochs", ticket.budget.epochs))
     # a recipe a sized ticket trained (a rung's, when the final continues it) keeps being sized,
@@ -92,10 +101,10 @@ def ticket_config(base: dict[str, Any] | Path, ticket: Ticket) -> dict[str, Any]
         merged["time_budget_s"] = round(SIZED_SHARE * ticket.budget.device_seconds, 1)
     else:
         merged["epochs"] = min(recipe_epochs, ticket.budget.epochs)
-    return parse_config(merged, f"ticket {ticket.id}").model_dump(mode="json")
+    return parse_config(merged, f"ticket {ticket.id}")
 
 
-def write_config(work: Path, config: dict[str, Any]) -> None:
+def write_config(work: Path, config: Mapping[str, object]) -> None:
     """(Re)write config.yaml without following anything the sandbox may have planted there."""
     text = yaml.safe_dump(config, sort_keys=False).encode()
     dir_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -120,7 +129,7 @@ def set_aside_output(work: Path, attempt: int) -> None:
         os.close(dir_fd)
 
 
-def materialise(work: Path, ticket: Ticket, config: dict[str, Any]) -> None:
+def materialise(work: Path, ticket: Ticket, config: Mapping[str, object]) -> None:
     """Make the fresh workspace, write config.yaml, and copy and edit the code for code tickets."""
     work.mkdir(parents=True)
     write_config(work, config)
@@ -165,10 +174,10 @@ def _hand_over(work: Path) -> None:
         os.chmod(path, 0o777 if path.is_dir() else 0o666)
 
 
-def materialise_package(work: Path, spec: dict[str, Any]) -> None:
+def materialise_package(work: Path, spec: PackageSpec) -> None:
     """A packaging ticket's fresh workspace: ``package.yaml`` only (it trains nothing)."""
     work.mkdir(parents=True)
-    (work / PACKAGE_SPEC_FILE).write_text(yaml.safe_dump(spec, sort_keys=False))
+    (work / PACKAGE_SPEC_FILE).write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
     _hand_over(work)
 
 

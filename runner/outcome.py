@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -42,7 +42,7 @@ class Evidence(_Record):
 
     model_sha256: str
     model_bytes: int = Field(gt=0)
-    manifest: dict[str, Any]  # TrainingManifest.summary(): split paths, counts, content hashes
+    manifest: dict[str, object]  # TrainingManifest.summary(): split paths, counts, content hashes
     manifest_file: str  # the full manifest (every training image hash), in the ticket folder
     dev_metrics: dict[str, float]  # vision.metrics.aggregate over the dev split, confined scorer
     threshold: float
@@ -62,7 +62,7 @@ class TicketOutcome(_Record):
     device_seconds: float = Field(default=0.0, ge=0)
     wall_seconds: float = Field(default=0.0, ge=0)
     evidence: Evidence | None = None
-    sandbox_reported: dict[str, Any] | None = None  # result.json as the worker wrote it, untrusted
+    sandbox_reported: dict[str, object] | None = None  # result.json as the worker wrote it, untrusted
     sandbox_reported_truncated: bool = False
     verdict: CoarseVerdict | None = None
     init_from: InitFrom | None = None  # the weights it started from (host-planned, hash-checked)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +39,9 @@ from segfactory.files import write_atomic
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import MAX_AUTO_CONCURRENCY, ConcurrencyPlan, canonical_json
 from vision.tiling import DEV_BATCH, TILE_PX, per_batch
+
+if TYPE_CHECKING:
+    from vision.config import TrainConfig
 
 PROFILE_FILE = "device_profile.json"  # in the home
 ESTIMATES_FILE = "memory_estimates.json"  # in the home: config hash -> bytes
@@ -463,12 +466,12 @@ def is_oom(exit_code: int, oom_killed: bool, stderr_tail: str) -> bool:
     return exit_code != 0 and any(marker in stderr_tail for marker in OOM_MARKERS)
 
 
-def shrink_for_oom(config: dict[str, Any]) -> dict[str, Any] | None:
+def shrink_for_oom(config: TrainConfig) -> TrainConfig | None:
     """Half the batch, double the accumulation (same effective batch); None at batch 1."""
-    batch = int(config["batch_size"])
+    batch = config.batch_size
     if batch <= 1:
         return None
-    return {**config, "batch_size": batch // 2, "grad_accum": int(config.get("grad_accum", 1)) * 2}
+    return config.model_copy(update={"batch_size": batch // 2, "grad_accum": config.grad_accum * 2})
 
 
 # -- the scheduler --------------------------------------------------------------------------------

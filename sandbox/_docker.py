@@ -213,7 +213,7 @@ class DockerBackend(SandboxBackend):
                 "rebuild it with `segfactory sandbox build`"
             ) from exc
         reader = pump(stream, sink)  # type: ignore[arg-type]
-        state: dict[str, Any] = {}
+        state: dict[str, object] = {}
 
         def ended(seconds: float) -> bool:
             state.update(api.inspect_container(cid)["State"])

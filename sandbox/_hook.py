@@ -27,9 +27,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from sandbox._records import SandboxEvent
+from sandbox._records import DetailValue, SandboxEvent
 
 RECORD_MAX_BYTES = 16 * 1024  # one datagram; past it: cut by the kernel, a hook_malformed event
 FIELD_MAX_CHARS = 4096  # one string field of a record; past it: cut, truncated=true, <field>_chars
@@ -121,8 +120,8 @@ class HookListener:
         for detail in self._gaps():
             self._emit(SandboxEvent(kind="monitoring_gap", ts=time.time(), detail=detail))
 
-    def _gaps(self) -> list[dict[str, Any]]:
-        gaps: list[dict[str, Any]] = []
+    def _gaps(self) -> list[dict[str, DetailValue]]:
+        gaps: list[dict[str, DetailValue]] = []
         if self.flooded:
             gaps.append(
                 {"reason": "audit hook flood", "datagrams": self.seen, "bytes": self.bytes, "kept": self.kept}
@@ -149,7 +148,10 @@ def parse_record(data: bytes, cut: bool) -> SandboxEvent:
         item = None
     kind = item.get("k") if isinstance(item, dict) else None
     if not isinstance(item, dict) or kind not in KINDS | {"hook_cap"}:
-        detail = {"raw": data[:RAW_SHOWN_CHARS].decode("utf-8", "replace"), "bytes": len(data)}
+        detail: dict[str, DetailValue] = {
+            "raw": data[:RAW_SHOWN_CHARS].decode("utf-8", "replace"),
+            "bytes": len(data),
+        }
         return SandboxEvent(
             kind="hook_malformed",
             ts=time.time(),
@@ -169,9 +171,9 @@ def parse_record(data: bytes, cut: bool) -> SandboxEvent:
     return SandboxEvent(kind=kind, ts=time.time(), path=path, sandbox_reported=True, detail=detail)
 
 
-def _fields(item: dict[str, Any]) -> dict[str, Any]:
+def _fields(item: dict[str, object]) -> dict[str, DetailValue]:
     """The known fields, typed and capped; a cut string says so."""
-    out: dict[str, Any] = {}
+    out: dict[str, DetailValue] = {}
     for key in STR_FIELDS:
         value = item.get(key)
         if isinstance(value, str):

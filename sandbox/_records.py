@@ -27,6 +27,7 @@ RESERVED_TARGETS = (
     "/sbin",
     "/sys",
 )
+DetailValue = str | int | float | bool  # a SandboxEvent's detail holds flat scalars only
 EventKind = Literal[
     "protected_read_attempt",  # a decoy was opened (host inotify; whatever the reader)
     "monitoring_gap",  # opens or hook records may have been missed (a queue overflow, a cap, a flood)
@@ -96,7 +97,7 @@ class SandboxEvent(_Record):
     ts: float  # unix time on the host
     path: str | None = None  # the path inside the sandbox, where there is one
     sandbox_reported: bool = False  # true: from code inside the sandbox, not evidence
-    detail: dict[str, Any] = Field(default_factory=dict)
+    detail: dict[str, DetailValue] = Field(default_factory=dict)
 
 
 class Output(_Record):

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from sandbox._layout import INSIDE_TARGET
 from sandbox._policy import Limits
@@ -45,6 +45,51 @@ RW_ALLOWED = (
     "/sys/fs/cgroup",
 )
 EMPTY_CAPS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+
+
+class UnshareRun(TypedDict, total=False):
+    """``unshare -r true`` as the probe ran it: its exit status (None: it did not run) and stderr
+    (total=False, as for ``UserNamespaces``: the checks read the probe's report defensively)."""
+
+    exit: int | None
+    stderr: str
+
+
+class UserNamespaces(TypedDict, total=False):
+    """Whether the probe could make a user namespace, by command and by the raw syscall."""
+
+    unshare_r: UnshareRun
+    syscall_ok: bool
+
+
+class ProbeGpus(TypedDict):
+    """The GPU nodes the probe saw (by minor), the driver's model of each, its CUDA_VISIBLE_DEVICES."""
+
+    visible: list[int]
+    models: dict[str, str]
+    cuda_visible_devices: str | None
+
+
+class ProbeReport(TypedDict):
+    """The JSON object ``_inside/probe.py`` prints: what the sandboxed process could see."""
+
+    uid: int
+    euid: int
+    gid: int
+    status: dict[str, str]  # /proc/self/status: the Cap* lines, NoNewPrivs, Seccomp, Uid, Gid
+    mountinfo: list[str]
+    canary_hits: list[str]
+    files_scanned: int
+    interfaces: list[str]
+    network: dict[str, str]  # "host:port" -> "connected" or the error's name
+    docker_socket: list[str]
+    rlimits: dict[str, list[int]]  # name -> [soft, hard]
+    cgroup: dict[str, str]  # memory, memsw, pids limits as the cgroup files read
+    decoy_opened: bool
+    root_writable: bool
+    cwd: str
+    userns: UserNamespaces
+    gpus: NotRequired[ProbeGpus]  # absent: a probe that did not look
 
 
 @contextlib.contextmanager
@@ -106,7 +151,7 @@ def _caps_check(status: dict[str, str]) -> VerifyCheck:
     return VerifyCheck(name="capabilities", ok=ok, detail={**caps, "NoNewPrivs": status.get("NoNewPrivs")})
 
 
-def _limits_check(report: dict[str, Any], host: dict[str, object], limits: Limits) -> VerifyCheck:
+def _limits_check(report: ProbeReport, host: dict[str, object], limits: Limits) -> VerifyCheck:
     fsize = report["rlimits"]["RLIMIT_FSIZE"][0]
     cgroup = report["cgroup"] or host
     memory, pids = str(cgroup.get("memory")), str(cgroup.get("pids"))
@@ -126,7 +171,7 @@ def _limits_check(report: dict[str, Any], host: dict[str, object], limits: Limit
     )
 
 
-def _userns_check(report: dict[str, Any]) -> VerifyCheck:
+def _userns_check(report: ProbeReport) -> VerifyCheck:
     """No user namespace can be made inside: `unshare -r true` fails and so does unshare(2)."""
     userns = report.get("userns") or {}
     command = userns.get("unshare_r") or {}
@@ -134,7 +179,7 @@ def _userns_check(report: dict[str, Any]) -> VerifyCheck:
     return VerifyCheck(name="user_namespaces", ok=ok, detail=userns)
 
 
-def _gpu_check(report: dict[str, Any], assigned: list[int]) -> VerifyCheck:
+def _gpu_check(report: ProbeReport, assigned: list[int]) -> VerifyCheck:
     """The GPUs visible inside are exactly those assigned, each named by the driver; with none
     assigned, none is visible (and the detail says whether this machine has any)."""
 
@@ -144,7 +189,7 @@ def _gpu_check(report: dict[str, Any], assigned: list[int]) -> VerifyCheck:
             name="gpus", ok=False, detail={"assigned": assigned, "problem": "the probe did not report"}
         )
     visible = list(seen.get("visible", []))
-    detail: dict[str, Any] = {
+    detail: dict[str, object] = {
         "assigned": assigned,
         "visible": visible,
         "models": seen.get("models", {}),
@@ -161,7 +206,7 @@ def _gpu_check(report: dict[str, Any], assigned: list[int]) -> VerifyCheck:
 
 
 def evaluate(
-    report: dict[str, Any],
+    report: ProbeReport,
     result: SandboxResult,
     host_limits: dict[str, object],
     limits: Limits,
@@ -264,7 +309,7 @@ def _checks_from(
     result: SandboxResult, backend: SandboxBackend, protected: list[Path], gpus: list[int]
 ) -> list[VerifyCheck]:
     try:
-        report = json.loads(result.stdout.data)
+        report: ProbeReport = json.loads(result.stdout.data)
     except ValueError:
         detail = {
             "exit_code": result.exit_code,

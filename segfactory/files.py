@@ -18,7 +18,7 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> N
         raise
 
 
-def append_jsonl(path: Path, row: dict[str, Any]) -> None:
+def append_jsonl(path: Path, row: Mapping[str, object]) -> None:
     """Append one JSON line, flushed to disk before returning (a kill -9 keeps whole lines)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as handle:

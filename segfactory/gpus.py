@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from segfactory.errors import PolicyError
 
@@ -72,6 +72,14 @@ def host_gpus(info_root: Path = DRIVER_INFO) -> list[Gpu]:
     return sorted(gpus, key=lambda g: g.minor)
 
 
+class GpuRecord(TypedDict):
+    """One bound GPU as plain data (``GpuPlan.record``)."""
+
+    minor: int
+    uuid: str
+    model: str
+
+
 @dataclass(frozen=True)
 class GpuPlan:
     """What a sandbox gets for its assigned GPUs (empty: none)."""
@@ -116,7 +124,7 @@ class GpuPlan:
             DeviceRequest(driver="nvidia", device_ids=[g.uuid for g in self.gpus], capabilities=[["gpu"]])
         ]
 
-    def record(self) -> list[dict[str, Any]]:
+    def record(self) -> list[GpuRecord]:
         """What was bound, as plain data (minor, UUID, model per GPU)."""
         return [{"minor": g.minor, "uuid": g.uuid, "model": g.model} for g in self.gpus]
 

@@ -54,7 +54,7 @@ class Row(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def line(self) -> dict[str, Any]:
+    def line(self) -> dict[str, object]:
         full = self.model_dump(mode="json")
         return {key: value for key, value in full.items() if key in self.model_fields_set}
 

@@ -9,6 +9,7 @@ and agents never read it back (trust rules 9 and 10, docs/trust.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -22,7 +23,9 @@ class AuditSink(Protocol):
     writer's own errors; callers let them propagate, since an unaudited call must not proceed.
     """
 
-    def append(self, actor: Any, event: str, payload: dict[str, Any], run_id: str | None = None) -> Any: ...
+    def append(
+        self, actor: Any, event: str, payload: Mapping[str, object], run_id: str | None = None
+    ) -> Any: ...
 
     def put_blob(self, data: bytes) -> str: ...
 

@@ -22,10 +22,20 @@ from segfactory.errors import DataError, UsageError
 from segfactory.files import staged_dir
 from synthetic import _physics
 from synthetic._parts import procedural_part, silhouette_part
+from synthetic._physics import Acquisition
 from synthetic._voids import VoidPlacer, attenuation
 from synthetic.idx import load_silhouettes
 from synthetic.params import MAX_IMAGE_SIZE, MAX_N, GenParams
-from synthetic.splits import SplitHashes, create_arrays, finish_split, image_sha256, write_split
+from synthetic.splits import (
+    DefectRow,
+    ImageMeta,
+    SplitHashes,
+    SplitManifest,
+    create_arrays,
+    finish_split,
+    image_sha256,
+    write_split,
+)
 
 GENERATOR_VERSION = (
     "1.1.0"  # 1.1: table-based fast noise, real-arithmetic polygon contours (new arrays per seed)
@@ -36,7 +46,7 @@ CHUNK_IMAGES = 256  # images per task handed to a worker
 
 Progress = Callable[[int], None]  # called with the number of images just finished
 # called in image order with (start, stop, image rows, defect rows) as the drawn prefix grows
-Ready = Callable[[int, int, list[dict[str, Any]], list[dict[str, Any]]], None]
+Ready = Callable[[int, int, list[ImageMeta], list[DefectRow]], None]
 Engine = Literal["fast", "numpy"]
 ENGINES = ("fast", "numpy")  # fast: numba void placement + float32 exposure; numpy: the reference
 
@@ -47,13 +57,13 @@ class GeneratedSet:
 
     images: np.ndarray  # (N, S, S) float32 in [0, 1]
     masks: np.ndarray  # (N, S, S) uint8 in {0, 1}
-    image_meta: list[dict[str, Any]]
-    defects: list[dict[str, Any]]
+    image_meta: list[ImageMeta]
+    defects: list[DefectRow]
     params: GenParams
     seed_label: str  # what the manifest says about the seed ("public:<k>" or "secret")
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: SplitManifest = field(default_factory=SplitManifest)  # more manifest keys
 
-    def manifest(self, parent: str | None = None) -> dict[str, Any]:
+    def manifest(self, parent: str | None = None) -> SplitManifest:
         return {
             "generator": "segfactory.synthetic",
             "generator_version": GENERATOR_VERSION,
@@ -86,7 +96,7 @@ def _silhouettes(params: GenParams) -> np.ndarray | None:
 
 def render_one(
     index: int, seed: int, size: int, params: GenParams, silhouettes: np.ndarray | None, engine: str = "fast"
-) -> tuple[np.ndarray, np.ndarray, dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[np.ndarray, np.ndarray, ImageMeta, list[DefectRow]]:
     """Image ``index`` of the set with this seed: (image, mask, image row, defect rows)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index,)))
     part = (
@@ -100,20 +110,35 @@ def render_one(
             placer.add_random_void()
     acq = _physics.acquisition(params, rng)
     image = _physics.expose(part.thickness - placer.path, acq, rng, engine)
-    for row in placer.rows:
-        wall = math.exp(-attenuation(row["thickness"], acq["mu"], acq["beam_hardening"])) + acq["scatter"]
+    for row, wall_mm in zip(placer.rows, placer.row_walls, strict=True):
+        wall = math.exp(-attenuation(wall_mm, acq["mu"], acq["beam_hardening"])) + acq["scatter"]
         row["noise"] = round(_physics.noise_sigma(wall, acq), 6)
         row["image_id"] = index
     inside = np.count_nonzero(part.thickness)  # thickness >= 0: the pixels inside the part
-    meta = {
+    meta: ImageMeta = {
         "id": index,
         "sha256": image_sha256(image),
         **part.meta,
-        **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in acq.items()},
+        **_recorded(acq),
         "thickness": round(float(part.thickness.sum()) / inside if inside else 0.0, 4),
         "n_defects": len(placer.rows),
     }
     return image, placer.mask, meta, placer.rows
+
+
+def _recorded(acq: Acquisition) -> Acquisition:
+    """The acquisition as an image's row records it: its numbers rounded to 6 decimals."""
+    return {
+        "background": acq["background"],
+        "dose": round(acq["dose"], 6),
+        "blur": round(acq["blur"], 6),
+        "gain": round(acq["gain"], 6),
+        "offset": round(acq["offset"], 6),
+        "scatter": round(acq["scatter"], 6),
+        "read_noise": round(acq["read_noise"], 6),
+        "mu": round(acq["mu"], 6),
+        "beam_hardening": round(acq["beam_hardening"], 6),
+    }
 
 
 def _render_range(
@@ -125,9 +150,10 @@ def _render_range(
     engine: str,
     images: np.ndarray,
     masks: np.ndarray,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[ImageMeta], list[DefectRow]]:
     silhouettes = _silhouettes(params)
-    metas, defects = [], []
+    metas: list[ImageMeta] = []
+    defects: list[DefectRow] = []
     for i in range(start, stop):
         images[i], masks[i], meta, rows = render_one(i, seed, size, params, silhouettes, engine)
         metas.append(meta)
@@ -135,14 +161,24 @@ def _render_range(
     return metas, defects
 
 
-_SHARED: dict[str, Any] = {}  # set in the parent before forking; read by the workers
+@dataclass(frozen=True)
+class _Work:
+    """What every worker draws with: the set's seed, size, parameters, engine and shared arrays."""
+
+    seed: int
+    size: int
+    params: GenParams
+    engine: str
+    images: np.ndarray
+    masks: np.ndarray
 
 
-def _worker(task: tuple[int, int]) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
-    s = _SHARED
-    metas, defects = _render_range(
-        task[0], task[1], s["seed"], s["size"], s["params"], s["engine"], s["images"], s["masks"]
-    )
+_SHARED: list[_Work] = []  # set in the parent before forking; read by the workers
+
+
+def _worker(task: tuple[int, int]) -> tuple[int, list[ImageMeta], list[DefectRow]]:
+    s = _SHARED[0]
+    metas, defects = _render_range(task[0], task[1], s.seed, s.size, s.params, s.engine, s.images, s.masks)
     return task[0], metas, defects
 
 
@@ -160,12 +196,12 @@ def _generate_parallel(
     workers: int,
     progress: Progress | None,
     ready: Ready | None,
-) -> tuple[list[Any], list[Any]]:
+) -> tuple[list[ImageMeta], list[DefectRow]]:
     images, masks = arrays
     n, size = images.shape[0], images.shape[1]
-    _SHARED.update(seed=seed, size=size, params=params, engine=engine, images=images, masks=masks)
+    _SHARED[:] = [_Work(seed, size, params, engine, images, masks)]
     tasks = [(a, min(a + CHUNK_IMAGES, n)) for a in range(0, n, CHUNK_IMAGES)]
-    results: dict[int, tuple[list[Any], list[Any]]] = {}
+    results: dict[int, tuple[list[ImageMeta], list[DefectRow]]] = {}
     frontier = 0  # images [0, frontier) are drawn and handed to ``ready``
     try:
         with mp.get_context("fork").Pool(workers) as pool:
@@ -257,7 +293,7 @@ def generate_split(
     with staged_dir(target, mode=0o755) as tmp:  # open splits are readable (the vault guards tiers)
         hashes: list[SplitHashes] = []
 
-        def ready(start: int, stop: int, rows: list[dict[str, Any]], voids: list[dict[str, Any]]) -> None:
+        def ready(start: int, stop: int, rows: list[ImageMeta], voids: list[DefectRow]) -> None:
             if not hashes:  # the arrays exist once generate has made them
                 hashes.append(SplitHashes(tmp))
             hashes[0].add(start, stop, rows, voids)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -23,10 +23,19 @@ CORE_CHAMFER = 0.15  # a core's wall rises over this fraction of its radius
 HARMONICS = 4  # polygon radius harmonics k = 2 .. HARMONICS + 1
 
 
+class PartMeta(TypedDict):
+    """What ``images.jsonl`` records about an image's part."""
+
+    part: str  # superellipse, polygon or fashion-mnist
+    thickness_nominal: float  # mm
+    ribs: int
+    cores: int
+
+
 @dataclass
 class Part:
     thickness: np.ndarray  # (S, S) float64, mm; 0 outside the part and inside cores
-    meta: dict[str, Any]  # part kind, nominal thickness, ribs, cores
+    meta: PartMeta
 
 
 @dataclass

@@ -19,7 +19,7 @@ fraction, not a spatial kernel; beam hardening is a single-parameter fit, not a 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -61,7 +61,21 @@ def background(kind: str, size: int, rng: np.random.Generator) -> np.ndarray:
     return np.ones((size, size))
 
 
-def acquisition(params: GenParams, rng: np.random.Generator) -> dict[str, Any]:
+class Acquisition(TypedDict):
+    """One image's acquisition settings; ``images.jsonl`` records them (rounded) in its row."""
+
+    background: str  # one of synthetic.params.BACKGROUNDS
+    dose: float  # open-beam photons per pixel
+    blur: float  # Gaussian PSF sigma, pixels
+    gain: float
+    offset: float  # fraction of the open-beam dose
+    scatter: float  # fraction of the transmission
+    read_noise: float  # counts (std)
+    mu: float  # 1/mm
+    beam_hardening: float
+
+
+def acquisition(params: GenParams, rng: np.random.Generator) -> Acquisition:
     """Random acquisition settings for one image."""
     return {
         "background": str(params.backgrounds[int(rng.integers(len(params.backgrounds)))]),
@@ -87,7 +101,7 @@ def photon_counts(lam: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def expose(
     t_eff: np.ndarray,
-    acq: dict[str, Any],
+    acq: Acquisition,
     rng: np.random.Generator,
     engine: str = "numpy",
     noise: bool = True,
@@ -104,7 +118,7 @@ def expose(
 
 
 def expose_fast(
-    t_eff: np.ndarray, field: np.ndarray, acq: dict[str, Any], rng: np.random.Generator, noise: bool = True
+    t_eff: np.ndarray, field: np.ndarray, acq: Acquisition, rng: np.random.Generator, noise: bool = True
 ) -> np.ndarray:
     """The exposure pass in float32: numpy's SIMD ``exp``, then one fused compiled pass.
 
@@ -140,7 +154,7 @@ def expose_fast(
 
 
 def _poisson_low(
-    out: np.ndarray, lam: np.ndarray, acq: dict[str, Any], rng: np.random.Generator, scale: np.float32
+    out: np.ndarray, lam: np.ndarray, acq: Acquisition, rng: np.random.Generator, scale: np.float32
 ) -> None:
     """Redraw the pixels below GAUSS_MIN_COUNTS with Poisson counts plus read noise."""
     f32 = np.float32
@@ -152,7 +166,7 @@ def _poisson_low(
 
 
 def expose_numpy(
-    t_eff: np.ndarray, field: np.ndarray, acq: dict[str, Any], rng: np.random.Generator, noise: bool = True
+    t_eff: np.ndarray, field: np.ndarray, acq: Acquisition, rng: np.random.Generator, noise: bool = True
 ) -> np.ndarray:
     """The numpy reference of the exposure pass (see the module docstring)."""
     from scipy.ndimage import gaussian_filter  # here, not at the top: a 0.3 s import the fast engine skips
@@ -168,7 +182,7 @@ def expose_numpy(
     return np.clip(reading / (FULL_SCALE * dose), 0.0, 1.0).astype(np.float32)
 
 
-def noise_sigma(intensity: float, acq: dict[str, Any]) -> float:
+def noise_sigma(intensity: float, acq: Acquisition) -> float:
     """Noise std of the normalised reading at a noise-free transmission ``intensity``."""
     dose = acq["dose"]
     var = acq["gain"] ** 2 * dose * intensity + acq["read_noise"] ** 2

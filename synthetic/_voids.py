@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from synthetic.params import MAX_DEPTH_FRACTION, GenParams
+from synthetic.splits import DefectRow
 
 PLACEMENT_TRIES = 25  # attempts to place one void before giving up on it
 MIN_WALL_MM = 1.0  # a void is placed only where the wall is at least this thick
@@ -138,7 +139,8 @@ class VoidPlacer:
         self.rng = rng
         self.path = np.zeros_like(thickness)
         self.mask = np.zeros(thickness.shape, dtype=np.uint8)
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[DefectRow] = []
+        self.row_walls: list[float] = []  # each row's wall thickness (mm, as recorded), for its noise
         self._walls = np.flatnonzero(thickness >= MIN_WALL_MM * 2)  # row-major pixel indices
 
     def _free(self, box: tuple[int, int, int, int]) -> bool:
@@ -178,18 +180,20 @@ class VoidPlacer:
         self, shape: str, box: tuple[int, int, int, int], area: int, depth: float, t_local: float
     ) -> None:
         y0, x0, y1, x1 = box
+        wall = round(t_local, 4)
         self.rows.append(
             {
                 "area": area,
                 "diameter": round(2.0 * math.sqrt(area / math.pi), 4),
                 "contrast": round(contrast_of(depth, t_local, self.params), 6),
                 "depth": round(depth, 4),
-                "thickness": round(t_local, 4),
+                "thickness": wall,
                 "shape": shape,
                 "bbox": [y0, x0, y1, x1],
                 "edge": y0 == 0 or x0 == 0 or y1 == self.size or x1 == self.size,
             }
         )
+        self.row_walls.append(wall)
 
     def place_numpy(self, shape: str, ellipses: list[Ellipse], contrast: float) -> bool:
         """The numpy reference of ``place`` (the fast engine runs synthetic._kernels.place_kernel)."""

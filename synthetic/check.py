@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,7 +21,7 @@ from segfactory.errors import DataError
 from segfactory.records import sha256_file
 from synthetic._files import BadFile, read_image, read_source, sniff
 from synthetic.mapping import IntensityMapping, MappingRequest, mapping_warnings, resolve_mapping
-from synthetic.splits import SPLIT_FILES, image_sha256
+from synthetic.splits import SPLIT_FILES, DefectRow, ImageMeta, SplitManifest, image_sha256
 
 BLANK_STD = 1e-4  # an image whose pixel std is below this (in [0, 1] units) is blank
 SATURATED_FRACTION = 0.5  # an image with more than this fraction of pixels at 0 or 1 is saturated
@@ -55,7 +55,7 @@ class CheckReport(BaseModel):
     def add(self, file: str, kind: str, message: str) -> None:
         self.problems.append(Problem(file=file, kind=kind, message=message))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         return {"ok": self.ok, **self.model_dump(mode="json")}
 
 
@@ -107,8 +107,12 @@ def _load_npy(report: CheckReport, folder: Path, name: str) -> np.ndarray | None
     return array
 
 
-def _load_jsonl(report: CheckReport, folder: Path, name: str) -> list[dict[str, Any]] | None:
-    rows = []
+_Row = TypeVar("_Row", ImageMeta, DefectRow)
+
+
+def _load_jsonl(report: CheckReport, folder: Path, name: str) -> list[_Row] | None:
+    """The file's rows, of the row type the caller reads them as; None (and a finding) if corrupt."""
+    rows: list[_Row] = []
     for line_no, line in enumerate((folder / name).read_text(errors="replace").splitlines(), 1):
         try:
             if line.strip():
@@ -119,7 +123,7 @@ def _load_jsonl(report: CheckReport, folder: Path, name: str) -> list[dict[str, 
     return rows
 
 
-def _mask_agreement(report: CheckReport, masks: np.ndarray, defects: list[dict[str, Any]]) -> None:
+def _mask_agreement(report: CheckReport, masks: np.ndarray, defects: list[DefectRow]) -> None:
     if not set(np.unique(masks).tolist()) <= {0, 1}:
         report.add("masks.npy", "mask-values", "masks are not binary (values other than 0 and 1)")
         return
@@ -154,8 +158,9 @@ def check_split(folder: Path) -> CheckReport:
         return report
     images = _load_npy(report, folder, "images.npy")
     masks = _load_npy(report, folder, "masks.npy")
-    metas = _load_jsonl(report, folder, "images.jsonl")
-    defects = _load_jsonl(report, folder, "defects.jsonl")
+    metas: list[ImageMeta] | None = _load_jsonl(report, folder, "images.jsonl")
+    defects: list[DefectRow] | None = _load_jsonl(report, folder, "defects.jsonl")
+    manifest: SplitManifest
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -174,9 +179,9 @@ def _check_arrays(
     report: CheckReport,
     images: np.ndarray,
     masks: np.ndarray,
-    metas: list[dict[str, Any]],
-    defects: list[dict[str, Any]],
-    manifest: dict[str, Any],
+    metas: list[ImageMeta],
+    defects: list[DefectRow],
+    manifest: SplitManifest,
 ) -> None:
     report.count, report.n_defects = int(images.shape[0]) if images.ndim else 0, len(defects)
     if images.ndim != 3 or images.dtype != np.float32:
@@ -201,7 +206,7 @@ def _check_arrays(
             report.add("masks.npy", "mask-mismatch", "an unlabelled split holds masks or defects")
         return
     _mask_agreement(report, masks, defects)
-    contrasts = [float(d["contrast"]) for d in defects if d.get("contrast") is not None]
+    contrasts = [float(c) for d in defects if (c := d.get("contrast")) is not None]
     report.contrast_range = [min(contrasts), max(contrasts)] if contrasts else None
 
 

@@ -25,7 +25,7 @@ from segfactory.files import staged_dir
 from synthetic.check import MAX_LISTED, import_mapping, scan_import
 from synthetic.intensity import set_stats
 from synthetic.mapping import IntensityMapping, MappingRequest
-from synthetic.splits import content_hash, image_sha256, read_split, write_split
+from synthetic.splits import ImageMeta, SplitManifest, content_hash, image_sha256, read_split, write_split
 
 ImportKind = Literal["imported", "real", "unlabelled"]
 
@@ -145,7 +145,8 @@ def import_folder(
     masks = np.stack(
         [m if (m := loaded[s].mask) is not None else np.zeros(images.shape[1:], np.uint8) for s in stems]
     )
-    metas, defects = [], []
+    metas: list[ImageMeta] = []
+    defects = []
     for i, stem in enumerate(stems):
         container = 8 * loaded[stem].pixels.dtype.itemsize
         metas.append(
@@ -162,7 +163,7 @@ def import_folder(
     stats = set_stats(
         images, masks if kind != "unlabelled" else None, content_hash(images, masks, metas, defects)
     )
-    manifest = {
+    manifest: SplitManifest = {
         "generator": None,
         "kind": kind,
         "source": str(src.resolve()),
@@ -206,7 +207,7 @@ def _real_parts(split_dir: Path, dev_fraction: float, seed: int) -> dict[str, np
     return parts
 
 
-def _write_part(split_dir: Path, idx: np.ndarray, out: Path, extra: dict[str, Any]) -> None:
+def _write_part(split_dir: Path, idx: np.ndarray, out: Path, extra: SplitManifest) -> None:
     split = read_split(split_dir)
     remap = {int(old): new for new, old in enumerate(idx.tolist())}
     metas = [{**split.image_meta[old], "id": new} for old, new in remap.items()]
@@ -247,13 +248,12 @@ def import_real(
             f"labelled: masks/<stem>.png beside images/<stem>.*, non-zero = void"
         )
     marker = src / STAND_IN_FILE
-    extra: dict[str, Any] = {"kind": "real"}
+    extra: SplitManifest = {"kind": "real"}
     if marker.is_file():
         import json
 
-        extra.update(
-            stand_in=True, stand_in_note=json.loads(marker.read_text()).get("note", "synthetic stand-in")
-        )
+        extra["stand_in"] = True
+        extra["stand_in_note"] = json.loads(marker.read_text()).get("note", "synthetic stand-in")
     with staged_dir(out, mode=0o700) as tmp:  # real images: readable by their owner only
         whole = import_folder(src, tmp / "all", "real", request)
         parts = _real_parts(tmp / "all", dev_fraction, seed)

@@ -12,15 +12,15 @@ data tickets and ``controls.topup``), and the loop's approved-data versions
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import SupportsInt
 
 import numpy as np
 
 from synthetic import generate
 from synthetic.params import GenParams, make_params
-from synthetic.splits import Split, image_sha256, read_split, write_split
+from synthetic.splits import ImageMeta, Split, SplitManifest, image_sha256, read_split, write_split
 from synthetic.versions import DatasetVersion, create_version
 
 TOPUP_SEED_OFFSET = 7_000_000  # public generator seed of a dose = offset + dose (documented, reproducible)
@@ -31,9 +31,9 @@ def append_images(
     base: Split,
     images: np.ndarray,
     masks: np.ndarray,
-    metas: Sequence[dict[str, Any]],
-    defects: Sequence[dict[str, Any]],
-    manifest: dict[str, Any],
+    metas: Sequence[Mapping[str, object]],
+    defects: Sequence[Mapping[str, object]],
+    manifest: Mapping[str, object],
     out: Path,
     keep: int | None = None,
 ) -> Path:
@@ -41,6 +41,7 @@ def append_images(
 
     ``metas[i]`` and the defects whose ``image_id`` is ``i`` describe ``images[i]``; both are
     renumbered to follow the kept base images. ``manifest`` gains ``appended`` and ``base_images``.
+    The rows are written as given otherwise (a caller may add keys to a split's rows).
     """
     n0 = len(base) if keep is None else min(keep, len(base))
     kept = {str(m["id"]) for m in base.image_meta[:n0]}
@@ -48,7 +49,7 @@ def append_images(
         base.defects if n0 == len(base) else [d for d in base.defects if str(d["image_id"]) in kept]
     )
     new_metas = [{**m, "id": n0 + i} for i, m in enumerate(metas)]
-    new_defects = [{**d, "image_id": n0 + int(d["image_id"])} for d in defects]
+    new_defects = [{**d, "image_id": n0 + _position(d["image_id"])} for d in defects]
     return write_split(
         out,
         np.concatenate([np.asarray(base.images[:n0]), np.asarray(images)]),
@@ -59,7 +60,14 @@ def append_images(
     )
 
 
-def base_params(split_manifest: dict[str, Any]) -> GenParams:
+def _position(image_id: object) -> int:
+    """``int(image_id)``: an added defect's ``image_id`` is its image's position in the added images."""
+    if isinstance(image_id, str | SupportsInt):
+        return int(image_id)
+    raise TypeError(f"a defect's image_id must be a number; got {image_id!r}")
+
+
+def base_params(split_manifest: SplitManifest) -> GenParams:
     """The generator parameters a split was drawn with (the defaults when it does not say)."""
     params = split_manifest.get("params")
     return make_params(**params) if isinstance(params, dict) else GenParams()
@@ -97,7 +105,7 @@ def build_arm(
     flip, a 90-degree rotation and a small gain (arm ``augment``, seeded by ``seed``)."""
     split = read_split(base.train, mmap=True)
     size = int(split.images.shape[1])
-    note = {"arm": arm, "n": n, "slice": slice_name, "base": base.ref}
+    note: dict[str, str | int] = {"arm": arm, "n": n, "slice": slice_name, "base": base.ref}
     if arm == "synthetic":
         drawn = generate(n, size, TOPUP_SEED_OFFSET + n, params, workers=1)
         extra = (drawn.images, drawn.masks, drawn.image_meta, drawn.defects)
@@ -106,12 +114,12 @@ def build_arm(
         images, masks, picks = _augmented(
             np.asarray(split.images[:keep]), np.asarray(split.masks[:keep]), n, rng
         )
-        metas = [
+        metas: list[ImageMeta] = [
             {"id": i, "sha256": image_sha256(images[i]), "augmented_from": int(k)}
             for i, k in enumerate(picks)
         ]
         extra = (images, masks, metas, [])
-    manifest = {
+    manifest: SplitManifest = {
         "generator": "segfactory.topup",
         "kind": "synthetic",
         "parent": split.manifest.get("content_hash"),

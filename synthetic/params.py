@@ -9,7 +9,7 @@ the local wall thickness (a target contrast sets the depth, and a void can never
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -91,9 +91,37 @@ def make_params(**values: Any) -> GenParams:
         raise UsageError(f"invalid generator parameters: {_field_error(exc)}") from None
 
 
-def parse_param_args(pairs: list[str]) -> dict[str, Any]:
-    """``["contrast_min=0.1", "backgrounds=flat,gradient"]`` -> a dict for make_params."""
-    out: dict[str, Any] = {}
+class ParamValues(TypedDict, total=False):
+    """``GenParams``' fields by name, any of them, as ``make_params(**values)`` takes them (before
+    validation): a set of overrides such as a slice constraint's."""
+
+    part_source: PartSource
+    idx_path: str | None
+    void_prob: float
+    count_min: int
+    count_max: int
+    diameter_min: float
+    diameter_max: float
+    contrast_min: float
+    contrast_max: float
+    shrinkage_prob: float
+    cluster_prob: float
+    thickness_min: float
+    thickness_max: float
+    mu: float
+    beam_hardening: float
+    dose_min: float
+    dose_max: float
+    blur_min: float
+    blur_max: float
+    read_noise: float
+    backgrounds: tuple[str, ...]
+
+
+def parse_param_args(pairs: list[str]) -> dict[str, str | tuple[str, ...]]:
+    """``["contrast_min=0.1", "backgrounds=flat,gradient"]`` -> a dict for make_params (values as
+    typed, strings; ``backgrounds`` split into a tuple)."""
+    out: dict[str, str | tuple[str, ...]] = {}
     fields = GenParams.model_fields
     for pair in pairs:
         key, sep, value = pair.partition("=")

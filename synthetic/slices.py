@@ -19,7 +19,8 @@ import re
 from typing import Any
 
 from segfactory.errors import UsageError
-from synthetic.params import BACKGROUNDS, GenParams, make_params
+from synthetic.params import BACKGROUNDS, GenParams, ParamValues, make_params
+from synthetic.splits import ImageMeta
 
 THIN_MAX_DIAMETER_PX = 4.0  # thin voids: equal-area diameter at most this many pixels
 TINY_MAX_DIAMETER_PX = 3.0  # tiny pores: diameter at most this many pixels
@@ -27,7 +28,7 @@ LOW_CONTRAST_MAX = 0.12  # low contrast: Michelson contrast at most this
 SLICE_NAMES = ("thin", "low-contrast", "tiny", "background:<name>")
 
 
-def _thin(p: GenParams) -> dict[str, Any]:
+def _thin(p: GenParams) -> ParamValues:
     if p.diameter_min > THIN_MAX_DIAMETER_PX:
         raise UsageError(
             f"slice 'thin' needs diameters <= {THIN_MAX_DIAMETER_PX} px but the base diameter_min "
@@ -41,7 +42,7 @@ def _thin(p: GenParams) -> dict[str, Any]:
     }
 
 
-def _tiny(p: GenParams) -> dict[str, Any]:
+def _tiny(p: GenParams) -> ParamValues:
     """Pores of at most TINY_MAX_DIAMETER_PX. A base whose pores all start above that (a set
     that lacks the tiny ones, which is what a top-up for them is for) gets the generator's own
     lower bound instead, so the slice is drawn rather than refused."""
@@ -55,7 +56,7 @@ def _tiny(p: GenParams) -> dict[str, Any]:
     }
 
 
-def _low_contrast(p: GenParams) -> dict[str, Any]:
+def _low_contrast(p: GenParams) -> ParamValues:
     if p.contrast_min > LOW_CONTRAST_MAX:
         raise UsageError(
             f"slice 'low-contrast' needs contrast <= {LOW_CONTRAST_MAX} but the base contrast_min "
@@ -64,7 +65,7 @@ def _low_contrast(p: GenParams) -> dict[str, Any]:
     return {"contrast_max": min(p.contrast_max, LOW_CONTRAST_MAX), "void_prob": 1.0}
 
 
-def _background(p: GenParams, name: str) -> dict[str, Any]:
+def _background(p: GenParams, name: str) -> ParamValues:
     if name not in BACKGROUNDS:
         raise UsageError(
             f"slice 'background:{name}': the generator has no background {name!r}; "
@@ -128,7 +129,7 @@ def constrain(params: GenParams, slice_name: str) -> GenParams:
     return make_params(**values)
 
 
-def in_slice(slice_name: str, defect: dict[str, Any], image_meta: dict[str, Any] | None = None) -> bool:
+def in_slice(slice_name: str, defect: dict[str, Any], image_meta: ImageMeta | None = None) -> bool:
     """Whether one ``defects.jsonl`` row belongs to the slice (measured, not generator targets).
 
     A background constraint needs the image's ``background`` field; real images lack it, so on

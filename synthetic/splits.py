@@ -19,11 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Required, TypedDict, TypeGuard, TypeVar
 
 import numpy as np
 
@@ -39,6 +39,87 @@ def image_sha256(image: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(image, dtype=np.float32).data).hexdigest()  # .data: no copy
 
 
+class ImageMeta(TypedDict, total=False):
+    """One row of ``images.jsonl``. Every writer sets ``id`` and ``sha256``; the rest depends on
+    where the image came from (the generator, an import, a top-up, a curation or labelling round)."""
+
+    id: Required[int | str]  # the image's position when written by segfactory; a string in toy sets
+    sha256: Required[str]  # of the float32 image row's bytes (``image_sha256``)
+    # the generator's part (synthetic._parts.PartMeta)
+    part: str  # superellipse, polygon, fashion-mnist (or toy)
+    thickness_nominal: float  # mm
+    ribs: int
+    cores: int
+    # the generator's acquisition (synthetic._physics.Acquisition)
+    background: str
+    dose: float
+    blur: float
+    gain: float
+    offset: float
+    scatter: float
+    read_noise: float
+    mu: float
+    beam_hardening: float
+    thickness: float  # mean wall thickness inside the part, mm
+    n_defects: int  # voids drawn in the image
+    # an import: the file stem and its bit depths
+    source: str
+    bit_depth: int
+    container_bits: int
+    augmented_from: int  # the top-up's augmentation arm: the base image it was re-drawn from
+    source_id: int | str  # the image's id in the split it was taken from
+    labelled_by: str
+
+
+class DefectRow(TypedDict, total=False):
+    """One row of ``defects.jsonl``: one void, as the generator or an import records it."""
+
+    image_id: int | str  # the ``id`` of its image
+    area: int  # pixels
+    diameter: float  # equal-area diameter, pixels
+    contrast: float | None  # Michelson contrast; None for an imported void with no ring around it
+    depth: float  # generated voids: depth along the beam, mm
+    thickness: float | None  # local wall thickness, mm; None for imported voids
+    noise: float | None  # noise std of the normalised reading at the void's wall; None when imported
+    shape: str  # pore, shrinkage, cluster (unknown when imported)
+    bbox: list[int]  # [y0, x0, y1, x1], exclusive ends
+    edge: bool  # the bbox touches the image border
+
+
+class SplitManifest(TypedDict, total=False):
+    """``manifest.json``: what the writer supplied (generator, parameters, parent, provenance) and
+    what ``write_split`` adds (``manifest_version``, counts, file hashes, content hash)."""
+
+    generator: str | None  # segfactory.synthetic, segfactory.topup, ...; None for an import
+    generator_version: str
+    params: dict[str, object]  # GenParams as JSON (``GenParams.model_dump(mode="json")``)
+    seed: str  # "public:<k>" or "secret"
+    engine: str
+    parent: str | None  # the parent split's content hash
+    kind: str  # synthetic, imported, real, unlabelled, ...
+    source: str  # an import: the folder it was read from
+    intensity_mapping: dict[str, object]  # synthetic.mapping.IntensityMapping as JSON
+    import_warnings: list[str]
+    intensity: dict[str, object]  # synthetic.intensity.IntensityStats as JSON
+    stand_in: bool
+    stand_in_note: str
+    real_part: str  # a real import's part: real-dev or holdout
+    tier: str  # a vault tier's name and version (synthetic.tiers)
+    version: str
+    appended: int  # images added after the base's (synthetic.extend.append_images)
+    base_images: int
+    topup: dict[str, str | int]  # a top-up dose: arm, n, slice, base
+    manifest_version: int
+    count: int
+    shape: list[int]  # [H, W]
+    n_defects: int
+    files: dict[str, str]  # file name -> sha256
+    content_hash: str
+
+
+_Row = TypeVar("_Row", bound=Mapping[str, object])
+
+
 @dataclass
 class Split:
     """An in-memory (or memory-mapped) split folder."""
@@ -46,9 +127,11 @@ class Split:
     path: Path | None
     images: np.ndarray  # (N, H, W) float32 in [0, 1]
     masks: np.ndarray  # (N, H, W) uint8 in {0, 1}
-    image_meta: list[dict[str, Any]]
+    image_meta: list[ImageMeta]
+    # DefectRow's keys; typed loosely because callers in other packages re-key and sort the rows by
+    # values they take as untyped (console/_labels.py, agents/labelling/_finetune.py)
     defects: list[dict[str, Any]]
-    manifest: dict[str, Any]
+    manifest: SplitManifest
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -59,8 +142,9 @@ class Split:
         return str(self.manifest.get("content_hash", ""))
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def _read_jsonl(path: Path) -> list[_Row]:
+    """The rows of a JSON-lines file, of the row type the caller reads them as."""
+    rows: list[_Row] = []
     with open(path, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, 1):
             if not line.strip():
@@ -111,26 +195,33 @@ def appended_images(path: Path | str) -> tuple[int, int]:
 
 def validate_shapes(split: Split) -> None:
     """Raise DataError unless arrays and metadata agree in shape, dtype and count."""
-    images, masks = split.images, split.masks
+    _validate_shapes(split.images, split.masks, len(split.image_meta))
+
+
+def _validate_shapes(images: np.ndarray, masks: np.ndarray, n_meta: int) -> None:
     if images.ndim != 3 or images.dtype != np.float32:
         raise DataError(f"images must be float32 (N, H, W); got {images.dtype} {images.shape}")
     if masks.shape != images.shape or masks.dtype != np.uint8:
         raise DataError(
             f"masks must be uint8 with the images' shape {images.shape}; got {masks.dtype} {masks.shape}"
         )
-    if len(split.image_meta) != images.shape[0]:
-        raise DataError(f"images.jsonl has {len(split.image_meta)} rows for {images.shape[0]} images")
+    if n_meta != images.shape[0]:
+        raise DataError(f"images.jsonl has {n_meta} rows for {images.shape[0]} images")
 
 
-def _jsonl_lines(rows: Iterable[dict[str, Any]]) -> list[bytes]:
+def _jsonl_lines(rows: Iterable[Mapping[str, object]]) -> list[bytes]:
     """Each row as the bytes it is written and hashed as (sorted keys, no newline)."""
     return [json.dumps(row, sort_keys=True).encode() for row in rows]
 
 
 def content_hash(
-    images: np.ndarray, masks: np.ndarray, image_meta: list[dict[str, Any]], defects: list[dict[str, Any]]
+    images: np.ndarray,
+    masks: np.ndarray,
+    image_meta: Sequence[Mapping[str, object]],
+    defects: Sequence[Mapping[str, object]],
 ) -> str:
-    """One hash for the whole split's content, independent of file layout."""
+    """One hash for the whole split's content, independent of file layout (rows are hashed as
+    written, so any JSON objects will do: a split's rows or ones built from them)."""
     return _content_hash(images, masks, _jsonl_lines(image_meta), _jsonl_lines(defects))
 
 
@@ -215,7 +306,13 @@ class SplitHashes:
         self.defect_lines: list[bytes] = []
         self.done = 0
 
-    def add(self, start: int, stop: int, image_meta: list[dict[str, Any]], defects: list[Any]) -> None:
+    def add(
+        self,
+        start: int,
+        stop: int,
+        image_meta: Sequence[Mapping[str, object]],
+        defects: Sequence[Mapping[str, object]],
+    ) -> None:
         if start != self.done:
             raise ValueError(f"images {start}-{stop} handed over out of order (expected {self.done})")
         images = self.images[start:stop].data
@@ -238,9 +335,9 @@ def write_split(
     path: Path | str,
     images: np.ndarray,
     masks: np.ndarray,
-    image_meta: list[dict[str, Any]],
-    defects: list[dict[str, Any]],
-    manifest: dict[str, Any],
+    image_meta: Sequence[Mapping[str, object]],
+    defects: Sequence[Mapping[str, object]],
+    manifest: Mapping[str, object],
 ) -> Path:
     """Write a split folder atomically (temporary sibling, then rename) and return its path.
 
@@ -250,7 +347,7 @@ def write_split(
     target = Path(path)
     if target.exists():
         raise DataError(f"{target} already exists; split folders are immutable, choose a new --out")
-    validate_shapes(Split(None, images, masks, image_meta, defects, manifest))
+    _validate_shapes(images, masks, len(image_meta))
     # open splits are readable (0755; the vault folder guards the tiers)
     with staged_dir(target, mode=0o755) as tmp:
         finish_split(tmp, images, masks, image_meta, defects, manifest)
@@ -261,19 +358,21 @@ def finish_split(
     folder: Path,
     images: np.ndarray,
     masks: np.ndarray,
-    image_meta: list[dict[str, Any]],
-    defects: list[dict[str, Any]],
-    manifest: dict[str, Any],
+    image_meta: Sequence[Mapping[str, object]],
+    defects: Sequence[Mapping[str, object]],
+    manifest: Mapping[str, object],
     hashes: SplitHashes | None = None,
 ) -> None:
     """Write a split's files into ``folder`` (a staged folder): the arrays, unless ``create_arrays``
     put them there already, the metadata and the manifest with its hashes, each synced to disk.
     ``hashes``: what was hashed of the arrays in place while they were drawn (all of them); then
     the arrays are only synced and the metadata lines are the ones hashed with them."""
-    validate_shapes(Split(None, images, masks, image_meta, defects, manifest))
-    originals: dict[str, Any] = {"images.npy": images, "masks.npy": masks}
-    in_place = {name: _in_place(array, folder / name) for name, array in originals.items()}
-    if hashes is not None and (hashes.done != images.shape[0] or not all(in_place.values())):
+    _validate_shapes(images, masks, len(image_meta))
+    originals = {"images.npy": images, "masks.npy": masks}
+    in_place = {  # the arrays create_arrays mapped from these files
+        name: array for name, array in originals.items() if _in_place(array, folder / name)
+    }
+    if hashes is not None and (hashes.done != images.shape[0] or len(in_place) != len(originals)):
         raise ValueError(f"hashes cover {hashes.done} of {images.shape[0]} images drawn in place")
     images = np.ascontiguousarray(images, dtype=np.float32)  # a view: no longer an np.memmap
     masks = np.ascontiguousarray(masks, dtype=np.uint8)
@@ -285,10 +384,10 @@ def finish_split(
 
     def big_file(name: str) -> str:
         if hashes is not None:  # hashed while drawn: only the sync is left
-            _flush_and_sync(originals[name])
+            _flush_and_sync(in_place[name])
             return str(hashes.files[name].hexdigest())
-        if in_place[name]:
-            return _sync_npy(originals[name])
+        if name in in_place:
+            return _sync_npy(in_place[name])
         return _write_npy(folder / name, contiguous[name])
 
     def content() -> str:
@@ -314,7 +413,7 @@ def finish_split(
 
 def _write_manifest(
     folder: Path,
-    manifest: dict[str, Any],
+    manifest: Mapping[str, object],
     shape: tuple[int, ...],
     n_defects: int,
     files: dict[str, str],
@@ -332,7 +431,7 @@ def _write_manifest(
     _write_lines(folder / "manifest.json", [json.dumps(full, sort_keys=True, indent=2).encode()])
 
 
-def _in_place(array: np.ndarray, path: Path) -> bool:
+def _in_place(array: np.ndarray, path: Path) -> TypeGuard[np.memmap]:
     """True when ``array`` is the mapping of ``path`` that ``create_arrays`` made."""
     if not isinstance(array, np.memmap) or array.filename is None:
         return False

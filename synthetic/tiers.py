@@ -106,7 +106,7 @@ def build_tier(
         raise DataError(f"{target} already exists; tier versions are immutable, rotate to a new version")
     seed = int.from_bytes(os.urandom(SECRET_BYTES), "big")
     drawn = generate(n, size, seed, params, seed_label="secret", workers=workers)
-    drawn.extra.update(tier=tier, version=version)
+    drawn.extra.update({"tier": tier, "version": version})
     staging = folder / f".{version}.building-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 import yaml
@@ -102,11 +102,22 @@ def _state_mismatch(expected: dict[str, torch.Tensor], got: dict[str, torch.Tens
     return "; ".join(parts)
 
 
-def save_resume(path: Path, state: dict[str, Any]) -> None:
+class ResumeState(TypedDict):
+    """``resume.pt``: where a run stands after an epoch, to continue it from there."""
+
+    config: str  # the run's config as ``dump_config`` writes it; a resume needs the same
+    epoch: int  # the last epoch completed
+    model: dict[str, torch.Tensor]  # the model's state dict
+    optimizer: dict[str, object]  # the optimiser's and scheduler's state dicts, as torch gives them
+    scheduler: dict[str, object]
+    epochs_planned: NotRequired[int]  # the run's planned length (a budget-sized run re-sizes it)
+
+
+def save_resume(path: Path, state: ResumeState) -> None:
     _atomic(path, lambda tmp: torch.save(state, tmp))
 
 
-def load_resume(path: Path) -> dict[str, Any]:
+def load_resume(path: Path) -> ResumeState:
     """Resume state, read with ``weights_only=True`` (no arbitrary unpickling)."""
-    loaded: dict[str, Any] = torch.load(path, weights_only=True)
+    loaded: ResumeState = torch.load(path, weights_only=True)
     return loaded

@@ -21,7 +21,6 @@ Conventions (docs/metrics.md has the full text):
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
 
 import numpy as np
 from scipy import ndimage
@@ -62,7 +61,8 @@ class PerImage:
     def __len__(self) -> int:
         return int(self.pixel_tp.shape[0])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, list[object]]:
+        """Every array as (nested) lists of its numbers, by field name."""
         return {f.name: getattr(self, f.name).tolist() for f in fields(self)}
 
 

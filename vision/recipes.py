@@ -20,13 +20,13 @@ budget, and the factory's budget decides how long a ticket trains.
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import JsonValue
 
 from segfactory.errors import UsageError
 
 NNUNET_RECIPE = "nnunet-recipe"
 
-RECIPES: dict[str, dict[str, Any]] = {
+RECIPES: dict[str, dict[str, JsonValue]] = {
     NNUNET_RECIPE: {
         "model": {"name": "unet-plain", "decoder_width": 32, "stages": None},
         "deep_supervision": True,
@@ -47,7 +47,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
-def recipe_patch(name: str) -> dict[str, Any]:
+def recipe_patch(name: str) -> dict[str, JsonValue]:
     """The named recipe's config patch (a copy); an unknown name lists the known ones."""
     if name not in RECIPES:
         raise UsageError(f"recipe {name!r} is not registered; known: {', '.join(sorted(RECIPES))}")

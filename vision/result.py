@@ -7,7 +7,6 @@ apart from any of them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,7 +30,7 @@ class TrainResult(BaseModel):
     dev: dict[str, float] = {}
     timings: dict[str, float] = {}
     files: dict[str, str] = {}
-    plan: dict[str, Any] = {}  # the nnunet engine: what nnU-Net planned and how long it trained
+    plan: dict[str, object] = {}  # the nnunet engine: what nnU-Net planned and how long it trained
 
 
 def write_result(out: Path, result: TrainResult) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from segfactory.records import Result
+from synthetic.splits import ImageMeta
 from vision.metrics import DEFAULT_MIN_SUPPORT, PerImage, object_f1
 
 DEFECT_NUMERIC = ("area", "diameter", "contrast", "thickness", "noise")
@@ -90,7 +91,7 @@ def _groups(values: list[Any]) -> dict[str, np.ndarray]:
 
 def slice_scores(
     per_image: PerImage,
-    image_meta: list[dict[str, Any]],
+    image_meta: list[ImageMeta],
     defects: list[dict[str, Any]],
     min_support: int = DEFAULT_MIN_SUPPORT,
 ) -> list[SliceRow]:
@@ -138,7 +139,7 @@ def slice_scores(
 
 def worst_slice(
     per_image: PerImage,
-    image_meta: list[dict[str, Any]],
+    image_meta: list[ImageMeta],
     defects: list[dict[str, Any]],
     min_support: int = DEFAULT_MIN_SUPPORT,
 ) -> SliceReport:

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import JsonValue
 
+from agents._config_values import as_float, as_int
 from agents.challenge._demote import demote_if_best
 from agents.challenge._locate import Located, code_sha256, host_config, locate
 from agents.challenge._policy import ChallengePolicy, load_policy
@@ -56,7 +58,7 @@ class ChallengeSetup:
     policy: ChallengePolicy | None = None
     gate: Any = None  # gate.client.GateClient for a demotion; None: the home's gate is started for it
 
-    def event(self, event: str, payload: dict[str, Any], run_id: str | None) -> None:
+    def event(self, event: str, payload: dict[str, object], run_id: str | None) -> None:
         self.audit.append(Actor.SYSTEM, event, payload, run_id=run_id)
 
 
@@ -194,7 +196,7 @@ def _rerun(
     located: Located,
     ticket_id: str,
     seed: int,
-    patch: dict[str, Any] | None,
+    patch: dict[str, JsonValue] | None,
     label: str,
 ) -> tuple[Condition, float]:
     """One re-derivation through the runner; a failed run is a condition without metrics."""
@@ -216,7 +218,9 @@ def _rerun(
     return _condition(setup, located, located.claim, label, ticket, folder, outcome), outcome.device_seconds
 
 
-def _challenge_ticket(located: Located, ticket_id: str, seed: int, patch: dict[str, Any] | None) -> Ticket:
+def _challenge_ticket(
+    located: Located, ticket_id: str, seed: int, patch: dict[str, JsonValue] | None
+) -> Ticket:
     original = located.ticket
     if original.kind is TicketKind.CONFIG:
         change = patch or {}
@@ -252,24 +256,24 @@ def _condition(
     pert = None
     if ok and claim.kind is ClaimKind.COLLAPSE:
         pert = _perturbed_f1(
-            setup, folder / "model.onnx", located, claim, float(config.get("threshold", 0.5))
+            setup, folder / "model.onnx", located, claim, as_float(config.get("threshold", 0.5))
         )
     stable = {k: v for k, v in config.items() if k != "seed"}
     return Condition(
         label=label,
         ticket_id=ticket.id,
-        seed=int(config.get("seed", 0)),
+        seed=as_int(config.get("seed", 0)),
         dataset=located.dataset.ref,
         dataset_hash=located.dataset.content_hash,
         code_sha256=code_sha256(ticket),
         config_sha256=hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest(),
-        augment=dict(config.get("augment", {})),
+        augment=config.get("augment", {}),  # validated (and copied) as the record's mapping
         dev_object_f1=dev_f1,
         perturbed_object_f1=pert,
     )
 
 
-def _trained_config(folder: Path, fallback: dict[str, Any]) -> dict[str, Any]:
+def _trained_config(folder: Path, fallback: dict[str, JsonValue]) -> dict[str, JsonValue]:
     """A run's config from the host's copy; a re-run that kept none (it failed) takes ``fallback``."""
     try:
         return host_config(folder)
@@ -291,7 +295,9 @@ def _perturbed_f1(
     return float(aggregate(per_image_metrics(prob, y, threshold=threshold))["object_f1"])
 
 
-def _full_range_patch(claim: Claim, config: dict[str, Any], policy: ChallengePolicy) -> dict[str, Any] | None:
+def _full_range_patch(
+    claim: Claim, config: dict[str, JsonValue], policy: ChallengePolicy
+) -> dict[str, JsonValue] | None:
     """A config patch whose augmentation covers every severity of the claimed perturbation."""
 
     p = PERTURBATIONS.get(claim.perturbation or "")

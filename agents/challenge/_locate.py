@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import JsonValue
 
+from agents._config_values import as_float, as_int
 from agents.challenge._records import Claim, ClaimKind
 from agents.workspace import TreeRefused, Workspace, walk_files
 from runner import HOST_CONFIG_FILE, TicketOutcome, TicketStatus, code_files
@@ -36,7 +38,7 @@ class Located:
     ticket: Ticket
     folder: Path
     outcome: Any  # runner.TicketOutcome
-    config: dict[str, Any]  # the config the ticket trained with (the host's copy, not work/config.yaml)
+    config: dict[str, JsonValue]  # the config the ticket trained with (the host's copy, not work/config.yaml)
     dataset: Any  # synthetic.versions.DatasetVersion
     claim: Claim
 
@@ -92,7 +94,7 @@ def _outcome(folder: Path) -> Any:
     return outcome
 
 
-def host_config(folder: Path) -> dict[str, Any]:
+def host_config(folder: Path) -> dict[str, JsonValue]:
     """The config the ticket trained with, from the host's own copy (``runner.HOST_CONFIG_FILE``).
 
     Never ``work/config.yaml``: the sandboxed code that trained could rewrite it or swap it for a
@@ -111,7 +113,7 @@ def host_config(folder: Path) -> dict[str, Any]:
     return data
 
 
-def _ticket(people: Path, ticket_id: str, outcome: Any, config: dict[str, Any]) -> Ticket:
+def _ticket(people: Path, ticket_id: str, outcome: Any, config: dict[str, JsonValue]) -> Ticket:
     """The ticket as recorded at start (people/tickets.jsonl), else rebuilt from its outcome."""
     for row in _jsonl(people / TICKETS_FILE):
         if row.get("id") == ticket_id:
@@ -122,13 +124,13 @@ def _ticket(people: Path, ticket_id: str, outcome: Any, config: dict[str, Any]) 
         arm=Arm.AGENT,
         kind=TicketKind.CONFIG,
         hypothesis="(not recorded)",
-        budget=Budget(device_seconds=device_s, epochs=int(config["epochs"])),
+        budget=Budget(device_seconds=device_s, epochs=as_int(config["epochs"])),
         expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.0),
-        seed=int(config.get("seed", 0)),
+        seed=as_int(config.get("seed", 0)),
     )
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
+def _jsonl(path: Path) -> list[dict[str, JsonValue]]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -171,8 +173,8 @@ def find_claim(home: Home, run_id: str, ticket_id: str, outcome: Any) -> Claim:
         ticket_id=ticket_id,
         run_id=run_id,
         source=PROMOTIONS_FILE if promoted else DEV_COMPARISONS,
-        claimed=float(row["object_f1"]),
-        reference=float(row["best_object_f1"]),
+        claimed=as_float(row["object_f1"]),
+        reference=as_float(row["best_object_f1"]),
         promoted=bool(promoted),
         model_sha256=outcome.evidence.model_sha256,
     )

@@ -13,7 +13,7 @@ import time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 if TYPE_CHECKING:
     from vision.evaluate import EvalReport
@@ -68,7 +68,7 @@ class Condition(Strict):
     dataset_hash: str
     code_sha256: str  # the training code the host gave the worker: its vision/ with the ticket's files
     config_sha256: str
-    augment: dict[str, Any]  # the augmentation ranges trained with
+    augment: dict[str, JsonValue]  # the augmentation ranges trained with (the config's ``augment``)
     dev_object_f1: float | None = None
     perturbed_object_f1: float | None = None  # collapse claims: at the claimed cell
 

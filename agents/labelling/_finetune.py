@@ -140,8 +140,9 @@ def _reviewed_version(home: Home, info: RoundInfo, surviving: list[Any]) -> Any:
         )
 
 
-def _shifted(defect: dict[str, Any], by: int) -> dict[str, Any]:
-    """A defect row after ``by`` rows were put ahead of its image (an id string needs no change)."""
+def _shifted(defect: dict[str, object], by: int) -> dict[str, object]:
+    """A defect row after ``by`` rows were put ahead of its image (an id string needs no change);
+    its other keys pass through as they are."""
     image_id = defect.get("image_id")
     return {**defect, "image_id": image_id + by} if isinstance(image_id, int) else defect
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import anthropic
 import httpx2
@@ -12,6 +12,9 @@ import httpx2
 from agents._capture import CapturingTransport
 from agents.llm._provider import MAX_OUTPUT_TOKENS, REQUEST_TIMEOUT_S, LLMProvider, ProviderFailure
 from agents.llm._types import AssistantTurn, LLMReply, ToolCall, ToolSpec, Turn, UserTurn
+
+if TYPE_CHECKING:  # the SDK's own request types: the wire format, checked by mypy
+    from anthropic.types import ContentBlockParam, MessageParam, ToolChoiceParam, ToolParam
 
 
 def _arguments(text: str) -> Any:
@@ -21,9 +24,9 @@ def _arguments(text: str) -> Any:
         return {"_unparsed": text}
 
 
-def _blocks(turn: Turn) -> list[dict[str, Any]]:
+def _blocks(turn: Turn) -> list[ContentBlockParam]:
     if isinstance(turn, UserTurn):
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": turn.text}]
+        blocks: list[ContentBlockParam] = [{"type": "text", "text": turn.text}]
         return blocks + [
             {"type": "image", "source": {"type": "base64", "media_type": a.media_type, "data": a.b64()}}
             for a in turn.attachments
@@ -37,16 +40,22 @@ def _blocks(turn: Turn) -> list[dict[str, Any]]:
     return [{"type": "tool_result", "tool_use_id": turn.call_id, "content": turn.content}]
 
 
-def to_messages(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+def to_messages(turns: Sequence[Turn]) -> list[MessageParam]:
     """Turns → messages; consecutive user-side turns (tool results, text) merge into one message."""
-    messages: list[dict[str, Any]] = []
+    merged: list[tuple[bool, list[ContentBlockParam]]] = []  # (the assistant's, its blocks), in order
     for turn in turns:
-        role = "assistant" if isinstance(turn, AssistantTurn) else "user"
-        if messages and messages[-1]["role"] == role == "user":
-            messages[-1]["content"] += _blocks(turn)
+        assistant = isinstance(turn, AssistantTurn)
+        if merged and not merged[-1][0] and not assistant:
+            merged[-1][1].extend(_blocks(turn))
         else:
-            messages.append({"role": role, "content": _blocks(turn)})
-    return messages
+            merged.append((assistant, _blocks(turn)))
+    return [_message(assistant, blocks) for assistant, blocks in merged]
+
+
+def _message(assistant: bool, blocks: list[ContentBlockParam]) -> MessageParam:
+    if assistant:
+        return {"role": "assistant", "content": blocks}
+    return {"role": "user", "content": blocks}
 
 
 def _failure(exc: anthropic.AnthropicError) -> ProviderFailure:
@@ -63,6 +72,13 @@ def _failure(exc: anthropic.AnthropicError) -> ProviderFailure:
     if isinstance(exc, anthropic.APIResponseValidationError):
         return ProviderFailure("malformed_response", str(exc))
     return ProviderFailure("client_error", str(exc))
+
+
+class _ToolArgs(TypedDict, total=False):
+    """The tool arguments of a request, present only when the call offers tools."""
+
+    tools: list[ToolParam]
+    tool_choice: ToolChoiceParam
 
 
 class AnthropicProvider(LLMProvider):
@@ -86,7 +102,7 @@ class AnthropicProvider(LLMProvider):
     def complete(
         self, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec], *, force_tool: str | None = None
     ) -> LLMReply:
-        kwargs: dict[str, Any] = {}
+        kwargs: _ToolArgs = {}
         if tools:
             kwargs["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
@@ -96,7 +112,7 @@ class AnthropicProvider(LLMProvider):
             response = self.client.messages.create(
                 model=self.model,
                 system=system,
-                messages=to_messages(turns),  # type: ignore[arg-type]
+                messages=to_messages(turns),
                 max_tokens=MAX_OUTPUT_TOKENS,
                 **kwargs,
             )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import httpx2
 import openai
@@ -12,11 +12,21 @@ from agents._capture import CapturingTransport
 from agents.llm._provider import MAX_OUTPUT_TOKENS, REQUEST_TIMEOUT_S, LLMProvider, ProviderFailure
 from agents.llm._types import AssistantTurn, LLMReply, ToolCall, ToolResultTurn, ToolSpec, Turn, UserTurn
 
+if TYPE_CHECKING:  # the SDK's own request types: the wire format, checked by mypy
+    from openai.types.chat import (
+        ChatCompletionAssistantMessageParam,
+        ChatCompletionContentPartParam,
+        ChatCompletionFunctionToolParam,
+        ChatCompletionMessageParam,
+        ChatCompletionToolChoiceOptionParam,
+        ChatCompletionUserMessageParam,
+    )
 
-def _user(turn: UserTurn) -> dict[str, Any]:
+
+def _user(turn: UserTurn) -> ChatCompletionUserMessageParam:
     if not turn.attachments:
         return {"role": "user", "content": turn.text}
-    parts: list[dict[str, Any]] = [{"type": "text", "text": turn.text}]
+    parts: list[ChatCompletionContentPartParam] = [{"type": "text", "text": turn.text}]
     parts += [
         {"type": "image_url", "image_url": {"url": f"data:{a.media_type};base64,{a.b64()}"}}
         for a in turn.attachments
@@ -24,8 +34,8 @@ def _user(turn: UserTurn) -> dict[str, Any]:
     return {"role": "user", "content": parts}
 
 
-def _assistant(turn: AssistantTurn) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": turn.text}
+def _assistant(turn: AssistantTurn) -> ChatCompletionAssistantMessageParam:
+    message: ChatCompletionAssistantMessageParam = {"role": "assistant", "content": turn.text}
     if turn.tool_calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -34,8 +44,8 @@ def _assistant(turn: AssistantTurn) -> dict[str, Any]:
     return message
 
 
-def to_messages(system: str, turns: Sequence[Turn]) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+def to_messages(system: str, turns: Sequence[Turn]) -> list[ChatCompletionMessageParam]:
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": system}]
     for turn in turns:
         if isinstance(turn, UserTurn):
             messages.append(_user(turn))
@@ -60,6 +70,13 @@ def _failure(exc: openai.OpenAIError) -> ProviderFailure:
     return ProviderFailure("client_error", str(exc))
 
 
+class _ToolArgs(TypedDict, total=False):
+    """The tool arguments of a request, present only when the call offers tools."""
+
+    tools: list[ChatCompletionFunctionToolParam]
+    tool_choice: ChatCompletionToolChoiceOptionParam
+
+
 class OpenAIProvider(LLMProvider):
     provider = "openai"
 
@@ -81,16 +98,22 @@ class OpenAIProvider(LLMProvider):
     def complete(
         self, system: str, turns: Sequence[Turn], tools: Sequence[ToolSpec], *, force_tool: str | None = None
     ) -> LLMReply:
-        kwargs: dict[str, Any] = {}
+        kwargs: _ToolArgs = {}
         if tools:
-            kwargs["tools"] = [{"type": "function", "function": t.model_dump()} for t in tools]
+            kwargs["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in tools
+            ]
             kwargs["tool_choice"] = (
                 {"type": "function", "function": {"name": force_tool}} if force_tool else "auto"
             )
         try:
             response = self.client.chat.completions.create(
                 model=self.model,
-                messages=to_messages(system, turns),  # type: ignore[arg-type]
+                messages=to_messages(system, turns),
                 max_tokens=MAX_OUTPUT_TOKENS,
                 **kwargs,
             )

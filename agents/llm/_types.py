@@ -8,7 +8,7 @@ wire format (OpenAI chat completions, Anthropic messages) and its reply back to
 from __future__ import annotations
 
 import base64
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,7 +22,7 @@ class ToolSpec(_Frozen):
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: dict[str, object]  # a JSON schema, passed to the vendor as it is
 
 
 class Attachment(_Frozen):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,7 +20,9 @@ class TicketDraft(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: TicketKind
     hypothesis: str = Field(min_length=1, max_length=4000)
-    change: dict[str, Any] = Field(default_factory=dict)
+    # the change as the proposer wrote it (a config patch, files, a data spec), validated with the
+    # ticket; ``object`` keeps the tool's JSON schema an open object, as the model is shown it
+    change: dict[str, object] = Field(default_factory=dict)
     budget: Budget
     expected_effect: ExpectedEffect
     evidence: list[str] = Field(default_factory=list)

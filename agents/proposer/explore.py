@@ -17,10 +17,10 @@ hyperparameters perturbed, since a new architecture cannot start from another's 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from agents.actions import dotted_get
 from agents.context import ProposerContext, VerdictEntry
@@ -28,6 +28,9 @@ from agents.incumbent import EXPLORATION_EVIDENCE
 from agents.proposer._base import Proposer, Rejected, TicketDraft
 from agents.space import SEARCH_SPACE, SearchSpace, load_space
 from segfactory.records import INCUMBENT, Budget, Direction, ExpectedEffect, TicketKind
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ class Observation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     ticket_id: str
-    params: dict[str, Any]  # the space's keys, as the ticket's patched config had them
+    params: dict[str, JsonValue]  # the space's keys, as the ticket's patched config had them
     value: float  # host-computed dev object F1
 
 
@@ -95,7 +98,9 @@ class ExploringProposer(Proposer):
         return drafts + self._explore(context, n - len(drafts), refused)
 
     # -- the study ------------------------------------------------------------------------------
-    def _study(self, context: ProposerContext, distributions: dict[str, Any], base: dict[str, Any]) -> Any:
+    def _study(
+        self, context: ProposerContext, distributions: dict[str, BaseDistribution], base: dict[str, object]
+    ) -> Any:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -115,7 +120,7 @@ class ExploringProposer(Proposer):
         return study
 
     def _observe(
-        self, study: Any, distributions: dict[str, Any], observations: Sequence[Observation]
+        self, study: Any, distributions: dict[str, BaseDistribution], observations: Sequence[Observation]
     ) -> None:
         """Add every trained ticket not yet in the study as a completed trial with its dev score."""
         import optuna
@@ -137,12 +142,16 @@ class ExploringProposer(Proposer):
             study.add_trial(trial)
 
     def _observe_coarse(
-        self, study: Any, distributions: dict[str, Any], base: dict[str, Any], history: Sequence[VerdictEntry]
+        self,
+        study: Any,
+        distributions: dict[str, BaseDistribution],
+        base: dict[str, object],
+        history: Sequence[VerdictEntry],
     ) -> None:
         """Without dev scores: the incumbent and each earlier exploration by its coarse outcome."""
         import optuna
 
-        def add(params: dict[str, Any], value: float) -> None:
+        def add(params: dict[str, object], value: float) -> None:
             try:
                 study.add_trial(
                     optuna.trial.create_trial(params=params, distributions=distributions, value=value)
@@ -164,7 +173,9 @@ class ExploringProposer(Proposer):
         import optuna
 
         distributions = self.space.distributions()
-        base = {k: v for k in distributions if (v := dotted_get(context.incumbent, k)) is not None}
+        base: dict[str, object] = {
+            k: v for k in distributions if (v := dotted_get(context.incumbent, k)) is not None
+        }
         study = self._study(context, distributions, base)
         seen = {repr(sorted(h.change.items())) for h in context.history}
         out: list[TicketDraft] = []
@@ -185,7 +196,7 @@ class ExploringProposer(Proposer):
                 pbt = False  # one continuation a batch; the rest explore from fresh weights
         return out
 
-    def _draft(self, change: dict[str, Any], incumbent: str, *, continues: bool) -> TicketDraft:
+    def _draft(self, change: Mapping[str, object], incumbent: str, *, continues: bool) -> TicketDraft:
         keys = ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(change.items())
         )

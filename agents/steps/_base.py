@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from agents.judge import Decision, JudgeDecision
 from agents.loop_deps import LoopDeps
 from agents.state import FactoryState
@@ -14,7 +12,7 @@ class Step:
     def __init__(self, deps: LoopDeps) -> None:
         self.d = deps
 
-    def audit(self, state: FactoryState, event: str, payload: dict[str, Any]) -> None:
+    def audit(self, state: FactoryState, event: str, payload: dict[str, object]) -> None:
         self.d.sink.append(Actor.SYSTEM.value, event, payload, run_id=state.run_id)
 
     def rule_decision(

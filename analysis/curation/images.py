@@ -219,11 +219,11 @@ def _coverage(train: Split, dev: Split) -> Coverage:
             edges = np.linspace(both.min(), both.max() + 1e-9, COVERAGE_BINS + 1)
             tv = [
                 f"[{edges[k]:.3g}, {edges[k + 1]:.3g})"
-                for k in np.digitize([v for v in tv if v is not None], edges[1:-1])
+                for k in np.digitize(np.asarray([v for v in tv if v is not None]), edges[1:-1])
             ]
             dv = [
                 f"[{edges[k]:.3g}, {edges[k + 1]:.3g})"
-                for k in np.digitize([v for v in dv if v is not None], edges[1:-1])
+                for k in np.digitize(np.asarray([v for v in dv if v is not None]), edges[1:-1])
             ]
         tc, dc = Counter(map(str, tv)), Counter(map(str, dv))
         cells = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -100,7 +100,18 @@ def record_guess(session: BlindSession, k: int, guess: str) -> BlindSession:
     return session.model_copy(update={"trials": trials})
 
 
-def score(session: BlindSession) -> dict[str, Any]:
+class BlindScore(TypedDict):
+    """A session's result: aggregates only, never a trial's truth."""
+
+    id: str
+    answered: int
+    trials: int
+    correct: int
+    accuracy: dict[str, float]  # a Wilson interval (segfactory.stats.Interval.as_dict)
+    chance: float
+
+
+def score(session: BlindSession) -> BlindScore:
     """Accuracy over the answered trials with a 95% Wilson interval (aggregates only)."""
 
     answered = [t for t in session.trials if t.guess is not None]

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from synthetic import generate
 from synthetic.exchange import STAND_IN_FILE, export_png
-from synthetic.params import GenParams, make_params
+from synthetic.params import GenParams, ParamValues, make_params
 
 STAND_IN_NOTE = (
     "NOT REAL DATA: a synthetic stand-in drawn with shifted physics (part family, noise, "
     "blur, dose) for tests and the demo; replace it with your own labelled images"
 )
-STAND_IN_OVERRIDES: dict[str, Any] = {
+STAND_IN_OVERRIDES: ParamValues = {
     "thickness_min": 12.0,
     "thickness_max": 36.0,  # thicker castings
     "mu": 0.06,

@@ -32,7 +32,10 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _SOCKET = os.environ.get("SEGFACTORY_HOOK_SOCKET", "")
 _READ = tuple(p for p in os.environ.get("SEGFACTORY_HOOK_READ", "").split(":") if p)
@@ -279,7 +282,7 @@ def _on_spawn(op: str, argv: object, executable: object = None) -> None:
     )
 
 
-_HANDLERS: dict[str, Any] = {
+_HANDLERS: dict[str, Callable[[tuple[object, ...]], None]] = {
     "open": _on_open,
     "os.listdir": lambda a: _on_listing(a, "listdir"),
     "os.scandir": lambda a: _on_listing(a, "scandir"),

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import JsonValue
+
 from agents import report as rpt
 from agents.judge import Decision, JudgeDecision
 from agents.promotion import MilestoneFile
@@ -43,7 +45,7 @@ def _score(estimate: float, half: float, n: int = 1000) -> ModelScore:
     )
 
 
-def milestone(best: str = BEST, classical: str = CLASSICAL) -> dict[str, Any]:
+def milestone(best: str = BEST, classical: str = CLASSICAL) -> dict[str, JsonValue]:
     """The final milestone file as ``HostServices.milestone`` writes it."""
     models = {best: _score(0.487, 0.018), classical: _score(0.155, 0.009)}
     never = {best: _score(0.486, 0.025, 400), classical: _score(0.149, 0.012, 400)}
@@ -60,7 +62,7 @@ def milestone(best: str = BEST, classical: str = CLASSICAL) -> dict[str, Any]:
     }
 
 
-def chain() -> dict[str, Any]:
+def chain() -> dict[str, JsonValue]:
     """The chain milestone: this run's promotions and their parents that the final one missed."""
     models = {START: _score(0.463, 0.015), FIRST: _score(0.472, 0.016)}
     return {
@@ -70,16 +72,16 @@ def chain() -> dict[str, Any]:
     }
 
 
-def as_milestone(data: dict[str, Any] | None) -> MilestoneFile | None:
+def as_milestone(data: dict[str, JsonValue] | None) -> MilestoneFile | None:
     """A milestone file's dict as the report reads it back (name and run id filled in if absent)."""
     return None if data is None else MilestoneFile.model_validate({"name": "m", "run_id": RUN, **data})
 
 
-def as_promotions(rows: list[dict[str, Any]]) -> list[Promotion]:
+def as_promotions(rows: list[dict[str, JsonValue]]) -> list[Promotion]:
     return [Promotion.model_validate({"model": f"runs/{r['ticket_id']}/model.onnx", **r}) for r in rows]
 
 
-def promotions() -> list[dict[str, Any]]:
+def promotions() -> list[dict[str, JsonValue]]:
     return [
         {
             "sha256": START,
@@ -104,7 +106,7 @@ def promotions() -> list[dict[str, Any]]:
     ]
 
 
-_TICKETS: list[tuple[str, str, str, dict[str, Any], str, float | None, str]] = [
+_TICKETS: list[tuple[str, str, str, dict[str, JsonValue], str, float | None, str]] = [
     # (id suffix, kind, hypothesis, change, verdict, dev object F1, built on)
     (
         "t001",
@@ -237,7 +239,13 @@ _TICKETS: list[tuple[str, str, str, dict[str, Any], str, float | None, str]] = [
 
 
 def _row(
-    suffix: str, kind: str, hyp: str, change: dict[str, Any], verdict: str, f1: float | None, parent: str
+    suffix: str,
+    kind: str,
+    hyp: str,
+    change: dict[str, JsonValue],
+    verdict: str,
+    f1: float | None,
+    parent: str,
 ) -> Any:
     tid = f"{RUN}-{suffix}"
     original = tid.removesuffix("-rep") if suffix.endswith("-rep") else None
@@ -287,23 +295,23 @@ def curves(tickets_dir: Path) -> None:
             (out / "learning_curve.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def _rounds(ticket_rows: list[rpt.TicketRow]) -> list[dict[str, Any]]:
+def _rounds(ticket_rows: list[rpt.TicketRow]) -> list[rpt.RoundRow]:
     out = []
     for k, sha in enumerate((START, FIRST, BEST), 1):
         tried = [
-            {
-                "ticket_id": t.ticket_id,
-                "hypothesis": t.hypothesis,
-                "change": t.change,
-                "verdict": t.verdict,
-                "dev_object_f1": t.dev_metrics.get("object_f1"),
-                "best_dev_object_f1": t.best_dev_object_f1,
-                "predicted": {"metric": "miss_rate", "slice": "size=tiny", "direction": "down", "size": 0.12}
+            rpt.TriedFix(
+                ticket_id=t.ticket_id,
+                hypothesis=t.hypothesis,
+                change=t.change,
+                verdict=t.verdict,
+                dev_object_f1=t.dev_metrics.get("object_f1"),
+                best_dev_object_f1=t.best_dev_object_f1,
+                predicted={"metric": "miss_rate", "slice": "size=tiny", "direction": "down", "size": 0.12}
                 if t.kind == "data"
                 else None,
-                "observed_change": -0.031 if t.kind == "data" else None,
-                "held": False if t.kind == "data" else None,
-            }
+                observed_change=-0.031 if t.kind == "data" else None,
+                held=False if t.kind == "data" else None,
+            )
             for t in ticket_rows
             if t.built_on == sha and t.replicate_of is None
         ]
@@ -311,7 +319,7 @@ def _rounds(ticket_rows: list[rpt.TicketRow]) -> list[dict[str, Any]]:
             "targeted_synthetic-0: size=tiny: defect failure 0.91 vs 0.42 elsewhere (n=151), reproduced on "
             "held-out half; training_change-0: perturbation_drop_detector_blur = 0.061 (threshold 0.02)"
         )
-        out.append({"round": k, "incumbent": sha, "weakness": weakness, "tried": tried})
+        out.append(rpt.RoundRow(round=k, incumbent=sha, weakness=weakness, tried=tried))
     return out
 
 
@@ -378,9 +386,10 @@ def demo_report(**update: Any) -> rpt.RunReport:
         gate_tiers=["confirm-a", "confirm-b", "never-queried", "sealed"],
         rounds=_rounds(ticket_rows),
         hit_rate={
+            "run_id": RUN,
             "recommendation": {"held": 0, "n": 4, "rate": 0.0, "low": 0.0, "high": 0.49},
             "default": {"held": 0, "n": 4, "rate": 0.0, "low": 0.0, "high": 0.49},
-            "sealed": {"held": 0, "n": 0},
+            "sealed": {"held": 0, "n": 0, "rate": 0.0, "low": 0.0, "high": 0.0},
         },
         refused=[
             {
@@ -391,7 +400,7 @@ def demo_report(**update: Any) -> rpt.RunReport:
             }
         ],
     )
-    return report.model_copy(update=update)
+    return rpt.RunReport.model_validate({**dict(report), **update})  # updates validated as run() makes them
 
 
 __all__ = [

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import JsonValue
 
 from agents.context import DevAnalysis, VerdictEntry, build_context
 from agents.context import ProposerContext as Context
@@ -36,7 +37,7 @@ class Log:
         self.home = home
         self.log = AuditLog(home, MemoryAnchorStore())
 
-    def append(self, actor: Any, event: str, payload: dict[str, Any], run_id: str | None = None) -> Any:
+    def append(self, actor: Any, event: str, payload: Mapping[str, object], run_id: str | None = None) -> Any:
         return self.log.append(actor, event, payload, run_id=run_id)
 
     def put_blob(self, data: bytes) -> str:
@@ -45,7 +46,7 @@ class Log:
     def records(self) -> list[AuditRecord]:
         return list(iter_records(self.log.path))
 
-    def events(self, name: str) -> list[dict[str, Any]]:
+    def events(self, name: str) -> list[dict[str, JsonValue]]:
         return [r.payload for r in self.records() if r.event == name]
 
     def blob(self, ref: str) -> bytes:

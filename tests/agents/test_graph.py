@@ -132,7 +132,7 @@ def _deps_of(services: StubFactoryServices, log: Log, **kw: Any) -> LoopDeps:
     )
 
 
-def _checkpointed_states(graph: Any, run_id: str) -> list[dict[str, Any]]:
+def _checkpointed_states(graph: Any, run_id: str) -> list[dict[str, object]]:
     return [snap.values for snap in graph.get_state_history({"configurable": {"thread_id": run_id}})]
 
 

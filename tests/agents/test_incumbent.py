@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import JsonValue
 
 from agents.actions import NotExecutable, load_catalogue, realise_config
 from agents.incumbent import DEFAULT_ACTION_EVIDENCE, fingerprint
@@ -58,7 +59,7 @@ class Gate:
 def _ticket(
     tid: str,
     kind: TicketKind = TicketKind.CONFIG,
-    change: dict[str, Any] | None = None,
+    change: dict[str, JsonValue] | None = None,
     *,
     evidence: list[str] | None = None,
     arm: Arm = Arm.AGENT,
@@ -124,7 +125,7 @@ def _rec(rule: str, **evidence: Any) -> Recommendation:
     ],
 )
 def test_each_config_action_trains_a_config_other_than_the_incumbents(
-    services: HostServices, rule: str, evidence: dict[str, Any]
+    services: HostServices, rule: str, evidence: dict[str, JsonValue]
 ) -> None:
     incumbent = services.incumbent()
     got = realise_config(
@@ -357,7 +358,7 @@ def _analysis(*recs: Recommendation) -> Any:
 
 
 def _promote_with(
-    services: HostServices, *, dataset: str = "synthetic/v1", config_patch: dict[str, Any] | None = None
+    services: HostServices, *, dataset: str = "synthetic/v1", config_patch: dict[str, JsonValue] | None = None
 ) -> None:
     """Record a promoted ticket as HostServices.promote does, and make it the gate's best."""
     ticket = _ticket("k1-p1", change=config_patch or {"optim.lr": 0.004})

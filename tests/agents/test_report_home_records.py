@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from agents import report as rpt
 from agents._report_md import render_markdown
@@ -61,7 +60,7 @@ def _challenge(verdict: Verdict, ticket: str) -> ChallengeRecord:
     )
 
 
-def _rendered(records: dict[str, list[dict[str, Any]]]) -> str:
+def _rendered(records: rpt.HomeRecords | dict[str, list[rpt.RefusedDraft]]) -> str:
     """An otherwise empty run report carrying ``records``, as Markdown."""
     report = rpt.RunReport(
         run_id="r1",
@@ -97,8 +96,8 @@ def test_the_report_lists_the_homes_rounds_and_only_its_retracted_claims(tmp_pat
         (challenges / f"{ticket}.json").write_text(_challenge(verdict, ticket).model_dump_json())
 
     records = rpt.home_records(home)
-    assert [r["round"] for r in records["label_rounds"]] == ["labels/v1"]
-    assert [r["ticket_id"] for r in records["retractions"]] == ["t-false"]
+    assert [r.round for r in records["label_rounds"]] == ["labels/v1"]
+    assert [r.ticket_id for r in records["retractions"]] == ["t-false"]
     md = _rendered(records)
     assert "| labels/v1 | 6 | 0 / 5 / 1 | 0.244 |" in md and "| 0.257 | WIN |" in md
     assert "**Retracted** collapse claim of ticket t-false" in md and "t-true" not in md
@@ -133,6 +132,6 @@ def test_the_report_lists_the_drafts_validation_refused(tmp_path: Path) -> None:
             run_id="r2",
         )
     refused = rpt.refused_drafts(home, "r1")
-    assert refused == [{"hypothesis": "top up clusters", "kind": "data", "reasons": [reason]}]
+    assert refused == [rpt.RefusedDraft(hypothesis="top up clusters", kind="data", reasons=[reason])]
     md = _rendered({"refused": refused})
     assert "refused before queueing" in md and reason in md and "other run" not in md

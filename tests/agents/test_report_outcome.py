@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import JsonValue
+
 from agents import report as rpt
 from tests.agents import _report_fixture as fx
 
@@ -15,7 +17,7 @@ def _outcome(report: rpt.RunReport) -> str:
 
 
 def _with(
-    promotions: list[dict[str, Any]], milestone: dict[str, Any] | None = None, chain: Any = None
+    promotions: list[dict[str, JsonValue]], milestone: dict[str, JsonValue] | None = None, chain: Any = None
 ) -> str:
     milestone = fx.milestone() if milestone is None else milestone
     headline = rpt.headline(

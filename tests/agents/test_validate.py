@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
+from pydantic import JsonValue
 
 from agents.validate import ticket_problems
 from segfactory.budgets import BUDGETS_POLICY, load_budget_policy
@@ -15,7 +15,7 @@ from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, T
 
 def _ticket(
     kind: TicketKind = TicketKind.CONFIG,
-    change: dict[str, Any] | None = None,
+    change: dict[str, JsonValue] | None = None,
     device_seconds: float = 60,
     epochs: int = 2,
 ) -> Ticket:
@@ -72,7 +72,9 @@ def test_over_budget_tickets_are_refused_with_reasons() -> None:
         ({"optim.nesterov": True}, "invalid"),
     ],
 )
-def test_config_changes_outside_the_allowlist_are_refused(change: dict[str, Any], fragment: str) -> None:
+def test_config_changes_outside_the_allowlist_are_refused(
+    change: dict[str, JsonValue], fragment: str
+) -> None:
     problems = ticket_problems(_ticket(change=change), load_budget_policy(), "demo")
     assert problems and fragment in problems[0]
 

@@ -45,7 +45,7 @@ def data_request(ticket_id: str = REQUEST) -> Ticket:
     )
 
 
-def seed_run(home: Home, run_id: str, values: dict[str, Any]) -> None:
+def seed_run(home: Home, run_id: str, values: dict[str, object]) -> None:
     """A checkpoint for ``run_id`` holding ``values``, written by a real LangGraph graph."""
     import sqlite3
 

@@ -7,13 +7,15 @@ import re
 import typing
 from typing import Any
 
+from audit import iter_records
+from audit.reader import LOG_NAME
 from console import MAX_BODY_BYTES, MAX_REPLY_CHARS
+from segfactory.records import AuditRecord
 from tests.console.conftest import REQUEST, RUN, ConsoleHome, csrf_of
 
 
-def _records(ch: ConsoleHome, event: str) -> list[dict[str, Any]]:
-    lines = (ch.home.audit / "log.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["event"] == event]
+def _records(ch: ConsoleHome, event: str) -> list[AuditRecord]:
+    return [r for r in iter_records(ch.home.audit / LOG_NAME) if r.event == event]
 
 
 # --- auth -------------------------------------------------------------------------------------
@@ -188,10 +190,7 @@ def test_approve_in_own_words_then_confirm_queues_the_data_ticket(
     approved = client.get(f"/api/runs/{RUN}").json()["approved_data_tickets"]
     assert approved == [{"id": "r1-dr1-data", "taken": False}]
     decided = _records(console_home, "approval_decided")
-    assert (
-        decided[0]["actor"] == "human"
-        and decided[0]["payload"]["reason"] == "count=200; scope=thin voids only"
-    )
+    assert decided[0].actor == "human" and decided[0].payload["reason"] == "count=200; scope=thin voids only"
 
 
 def test_double_approval_changes_nothing_and_says_so(client: Any, console_home: ConsoleHome) -> None:
@@ -232,7 +231,7 @@ def test_approval_for_an_ended_run_is_recorded_and_says_it_will_not_run(
     page = _confirm(client, page)
     assert "has ended (budget: wall)" in page and "will not run in it" in page
     assert client.get("/api/approvals").json()["requests"][0]["status"] == "approved"  # the decision is kept
-    assert _records(console_home, "approval_decided")[0]["payload"]["status"] == "approved"
+    assert _records(console_home, "approval_decided")[0].payload["status"] == "approved"
 
 
 def test_a_huge_reply_is_refused_and_nothing_read(client: Any, console_home: ConsoleHome) -> None:

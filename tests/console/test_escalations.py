@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from agents.approvals import ApprovalQueue
 from agents.judge import Decision, JudgeDecision
-from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
+from audit import iter_records
+from audit.reader import LOG_NAME
+from segfactory.records import Arm, AuditRecord, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 from tests.console.conftest import RUN, ConsoleHome, csrf_of
 
 TICKET = "r1-t002"
@@ -49,9 +50,8 @@ def _confirm(client: Any, page: str) -> str:
     return client.get(f"/approvals/{ITEM}").text
 
 
-def _decided(ch: ConsoleHome) -> list[dict[str, Any]]:
-    lines = (ch.home.audit / "log.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["event"] == "approval_decided"]
+def _decided(ch: ConsoleHome) -> list[AuditRecord]:
+    return [r for r in iter_records(ch.home.audit / LOG_NAME) if r.event == "approval_decided"]
 
 
 def test_an_escalation_is_listed_and_its_thread_says_what_approval_does(
@@ -81,7 +81,7 @@ def test_approving_in_the_chat_answers_the_escalation_once(client: Any, console_
     assert (answer.id, answer.approved, answer.pending, answer.by) == (ITEM, True, "promote", "human:tester")
     assert "already approved" in _say(client, "approve")
     [decided] = _decided(console_home)
-    assert decided["actor"] == "human" and decided["payload"]["kind"] == "escalation"
+    assert decided.actor == "human" and decided.payload["kind"] == "escalation"
 
 
 def test_a_count_means_nothing_for_an_escalation_and_a_denial_holds_the_ticket_back(

@@ -6,7 +6,7 @@ audit log would show, so that the pipeline's accounting can be checked without t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,9 +65,9 @@ class ListSink:
     """An audit sink that keeps records in memory (the judge writes its decisions here)."""
 
     def __init__(self) -> None:
-        self.records: list[tuple[Any, str, dict[str, Any]]] = []
+        self.records: list[tuple[Any, str, Mapping[str, object]]] = []
 
-    def append(self, actor: Any, event: str, payload: dict[str, Any], run_id: str | None = None) -> Any:
+    def append(self, actor: Any, event: str, payload: Mapping[str, object], run_id: str | None = None) -> Any:
         self.records.append((actor, event, payload))
 
     def put_blob(self, data: bytes) -> str:

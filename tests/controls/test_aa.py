@@ -54,8 +54,8 @@ def test_aa_bookkeeping_matches_the_ledger_and_the_sandbox_runs() -> None:
     gate, naive = s.gate_rule, s.naive_rule
     assert (gate.wins, gate.runs) == (2, 8) and services.promoted == ["aa-aa002", "aa-aa006"]
     assert (naive.wins, naive.runs) == (5, 8)  # 0.503 0.52 0.56 0.59 0.62 beat 0.50; 0.50 ties
-    assert gate.false_win_rate["k"] == gate.false_win_rate["n"] == 2  # every win is false by construction
-    assert gate.wins_per_run["wilson"]["low"] < 0.25 < gate.wins_per_run["wilson"]["high"]
+    assert gate.false_win_rate.k == gate.false_win_rate.n == 2  # every win is false by construction
+    assert gate.wins_per_run.wilson.low < 0.25 < gate.wins_per_run.wilson.high
     assert s.selection_effect["n"] == 8
 
 
@@ -111,7 +111,7 @@ def test_runs_that_could_not_win_are_not_counted_as_runs_that_did_not() -> None:
     s = result.summary()
     assert (s.runs, s.failed, s.undecided) == (4, 2, 1)
     assert (s.gate_rule.wins, s.gate_rule.runs) == (0, 1)  # only aa000 reached a decision
-    assert s.gate_rule.wins_per_run["n"] == 1  # not 4: failures are not evidence of no false win
+    assert s.gate_rule.wins_per_run.n == 1  # not 4: failures are not evidence of no false win
     assert (s.naive_rule.wins, s.naive_rule.runs) == (1, 2)
     with pytest.raises(typer.Exit) as exited:
         _refuse_failed_runs(s, result.runs)

@@ -9,8 +9,10 @@ import pytest
 
 from controls.compare import _curve, _nnunet_arm
 from controls.compare_report import ArmRun, SealedScores, pairwise_differences, ranking, summarise
-from controls.nnunet_arm import NNUNET_MAX_EPOCHS, nnunet_ticket
+from controls.nnunet_arm import NNUNET_MAX_EPOCHS, NnunetArmSummary, nnunet_ticket
+from controls.pipeline import CandidateResult
 from segfactory.home import Home
+from segfactory.records import Verdict
 
 
 def run(f1: float, worst: float | None) -> ArmRun:
@@ -71,19 +73,20 @@ def test_the_nnunet_arm_reads_its_ticket_and_plan(tmp_path: Path) -> None:
     folder = home.tickets_dir("nn") / "nn-nnunet"
     folder.mkdir(parents=True)
     (folder / "outcome.json").write_text(json.dumps({"device_seconds": 470.0}))
-    summary = {
-        "run_id": "nn",
-        "plan": {"patch_size": [64, 64], "epochs": 6},
-        "replicate_plan": None,
-        "candidate": {
-            "ticket_id": "nn-nnunet",
-            "dev_score": 0.61,
-            "replicate_id": None,
-            "status": "dev_win",
-            "confirm_a": "NO_WIN",
-            "decision": "reject",
-        },
-    }
+    summary = NnunetArmSummary(
+        run_id="nn",
+        budget_s=480.0,
+        plan={"patch_size": [64, 64], "epochs": 6},
+        replicate_plan=None,
+        candidate=CandidateResult(
+            ticket_id="nn-nnunet",
+            dev_score=0.61,
+            replicate_id=None,
+            status="dev_win",
+            confirm_a=Verdict.NO_WIN,
+            decision="reject",
+        ),
+    )
     arm = _nnunet_arm(home, summary)
     assert arm.curve == [(470.0, 0.61)] and arm.best_ticket == "nn-nnunet"
     assert (arm.dev_wins, arm.confirm_a_wins, arm.promoted) == (1, 0, 0)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from PIL import Image
 
+from agents.llm import LLMUsage
 from controls.compare import _curve
 from controls.compare_report import ArmRun, SealedScores, summarise, write_plot
 
@@ -15,12 +15,12 @@ def run(
     sealed: float,
     curve: list[tuple[float, float | None]],
     promoted: int = 0,
-    llm: dict[str, Any] | None = None,
+    llm: LLMUsage | None = None,
 ) -> ArmRun:
     return ArmRun(
         curve=_curve(curve),
         promoted=promoted,
-        llm=llm or {},
+        llm=llm or LLMUsage(),
         sealed=SealedScores(object_f1={"estimate": sealed, "low": sealed - 0.02, "high": sealed + 0.02}),
     )
 
@@ -32,7 +32,7 @@ def results(agent: float, sweep: float) -> dict[str, list[ArmRun]]:
                 agent,
                 [(60, 0.5), (60, 0.55)],
                 1,
-                {"input_tokens": 900, "output_tokens": 100, "latency_s": 4.0},
+                LLMUsage(input_tokens=900, output_tokens=100, latency_s=4.0),
             )
         ]
         * 3,
@@ -120,7 +120,7 @@ def test_arm_curves_are_read_from_the_people_files(tmp_path: Path) -> None:
     (home.tickets_dir("r1") / "r1-t001" / "outcome.json").write_text(json.dumps({"device_seconds": 80.0}))
     (home.runs / "r1" / "llm_usage.json").write_text(json.dumps({"input_tokens": 5, "output_tokens": 1}))
     agent = _agent_arm(home, "r1")
-    assert agent.curve == [(80.0, 0.3)] and agent.llm["input_tokens"] == 5 and agent.promoted == 0
+    assert agent.curve == [(80.0, 0.3)] and agent.llm.input_tokens == 5 and agent.promoted == 0
 
 
 def test_seed_spread_decides_not_the_mean_alone() -> None:

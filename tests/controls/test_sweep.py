@@ -94,7 +94,7 @@ def test_only_dev_wins_query_and_a_failed_trial_is_recorded(tmp_path: Path) -> N
     ],
 )
 def test_bad_sweep_input_is_refused(
-    tmp_path: Path, kwargs: dict[str, Any], error: type, message: str
+    tmp_path: Path, kwargs: dict[str, str | float], error: type, message: str
 ) -> None:
     with pytest.raises(error, match=message):
         plan(tmp_path, **kwargs)

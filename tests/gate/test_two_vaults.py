@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -71,7 +71,15 @@ def _verdicts(responses: list[bytes]) -> list[str]:
     return [json.loads(r).get("verdict", "") for r in responses if r.startswith(b"{")]
 
 
-def _drive(tmp_path: Path, name: str, strong_labels: bool) -> dict[str, Any]:
+class Driven(TypedDict):
+    """What one home's drive left for the comparison."""
+
+    submits: list[bytes]  # the gate's answers to /submit, as sent
+    tickets: dict[str, bytes]  # every ticket file, normalised
+    llm: list[bytes]  # every LLM request body
+
+
+def _drive(tmp_path: Path, name: str, strong_labels: bool) -> Driven:
     """Build and drive a home at ``tmp_path/home`` (the same path for both, so paths inside agree)."""
     home, _ = build_home(tmp_path / "home", strong_labels=strong_labels)
     dataset = add_dataset(home, tmp_path / "src")
@@ -83,7 +91,7 @@ def _drive(tmp_path: Path, name: str, strong_labels: bool) -> dict[str, Any]:
     finally:
         _server.LIFETIME_S = lifetime
     submits = [r for r in responses if b'"verdict"' in r]
-    outputs = {"submits": submits, "tickets": _ticket_files(home), "llm": llm_request_blobs(home)}
+    outputs: Driven = {"submits": submits, "tickets": _ticket_files(home), "llm": llm_request_blobs(home)}
     (tmp_path / "home").rename(tmp_path / name)
     (tmp_path / "src").rename(tmp_path / f"{name}-src")
     (tmp_path / "home-baseline.onnx").unlink()

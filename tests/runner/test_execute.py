@@ -27,7 +27,7 @@ from vision.metrics import aggregate, per_image_metrics
 MIB = 2**20
 
 
-def make_ticket(tid: str = "t1", seconds: float = 60, change: dict[str, Any] | None = None) -> Ticket:
+def make_ticket(tid: str = "t1", seconds: float = 60, change: dict[str, object] | None = None) -> Ticket:
     return Ticket(
         id=tid,
         arm="agent",

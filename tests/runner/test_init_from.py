@@ -22,7 +22,7 @@ from synthetic.versions import DatasetVersion
 from tests.runner.conftest import BASE_CONFIG, StandinLauncher
 
 
-def ticket(tid: str, change: dict[str, Any] | None = None, seed: int = 11) -> Ticket:
+def ticket(tid: str, change: dict[str, object] | None = None, seed: int = 11) -> Ticket:
     return Ticket(
         id=tid,
         arm="agent",

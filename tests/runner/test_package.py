@@ -54,7 +54,7 @@ def trained(tid: str, seed: int) -> Ticket:
     )
 
 
-def packaging(tid: str = "pkg", change: dict[str, Any] | None = None, kind: str = "package") -> Ticket:
+def packaging(tid: str = "pkg", change: dict[str, object] | None = None, kind: str = "package") -> Ticket:
     return Ticket(
         id=tid,
         arm="agent",
@@ -149,7 +149,7 @@ def test_a_bad_packaging_ticket_is_refused_before_anything_starts(
     data: DatasetVersion,
     runner_for: Any,
     members: list[MemberModel],
-    change: dict[str, Any],
+    change: dict[str, object],
     kind: str,
     match: str,
 ) -> None:

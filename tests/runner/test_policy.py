@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,7 +15,7 @@ POLICY = TicketCaps(max_device_seconds=120, max_epochs=10)
 
 
 def ticket(
-    change: dict[str, Any] | None = None, kind: str = "config", seconds: float = 60, epochs: int = 2
+    change: dict[str, object] | None = None, kind: str = "config", seconds: float = 60, epochs: int = 2
 ) -> Ticket:
     return Ticket(
         id="t1",

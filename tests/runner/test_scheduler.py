@@ -30,6 +30,7 @@ from runner.scheduler import (
 from segfactory.errors import DataError, LimitExceeded
 from segfactory.home import Home
 from tests.runner.conftest import PROFILED
+from vision.config import parse_config
 
 MIB = 2**20
 
@@ -176,8 +177,11 @@ def test_oom_detection_and_shrinking() -> None:
     assert is_oom(1, False, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
     assert is_oom(1, False, "Traceback ...\nMemoryError")
     assert not is_oom(1, False, "ValueError: bad config") and not is_oom(0, False, "MemoryError")
-    assert shrink_for_oom({"batch_size": 16, "grad_accum": 1}) == {"batch_size": 8, "grad_accum": 2}
-    assert shrink_for_oom({"batch_size": 1, "grad_accum": 8}) is None
+    config = parse_config({"epochs": 2, "batch_size": 16, "grad_accum": 1})
+    smaller = shrink_for_oom(config)
+    assert smaller is not None and (smaller.batch_size, smaller.grad_accum) == (8, 2)
+    assert smaller.model_dump() == {**config.model_dump(), "batch_size": 8, "grad_accum": 2}  # nothing else
+    assert shrink_for_oom(parse_config({"epochs": 2, "batch_size": 1, "grad_accum": 8})) is None
     with pytest.raises(ValueError):
         SchedulerSettings(concurrency=0)
 

@@ -6,7 +6,6 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -88,7 +87,7 @@ def test_no_decoys_when_the_spec_says_so(run_in: Run) -> None:
 
 @pytest.mark.parametrize("field", ["workspace", "data", "extra_ro"])
 def test_repo_root_is_refused_before_start(backend: SandboxBackend, tmp_path: Path, field: str) -> None:
-    options: dict[str, dict[str, Any]] = {
+    options: dict[str, dict[str, object]] = {
         "workspace": {"workspace": SOURCE_ROOT},
         "data": {"data": {"train": SOURCE_ROOT}},
         "extra_ro": {"extra_ro": {"/src": SOURCE_ROOT}},

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
 from synthetic import GenParams
 from synthetic._kernels import NORMAL_TABLE_BITS, normal_table
 from synthetic._parts import sample_spec, thickness_fast, thickness_numpy
-from synthetic._physics import FULL_SCALE, GAUSS_MIN_COUNTS, expose_fast
+from synthetic._physics import FULL_SCALE, GAUSS_MIN_COUNTS, Acquisition, expose_fast
 
-QUIET: dict[str, Any] = {
+QUIET: Acquisition = {
     "background": "flat",
     "dose": 1000.0,
     "blur": 0.0,
@@ -46,7 +44,7 @@ def test_normal_table_is_a_symmetric_standard_normal_quantile_table() -> None:
     assert 4.3 < table[-1] < 4.5
 
 
-def _photon_counts(image: np.ndarray, acq: dict[str, Any]) -> np.ndarray:
+def _photon_counts(image: np.ndarray, acq: Acquisition) -> np.ndarray:
     """Undo the normalisation: the photon counts behind a reading (gain 1, no offset, no read noise)."""
     return image.astype(np.float64) * FULL_SCALE * acq["dose"]
 
@@ -68,7 +66,7 @@ def test_fast_exposure_blur_matches_scipy_with_nearest_edges() -> None:
 
     rng = np.random.default_rng(5)
     t_eff = rng.uniform(0.0, 30.0, (37, 29))
-    acq = dict(QUIET, blur=1.7, scatter=0.03)
+    acq: Acquisition = {**QUIET, "blur": 1.7, "scatter": 0.03}
     transmission = np.exp(-0.08 * t_eff) + 0.03
     expected = gaussian_filter(transmission, 1.7, mode="nearest", truncate=3.0) / FULL_SCALE
     got = expose_fast(t_eff, np.ones_like(t_eff), acq, rng, noise=False)

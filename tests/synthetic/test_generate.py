@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from segfactory.errors import UsageError
 from synthetic import GeneratedSet, GenParams, generate, make_params
-from synthetic._physics import GAUSS_MIN_COUNTS, expose, photon_counts
+from synthetic._physics import GAUSS_MIN_COUNTS, Acquisition, expose, photon_counts
 from synthetic._voids import Ellipse, contrast_of, depth_for_contrast, render_path
-from synthetic.splits import image_sha256
+from synthetic.params import ParamValues
+from synthetic.splits import DefectRow, ImageMeta, SplitManifest, image_sha256, read_split
 
-QUIET = {
+QUIET: Acquisition = {
     "background": "flat",
     "dose": 1e6,
     "blur": 0.0,
@@ -107,6 +109,16 @@ def test_metadata_agrees_with_arrays(small_set: GeneratedSet) -> None:
     assert {d["shape"] for d in s.defects} == {"pore", "shrinkage", "cluster"}
 
 
+def test_row_types_name_what_the_generator_writes(small_set: GeneratedSet, tmp_path: Path) -> None:
+    """The typed shapes of rows, manifest and parameters keep up with what is written."""
+    assert {k for m in small_set.image_meta for k in m} <= ImageMeta.__annotations__.keys()
+    assert {k for d in small_set.defects for k in d} == DefectRow.__annotations__.keys()
+    assert Acquisition.__annotations__.keys() <= ImageMeta.__annotations__.keys()
+    written = read_split(small_set.write(tmp_path / "set", parent="p"))
+    assert written.manifest.keys() <= SplitManifest.__annotations__.keys()
+    assert ParamValues.__annotations__.keys() == GenParams.model_fields.keys()
+
+
 def test_same_seed_same_arrays_different_seed_different(small_set: GeneratedSet) -> None:
     again = generate(64, 48, seed=11, workers=1)
     assert [m["sha256"] for m in again.image_meta] == [m["sha256"] for m in small_set.image_meta]
@@ -168,7 +180,14 @@ def test_fast_exposure_matches_reference_without_noise_and_in_moments() -> None:
     rng = np.random.default_rng(3)
     t_eff = rng.uniform(0, 30, (40, 40))
     field = np.ones((40, 40))
-    acq = dict(QUIET, dose=800.0, blur=0.9, read_noise=4.0, scatter=0.02, offset=0.01)
+    acq: Acquisition = {
+        **QUIET,
+        "dose": 800.0,
+        "blur": 0.9,
+        "read_noise": 4.0,
+        "scatter": 0.02,
+        "offset": 0.01,
+    }
     assert np.allclose(
         expose_fast(t_eff, field, acq, rng, noise=False),
         expose_numpy(t_eff, field, acq, rng, noise=False),

@@ -17,7 +17,7 @@ from vision.config import TrainConfig, parse_config
 from vision.train import train
 from vision.worker import main as worker_main
 
-TINY: dict[str, Any] = {
+TINY: dict[str, object] = {  # a training config before validation (parse_config)
     "epochs": 1,
     "batch_size": 8,
     "threads": 1,

@@ -30,7 +30,7 @@ from vision.train import train
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="the gate's intake runs confined by bwrap"
 )
-TINY: dict[str, Any] = {
+TINY: dict[str, object] = {  # a training config before validation (parse_config)
     "epochs": 1,
     "batch_size": 8,
     "threads": 1,

@@ -26,7 +26,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -47,6 +47,61 @@ RESIZE_AFTER_EPOCHS = (
 )
 
 
+class ArchKwargs(TypedDict):
+    """The network's build arguments in a configuration of nnU-Net's plans (those recorded here)."""
+
+    n_stages: int
+    features_per_stage: list[int]
+    n_conv_per_stage: list[int]
+
+
+class Architecture(TypedDict):
+    network_class_name: str
+    arch_kwargs: ArchKwargs
+
+
+class Configuration(TypedDict):
+    """One configuration of nnU-Net's plans, as far as it is read here."""
+
+    patch_size: list[int]
+    batch_size: int
+    spacing: list[float]
+    normalization_schemes: list[str]
+    architecture: Architecture
+
+
+class Plans(TypedDict):
+    """nnU-Net's plans file (``nnUNetPlans.json``) as far as it is read here; its other keys are
+    handed to ``nnUNetTrainer`` as nnU-Net wrote them."""
+
+    configurations: dict[str, Configuration]
+
+
+class PlanSummary(TypedDict):
+    """What nnU-Net planned for the configuration (``plan.json`` and the result's ``plan``)."""
+
+    configuration: str
+    patch_size: list[int]
+    batch_size: int
+    n_stages: int
+    features_per_stage: list[int]
+    n_conv_per_stage: list[int]
+    network: str
+    normalization: list[str]
+    spacing: list[float]
+
+
+class Schedule(TypedDict):
+    """How the run trained within its budget (``train_within``)."""
+
+    epochs: int  # completed
+    planned_epochs: int
+    iterations_per_epoch: int
+    iterations: int
+    epoch_seconds: list[float]
+    stopped_early: bool  # ended before the planned epochs
+
+
 def point_env(out_dir: Path, data_workers: int) -> dict[str, Path]:
     """Set nnU-Net's folders (beneath ``out_dir``) and its augmentation worker count."""
     root = (out_dir / WORK_DIR).resolve()
@@ -59,7 +114,7 @@ def point_env(out_dir: Path, data_workers: int) -> dict[str, Path]:
     return dirs
 
 
-def plan_and_preprocess(processes: int) -> dict[str, Any]:
+def plan_and_preprocess(processes: int) -> Plans:
     """Fingerprint, plan and preprocess the 2D configuration; returns the plans."""
     from nnunetv2.experiment_planning.plan_and_preprocess_api import (
         extract_fingerprints,
@@ -80,14 +135,15 @@ def plan_and_preprocess(processes: int) -> dict[str, Any]:
     plan_experiments([DATASET_ID])
     preprocess([DATASET_ID], PLANS, (CONFIGURATION,), (processes,), verbose=False, show_progress_bar=False)
     os.environ["nnUNet_n_proc_DA"] = workers  # 0 again means augmentation in the training process
-    return dict(json.loads(_preprocessed_dataset().joinpath(f"{PLANS}.json").read_text()))
+    plans: Plans = json.loads(_preprocessed_dataset().joinpath(f"{PLANS}.json").read_text())
+    return plans
 
 
 def _preprocessed_dataset() -> Path:
     return Path(os.environ["nnUNet_preprocessed"]) / DATASET_NAME
 
 
-def plan_summary(plans: dict[str, Any]) -> dict[str, Any]:
+def plan_summary(plans: Plans) -> PlanSummary:
     """What nnU-Net planned for 2D: patch, batch, depth, widths, normalisation."""
     cfg = plans["configurations"][CONFIGURATION]
     arch = cfg["architecture"]["arch_kwargs"]
@@ -104,13 +160,13 @@ def plan_summary(plans: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def make_trainer(plans: dict[str, Any], config: TrainConfig, device: Any) -> Any:
+def make_trainer(plans: Plans, config: TrainConfig, device: Any) -> Any:
     from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
     dataset_json = json.loads((_preprocessed_dataset() / "dataset.json").read_text())
-    plans = {**plans, "continue_training": False}  # the trainer pops this key (run_training.py sets it)
+    given = {**plans, "continue_training": False}  # the trainer pops this key (run_training.py sets it)
     trainer = nnUNetTrainer(
-        plans=plans, configuration=CONFIGURATION, fold=0, dataset_json=dataset_json, device=device
+        plans=given, configuration=CONFIGURATION, fold=0, dataset_json=dataset_json, device=device
     )
     trainer.num_iterations_per_epoch = config.nnunet.iterations_per_epoch
     trainer.num_val_iterations_per_epoch = config.nnunet.val_iterations
@@ -161,7 +217,7 @@ def _resize(trainer: Any, per_epoch_s: float, deadline: float, cap: int) -> None
     trainer.lr_scheduler.max_steps = max(int(trainer.num_epochs), 1)
 
 
-def train_within(trainer: Any, deadline: float, cap: int) -> dict[str, Any]:
+def train_within(trainer: Any, deadline: float, cap: int) -> Schedule:
     """Train until the budget-sized epoch count is reached or the deadline passes; returns the schedule."""
     trainer.on_train_start()
     times: list[float] = []
@@ -210,7 +266,7 @@ def prepare(
     val: tuple[np.ndarray, np.ndarray],
     dirs: dict[str, Path],
     processes: int,
-) -> dict[str, Any]:
+) -> Plans:
     """Raw export, plan, preprocess and our fold-0 split; returns the plans."""
     raw = write_raw(*train, *val, dirs["nnUNet_raw"], DATASET_ID, RAW_NAME)
     plans = plan_and_preprocess(processes)

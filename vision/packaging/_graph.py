@@ -14,7 +14,7 @@ clamped to either side of g, so rounding in the remap cannot move a pixel across
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import onnx
@@ -29,6 +29,12 @@ INT64_MIN = -(2**63)
 IR_VERSION = 8  # at least what vision.export writes at opset 17; a member's higher version is kept
 SPLIT_NUM_OUTPUTS_OPSET = 18  # from this opset an equal Split names its output count
 ENSEMBLE = "ensemble_prob"  # the averaged probability before post-processing
+
+
+class _EqualSplit(TypedDict, total=False):
+    """The attributes of a Split into equal parts, beyond its axis."""
+
+    num_outputs: int  # from SPLIT_NUM_OUTPUTS_OPSET on
 
 
 def _flip(x: str, axes: tuple[int, ...], out: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
@@ -82,7 +88,7 @@ def ensemble_nodes(
     nodes.append(helper.make_node("Mean", outputs, [mean], name=mean))
     if flips:
         parts = [f"tta/out_{i}" for i in range(len(views))]
-        equal: dict[str, Any] = (
+        equal: _EqualSplit = (
             {"num_outputs": len(parts)} if members[0].opset >= SPLIT_NUM_OUTPUTS_OPSET else {}
         )
         nodes.append(helper.make_node("Split", [mean], parts, name="tta/split", axis=0, **equal))

@@ -73,9 +73,9 @@ class FakeLLMServer:
         return self.script.pop(0)
 
 
-def _openai_body(server: FakeLLMServer, step: Step, model: str) -> dict[str, Any]:
+def _openai_body(server: FakeLLMServer, step: Step, model: str) -> dict[str, object]:
     n = next(server._ids)
-    message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
+    message: dict[str, object] = {"role": "assistant", "content": None, "refusal": None}
     finish = "stop"
     if step.kind in {"tool", "bad_json_args"}:
         arguments = step.text if step.kind == "bad_json_args" else json.dumps(step.args)
@@ -97,9 +97,9 @@ def _openai_body(server: FakeLLMServer, step: Step, model: str) -> dict[str, Any
     }
 
 
-def _anthropic_body(server: FakeLLMServer, step: Step, model: str) -> dict[str, Any]:
+def _anthropic_body(server: FakeLLMServer, step: Step, model: str) -> dict[str, object]:
     n = next(server._ids)
-    content: list[dict[str, Any]] = []
+    content: list[dict[str, object]] = []
     stop = "end_turn"
     if step.kind == "tool":
         content = [{"type": "tool_use", "id": f"toolu_{n}", "name": step.tool, "input": step.args}]
@@ -126,7 +126,7 @@ def _anthropic_body(server: FakeLLMServer, step: Step, model: str) -> dict[str, 
 
 def _error(flavour: str, status: int) -> Response:
     if flavour == "openai":
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "error": {"message": f"scripted {status}", "type": "server_error", "code": None}
         }
     else:
