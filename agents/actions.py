@@ -25,10 +25,12 @@ from agents._paths import POLICY_DIR
 from segfactory.errors import PolicyError
 from segfactory.records import Recommendation, TicketKind, canonical_json
 from vision.perturb import PERTURBATIONS
+from vision.recipes import RECIPES, recipe_patch
 
 ACTIONS_POLICY = POLICY_DIR / "actions.yaml"
 RECOMMEND_POLICY = POLICY_DIR / "recommend.yaml"
 PERTURBATION_KEY = "{perturbation}"
+RECIPE_KEY = "recipe"  # an option key naming a whole recipe of vision.recipes
 Do = Literal["config", "topup", "curation", "label_review", "data_request", "none"]
 
 
@@ -143,6 +145,12 @@ def load_catalogue(path: Path = ACTIONS_POLICY, rules_path: Path = RECOMMEND_POL
                 f"{path}:{_line_of(path, path.read_text(), ('actions', name))}: "
                 f"action {name!r} changes the config but lists no options"
             )
+        for option in entry.options:
+            if RECIPE_KEY in option and str(option[RECIPE_KEY]) not in RECIPES:
+                raise PolicyError(
+                    f"{path}:{_line_of(path, path.read_text(), ('actions', name))}: action {name!r} "
+                    f"names the recipe {option[RECIPE_KEY]!r}; known: {', '.join(sorted(RECIPES))}"
+                )
     return catalogue
 
 
@@ -234,6 +242,9 @@ def patch_for(
     perturbation = _perturbation(rec)
     patch: dict[str, JsonValue] = {}
     for raw_key, op in option.items():
+        if raw_key == RECIPE_KEY:  # a whole recipe: each of its keys set, where it changes the config
+            patch.update({k: v for k, v in recipe_patch(str(op)).items() if v != dotted_get(config, k)})
+            continue
         key = raw_key
         if PERTURBATION_KEY in key:
             field = _augment_field(perturbation)

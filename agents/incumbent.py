@@ -27,7 +27,9 @@ from segfactory.records import Arm, InitFrom, MemberModel, Ticket, canonical_jso
 
 DEFAULT_ACTION_EVIDENCE = "default-action"  # the control: the incumbent retrained with a fresh seed
 EXPLORATION_EVIDENCE = "exploration"  # prefix: a ticket from the explorer, not from the analysis
-NOT_FINGERPRINTED = ("seed",)  # config keys left out of the fingerprint (host-chosen per ticket)
+# config keys left out of the fingerprint: host-chosen, never what tells a ticket from its parent
+# (the seed is each ticket's own; the carve the kept epoch is chosen on is the same for every ticket)
+NOT_FINGERPRINTED = ("seed", "validation")
 
 
 class _Strict(BaseModel):

@@ -25,7 +25,9 @@ from segfactory.records import Ticket, TicketKind
 from synthetic.slices import generator_constraint
 
 # Config fields the host owns: a ticket never sets them (the seed is the ticket's own, host-chosen).
-HOST_OWNED_CONFIG_KEYS = frozenset({"version", "seed", "device", "threads", "max_train_images"})
+HOST_OWNED_CONFIG_KEYS = frozenset(
+    {"version", "seed", "device", "threads", "max_train_images", "validation"}  # validation: the carve
+)
 # The config a change is applied to when the caller gives none (TrainConfig requires these two).
 BASE_CONFIG_FOR_CHECKS: dict[str, JsonValue] = {"epochs": 1, "batch_size": 8}
 

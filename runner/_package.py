@@ -44,13 +44,15 @@ from segfactory.records import Ticket
 from segfactory.seams import AuditSink
 from synthetic.splits import read_split
 from synthetic.versions import DatasetVersion
-from vision.holdout import held_out
+from vision.holdout import CARVE_FRACTION, CARVE_SEED, held_out
 from vision.packaging import HOST_KEYS, MIN_CHOICE_IMAGES, PackageSpec
 
 TIMEOUT_MARGIN_S = 30.0  # added to the device-second budget (start-up)
 PACKAGE_BASE_BYTES = 1024**3  # memory estimate: interpreter, onnx and onnxruntime
 MODEL_MEMORY_FACTOR = 8  # memory estimate per member byte: parsed copies and activations of the views
-DEFAULT_HOLDOUT = {"fraction": 0.1, "seed": 0}  # the trainer's default carve, for members without one
+# the factory's carve, for members that carved nothing (trained before the runner set one, or on
+# every image): the threshold is then chosen on images they trained on, as it was for them
+DEFAULT_HOLDOUT = {"fraction": CARVE_FRACTION, "seed": CARVE_SEED}
 
 
 def package_ticket(
@@ -157,7 +159,9 @@ def _members_holdout(home: Home, members: Sequence[MemberModel]) -> dict[str, ob
     images the choice is made on. Members that carved differently cannot be packaged together."""
     carves = []
     for member in members:
-        validation = _staging.parent_config(home, member).get("validation") or DEFAULT_HOLDOUT
+        validation = _staging.parent_config(home, member).get("validation") or {}
+        if not validation.get("fraction"):  # carved nothing
+            validation = DEFAULT_HOLDOUT
         carves.append({"fraction": validation.get("fraction"), "seed": validation.get("seed")})
     if any(c != carves[0] for c in carves):
         raise _staging.StagingRefused(

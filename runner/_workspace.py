@@ -22,6 +22,7 @@ from segfactory.errors import UsageError
 from segfactory.home import SOURCE_ROOT
 from segfactory.records import Ticket, TicketKind
 from vision.config import TrainConfig, parse_config
+from vision.holdout import CARVE_FRACTION, CARVE_SEED
 from vision.packaging import PackageSpec
 
 CONFIG_FILE = "config.yaml"
@@ -101,6 +102,9 @@ def validated_config(base: Mapping[str, object] | Path, ticket: Ticket) -> Train
         merged["time_budget_s"] = round(SIZED_SHARE * ticket.budget.device_seconds, 1)
     else:
         merged["epochs"] = min(recipe_epochs, ticket.budget.epochs)
+    if merged.get("engine", "segfactory") == "segfactory":
+        # host-owned: every ticket keeps the epoch best on the same carved-out training images
+        merged["validation"] = {"fraction": CARVE_FRACTION, "seed": CARVE_SEED}
     return parse_config(merged, f"ticket {ticket.id}")
 
 

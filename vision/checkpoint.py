@@ -111,6 +111,16 @@ class ResumeState(TypedDict):
     optimizer: dict[str, object]  # the optimiser's and scheduler's state dicts, as torch gives them
     scheduler: dict[str, object]
     epochs_planned: NotRequired[int]  # the run's planned length (a budget-sized run re-sizes it)
+    best: NotRequired[BestEpoch | None]  # the epoch kept so far when the run carves a validation split
+
+
+class BestEpoch(TypedDict):
+    """The epoch a carving run keeps so far: the best on its carve (vision.train)."""
+
+    epoch: int
+    object_f1: float  # on the carve
+    model: dict[str, torch.Tensor]
+    dev: dict[str, float]  # that epoch's dev metrics (people's view; nothing is chosen on them)
 
 
 def save_resume(path: Path, state: ResumeState) -> None:

@@ -126,6 +126,16 @@ class NnunetConfig(Strict):
     parity_images: int = Field(default=8, ge=1, le=256)  # dev images the ONNX-vs-predictor check uses
 
 
+class ValidationConfig(Strict):
+    """The images carved from the training split (``vision.holdout``: by content hash and ``seed``,
+    so every ticket on the same data carves the same ones), never trained on; the epoch kept is
+    the one with the best object F1 on them. ``fraction`` 0: nothing is carved, the last epoch is
+    kept. A package chooses its threshold on the same carve (``vision.packaging``)."""
+
+    fraction: float = Field(default=0.0, ge=0.0, le=0.5)  # share of the training images carved
+    seed: int = Field(default=0, ge=0)
+
+
 class TrainConfig(Strict):
     version: Literal[1] = CONFIG_VERSION
     # segfactory: this package's trainer (vision.train). nnunet: the nnunetv2 package (vision.nnunet);
@@ -154,6 +164,9 @@ class TrainConfig(Strict):
     # first epochs are timed, and the schedule's length follows), ``epochs`` then being the cap;
     # None: exactly ``epochs``. The runner sets it from a ticket's device budget (vision/train.py).
     time_budget_s: float | None = Field(default=None, gt=0, le=86_400)
+    # segfactory engine: the carve of the training images the kept epoch is chosen on (dev never
+    # chooses anything a ticket keeps); host-owned, the runner sets it for every ticket
+    validation: ValidationConfig = ValidationConfig()
     threads: int | None = Field(default=None, gt=0, le=1024)  # CPU threads; None: torch's default
     max_train_images: int | None = Field(default=None, gt=0, le=10**8)  # cap for quick runs; None: all
 

@@ -15,6 +15,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+# The factory's carve: what the runner sets for every ticket of its own trainer (the epoch kept is
+# chosen on it) and what a package chooses its threshold on, so no member trained on those images.
+CARVE_FRACTION = 0.1
+CARVE_SEED = 0
+
 
 def draw(image_hash: str, seed: int) -> float:
     """A number in [0, 1) fixed by the image's content hash and the seed."""

@@ -47,6 +47,7 @@ from vision.config import TrainConfig, dump_config
 from vision.data import DatasetVersion, crop_batch, epoch_order, load_version, sample_weights
 from vision.device import pick_device
 from vision.export import export_onnx, parity, torch_predict
+from vision.holdout import held_out
 from vision.losses import combined_loss
 from vision.metrics import aggregate, per_image_metrics
 from vision.models import CLASSICAL, PLAIN_UNET, build_model
@@ -131,15 +132,19 @@ def dev_metrics(
 
 
 def _batches(
-    data: DatasetVersion, config: TrainConfig, epoch: int
+    data: DatasetVersion, config: TrainConfig, epoch: int, keep: np.ndarray | None = None
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """CPU batches (x, y) of shape (B, 1, h, w) for one epoch, augmented."""
+    """CPU batches (x, y) of shape (B, 1, h, w) for one epoch, augmented; ``keep``: the indices
+    trained on (the carve left out), None: every image up to ``max_train_images``."""
     rng = np.random.default_rng([config.seed, epoch])
     gen = torch.Generator().manual_seed(config.seed * 1_000_003 + epoch)
     images, masks = np.asarray(data.train.images), np.asarray(data.train.masks)
     if config.max_train_images is not None:
         images, masks = images[: config.max_train_images], masks[: config.max_train_images]
-    order = epoch_order(images.shape[0], sample_weights(masks, config.sampling), rng)
+    if keep is None:
+        order = epoch_order(images.shape[0], sample_weights(masks, config.sampling), rng)
+    else:
+        order = keep[epoch_order(len(keep), sample_weights(masks[keep], config.sampling), rng)]
     bs = config.batch_size
     for start in range(0, len(order) - bs + 1, bs):  # drop the last partial batch (BatchNorm)
         idx = (
@@ -151,6 +156,23 @@ def _batches(
         x = torch.from_numpy(np.ascontiguousarray(xb)).unsqueeze(1)
         y = torch.from_numpy(yb.astype(np.float32)).unsqueeze(1)
         yield augment(x, y, config.augment, gen)
+
+
+def carve(data: DatasetVersion, config: TrainConfig) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(indices trained on, indices carved out) of the capped train split; (None, None) when the
+    config carves nothing. Too few left to train or to choose on is a DataError."""
+    if config.validation.fraction <= 0:
+        return None, None
+    n = min(len(data.train), config.max_train_images or len(data.train))
+    hashes = [str(row["sha256"]) for row in data.train.image_meta[:n]]
+    held = np.asarray(held_out(hashes, config.validation.fraction, config.validation.seed), dtype=np.int64)
+    keep = np.setdiff1d(np.arange(n), held)
+    if len(keep) < config.batch_size:
+        raise DataError(
+            f"{len(keep)} training images are left after carving {len(held)} out (validation.fraction "
+            f"{config.validation.fraction:g}), fewer than one batch ({config.batch_size})"
+        )
+    return keep, held
 
 
 def resolve_stages(config: TrainConfig, data: DatasetVersion) -> TrainConfig:
@@ -202,7 +224,12 @@ class Trainer:
         n_train = min(len(self.data.train), config.max_train_images or len(self.data.train))
         if n_train < config.batch_size:
             raise DataError(f"{n_train} training images are fewer than one batch ({config.batch_size})")
+        self.keep, self.held = carve(self.data, config)
+        if self.keep is not None:
+            n_train = len(self.keep)
         self.steps_per_epoch = n_train // config.batch_size
+        # the epoch kept: the best on the carve so far, as (epoch, object F1, weights, its dev metrics)
+        self.best: tuple[int, float, dict[str, torch.Tensor], dict[str, float]] | None = None
         self.device = pick_device(config)
         torch.manual_seed(config.seed)
         self.config = config = resolve_stages(config, self.data)
@@ -242,6 +269,9 @@ class Trainer:
         if state.get("config") != dump_config(self.config):
             raise DataError(f"{path} was written with a different config; use a new --out to start afresh")
         self.model.load_state_dict(state["model"])
+        best = state.get("best")
+        if best is not None:
+            self.best = (int(best["epoch"]), float(best["object_f1"]), best["model"], best["dev"])
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         self.start_epoch = int(state["epoch"]) + 1
@@ -270,7 +300,7 @@ class Trainer:
         self.model.train()
         losses = []
         t0 = time.perf_counter()
-        for step, (x, y) in enumerate(_batches(self.data, self.config, epoch)):
+        for step, (x, y) in enumerate(_batches(self.data, self.config, epoch, self.keep)):
             losses.append(self._step_batch(x, y, step))
             tick()
         if self.steps_per_epoch % self.config.grad_accum:  # flush a partial accumulation
@@ -284,6 +314,7 @@ class Trainer:
     def end_epoch(self, epoch: int, loss: float) -> dict[str, float]:
         t0 = time.perf_counter()
         dev = dev_metrics(self.model, self.data, self.config, self.device)
+        held = self.score_carve(epoch, dev)
         self.timings["eval_s"] += time.perf_counter() - t0
         save_checkpoint(self.model, self.config, self.out / MODEL_FILE, epoch)
         save_resume(
@@ -295,13 +326,61 @@ class Trainer:
                 "optimizer": self.opt.state_dict(),
                 "scheduler": self.sched.state_dict(),
                 "epochs_planned": self.epochs,
+                "best": None
+                if self.best is None
+                else {
+                    "epoch": self.best[0],
+                    "object_f1": self.best[1],
+                    "model": self.best[2],
+                    "dev": self.best[3],
+                },
             },
         )
-        line = {"epoch": epoch, "train_loss": loss, "lr": self.sched.get_last_lr()[0], "dev": dev}
+        line: dict[str, object] = {
+            "epoch": epoch,
+            "train_loss": loss,
+            "lr": self.sched.get_last_lr()[0],
+            "dev": dev,
+        }
+        if held is not None:
+            line["carve_object_f1"] = held
         with open(self.out / CURVE_FILE, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line, sort_keys=True) + "\n")
         log.info("epoch %d loss %.4f dev object_f1 %.4f", epoch, loss, dev["object_f1"])
         return dev
+
+    def score_carve(self, epoch: int, dev: dict[str, float]) -> float | None:
+        """Object F1 on the carved-out training images; the weights are kept when it is the best so
+        far (a tie goes to the later epoch). None when nothing is carved."""
+        if self.held is None:
+            return None
+        f1 = self.carve_f1(self.held)
+        if self.best is None or f1 >= self.best[1]:
+            weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            self.best = (epoch, f1, weights, dict(dev))
+        return f1
+
+    def carve_f1(self, held: np.ndarray) -> float:
+        """Object F1 of the model now on the carved-out images ``held``."""
+        images, masks = np.asarray(self.data.train.images), np.asarray(self.data.train.masks)
+        prob = predict_probs(self.model, images[held], self.device)
+        rows = per_image_metrics(prob, masks[held], threshold=self.config.threshold)
+        return float(aggregate(rows)["object_f1"])
+
+    def keep_best(self, done: int, dev: dict[str, float]) -> dict[str, float]:
+        """Put the carve's best epoch into ``model.safetensors`` (and the model) and note it in
+        the plan; returns that epoch's dev metrics. Without a carve: the last epoch, ``dev``."""
+        if self.best is None or self.held is None:
+            return dev
+        epoch, f1, weights, best_dev = self.best
+        self.plan.update(
+            carve_images=len(self.held), selected_epoch=epoch, selected_carve_object_f1=round(f1, 4)
+        )
+        if epoch != done - 1:
+            self.model.load_state_dict(weights)
+            save_checkpoint(self.model, self.config, self.out / MODEL_FILE, epoch)
+            log.info("kept epoch %d (carve object F1 %.4f), not the last, %d", epoch, f1, done - 1)
+        return best_dev
 
     def loop(self) -> tuple[int, str | None, dict[str, float]]:
         """Run the epochs; returns (epochs completed, stop reason, last dev metrics)."""
@@ -357,6 +436,8 @@ class Trainer:
         (self.out / "config.yaml").write_text(dump_config(self.config))
         t0 = time.perf_counter()
         done, reason, dev = self.loop()
+        if reason is None and done > 0:
+            dev = self.keep_best(done, dev)
         self.timings["total_train_s"] = time.perf_counter() - t0
         result = TrainResult(
             usable=False,

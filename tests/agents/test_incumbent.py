@@ -137,8 +137,9 @@ def test_each_config_action_trains_a_config_other_than_the_incumbents(
         ticket = ticket.model_copy(update={"budget": Budget(device_seconds=60, epochs=got.epochs)})
     plan = services.lineage.plan(ticket)
     assert plan.fingerprint != plan.parent_fingerprint
-    base = {k: v for k, v in incumbent.config.items() if k != "seed"}
-    trained = {k: v for k, v in plan.config.items() if k != "seed"}
+    host = {"seed", "validation"}  # host-owned: the ticket's seed, the carve every ticket keeps its epoch by
+    base = {k: v for k, v in incumbent.config.items() if k not in host}
+    trained = {k: v for k, v in plan.config.items() if k not in host}
     changed = {k for k in set(base) | set(trained) if base.get(k) != trained.get(k)}
     assert changed and changed <= {key.split(".")[0] for key in got.change}
     assert services.check(ticket) == []
@@ -157,7 +158,8 @@ def test_robustness_widens_the_augmentation_that_covers_the_failing_perturbation
         max_epochs=10,
     )
     assert not isinstance(got, NotExecutable)
-    assert got.change["augment.blur_sigma"] == {"low": 0.0, "high": 1.5}  # severity 3 of detector_blur
+    # the demo base blurs 0.5-1.0 (nnU-Net's range): both ends twice as far from no blur
+    assert got.change["augment.blur_sigma"] == {"low": 1.0, "high": 2.0}
     none = realise_config(
         "robustness",
         entry,
@@ -693,3 +695,12 @@ def test_a_packaging_tickets_members_come_from_the_plans_ledger_and_name_its_fin
     assert other != plan.fingerprint  # other members, another fingerprint
     orphan = _ticket("k1-t033", TicketKind.PACKAGE, {"flips": ["h"]})
     assert "has no members in this run's budget plan ledger" in services.check(orphan)[0]
+
+
+def test_the_host_carve_never_tells_a_ticket_from_its_parent() -> None:
+    # a parent trained before the runner carved (or on the base config) and a child that carves
+    # differ only in the host's carve: a no-op change must still be refused as its parent's twin
+    config = {"epochs": 4, "optim": {"lr": 0.003}}
+    carved = config | {"validation": {"fraction": 0.1, "seed": 0}}
+    assert fingerprint(config, "d" * 64, {}) == fingerprint(carved, "d" * 64, {})
+    assert fingerprint(config, "d" * 64, {}) != fingerprint(config | {"epochs": 5}, "d" * 64, {})

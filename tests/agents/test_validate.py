@@ -42,7 +42,7 @@ def test_policy_loads_and_has_both_profiles() -> None:
 
 def test_invalid_policy_file_is_a_policy_error(tmp_path: Path) -> None:
     bad = tmp_path / "budgets.yaml"
-    bad.write_text(BUDGETS_POLICY.read_text().replace("max_epochs: 10", "max_epochs: -1"))
+    bad.write_text(BUDGETS_POLICY.read_text().replace("max_epochs: 40", "max_epochs: -1"))
     with pytest.raises(PolicyError, match="invalid budget policy"):
         load_budget_policy(bad)
 
@@ -67,6 +67,7 @@ def test_over_budget_tickets_are_refused_with_reasons() -> None:
     [
         ({"eval_split": "confirm-a"}, "not changeable"),
         ({"seed": 7}, "not changeable"),  # host-owned
+        ({"validation": {"fraction": 0.0}}, "not changeable"),  # the carve the kept epoch is chosen on
         ({}, "at least one key"),
         ({"optim": {"lr": -1.0}}, "invalid"),  # re-validated by vision's TrainConfig
         ({"optim.nesterov": True}, "invalid"),

@@ -60,7 +60,7 @@ def test_an_agent_arm_has_the_compare_arm_caps_not_a_persons_run_defaults() -> N
     defaults, home = load_run_defaults("demo"), Home(Path("/nonexistent"))
     arm = run_caps(RunRequest(home=home, profile="demo", budget_s=1500, fill_budget=True), defaults)
     assert (arm.device_seconds, arm.wall_seconds, arm.tickets) == (1500, 5400, 60)  # a 25-minute arm fits
-    with pytest.raises(UsageError, match="above the demo run cap 600"):  # a person's run keeps its caps
+    with pytest.raises(UsageError, match="above the demo run cap 900"):  # a person's run keeps its caps
         run_caps(RunRequest(home=home, profile="demo", budget_s=1500), defaults)
     run = run_caps(RunRequest(home=home, profile="demo"), defaults)
-    assert (run.device_seconds, run.wall_seconds, run.tickets) == (480, 840, 16)  # run.yaml's defaults
+    assert (run.device_seconds, run.wall_seconds, run.tickets) == (720, 840, 24)  # run.yaml's defaults

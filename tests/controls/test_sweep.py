@@ -39,13 +39,13 @@ def test_the_first_trial_is_the_default_config_and_the_budget_is_spent(tmp_path:
     assert first.arm is Arm.SWEEP_TPE and first.id == "sw1-t000"
     # trial 0 is the base config itself (configs/run-demo.yaml), read over the search space's keys
     assert first.change == {
-        "optim.lr": 0.01,
+        "optim.lr": 0.003,
         "optim.weight_decay": 0.0001,
-        "batch_size": 8,
+        "batch_size": 16,
         "model.decoder_width": 16,
         "augment.p": 0.5,
         "sampling.rare_oversample": 1.0,
-        "model.name": "unet-mobilenetv3",
+        "model.name": "unet-plain",
         "schedule.name": "cosine",
     }
     assert len(result.trials) == 4 and result.device_seconds == 200.0  # 4 x 50 s: stops once >= 200

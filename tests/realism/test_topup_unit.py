@@ -128,7 +128,7 @@ def test_a_training_cap_is_lifted_for_the_arms_or_refused_when_it_cuts_the_base(
 
     generate(12, 16, 1, workers=1).write(tmp_path / "train")
     assert "max_train_images" not in topup_config({"epochs": 1, "max_train_images": 12}, tmp_path / "train")
-    assert topup_config(REPO / "configs" / "run-demo.yaml", tmp_path / "train")["sampling"]["crop"] == 32
+    assert topup_config(REPO / "configs" / "run-demo.yaml", tmp_path / "train")["sampling"]["crop"] == 48
     with pytest.raises(UsageError, match="top-up images would be cut"):
         topup_config({"max_train_images": 8}, tmp_path / "train")
     assert _plan(round_two=True).n_tickets == _plan().n_tickets + 1  # round two's ticket is budgeted

@@ -72,11 +72,11 @@ def test_data_requests_do_not_run() -> None:
 
 def test_budgets_come_from_the_policy_file_per_profile(tmp_path: Path) -> None:
     assert ticket_caps("demo").max_device_seconds == 120  # policies/budgets.yaml
-    assert ticket_caps("demo") == TicketCaps(max_device_seconds=120, max_epochs=10)
+    assert ticket_caps("demo") == TicketCaps(max_device_seconds=120, max_epochs=40)
     with pytest.raises(PolicyError, match="invalid budget policy"):  # the runner has no fallback caps
         ticket_caps("default", tmp_path / "absent.yaml")
     bad = _write(
-        tmp_path / "budgets.yaml", BUDGETS_POLICY.read_text().replace("max_epochs: 10", "max_epochs: -1")
+        tmp_path / "budgets.yaml", BUDGETS_POLICY.read_text().replace("max_epochs: 40", "max_epochs: -1")
     )
     with pytest.raises(PolicyError, match="invalid budget policy"):
         ticket_caps("demo", bad)

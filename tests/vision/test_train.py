@@ -208,3 +208,38 @@ def test_a_budget_sized_run_keeps_its_cap_and_at_least_what_it_trained(
     assert tight.epochs_completed == 1 and tight.usable  # over budget after one: stops there
     plain = train(cfg(epochs=3), data, tmp_path / "plain")
     assert plain.epochs_completed == 3 and plain.plan == {}  # no budget: exactly its epochs
+
+
+def test_a_carving_run_never_trains_on_its_carve_and_keeps_the_carves_best_epoch(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = cfg(epochs=3, validation={"fraction": 0.25, "seed": 0})
+    version = train_mod.load_version(data)
+    keep, held = train_mod.carve(version, config)
+    assert keep is not None and held is not None and len(held) > 0
+    assert set(keep.tolist()).isdisjoint(held.tolist()) and len(keep) + len(held) == 24
+    assert np.array_equal(held, train_mod.carve(version, config)[1])  # fixed by content, not by a ticket
+    seen: list[int] = []
+    real = train_mod.crop_batch
+
+    def spy(images: np.ndarray, masks: np.ndarray, *rest: Any) -> Any:
+        seen.extend(int(i) for i in np.flatnonzero(np.isin(version.train.images, images).all(axis=(1, 2))))
+        return real(images, masks, *rest)
+
+    # the carve scores worst on the last epoch: the epoch kept is the best earlier one, not the last
+    scores = iter([0.2, 0.5, 0.1])
+    monkeypatch.setattr(train_mod, "crop_batch", spy)
+    monkeypatch.setattr(train_mod.Trainer, "carve_f1", lambda self, held: next(scores))
+    out = tmp_path / "out"
+    result = train(config, data, out)
+    assert seen and not set(seen) & set(held.tolist())
+    assert result.plan["selected_epoch"] == 1 and result.plan["carve_images"] == len(held)
+    assert read_checkpoint(out / "model.safetensors")[2] == 1
+    curve = [json.loads(line) for line in (out / "learning_curve.jsonl").read_text().splitlines()]
+    assert [round(line["carve_object_f1"], 3) for line in curve] == [0.2, 0.5, 0.1]
+
+
+def test_without_a_carve_the_last_epoch_is_kept_and_every_image_trains(run: Path) -> None:
+    result = json.loads((run / "result.json").read_text())
+    assert "selected_epoch" not in result["plan"]
+    assert read_checkpoint(run / "model.safetensors")[2] == 1
