@@ -291,7 +291,11 @@ class Gate:
             return Verdict(cached[0]), f"cached: {cached[1]}", False
         try:
             decision = self.compare(checked, tier, version, rule)
-        except (ScoringError, IntakeError, DataError) as exc:
+        except ScoringError as exc:
+            if exc.resource:  # the machine failed, not the model: answered, never cached
+                return Verdict.INVALID, f"scoring failed for lack of resources (not cached): {exc}", False
+            return Verdict.INVALID, f"scoring failed: {exc}", True
+        except (IntakeError, DataError) as exc:
             return Verdict.INVALID, f"scoring failed: {exc}", True
         return (Verdict.WIN if decision.win else Verdict.NO_WIN), decision.reason, True
 

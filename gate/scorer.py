@@ -54,8 +54,25 @@ PROB_TOLERANCE = 1e-4  # outputs outside [0 - tol, 1 + tol] are refused
 SCORER_PACKAGES = ("numpy", "onnxruntime")  # found unimported: the parent never loads onnxruntime
 
 
+# What a scorer child says when the machine, not the model, ran out: memory on the host or the GPU
+RESOURCE_MARKERS = (
+    "out of memory",
+    "outofmemory",
+    "memoryerror",
+    "bad_alloc",
+    "failed to allocate",
+    "cudaerrormemoryallocation",
+)
+
+
 class ScoringError(Exception):
-    """The model could not be scored; the message is the reason for people."""
+    """The model could not be scored; the message is the reason for people. ``resource``: the
+    machine failed it (the child was killed, ran out of memory or time), not the model's bytes, so
+    the verdict is not a property of the model and must not be cached."""
+
+    def __init__(self, message: str, *, resource: bool = False) -> None:
+        super().__init__(message)
+        self.resource = resource
 
 
 def bwrap_command(threads: int = THREADS, scoring: Scoring = CPU_SCORING) -> list[str]:
@@ -70,7 +87,7 @@ def bwrap_command(threads: int = THREADS, scoring: Scoring = CPU_SCORING) -> lis
         devices = GpuPlan(gpus=(scoring.gpu,), dev=GPU_DEV).bwrap_args()
         return confined_command(wire.__file__, packages, [str(threads), scoring.provider], devices=devices)
     except ConfinementError as exc:
-        raise ScoringError(str(exc)) from None
+        raise ScoringError(str(exc), resource=True) from None
 
 
 def scorer_env(threads: int, scoring: Scoring = CPU_SCORING) -> dict[str, str]:
@@ -156,14 +173,15 @@ class ConfinedScorer:
             self._in.flush()
         except OSError:  # the child died or refused: read its error frame if it left one
             self._expect(wire.MAGIC_READY)
-            raise ScoringError("scorer child closed its input") from None
+            raise ScoringError("scorer child closed its input", resource=True) from None
 
     def _expect(self, magic: bytes) -> None:
         got = self._read(4)
         if got == wire.MAGIC_ERROR:
             (size,) = struct.unpack("<I", self._read(4))
             message = self._read(min(size, 4096)).decode(errors="replace")
-            raise ScoringError(f"scorer child failed: {message}")
+            resource = any(marker in message.lower() for marker in RESOURCE_MARKERS)
+            raise ScoringError(f"scorer child failed: {message}", resource=resource)
         if got != magic:
             raise ScoringError(f"scorer child broke the protocol: {got!r}")
 
@@ -175,11 +193,15 @@ class ConfinedScorer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 self._proc.kill()
-                raise ScoringError(f"scorer child gave no answer within WALL_SECONDS={self.wall_seconds}")
+                raise ScoringError(
+                    f"scorer child gave no answer within WALL_SECONDS={self.wall_seconds}", resource=True
+                )
             chunk = os.read(fd, min(n, 1 << 20))
             if not chunk:
                 code = self._proc.wait()
-                raise ScoringError(f"scorer child exited early (code {code}; a limit may have killed it)")
+                raise ScoringError(
+                    f"scorer child exited early (code {code}; a limit may have killed it)", resource=True
+                )
             chunks.append(chunk)
             n -= len(chunk)
         return b"".join(chunks)

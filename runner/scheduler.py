@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 PROFILE_FILE = "device_profile.json"  # in the home
 ESTIMATES_FILE = "memory_estimates.json"  # in the home: config hash -> bytes
 MEMORY_RESERVE_BYTES = 1 * 1024**3  # kept free for other tenants of the device
+# Kept free on the gate's scoring GPU (the host's first, gate._provider) on top of the reserve:
+# a verdict scored while tickets train must find its memory, or a rival's model would be INVALID
+GATE_GPU_RESERVE_BYTES = 2 * 1024**3
 ESTIMATE_SAFETY = 1.2  # an estimate is the fitted peak times this factor
 MAX_OOM_RETRIES = 3  # halvings after an OOM; past this the ticket fails with reason "oom"
 DEFAULT_CONCURRENCY = 1  # tickets running at once on one device
@@ -133,6 +136,7 @@ class SchedulerSettings(BaseModel):
 
     concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=64)
     reserve_bytes: int = Field(default=MEMORY_RESERVE_BYTES, ge=0)
+    gate_reserve_bytes: int = Field(default=GATE_GPU_RESERVE_BYTES, ge=0)  # on the gate's GPU only
     max_oom_retries: int = Field(default=MAX_OOM_RETRIES, ge=0, le=10)
     memory_limit_bytes: int | None = Field(default=None, gt=0)  # per ticket; None: the sandbox policy's
     admission_wait_s: float = Field(default=3600.0, gt=0)  # how long a ticket may wait for memory
@@ -389,8 +393,14 @@ class Admission:
         total_bytes: int,
         settings: SchedulerSettings | None = None,
         free: Callable[[], int] | None = None,
+        *,
+        gate_gpu: bool = False,
     ) -> None:
         self.settings = settings or SchedulerSettings()
+        # the gate scores on this GPU: its reserve is kept free on top of the tenants' reserve
+        self.reserve_bytes = self.settings.reserve_bytes + (
+            self.settings.gate_reserve_bytes if gate_gpu else 0
+        )
         self.total_bytes = total_bytes
         self._free = free or (lambda: free_memory(device))
         self._slots = threading.Semaphore(self.settings.concurrency)
@@ -399,12 +409,12 @@ class Admission:
 
     @contextmanager
     def admit(self, estimate_bytes: int, wait_s: float = 3600.0) -> Iterator[None]:
-        capacity = self.total_bytes - self.settings.reserve_bytes
+        capacity = self.capacity()
         if estimate_bytes > capacity:
             raise LimitExceeded(
                 f"memory estimate {estimate_bytes / 2**20:.0f} MiB exceeds the device's "
                 f"{capacity / 2**20:.0f} MiB (total less the reserve of "
-                f"{self.settings.reserve_bytes / 2**20:.0f} MiB); lower batch_size"
+                f"{self.reserve_bytes / 2**20:.0f} MiB); lower batch_size"
             )
         if not self._slots.acquire(timeout=wait_s):
             raise LimitExceeded(
@@ -424,9 +434,13 @@ class Admission:
     def fits(self, estimate_bytes: int) -> bool:
         return estimate_bytes <= self.headroom()
 
+    def capacity(self) -> int:
+        """What an idle device holds for tickets: its total less the reserve."""
+        return self.total_bytes - self.reserve_bytes
+
     def headroom(self) -> int:
         """Free memory now, less the reserve and the estimates admitted and not yet released."""
-        return self._free() - self.settings.reserve_bytes - self._in_flight
+        return self._free() - self.reserve_bytes - self._in_flight
 
     def try_reserve(self, estimate_bytes: int) -> bool:
         """Count ``estimate_bytes`` as in flight if it fits now; no wait, no ticket slot (the
@@ -508,7 +522,9 @@ class Scheduler:
         profile = load_profile(home)
         device: DeviceKind = profile.device if profile else "cpu"
         total = profile.total_bytes if profile else device_total_bytes("cpu")[1]
-        return cls(MemoryEstimator(home, profile, device), Admission(device, total, settings), settings)
+        # on CUDA the one admission is a one-GPU host's, whose GPU the gate scores on
+        admission = Admission(device, total, settings, gate_gpu=device == "cuda")
+        return cls(MemoryEstimator(home, profile, device), admission, settings)
 
     def estimate(self, config: dict[str, Any], image_size: int, data_bytes: int = 0) -> int:
         """Peak bytes of a worker training a validated config on images of ``image_size``: the
@@ -547,7 +563,7 @@ class Scheduler:
     @contextmanager
     def _spread_over(self, admissions: dict[int, Admission], estimate_bytes: int) -> Iterator[int]:
         wait_s = self.settings.admission_wait_s
-        capacity = max(a.total_bytes for a in admissions.values()) - self.settings.reserve_bytes
+        capacity = max(a.capacity() for a in admissions.values())
         if estimate_bytes > capacity:
             raise LimitExceeded(
                 f"memory estimate {estimate_bytes / 2**20:.0f} MiB exceeds every GPU's "
@@ -581,9 +597,12 @@ class Scheduler:
     def _per_gpu(self) -> dict[int, Admission]:
         if self._gpu_admissions is None:
             total = self.admission.total_bytes
+            gpus = self._host_gpus()  # the gate scores on the first (gate._provider.machine_scoring)
             self._gpu_admissions = {
-                gpu.minor: Admission("cuda", total, self.settings, free=partial(gpu_free_bytes, gpu.uuid))
-                for gpu in self._host_gpus()
+                gpu.minor: Admission(
+                    "cuda", total, self.settings, partial(gpu_free_bytes, gpu.uuid), gate_gpu=gpu is gpus[0]
+                )
+                for gpu in gpus
             }
         return self._gpu_admissions
 
@@ -607,7 +626,10 @@ class Scheduler:
             gpus = self._per_gpu()
             fits = sum(max(0, a.headroom()) // estimate for a in gpus.values())
             tickets = max(1, min(MAX_AUTO_CONCURRENCY, fits))
-            basis = f"{fits} tickets of {mib} fit in the free memory of {len(gpus)} GPU(s) less the reserve"
+            basis = (
+                f"{fits} tickets of {mib} fit in the free memory of {len(gpus)} GPU(s) less the reserve "
+                f"(and {self.settings.gate_reserve_bytes / 2**30:g} GiB more on the gate's GPU)"
+            )
             return ConcurrencyPlan(
                 tickets=tickets,
                 device="cuda",

@@ -11,6 +11,7 @@ import pytest
 
 from gate.core import Gate
 from gate.ledger import Ledger
+from gate.scorer import ScoringError
 from segfactory.records import Verdict
 from synthetic.splits import image_sha256, write_split
 from synthetic.versions import create_version
@@ -237,3 +238,38 @@ def test_promotion_needs_a_win_and_a_replicate_win(gate: Gate, better_model: Pat
     sha = gate.promote("p1")
     assert gate.ledger.current_best()["model_sha256"] == sha  # type: ignore[index]
     assert gate.submit(better_model.read_bytes(), "p2").verdict.verdict is Verdict.NO_WIN  # now equal to best
+
+
+def test_a_scoring_failure_of_the_machine_is_answered_invalid_and_never_cached(
+    gate: Gate, better_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ticket that filled the scoring device while a rival was scored must not make the rival's
+    model INVALID for good: the same bytes submitted again are scored afresh."""
+    real = gate.compare
+    failures = iter([ScoringError("scorer child failed: std::bad_alloc", resource=True)])
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gate, "compare", flaky)
+    first = gate.submit(better_model.read_bytes(), "t-oom")
+    assert first.verdict.verdict is Verdict.INVALID and "lack of resources (not cached)" in first.reason
+    again = gate.submit(better_model.read_bytes(), "t-again")
+    assert again.verdict.verdict is Verdict.WIN and not again.reason.startswith("cached")
+
+
+def test_a_scoring_failure_of_the_model_is_cached(
+    gate: Gate, better_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> object:
+        raise ScoringError("model output holds NaN or infinity")
+
+    monkeypatch.setattr(gate, "compare", broken)
+    first = gate.submit(better_model.read_bytes(), "t-nan")
+    assert first.verdict.verdict is Verdict.INVALID
+    monkeypatch.undo()
+    again = gate.submit(better_model.read_bytes(), "t-nan-2")
+    assert again.verdict.verdict is Verdict.INVALID and again.reason.startswith("cached")

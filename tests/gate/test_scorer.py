@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -63,3 +65,23 @@ def test_child_cannot_make_a_user_namespace() -> None:
     )
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, preexec_fn=scorer.limit_child)
     assert out.returncode == 0 and out.stdout.split()[0] == "-1", (out.stdout, out.stderr)
+
+
+def test_a_child_the_machine_killed_is_a_resource_failure_and_a_bad_output_is_not(tmp_path: Path) -> None:
+    checked = inspect_bytes(models.save(models.threshold_model(), tmp_path / "m.onnx").read_bytes())
+    with scorer.ConfinedScorer(checked) as child:
+        for pid in _tree(child._proc.pid):  # bwrap and the scorer inside: as the OOM killer would
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ScoringError) as killed:
+            child.score(np.zeros((4, 16, 16), np.float32))
+    assert killed.value.resource
+    bad = inspect_bytes(models.wrong_output_shape_model().SerializeToString())
+    with pytest.raises(ScoringError) as wrong:
+        score_checked(bad, np.zeros((4, 16, 16), np.float32))
+    assert not wrong.value.resource  # the model's own fault: the same bytes always fail
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it, deepest first."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [p for child in children for p in _tree(int(child))] + [pid]

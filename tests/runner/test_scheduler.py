@@ -28,6 +28,7 @@ from runner.scheduler import (
     shrink_for_oom,
 )
 from segfactory.errors import DataError, LimitExceeded
+from segfactory.gpus import Gpu
 from segfactory.home import Home
 from tests.runner.conftest import PROFILED
 from vision.config import parse_config
@@ -153,6 +154,32 @@ def test_with_several_gpus_concurrent_tickets_spread_over_them_and_wait_when_non
         tight.admit(600 * MIB),
     ):
         pass
+
+
+def test_the_gates_scoring_gpu_keeps_its_reserve_free_of_tickets(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ticket that filled the gate's GPU would turn a rival's verdict into INVALID: the first GPU
+    (where the gate scores) keeps the gate's reserve on top of the tenants' reserve."""
+    settings = SchedulerSettings(reserve_bytes=1024 * MIB, gate_reserve_bytes=2048 * MIB, concurrency=4)
+    gate_gpu = Admission("cuda", 8 * 1024 * MIB, settings, lambda: 8 * 1024 * MIB, gate_gpu=True)
+    assert gate_gpu.capacity() == 5 * 1024 * MIB and gate_gpu.headroom() == 5 * 1024 * MIB
+    with (
+        pytest.raises(LimitExceeded, match="exceeds the device's 5120 MiB .* reserve of 3072 MiB"),
+        gate_gpu.admit(6000 * MIB),
+    ):
+        pass
+    gpus = [Gpu(minor=m, uuid=f"GPU-{m}", model="H100", bus=f"0000:0{m}:00.0") for m in (3, 5)]
+    monkeypatch.setattr(Scheduler, "_host_gpus", lambda self: gpus)
+    monkeypatch.setattr(scheduler, "gpu_free_bytes", lambda uuid: 8 * 1024 * MIB)
+    several = Scheduler(
+        MemoryEstimator(home, None, "cuda"), Admission("cuda", 8 * 1024 * MIB, settings), settings
+    )
+    per_gpu = several._per_gpu()
+    assert per_gpu[3].headroom() == 5 * 1024 * MIB and per_gpu[5].headroom() == 7 * 1024 * MIB
+    with several.admit(6000 * MIB) as where:
+        assert where == [5]  # fits only where the gate does not score
+    assert "gate's GPU" in several.auto_concurrency(1024 * MIB).basis
 
 
 def test_the_ticket_slots_bound_the_host_not_each_gpu(home: Home) -> None:
