@@ -16,6 +16,7 @@ from pydantic import JsonValue
 
 from agents._report_records import TicketRow
 from runner import read_beneath
+from segfactory.layout import TicketFiles
 
 PLOTS_DIR = "plots"
 LEGEND_ROWS = 8  # a curves legend takes another column past this many tickets
@@ -74,13 +75,17 @@ class CurvePoint(NamedTuple):
     train_loss: float
 
 
-def _curve(work: Path) -> list[CurvePoint]:
-    """A ticket's learning curve, read beneath its workspace with no symlink followed."""
-
+def _curve(ticket: TicketFiles) -> list[CurvePoint]:
+    """A ticket's learning curve: the copy the runner took out of its workspace, else (a ticket
+    still training, or one from before copies were taken) read beneath the workspace with no
+    symlink followed."""
     try:
-        data, _ = read_beneath(work, CURVE_FILE, cap=MAX_CURVE_BYTES)
-    except Exception:  # absent, refused (a symlink, a FIFO) or unreadable: no curve for this ticket
-        return []
+        data, _ = read_beneath(ticket.root, ticket.curve.name, cap=MAX_CURVE_BYTES)
+    except Exception:  # not copied out: the workspace's own
+        try:
+            data, _ = read_beneath(ticket.work, CURVE_FILE, cap=MAX_CURVE_BYTES)
+        except Exception:  # absent, refused (a symlink, a FIFO) or unreadable: no curve for this ticket
+            return []
     points: list[CurvePoint] = []
     for line in data.decode(errors="replace").splitlines():
         try:
@@ -95,7 +100,7 @@ def _curve(work: Path) -> list[CurvePoint]:
 
 def curves_plot(rows: list[TicketRow], tickets_dir: Path, out: Path) -> bool:
     """Train loss per epoch for every ticket that trained (as the sandboxed worker reported it)."""
-    curves = {r.ticket_id: _curve(tickets_dir / r.ticket_id / "work") for r in rows}
+    curves = {r.ticket_id: _curve(TicketFiles(tickets_dir / r.ticket_id)) for r in rows}
     curves = {k: v for k, v in curves.items() if v}
     if not curves:
         return False

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, m
 
 from segfactory.errors import PolicyError
 from segfactory.home import SOURCE_ROOT
+from vision.registry import PLAIN_UNET
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
@@ -60,6 +61,9 @@ class IntParam(_Strict):
 
 
 ParamValue = int | float | str | bool  # one value of a space's key: a float, an int or a categorical choice
+# Deep supervision is unet-plain's alone (vision.config refuses it on another model): a trial that
+# picks another model turns it off, so that a draw of the model is a config that can train.
+PLAIN_ONLY: dict[str, ParamValue] = {"deep_supervision": False}
 
 
 class CategoricalParam(_Strict):
@@ -98,7 +102,14 @@ class SearchSpace(_Strict):
                 patch[key] = trial.suggest_int(key, p.low, p.high, log=p.log)
             else:
                 patch[key] = trial.suggest_categorical(key, p.choices)
-        return patch
+        return coherent(patch)
+
+
+def coherent(change: dict[str, ParamValue]) -> dict[str, ParamValue]:
+    """``change`` with what the model it picks cannot have turned off (``PLAIN_ONLY``)."""
+    if "model.name" in change and change["model.name"] != PLAIN_UNET:
+        return {**change, **PLAIN_ONLY}
+    return change
 
 
 def load_space(path: Path = SEARCH_SPACE) -> SearchSpace:

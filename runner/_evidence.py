@@ -8,6 +8,8 @@ the worker's ``result.json`` is kept as its claim only. Shared by training and p
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,16 +21,20 @@ from gate.intake import inspect_model
 from gate.scorer import score_checked
 from runner._copyout import MAX_MODEL_BYTES, CopiedFile, copy_out, read_beneath
 from runner._manifest import TrainingManifest
+from runner._progress import CURVE_CAP_BYTES, CURVE_PATH
 from runner._workspace import OUT_DIR
 from runner.inputs import CHECKPOINT_FILE, MODEL_FILE
 from runner.outcome import Evidence
-from segfactory.errors import DataError
+from segfactory.errors import DataError, LimitExceeded
+from segfactory.layout import TicketFiles
 from segfactory.records import CoarseVerdict
 from synthetic.splits import read_split
 from vision.metrics import aggregate, per_image_metrics
 
 MAX_CHECKPOINT_BYTES = MAX_MODEL_BYTES  # model.safetensors; past this: LimitExceeded, the ticket fails
 RESULT_FILE = "result.json"
+
+log = logging.getLogger(__name__)
 
 Scorer = Callable[[Path, np.ndarray], np.ndarray]  # (model path, images (N, H, W)) -> prob (N, 1, H, W)
 
@@ -73,6 +79,29 @@ def copy_outputs(work: Path, ticket_dir: Path, *, checkpoint: bool) -> CopiedOut
         except FileNotFoundError:
             weights = None
     return CopiedOut(model, weights)
+
+
+def copy_curve(work: Path, ticket_dir: Path) -> bool:
+    """``out/learning_curve.jsonl`` into the ticket folder (``TicketFiles.curve``: people's plot of the
+    worker's own report, never evidence); False when it is absent, unsafe or past its cap."""
+    try:
+        copy_out(work, CURVE_PATH, TicketFiles(ticket_dir).curve, cap=CURVE_CAP_BYTES)
+    except (OSError, DataError, LimitExceeded) as exc:
+        log.info("no learning curve copied out of %s: %s", work, exc)
+        return False
+    return True
+
+
+def discard_workspace(work: Path) -> bool:
+    """Remove a finished ticket's workspace once copy-out has taken what the host keeps, so that
+    a run of many tickets does not leave each one's data, checkpoints and scratch behind on the
+    filesystem the vault and the audit log share. ``shutil.rmtree`` removes links without
+    following them (it walks by descriptor on Linux); what cannot be removed is left and logged."""
+    failures: list[str] = []
+    shutil.rmtree(work, onerror=lambda _fn, path, info: failures.append(f"{path}: {info[1]}"))
+    if failures:
+        log.warning("workspace %s kept in part: %s", work, "; ".join(failures[:3]))
+    return not failures
 
 
 def evidence(

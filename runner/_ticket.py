@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import TypedDict
 
 from runner import _staging
-from runner._evidence import GateSubmitter, Scorer, copy_outputs, evidence, sandbox_report
+from runner._evidence import (
+    GateSubmitter,
+    Scorer,
+    copy_curve,
+    copy_outputs,
+    discard_workspace,
+    evidence,
+    sandbox_report,
+)
 from runner._launch import SandboxLauncher, WorkerLauncher
 from runner._manifest import TrainingManifest, training_manifest, write_manifest
 from runner.outcome import Attempt, TicketOutcome, TicketStatus
@@ -183,6 +191,9 @@ def finish(
         },
     )
     reported, truncated = sandbox_report(run.work)
+    copy_curve(run.work, run.ticket_dir)
+    # the host keeps what it copied out; the rest of the workspace (data, scratch) goes now
+    run.event("workspace_removed", {"complete": discard_workspace(run.work)})
     found = evidence(copied, manifest, run.ticket_dir / MANIFEST_FILE, run.dataset.dev, threshold, scorer)
     run.event("evidence_computed", found.model_dump(mode="json"))
     done = TicketOutcome(

@@ -255,7 +255,13 @@ class TicketFiles:
 
     @property
     def work(self) -> Path:
+        """The sandbox's workspace; removed once a ticket is done and copied out."""
         return self.root / "work"
+
+    @property
+    def curve(self) -> Path:
+        """The worker's learning curve, copied out of ``work/`` (people's plot, never evidence)."""
+        return self.root / "learning_curve.jsonl"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from agents.actions import dotted_get
 from agents.context import ProposerContext, VerdictEntry
 from agents.incumbent import EXPLORATION_EVIDENCE
 from agents.proposer._base import Proposer, Rejected, TicketDraft
-from agents.space import SEARCH_SPACE, SearchSpace, load_space
+from agents.space import SEARCH_SPACE, SearchSpace, coherent, load_space
 from segfactory.records import INCUMBENT, Budget, Direction, ExpectedEffect, TicketKind
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ class ExploringProposer(Proposer):
                 break
             trial = study.ask(distributions)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)  # asked, not run: no value
-            change = {k: v for k, v in trial.params.items() if base.get(k) != v}
+            change = coherent({k: v for k, v in trial.params.items() if base.get(k) != v})
             if pbt:  # continue the incumbent's weights: its architecture stays
                 change = {k: v for k, v in change.items() if not k.startswith(ARCHITECTURE_PREFIXES)}
             draft = self._draft(change, context.incumbent_sha256, continues=pbt)

@@ -10,7 +10,7 @@ from agents.actions import dotted_get
 from agents.context import DevAnalysis, ProposerContext, VerdictEntry, build_context
 from agents.proposer.explore import ARCHITECTURE_PREFIXES, EVIDENCE, ExploringProposer, Observation
 from agents.proposer.rules import RulesProposer
-from agents.space import load_space
+from agents.space import PLAIN_ONLY, load_space
 from segfactory.records import Arm, Budget
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ def test_with_nothing_recommended_the_batch_is_filled_with_distinct_changes_of_t
     assert len(drafts) == 4 and all(d.evidence == [EVIDENCE] for d in drafts)  # no incumbent named: no @
     assert len({repr(sorted(d.change.items())) for d in drafts}) == 4  # no draft twice
     for draft in drafts:
-        assert draft.change and set(draft.change) <= set(space)
+        assert draft.change and set(draft.change) <= set(space) | set(PLAIN_ONLY)
         incumbent = _incumbent()
         for key, value in draft.change.items():  # every key really moves away from the incumbent
             node = incumbent
@@ -97,3 +97,30 @@ def test_with_trained_weights_the_first_draft_continues_them_and_keeps_the_archi
     assert pbt.continues == "incumbent" and pbt.evidence == [f"exploration:pbt@{'ab' * 6}"]
     assert pbt.change and not any(k.startswith(ARCHITECTURE_PREFIXES) for k in pbt.change)
     assert all(d.continues is None and d.evidence == [f"exploration:tpe@{'ab' * 6}"] for d in rest)
+
+
+def test_a_draw_of_another_model_turns_off_what_only_unet_plain_has() -> None:
+    import optuna
+
+    from agents.validate import config_problems
+    from segfactory.budgets import load_budget_policy
+
+    space = load_space()
+    base = _incumbent()  # the demo base: unet-plain with deep supervision
+    for name in ("unet-mobilenetv3", "unet-plain"):
+        trial = optuna.trial.FixedTrial(
+            {key: (name if key == "model.name" else _first(space, key)) for key in space.params}
+        )
+        patch = space.suggest(trial)
+        assert patch.get("deep_supervision") is (False if name != "unet-plain" else None)
+        assert config_problems(patch, load_budget_policy(), base) == [], name  # a config that can train
+    drafts = ExploringProposer(RulesProposer(BUDGET), BUDGET, seed=5).propose(
+        build_context(DevAnalysis(summary="dev"), [], incumbent=base), 12
+    )
+    assert any(d.change.get("model.name") == "unet-mobilenetv3" for d in drafts)  # the case is drawn
+    assert [config_problems(d.change, load_budget_policy(), base) for d in drafts] == [[]] * len(drafts)
+
+
+def _first(space: object, key: str) -> object:
+    p = space.params[key]  # type: ignore[attr-defined]
+    return p.choices[0] if hasattr(p, "choices") else p.low

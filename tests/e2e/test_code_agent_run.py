@@ -152,8 +152,12 @@ def test_the_agents_code_is_what_trained_in_the_sandbox_and_the_ticket_is_record
     code_run: dict[str, Any],
 ) -> None:
     home, run_id, ticket = code_run["home"], code_run["run_id"], _code_ticket(code_run)
-    work = home / "runs" / run_id / "tickets" / ticket["id"] / "work"
-    assert (work / "code" / "vision" / "worker.py").read_text() == _marked(code_run["source"])
+    # the code the host gave the sandbox (the lineage row; the workspace is removed once the
+    # ticket is done and copied out), and the attempt's own stderr shows that code ran
+    rows = [json.loads(line) for line in (home / "runs" / run_id / "lineage.jsonl").read_text().splitlines()]
+    code = next(r["code"] for r in rows if r["ticket_id"] == ticket["id"])
+    assert code["vision/worker.py"] == _marked(code_run["source"])
+    assert not (home / "runs" / run_id / "tickets" / ticket["id"] / "work").exists()
     attempts = events(code_run["records"], "ticket_attempt", run_id, ticket["id"])
     assert attempts and MARK in attempts[0]["payload"]["stderr_tail"], attempts[-1]["payload"]
     assert attempts[-1]["payload"]["exit_code"] == 0

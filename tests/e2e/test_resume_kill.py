@@ -215,7 +215,10 @@ def test_the_planted_confirm_score_reaches_no_agent(killed_run: dict[str, Any]) 
     assert len(received) == 1  # one proposal; the resumes asked nothing again
     sent = [r["payload"]["body"] for r in events(killed_run["records"], "llm_http_request", run_id)]
     assert sent == ["blob:" + hashlib.sha256(received[0]).hexdigest()]  # the search covers what was sent
-    assert (home / "runs" / run_id / "tickets" / _ticket(killed_run) / "work" / "out").is_dir()
+    ticket_dir = home / "runs" / run_id / "tickets" / _ticket(killed_run)
+    # the search has the ticket's files to cover: what was copied out of a finished workspace (the
+    # workspace itself is removed then), or the workspace of one that did not finish
+    assert (ticket_dir / "model.onnx").is_file() or (ticket_dir / "work" / "out").is_dir()
     hits = sentinel_hits(
         home, run_id, SENTINEL, received, also=_confirm_intervals(killed_run["records"], run_id)
     )

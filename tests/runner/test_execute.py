@@ -14,6 +14,7 @@ import pytest
 
 from audit import AuditLog, iter_records
 from runner import TicketStatus, _execute, execute_ticket
+from runner import _ticket as runner_ticket
 from runner._workspace import SIZED_SHARE, ticket_config
 from runner.scheduler import Scheduler
 from segfactory.home import Home
@@ -122,7 +123,9 @@ def test_evidence_is_host_computed_not_sandbox_reported(
     manifest = json.loads(Path(evidence.manifest_file).read_text())
     assert manifest["image_hashes"] == [row["sha256"] for row in read_split(dataset.train).image_meta]
     assert json.loads((model.parent / "outcome.json").read_text())["status"] == "DONE"
-    assert events(home)[-3:] == ["model_copied_out", "evidence_computed", "ticket_done"]
+    assert events(home)[-4:] == ["model_copied_out", "workspace_removed", "evidence_computed", "ticket_done"]
+    # the host keeps what it copied out (and the worker's curve, for people); the workspace goes
+    assert not (model.parent / "work").exists() and (model.parent / "learning_curve.jsonl").is_file()
 
 
 def test_oom_is_retried_at_half_the_batch_under_a_real_rlimit(
@@ -175,8 +178,14 @@ def test_planted_model_is_refused_and_recorded(
 
 
 def test_a_retry_neither_follows_a_planted_config_nor_reuses_old_output(
-    home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler, tmp_path: Path
+    home: Home,
+    dataset: DatasetVersion,
+    audit_log: AuditLog,
+    scheduler: Scheduler,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(runner_ticket, "discard_workspace", lambda work: True)  # to look at attempt 0
     target = tmp_path / "host-file.txt"
     target.write_text("host content\n")
     launcher = StandinLauncher(mode="plant-config", memory_bytes=400 * MIB, target=str(target))
