@@ -19,6 +19,7 @@ from agents.challenge import ChallengeSetup, challenge_ticket
 from agents.challenge._locate import locate
 from audit import AuditLog
 from runner import HOST_CONFIG_FILE, TicketStatus, execute_ticket
+from runner import _ticket as runner_ticket
 from runner.scheduler import Scheduler
 from segfactory.home import Home
 from segfactory.records import Ticket
@@ -55,8 +56,14 @@ config_path.write_text(yaml.safe_dump(config))
 
 
 def test_a_challenge_ignores_a_config_the_sandbox_rewrote(
-    marked_home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+    marked_home: Home,
+    dataset: DatasetVersion,
+    audit_log: AuditLog,
+    scheduler: Scheduler,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # the sandbox's planted files must still be there, unread: keep the finished workspace
+    monkeypatch.setattr(runner_ticket, "discard_workspace", lambda work: True)
     ticket = Ticket(
         id="t1",
         arm="agent-code",
@@ -143,8 +150,14 @@ def _host_code_sha256(files: dict[str, str]) -> str:
 
 @pytest.mark.timeout(600)  # before the fix, hashing the workspace's code hung on the FIFO
 def test_a_challenge_hashes_the_hosts_code_never_what_the_sandbox_planted(
-    marked_home: Home, dataset: DatasetVersion, audit_log: AuditLog, scheduler: Scheduler
+    marked_home: Home,
+    dataset: DatasetVersion,
+    audit_log: AuditLog,
+    scheduler: Scheduler,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # the sandbox's planted files must still be there, unread: keep the finished workspace
+    monkeypatch.setattr(runner_ticket, "discard_workspace", lambda work: True)
     ticket = Ticket(
         id="t2",
         arm="agent-code",

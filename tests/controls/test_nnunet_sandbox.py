@@ -16,6 +16,7 @@ import pytest
 from audit import AuditLog, MemoryAnchorStore
 from controls.nnunet_arm import NNUNET_MAX_EPOCHS, nnunet_ticket
 from runner import TicketCaps, TicketStatus, execute_ticket
+from runner import _ticket as runner_ticket
 from runner.scheduler import Scheduler
 from segfactory.home import Home
 from synthetic.splits import write_split
@@ -59,8 +60,10 @@ def audit_log(home: Home) -> Iterator[AuditLog]:
 
 
 def test_the_nnunet_ticket_trains_in_the_sandbox(
-    home: Home, dataset: DatasetVersion, audit_log: AuditLog
+    home: Home, dataset: DatasetVersion, audit_log: AuditLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # nnU-Net's own plans file in the workspace is read below: keep the finished workspace
+    monkeypatch.setattr(runner_ticket, "discard_workspace", lambda work: True)
     ticket = nnunet_ticket("r1", 150.0, seed=5)
     ticket = ticket.model_copy(
         update={"change": {**ticket.change, "epochs": 2, "nnunet": {**ticket.change["nnunet"], **TINY}}}

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from audit import AuditLog, check_records, iter_records, load_policy
-from runner import TicketOutcome, TicketStatus, execute_ticket
+from runner import HOST_CONFIG_FILE, TicketOutcome, TicketStatus, execute_ticket
 from runner.scheduler import Scheduler
 from segfactory.home import Home
 from segfactory.records import Ticket
@@ -68,7 +68,7 @@ def test_ticket_trains_in_the_sandbox_with_host_computed_evidence_and_no_finding
     evidence = outcome.evidence
     assert evidence is not None and evidence.dev_metrics["n_images"] == 12
     assert evidence.manifest["train"]["count"] == 24
-    config = (home.tickets_dir("r1") / "e2e" / "work" / "config.yaml").read_text()
+    config = (home.tickets_dir("r1") / "e2e" / HOST_CONFIG_FILE).read_text()  # the workspace is gone
     assert "epochs: 1" in config and "seed: 3" in config  # the budget caps epochs; the ticket sets the seed
     assert outcome.sandbox_reported is not None  # the worker's own result.json, kept apart from evidence
 
@@ -177,6 +177,9 @@ def test_a_child_trains_on_from_its_parents_weights_mounted_read_only(
     assert child.sandbox_reported is not None and "init_s" in child.sandbox_reported["timings"]
 
     staged = tickets / "child" / "init"
+    (
+        tickets / "child" / "work"
+    ).mkdir()  # a workspace for the probe: the child's was removed when it finished
     probe = (
         "import json; "
         "print(json.dumps([l.split()[5] for l in open('/proc/self/mountinfo') if l.split()[4] == '/init'])); "
