@@ -10,7 +10,7 @@ from agents.actions import dotted_get
 from agents.context import DevAnalysis, ProposerContext, VerdictEntry, build_context
 from agents.proposer.explore import ARCHITECTURE_PREFIXES, EVIDENCE, ExploringProposer, Observation
 from agents.proposer.rules import RulesProposer
-from agents.space import PLAIN_ONLY, load_space
+from agents.space import PLAIN_ONLY, CategoricalParam, SearchSpace, load_space
 from segfactory.records import Arm, Budget
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,6 +121,6 @@ def test_a_draw_of_another_model_turns_off_what_only_unet_plain_has() -> None:
     assert [config_problems(d.change, load_budget_policy(), base) for d in drafts] == [[]] * len(drafts)
 
 
-def _first(space: object, key: str) -> object:
-    p = space.params[key]  # type: ignore[attr-defined]
-    return p.choices[0] if hasattr(p, "choices") else p.low
+def _first(space: SearchSpace, key: str) -> object:
+    p = space.params[key]
+    return p.choices[0] if isinstance(p, CategoricalParam) else p.low
