@@ -35,6 +35,7 @@ from vision.augment import augment
 from vision.checkpoint import (
     MODEL_FILE,
     RESUME_FILE,
+    BestEpoch,
     load_model,
     load_resume,
     load_weights,
@@ -228,8 +229,7 @@ class Trainer:
         if self.keep is not None:
             n_train = len(self.keep)
         self.steps_per_epoch = n_train // config.batch_size
-        # the epoch kept: the best on the carve so far, as (epoch, object F1, weights, its dev metrics)
-        self.best: tuple[int, float, dict[str, torch.Tensor], dict[str, float]] | None = None
+        self.best: BestEpoch | None = None  # the epoch kept: the best on the carve so far
         self.device = pick_device(config)
         torch.manual_seed(config.seed)
         self.config = config = resolve_stages(config, self.data)
@@ -269,9 +269,7 @@ class Trainer:
         if state.get("config") != dump_config(self.config):
             raise DataError(f"{path} was written with a different config; use a new --out to start afresh")
         self.model.load_state_dict(state["model"])
-        best = state.get("best")
-        if best is not None:
-            self.best = (int(best["epoch"]), float(best["object_f1"]), best["model"], best["dev"])
+        self.best = state.get("best")
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         self.start_epoch = int(state["epoch"]) + 1
@@ -326,14 +324,7 @@ class Trainer:
                 "optimizer": self.opt.state_dict(),
                 "scheduler": self.sched.state_dict(),
                 "epochs_planned": self.epochs,
-                "best": None
-                if self.best is None
-                else {
-                    "epoch": self.best[0],
-                    "object_f1": self.best[1],
-                    "model": self.best[2],
-                    "dev": self.best[3],
-                },
+                "best": self.best,
             },
         )
         line: dict[str, object] = {
@@ -355,9 +346,9 @@ class Trainer:
         if self.held is None:
             return None
         f1 = self.carve_f1(self.held)
-        if self.best is None or f1 >= self.best[1]:
+        if self.best is None or f1 >= self.best["object_f1"]:
             weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-            self.best = (epoch, f1, weights, dict(dev))
+            self.best = {"epoch": epoch, "object_f1": f1, "model": weights, "dev": dict(dev)}
         return f1
 
     def carve_f1(self, held: np.ndarray) -> float:
@@ -372,15 +363,15 @@ class Trainer:
         the plan; returns that epoch's dev metrics. Without a carve: the last epoch, ``dev``."""
         if self.best is None or self.held is None:
             return dev
-        epoch, f1, weights, best_dev = self.best
+        epoch, f1 = self.best["epoch"], self.best["object_f1"]
         self.plan.update(
             carve_images=len(self.held), selected_epoch=epoch, selected_carve_object_f1=round(f1, 4)
         )
         if epoch != done - 1:
-            self.model.load_state_dict(weights)
+            self.model.load_state_dict(self.best["model"])
             save_checkpoint(self.model, self.config, self.out / MODEL_FILE, epoch)
             log.info("kept epoch %d (carve object F1 %.4f), not the last, %d", epoch, f1, done - 1)
-        return best_dev
+        return self.best["dev"]
 
     def loop(self) -> tuple[int, str | None, dict[str, float]]:
         """Run the epochs; returns (epochs completed, stop reason, last dev metrics)."""

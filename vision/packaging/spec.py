@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from segfactory.errors import DataError
+from vision.holdout import CARVE_FRACTION, CARVE_SEED
 
 MAX_MEMBERS = 8  # models in one ensemble; past this: refused
 MAX_MIN_SIZE = 12  # largest minimum component size offered; (2m - 1)^2 window offsets in the graph
@@ -34,8 +35,8 @@ class PackageSpec(BaseModel):
     min_sizes: list[int] = [1, 2, 3]  # 1: no size filter; each m costs (2m - 1)^2 window offsets
     max_slice_drop: float = Field(default=0.02, ge=0, le=1)  # worst void-size recall it may lose
     gate_threshold: float = Field(default=0.5, gt=0, lt=1)  # the win rule's threshold (host)
-    holdout_fraction: float = Field(default=0.1, gt=0, le=0.5)  # the members' carve (host)
-    holdout_seed: int = Field(default=0, ge=0)
+    holdout_fraction: float = Field(default=CARVE_FRACTION, gt=0, le=0.5)  # the members' carve (host)
+    holdout_seed: int = Field(default=CARVE_SEED, ge=0)
 
     @field_validator("flips")
     @classmethod
