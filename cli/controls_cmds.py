@@ -15,11 +15,12 @@ import typer
 
 from agents.run_policy import load_run_defaults
 from cli._common import BackendOpt, HomeOpt, JsonOpt, check_concurrency, emit_json, home_for
-from cli._drop import continue_unprivileged
-from controls.aa import run_aa
+from cli._drop import continue_unprivileged, rerun_as_orchestrator
+from controls.aa import continuation_budget, run_aa
 from controls.replay import replay
 from segfactory.budgets import load_budget_policy
 from segfactory.errors import UsageError
+from segfactory.home import Home
 from segfactory.text import inert
 from segfactory.units import parse_duration
 
@@ -140,12 +141,23 @@ def aa_cmd(
             "the cores). Default 1.",
         ),
     ] = 1,
+    continued: Annotated[
+        int | None,
+        typer.Option(
+            "--continued",
+            help="Of the runs, how many continue the reference's weights (as a budget plan's rungs "
+            "and final do), against a continuation reference of their own. Default: half, rounded down.",
+        ),
+    ] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """A/A runs through the agents' pipeline: every win is false; reports both rules' false-win rates."""
     if not AA_RUNS[0] <= runs <= AA_RUNS[1]:
         raise UsageError(f"--runs {runs}: expected {AA_RUNS[0]}..{AA_RUNS[1]}")
+    n_continued = runs // 2 if continued is None else continued
+    if not 0 <= n_continued <= runs:
+        raise UsageError(f"--continued {continued}: expected 0..{runs} (of the --runs)")
     _check_common(profile, backend)
     check_concurrency(concurrency)
     from controls.session import control_session, new_run_id, sandbox_runs  # deferred: loads numba
@@ -173,6 +185,8 @@ def aa_cmd(
             set_reference=s.services.set_reference,
             progress=_progress,
             concurrency=concurrency,
+            continued=n_continued,
+            continuation_budget=continuation_budget(used_profile, s.ticket_budget),
         )
         after = s.spent()
     summary = result.summary()
@@ -185,7 +199,10 @@ def aa_cmd(
     people.mkdir(parents=True, exist_ok=True)
     (people / "aa.json").write_text(
         json.dumps(
-            {**summary.as_json(), "results": [r.model_dump(mode="json") for r in result.runs]},
+            {
+                **summary.as_json(),
+                "results": [r.model_dump(mode="json") for r in result.runs + result.continued],
+            },
             indent=2,
             sort_keys=True,
         )
@@ -198,7 +215,7 @@ def aa_cmd(
             f"A/A {run_id}: {summary.runs} runs; gate rule (with replicate) {g.wins}/{g.runs} false "
             f"wins; naive best-dev rule {n.wins}/{n.runs}; ledger {summary.ledger}; people: {people}"
         )
-    _refuse_failed_runs(summary, result.runs)
+    _refuse_failed_runs(summary, result.runs + result.continued)
 
 
 def _refuse_failed_runs(summary: Any, runs: list[Any]) -> None:
@@ -226,11 +243,31 @@ def compare_cmd(
     proposer: Annotated[str, typer.Option("--proposer", help="The agent arm's proposer.")] = "rules",
     profile: ProfileOpt = "demo",
     backend: BackendOpt = "bwrap",
+    first_seed: Annotated[
+        int,
+        typer.Option(
+            "--first-seed",
+            help="The first seed (then first+1, ...): run seeds one comparison at a time, then --combine.",
+        ),
+    ] = 0,
+    combine: Annotated[
+        str | None,
+        typer.Option(
+            "--combine",
+            help="Comma-separated compare ids of this home: summarise their seeds as one comparison "
+            "(nothing trains; the other options are not used).",
+        ),
+    ] = None,
     home: HomeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Equal device-seconds per arm over seeds, each arm from the same incumbent; arms ranked by sealed
     worst-slice recall (object F1 beside it) with paired differences; a best-so-far plot."""
+    if combine is not None:
+        _combine(combine, home, json_out)
+        return
+    if first_seed < 0:
+        raise UsageError(f"--first-seed {first_seed}: expected 0 or more")
     wanted = [a.strip() for a in arms.split(",") if a.strip()]
     unknown = [a for a in wanted if a not in ARMS]
     if unknown or not wanted:
@@ -270,7 +307,26 @@ def compare_cmd(
         profile=profile,
         backend=backend,
         progress=_progress,
+        first_seed=first_seed,
     )
+    _print_compare(summary, json_out)
+
+
+def _combine(ids: str, home: Path | None, json_out: bool) -> None:
+    """``compare --combine``: the named comparisons of an existing home summarised as one."""
+    from controls.compare_combine import combine  # deferred: loads matplotlib's plotting
+
+    resolved = Home.resolve(home)
+    if not resolved.exists():
+        raise UsageError(f"--combine: no home at {resolved.root}")
+    dropped = rerun_as_orchestrator(resolved)  # as root: the files are written as `segfactory`
+    if dropped is not None:
+        raise typer.Exit(dropped)
+    summary = combine(resolved, [i.strip() for i in ids.split(",") if i.strip()])
+    _print_compare(summary, json_out)
+
+
+def _print_compare(summary: Any, json_out: bool) -> None:
     if json_out:
         emit_json(summary.as_json())
         return

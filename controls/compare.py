@@ -185,22 +185,29 @@ def run_arms(
     run_arm: ArmRunner,
     store: BestStore,
     after_seed: Callable[[int, dict[str, list[ArmRun]]], None] = lambda seed, results: None,
+    first_seed: int = 0,
 ) -> tuple[Incumbent, dict[str, list[ArmRun]]]:
-    """Every arm-run from the same incumbent (restored when an earlier arm-run moved the best).
+    """Every arm-run from the same incumbent (restored when an earlier arm-run moved the best),
+    for seeds ``first_seed`` .. ``first_seed + seeds - 1``.
 
-    Each result records ``start_best`` (the incumbent it started from), ``restored_before``
-    (whether the best had to be moved back first) and ``fresh_tiers`` (the queried tiers redrawn
-    for it because an earlier arm-run had queried them, with their new versions); the incumbent
-    is restored after the last run.
+    Each result records its ``seed``, ``start_best`` (the incumbent it started from),
+    ``restored_before`` (whether the best had to be moved back first) and ``fresh_tiers`` (the
+    queried tiers redrawn for it because an earlier arm-run had queried them, with their new
+    versions); the incumbent is restored after the last run.
     """
     incumbent = store.current()
     results: dict[str, list[ArmRun]] = {arm: [] for arm in arms}
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         for arm in arms:
             restored = start_from(store, incumbent, f"{arm} seed {seed}")
             fresh = store.fresh_tiers()
             result = run_arm(arm, seed).model_copy(
-                update={"start_best": incumbent.sha256, "restored_before": restored, "fresh_tiers": fresh}
+                update={
+                    "seed": seed,
+                    "start_best": incumbent.sha256,
+                    "restored_before": restored,
+                    "fresh_tiers": fresh,
+                }
             )
             results[arm].append(result)
         after_seed(seed, results)
@@ -218,6 +225,7 @@ def run_compare(
     profile: str,
     backend: str,
     progress: Callable[[str], None],
+    first_seed: int = 0,
 ) -> CompareSummary:
     home = existing_home(home_path, profile)
     compare_id = new_run_id("compare-")
@@ -242,9 +250,12 @@ def run_compare(
         so_far = json.dumps(_dump(results), indent=2, sort_keys=True, default=str)
         write_atomic(people / "compare.json", so_far)
 
-    incumbent, results = run_arms(arms, seeds, run_arm, GateBestStore(home, compare_id), after_seed)
+    incumbent, results = run_arms(
+        arms, seeds, run_arm, GateBestStore(home, compare_id), after_seed, first_seed
+    )
     summary = summarise(results, proposer=proposer, budget_s=budget_s, seeds=seeds).model_copy(
         update={
+            "first_seed": first_seed,
             "replay": {
                 arm: replay(home, {r.run_id for r in runs}, f"{compare_id}-{arm}", progress=progress)
                 for arm, runs in results.items()

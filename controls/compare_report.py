@@ -48,6 +48,7 @@ class ArmRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_id: str = ""
+    seed: int | None = None  # the comparison's seed; None in reports written before seeds were kept
     curve: list[tuple[float, float]] = Field(default_factory=list)  # (device-seconds, best dev so far)
     best_ticket: str | None = None
     # the run's LLM totals as its llm_usage.json holds them ({}: a sweep's, or nnU-Net's)
@@ -125,8 +126,9 @@ class ArmSummary(Result):
 
 
 class CompareSummary(Result):
-    """``compare --json`` and ``compare.json``'s ``summary``. The last five keys are added by
-    ``controls.compare.run_compare`` once the replay, the plot and the report exist."""
+    """``compare --json`` and ``compare.json``'s ``summary``. The keys from ``replay`` on are added
+    by ``controls.compare.run_compare`` (or ``combine``) once the replay, the plot and the report
+    exist."""
 
     arms: dict[str, ArmSummary]
     seeds: int
@@ -142,6 +144,8 @@ class CompareSummary(Result):
     plot: str | None = None
     report: str | None = None
     incumbent: str | None = None  # sha256 of the best every arm started from
+    first_seed: int | None = None  # the first seed this comparison ran (``--first-seed``)
+    combined_from: list[str] | None = None  # ``compare --combine``: the comparisons whose seeds these are
 
     @field_serializer("replay")
     def _whole_replays(self, replay: dict[str, Replay] | None) -> dict[str, object] | None:

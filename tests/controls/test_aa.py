@@ -119,3 +119,95 @@ def test_runs_that_could_not_win_are_not_counted_as_runs_that_did_not() -> None:
     _refuse_failed_runs(
         s.model_copy(update={"failed": 0, "undecided": 0}), result.runs
     )  # nothing lost: no error
+
+
+def test_continued_runs_continue_the_reference_and_meet_a_continuation_reference() -> None:
+    """The continued kind: the continuation reference and every continued candidate start from
+    the fresh reference's weights (by ticket id, never "the incumbent", which by then is the
+    continuation reference), with the same recipe and budget; each kind is judged against its own
+    reference, and both count in the top-level rates."""
+    scores = {
+        "aa-ref": 0.50,
+        "aa-aa000": 0.52,  # a fresh dev win, NO_WIN below
+        "aa-aa001": 0.49,
+        "aa-cref": 0.60,
+        "aa-ct000": 0.59,
+        "aa-ct001": 0.62,  # a continued dev win against the continuation reference
+        "aa-ct001-rep": 0.63,
+        "aa-ct002": 0.55,
+    }
+    references: list[str] = []
+    services = FakeServices(
+        score_of=lambda t: scores[t.id],
+        verdict_of=lambda t, tier: Verdict.WIN if t.id.startswith("aa-ct") else Verdict.NO_WIN,
+    )
+
+    def set_reference(ticket_id: str) -> None:
+        references.append(ticket_id)
+        services.set_reference(ticket_id)
+
+    long = Budget(device_seconds=45, epochs=40)
+    result = run_aa(
+        5,
+        services,
+        Judge(ListSink()),
+        run_id="aa",
+        budget=BUDGET,
+        make_seed=iter(range(100, 200)).__next__,
+        set_reference=set_reference,
+        continued=3,
+        continuation_budget=long,
+    )
+    assert references == ["aa-ref", "aa-cref"]
+    by_id = {t.id: t for t in services.tickets}
+    assert [by_id[f"aa-aa{i:03d}"].continues for i in range(2)] == [None, None]
+    continued = [by_id[i] for i in ("aa-cref", "aa-ct000", "aa-ct001", "aa-ct002", "aa-ct001-rep")]
+    assert {t.continues for t in continued} == {"aa-ref"}
+    assert {(t.kind, canonical(t.change), t.budget) for t in continued} == {(TicketKind.CONFIG, "{}", long)}
+    assert len({t.seed for t in continued}) == len(continued)  # each a seed of its own
+    s = result.summary()
+    assert (s.runs, s.continued, s.continuation_dev_score) == (5, 3, 0.60)
+    fresh, cont = s.kinds["fresh"], s.kinds["continued"]
+    assert (fresh.runs, fresh.reference_dev_score, fresh.dev_wins) == (2, 0.50, 1)
+    assert (fresh.naive_rule.wins, fresh.gate_rule.wins) == (1, 0)
+    assert (cont.runs, cont.reference_dev_score, cont.dev_wins) == (3, 0.60, 1)
+    assert (cont.naive_rule.wins, cont.naive_rule.runs) == (1, 3)  # 0.62 beats 0.60; 0.59, 0.55 do not
+    assert (cont.gate_rule.wins, cont.gate_rule.runs) == (1, 3) and services.promoted == ["aa-ct001"]
+    assert (s.gate_rule.wins, s.gate_rule.runs) == (1, 5)  # both kinds
+    assert (s.naive_rule.wins, s.naive_rule.runs) == (2, 5)
+    assert s.selection_effect is not None and s.selection_effect["n"] == 2  # the fresh runs' scores
+
+
+@pytest.mark.parametrize("continued", [-1, 3])
+def test_a_continued_count_outside_the_runs_is_refused(continued: int) -> None:
+    services = FakeServices(score_of=lambda t: 0.5)
+    with pytest.raises(ValueError, match=f"continued={continued}: expected 0..2"):
+        run_aa(
+            2,
+            services,
+            Judge(ListSink()),
+            run_id="aa",
+            budget=BUDGET,
+            make_seed=lambda: 1,
+            set_reference=services.set_reference,
+            continued=continued,
+        )
+    assert services.tickets == []  # refused before anything trained
+
+
+def test_a_continuation_trains_a_rung_of_the_profile_plan_sized_to_its_budget() -> None:
+    from agents.budget_plan import load_plan
+    from controls.aa import continuation_budget
+    from segfactory.budgets import ticket_caps
+
+    plan = load_plan("demo")
+    assert plan is not None
+    got = continuation_budget("demo", BUDGET)
+    assert got == Budget(device_seconds=plan.rungs.ticket_s, epochs=ticket_caps("demo").max_epochs)
+    assert got.epochs > 4  # above the demo recipe's own epochs: trained as long as its budget holds
+
+
+def canonical(change: object) -> str:
+    import json
+
+    return json.dumps(change, sort_keys=True)

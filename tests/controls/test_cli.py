@@ -21,6 +21,7 @@ Cli = Callable[..., CliResult]
         ),
         (["sweep", "--sampler", "tpe", "--budget", "30s"], "too small for one trial"),
         (["aa", "--runs", "0"], "--runs 0: expected 1..500"),
+        (["aa", "--runs", "4", "--continued", "5"], "--continued 5: expected 0..4"),
         (["compare", "--arms", "agent,grid", "--budget", "10m"], "unknown grid"),
     ],
 )
