@@ -2,7 +2,8 @@
 
 The report folder (JSON, Markdown, HTML, error and slice plots, crops) is
 ``runs/<run>/analysis/<best sha256[:12]>/``; a resumed run reads it back instead of redoing it.
-Probabilities come from the confined scorer (the best may be a promoted agent model).
+Probabilities come from the confined scorer (the best may be a promoted agent model). Predicted
+effects are sized from what each rule's fixes recovered before in this home (``analysis.recommend``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agents._predictions import measured_shares
 from agents.run_setup import RunSetup
 from analysis.render import write_report
 from analysis.report import AnalysisReport, Evaluated, Extras, analyse
@@ -42,7 +44,7 @@ def analyse_best(setup: RunSetup, dataset: DatasetVersion, model: Path, sha256: 
         data=dev_split.content_hash or dataset.ref,
         threshold=0.5,
         seed=ANALYSIS_SEED,
-        extras=Extras(train=train, perturbations=drops),
+        extras=Extras(train=train, perturbations=drops, measured_shares=measured_shares(setup.home)),
     )
     return write_report(report, dev, errors, out)
 

@@ -28,6 +28,7 @@ from agents.validate import BASE_CONFIG_EVIDENCE
 from analysis import hitrate
 from analysis.effects import ALL, measure
 from analysis.hitrate import ArmRate
+from analysis.recommend import PREDICTION_KEY, load_policy, sizing
 from analysis.report import Evaluated
 from gate.milestone_report import ModelScore
 from segfactory.files import write_atomic
@@ -42,7 +43,7 @@ from segfactory.layout import (
     RunLayout,
     SealedPrediction,
 )
-from segfactory.records import ExpectedEffect, Ticket
+from segfactory.records import Direction, ExpectedEffect, Ticket
 from segfactory.stats import Interval, wilson_interval
 from synthetic.splits import Split
 
@@ -83,6 +84,8 @@ class _DevRow(TypedDict, total=False):
     n: int
     default: DefaultOutcome | None
     reason: str
+    rule: str
+    realised_share: float
 
 
 @dataclass
@@ -163,14 +166,35 @@ class Predictions:
                     "observed_change": change,
                     "held": outcome.held,
                     "n": got.n,
+                    "rule": rule_of(rec),
                 }
             )
+            shortfall = self._shortfall(rec, lineage.parent_sha256, effect)
+            if shortfall is not None:
+                row["realised_share"] = round(_signed(effect, change) / shortfall, 6)
             control = self._control_for(lineage.parent_sha256)
             if control is not None:
                 row["default"] = self._default_outcome(effect, rec, control, parent)
         prediction = DevPrediction(stage="dev", **row)
         self.layout.append_prediction(prediction)
         return prediction
+
+    def _shortfall(self, rec: str, parent_sha: str, effect: ExpectedEffect) -> float | None:
+        """The shortfall the recommendation's size was a share of, from the analysis of the best it
+        was made on; None when that analysis or its sizing is missing, or when the ticket predicts
+        something else than the recommendation did (an LLM's own prediction)."""
+        path = self.layout.analysis_dir(parent_sha) / "report.json"
+        if not path.is_file():
+            return None
+        for made in json.loads(path.read_text()).get("recommendations", []):
+            if made.get("id") != rec:
+                continue
+            said = made.get("predicted_effect", {})
+            if (said.get("metric"), said.get("slice")) != (effect.metric, effect.slice):
+                return None
+            shortfall = made.get("evidence", {}).get(PREDICTION_KEY, {}).get("shortfall")
+            return float(shortfall) if isinstance(shortfall, int | float) and shortfall > 0 else None
+        return None
 
     def _control_for(self, parent_sha: str) -> tuple[str, Evaluated] | None:
         for row in self.layout.predictions():
@@ -244,6 +268,75 @@ class Predictions:
         for item in out:
             self.layout.append_prediction(item)
         return out
+
+
+def rule_of(recommendation_id: str) -> str:
+    """The rule a recommendation came from: its id without the trailing index (``targeted-synthetic-1``)."""
+    head, _, tail = recommendation_id.rpartition("-")
+    return head if head and tail.isdigit() else recommendation_id
+
+
+def _signed(effect: ExpectedEffect, change: float) -> float:
+    """The change in the predicted direction (positive: the way the prediction said)."""
+    return -change if effect.direction == Direction.DOWN else change
+
+
+def measured_shares(home: Home) -> dict[str, list[float]]:
+    """Per rule, the shares of their shortfall its fixes recovered on dev, over every run of the
+    home in run order: what the next prediction of that rule is sized from (with its prior)."""
+    out: dict[str, list[float]] = {}
+    if not home.runs.is_dir():
+        return out
+    for run in sorted(p.name for p in home.runs.iterdir() if (p / "people" / "predictions.jsonl").is_file()):
+        for row in RunLayout(home, run).predictions():
+            if isinstance(row, DevPrediction) and row.rule and row.realised_share is not None:
+                out.setdefault(row.rule, []).append(row.realised_share)
+    return out
+
+
+class Calibration(BaseModel):
+    """One rule's predictions in a run against what they measured on dev, and the share its next
+    prediction will use (the prior averaged with every measurement of this home)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rule: str
+    scored: int  # this run's predictions of the rule measured on dev
+    mean_predicted: float  # mean predicted size (in the predicted direction)
+    mean_measured: float  # mean measured change in the predicted direction
+    prior_share: float
+    measured_in_home: int  # realised shares this home has for the rule
+    next_share: float  # the share the rule's next prediction uses
+
+
+def calibration(home: Home, run_id: str) -> list[Calibration]:
+    """Per rule with a prediction scored in ``run_id``: predicted against measured, and what it learnt."""
+    policy = load_policy()
+    rules = {r.id: r for r in policy.rules}
+    home_shares = measured_shares(home)
+    rows: dict[str, list[DevPrediction]] = {}
+    for row in RunLayout(home, run_id).predictions():
+        if isinstance(row, DevPrediction) and row.observed_change is not None:
+            rows.setdefault(row.rule or rule_of(row.recommendation_id), []).append(row)
+    out = []
+    for rule_id, scored in rows.items():
+        rule = rules.get(rule_id)
+        if rule is None:  # a rule since removed from the policy: nothing to size
+            continue
+        sized = sizing(rule, policy, home_shares)
+        out.append(
+            Calibration(
+                rule=rule_id,
+                scored=len(scored),
+                mean_predicted=float(np.mean([r.predicted.size for r in scored])),
+                mean_measured=float(
+                    np.mean([_signed(r.predicted, float(r.observed_change or 0)) for r in scored])
+                ),
+                prior_share=rule.effect_share,
+                measured_in_home=len(sized.measured),
+                next_share=sized.share,
+            )
+        )
+    return out
 
 
 def _sealed_row(row: DevPrediction, child: ModelScore | None, parent: ModelScore | None) -> SealedPrediction:

@@ -288,6 +288,21 @@ def _predictions(r: RunReport) -> list[str]:
                 f"- hit rate of {label}: {a.held}/{a.n} = {a.rate:.2f} "
                 f"[{a.low:.2f}, {a.high:.2f}] (Wilson 95%)"
             )
+    if r.calibration:
+        lines += [
+            "",
+            "Predicted against measured on dev, per rule (sizes in the predicted direction; the next "
+            "prediction's share of the shortfall is the rule's prior averaged with every share "
+            "measured in this home):",
+            "",
+            "| rule | scored | mean predicted | mean measured | prior share | measured here | next share |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {text(c.rule)} | {c.scored} | {c.mean_predicted:+.3f} | {c.mean_measured:+.3f} | "
+            f"{c.prior_share:.2f} | {c.measured_in_home} | {c.next_share:.2f} |"
+            for c in r.calibration
+        ]
     if r.not_executable:
         lines += ["", "Recommendations that became no ticket:", ""]
         lines += [f"- {text(n.recommendation_id)}: {text(n.reason)}" for n in r.not_executable]

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
-from agents._predictions import HitRates
+from agents._predictions import Calibration, HitRates
 from agents.llm import LLMUsage
 from agents.promotion import MilestoneFile
 from audit import Finding
@@ -230,6 +230,8 @@ class RunReport(_Rec):
     )  # each executed recommendation: predicted, measured
     # recommendation vs default action, Wilson intervals; None (``{}`` in report.json): not scored
     hit_rate: HitRates | None = None
+    # per rule: this run's predictions against what they measured, and the share it learnt
+    calibration: list[Calibration] = Field(default_factory=list)
     budget_plan: list[PlanSpend] = Field(default_factory=list)  # empty: the run had no budget plan
     not_executable: list[NotExecutableRow] = Field(
         default_factory=list

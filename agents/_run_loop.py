@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents import report as rpt
-from agents._predictions import write_summary
+from agents._predictions import calibration, write_summary
 from agents.approvals import ApprovalQueue
 from agents.audit_hold import AuditHolds
 from agents.budget_plan import BudgetPlanner, load_plan
@@ -239,6 +239,7 @@ def _write_report(
         rounds=rpt.loop_rounds(layout, state),
         predictions=[r.line() for r in predictions.rows],
         hit_rate=predictions.hit_rate.model_dump(mode="json"),
+        calibration=[c.model_dump(mode="json") for c in calibration(home, run_id)],
         not_executable=[row.line() for row in layout.not_executable()],
         budget_plan=rpt.plan_spend(layout, rows, deps.planner.plan if deps.planner else None),
         **rpt.home_records(home),

@@ -3,11 +3,18 @@
 The rules live in ``policies/recommend.yaml``; this module only evaluates them. Each
 recommendation carries its evidence (counts and intervals), the action, and a falsifiable
 predicted effect (metric, slice, direction, size) that hit-rate bookkeeping later checks.
+
+A predicted size is a share of the measured shortfall (the slice's excess failure, the gap, the
+drop). Which share is learnt per rule: the rule's written ``effect_share`` is a prior worth
+``prior_weight`` measurements, averaged with the shares the same rule's fixes recovered on dev
+before in this home (``Inputs.measured_shares``, from ``agents._predictions``). The evidence's
+``prediction`` entry says how the size was reached.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -62,6 +69,8 @@ class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     version: Literal[1]
     max_recommendations: int = Field(ge=1)
+    # a rule's written effect_share counts as this many measurements against those of this home
+    prior_weight: float = Field(default=3.0, gt=0)
     rules: list[Rule]
 
 
@@ -98,6 +107,8 @@ class Inputs:
         None  # train rate, n, dev rate, n: images labelled empty
     )
     # where the model finds a void (a false-alarm component), on the train split and on dev
+    # rule id -> the shares of their shortfall its fixes recovered on dev before, in this home
+    measured_shares: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
     def strongest(self) -> list[SliceRow]:
         """Findings ordered by strength (effect times root count), strongest first."""
@@ -166,7 +177,46 @@ def _change(rule: Rule, slice_row: SliceRow | None) -> dict[str, object]:
     }
 
 
-def _from_slice(rule: Rule, row: SliceRow, k: int) -> Recommendation:
+PREDICTION_KEY = "prediction"  # evidence key: how the predicted size was reached
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The share of a shortfall a rule's fix is predicted to recover, and how it was reached."""
+
+    prior_share: float
+    prior_weight: float
+    measured: tuple[float, ...]
+
+    @property
+    def share(self) -> float:
+        """The prior worth ``prior_weight`` measurements, averaged with the measured shares, in 0..1."""
+        total = self.prior_weight * self.prior_share + sum(self.measured)
+        return min(1.0, max(0.0, total / (self.prior_weight + len(self.measured))))
+
+    def size(self, shortfall: float) -> float:
+        return round(self.share * shortfall, 4)
+
+    def evidence(self, shortfall: float) -> dict[str, object]:
+        n = len(self.measured)
+        return {
+            "shortfall": round(shortfall, 6),
+            "prior_share": self.prior_share,
+            "prior_weight": self.prior_weight,
+            "measured": n,
+            "measured_mean": round(sum(self.measured) / n, 4) if n else None,
+            "share": round(self.share, 4),
+        }
+
+
+def sizing(rule: Rule, policy: Policy, measured: Mapping[str, Sequence[float]]) -> Sizing:
+    """How ``rule``'s predictions are sized now: a rule that predicts nothing (``effect_share`` 0,
+    "leave it") keeps its zero."""
+    seen = tuple(measured.get(rule.id, ())) if rule.effect_share > 0 else ()
+    return Sizing(prior_share=rule.effect_share, prior_weight=policy.prior_weight, measured=seen)
+
+
+def _from_slice(rule: Rule, row: SliceRow, k: int, sized: Sizing) -> Recommendation:
     evidence = {
         "slice": row.name,
         "unit": row.unit,
@@ -182,9 +232,10 @@ def _from_slice(rule: Rule, row: SliceRow, k: int) -> Recommendation:
     }
     if row.train_coverage is not None:
         evidence["train_coverage"] = row.train_coverage
+    evidence[PREDICTION_KEY] = sized.evidence(row.effect)
     metric = "miss_rate" if row.unit == "defect" else "one_minus_dice"
     effect = ExpectedEffect(
-        metric=metric, slice=row.name, direction=Direction.DOWN, size=round(rule.effect_share * row.effect, 4)
+        metric=metric, slice=row.name, direction=Direction.DOWN, size=sized.size(row.effect)
     )
     rationale = (
         f"{row.name}: {row.unit} failure {row.score:.2f} vs {row.complement:.2f} "
@@ -203,15 +254,13 @@ def _from_slice(rule: Rule, row: SliceRow, k: int) -> Recommendation:
     )
 
 
-def _from_scalar(rule: Rule, value: float, evidence: dict[str, object]) -> Recommendation:
+def _from_scalar(rule: Rule, value: float, evidence: dict[str, object], sized: Sizing) -> Recommendation:
     down = rule.metric == "miss_rate"
     direction = Direction.NONE if rule.effect_share == 0 else (Direction.DOWN if down else Direction.UP)
-    effect = ExpectedEffect(
-        metric=rule.metric, slice="all", direction=direction, size=round(rule.effect_share * abs(value), 4)
-    )
+    effect = ExpectedEffect(metric=rule.metric, slice="all", direction=direction, size=sized.size(abs(value)))
     return Recommendation(
         id=f"{rule.id}-0",
-        evidence={"value": value, **evidence},
+        evidence={"value": value, **evidence, PREDICTION_KEY: sized.evidence(abs(value))},
         action=rule.action,
         kind=rule.kind,
         change=_change(rule, None),
@@ -224,7 +273,7 @@ def _uncovered(row: SliceRow, at_most: float | None) -> bool:
     return at_most is not None and row.train_coverage is not None and row.train_coverage <= at_most
 
 
-def _fire(rule: Rule, inputs: Inputs) -> list[Recommendation]:
+def _fire(rule: Rule, inputs: Inputs, sized: Sizing) -> list[Recommendation]:
     if rule.min_model_dice > 0 and (inputs.model_dice is None or inputs.model_dice < rule.min_model_dice):
         return []
     if rule.input == "slice_finding":
@@ -237,11 +286,11 @@ def _fire(rule: Rule, inputs: Inputs) -> list[Recommendation]:
         ]
         if rule.uncovered_first is not None:
             rows.sort(key=lambda r: not _uncovered(r, rule.uncovered_first))  # stable: strength within
-        return [_from_slice(rule, r, k) for k, r in enumerate(rows[: rule.max_per_rule])]
+        return [_from_slice(rule, r, k, sized) for k, r in enumerate(rows[: rule.max_per_rule])]
     value, evidence = _scalar(rule, inputs)
     if value is None or value < rule.min_value:
         return []
-    return [_from_scalar(rule, value, evidence)]
+    return [_from_scalar(rule, value, evidence, sized)]
 
 
 def recommend(inputs: Inputs, policy: Policy | None = None) -> list[Recommendation]:
@@ -249,9 +298,10 @@ def recommend(inputs: Inputs, policy: Policy | None = None) -> list[Recommendati
     policy = policy or load_policy()
     out: list[Recommendation] = []
     for rule in policy.rules:
+        sized = sizing(rule, policy, inputs.measured_shares)
         if rule.input == "always":
             if not out:
-                out.append(_from_scalar(rule, 0.0, {"reason": "no rule fired above its threshold"}))
+                out.append(_from_scalar(rule, 0.0, {"reason": "no rule fired above its threshold"}, sized))
             continue
-        out.extend(_fire(rule, inputs))
+        out.extend(_fire(rule, inputs, sized))
     return out[: policy.max_recommendations]

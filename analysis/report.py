@@ -144,6 +144,8 @@ class Extras:
     learning_curve: dict[str, float] | None = None
     perturbations: dict[str, float] | None = None
     label_estimate: bool = True
+    # rule id -> the shares of their shortfall its fixes recovered on dev before, in this home
+    measured_shares: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
 
 def _twins(extras: Extras) -> list[tuple[Evaluated, Evaluated | None]]:
@@ -357,6 +359,7 @@ def analyse(
         perturbations=extras.perturbations,
         model_dice=float(errs.per_image["dice"].mean()),
         empty_hits=_empty_hits(dev, extras.train, threshold),
+        measured_shares=extras.measured_shares,
     )
     if inputs.empty_hits is not None:
         on_train, n_train, on_dev, n_dev = inputs.empty_hits

@@ -198,6 +198,9 @@ class DevPrediction(Row):
     n: int = 0
     default: DefaultOutcome | None = None
     reason: str = ""  # present when the effect cannot be measured on dev
+    rule: str | None = None  # the recommendation rule (its id without the index)
+    # the share of the recommendation's shortfall the change recovered (what its next prediction learns)
+    realised_share: float | None = None
 
 
 class ControlPrediction(Row):

@@ -109,3 +109,34 @@ def test_a_replicate_does_not_score_its_originals_prediction_twice(setup) -> Non
     rep = rec.model_copy(update={"id": "p1-t006-rep", "replicate_of": "p1-t006"})
     assert predictions.after_ticket(rep, _lineage("p1-t006-rep", "Q"), model("c2", 0.9), parent) is None
     assert summary(home, "p1").as_json()["hit_rate"]["recommendation"]["n"] == 1
+
+
+def test_a_scored_prediction_records_the_share_of_its_shortfall_it_recovered(setup) -> None:  # type: ignore[no-untyped-def]
+    """The realised share comes from the analysis the recommendation was made on (its shortfall);
+    the home's shares per rule feed the next prediction, and the run's calibration rows say so."""
+    import json
+
+    from agents._predictions import calibration, measured_shares
+    from segfactory.layout import RunLayout
+
+    predictions, model, home = setup
+    down = ExpectedEffect(metric="miss_rate", slice="all", direction=Direction.DOWN, size=0.2)
+    analysis = RunLayout(home, "p1").analysis_dir("P" * 64)
+    analysis.mkdir(parents=True)
+    made = {"id": "model-capacity-0", "predicted_effect": down.model_dump(mode="json")}
+    made["evidence"] = {"prediction": {"shortfall": 0.4}}
+    (analysis / "report.json").write_text(json.dumps({"recommendations": [made]}))
+    rec = _ticket("p1-t010", ["recommendation:model-capacity-0"], down)
+    row = predictions.after_ticket(rec, _lineage("p1-t010", "P" * 64), model("b10", 0.9), model("p10", 0.5))
+    assert row is not None and row.observed_change is not None and row.rule == "model-capacity"
+    assert row.realised_share == pytest.approx(-row.observed_change / 0.4, abs=1e-6)
+    assert measured_shares(home) == {"model-capacity": [row.realised_share]}
+    (cal,) = calibration(home, "p1")
+    assert (cal.rule, cal.scored, cal.measured_in_home, cal.prior_share) == ("model-capacity", 1, 1, 0.5)
+    assert cal.mean_predicted == 0.2 and cal.mean_measured == pytest.approx(-row.observed_change)
+    assert cal.next_share == pytest.approx(min(1.0, (3 * 0.5 + row.realised_share) / 4))
+    # a ticket that predicts another metric than its recommendation learns nothing for the rule
+    other = ExpectedEffect(metric="object_recall", slice="all", direction=Direction.UP, size=0.2)
+    own = _ticket("p1-t011", ["recommendation:model-capacity-0"], other)
+    row = predictions.after_ticket(own, _lineage("p1-t011", "P" * 64), model("b11", 0.9), model("p11", 0.5))
+    assert row is not None and row.observed_change is not None and row.realised_share is None

@@ -173,3 +173,32 @@ def test_only_slices_the_generator_can_draw_become_top_ups() -> None:
     thin = _row("shape=shrinkage", ["shape"], 0.6, 0.2)
     recs = [r for r in recommend(Inputs(findings=[cluster, dose, thin])) if r.action == "targeted_synthetic"]
     assert [r.predicted_effect.slice for r in recs] == ["shape=shrinkage"]
+
+
+def test_a_rules_predicted_share_learns_from_what_its_fixes_recovered_in_this_home() -> None:
+    """The written effect_share is a prior worth prior_weight measurements: shares measured before
+    pull the next prediction's size toward them, and the evidence says how it was reached."""
+    row = _row("contrast<0.1", ["contrast"], 0.6, 0.2)  # a 0.4 shortfall
+    policy = load_policy()
+    assert policy.prior_weight == 3
+    prior = recommend(Inputs(findings=[row]))[0]
+    assert prior.predicted_effect.size == pytest.approx(0.2)  # 0.5 of 0.4: the prior alone
+    assert prior.evidence["prediction"] == {
+        "shortfall": 0.4,
+        "prior_share": 0.5,
+        "prior_weight": 3.0,
+        "measured": 0,
+        "measured_mean": None,
+        "share": 0.5,
+    }
+    learnt = recommend(Inputs(findings=[row], measured_shares={"targeted-synthetic": [0.0, -0.1, 0.1]}))[0]
+    assert learnt.evidence["prediction"]["share"] == pytest.approx(0.25)  # (3 * 0.5 + 0) / 6
+    assert learnt.predicted_effect.size == pytest.approx(0.1)
+    wrong_way = recommend(Inputs(findings=[row], measured_shares={"targeted-synthetic": [-3.0] * 3}))[0]
+    assert wrong_way.predicted_effect.size == 0.0  # clipped at no effect, never a negative size
+    other_rule = recommend(Inputs(findings=[row], measured_shares={"robustness": [0.0] * 9}))[0]
+    assert other_rule.predicted_effect.size == pytest.approx(0.2)  # only the same rule's history counts
+    leave = recommend(
+        Inputs(),
+    )[0]
+    assert leave.action == "leave_it" and leave.predicted_effect.size == 0.0
