@@ -209,7 +209,8 @@ def status_cmd(home: HomeOpt = None, as_json: JsonOpt = False) -> None:
 
 
 def _answer_line(answer: AnswerTime) -> str:
-    """``answer time 12 s (calibrated: 3x the measured 3.71 s verdict on confirm-a v1, floor 10 s)``."""
+    """``answer time 8 s (calibrated: 2x the measured 3.71 s verdict on confirm-a v1, floor 10 s;
+    scaled by scoring cost against the reference pair's 143,785,984 multiply-accumulates)``."""
     line = f"answer time {answer.seconds:g} s ({answer.source}"
     if answer.source != "calibrated":
         line += f" {answer.requested}"
@@ -219,6 +220,11 @@ def _answer_line(answer: AnswerTime) -> str:
         line += f": {how} measured {answer.measured_verdict_s:.2f} s verdict on {where}"
     if answer.floor_s is not None:
         line += f", floor {answer.floor_s:g} s"
+    if answer.reference_cost:
+        line += (
+            f"; scaled by scoring cost against the reference pair's {answer.reference_cost:,} "
+            "multiply-accumulates"
+        )
     return line + ")"
 
 

@@ -286,8 +286,9 @@ class RuleViolation(Exception):
     """A model broke an intake rule; the message is the reason for people."""
 
 
-def check(data: bytes) -> None:
-    """Parse ``data`` as plain protobuf and check every rule; raises RuleViolation."""
+def check(data: bytes) -> int | None:
+    """Parse ``data`` as plain protobuf and check every rule; raises RuleViolation. Returns the
+    model's scoring cost (``scoring_cost``), or None when it cannot be counted."""
     from onnx import ModelProto
 
     model = ModelProto()
@@ -297,6 +298,77 @@ def check(data: bytes) -> None:
         raise RuleViolation(f"not an ONNX protobuf: {type(exc).__name__}") from None
     _check_model(model)
     validate_with_checker(data)
+    return scoring_cost(model)
+
+
+COST_SIDE = 64  # the image side a scoring cost is counted at: only its ratio to the reference's is used
+COST_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+MAX_COST = 2**62
+
+
+def scoring_cost(model: ModelProto) -> int | None:
+    """Multiply-accumulates of the model's convolutions and matrix products on one image of
+    ``COST_SIDE`` pixels a side, by onnx's shape inference: a function of the bytes alone. None
+    when a counted op's shapes cannot be inferred, or such an op sits in a subgraph (a loop body
+    runs it an unknown number of times): the gate then gives the model the reference's time."""
+    from onnx import ModelProto, shape_inference
+
+    if any(_counts_inside(a) for n in model.graph.node for a in n.attribute):
+        return None
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    dims = copy.graph.input[0].type.tensor_type.shape.dim
+    if len(dims) != 4:
+        return None
+    for dim, value in zip(dims, (1, 1, COST_SIDE, COST_SIDE), strict=True):
+        dim.ClearField("dim_param")
+        dim.dim_value = value
+    try:
+        inferred = shape_inference.infer_shapes(copy, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - a graph inference cannot follow costs the reference's time
+        return None
+    shapes = {
+        v.name: [d.dim_value if d.HasField("dim_value") else 0 for d in v.type.tensor_type.shape.dim]
+        for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)
+    }
+    weights = {t.name: list(t.dims) for t in inferred.graph.initializer}
+    total = 0
+    for node in inferred.graph.node:
+        if node.op_type in COST_OPS:
+            macs = _macs(
+                node.op_type,
+                shapes.get(node.input[0]),
+                weights.get(node.input[1]) or shapes.get(node.input[1]),
+                shapes.get(node.output[0]),
+            )
+            if macs is None:
+                return None
+            total = min(MAX_COST, total + macs)
+    return total
+
+
+def _macs(op: str, first: list[int] | None, second: list[int] | None, out: list[int] | None) -> int | None:
+    """One counted op's multiply-accumulates from its inferred shapes (0: a dimension not inferred)."""
+    if not second or 0 in second:
+        return None
+    if op == "Conv":  # every output element sums over the kernel and its input channels (per group)
+        return math.prod(out) * math.prod(second[1:]) if out and 0 not in out else None
+    if not first or len(first) < 2:
+        return None
+    if op == "ConvTranspose":  # every input element spreads over the kernel: its channels are the weight's
+        known = [second[0], *first[2:]] if len(first) > 2 else []
+        return first[0] * math.prod(known) * math.prod(second[1:]) if known and 0 not in known else None
+    if not out or 0 in out or first[-1] == 0:
+        return None
+    return math.prod(out) * first[-1]  # a matrix product: every output element sums over the shared dim
+
+
+def _counts_inside(attr: AttributeProto) -> bool:
+    """Whether a graph attribute (a loop or branch body) holds an op the cost counts."""
+    bodies = [attr.g] if attr.HasField("g") else list(attr.graphs)
+    return any(
+        n.op_type in COST_OPS or any(_counts_inside(a) for a in n.attribute) for b in bodies for n in b.node
+    )
 
 
 MAGIC_MODEL = b"SFM1"
@@ -331,14 +403,14 @@ def main() -> int:
         (size,) = struct.unpack("<Q", _read_exact(inp, 8))
         if size > MAX_MODEL_BYTES:
             raise RuleViolation(f"model is {size} bytes, over MAX_MODEL_BYTES={MAX_MODEL_BYTES}")
-        check(_read_exact(inp, size))
+        cost = check(_read_exact(inp, size))
     except RuleViolation as exc:
         _frame(out, MAGIC_REFUSE, str(exc))
         return 1
     except Exception as exc:  # any other failure on attacker bytes is a refusal too, never a traceback
         _frame(out, MAGIC_ERROR, f"{type(exc).__name__}: {exc}")
         return 1
-    out.write(MAGIC_OK)
+    out.write(MAGIC_OK + struct.pack("<q", -1 if cost is None else cost))
     out.flush()
     return 0
 

@@ -17,6 +17,12 @@ time says nothing about any submitted model, and it is fixed before the first su
     answer time = max(ANSWER_TIME_FLOOR_S, ANSWER_TIME_MULTIPLE x measured), rounded up to
     ANSWER_TIME_STEP_S
 
+That is the answer time of a submission costing what the reference pair cost to score; each
+submission's own is scaled by its scoring cost (its candidate's and the current best's, counted
+from their bytes at intake) against the reference pair's (``AnswerTime.for_costs``): a packaged
+ensemble with flip views, or a candidate judged against a best that must be scored afresh, gets
+the time its scoring needs, and no answer's time depends on a verdict or on what is cached.
+
 An override (``gate serve --answer-time``, else ``$SEGFACTORY_GATE_ANSWER_TIME``) is a number of
 seconds (``600``) or a multiple of the measured time (``2x``). One below the measured verdict time,
 or zero, is refused with the measured figure named, and the gate does not start; so is a gate that
@@ -51,11 +57,10 @@ if TYPE_CHECKING:  # the gate passes itself in; gate.core imports nothing from h
 log = logging.getLogger(__name__)
 
 # The reference verdict is a run's first one: the baseline as best, a base-config candidate, both
-# scored. Later verdicts score a candidate against the best's cached probabilities (cheaper), or,
-# after a promotion, two base-config-sized models afresh (about twice the candidate's share); a
-# patched candidate may be wider. Three times leaves room for that and for the machine's load to
-# rise by half again after the start.
-ANSWER_TIME_MULTIPLE = 3.0
+# scored. What a later submission costs (a wider candidate, a best that must be scored afresh, an
+# ensemble) is counted and scales its answer time (``AnswerTime.for_costs``); this multiple is the
+# room left for the machine: the scorer slowed by tickets training beside it, page-cache misses.
+ANSWER_TIME_MULTIPLE = 2.0
 # On a small tier or a fast GPU a verdict takes a second or two, and three times that leaves no room
 # for delays that do not scale with it (a page-cache miss after a rotation, a leakage check of a
 # larger dataset than the reference's, a pause of the host). Ten seconds cost little where verdicts
@@ -98,6 +103,7 @@ class Measured:
     tier: str
     version: int
     reference_sha256: str
+    cost: int | None = None  # the reference pair's scoring cost (candidate plus best), None: not counted
 
 
 def parse_override(text: str, source: AnswerSource) -> Override:
@@ -150,6 +156,7 @@ def derive(measured: Measured, override: Override | None) -> AnswerTime:
         "tier_version": measured.version,
         "reference_sha256": measured.reference_sha256,
         "started_at": time.time(),
+        "reference_cost": measured.cost or None,  # 0 counts nothing: no scaling
     }
     if override is None:
         seconds = _round_up(max(ANSWER_TIME_FLOOR_S, ANSWER_TIME_MULTIPLE * measured.seconds))
@@ -193,13 +200,14 @@ def measure(gate: Gate) -> Measured:
         if gate.integrity_check is not None:
             gate.integrity_check()
         checked = inspect_bytes(candidate)
+        best = inspect_model(best_path)
         if train is not None:
             try:
                 check_training_data(gate.home_root, gate.vault, train)
             except LeakError as exc:  # the real submission's check would quarantine; this one only times
                 log.warning("the reference leakage check of %s found a leak: %s", train, exc)
         gate.ledger.cached_verdict(checked.sha256, tier, version, "")
-        gate.compare(checked, tier, version, rule, best=inspect_model(best_path))
+        gate.compare(checked, tier, version, rule, best=best)
     except Exception as exc:  # noqa: BLE001 - whatever stops the reference verdict stops the start
         raise CalibrationError(
             f"the gate cannot measure its verdict time on {tier} v{version}, so it does not start: "
@@ -212,7 +220,8 @@ def measure(gate: Gate) -> Measured:
             f"{CALIBRATION_WALL_S:g}; this machine cannot answer in useful time (too loaded, or the "
             "tier too large for its device)"
         )
-    return Measured(seconds=took, tier=tier, version=version, reference_sha256=reference_sha)
+    cost = None if checked.cost is None or best.cost is None else checked.cost + best.cost
+    return Measured(seconds=took, tier=tier, version=version, reference_sha256=reference_sha, cost=cost)
 
 
 def reference_candidate(vault: Path, sha256: str | None) -> tuple[bytes, str]:

@@ -56,12 +56,32 @@ class Deadline:
     holds: the gate with its verdict, when it is reached in time, or the service with ``INVALID``
     (an overrun, which the gate then records in place of the late verdict, so the ledger always
     says what the agent was told).
+
+    Submissions are judged one at a time, so each has a slot of its own: its time starts when it
+    arrived or when the submission before it (``after``) answers, whichever is later, and lasts
+    ``seconds``. Once intake has counted what scoring it costs, the gate may ``extend`` that time
+    (never past its start's ``at``, and never shorten it). So an answer's time follows from arrival
+    times and the submitted bytes alone.
     """
 
-    def __init__(self, at: float):
-        self.at = at
+    def __init__(self, arrived: float, seconds: float, after: Deadline | None = None):
+        self.arrived = arrived
+        self.seconds = seconds
+        self._after = after if after is not None and after.at > arrived else None
         self._lock = threading.Lock()
         self._owner: str | None = None
+
+    @property
+    def at(self) -> float:
+        start = self.arrived if self._after is None else max(self.arrived, self._after.at)
+        return start + self.seconds
+
+    def extend(self, seconds: float) -> None:
+        """Give this submission ``seconds`` in all, when that is longer and nobody has claimed the
+        answer yet (an answer whose time already passed keeps it)."""
+        with self._lock:
+            if self._owner is None and time.monotonic() <= self.at and seconds > self.seconds:
+                self.seconds = seconds
 
     def claim(self, who: str) -> bool:
         """True when ``who`` decides the answer (first claim, and a verdict only before ``at``)."""
@@ -88,6 +108,7 @@ class Gate:
         self.win_rule_path = Path(win_rule_path)
         self.ledger = Ledger(self.vault / "ledger.sqlite")
         self._prob_cache: dict[tuple[str, str, int], np.ndarray] = {}
+        self._cost_cache: dict[str, int | None] = {}  # model sha256 -> its scoring cost
         self.integrity_check: Any = None  # set by the service: a callable raising GateError
         self.answer_time: AnswerTime | None = None  # set by the service at start (gate.calibrate)
         self.pin_providers()
@@ -230,7 +251,7 @@ class Gate:
         best_sha, started = self._best_sha(), time.monotonic()
         try:
             verdict, reason, cacheable = self._judge(
-                model_bytes, ticket_id, tier, version, replicate_of, train_data, run_id
+                model_bytes, ticket_id, tier, version, replicate_of, train_data, run_id, deadline
             )
         except Exception as exc:  # an unforeseen failure is one more INVALID, never a distinguishable error
             log.exception("gate: internal error judging %s", ticket_id)
@@ -269,8 +290,10 @@ class Gate:
         replicate_of: str | None,
         train_data: str | None,
         run_id: str | None,
+        deadline: Deadline | None = None,
     ) -> tuple[Verdict, str, bool]:
-        """(verdict, reason for people, whether the verdict may be cached for this model)."""
+        """(verdict, reason for people, whether the verdict may be cached for this model). Once the
+        candidate has passed intake, ``deadline`` gets the answer time its scoring cost calls for."""
         try:
             rule = self.rule()
             if self.integrity_check is not None:
@@ -279,6 +302,8 @@ class Gate:
                 ticket_id, replicate_of, run_id, hashlib.sha256(model_bytes).hexdigest()
             )
             checked = inspect_bytes(model_bytes)
+            if deadline is not None and self.answer_time is not None:
+                deadline.extend(self.answer_time.for_costs(checked.cost, self._best_cost()))
             self._keep(checked)
             if train_data is not None:
                 self._check_leakage(train_data, ticket_id, run_id)
@@ -302,6 +327,19 @@ class Gate:
     def _best_sha(self) -> str:
         best = self.ledger.current_best()
         return "" if best is None else str(best["model_sha256"])
+
+    def _best_cost(self) -> int | None:
+        """The current best's scoring cost (counted at its intake once per model; None: none)."""
+        best = self.ledger.current_best()
+        if best is None:
+            return None
+        sha = str(best["model_sha256"])
+        if sha not in self._cost_cache:
+            try:
+                self._cost_cache[sha] = inspect_model(Path(best["model_path"])).cost
+            except IntakeError:  # counted as the reference pair (AnswerTime.for_costs); scoring will say
+                self._cost_cache[sha] = None
+        return self._cost_cache[sha]
 
     def _keep(self, checked: CheckedModel) -> None:
         target = self.vault / MODELS_DIR / f"{checked.sha256}.onnx"

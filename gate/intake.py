@@ -21,6 +21,10 @@ Rules:
 - shape-producing ops (``ConstantOfShape``, ``Expand``, ``Tile``, ``Range``) only with constant
   shape inputs whose element count is <= ``MAX_CONSTANT_ELEMENTS``;
 - exactly one input ``image`` and one output ``prob``, float32 ``[N, 1, H, W]``.
+
+The child also counts the model's scoring cost (``_intake_rules.scoring_cost``: multiply-
+accumulates on one image, by onnx's shape inference), from which the gate sizes that model's
+answer time (``gate.replies.AnswerTime.for_cost``).
 """
 
 from __future__ import annotations
@@ -59,10 +63,12 @@ class IntakeUnavailable(IntakeError):
 
 @dataclass(frozen=True)
 class CheckedModel:
-    """Bytes that passed intake, with their hash (the verdict cache key)."""
+    """Bytes that passed intake, with their hash (the verdict cache key) and their scoring cost
+    (multiply-accumulates on one image, counted from the bytes alone; None: not countable)."""
 
     data: bytes
     sha256: str
+    cost: int | None = None
 
 
 def read_capped(path: Path, cap: int = MAX_MODEL_BYTES) -> bytes:
@@ -80,8 +86,9 @@ def read_capped(path: Path, cap: int = MAX_MODEL_BYTES) -> bytes:
     return data
 
 
-def _confined_check(data: bytes) -> None:
-    """Run every rule on ``data`` in the confined child; raises IntakeError with its reason."""
+def _confined_check(data: bytes) -> int | None:
+    """Run every rule on ``data`` in the confined child; raises IntakeError with its reason.
+    Returns the scoring cost the child counted (None: not countable)."""
     try:
         cmd = confined_command(rules.__file__, INTAKE_PACKAGES, [])
     except ConfinementError as exc:
@@ -101,8 +108,9 @@ def _confined_check(data: bytes) -> None:
             f"intake gave no answer within INTAKE_WALL_SECONDS={INTAKE_WALL_SECONDS}"
         ) from None
     answer = done.stdout
-    if answer == rules.MAGIC_OK and done.returncode == 0:
-        return
+    if answer[:4] == rules.MAGIC_OK and len(answer) == 12 and done.returncode == 0:
+        (cost,) = struct.unpack("<q", answer[4:])
+        return None if cost < 0 else int(cost)
     if answer[:4] in (rules.MAGIC_REFUSE, rules.MAGIC_ERROR) and len(answer) >= 8:
         (size,) = struct.unpack("<I", answer[4:8])
         message = answer[8 : 8 + size].decode(errors="replace")
@@ -120,8 +128,8 @@ def inspect_bytes(data: bytes) -> CheckedModel:
         raise IntakeError(f"model is {len(data)} bytes, over MAX_MODEL_BYTES={MAX_MODEL_BYTES}")
     if not data or data.startswith(_PICKLE_PREFIXES):
         raise IntakeError("not an ONNX protobuf (empty, pickle or zip payload); nothing was unpickled")
-    _confined_check(data)
-    return CheckedModel(data=data, sha256=hashlib.sha256(data).hexdigest())
+    cost = _confined_check(data)
+    return CheckedModel(data=data, sha256=hashlib.sha256(data).hexdigest(), cost=cost)
 
 
 def inspect_model(path: Path) -> CheckedModel:
@@ -141,7 +149,7 @@ def inspect_own_model(path: Path) -> CheckedModel:
     if not data or data.startswith(_PICKLE_PREFIXES):
         raise IntakeError("not an ONNX protobuf (empty, pickle or zip payload); nothing was unpickled")
     try:
-        rules.check(data)
+        cost = rules.check(data)
     except rules.RuleViolation as exc:
         raise IntakeError(str(exc)) from None
-    return CheckedModel(data=data, sha256=hashlib.sha256(data).hexdigest())
+    return CheckedModel(data=data, sha256=hashlib.sha256(data).hexdigest(), cost=cost)

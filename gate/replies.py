@@ -10,9 +10,14 @@ is dumped with ``exclude_unset``, so those keys are absent, not null.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from segfactory.records import Result
+
+# A submission whose scoring costs more than this many times the reference pair's is given this
+# many times the answer time, no more: its verdict may overrun (INVALID), the bytes' own doing.
+MAX_COST_SCALE = 16.0
 
 AnswerSource = Literal["calibrated", "flag", "env"]
 
@@ -37,15 +42,25 @@ class Quarantine(Result):
 
 
 class AnswerTime(Result):
-    """The one answer time of a served gate, fixed at its start (``gate.calibrate``).
+    """The answer time of a served gate, fixed at its start (``gate.calibrate``).
 
-    ``seconds`` and ``source`` are what any caller may know: every answer takes exactly that long,
-    so an agent learns it from one submission anyway. The rest is for people: the verdict time the
-    gate measured on its reference model and what the answer time was derived from.
+    ``seconds`` is the answer time of a submission that costs what the reference pair cost to
+    score (the reference candidate and the reference best, ``reference_cost``). A submission's own
+    answer time is ``for_costs``: ``seconds`` times the ratio of its scoring cost (the candidate's
+    plus the current best's, as if the best were scored afresh, whatever the cache holds) to the
+    reference pair's, never below 1 nor above ``MAX_COST_SCALE``, rounded up to whole seconds.
+    Costs are counted from the models' bytes alone (``gate._intake_rules.scoring_cost``), so an
+    answer's time says nothing a caller could not count itself: not the verdict, not the cache.
+
+    ``seconds``, ``source`` and ``reference_cost`` are what any caller may know. The rest is for
+    people: the verdict time the gate measured on its reference pair and what the answer time was
+    derived from.
     """
 
-    seconds: float  # every /submit answer leaves this long after its request arrived
+    seconds: float  # the answer time of a submission costing what the reference pair did
     source: AnswerSource  # calibrated (multiple of the measured time), or an override: flag | env
+    # multiply-accumulates of scoring the reference pair on one image (None: not counted, no scaling)
+    reference_cost: int | None = None
     requested: str | None = None  # people only: the override as given (``600``, ``2x``)
     measured_verdict_s: float | None = None  # people only: the reference verdict's wall time
     multiple: float | None = None  # people only: ANSWER_TIME_MULTIPLE, or the override's ``Nx``
@@ -56,7 +71,20 @@ class AnswerTime(Result):
     started_at: float | None = None  # people only: when the gate fixed it (epoch seconds)
 
     def for_agent(self) -> AnswerTime:
-        return AnswerTime(seconds=self.seconds, source=self.source)
+        if self.reference_cost is None:
+            return AnswerTime(seconds=self.seconds, source=self.source)
+        return AnswerTime(seconds=self.seconds, source=self.source, reference_cost=self.reference_cost)
+
+    def for_costs(self, candidate: int | None, best: int | None) -> float:
+        """The answer time of a submission whose candidate and current best cost this much to score.
+        A model whose cost could not be counted counts as the whole reference pair (whose candidate
+        is a base-config model, and whose best, the classical baseline, costs next to nothing)."""
+        if not self.reference_cost:
+            return self.seconds
+        unknown = self.reference_cost
+        cost = (unknown if candidate is None else candidate) + (unknown if best is None else best)
+        scale = min(MAX_COST_SCALE, max(1.0, cost / self.reference_cost))
+        return self.seconds if scale == 1.0 else float(math.ceil(self.seconds * scale))
 
 
 class GateStatus(Result):

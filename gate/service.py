@@ -13,11 +13,14 @@ Agent surface:
 
 - ``POST /submit`` ``{"ticket_id", "model_b64", "train_data"?, "replicate_of"?, "run_id"?}`` ->
   ``CoarseVerdict``. Any malformed or oversized request is still a submission: it spends a
-  query and gets ``INVALID``. Every answer leaves exactly the gate's answer time after the
-  request arrived, whatever it holds; a verdict not reached by then is ``INVALID`` (an overrun:
-  the reason and the late verdict go to people). An unforeseen error is that same padded INVALID.
-  ``serve`` fixes the answer time once, before it answers anything, from the gate's own measured
-  verdict time (``gate.calibrate``), or takes a person's override when it is not below that.
+  query and gets ``INVALID``. Submissions are judged one at a time, each in a slot of its own
+  (``gate.core.Deadline``): it starts when the request arrived or when the one before it answered,
+  whichever is later, and lasts the gate's answer time for what scoring that submission costs
+  (``AnswerTime.for_costs``, counted from the bytes at intake). Every answer leaves at the end of
+  its slot, whatever it holds; a verdict not reached by then is ``INVALID`` (an overrun: the reason
+  and the late verdict go to people). An unforeseen error is that same padded INVALID. ``serve``
+  fixes the answer time once, before it answers anything, from the gate's own measured verdict
+  time (``gate.calibrate``), or takes a person's override when it is not below that.
 - ``GET /status`` -> pinned code hash, win-rule hash, tier versions and budgets, current best, the
   answer time and how it was set; quarantines' reasons and the calibration behind the answer
   time only for the host credential.
@@ -208,9 +211,14 @@ def create_app(
         response: Response = await call_next(request)
         return response
 
+    queue: list[Deadline] = []  # the last submission's deadline: the next one's slot starts after it
+
     @app.post("/submit")
     async def submit(request: Request) -> JSONResponse:
-        deadline = Deadline(time.monotonic() + answer_time) if answer_time > 0 else None
+        deadline = None
+        if answer_time > 0:
+            deadline = Deadline(time.monotonic(), answer_time, after=queue[-1] if queue else None)
+            queue[:] = [deadline]
         verdict = await _submission(gate, lock, request, deadline)
         if deadline is not None:
             await asyncio.sleep(max(0.0, deadline.at - time.monotonic()))
@@ -271,7 +279,9 @@ async def _submission(
         task = asyncio.ensure_future(run_in_threadpool(judge))  # /status, /anchor and /audit keep answering
         if deadline is None:
             return await task
-        done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline.at - time.monotonic()))
+        done: set[asyncio.Future[CoarseVerdict]] = set()
+        while not done and time.monotonic() < deadline.at:  # ``at`` moves when intake extends it
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline.at - time.monotonic()))
         if task in done or not deadline.claim("overrun"):
             return await task  # reached in time (its record is being written, if not yet done)
         return _invalid(gate, fields)  # the gate records the overrun when the late verdict arrives

@@ -53,6 +53,9 @@ class SandboxPolicy(BaseModel):
     gid: int = Field(gt=0)
     image: str
     kill_grace_s: float = Field(gt=0, le=60)
+    # niceness of everything a sandbox runs: on a shared CPU the gate's scorer and the host's own
+    # work come before training, so a verdict keeps to its answer time while tickets train beside it
+    nice: int = Field(default=10, ge=0, le=19)
     defaults: Limits
     maxima: Limits
     output: OutputCaps

@@ -159,9 +159,10 @@ class Session:
 
     @property
     def inner_command(self) -> list[str]:
-        """The command wrapped in the in-sandbox ``timeout -k`` (coreutils, from /usr)."""
+        """The command wrapped in the in-sandbox ``nice`` and ``timeout -k`` (coreutils, from /usr)."""
         grace = f"{self.policy.kill_grace_s:g}"
-        return ["/usr/bin/timeout", "-k", grace, f"{self.timeout_s:g}", *self.spec.command]
+        timed = ["/usr/bin/timeout", "-k", grace, f"{self.timeout_s:g}", *self.spec.command]
+        return ["/usr/bin/nice", "-n", str(self.policy.nice), *timed] if self.policy.nice else timed
 
     def supervise(self, wait: Callable[[float], bool], kill: Callable[[], None]) -> bool:
         """Wait for the end (``wait(t)``: True once ended, blocking at most t seconds); kill on the

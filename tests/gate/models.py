@@ -159,6 +159,72 @@ def pickle_payload(marker: Path) -> bytes:
     return pickle.dumps(_Boom(str(marker)))
 
 
+def ensemble_model(members: int = 3, flipped: bool = True, channels: int = 4) -> onnx.ModelProto:
+    """``members`` copies of ``conv_model``'s net, averaged; with ``flipped`` each also sees the image
+    flipped left-right and its output is flipped back (a packaged ensemble's flip views)."""
+    inits = [
+        numpy_helper.from_array(np.array([-1], np.int64), "s_start"),
+        numpy_helper.from_array(np.array([-(2**62)], np.int64), "s_end"),
+        numpy_helper.from_array(np.array([3], np.int64), "s_axis"),
+        numpy_helper.from_array(np.array([-1], np.int64), "s_step"),
+    ]
+    flip = ["s_start", "s_end", "s_axis", "s_step"]
+    nodes = [helper.make_node("Slice", ["image", *flip], ["flip"])] if flipped else []
+    outputs = []
+    for k in range(members):
+        rng = np.random.default_rng(k)
+        inits += [
+            numpy_helper.from_array(rng.normal(0, 0.3, (channels, 1, 3, 3)).astype(np.float32), f"w1_{k}"),
+            numpy_helper.from_array(rng.normal(0, 0.3, (1, channels, 1, 1)).astype(np.float32), f"w2_{k}"),
+        ]
+        for view in ("image", "flip") if flipped else ("image",):
+            tag = f"{k}_{view}"
+            nodes += [
+                helper.make_node("Conv", [view, f"w1_{k}"], [f"c1_{tag}"], pads=[1, 1, 1, 1]),
+                helper.make_node("Relu", [f"c1_{tag}"], [f"r1_{tag}"]),
+                helper.make_node("Conv", [f"r1_{tag}", f"w2_{k}"], [f"p_{tag}"]),
+            ]
+            if view == "flip":  # back to the image's orientation
+                nodes.append(helper.make_node("Slice", [f"p_{tag}", *flip], [f"u_{tag}"]))
+                outputs.append(f"u_{tag}")
+            else:
+                outputs.append(f"p_{tag}")
+    nodes += [helper.make_node("Mean", outputs, ["mean"]), helper.make_node("Sigmoid", ["mean"], ["prob"])]
+    return _model(nodes, inits)
+
+
+def conv_in_loop_model() -> onnx.ModelProto:
+    """A bounded Loop whose body holds a convolution: its cost is the trip count's business."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.normal(0, 0.3, (1, 1, 3, 3)).astype(np.float32), "w_body")
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Conv", ["v_in", "w_body"], ["v_out"], pads=[1, 1, 1, 1]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, None),
+        ],
+        initializer=[weight],
+    )
+    inits = [
+        numpy_helper.from_array(np.array(True), "cond"),
+        numpy_helper.from_array(np.array(3, np.int64), "trips"),
+    ]
+    nodes = [
+        helper.make_node("Loop", ["trips", "cond", "image"], ["looped"], body=body),
+        helper.make_node("Sigmoid", ["looped"], ["prob"]),
+    ]
+    return _model(nodes, inits)
+
+
 def save(model: onnx.ModelProto, path: Path) -> Path:
     path.write_bytes(model.SerializeToString())
     return path

@@ -45,7 +45,7 @@ def _env(answer: str | None = None) -> dict[str, str]:
 # -- the rule, without a gate -------------------------------------------------------------------
 def test_the_calibrated_answer_time_is_a_multiple_of_the_measured_time_with_a_floor() -> None:
     slow = derive(Measured(seconds=7.3, tier="confirm-b", version=2, reference_sha256="c" * 64), None)
-    assert slow.source == "calibrated" and slow.seconds == 22.0  # 3 x 7.3 = 21.9, up to whole seconds
+    assert slow.source == "calibrated" and slow.seconds == 15.0  # 2 x 7.3 = 14.6, up to whole seconds
     assert slow.multiple == ANSWER_TIME_MULTIPLE and slow.floor_s == ANSWER_TIME_FLOOR_S
     assert (slow.tier, slow.tier_version, slow.measured_verdict_s) == ("confirm-b", 2, 7.3)
     quick = derive(Measured(seconds=0.4, tier="confirm-a", version=1, reference_sha256="c" * 64), None)
@@ -191,3 +191,30 @@ def test_a_gate_that_cannot_measure_itself_does_not_start(tmp_path: Path) -> Non
     assert "has no reference model and none can be made" in error, error
     assert not ledger.answer_times()
     ledger.close()
+
+
+# -- an answer time for what scoring a submission costs ---------------------------------------------
+def test_a_submissions_answer_time_follows_its_scoring_cost_and_nothing_else() -> None:
+    """The reference pair (a base-config candidate, the classical best) cost 100; a candidate of
+    that cost judged against a best of that cost (scored afresh, whatever the cache holds) needs
+    twice the time, an ensemble with flip views far more; never less than the answer time, never
+    more than MAX_COST_SCALE times it; a cost that could not be counted counts as the pair's."""
+    from gate.replies import MAX_COST_SCALE
+
+    answer = AnswerTime(seconds=10.0, source="calibrated", reference_cost=100)
+    assert answer.for_costs(100, 0) == 10.0  # the reference pair itself
+    assert answer.for_costs(30, 0) == 10.0  # cheaper is not faster: never below the answer time
+    assert answer.for_costs(100, 100) == 20.0  # a promoted best of the candidate's size
+    assert answer.for_costs(600, 100) == 70.0  # three members, two views, against that best
+    assert answer.for_costs(125, 100) == 23.0  # rounded up to whole seconds
+    assert answer.for_costs(None, 100) == 20.0 and answer.for_costs(None, None) == 20.0
+    assert answer.for_costs(10**12, 100) == 10.0 * MAX_COST_SCALE
+    assert AnswerTime(seconds=10.0, source="flag").for_costs(600, 100) == 10.0  # nothing counted: as fixed
+    assert answer.for_agent().as_json() == {"seconds": 10.0, "source": "calibrated", "reference_cost": 100}
+
+
+def test_the_reference_pairs_cost_is_recorded_with_the_calibration() -> None:
+    counted = Measured(seconds=4.2, tier="confirm-a", version=1, reference_sha256="ab" * 32, cost=1000)
+    assert derive(counted, None).reference_cost == 1000
+    assert derive(counted, parse_override("600", "flag")).reference_cost == 1000
+    assert derive(MEASURED, None).reference_cost is None  # not counted: every answer as fixed

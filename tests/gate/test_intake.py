@@ -112,3 +112,31 @@ def test_inits_own_model_check_applies_the_same_rules(name: str, tmp_path: Path)
         intake.inspect_own_model(path)
     good = models.save(models.threshold_model(), tmp_path / "good.onnx")
     assert intake.inspect_own_model(good).sha256 == inspect_model(good).sha256
+
+
+# -- what scoring a model costs, counted from its bytes ----------------------------------------------
+CONV_COST = 64 * 64 * 4 * 9 + 64 * 64 * 4  # conv_model on one 64x64 image: 3x3 to 4 channels, 1x1 back
+
+
+def test_the_confined_intake_counts_what_scoring_a_model_costs() -> None:
+    """Multiply-accumulates of the convolutions on one 64x64 image, by shape inference from the
+    bytes: an ensemble costs its members, flip views on the batch double it, a net without a
+    counted op costs nothing, and a loop body hiding a convolution cannot be counted."""
+    assert inspect_bytes(models.conv_model().SerializeToString()).cost == CONV_COST
+    assert inspect_bytes(models.ensemble_model(3, flipped=False).SerializeToString()).cost == 3 * CONV_COST
+    assert inspect_bytes(models.ensemble_model(3, flipped=True).SerializeToString()).cost == 6 * CONV_COST
+    assert inspect_bytes(models.threshold_model().SerializeToString()).cost == 0
+    assert inspect_bytes(models.conv_in_loop_model().SerializeToString()).cost is None
+
+
+def test_a_real_exported_net_is_counted_through_its_dynamic_shapes(tmp_path: Path) -> None:
+    """The factory's own U-Net export (dynamic batch and size, concatenated skips whose channels
+    shape inference leaves open) is counted, and a wider one costs more."""
+    from vision.export import export_onnx
+    from vision.models import build_model
+
+    costs = []
+    for width in (8, 16):
+        path = export_onnx(build_model("unet-plain", width, stages=3), tmp_path / f"w{width}.onnx")
+        costs.append(inspect_model(path).cost)
+    assert costs[0] and costs[1] and costs[1] > 3 * costs[0]  # twice the channels: about 4x the MACs

@@ -241,6 +241,56 @@ def test_a_verdict_past_the_answer_time_is_an_invalid_overrun(tmp_path: Path) ->
     assert events and events[-1]["payload"]["ticket_id"] == "late-1"
 
 
+@pytest.mark.serial
+def test_answers_take_what_their_scoring_costs_and_queue_one_after_another(tmp_path: Path) -> None:
+    """An ensemble with flip views costs six nets to score; with the reference pair costing three,
+    its answer leaves at twice the answer time. Two submissions arriving together are judged one
+    at a time, each in its own slot: the second answers an answer time after the first."""
+    import threading
+
+    from gate.core import Gate
+    from gate.replies import AnswerTime
+    from gate.service import create_app
+    from tests._loopback import serving
+    from tests.gate.test_intake import CONV_COST
+
+    home, _ = build_home(tmp_path / "home")
+    single = models.save(models.conv_model(), tmp_path / "single.onnx")
+    other = models.save(models.conv_model(seed=1), tmp_path / "other.onnx")
+    ensemble = models.save(models.ensemble_model(3, flipped=True), tmp_path / "ensemble.onnx")
+    answer = 6.0
+    gate = Gate(home / "vault", home_root=home)
+    gate.answer_time = AnswerTime(seconds=answer, source="calibrated", reference_cost=3 * CONV_COST)
+    took: dict[str, float] = {}
+    try:
+        with serving(create_app(gate, answer_time_s=answer)) as url:
+            client = GateClient(url=url)
+            start = time.monotonic()
+            verdict = client.submit(ensemble, None, "cost-1")
+            took["ensemble"] = time.monotonic() - start
+
+            def submit(name: str, model: Path) -> None:
+                began = time.monotonic()
+                GateClient(url=url).submit(model, None, name)
+                took[name] = time.monotonic() - began
+
+            pair = [
+                threading.Thread(target=submit, args=(f"q-{k}", m)) for k, m in enumerate((single, other))
+            ]
+            for t in pair:
+                t.start()
+                time.sleep(0.05)  # q-0 arrives first
+            for t in pair:
+                t.join()
+            client.close()
+    finally:
+        gate.ledger.close()
+    assert verdict.verdict.value != "INVALID", _ledger_rows(home, "cost-1")  # reached inside its slot
+    assert 2 * answer <= took["ensemble"] <= 2 * answer + TRANSPORT, took
+    assert answer <= took["q-0"] <= answer + TRANSPORT, took
+    assert 2 * answer - 0.1 <= took["q-1"] <= 2 * answer + TRANSPORT, took  # after q-0's slot
+
+
 def test_an_unexpected_error_is_the_same_invalid(
     served: tuple[GateClient, Path, Path], tmp_path: Path
 ) -> None:
