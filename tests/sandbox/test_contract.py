@@ -50,7 +50,7 @@ def test_runs_as_non_root_without_network(run_in: Run) -> None:
 def test_ticket_code_runs_at_the_policys_niceness(run_in: Run) -> None:
     """Training yields the CPU to the gate's scorer and the host: everything inside is niced."""
     result = run_in("nice")  # coreutils' nice with no command prints the current niceness
-    assert int(result.stdout.data.decode()) >= load_policy().nice > 0  # on top of the host's (docker: dockerd's)
+    assert int(result.stdout.data.decode()) >= load_policy().nice > 0  # on the host's (docker: dockerd's)
 
 
 def test_output_past_the_cap_is_truncated_with_its_size(run_in: Run) -> None:
