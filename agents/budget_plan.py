@@ -137,6 +137,20 @@ class BudgetPlanner:
             return "rung"
         return "final"
 
+    def fit_screens(self, tickets: list[Ticket], spent: float) -> list[Ticket]:
+        """The proposer's screens, in its order, that fit in what is left of the screen share at
+        their screen budgets (at least the first, so the plan moves on): a batch proposed just
+        before the share ran out no longer spends the rungs' share on screens."""
+        room = self.plan.screen.share * self.caps.device_seconds - spent
+        kept: list[Ticket] = []
+        for ticket in tickets:
+            cost = self.screen_budget(ticket.budget).device_seconds
+            if kept and cost > room:
+                break
+            kept.append(ticket)
+            room -= cost
+        return kept
+
     def screen_budget(self, asked: Budget) -> Budget:
         """A screen's budget: the proposer's, cut to the screen's device-seconds."""
         return Budget(

@@ -117,8 +117,15 @@ class ProposeStep(Step):
                 state, self.d.services.incumbent(), make_id, self.d.make_seed, screens_done=True
             )
             return self._planned(state, planned or [], counter[0])
-        if planner is not None:  # a screen: cut to the plan's screen budget
-            tickets = [t.model_copy(update={"budget": planner.screen_budget(t.budget)}) for t in tickets]
+        if planner is not None:  # screens: as many as the screen share holds, each at its budget
+            fitted = planner.fit_screens(tickets, state.device_seconds)
+            if len(fitted) < len(tickets):
+                self.audit(
+                    state,
+                    "screens_trimmed",
+                    {"kept": [t.id for t in fitted], "dropped": [t.id for t in tickets[len(fitted) :]]},
+                )
+            tickets = [t.model_copy(update={"budget": planner.screen_budget(t.budget)}) for t in fitted]
             planner.record_screens(tickets)
         update: Update = {"queue": tickets, "next_id": counter[0]}
         if not tickets:

@@ -35,7 +35,7 @@ from segfactory.budgets import RunCaps, TicketCaps, load_budget_policy
 from segfactory.errors import PolicyError
 from segfactory.home import Home
 from segfactory.layout import PlanRow, RunLayout
-from segfactory.records import Budget, Ticket, TicketKind
+from segfactory.records import Arm, Budget, Direction, ExpectedEffect, Ticket, TicketKind
 from tests.agents._stubs import StubFactoryServices, make_services
 from tests.agents.conftest import Log
 
@@ -198,3 +198,32 @@ def test_a_proposal_may_not_package_nor_name_a_tickets_weights() -> None:
 
 def _incumbent() -> Incumbent:
     return Incumbent(sha256="b" * 64, model="m.onnx", config={"epochs": 2}, dataset="synthetic/v1")
+
+
+def test_a_batch_of_screens_is_cut_to_what_the_screen_share_has_left(tmp_path: Path) -> None:
+    """With 120 device-s of screen share (0.4 of 300) and 8-s screens, a batch of four proposed
+    at 100 s spent keeps the two that fit; one proposed with nothing left keeps its first."""
+    caps = RunCaps(wall_seconds=3600, device_seconds=TOTAL_S, tickets=80, llm_tokens=0)
+    planner = BudgetPlanner(
+        PLAN,
+        RunLayout(Home(tmp_path / "home"), RUN),
+        caps,
+        TicketCaps(max_device_seconds=15, max_epochs=10),
+        dict,
+    )
+    batch = [
+        Ticket(
+            id=f"{RUN}-t{k:03d}",
+            arm=Arm.AGENT,
+            expected_effect=ExpectedEffect(metric="object_f1", direction=Direction.UP, size=0.01),
+            kind=TicketKind.CONFIG,
+            hypothesis="h",
+            change={"optim": {"lr": 0.001 * (k + 1)}},
+            budget=Budget(device_seconds=60, epochs=2),
+            seed=k,
+        )
+        for k in range(4)
+    ]
+    assert [t.id for t in planner.fit_screens(batch, spent=100.0)] == [f"{RUN}-t000", f"{RUN}-t001"]
+    assert [t.id for t in planner.fit_screens(batch, spent=0.0)] == [t.id for t in batch]
+    assert [t.id for t in planner.fit_screens(batch, spent=119.0)] == [f"{RUN}-t000"]
