@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agents.context import ProposerContext
+from agents.llm import LLMFailed
 from agents.proposer._base import Proposer, Rejected, TicketDraft
 from segfactory.records import Actor, Arm, Ticket, TicketKind
 from segfactory.seams import AuditSink
@@ -34,16 +35,34 @@ def propose_valid(
     run_id: str | None = None,
     max_rounds: int = MAX_PROPOSAL_ROUNDS,
 ) -> list[Ticket]:
-    """Up to ``n`` valid tickets; fewer when the proposer runs dry or the rounds run out."""
+    """Up to ``n`` valid tickets; fewer when the proposer runs dry or the rounds run out.
+
+    An LLM that fails on a re-ask (``LLMFailed``, its bounded retries spent) after valid tickets
+    were accepted costs only the re-ask: those tickets are returned (audit ``proposer_failed``
+    with ``kept``); with none accepted the failure is raised, and the run stops cleanly.
+    """
     accepted: list[Ticket] = []
     rejected: list[Rejected] = []
     seen: set[str] = set()  # drafts already handled in this call: a repeat is dropped, not re-run
     for round_no in range(1, max_rounds + 1):
-        drafts = [
-            d
-            for d in proposer.propose(context, n - len(accepted), rejected)
-            if d.model_dump_json() not in seen
-        ]
+        try:
+            proposed = proposer.propose(context, n - len(accepted), rejected)
+        except LLMFailed as exc:
+            if not accepted:
+                raise
+            sink.append(
+                Actor.PROPOSER.value,
+                "proposer_failed",
+                {
+                    "proposer": proposer.name,
+                    "round": round_no,
+                    "error": str(exc),
+                    "kept": [t.id for t in accepted],
+                },
+                run_id=run_id,
+            )
+            break
+        drafts = [d for d in proposed if d.model_dump_json() not in seen]
         if not drafts:
             break
         seen.update(d.model_dump_json() for d in drafts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ def _check(ticket: Ticket) -> list[str]:
     return ticket_problems(ticket, load_budget_policy(), "demo")
 
 
-def _ids() -> object:
+def _ids() -> Callable[[], str]:
     counter = itertools.count(1)
     return lambda: f"t{next(counter):03d}"
 
@@ -58,7 +59,7 @@ def test_invalid_tickets_are_recorded_and_the_llm_asked_again(
             context,
             1,
             check=_check,
-            make_id=_ids(),  # type: ignore[arg-type]
+            make_id=_ids(),
             make_seed=lambda: 7,
             sink=audit_log,
         )
@@ -67,6 +68,57 @@ def test_invalid_tickets_are_recorded_and_the_llm_asked_again(
     assert len(invalid) == 1 and "per-ticket cap" in invalid[0]["reasons"][0]
     assert b"per-ticket cap" in fake.received[1]  # the reason went back to the model
     assert len(audit_log.events("ticket_proposed")) == 1
+
+
+def test_an_llm_failing_on_a_re_ask_keeps_the_tickets_it_already_gave(
+    keys: None, audit_log: Log, context: ProposerContext
+) -> None:
+    """One valid and one invalid draft, then the re-ask fails on every retry: the valid ticket is
+    kept (it trains), and the failure is recorded; with nothing valid it would stop the run."""
+    from agents.llm import MAX_LLM_ATTEMPTS, LLMFailed
+
+    first = {"tickets": [_draft(60), _draft(10_000, "optim.weight_decay")]}
+    failing = [Step.error(503)] * MAX_LLM_ATTEMPTS
+    with openai_server([Step.call("propose_tickets", first), *failing]) as fake:
+        proposer = get_proposer(
+            "openai:gpt-4o",
+            sink=audit_log,
+            usage=LLMUsage(),
+            default_budget=CAPS,
+            caps=CAPS,
+            base_url=fake.base_url,
+        )
+        tickets = propose_valid(
+            proposer,
+            context,
+            2,
+            check=_check,
+            make_id=_ids(),
+            make_seed=lambda: 7,
+            sink=audit_log,
+        )
+    assert [t.id for t in tickets] == ["t001"]
+    (failed,) = audit_log.events("proposer_failed")
+    assert failed["kept"] == ["t001"] and failed["round"] == 2
+    with openai_server(failing) as fake:
+        proposer = get_proposer(
+            "openai:gpt-4o",
+            sink=audit_log,
+            usage=LLMUsage(),
+            default_budget=CAPS,
+            caps=CAPS,
+            base_url=fake.base_url,
+        )
+        with pytest.raises(LLMFailed):
+            propose_valid(
+                proposer,
+                context,
+                2,
+                check=_check,
+                make_id=_ids(),
+                make_seed=lambda: 7,
+                sink=audit_log,
+            )
 
 
 def test_re_asks_are_bounded(keys: None, audit_log: Log, context: ProposerContext) -> None:
@@ -88,7 +140,7 @@ def test_re_asks_are_bounded(keys: None, audit_log: Log, context: ProposerContex
             context,
             1,
             check=_check,
-            make_id=_ids(),  # type: ignore[arg-type]
+            make_id=_ids(),
             make_seed=lambda: 1,
             sink=audit_log,
         )
@@ -122,7 +174,7 @@ def test_rules_tickets_pass_validation(audit_log: Log, context: ProposerContext)
         make_id=_ids(),
         make_seed=lambda: 3,
         sink=audit_log,
-    )  # type: ignore[arg-type]
+    )
     assert [t.change for t in tickets] == [{"optim.lr": 0.001}]
     assert len(audit_log.events("ticket_invalid")) == 1
 
