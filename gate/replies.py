@@ -78,13 +78,20 @@ class AnswerTime(Result):
     def for_costs(self, candidate: int | None, best: int | None) -> float:
         """The answer time of a submission whose candidate and current best cost this much to score.
         A model whose cost could not be counted counts as the whole reference pair (whose candidate
-        is a base-config model, and whose best, the classical baseline, costs next to nothing)."""
+        is a base-config model, and whose best, the classical baseline, costs next to nothing).
+        Calibrated, the scale applies to the measured verdict's multiple and the floor after it;
+        an override's seconds are scaled as they are."""
         if not self.reference_cost:
             return self.seconds
         unknown = self.reference_cost
         cost = (unknown if candidate is None else candidate) + (unknown if best is None else best)
         scale = min(MAX_COST_SCALE, max(1.0, cost / self.reference_cost))
-        return self.seconds if scale == 1.0 else float(math.ceil(self.seconds * scale))
+        if scale == 1.0:
+            return self.seconds
+        if self.source == "calibrated" and self.measured_verdict_s and self.multiple:
+            scaled = max(self.floor_s or 0.0, self.multiple * self.measured_verdict_s * scale)
+            return max(self.seconds, float(math.ceil(scaled)))
+        return float(math.ceil(self.seconds * scale))
 
 
 class GateStatus(Result):

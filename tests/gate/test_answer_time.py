@@ -210,6 +210,17 @@ def test_a_submissions_answer_time_follows_its_scoring_cost_and_nothing_else() -
     assert answer.for_costs(None, 100) == 20.0 and answer.for_costs(None, None) == 20.0
     assert answer.for_costs(10**12, 100) == 10.0 * MAX_COST_SCALE
     assert AnswerTime(seconds=10.0, source="flag").for_costs(600, 100) == 10.0  # nothing counted: as fixed
+    # calibrated on a quick verdict (2 x 3.9 s under the 10 s floor): the scale applies before the floor
+    quick = AnswerTime(
+        seconds=10.0,
+        source="calibrated",
+        reference_cost=100,
+        measured_verdict_s=3.9,
+        multiple=2.0,
+        floor_s=10.0,
+    )
+    assert quick.for_costs(100, 0) == 10.0 and quick.for_costs(100, 100) == 16.0  # 2 x 3.9 x 2 = 15.6
+    assert quick.for_costs(600, 100) == 55.0  # 2 x 3.9 x 7 = 54.6
     assert answer.for_agent().as_json() == {"seconds": 10.0, "source": "calibrated", "reference_cost": 100}
 
 
