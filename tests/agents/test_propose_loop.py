@@ -87,6 +87,7 @@ def test_an_llm_failing_on_a_re_ask_keeps_the_tickets_it_already_gave(
             default_budget=CAPS,
             caps=CAPS,
             base_url=fake.base_url,
+            backoff_base_s=0.01,
         )
         tickets = propose_valid(
             proposer,
@@ -108,6 +109,7 @@ def test_an_llm_failing_on_a_re_ask_keeps_the_tickets_it_already_gave(
             default_budget=CAPS,
             caps=CAPS,
             base_url=fake.base_url,
+            backoff_base_s=0.01,
         )
         with pytest.raises(LLMFailed):
             propose_valid(
