@@ -79,48 +79,29 @@ def test_an_llm_failing_on_a_re_ask_keeps_the_tickets_it_already_gave(
 
     first = {"tickets": [_draft(60), _draft(10_000, "optim.weight_decay")]}
     failing = [Step.error(503)] * MAX_LLM_ATTEMPTS
-    with openai_server([Step.call("propose_tickets", first), *failing]) as fake:
+
+    def propose(base_url: str) -> list[Ticket]:
         proposer = get_proposer(
             "openai:gpt-4o",
             sink=audit_log,
             usage=LLMUsage(),
             default_budget=CAPS,
             caps=CAPS,
-            base_url=fake.base_url,
+            base_url=base_url,
             backoff_base_s=0.01,
         )
-        tickets = propose_valid(
-            proposer,
-            context,
-            2,
-            check=_check,
-            make_id=_ids(),
-            make_seed=lambda: 7,
-            sink=audit_log,
+        return propose_valid(
+            proposer, context, 2, check=_check, make_id=_ids(), make_seed=lambda: 7, sink=audit_log
         )
+
+    with openai_server([Step.call("propose_tickets", first), *failing]) as fake:
+        tickets = propose(fake.base_url)
     assert [t.id for t in tickets] == ["t001"]
     (failed,) = audit_log.events("proposer_failed")
     assert failed["kept"] == ["t001"] and failed["round"] == 2
     with openai_server(failing) as fake:
-        proposer = get_proposer(
-            "openai:gpt-4o",
-            sink=audit_log,
-            usage=LLMUsage(),
-            default_budget=CAPS,
-            caps=CAPS,
-            base_url=fake.base_url,
-            backoff_base_s=0.01,
-        )
         with pytest.raises(LLMFailed):
-            propose_valid(
-                proposer,
-                context,
-                2,
-                check=_check,
-                make_id=_ids(),
-                make_seed=lambda: 7,
-                sink=audit_log,
-            )
+            propose(fake.base_url)
 
 
 def test_re_asks_are_bounded(keys: None, audit_log: Log, context: ProposerContext) -> None:
