@@ -37,7 +37,7 @@ from runner._launch import (
 )
 from runner._package import package_ticket
 from runner._policy import refusal_reason
-from runner._progress import PROGRESS_FILE, CurveWatcher
+from runner._progress import CURVE_PATH, PROGRESS_FILE, CurveWatcher
 from runner._ticket import (
     StagedInputs,
     TicketFailed,
@@ -357,6 +357,7 @@ def _attempt(
             memory_bytes=run.scheduler.settings.memory_limit_bytes,
             gpus=gpus,
             cpus=run.scheduler.cpu_share(),
+            live=[CURVE_PATH],
         )
         budget = run.ticket.budget.device_seconds
         with CurveWatcher(

@@ -44,6 +44,7 @@ class LaunchRequest(BaseModel):
     cpus: float | None = Field(
         default=None, gt=0
     )  # the scheduler's share of the cores; tightens the policy's only
+    live: list[str] = Field(default_factory=list)  # beneath /work: read by the host while it runs
 
 
 class LaunchResult(BaseModel):
@@ -158,6 +159,7 @@ class SandboxLauncher:
             env=request.env,
             decoys=self.decoys,
             gpus=request.gpus,
+            live=request.live,
         )
         result = get_backend(self.name).run(spec)
         out, err = result.stdout, result.stderr

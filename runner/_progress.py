@@ -1,12 +1,12 @@
 """A running ticket's progress for people: the epochs its worker reports, while it trains.
 
-The worker appends one line per finished epoch to ``out/learning_curve.jsonl`` in its
-workspace. While the sandbox runs, the host reads that file every few seconds (beneath the
-workspace, no symlink followed, at most ``CURVE_CAP_BYTES``) and passes one line per new epoch to
-the run's progress output: epoch, train loss, the device-seconds spent and left (host-measured).
-The epoch and loss are the sandbox's own claims, and the line says so; nothing here is evidence,
-and only numbers reach the terminal (sandboxed code controls that file, so no text of it is
-printed).
+The worker appends one line per finished epoch to ``out/learning_curve.jsonl`` in its workspace.
+While the sandbox runs, the host reads that file every few seconds (beneath the sandbox's own
+/work where it has one, ``sandbox.live_workspace``; no symlink followed, at most
+``CURVE_CAP_BYTES``) and passes one line per new epoch to the run's progress output: epoch, train
+loss, the device-seconds spent and left (host-measured). The epoch and loss are the sandbox's own
+claims, and the line says so; nothing here is evidence, and only numbers reach the terminal
+(sandboxed code controls that file, so no text of it is printed).
 
 With a ``record`` path (the ticket folder's ``progress.json``, outside the workspace) the watcher
 also keeps the latest of those numbers there, written whole (temp file, rename), for the
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner._copyout import read_beneath
+from sandbox import live_workspace
 from segfactory.files import write_atomic
 
 POLL_S = 2.0  # how often the curve is read
@@ -87,7 +88,7 @@ class CurveWatcher:
 
     def poll(self) -> None:
         try:
-            data, _ = read_beneath(self.work, CURVE_PATH, cap=CURVE_CAP_BYTES)
+            data, _ = read_beneath(live_workspace(self.work), CURVE_PATH, cap=CURVE_CAP_BYTES)
         except Exception:  # not written yet, or not a plain file: nothing to report
             return
         spent = self.spent_before_s + time.monotonic() - self._started

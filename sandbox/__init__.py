@@ -16,6 +16,7 @@ from sandbox._docker import DockerBackend, engine_address
 from sandbox._image import build_image
 from sandbox._policy import Limits, SandboxPolicy, load_policy
 from sandbox._records import Output, SandboxEvent, SandboxResult, SandboxSpec, VerifyCheck, VerifyReport
+from sandbox._session import live_workspace
 
 __all__ = [
     "DockerBackend",
@@ -33,6 +34,7 @@ __all__ = [
     "engine_address",
     "get_backend",
     "known_backends",
+    "live_workspace",
     "load_policy",
     "register_backend",
 ]

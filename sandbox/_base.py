@@ -19,7 +19,8 @@ class SandboxBackend(ABC):
     Guarantees, whatever the backend: no network (only ``lo``), a read-only root, a tmpfs
     ``/tmp``, no capabilities, a non-root uid, no new privileges, cpu/memory (swap included)/pids
     limits, a wall-time limit enforced inside (``timeout -k``) and from outside (kill), capped
-    output, ``/work`` capped in size, host environment variables never passed, and only the
+    output, ``/work`` capped in bytes and inodes (by the kernel, except in a developer's own
+    bwrap: ``sandbox._session``), host environment variables never passed, and only the
     mounts the spec names plus the runtime (never the repo root, a home, the vault or the docker
     socket). Decoy opens are seen by the host and reported as events, live through ``on_event``
     and on the result.

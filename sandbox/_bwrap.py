@@ -3,7 +3,8 @@
 ``--unshare-all`` (network, pid, ipc, uts, cgroup, user namespaces) with no further user namespaces
 inside (``--disable-userns``), ``--die-with-parent``,
 ``--new-session``, ``--cap-drop ALL``, a non-zero uid, a root that is remounted read-only, the
-host's ``/usr`` read-only, a minimal ``/etc``, a sized tmpfs ``/tmp``; rlimits via ``prlimit``;
+host's ``/usr`` read-only, a minimal ``/etc``, a sized tmpfs ``/tmp``, and, as root or with the
+ticket identity, a ``/work`` tmpfs sized in bytes and inodes (``WORK_ON_TMPFS``); rlimits via ``prlimit``;
 memory/pids/cpu for the whole sandbox through a cgroup, v1 or v2 (``sandbox._cgroup``): no
 sandbox starts without one unless the user opted out. Started as root, or as ``segfactory`` with
 the ticket identity root handed over (``sandbox._identity``), the sandbox drops to the policy uid
@@ -35,13 +36,27 @@ from segfactory.errors import SandboxError
 NOFILE = 4096  # open files inside
 PUMP_JOIN_S = 10.0  # wait for the output pumps after the process ended
 USR_LINKS = {"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"}
-STAGE_MOUNTS = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; shift; exec "$@"'
+BIND_STAGED = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 125; shift 2; done; shift; '
 # the same inside the ticket identity: its descriptor (standard input) is replaced first, so the
 # sandbox never holds it; --rbind, since mounts inherited from the host's namespace are locked
-STAGE_IN_IDENTITY = (
-    "exec </dev/null; "
-    'while [ "$1" != -- ]; do mount --rbind "$1" "$2" || exit 125; shift 2; done; shift; exec "$@"'
+BIND_IN_IDENTITY = (
+    'exec </dev/null; while [ "$1" != -- ]; do mount --rbind "$1" "$2" || exit 125; shift 2; done; shift; '
 )
+# Then /work: a tmpfs of the stager's own, sized in bytes and inodes, so the kernel refuses a
+# write past the cap (a host filesystem shared with the audit log and the vault is never filled).
+# The workspace is copied in, the sandbox runs as a child, and what it left is copied back over
+# the workspace once its pid namespace has died, so nothing of it runs while the copy is made.
+# Arguments: WORKSPACE STAGE TMPFS-OPTIONS -- COMMAND...
+WORK_ON_TMPFS = (
+    'work=$1 stage=$2; mount -t tmpfs -o "$3" segfactory-work "$stage" || exit 125; shift 4; '
+    'cp -a -- "$work/." "$stage/" || exit 125; '
+    '"$@"; rc=$?; '
+    'find "$work" -mindepth 1 -delete && cp -a -- "$stage/." "$work/" || '
+    '{ echo "segfactory: what the sandbox left in /work could not be copied back" >&2; exit 125; }; '
+    "exit $rc"
+)
+STAGE_MOUNTS = BIND_STAGED + WORK_ON_TMPFS
+STAGE_IN_IDENTITY = BIND_IN_IDENTITY + WORK_ON_TMPFS
 JOIN_CGROUPS = 'for f in $SEGFACTORY_CGROUPS; do echo $$ > "$f" || exit 125; done; exec "$@"'
 
 
@@ -130,7 +145,7 @@ class BwrapBackend(SandboxBackend):
                     cgroup.remove()
                 take_back(session.workspace)  # every sandbox process has ended
 
-    def _drop_root(self, session: Session) -> tuple[list[str], dict[Path, Path], int | None]:
+    def _drop_root(self, session: Session) -> tuple[list[str], dict[Path, Path], int | None, Path | None]:
         """As root, or holding the ticket identity: the command prefix that makes the sandbox run
         as the policy uid on the host too (``sandbox._identity``).
 
@@ -138,11 +153,13 @@ class BwrapBackend(SandboxBackend):
         outside its user namespace (RLIMIT_NPROC applies, files it writes belong to the sandbox
         uid). Mount sources whose parents the uid cannot search (``/root/.pyenv``, the home) are
         first bind-mounted onto staging dirs in a private mount namespace that only this run
-        sees; nothing on the host has its permissions loosened. Returns (prefix argv, {source:
-        staged path}, the descriptor the prefix needs on its standard input).
+        sees; nothing on the host has its permissions loosened. The workspace is not bound: it
+        is copied onto a size- and inode-capped tmpfs there (``WORK_ON_TMPFS``). Returns (prefix
+        argv, {source: staged path}, the descriptor the prefix needs on its standard input, the
+        staged /work); without root or the identity, ([], {}, None, None).
         """
         if not as_policy_uid():
-            return [], {}, None
+            return [], {}, None, None
         give_workspace(session.workspace, self.policy.uid, self.policy.gid)
         staged, pairs = {}, []
         for index, mount in enumerate(session.mounts):
@@ -150,11 +167,17 @@ class BwrapBackend(SandboxBackend):
             target.parent.mkdir(exist_ok=True)
             target.mkdir() if mount.source.is_dir() else target.touch()
             staged[mount.source] = target
-            pairs += [str(mount.source), str(target)]
+            if mount.source != session.workspace:
+                pairs += [str(mount.source), str(target)]
+        work = staged[session.workspace]
+        limits, uid, gid = session.limits, self.policy.uid, self.policy.gid
+        tmpfs = (
+            f"size={limits.workspace_bytes},nr_inodes={limits.workspace_files},mode=0700,uid={uid},gid={gid}"
+        )
         setpriv = [
             "setpriv",
-            f"--reuid={self.policy.uid}",
-            f"--regid={self.policy.gid}",
+            f"--reuid={uid}",
+            f"--regid={gid}",
             "--clear-groups",
             "--no-new-privs",
             "--",
@@ -162,13 +185,14 @@ class BwrapBackend(SandboxBackend):
         fd = identity_fd()
         enter, script = ([], STAGE_MOUNTS) if fd is None else (ENTER_IDENTITY, STAGE_IN_IDENTITY)
         stage = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh"]
-        return [*enter, *stage, *pairs, "--", *setpriv], staged, fd
+        workspace = [str(session.workspace), str(work), tmpfs, "--"]
+        return [*enter, *stage, *pairs, "--", *workspace, *setpriv], staged, fd, work
 
     def _start(
         self, session: Session, cgroup: CgroupV1 | CgroupV2 | None
     ) -> tuple[subprocess.Popen[bytes], int]:
         """Start the wrapper chain; returns the process and the read end of bwrap's info pipe."""
-        prefix, staged, identity = self._drop_root(session)
+        prefix, staged, identity, work = self._drop_root(session)
         info_r, info_w = os.pipe()
         argv = [*self._prlimit_args(session, cgroup), *prefix, *self._bwrap_args(session, staged, info_w)]
         env = {"PATH": "/usr/bin:/bin"}
@@ -187,6 +211,8 @@ class BwrapBackend(SandboxBackend):
             )
         finally:
             os.close(info_w)
+        if work is not None:  # every wrapper execs in place: the stager keeps this pid
+            session.mount_live(Path(f"/proc/{proc.pid}/root") / work.relative_to("/"))
         return proc, info_r
 
     def _run(self, session: Session, cgroup: CgroupV1 | CgroupV2 | None) -> SandboxResult:

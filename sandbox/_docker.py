@@ -3,10 +3,11 @@
 network ``none``, read-only rootfs, tmpfs ``/tmp``, ``cap_drop=ALL``, ``no-new-privileges``, a
 non-root uid, ``init``, pids/memory (memswap = memory)/cpu limits, RLIMIT_FSIZE, no log driver
 (output is streamed through ``attach`` and capped by us, so a flood never reaches the disk).
+``/work`` is a tmpfs volume the kernel caps in bytes and inodes, with the workspace copied in and
+what the ticket left copied back (``sandbox._docker_work``): the host's workspace is never mounted.
 Run as root, or as ``segfactory`` with the ticket identity root handed over at the drop
-(``sandbox._identity``), the workspace is given to the sandbox uid, which the container runs as,
-and taken back once the container is gone; run as a developer in the docker group, the container
-runs as that user's own uid, which owns the workspace already.
+(``sandbox._identity``), the container runs as the sandbox uid; run as a developer in the docker
+group, as that user's own uid.
 Membership of the docker group is root-equivalent: with this backend the user separation of
 trust rule 1 guards against mistakes, not a compromised orchestrator.
 """
@@ -19,7 +20,8 @@ from typing import Any
 
 from sandbox._base import EventHook, SandboxBackend, register_backend
 from sandbox._capture import pump
-from sandbox._identity import as_policy_uid, give_workspace, take_back
+from sandbox._docker_work import VOLUME_PREFIX, WorkVolume
+from sandbox._identity import as_policy_uid
 from sandbox._image import build_image
 from sandbox._records import SandboxResult, SandboxSpec
 from sandbox._session import Session
@@ -104,17 +106,20 @@ class DockerBackend(SandboxBackend):
         except docker.errors.ImageNotFound:
             build_image(self.api(), self.policy)
 
-    def _host_config(self, session: Session) -> Any:
+    def _host_config(self, session: Session, work: WorkVolume) -> Any:
         from docker.types import LogConfig, Ulimit
 
         limits = session.limits
         binds = {
-            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in session.mounts
+            str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+            for m in session.mounts
+            if m.source != session.workspace
         }
         binds["/usr"] = {"bind": "/usr", "mode": "ro"}
         gpus = {"device_requests": session.gpu.docker_device_requests()} if session.gpu.gpus else {}
         return self.api().create_host_config(
             binds=binds,
+            mounts=[work.mount()],
             network_mode="none",
             read_only=True,
             init=True,
@@ -136,10 +141,11 @@ class DockerBackend(SandboxBackend):
         )
 
     def remove_orphans(self) -> list[str]:
-        """Remove sandbox containers whose host process died (killed before its own cleanup).
+        """Remove sandbox containers, then /work volumes, whose host process died (killed before
+        its own cleanup).
 
-        Another run on this host may be removing the same orphan at the same moment: a container
-        already gone is not an error."""
+        Another run on this host may be removing the same orphan at the same moment: one already
+        gone is not an error."""
         import docker.errors
 
         removed = []
@@ -150,20 +156,25 @@ class DockerBackend(SandboxBackend):
                 except docker.errors.NotFound:
                     continue
                 removed.append(item["Id"])
+        for volume in self.api().volumes(filters={"label": LABEL}).get("Volumes") or []:
+            name = volume.get("Name", "")
+            if name.startswith(VOLUME_PREFIX) and orphaned((volume.get("Labels") or {}).get(PID_LABEL, "0")):
+                try:
+                    self.api().remove_volume(name, force=True)
+                except docker.errors.APIError:  # gone, or still held by a container going away
+                    continue
+                removed.append(name)
         return removed
 
     def run(self, spec: SandboxSpec, on_event: EventHook | None = None) -> SandboxResult:
         self.ensure_image()
         self.remove_orphans()
+        labels = {LABEL: "1", PID_LABEL: owner_label()}
         with Session(spec, self.policy, on_event) as session:
-            if as_policy_uid():
-                give_workspace(session.workspace, self.policy.uid, self.policy.gid)
-            try:
-                return self._create_and_run(session)
-            finally:
-                take_back(session.workspace)  # the container is gone (or was never made)
+            with WorkVolume(self.api(), session, self.policy.image, self.container_user(), labels) as work:
+                return self._create_and_run(session, work, labels)
 
-    def _create_and_run(self, session: Session) -> SandboxResult:
+    def _create_and_run(self, session: Session, work: WorkVolume, labels: dict[str, str]) -> SandboxResult:
         api = self.api()
         container = api.create_container(
             self.policy.image,
@@ -171,16 +182,19 @@ class DockerBackend(SandboxBackend):
             user=self.container_user(),
             working_dir="/work",
             environment=session.env,
-            host_config=self._host_config(session),
+            host_config=self._host_config(session, work),
             network_disabled=True,
-            labels={LABEL: "1", PID_LABEL: owner_label()},
+            labels=labels,
             stdin_open=False,
             tty=False,
         )
         try:
-            return self._run(api, container["Id"], session)
+            result = self._run(api, container["Id"], session, work)
         finally:
             api.remove_container(container["Id"], force=True)
+        if session.killed_for is None:  # as with bwrap: a ticket the host killed leaves nothing
+            work.copy_back(session.workspace, session.limits)
+        return result
 
     def container_user(self) -> str:
         """``uid:gid`` inside the container: the policy's as root or with the ticket identity
@@ -189,7 +203,7 @@ class DockerBackend(SandboxBackend):
             return f"{self.policy.uid}:{self.policy.gid}"
         return f"{os.geteuid()}:{os.getegid()}"
 
-    def _run(self, api: Any, cid: str, session: Session) -> SandboxResult:
+    def _run(self, api: Any, cid: str, session: Session, work: WorkVolume) -> SandboxResult:
         stream = api.attach(cid, stdout=True, stderr=True, stream=True, demux=True)
 
         def sink(chunk: tuple[bytes | None, bytes | None]) -> None:
@@ -213,6 +227,7 @@ class DockerBackend(SandboxBackend):
                 "rebuild it with `segfactory sandbox build`"
             ) from exc
         reader = pump(stream, sink)  # type: ignore[arg-type]
+        work.watch(session.spec.live)
         state: dict[str, object] = {}
 
         def ended(seconds: float) -> bool:

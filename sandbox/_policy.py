@@ -28,9 +28,9 @@ class Limits(BaseModel):
     cpus: float = Field(gt=0)  # CPU cores
     memory_bytes: int = Field(gt=0)  # RAM, swap included; past it: OOM kill, oom_killed=true
     pids: int = Field(gt=0)  # processes + threads; past it: fork/clone fails with EAGAIN
-    workspace_bytes: int = Field(gt=0)  # bytes under /work; past it: killed, event workspace_limit
-    # files, directories and links under /work (inodes: a million empty files take no blocks but
-    # exhaust the host filesystem's inodes); past it: killed, event workspace_limit
+    workspace_bytes: int = Field(gt=0)  # the size of /work's tmpfs; full: killed, event workspace_limit
+    # inodes of that tmpfs: files, directories and links (a million empty files take no blocks but
+    # would exhaust a filesystem's inodes); full: killed, event workspace_limit
     workspace_files: int = Field(default=100_000, gt=0)
     file_bytes: int = Field(gt=0)  # one file (RLIMIT_FSIZE); past it: write fails with EFBIG
     tmp_bytes: int = Field(gt=0)  # the /tmp tmpfs; past it: ENOSPC

@@ -38,7 +38,7 @@ EventKind = Literal[
     "ctypes_call",  # a foreign library, a symbol lookup, a foreign call, a raw memory access
     "process_spawn",  # a process started (it may run without the hook)
     "hook_malformed",  # a hook datagram that was cut or is no record: the sandbox sent it
-    "workspace_limit",  # /work grew past limits.workspace_bytes or workspace_files; the sandbox was killed
+    "workspace_limit",  # /work was full (limits.workspace_bytes or workspace_files); the sandbox was killed
     "timeout_kill",  # the wall-time limit passed; the sandbox was killed from outside
 ]
 
@@ -58,6 +58,9 @@ class SandboxSpec(_Record):
     ``limits.timeout_s``. ``env`` is the whole caller-chosen environment: host variables never pass.
     ``gpus`` are the device minors of the GPUs the scheduler assigned; the sandbox gets those and
     no other (``segfactory.gpus``), and a GPU this machine lacks is refused before anything starts.
+    ``live`` names files beneath ``/work`` the host reads while the sandbox runs
+    (``sandbox.live_workspace``): a backend whose /work the host cannot reach in place copies
+    those, at most ``LIVE_CAP_BYTES`` each, and nothing else.
     """
 
     command: list[str] = Field(min_length=1)
@@ -69,6 +72,16 @@ class SandboxSpec(_Record):
     env: dict[str, str] = Field(default_factory=dict)
     decoys: bool = True
     gpus: list[int] = Field(default_factory=list)  # device minors of the GPUs assigned (segfactory.gpus)
+    live: list[str] = Field(default_factory=list, max_length=8)  # relative to /work
+
+    @field_validator("live")
+    @classmethod
+    def _live_paths(cls, value: list[str]) -> list[str]:
+        for name in value:
+            pure = PurePosixPath(name)
+            if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+                raise ValueError(f"live path {name!r} must be relative to /work, without '..'")
+        return value
 
     @field_validator("data")
     @classmethod

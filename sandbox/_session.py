@@ -3,7 +3,12 @@
 A Session validates the spec against the policy and the mount rules (before anything starts),
 prepares a private temp dir (decoys, a minimal /etc) and the audit hook's socket, watches the
 decoys, listens to the hook, and collects events. Backends start the process; ``supervise``
-enforces the wall time and the workspace size from outside.
+enforces the wall time from outside, and kills a sandbox whose ``/work`` is full.
+
+Where a backend gives ``/work`` a tmpfs of its own (bwrap as root or with the ticket identity:
+``sandbox._bwrap``), the kernel caps its bytes and inodes and ``live_workspace`` says where the
+host reaches it while the sandbox runs; elsewhere the host's workspace is measured by a walk,
+which a fast writer can outrun between two polls.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +43,19 @@ from segfactory.gpus import plan_gpus
 EventHook = Callable[[SandboxEvent], None]
 SCRATCH_ROOTS = (Path("/dev/shm"),)  # tmpfs for the per-run dir (decoys are sparse, the rest tiny)
 SUPERVISE_POLL_S = 0.05  # how often the supervisor looks at the process
-WORKSPACE_POLL_S = 0.25  # how often /work's disk use is measured
+WORKSPACE_POLL_S = 0.25  # how often /work's disk use is measured by a walk (a statvfs: every poll)
 OUTER_KILL_SLACK_S = 2.0  # after timeout + grace the host kills, whatever the inner timeout did
+
+_LIVE: dict[Path, Path] = {}  # host workspace -> where its sandbox's own /work is reached, while it runs
+_LIVE_LOCK = threading.Lock()
+
+
+def live_workspace(workspace: Path) -> Path:
+    """Where a running sandbox's ``/work`` is read from the host: its kernel-capped tmpfs when the
+    backend made one (reached through the stager's ``/proc/<pid>/root``), else ``workspace``
+    itself. What is read there is the sandbox's, as untrusted as the workspace after the run."""
+    with _LIVE_LOCK:
+        return _LIVE.get(Path(workspace).resolve(), Path(workspace))
 
 
 def _scratch_root() -> str | None:
@@ -71,6 +88,20 @@ def disk_usage(root: Path) -> tuple[int, int]:
     return total, files
 
 
+def tmpfs_usage(live: Path) -> tuple[int, int, bool]:
+    """(bytes used, inodes used, full) of the tmpfs mounted at ``live``: full when no block or no
+    inode is left. Before the stager has mounted it, or once it has ended, ``live`` is no mount
+    point (the same device as its parent): (0, 0, False)."""
+    try:
+        if os.stat(live).st_dev == os.stat(live.parent).st_dev:
+            return 0, 0, False
+        fs = os.statvfs(live)
+    except OSError:
+        return 0, 0, False
+    used = (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+    return used, fs.f_files - fs.f_ffree, fs.f_bfree == 0 or fs.f_ffree == 0
+
+
 class Session:
     """Host-side state of one run; use as a context manager (cleans its temp dir)."""
 
@@ -94,6 +125,9 @@ class Session:
         self.events_dir = Path(tempfile.mkdtemp(prefix="sbx-events-"))  # holds the hook's socket; ro inside
         self.watcher: DecoyWatcher | None = None
         self.hook: HookListener | None = None
+        self.live: Path | None = None  # set by a backend that gave /work a kernel-capped tmpfs
+        self._fill: Callable[[], tuple[int, int, bool]] | None = None  # that tmpfs: (bytes, inodes, full)
+        self.killed_for: str | None = None  # "timeout" or "workspace" once supervise killed it
         self._finished = False
 
     @staticmethod
@@ -135,7 +169,20 @@ class Session:
         the sandbox's uid to ours; docker runs as our uid)."""
         return {self.policy.uid, os.geteuid()}
 
+    def mount_live(self, live: Path, fill: Callable[[], tuple[int, int, bool]] | None = None) -> None:
+        """The backend gave ``/work`` a tmpfs of its own, capped by the kernel; the host reads
+        it (or the ``live`` files it copies) at ``live`` until the sandbox ends
+        (``live_workspace``). ``fill``: (bytes, inodes used, full) of that tmpfs, by default
+        ``tmpfs_usage(live)``."""
+        self.live = live
+        self._fill = fill or (lambda: tmpfs_usage(live))
+        with _LIVE_LOCK:
+            _LIVE[self.workspace] = live
+
     def __exit__(self, *exc: object) -> None:
+        with _LIVE_LOCK:
+            if self.live is not None and _LIVE.get(self.workspace) == self.live:
+                del _LIVE[self.workspace]
         self.finish()
         shutil.rmtree(self.tmp, ignore_errors=True)
         shutil.rmtree(self.events_dir, ignore_errors=True)
@@ -176,26 +223,34 @@ class Session:
                 self.emit(
                     SandboxEvent(kind="timeout_kill", ts=time.time(), detail={"timeout_s": self.timeout_s})
                 )
+                self.killed_for = "timeout"
                 kill()
                 return True
-            if now >= next_du:
+            if now >= next_du or self._fill is not None:
                 next_du = now + WORKSPACE_POLL_S
                 if self._workspace_full():
+                    self.killed_for = "workspace"
                     kill()
                     return False
         return False
 
     def _workspace_full(self) -> bool:
-        """True (and an event) when /work has grown past its cap in bytes or in entries."""
-        used, files = disk_usage(self.workspace)
+        """True (and an event) when /work is full: its tmpfs has no block or inode left (the
+        kernel refused the write past the cap), or, measured by a walk, it has grown past the cap."""
         limits = self.limits
-        if used <= limits.workspace_bytes and files <= limits.workspace_files:
+        if self._fill is not None:
+            used, files, full = self._fill()
+        else:
+            used, files = disk_usage(self.workspace)
+            full = used > limits.workspace_bytes or files > limits.workspace_files
+        if not full:
             return False
         detail = {
             "used_bytes": used,
             "limit_bytes": limits.workspace_bytes,
             "files": files,
             "limit_files": limits.workspace_files,
+            "enforced_by": "kernel" if self._fill is not None else "walk",
         }
         self.emit(SandboxEvent(kind="workspace_limit", ts=time.time(), path="/work", detail=detail))
         return True

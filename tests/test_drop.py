@@ -201,7 +201,8 @@ def test_a_process_whose_parent_is_already_gone_stops_at_once() -> None:
     assert done.returncode == 0 and "ran on" in done.stdout, done.stderr
 
 
-TICKET = "touch /work/mine; sleep {pause}; cat /work/mine"  # long enough to be seen from the host
+# long enough to be seen from the host; /work's filesystem is left for the test to read
+TICKET = "stat -f -c %T /work > /work/fs-kind; touch /work/mine; sleep {pause}; cat /work/mine"
 
 
 @contextmanager
@@ -211,11 +212,19 @@ def _as_segfactory_with_identity(
     """What the restarted command does with a ticket: a real sandbox started by ``segfactory``
     holding the ticket identity root made for it (as the drop makes it)."""
     pause = f"{7 + time.monotonic() % 1:.3f}"  # a mark to find the ticket's processes by
+    # while the ticket runs, the restarted command (not root) looks for its file where the host
+    # reads a running ticket's /work, and says whether it saw it there
     script = (
-        "import sys; from pathlib import Path; from segfactory.handover import adopt; adopt()\n"
-        "from sandbox import SandboxSpec, get_backend\n"
-        f"spec = SandboxSpec(command=['sh', '-c', {TICKET.format(pause=pause)!r}], "
-        f"workspace=Path({str(workspace)!r}), timeout_s=120)\n"
+        "import sys, threading, time; from pathlib import Path\n"
+        "from segfactory.handover import adopt; adopt()\n"
+        "from sandbox import SandboxSpec, get_backend, live_workspace\n"
+        f"ws = Path({str(workspace)!r})\n"
+        "def look():\n"
+        "    while not (live_workspace(ws) / 'mine').exists(): time.sleep(0.05)\n"
+        "    print('live', live_workspace(ws) != ws, flush=True)\n"
+        "threading.Thread(target=look, daemon=True).start()\n"
+        f"command = ['sh', '-c', {TICKET.format(pause=pause)!r}]\n"
+        "spec = SandboxSpec(command=command, workspace=ws, timeout_s=120)\n"
         f"sys.exit(get_backend({backend!r}).run(spec).exit_code)"
     )
     with _drop.ticket_identity() as (fd, env), _drop._readable_source(REPO) as source:
@@ -275,9 +284,13 @@ def test_after_the_drop_a_bwrap_ticket_runs_as_the_sandbox_uid_not_the_orchestra
     scratch, workspace = _ticket_workspace(tmp_path)
     with _as_segfactory_with_identity("bwrap", workspace, scratch) as (proc, mark):
         assert _ticket_uids(mark, proc) == {sandbox_uid} and sandbox_uid != me.pw_uid
-        _, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
     assert {p.lstat().st_uid for p in [workspace, *workspace.rglob("*")]} == {me.pw_uid}  # taken back
+    # /work was a kernel-capped tmpfs of the identity's staging namespace, read live by the
+    # unprivileged host through the stager's /proc root, and copied back once the ticket ended
+    assert (workspace / "fs-kind").read_text() == "tmpfs\n" and (workspace / "mine").is_file()
+    assert out.splitlines() == ["live True"], out
 
 
 @AS_ROOT

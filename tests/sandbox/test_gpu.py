@@ -148,6 +148,7 @@ def test_docker_requests_exactly_the_assigned_gpus(tmp_path: Path, monkeypatch: 
     import docker
 
     from sandbox._docker import DockerBackend
+    from sandbox._docker_work import WorkVolume
 
     backend = DockerBackend(load_policy())
     backend._api = docker.APIClient(
@@ -155,13 +156,15 @@ def test_docker_requests_exactly_the_assigned_gpus(tmp_path: Path, monkeypatch: 
     )  # never dialled
     session, _ = _session(tmp_path, monkeypatch, [1])
     with session:
-        config = backend._host_config(session)
+        config = backend._host_config(session, WorkVolume(backend._api, session, "image", "1:1", {}))
     assert config["DeviceRequests"] == [
         {"Driver": "nvidia", "Count": 0, "DeviceIDs": [UUID1], "Capabilities": [["gpu"]], "Options": {}}
     ]
     none, _ = _session(tmp_path / "none", monkeypatch, [])
     with none:
-        assert "DeviceRequests" not in backend._host_config(none)
+        assert "DeviceRequests" not in backend._host_config(
+            none, WorkVolume(backend._api, none, "image", "1:1", {})
+        )
 
 
 def test_verify_fails_unless_exactly_the_assigned_gpus_are_visible() -> None:
