@@ -102,8 +102,13 @@ class CodeArm:
             result = ArmResult.model_validate_json(record.read_text())
             self._audit("code_agent_reused", {"draft": key, "failed": bool(result.error)})
         else:
-            result = self._session(draft, key, self.root / key / "work")
+            work = self.root / key / "work"
+            result = self._session(draft, key, work)
             write_atomic(record, result.model_dump_json(indent=2))  # whole or absent after a crash
+            if not result.error:  # its files are in the record: the copy (and what ran in it) goes
+                failures: list[str] = []
+                shutil.rmtree(work, onerror=lambda _fn, path, info: failures.append(f"{path}: {info[1]}"))
+                self._audit("workspace_removed", {"draft": key, "complete": not failures})
         if result.error:
             raise CodeArmFailed(result.error)
         return draft.model_copy(update={"change": {**draft.change, "files": result.files}})

@@ -118,7 +118,10 @@ def test_a_code_draft_carries_the_files_the_agent_wrote(
     assert ticket.arm is Arm.AGENT_CODE and ticket.change["files"] == {TARGET: source + MARK}
     assert (SOURCE_ROOT / "vision" / "worker.py").read_text() == source  # the source tree was never touched
     key = draft_key(TicketDraft.model_validate(CODE_DRAFT))
-    assert (root / key / "work" / TARGET).read_text() == source + MARK  # the agent's own copy
+    # the agent's own copy, and whatever its run tool left there, is removed once its files are on record
+    assert json.loads((root / key / "result.json").read_text())["files"] == {TARGET: source + MARK}
+    assert not (root / key / "work").exists()
+    assert audit_log.events("workspace_removed") == [{"draft": key, "complete": True}]
     assert b"a marked worker trains exactly as before" in fake.received[1]  # the task is the draft
     [result] = [m for m in json.loads(fake.received[2])["messages"] if m["role"] == "tool"]
     assert json.loads(result["content"])["content"] == source  # read_file sent back the copy of the real file
