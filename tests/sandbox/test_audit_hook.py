@@ -8,6 +8,8 @@ the hook. What ordinary code does (imports, /work, /tmp, its own /proc files) is
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable
 from pathlib import Path
 
@@ -103,3 +105,8 @@ def test_the_mountinfo_names_no_scratch_or_decoy_folder(run_in: Run) -> None:
     result = run_in(["cat", "/proc/self/mountinfo"])
     table = result.stdout.data.decode()
     assert "/vault" in table and "decoy" not in table and "segfactory-sbx" not in table, table
+    # /work is a tmpfs of its own (as root, as these tests run): its line names no host path, so
+    # neither the home nor the run and ticket ids
+    if os.geteuid() == 0:
+        [work] = [line.split() for line in table.splitlines() if line.split()[4] == "/work"]
+        assert work[3] == "/" and work[work.index("-") + 1] == "tmpfs", work
