@@ -9,7 +9,6 @@ the hook. What ordinary code does (imports, /work, /tmp, its own /proc files) is
 from __future__ import annotations
 
 import os
-
 from collections.abc import Callable
 from pathlib import Path
 
