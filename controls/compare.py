@@ -30,6 +30,7 @@ from gate.milestone_report import MilestoneReport
 from segfactory.files import read_jsonl, write_atomic
 from segfactory.home import Home
 from segfactory.layout import RunsLayout
+from segfactory.source import source_digest
 
 ARMS = (
     "agent",
@@ -264,6 +265,7 @@ def run_compare(
             "plot": str(write_plot(results, people / PLOT_FILE)),
             "report": str(people / "compare.json"),
             "incumbent": incumbent.sha256,
+            "source": source_digest(),
         }
     )
     write_atomic(

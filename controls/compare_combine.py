@@ -10,7 +10,8 @@ is scored: each sealed score is the one its own comparison's milestone reported.
 
 It refuses what would not be one comparison: a comparison that has not finished, different arms,
 budgets or proposers, a different incumbent to start from (the home's best moved between them),
-or a seed that appears twice.
+or a seed that appears twice. Seeds run on different code (``segfactory.source``) are combined,
+and the verdict says so, naming each comparison's source digest: a reader weighs that.
 """
 
 from __future__ import annotations
@@ -86,13 +87,17 @@ def combine(home: Home, compare_ids: list[str]) -> CompareSummary:
     for rows in merged.values():
         rows.sort(key=lambda r: r.seed or 0)
     first = read[0][1]
+    sources = {cid: s.source for cid, s, _ in read}
     compare_id = new_run_id("compare-combined-")
     people = home.people_dir(compare_id)
     people.mkdir(parents=True, exist_ok=True)
     summary = summarise(
         merged, proposer=first.proposer, budget_s=first.budget_s_per_arm_and_seed, seeds=len(seen)
-    ).model_copy(
+    )
+    summary = summary.model_copy(
         update={
+            "verdict": summary.verdict + _code_caveat(sources),
+            "sources": sources,
             "replay": _replays([s for _, s, _ in read]),
             "compare_id": compare_id,
             "plot": str(write_plot(merged, people / PLOT_FILE)),
@@ -110,6 +115,14 @@ def combine(home: Home, compare_ids: list[str]) -> CompareSummary:
         json.dumps({"summary": summary.as_json(), "arms": arms_json}, indent=2, sort_keys=True, default=str),
     )
     return summary
+
+
+def _code_caveat(sources: dict[str, str | None]) -> str:
+    """A sentence for the verdict when the combined seeds did not all run on one known code."""
+    if len(set(sources.values())) == 1 and None not in sources.values():
+        return ""
+    named = ", ".join(f"{cid}: {digest[:19] if digest else 'not recorded'}" for cid, digest in sources.items())
+    return f" The combined comparisons did not all run on the same recorded code ({named})."
 
 
 def _same(read: list[tuple[str, CompareSummary, dict[str, list[ArmRun]]]]) -> None:

@@ -146,6 +146,8 @@ class CompareSummary(Result):
     incumbent: str | None = None  # sha256 of the best every arm started from
     first_seed: int | None = None  # the first seed this comparison ran (``--first-seed``)
     combined_from: list[str] | None = None  # ``compare --combine``: the comparisons whose seeds these are
+    source: str | None = None  # the code it ran (``segfactory.source``); None: written before it was kept
+    sources: dict[str, str | None] | None = None  # ``--combine``: each combined comparison's ``source``
 
     @field_serializer("replay")
     def _whole_replays(self, replay: dict[str, Replay] | None) -> dict[str, object] | None:

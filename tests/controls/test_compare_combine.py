@@ -14,7 +14,7 @@ from controls.compare_combine import combine, read_compare
 from controls.compare_report import ArmRun, SealedScores, summarise
 from controls.isolation import Incumbent
 from segfactory.errors import UsageError
-from segfactory.home import Home
+from segfactory.home import SOURCE_ROOT, Home
 from tests.conftest import CliResult
 
 SCORES = {  # sealed object F1 per arm and seed
@@ -67,7 +67,7 @@ def home(tmp_path: Path) -> Home:
 
 def test_three_one_seed_comparisons_combine_into_the_three_seed_one(home: Home) -> None:
     for seed in range(3):
-        write_compare(home, f"c{seed}", 1, seed)
+        write_compare(home, f"c{seed}", 1, seed, source="sha256:" + "1" * 64)
     got = combine(home, ["c2", "c0", "c1"])  # any order: arm-runs are put in seed order
     _, together = run_arms(list(SCORES), 3, arm_run, Store())
     want = summarise(together, proposer="rules", budget_s=1500, seeds=3)
@@ -111,6 +111,33 @@ def test_what_is_not_one_comparison_is_refused(home: Home, second: dict[str, obj
     with pytest.raises(UsageError, match=message):
         combine(home, ["a", "b"])
     assert sorted(p.name for p in home.runs.iterdir()) == ["a", "b"]  # nothing written
+
+
+def test_seeds_run_on_different_code_combine_and_the_verdict_says_so(home: Home) -> None:
+    same = "sha256:" + "1" * 64
+    write_compare(home, "a", 1, 0, source=same)
+    write_compare(home, "b", 1, 1, source=same)
+    write_compare(home, "c", 1, 2, source="sha256:" + "2" * 64)
+    one = combine(home, ["a", "b"])
+    assert one.sources == {"a": same, "b": same} and "same recorded code" not in one.verdict
+    mixed = combine(home, ["a", "b", "c"])
+    assert mixed.sources is not None and mixed.sources["c"] == "sha256:" + "2" * 64
+    assert mixed.verdict.endswith(
+        "did not all run on the same recorded code (a: sha256:111111111111, b: sha256:111111111111, "
+        "c: sha256:222222222222)."
+    )
+    write_compare(home, "old", 1, 2)  # written before comparisons kept their source
+    assert "old: not recorded" in combine(home, ["a", "old"]).verdict
+
+
+def test_a_comparison_records_the_code_it_ran() -> None:
+    from segfactory.source import source_digest, source_files
+
+    digest = source_digest()
+    names = {p.relative_to(SOURCE_ROOT).as_posix() for p in source_files()}
+    assert digest.startswith("sha256:") and len(digest) == 71
+    assert {"controls/compare.py", "policies/budgets.yaml", "vision/train.py"} <= names
+    assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
 
 
 def test_an_unfinished_or_missing_comparison_is_refused(home: Home) -> None:
