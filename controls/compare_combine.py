@@ -121,7 +121,7 @@ def _code_caveat(sources: dict[str, str | None]) -> str:
     """A sentence for the verdict when the combined seeds did not all run on one known code."""
     if len(set(sources.values())) == 1 and None not in sources.values():
         return ""
-    named = ", ".join(f"{cid}: {digest[:19] if digest else 'not recorded'}" for cid, digest in sources.items())
+    named = ", ".join(f"{cid}: {code[:19] if code else 'not recorded'}" for cid, code in sources.items())
     return f" The combined comparisons did not all run on the same recorded code ({named})."
 
 
