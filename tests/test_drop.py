@@ -146,6 +146,31 @@ def test_started_as_root_the_command_continues_as_segfactory_and_stops_with_sigt
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.bwrap
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_an_interrupt_or_a_hangup_reaches_the_restarted_command_too(demo_home: Path, sig: int) -> None:
+    """Ctrl-C, or the terminal going away, stops the whole command as SIGTERM does: the root
+    process passes the signal on and waits, rather than dying of it and leaving the child."""
+    me = pwd.getpwnam(users.ORCHESTRATOR_USER)
+    parent = _start(demo_home, "console", "--port", "0", stdout=subprocess.PIPE)
+    try:
+        child = _restarted(parent, me.pw_uid)
+        gate = _restarted_gate(parent.pid, pwd.getpwnam(users.GATE_USER).pw_uid)
+        _serving(parent)
+        parent.send_signal(sig)
+        code = parent.wait(timeout=STOP_S)
+        deadline = time.monotonic() + STOP_S
+        while (_alive(child) or _alive(gate)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child) and not _alive(gate), f"the restarted console outlived {sig!r}"
+        assert code >= 0, f"the root process died of {sig!r} itself rather than passing it on"
+    finally:
+        _stop(parent)
+
+
+@AS_ROOT
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.bwrap
 def test_the_restarted_command_and_its_gate_die_with_a_killed_parent(demo_home: Path) -> None:
     """SIGKILL cannot be passed on: the restarted console and the gate served for it end anyway."""
     me = pwd.getpwnam(users.ORCHESTRATOR_USER)
