@@ -101,7 +101,7 @@ class KillRun:
         return self.finish(proc, list(args), started), run_id
 
     def wait_for_sandbox(self, proc: subprocess.Popen[str]) -> tuple[str, int]:
-        """The run id, and the pid of the ticket sandbox: a bwrap child of the run working in ``/work``.
+        """The run id, and the pid of the ticket sandbox: a bwrap of the run working in ``/work``.
 
         The sandbox verify at start also runs one, before any ticket folder exists; the confined
         scorers run theirs in ``/tmp``.
@@ -112,7 +112,9 @@ class KillRun:
                 raise AssertionError(f"the run exited ({proc.returncode}) before its sandbox started")
             tickets = [p for p in (self.home / "runs").glob("r*/tickets/*") if p.is_dir()]
             for pid, argv in processes() if tickets else ():
-                if Path(argv[0]).name == "bwrap" and _chdir(argv) == "/work" and parent_of(pid) == proc.pid:
+                # bwrap's parent is the run, or the stager the run started (as root: /work's tmpfs)
+                ours = proc.pid in (parent_of(pid), parent_of(parent_of(pid)))
+                if Path(argv[0]).name == "bwrap" and _chdir(argv) == "/work" and ours:
                     return tickets[0].parent.parent.name, pid
             time.sleep(POLL_S)
         raise AssertionError(f"no ticket sandbox within SANDBOX_WAIT_S={SANDBOX_WAIT_S:g}")
