@@ -184,7 +184,11 @@ class BwrapBackend(SandboxBackend):
         ]
         fd = identity_fd()
         enter, script = ([], STAGE_MOUNTS) if fd is None else (ENTER_IDENTITY, STAGE_IN_IDENTITY)
-        stage = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh"]
+        # the stager stays between this process and bwrap (to copy /work back), so it dies with
+        # this process as bwrap would (--die-with-parent): a kill -9 of the run ends the ticket.
+        # Set after nsenter, whose change of user namespace would clear it.
+        dies = ["setpriv", "--pdeathsig", "KILL", "--"]
+        stage = [*dies, "unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh"]
         workspace = [str(session.workspace), str(work), tmpfs, "--"]
         return [*enter, *stage, *pairs, "--", *workspace, *setpriv], staged, fd, work
 
