@@ -37,7 +37,7 @@ from agents.proposer import Proposer, Rejected, TicketDraft
 from agents.workspace import PathRefused, TreeRefused, Workspace, walk_files
 from runner import TRAINING_PACKAGES
 from segfactory.errors import SegfactoryError, UsageError
-from segfactory.files import write_atomic
+from segfactory.files import remove_tree, write_atomic
 from segfactory.home import SOURCE_ROOT, Home
 from segfactory.records import Actor, TicketKind, canonical_json
 from segfactory.seams import AuditSink
@@ -106,9 +106,7 @@ class CodeArm:
             result = self._session(draft, key, work)
             write_atomic(record, result.model_dump_json(indent=2))  # whole or absent after a crash
             if not result.error:  # its files are in the record: the copy (and what ran in it) goes
-                failures: list[str] = []
-                shutil.rmtree(work, onerror=lambda _fn, path, info: failures.append(f"{path}: {info[1]}"))
-                self._audit("workspace_removed", {"draft": key, "complete": not failures})
+                self._audit("workspace_removed", {"draft": key, "complete": not remove_tree(work)})
         if result.error:
             raise CodeArmFailed(result.error)
         return draft.model_copy(update={"change": {**draft.change, "files": result.files}})

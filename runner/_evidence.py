@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from runner._workspace import OUT_DIR
 from runner.inputs import CHECKPOINT_FILE, MODEL_FILE
 from runner.outcome import Evidence
 from segfactory.errors import DataError, LimitExceeded
+from segfactory.files import remove_tree
 from segfactory.layout import TicketFiles
 from segfactory.records import CoarseVerdict
 from synthetic.splits import read_split
@@ -95,10 +95,9 @@ def copy_curve(work: Path, ticket_dir: Path) -> bool:
 def discard_workspace(work: Path) -> bool:
     """Remove a finished ticket's workspace once copy-out has taken what the host keeps, so that
     a run of many tickets does not leave each one's data, checkpoints and scratch behind on the
-    filesystem the vault and the audit log share. ``shutil.rmtree`` removes links without
-    following them (it walks by descriptor on Linux); what cannot be removed is left and logged."""
-    failures: list[str] = []
-    shutil.rmtree(work, onerror=lambda _fn, path, info: failures.append(f"{path}: {info[1]}"))
+    filesystem the vault and the audit log share. Links are removed without following them, at
+    any depth (``segfactory.files.remove_tree``); what cannot be removed is left and logged."""
+    failures = remove_tree(work)
     if failures:
         log.warning("workspace %s kept in part: %s", work, "; ".join(failures[:3]))
     return not failures

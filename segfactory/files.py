@@ -83,3 +83,28 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 __all__ = ["append_jsonl", "read_jsonl", "staged_dir", "write_atomic"]
+
+
+REMOVE_TIMEOUT_S = 600  # one tree; past it, what is left stays and is reported
+
+
+def remove_tree(path: Path) -> list[str]:
+    """Remove ``path`` and everything beneath it, following no link; returns what could not be
+    removed (empty when all went). ``rm -rf`` walks any depth without recursion: a tree a sandbox
+    nested thousands of levels deep, which ``shutil.rmtree`` answers with ``RecursionError``
+    (not an ``OSError``, so it would end the caller), goes like any other."""
+    import subprocess  # deferred: only removals need it
+
+    if not os.path.lexists(path):
+        return []
+    try:
+        done = subprocess.run(
+            ["rm", "-rf", "--one-file-system", "--", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=REMOVE_TIMEOUT_S,
+            cwd="/",
+        )
+    except subprocess.TimeoutExpired:
+        return [f"{path}: not removed within {REMOVE_TIMEOUT_S} s"]
+    return [line for line in done.stderr.splitlines() if line.strip()] if done.returncode else []

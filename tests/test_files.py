@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from segfactory.files import staged_dir, write_atomic
+from segfactory.files import remove_tree, staged_dir, write_atomic
 
 
 def test_write_atomic_replaces_the_file_whole_and_leaves_nothing_beside_it(tmp_path: Path) -> None:
@@ -71,3 +71,32 @@ def test_staged_dir_renames_on_success_and_cleans_up_on_error(tmp_path: Path) ->
         (tmp / "a").write_text("1")
         raise RuntimeError("half-way")
     assert sorted(os.listdir(tmp_path)) == ["split"]
+
+
+def test_remove_tree_goes_any_depth_and_follows_no_link(tmp_path: Path) -> None:
+    """A tree nested past Python's recursion limit (``shutil.rmtree`` raises RecursionError there,
+    which ends its caller) is removed; a link inside it is removed, never what it names."""
+    import os
+    import shutil
+    import sys
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # relative mkdirs: the path grows past PATH_MAX long before the depth does
+        for _ in range(sys.getrecursionlimit() + 500):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.symlink(outside, "link", dir_fd=fd)
+    finally:
+        os.close(fd)
+    with pytest.raises(RecursionError):
+        shutil.rmtree(tree, onerror=lambda *_: None)
+    assert remove_tree(tree) == [] and not tree.exists()
+    assert (outside / "keep.txt").read_text() == "keep"
+    assert remove_tree(tmp_path / "never-there") == []
