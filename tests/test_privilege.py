@@ -75,6 +75,30 @@ def test_a_directory_swapped_for_a_link_mid_walk_is_not_followed(
     assert _owner(tree) == TARGET
 
 
+def test_an_entry_swapped_for_a_link_between_its_lstat_and_its_open_is_not_followed(
+    tmp_path: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The narrowest window: the walk has seen a directory and a file as what they are, and each
+    becomes a link just before it is opened; only ``O_NOFOLLOW`` on that open stops the walk."""
+    tree = tmp_path / "work"
+    (tree / "out").mkdir(parents=True)
+    (tree / "model.onnx").write_text("x")
+    targets = {"out": outside, "model.onnx": outside / "shadow"}
+    opening = privilege._open_child
+
+    def swap_then_open(dir_fd: int, name: str, flags: int) -> int | None:
+        if name in targets and not (tree / name).is_symlink():
+            os.rename(tree / name, tmp_path / f"moved-{name}")
+            (tree / name).symlink_to(targets[name])
+        return opening(dir_fd, name, flags)
+
+    monkeypatch.setattr(privilege, "_open_child", swap_then_open)
+    chown_tree(tree, *TARGET)
+    assert (tree / "out").is_symlink() and (tree / "model.onnx").is_symlink()  # both swapped
+    assert _owner(outside) == (0, 0) and _owner(outside / "shadow") == (0, 0)
+    assert _owner(tree) == TARGET
+
+
 def test_a_hard_link_to_a_file_outside_is_not_given_away(tmp_path: Path, outside: Path) -> None:
     tree = tmp_path / "datasets"
     tree.mkdir()
