@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from segfactory import privilege
-from segfactory.privilege import OwnershipError, chown_tree, isolated_python
+from segfactory.privilege import SAFE_CWD, OwnershipError, chown_tree, isolated_python
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another user needs root")
@@ -123,6 +123,22 @@ def test_a_tree_deeper_than_the_cap_is_refused(tmp_path: Path) -> None:
         os.close(fd)
     with pytest.raises(OwnershipError, match="MAX_DEPTH"):
         chown_tree(path, *TARGET)
+
+
+def test_isolated_python_imports_no_module_from_its_directory_or_pythonpath(tmp_path: Path) -> None:
+    """A third-party name the source tree does not shadow (``typer``, which the CLI imports),
+    planted where Python starts and on ``PYTHONPATH``: neither copy is imported, because the
+    interpreter runs isolated (``-I``), not because the tree comes first."""
+    planted = tmp_path / "planted"
+    (planted / "typer").mkdir(parents=True)
+    marker = tmp_path / "imported"
+    (planted / "typer" / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('x')\n")
+    env = {**os.environ, "PYTHONPATH": str(planted)}
+    for cwd in (planted, Path(SAFE_CWD)):
+        argv = isolated_python(REPO, "segfactory", "--help")
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "segfactory" in done.stdout, done.stderr[-500:]
+    assert not marker.exists()
 
 
 def test_isolated_python_imports_nothing_from_its_directory(tmp_path: Path) -> None:
