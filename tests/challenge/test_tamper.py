@@ -127,6 +127,9 @@ model.ir_version = 8
 code = Path("/work/code/vision")
 os.mkfifo(code / "a_pipe.py")  # a reader that opens it blocks for ever
 os.symlink("/dev/zero", code / "b_zero.py")  # a reader that follows it never reaches the end
+(code / "c_planted.py").write_text("PLANTED = True\\n")  # ordinary files: only their hash would tell
+with open(code / "worker.py", "a") as mine:
+    mine.write("# rewritten by the sandbox\\n")
 '''
 
 
@@ -178,6 +181,7 @@ def test_a_challenge_hashes_the_hosts_code_never_what_the_sandbox_planted(
     assert outcome.status is TicketStatus.DONE and outcome.evidence is not None, outcome.reason
     code = marked_home.tickets_dir(RUN) / "t2" / "work" / "code" / "vision"
     assert stat.S_ISFIFO(os.lstat(code / "a_pipe.py").st_mode) and (code / "b_zero.py").is_symlink()
+    assert (code / "c_planted.py").is_file() and (code / "worker.py").read_text().endswith("sandbox\n")
     dev_f1 = float(outcome.evidence.dev_metrics["object_f1"])
     dev_comparison(marked_home, "t2", dev_f1, dev_f1 - 0.1)
     setup = ChallengeSetup(marked_home, audit_log, backend="bwrap", scheduler=scheduler)
