@@ -89,6 +89,43 @@ def test_a_fifo_or_a_device_is_refused_without_blocking(ws: Workspace) -> None:
     assert stat.S_ISFIFO(os.stat(ws.root / "code" / "pipe.py").st_mode)  # left as it was
 
 
+def test_a_fifo_swapped_in_after_the_check_is_refused_without_blocking(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window between the look at ``late.py`` (a regular file then) and its open: only the
+    open's ``O_NONBLOCK`` keeps a reader from waiting for ever on the FIFO put there."""
+    import threading
+
+    target = ws.root / "code" / "late.py"
+    target.write_text("x = 1\n")
+    looked = os.stat
+
+    def look_then_swap(name: object, *args: object, **kwargs: object) -> os.stat_result:
+        info = looked(name, *args, **kwargs)  # type: ignore[arg-type]
+        if name == "late.py" and not stat.S_ISFIFO(looked(target).st_mode):
+            target.unlink()
+            os.mkfifo(target)
+        return info
+
+    monkeypatch.setattr(os, "stat", look_then_swap)
+    raised: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            ws.read("code/late.py")
+        except BaseException as exc:  # noqa: BLE001 - the test inspects what it was
+            raised.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    blocked = reader.is_alive()
+    if blocked:  # release the reader stuck on the FIFO, so the worker is not left with it
+        os.close(os.open(target, os.O_WRONLY | os.O_NONBLOCK))
+    assert not blocked, "the read blocked on a FIFO swapped in after the check"
+    assert len(raised) == 1 and isinstance(raised[0], NotRegular), raised
+
+
 def test_a_walk_is_bounded_in_depth_and_entries_without_recursion(ws: Workspace) -> None:
     from agents.workspace import MAX_WALK_DEPTH, TreeRefused, walk_files
 
