@@ -345,7 +345,8 @@ def test_the_host_reads_a_running_ticket_s_work(run_in: Run, tmp_path: Path) -> 
 
     watcher = threading.Thread(target=look)
     watcher.start()
-    result = run_in("mkdir out; echo epoch-1 > out/curve.jsonl; sleep 1", live=["out/curve.jsonl"])
+    # docker copies live files every LIVE_POLL_S (1 s): two polls fall inside the run
+    result = run_in("mkdir out; echo epoch-1 > out/curve.jsonl; sleep 2", live=["out/curve.jsonl"])
     ended.set()
     watcher.join()
     assert result.exit_code == 0 and seen == [b"epoch-1\n"]  # read while the sandbox ran
