@@ -197,8 +197,12 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # passed on to the r
 @contextmanager
 def _forwarding_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
     """While the restarted command runs, a signal of ``FORWARDED`` sent to this process goes to it
-    (it decides how to stop; this process waits for it). On the way out it is stopped if needed."""
-    previous = {sig: signal.signal(sig, lambda sig, _: child.send_signal(sig)) for sig in FORWARDED}
+    (it decides how to stop; this process waits for it), unless this process ignores it. On the
+    way out it is stopped if needed."""
+    # a signal this process ignores (a command started under nohup ignores SIGHUP) stays ignored:
+    # the child inherited the same, and would not act on it anyway
+    passed_on = [sig for sig in FORWARDED if signal.getsignal(sig) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, lambda sig, _: child.send_signal(sig)) for sig in passed_on}
     try:
         yield
     finally:

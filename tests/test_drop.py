@@ -86,6 +86,13 @@ def demo_home() -> Iterator[Path]:
     subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
+def _default_signals() -> None:
+    """As a terminal starts a command: SIGHUP and SIGINT at their defaults, even when these tests
+    run under ``nohup`` (whose ignored SIGHUP the command would keep, and rightly)."""
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start(home: Path, *argv: str, stdout: int = subprocess.DEVNULL) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "segfactory", *argv, "--home", str(home)],
@@ -93,6 +100,7 @@ def _start(home: Path, *argv: str, stdout: int = subprocess.DEVNULL) -> subproce
         stderr=subprocess.PIPE,
         text=True,
         cwd="/",
+        preexec_fn=_default_signals,
     )
 
 
@@ -212,6 +220,44 @@ def _restarted_gate(parent: int, uid: int) -> int:
                 return int(pid)
         time.sleep(0.1)
     raise AssertionError("no gate served as segfactory-gate for the command")
+
+
+def test_a_signal_the_command_ignores_is_not_passed_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started under nohup, the root process ignores SIGHUP, and so does the child it starts:
+    the hangup is not turned into a stop. SIGTERM is still passed on."""
+    sent: list[int] = []
+
+    class Child:
+        def send_signal(self, sig: int) -> None:
+            sent.append(sig)
+
+        def poll(self) -> int:
+            return 0
+
+    monkeypatch.setattr(signal, "signal", _recording := _SignalTable())
+    monkeypatch.setattr(signal, "getsignal", _recording.get)
+    _recording.table[signal.SIGHUP] = signal.SIG_IGN
+    with _drop._forwarding_signals(Child()):  # type: ignore[arg-type]
+        assert _recording.table[signal.SIGHUP] is signal.SIG_IGN
+        handler = _recording.table[signal.SIGTERM]
+        assert callable(handler)
+        handler(signal.SIGTERM, None)
+    assert sent == [signal.SIGTERM] and _recording.table[signal.SIGTERM] is signal.SIG_DFL
+
+
+class _SignalTable:
+    """``signal.signal`` and ``signal.getsignal`` over a table, so a test changes no real handler."""
+
+    def __init__(self) -> None:
+        self.table: dict[int, object] = {}
+
+    def get(self, sig: int) -> object:
+        return self.table.get(sig, signal.SIG_DFL)
+
+    def __call__(self, sig: int, handler: object) -> object:
+        previous = self.get(sig)
+        self.table[sig] = handler
+        return previous
 
 
 def test_a_process_whose_parent_is_already_gone_stops_at_once() -> None:
